@@ -1,0 +1,155 @@
+"""The OpenAI-compatible streaming dialect: request bodies and SSE stream parsing.
+
+The runner keeps the raw bytes of each network read with its arrival time and hands
+them here only after the stream has ended, so parsing never delays a timestamp.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+COMPLETIONS = "completions"
+CHAT = "chat"
+ENDPOINT_PATHS = {COMPLETIONS: "/v1/completions", CHAT: "/v1/chat/completions"}
+
+
+class StreamError(Exception):
+    """A stream that cannot be read as OpenAI SSE; `reason` is the failure category."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def endpoint_path(api: str) -> str:
+    if api not in ENDPOINT_PATHS:
+        raise ValueError(f"backend.api must be one of {sorted(ENDPOINT_PATHS)}, got {api!r}")
+    return ENDPOINT_PATHS[api]
+
+
+def build_request_body(
+    api: str,
+    model: str,
+    max_tokens: int,
+    prompt: str | None = None,
+    messages: list[dict] | None = None,
+    ignore_eos: bool = False,
+) -> dict:
+    """One streaming request; usage is asked for so token counts come from the server."""
+    body: dict = {
+        "model": model,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if api == CHAT:
+        if messages is None:
+            messages = [{"role": "user", "content": prompt or ""}]
+        body["messages"] = messages
+    elif api == COMPLETIONS:
+        if prompt is None:
+            prompt = "\n".join(str(m.get("content", "")) for m in messages or [])
+        body["prompt"] = prompt
+    else:
+        raise ValueError(f"backend.api must be one of {sorted(ENDPOINT_PATHS)}, got {api!r}")
+    if ignore_eos:
+        # vLLM and llama-server honour ignore_eos; min_tokens makes engines that
+        # only know min_tokens (vLLM's sampling params) produce the full length too.
+        body["ignore_eos"] = True
+        body["min_tokens"] = max_tokens
+    return body
+
+
+@dataclass
+class ParsedStream:
+    token_times_ns: list[int] = field(default_factory=list)   # one per token-bearing chunk
+    tokens_per_chunk: list[int] = field(default_factory=list)  # same length as token_times_ns
+    text: str = ""
+    usage_completion_tokens: int | None = None
+    usage_prompt_tokens: int | None = None
+    finish_reason: str | None = None
+    saw_done: bool = False
+
+    @property
+    def counted_tokens(self) -> int:
+        return sum(self.tokens_per_chunk)
+
+
+def _delta_text(choice: dict) -> str:
+    if "delta" in choice:
+        return (choice["delta"] or {}).get("content") or ""
+    return choice.get("text") or ""
+
+
+def parse_sse(reads: list[bytes], read_times_ns: list[int]) -> ParsedStream:
+    """Turn network reads into token events.
+
+    An SSE event belongs to the read that delivered its terminating blank line, so it
+    is timed by that read. A chunk carries one token unless the server sends running
+    usage in token chunks (vLLM's continuous_usage_stats), whose delta then counts.
+    """
+    out = ParsedStream()
+    texts: list[str] = []
+    pending = b""
+    last_usage_tokens = 0
+    for data, t_ns in zip(reads, read_times_ns):
+        pending += data
+        if b"\n\n" not in pending and b"\r\n\r\n" not in pending:
+            continue
+        pending = pending.replace(b"\r\n", b"\n")
+        *events, pending = pending.split(b"\n\n")
+        for event in events:
+            payload = _event_data(event)
+            if payload is None:
+                continue
+            if payload == b"[DONE]":
+                out.saw_done = True
+                continue
+            try:
+                obj = json.loads(payload)
+            except ValueError as e:
+                raise StreamError("malformed_json", f"{e}: {payload[:120]!r}") from None
+            if not isinstance(obj, dict):
+                raise StreamError("malformed_json", f"expected a JSON object, got {payload[:120]!r}")
+            if "error" in obj:
+                raise StreamError("server_error_event", str(obj["error"])[:200])
+            usage = obj.get("usage")
+            choices = obj.get("choices") or []
+            text = "".join(_delta_text(c) for c in choices)
+            for c in choices:
+                out.finish_reason = c.get("finish_reason") or out.finish_reason
+            if usage:
+                out.usage_completion_tokens = usage.get("completion_tokens")
+                out.usage_prompt_tokens = usage.get("prompt_tokens")
+            if not text:
+                continue
+            tokens = 1
+            if usage and usage.get("completion_tokens") is not None:
+                tokens = max(1, usage["completion_tokens"] - last_usage_tokens)
+                last_usage_tokens = usage["completion_tokens"]
+            else:
+                last_usage_tokens += 1
+            out.token_times_ns.append(t_ns)
+            out.tokens_per_chunk.append(tokens)
+            texts.append(text)
+    if pending.strip():
+        payload = _event_data(pending)
+        if payload is not None and payload != b"[DONE]":
+            raise StreamError("stream_cut", f"stream ended inside an event: {pending[:120]!r}")
+        out.saw_done = out.saw_done or payload == b"[DONE]"
+    out.text = "".join(texts)
+    return out
+
+
+def _event_data(event: bytes) -> bytes | None:
+    """The data of one SSE event; comments (':' lines) and other fields are skipped."""
+    parts = []
+    for line in event.split(b"\n"):
+        if not line or line.startswith(b":"):
+            continue
+        if line.startswith(b"data:"):
+            parts.append(line[5:].lstrip(b" "))
+        elif line.split(b":", 1)[0] not in (b"event", b"id", b"retry"):
+            raise StreamError("malformed_sse", f"not an SSE line: {line[:120]!r}")
+    return b"\n".join(parts) if parts else None

@@ -1,0 +1,113 @@
+"""How truthful is the client? The harness against the ground-truth server at growing concurrency.
+
+The server (its own process) streams TTFT 50 ms then one token every 10 ms and records when it
+really wrote each chunk; the error is measured minus that truth, per request (TTFT) and per
+gap (ITL). Closed loop, so the asked concurrency is exactly what the server sees.
+
+    python benchmarks/fidelity.py                      # 1, 16, 64, 128, 256
+    python benchmarks/fidelity.py --concurrency 1 16 64 256 1024 --workers 2
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from groundtruth_server import GroundTruthConfig, GroundTruthProcess, errors_against_truth, fetch_stats, gt_request  # noqa: E402
+
+from harness.metrics import summarize  # noqa: E402
+from harness.runner import Target, client_bound_reasons  # noqa: E402
+from harness.workers import run_plan  # noqa: E402
+
+
+def _cpu_s() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # finished workers only; the server still runs
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def measure(url: str, concurrency: int, rounds: int, tokens: int, workers: int, ttft_ms: float,
+            itl_ms: float) -> dict:
+    n = concurrency * rounds
+    reqs = [gt_request(i, None, tokens) for i in range(n)]
+    fetch_stats(url)  # clear the server's records
+    cpu0, wall0 = _cpu_s(), time.perf_counter()
+
+    async def go():
+        return await run_plan(reqs, Target(url), concurrency, workers, lambda rec: None, asyncio.Event())
+    import uvloop
+    out = uvloop.run(go())
+    wall_s, cpu_s = time.perf_counter() - wall0, _cpu_s() - cpu0
+    stats = fetch_stats(url)
+    err = errors_against_truth(out.records, out.t0_ns, stats["records"])
+    summary = summarize(out.records, {}, out.loop_lag_s)
+    client_part = np.add(err["send_lag_ms"], err["first_delivery_ms"])
+    ttft_err, itl_err = np.asarray(err["ttft_err_ms"]), np.asarray(err["itl_err_ms"])
+    return {
+        "concurrency": concurrency, "workers": workers,
+        "nominal_tokens_per_s": concurrency * 1e3 / itl_ms,
+        "streamed_tokens_per_s": summary["throughput"]["output_tokens_per_s"],
+        "achieved_concurrency_mean": summary["concurrency"]["mean"],
+        "achieved_concurrency_max": summary["concurrency"]["max"],
+        "completed": summary["requests"]["completed"], "failed": summary["requests"]["failed"],
+        "compared": len(ttft_err),
+        "ttft_err_mean_ms": float(ttft_err.mean()), "ttft_err_p99_ms": float(np.percentile(ttft_err, 99)),
+        "ttft_client_part_mean_ms": float(client_part.mean()),
+        "itl_err_mean_ms": float(itl_err.mean()), "itl_err_p99_ms": float(np.percentile(np.abs(itl_err), 99)),
+        "measured_ttft_mean_ms": summary["ttft_ms"]["mean"], "measured_itl_p99_ms": summary["itl_ms"]["p99"],
+        "server_lateness_mean_ms": stats["lateness_ms"]["mean"], "server_lateness_p99_ms": stats["lateness_ms"]["p99"],
+        "send_lag_p99_ms": summary["client_lag_ms"]["p99"], "loop_lag_p99_ms": summary["event_loop_lag_ms"]["p99"],
+        "client_cpu_cores": cpu_s / wall_s, "wall_s": wall_s,
+        "client_bound": bool(client_bound_reasons(summary)),
+    }
+
+
+COLUMNS = [("concurrency", "conc", "{:d}"), ("streamed_tokens_per_s", "tok/s", "{:.0f}"),
+           ("achieved_concurrency_mean", "achieved", "{:.1f}"),
+           ("ttft_err_mean_ms", "TTFT err mean", "{:+.2f}"), ("ttft_err_p99_ms", "TTFT err p99", "{:+.2f}"),
+           ("ttft_client_part_mean_ms", "client part", "{:+.2f}"),
+           ("itl_err_mean_ms", "ITL err mean", "{:+.3f}"), ("itl_err_p99_ms", "|ITL err| p99", "{:.2f}"),
+           ("client_cpu_cores", "client CPU", "{:.2f}"),
+           ("server_lateness_mean_ms", "srv late mean", "{:.2f}"), ("server_lateness_p99_ms", "srv late p99", "{:.2f}"),
+           ("client_bound", "client-bound", "{}")]
+
+
+def print_table(rows: list[dict]) -> None:
+    print(" | ".join(h for _, h, _ in COLUMNS))
+    print(" | ".join("---" for _ in COLUMNS))
+    for row in rows:
+        print(" | ".join(fmt.format(row[key]) for key, _, fmt in COLUMNS))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64, 128, 256])
+    p.add_argument("--rounds", type=int, default=3, help="requests per stream slot")
+    p.add_argument("--tokens", type=int, default=64, help="output tokens per request")
+    p.add_argument("--workers", type=int, default=1, help="client processes")
+    p.add_argument("--ttft-ms", type=float, default=50.0)
+    p.add_argument("--itl-ms", type=float, default=10.0)
+    p.add_argument("--json", type=Path, help="also write the rows here")
+    args = p.parse_args()
+    rows = []
+    with GroundTruthProcess(GroundTruthConfig(args.ttft_ms, args.itl_ms)) as gt:
+        for c in args.concurrency:
+            rows.append(measure(gt.url, c, args.rounds, args.tokens, args.workers, args.ttft_ms, args.itl_ms))
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    print(f"\nground truth: TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms, {args.tokens} tokens/request, "
+          f"closed loop x{args.rounds} rounds, {args.workers} client process(es); errors are measured minus what "
+          f"the server really did (ms)\n")
+    print_table(rows)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""Decode speed of native_engine's ModelRunner on the real model, next to the memory-bandwidth roofline.
+
+    python benchmarks/model_speed.py                 # single stream at context 128, batches of 32 and 64 at 256
+    python benchmarks/model_speed.py --batch 8 --batch 16 --steps 8
+
+Single stream: a decode step reads every weight once, so its ceiling is
+measured read bandwidth / bytes read per step. Batched: one step advances every sequence by one token.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from native_engine.gguf_model import load_gguf  # noqa: E402
+from native_engine.model_files import resolve_model  # noqa: E402
+from native_engine.model_runner import ModelRunner, SeqChunk, measure_read_bandwidth_gbs  # noqa: E402
+
+BLOCK = 16
+
+
+def blocks(n_tokens: int) -> int:
+    return -(-n_tokens // BLOCK)
+
+
+def single_stream(runner: ModelRunner, context: int, steps: int) -> dict:
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(100, 40000, context).tolist()
+    table = list(range(blocks(context + steps + 1)))
+    logits = runner.forward([SeqChunk(prompt, 0, table, True)])
+    token, step_s = int(np.argmax(logits[0])), []
+    for pos in range(context, context + steps):
+        start = time.perf_counter()
+        token = int(np.argmax(runner.forward([SeqChunk([token], pos, table, True)])[0]))
+        step_s.append(time.perf_counter() - start)
+    median_s = float(np.median(step_s))
+    return {"context": context, "steps": steps, "median_step_ms": round(median_s * 1e3, 2),
+            "best_step_ms": round(min(step_s) * 1e3, 2), "tok_per_s": round(1 / median_s, 2),
+            "bytes_per_step": runner.last_step_bytes_read}
+
+
+def batched(runner: ModelRunner, batch: int, context: int, steps: int) -> dict:
+    """Every sequence holds its own copy of one prefilled context (prefilling each would take minutes)."""
+    rng = np.random.default_rng(1)
+    prompt = rng.integers(100, 40000, context).tolist()
+    per_seq = blocks(context + steps + 1)
+    if (batch + 1) * per_seq > runner.num_kv_blocks:
+        raise ValueError(f"--kv-blocks must be at least {(batch + 1) * per_seq} for batch {batch}")
+    source = list(range(per_seq))
+    runner.forward([SeqChunk(prompt, 0, source, False)])
+    tables = [list(range((j + 1) * per_seq, (j + 2) * per_seq)) for j in range(batch)]
+    for table in tables:
+        runner.k_cache[:, table] = runner.k_cache[:, source]
+        runner.v_cache[:, table] = runner.v_cache[:, source]
+    tokens = rng.integers(100, 40000, batch).tolist()
+    step_s = []
+    for s in range(steps):
+        chunks = [SeqChunk([t], context + s, table, True) for t, table in zip(tokens, tables)]
+        start = time.perf_counter()
+        tokens = np.argmax(runner.forward(chunks), axis=1).tolist()
+        step_s.append(time.perf_counter() - start)
+    median_s = float(np.median(step_s))
+    return {"batch": batch, "context": context, "steps": steps, "median_step_ms": round(median_s * 1e3, 1),
+            "tok_per_s": round(batch / median_s, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--single-context", type=int, default=128)
+    parser.add_argument("--batch-context", type=int, default=256)
+    parser.add_argument("--batch", type=int, action="append", help="batch sizes (default 32 and 64)")
+    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--kv-blocks", type=int, default=1280)
+    args = parser.parse_args()
+
+    config, weights = load_gguf(resolve_model(args.model))
+    runner = ModelRunner(config, weights, num_kv_blocks=args.kv_blocks, kv_block_size=BLOCK)
+    bandwidth_gbs = measure_read_bandwidth_gbs(n_bytes=512 * 2**20)
+    single = single_stream(runner, args.single_context, args.steps * 2)
+    roofline = bandwidth_gbs * 1e9 / single["bytes_per_step"]
+    report = {
+        "machine": {"cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0]},
+        "read_bandwidth_gbs": round(bandwidth_gbs, 2),
+        "weight_bytes": runner.weight_bytes,
+        "single_stream": single,
+        "roofline_tok_per_s": round(roofline, 2),
+        "fraction_of_roofline": round(single["tok_per_s"] / roofline, 3),
+        "batched": [batched(runner, b, args.batch_context, args.steps) for b in (args.batch or [32, 64])],
+    }
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

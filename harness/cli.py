@@ -1,0 +1,203 @@
+"""`bench`: run a scenario, validate one, serve the built-in engine."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Benchmark LLM serving engines: replay an arrival process, measure TTFT/ITL/TPOT/E2E/goodput.")
+console = Console(stderr=True)
+
+EXIT_SCENARIO_ERROR = 2
+EXIT_UNREACHABLE = 1
+EXIT_CLIENT_BOUND = 3
+EXIT_INTERRUPTED = 130
+
+
+def _version(value: bool) -> None:
+    if value:
+        from harness.results import versions
+        typer.echo(f"bench {versions()['harness']}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print the version and exit.")) -> None:
+    pass
+
+
+def _load(scenario_path: Path, overrides: list[str]):
+    from harness.scenario import ScenarioError, load_scenario
+    try:
+        return load_scenario(scenario_path, overrides)
+    except ScenarioError as e:
+        console.print(f"[bold red]scenario error[/] in {scenario_path}:\n{e}")
+        raise typer.Exit(EXIT_SCENARIO_ERROR)
+
+
+@app.command()
+def validate(scenario: Path = typer.Argument(..., help="scenario YAML"),
+             set_: list[str] = typer.Option([], "--set", help="override: dotted.path=value")) -> None:
+    """Print the resolved scenario, or its errors (exit 2)."""
+    resolved = _load(scenario, set_)
+    typer.echo(json.dumps(resolved.resolved_dict(), indent=2))
+
+
+@app.command()
+def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
+        set_: list[str] = typer.Option([], "--set", help="override: dotted.path=value (repeatable)"),
+        output: Optional[Path] = typer.Option(None, "--output", help="results folder (default results/<name>-<UTC>)"),
+        allow_client_bound: bool = typer.Option(False, "--allow-client-bound",
+                                                help="exit 0 even if the client fell behind its schedule"),
+        workers: str = typer.Option("", "--workers", help="client processes: auto or N (overrides load.workers)"),
+        ) -> None:
+    """Replay the scenario's load against its backend and write results."""
+    from harness.launcher import BackendUnreachable
+    from harness.results import ResultWriter, default_output_dir
+
+    resolved = _load(scenario, set_)
+    out_dir = output or default_output_dir(resolved.name)
+    writer = ResultWriter(out_dir)
+    try:
+        summary = execute(resolved, writer, workers_option=workers or None, console=console)
+    except BackendUnreachable as e:
+        console.print(f"[bold red]backend unreachable[/]: {e}")
+        raise typer.Exit(EXIT_UNREACHABLE)
+    finally:
+        writer.close()
+    print_summary(summary, out_dir)
+    if summary["interrupted"]:
+        console.print("[yellow]interrupted: the summary covers the requests that finished[/]")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if summary["client_bound"]:
+        console.print("[bold red on white] CLIENT-BOUND [/] [bold red]the client fell behind its own schedule: "
+                      + "; ".join(summary["client_bound_reasons"])
+                      + ". Latencies include client delay. Use --workers, lower the load, or pass "
+                      "--allow-client-bound to accept this.[/]")
+        if not allow_client_bound:
+            raise typer.Exit(EXIT_CLIENT_BOUND)
+
+
+def execute(scenario, writer, workers_option: str | None = None, console: Console = console) -> dict:
+    """Launch (if asked), probe, plan, run, summarize. Returns the summary written to summary.json."""
+    import asyncio
+    import os
+
+    from harness.launcher import launch, probe
+    from harness.metrics import summarize
+    from harness.results import host_info, versions
+    from harness.runner import Target, client_bound_reasons
+    from harness.tokenizer_source import resolve_tokenizer
+    from harness.workers import resolve_workers
+    from harness.workload import build_plan
+
+    backend, load = scenario.backend, scenario.load
+    launched = None
+    if backend.launch is not None:
+        console.print(f"starting the {backend.kind} engine (log: {writer.dir / 'engine.log'})")
+        launched = launch(backend.kind, backend.launch, backend.url, backend.model, writer.dir / "engine.log",
+                          backend.headers)
+    try:
+        url = launched.url if launched else backend.url
+        probe(url, backend.headers)  # one clear error before any load
+        tokenizer = resolve_tokenizer(scenario, url)
+        plan = build_plan(scenario, tokenizer)
+        for warning in plan.warnings:
+            console.print(f"[yellow]warning[/]: {warning}")
+        option = workers_option or getattr(load, "workers", None)
+        try:
+            n_workers = resolve_workers(option, plan.requests, load.concurrency, plan.duration_s,
+                                        os.cpu_count() or 1)
+        except ValueError as e:
+            console.print(f"[bold red]scenario error[/]: {e}")
+            raise typer.Exit(EXIT_SCENARIO_ERROR)
+        target = Target(url, backend.api, backend.model, backend.request_timeout_s, dict(backend.headers),
+                        scenario.workload.ignore_eos)
+        run_info = {"scenario": scenario.resolved_dict(), "versions": versions(), "host": host_info(),
+                    "backend": {"kind": backend.kind, "url": url, "model": backend.model, "api": backend.api,
+                                "launched": launched is not None},
+                    "token_count_method": plan.token_count_method, "workers": n_workers,
+                    "time_unit": "seconds from t0 (perf_counter_ns)"}
+        writer.write_run_info(run_info)
+        try:
+            import uvloop
+            run_loop = uvloop.run
+        except ImportError:
+            run_loop = asyncio.run
+        outcome = run_loop(_run_with_progress(plan, target, load.concurrency, n_workers, writer, console))
+        run_info["t0_perf_counter_ns"] = outcome.t0_ns
+        writer.write_run_info(run_info)
+    finally:
+        if launched:
+            launched.stop()
+    summary = summarize(outcome.records, scenario.slo.model_dump(), outcome.loop_lag_s)
+    reasons = client_bound_reasons(summary)
+    summary.update(client_bound=bool(reasons), client_bound_reasons=reasons, interrupted=outcome.interrupted,
+                   workers=n_workers, token_count_method=plan.token_count_method)
+    writer.write_summary(summary)
+    return summary
+
+
+async def _run_with_progress(plan, target, concurrency, n_workers, writer, console):
+    import asyncio
+    import signal
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from harness.workers import run_plan
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    failed = 0
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(),
+                  console=console, refresh_per_second=4) as progress:
+        task = progress.add_task("requests", total=len(plan.requests), failed=0)
+
+        def on_record(rec):
+            nonlocal failed
+            writer.append(rec)
+            failed += not rec.ok
+            progress.update(task, advance=1, failed=failed)
+        outcome = await run_plan(plan.requests, target, concurrency, n_workers, on_record, stop, plan.duration_s)
+    loop.remove_signal_handler(signal.SIGINT)
+    return outcome
+
+
+def print_summary(summary: dict, out_dir: Path) -> None:
+    req = summary["requests"]
+    console.print(f"\n[bold]{req['completed']}[/] completed, [bold]{req['failed']}[/] failed "
+                  f"({req['warmup']} warm-up excluded) in {summary['window_s']:.2f} s; results in {out_dir}")
+    if summary["failures"]:
+        console.print("failures: " + ", ".join(f"{k}={v}" for k, v in sorted(summary["failures"].items())))
+    t, g = summary["throughput"], summary["goodput"]
+    console.print(f"throughput {t['requests_per_s']:.2f} req/s, {t['output_tokens_per_s']:.1f} output tok/s, "
+                  f"{t['total_tokens_per_s']:.1f} total tok/s; goodput {g['requests_per_s']:.2f} req/s "
+                  f"({100 * g['fraction']:.1f}% meet {g['slo'] or 'no SLO'})")
+    table = Table(title="latency (ms)")
+    cols = ("mean", "p50", "p90", "p99", "p999", "max")
+    table.add_column("metric")
+    for c in cols:
+        table.add_column(c, justify="right")
+    for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "schedule_lag_ms", "event_loop_lag_ms"):
+        stats = summary.get(key) or {}
+        table.add_row(key.removesuffix("_ms"), *("-" if stats.get(c) is None else f"{stats[c]:.2f}" for c in cols))
+    console.print(table)
+
+
+try:  # the built-in engine's server, when its package provides the command
+    from native_engine.cli import serve as _serve
+    app.command("serve")(_serve)
+except ImportError:
+    pass
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,126 @@
+"""Latency and throughput metrics. Definitions live in docs/metrics.md; this is the one implementation."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from harness.results import RequestRecord
+
+STAT_KEYS = ("mean", "std", "min", "p50", "p90", "p95", "p99", "p999", "max")
+_PERCENTILES = {"p50": 50, "p90": 90, "p95": 95, "p99": 99, "p999": 99.9}
+
+
+def describe(values_s, scale: float = 1e3) -> dict:
+    """mean/std/min/percentiles/max of values given in seconds, reported in ms by default."""
+    arr = np.asarray(values_s, dtype=np.float64) * scale
+    if arr.size == 0:
+        return {k: None for k in STAT_KEYS}
+    out = {"mean": float(arr.mean()), "std": float(arr.std()), "min": float(arr.min())}
+    for key, q in _PERCENTILES.items():
+        out[key] = float(np.percentile(arr, q))
+    out["max"] = float(arr.max())
+    return out
+
+
+@dataclass
+class RequestLatency:
+    """The latencies of one completed request, in seconds, all measured from the intended send time."""
+    ttft_s: float
+    e2e_s: float
+    tpot_s: float | None  # None with a single output token
+    itl_chunk_s: list[float]
+    itl_token_s: list[float]
+
+
+def request_latency(rec: RequestRecord) -> RequestLatency | None:
+    if not rec.ok or not rec.token_times_s:
+        return None
+    times = rec.token_times_s
+    ttft = times[0] - rec.intended_send_s
+    e2e = times[-1] - rec.intended_send_s
+    tpot = (e2e - ttft) / (rec.output_tokens - 1) if rec.output_tokens > 1 else None
+    itl_chunk = [b - a for a, b in zip(times, times[1:])]
+    per_chunk = rec.tokens_per_chunk or [1] * len(times)
+    itl_token: list[float] = []
+    for gap, k in zip(itl_chunk, per_chunk[1:]):
+        # a gap that delivered k tokens counts as k gaps of gap/k
+        itl_token.extend([gap / k] * k)
+    return RequestLatency(ttft, e2e, tpot, itl_chunk, itl_token)
+
+
+def meets_slo(lat: RequestLatency, slo: dict) -> bool:
+    """All SLOs given (ms) must hold; the ITL SLO bounds the worst gap of the request."""
+    checks = (("ttft_ms", lat.ttft_s), ("e2e_ms", lat.e2e_s), ("tpot_ms", lat.tpot_s),
+              ("itl_ms", max(lat.itl_token_s) if lat.itl_token_s else None))
+    for key, value_s in checks:
+        limit_ms = slo.get(key)
+        if limit_ms is not None and value_s is not None and value_s * 1e3 > limit_ms:
+            return False
+    return True
+
+
+def concurrency_profile(records: list[RequestRecord]) -> dict:
+    """Requests in flight (actual send to stream end): time-weighted mean and max."""
+    events = []
+    for r in records:
+        if r.actual_send_s is not None and r.end_s is not None:
+            events += [(r.actual_send_s, 1), (r.end_s, -1)]
+    if not events:
+        return {"mean": 0.0, "max": 0}
+    events.sort(key=lambda e: (e[0], e[1]))
+    level = peak = 0
+    area = 0.0
+    prev_t = events[0][0]
+    for t, step in events:
+        area += level * (t - prev_t)
+        level += step
+        peak = max(peak, level)
+        prev_t = t
+    span = events[-1][0] - events[0][0]
+    return {"mean": area / span if span > 0 else float(peak), "max": peak}
+
+
+def summarize(records: list[RequestRecord], slo: dict | None = None,
+              loop_lag_s: list[float] | None = None) -> dict:
+    """The summary of the measured (non-warm-up) requests."""
+    slo = {k: v for k, v in (slo or {}).items() if v is not None}
+    measured = [r for r in records if not r.is_warmup]
+    done = [r for r in measured if r.ok]
+    lats = [lat for lat in (request_latency(r) for r in done) if lat is not None]
+    good = sum(meets_slo(lat, slo) for lat in lats)
+
+    window_s = 0.0
+    if measured:
+        start = min(r.intended_send_s for r in measured)
+        end = max((r.end_s if r.end_s is not None else r.intended_send_s) for r in measured)
+        window_s = max(end - start, 0.0)
+    per_s = (lambda n: n / window_s) if window_s > 0 else (lambda n: 0.0)
+    out_tokens = sum(r.output_tokens for r in done)
+    total_tokens = out_tokens + sum(r.prompt_tokens for r in done)
+
+    return {
+        "requests": {"measured": len(measured), "completed": len(done),
+                     "failed": len(measured) - len(done),
+                     "warmup": len(records) - len(measured)},
+        "failures": dict(Counter(r.error_reason for r in measured if not r.ok)),
+        "window_s": window_s,
+        "throughput": {"requests_per_s": per_s(len(done)), "output_tokens_per_s": per_s(out_tokens),
+                       "total_tokens_per_s": per_s(total_tokens)},
+        "goodput": {"requests_per_s": per_s(good),
+                    "fraction": good / len(measured) if measured else 0.0, "slo": slo},
+        "output_tokens": out_tokens,
+        "token_count_mismatches": sum(r.token_count_mismatch for r in done),
+        "ttft_ms": describe([lat.ttft_s for lat in lats]),
+        "itl_ms": describe([g for lat in lats for g in lat.itl_token_s]),
+        "itl_chunk_ms": describe([g for lat in lats for g in lat.itl_chunk_s]),
+        "tpot_ms": describe([lat.tpot_s for lat in lats if lat.tpot_s is not None]),
+        "e2e_ms": describe([lat.e2e_s for lat in lats]),
+        "schedule_lag_ms": describe([r.actual_send_s - r.intended_send_s
+                                     for r in measured if r.actual_send_s is not None]),
+        "client_lag_ms": describe([r.actual_send_s - r.intended_send_s - r.cap_wait_s
+                                   for r in measured if r.actual_send_s is not None]),
+        "event_loop_lag_ms": describe(loop_lag_s or []),
+        "concurrency": concurrency_profile(measured),
+    }

@@ -1,0 +1,305 @@
+"""Replays a plan against an OpenAI-compatible server on an absolute timeline.
+
+Every request has an intended send time on one timeline (t0 + offset). Latency counts from
+that time, wrk2-style, so a server that makes the client queue cannot hide it (no
+coordinated omission). The hot path only stamps perf_counter_ns() and keeps the bytes;
+SSE parsing happens after the stream has ended.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import aiohttp
+
+from backends.openai import StreamError, build_request_body, endpoint_path, parse_sse
+from harness.results import RequestRecord
+
+LOOP_TICK_S = 0.005
+INTERRUPT_GRACE_S = 3.0
+
+
+@dataclass
+class Target:
+    """Where and how to send requests."""
+    url: str
+    api: str = "completions"
+    model: str = "default"
+    request_timeout_s: float = 600.0
+    headers: dict = field(default_factory=dict)
+    ignore_eos: bool = False
+
+
+@dataclass
+class RunOutcome:
+    records: list[RequestRecord]
+    loop_lag_s: list[float]
+    t0_ns: int
+    interrupted: bool
+
+
+def http_failure_reason(status: int) -> str:
+    if status == 429:
+        return "http_429"
+    return "http_4xx" if status < 500 else "http_5xx"
+
+
+async def sleep_until(due_ns: int) -> None:
+    """uvloop timers are millisecond-grained and may fire early; finish the wait by yielding."""
+    rem = due_ns - time.perf_counter_ns()
+    if rem > 0:
+        await asyncio.sleep(rem / 1e9)
+    while time.perf_counter_ns() < due_ns:
+        await asyncio.sleep(0)
+
+
+def _jobs(requests) -> list[list]:
+    """Single requests are one-turn jobs; the turns of a session run in order as one job."""
+    jobs: dict = {}
+    for spec in requests:
+        key = ("s", spec.session_id) if spec.session_id is not None else ("r", spec.index)
+        jobs.setdefault(key, []).append(spec)
+    out = [sorted(turns, key=lambda s: s.turn_index) for turns in jobs.values()]
+    out.sort(key=lambda turns: (turns[0].intended_offset_s is None, turns[0].intended_offset_s or 0.0,
+                                turns[0].index))
+    return out
+
+
+class Runner:
+    def __init__(self, target: Target, requests: list, concurrency: int | None = None,
+                 on_record: Callable[[RequestRecord], None] | None = None, t0_ns: int | None = None,
+                 stop: asyncio.Event | None = None, dispatch_until_s: float | None = None):
+        self.target = target
+        self.dispatch_until_s = dispatch_until_s  # load.duration_s runs: no new request after this offset
+        self.jobs = _jobs(requests)
+        self.concurrency = concurrency
+        self.on_record = on_record or (lambda rec: None)
+        self.t0_ns = t0_ns
+        self.stop = stop or asyncio.Event()
+        self.records: list[RequestRecord] = []
+        self.loop_lag_s: list[float] = []
+        self._url = target.url.rstrip("/") + endpoint_path(target.api)
+        self._headers = {"Content-Type": "application/json", "Accept-Encoding": "identity", **target.headers}
+
+    async def run(self) -> RunOutcome:
+        closed_loop = bool(self.jobs) and self.jobs[0][0].intended_offset_s is None
+        slots = self.concurrency or (1 if closed_loop else 0)
+        # one session for all requests; enough connections for every stream in flight
+        connector = aiohttp.TCPConnector(limit=slots, limit_per_host=0,
+                                         force_close=False, enable_cleanup_closed=True)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
+        self._sem = asyncio.Semaphore(slots) if slots and not closed_loop else None
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout,
+                                         read_bufsize=1 << 22, auto_decompress=False) as session:
+            self._session = session
+            await self._open_connections(min(len(self.jobs), slots or 64))
+            if self.t0_ns is None:
+                self.t0_ns = time.perf_counter_ns() + 20_000_000  # a little lead for the first sends
+            ticker = asyncio.create_task(self._tick_loop_lag())
+            if closed_loop:
+                it = iter(self.jobs)
+                workers = [asyncio.create_task(self._closed_worker(it)) for _ in range(slots)]
+            else:
+                workers = [asyncio.create_task(self._dispatch_open())]
+            interrupted = await self._wait(workers)
+        ticker.cancel()
+        return RunOutcome(self.records, self.loop_lag_s, self.t0_ns, interrupted)
+
+    async def _open_connections(self, count: int) -> None:
+        """Opens connections before t0 so TCP handshakes stay out of the first measurements."""
+        base = self.target.url.rstrip("/")
+
+        async def touch():
+            try:
+                async with self._session.get(base + "/health", headers=self._headers) as resp:
+                    await resp.read()
+            except aiohttp.ClientError:
+                pass  # a missing /health is fine: the connection was still opened
+        await asyncio.gather(*(touch() for _ in range(count)))
+
+    async def _wait(self, workers: list[asyncio.Task]) -> bool:
+        stop_wait = asyncio.create_task(self.stop.wait())
+        done_all = asyncio.gather(*workers)
+        await asyncio.wait([done_all, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+        if not self.stop.is_set():
+            stop_wait.cancel()
+            await done_all
+            return False
+        # interrupted: no new requests (workers check stop); in-flight ones get a short grace
+        await asyncio.wait([done_all], timeout=INTERRUPT_GRACE_S)
+        for task in list(self._in_flight_tasks()) + workers:
+            task.cancel()
+        await asyncio.gather(done_all, return_exceptions=True)
+        return True
+
+    def _in_flight_tasks(self):
+        return getattr(self, "_tasks", set())
+
+    async def _dispatch_open(self) -> None:
+        self._tasks: set[asyncio.Task] = set()
+        for job in self.jobs:
+            due_ns = self.t0_ns + int(job[0].intended_offset_s * 1e9)
+            await sleep_until(due_ns)
+            if self.stop.is_set() or self._past_end(due_ns):
+                break
+            task = asyncio.create_task(self._run_job(job, due_ns))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def _closed_worker(self, jobs) -> None:
+        for job in jobs:
+            now = time.perf_counter_ns()
+            if self.stop.is_set() or self._past_end(now):
+                return
+            await self._run_job(job, now)
+
+    def _past_end(self, ns: int) -> bool:
+        return self.dispatch_until_s is not None and ns > self.t0_ns + self.dispatch_until_s * 1e9
+
+    async def _run_job(self, turns: list, first_due_ns: int) -> None:
+        history: list[dict] = []
+        due_ns = first_due_ns
+        for n, spec in enumerate(turns):
+            if n > 0:
+                # a later turn is due think_time after the previous answer completed
+                due_ns = prev_end_ns + int(spec.think_time_s * 1e9)
+                await sleep_until(due_ns)
+                if self.stop.is_set():
+                    return
+            own = spec.messages or [{"role": "user", "content": spec.prompt or ""}]
+            messages = history + own if (history or spec.messages is not None) else None
+            rec, answer = await self._request(spec, due_ns, messages)
+            prev_end_ns = time.perf_counter_ns()
+            if not rec.ok:
+                for later in turns[n + 1:]:  # the session cannot go on without this answer
+                    skipped = self._new_record(later, prev_end_ns)
+                    skipped.fail("previous_turn_failed", f"turn {spec.turn_index} failed: {rec.error_reason}")
+                    self._finish(skipped)
+                return
+            history = (messages or own) + [{"role": "assistant", "content": answer}]
+
+    def _new_record(self, spec, due_ns: int) -> RequestRecord:
+        return RequestRecord(index=spec.index, intended_send_s=(due_ns - self.t0_ns) / 1e9,
+                             prompt_tokens=spec.prompt_tokens, is_warmup=spec.is_warmup,
+                             session_id=spec.session_id, turn_index=spec.turn_index)
+
+    def _finish(self, rec: RequestRecord) -> None:
+        self.records.append(rec)
+        self.on_record(rec)
+
+    async def _request(self, spec, due_ns: int, messages: list | None) -> tuple[RequestRecord, str]:
+        rec = self._new_record(spec, due_ns)
+        t = self.target
+        body = json.dumps(build_request_body(t.api, t.model, spec.output_tokens, prompt=spec.prompt,
+                                             messages=messages, ignore_eos=t.ignore_eos)).encode()
+        answer = ""
+        try:
+            if self._sem is not None:
+                wait_from = time.perf_counter_ns()
+                async with self._sem:
+                    rec.cap_wait_s = (time.perf_counter_ns() - wait_from) / 1e9
+                    answer = await self._stream(rec, body)
+            else:
+                answer = await self._stream(rec, body)
+        except asyncio.CancelledError:
+            rec.fail("interrupted", "stopped by Ctrl-C before the stream ended")
+            rec.end_s = (time.perf_counter_ns() - self.t0_ns) / 1e9
+            self._finish(rec)
+            raise
+        self._finish(rec)
+        return rec, answer
+
+    async def _stream(self, rec: RequestRecord, body: bytes) -> str:
+        reads: list[bytes] = []
+        times: list[int] = []
+        clock = time.perf_counter_ns
+        t0 = self.t0_ns
+        sent_ns = clock()
+        rec.actual_send_s = (sent_ns - t0) / 1e9
+        try:
+            async with asyncio.timeout(self.target.request_timeout_s):
+                async with self._session.post(self._url, data=body, headers=self._headers) as resp:
+                    rec.http_status = resp.status
+                    if resp.status >= 400:
+                        detail = (await resp.read())[:300].decode("utf-8", "replace")
+                        rec.fail(http_failure_reason(resp.status), f"HTTP {resp.status}: {detail}")
+                        return ""
+                    read = resp.content.readany
+                    while True:  # the hot path: stamp first, keep the bytes, nothing else
+                        data = await read()
+                        now = clock()
+                        if not data:
+                            break
+                        reads.append(data)
+                        times.append(now)
+        except TimeoutError:
+            rec.fail("timeout", f"no complete answer within request_timeout_s={self.target.request_timeout_s}")
+        except aiohttp.ClientConnectorError as e:
+            rec.fail("connect_error", str(e))
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as e:
+            rec.fail("stream_cut", f"{type(e).__name__}: {e}")
+        except aiohttp.ClientError as e:
+            rec.fail("client_error", f"{type(e).__name__}: {e}")
+        finally:
+            rec.end_s = (clock() - t0) / 1e9
+        return self._digest(rec, reads, times) if rec.ok else ""
+
+    def _digest(self, rec: RequestRecord, reads: list[bytes], times: list[int]) -> str:
+        try:
+            parsed = parse_sse(reads, times)
+        except StreamError as e:
+            rec.fail(e.reason, e.detail)
+            return ""
+        t0 = self.t0_ns
+        rec.token_times_s = [(t - t0) / 1e9 for t in parsed.token_times_ns]
+        rec.tokens_per_chunk = parsed.tokens_per_chunk
+        rec.finish_reason = parsed.finish_reason
+        rec.output_tokens_counted = parsed.counted_tokens
+        rec.output_tokens_usage = parsed.usage_completion_tokens
+        rec.output_tokens = (parsed.usage_completion_tokens if parsed.usage_completion_tokens is not None
+                             else parsed.counted_tokens)
+        rec.token_count_mismatch = (parsed.usage_completion_tokens is not None
+                                    and parsed.usage_completion_tokens != parsed.counted_tokens)
+        if parsed.usage_prompt_tokens is not None:
+            rec.prompt_tokens = parsed.usage_prompt_tokens
+        if not parsed.token_times_ns:
+            rec.fail("no_tokens", "the stream carried no token")
+        elif not parsed.saw_done and parsed.finish_reason is None:
+            rec.fail("stream_cut", "the stream ended without finish_reason or [DONE]")
+        return parsed.text
+
+    async def _tick_loop_lag(self) -> None:
+        """Measures how late the event loop wakes a sleeper: a busy client shows here first."""
+        while True:
+            start = time.perf_counter_ns()
+            await asyncio.sleep(LOOP_TICK_S)
+            self.loop_lag_s.append(max(0.0, (time.perf_counter_ns() - start) / 1e9 - LOOP_TICK_S))
+
+
+def client_bound_reasons(summary: dict, max_client_lag_p99_ms: float = 5.0,
+                         max_loop_lag_p99_ms: float = 10.0) -> list[str]:
+    """Why the client could not keep to its own schedule (empty when it did)."""
+    reasons = []
+    lag = summary.get("client_lag_ms", {}).get("p99")
+    if lag is not None and lag > max_client_lag_p99_ms:
+        reasons.append(f"send lag p99 {lag:.1f} ms > {max_client_lag_p99_ms} ms")
+    loop_lag = summary.get("event_loop_lag_ms", {}).get("p99")
+    if loop_lag is not None and loop_lag > max_loop_lag_p99_ms:
+        reasons.append(f"event-loop lag p99 {loop_lag:.1f} ms > {max_loop_lag_p99_ms} ms")
+    return reasons
+
+
+def run_blocking(runner_factory: Callable[[], Runner]) -> RunOutcome:
+    """Runs a Runner on uvloop (asyncio's loop where uvloop is missing)."""
+    async def main():
+        return await runner_factory().run()
+    try:
+        import uvloop
+        return uvloop.run(main())
+    except ImportError:
+        return asyncio.run(main())

@@ -1,0 +1,296 @@
+"""The scenario file: what engine to hit, with which requests, at what pace, against which SLOs.
+
+`load_scenario(path, overrides)` reads YAML, applies `dotted.path=value` overrides and
+validates. Every problem becomes one `ScenarioError` naming the YAML path, the bad value
+and what is accepted.
+Relative file paths (`load.trace`, `workload.path`) are resolved against the scenario's folder.
+
+Request count: give `load.num_requests` (measured requests; warm-ups come on top) or
+`load.duration_s`, not both; with neither, 100 requests, except that a trace replays all its rows.
+"""
+from __future__ import annotations
+
+import difflib
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo
+from pydantic import field_validator, model_validator
+
+from harness.distributions import Dist, dist_from_yaml
+
+DEFAULT_NUM_REQUESTS = 100  # used when neither load.num_requests nor load.duration_s is given
+
+
+class ScenarioError(Exception):
+    """A scenario (or a file it points to) is not valid; the message says where and how to fix it."""
+
+
+TokenLength = Annotated[Dist, BeforeValidator(lambda v: dist_from_yaml(v, whole_numbers=True))]
+Seconds = Annotated[Dist, BeforeValidator(lambda v: dist_from_yaml(v, whole_numbers=False))]
+
+
+def _resolve_existing_file(value: str | None, info: ValidationInfo, field_path: str) -> str | None:
+    """Resolve a path against the scenario's folder (or the cwd) and require the file to exist."""
+    if value is None:
+        return None
+    base_dir = Path((info.context or {}).get("base_dir", "."))
+    path = Path(value).expanduser()
+    path = path if path.is_absolute() else base_dir / path
+    if not path.is_file():
+        raise ScenarioError(f"{field_path}: file {value!r} not found (looked in {path.parent.resolve()})")
+    return str(path.resolve())
+
+
+class Strict(BaseModel):
+    # strict: `rate: true` or `num_requests: "8"` are mistakes to report, not values to coerce.
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class LaunchConfig(Strict):
+    """How the harness starts the engine itself; empty means the backend's default command."""
+
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    ready_timeout_s: float = Field(default=300.0, gt=0, description="seconds")
+
+    @field_validator("args", "env", mode="before")
+    @classmethod
+    def _numbers_as_text(cls, value: Any) -> Any:
+        # YAML reads `--port, 8000` or `OMP_NUM_THREADS: 2` as ints; command lines and environments are text.
+        def as_text(v: Any) -> Any:
+            return str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+        if isinstance(value, dict):
+            return {k: as_text(v) for k, v in value.items()}
+        return [as_text(v) for v in value] if isinstance(value, list) else value
+
+
+class BackendConfig(Strict):
+    kind: Literal["openai", "native", "vllm", "sglang", "trtllm", "llamacpp", "ollama"]
+    url: str | None = None
+    model: str = "smollm2"
+    api: Literal["completions", "chat"] = "completions"
+    launch: LaunchConfig | None = None
+    request_timeout_s: float = Field(default=600.0, gt=0, description="seconds")
+    headers: dict[str, str] = {}
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https:// (e.g. http://127.0.0.1:8000)")
+        return None if url is None else url.rstrip("/")
+
+    @model_validator(mode="after")
+    def _url_or_launch(self) -> "BackendConfig":
+        if self.url is None and self.launch is None:
+            raise ScenarioError("backend.url: missing; give the engine's URL, or `launch: {}` to start it")
+        return self
+
+
+WORKLOAD_ONLY_FIELDS = {
+    "num_groups": "shared_prefix", "prefix_tokens": "shared_prefix", "group_assignment": "shared_prefix",
+    "turns": "multi_turn", "think_time_s": "multi_turn",
+    "path": "file", "format": "file",
+}
+
+
+class WorkloadConfig(Strict):
+    kind: Literal["random", "shared_prefix", "multi_turn", "file"] = "random"
+    input_tokens: TokenLength = Dist(dist="fixed", mean=256)  # shared_prefix: the unique suffix
+    output_tokens: TokenLength = Dist(dist="fixed", mean=128)
+    ignore_eos: bool = True
+    num_groups: int | None = Field(default=None, ge=1)
+    prefix_tokens: int | None = Field(default=None, ge=1)
+    group_assignment: Literal["round_robin", "random"] = "round_robin"
+    turns: int | None = Field(default=None, ge=1)
+    think_time_s: Seconds = Dist(dist="fixed", mean=0.0)
+    path: str | None = None
+    format: Literal["auto", "jsonl", "sharegpt"] = "auto"
+
+    @field_validator("path")
+    @classmethod
+    def _path_exists(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return _resolve_existing_file(value, info, "workload.path")
+
+    @model_validator(mode="after")
+    def _fields_match_kind(self) -> "WorkloadConfig":
+        for name, owner in WORKLOAD_ONLY_FIELDS.items():
+            # Compared with the default, not "was it written", so a resolved_dict() validates again.
+            if owner != self.kind and getattr(self, name) != type(self).model_fields[name].default:
+                raise ScenarioError(f"workload.{name}: only used when workload.kind is {owner} (kind is {self.kind})")
+        required = {"shared_prefix": ("num_groups", "prefix_tokens"), "multi_turn": ("turns",), "file": ("path",)}
+        for name in required.get(self.kind, ()):
+            if getattr(self, name) is None:
+                raise ScenarioError(f"workload.{name}: missing; workload.kind {self.kind} needs it")
+        return self
+
+
+class LoadConfig(Strict):
+    arrival: Literal["constant", "poisson", "gamma", "trace", "closed"] = "poisson"
+    rate: float | None = Field(default=None, gt=0, description="requests/s")
+    burstiness: float = Field(default=1.0, gt=0)  # gamma shape: 1 = Poisson, < 1 burstier
+    concurrency: int | None = Field(default=None, ge=1, description="requests in flight")
+    trace: str | None = None
+    trace_format: Literal["auto", "mooncake", "azure", "burstgpt"] = "auto"
+    trace_block_size: int = Field(default=512, ge=1, description="tokens per Mooncake hash_id block")
+    time_scale: float = Field(default=1.0, gt=0)  # multiplies trace gaps: 0.5 replays twice as fast
+    num_requests: int | None = Field(default=None, ge=1, description="measured requests (warm-ups come on top)")
+    duration_s: float | None = Field(default=None, gt=0, description="seconds of measured load")
+    max_requests: int = Field(default=2000, ge=1, description="requests")  # plan size cap when duration_s is set
+    warmup_requests: int = Field(default=0, ge=0)
+    workers: Literal["auto"] | int = "auto"  # client processes sending the load; auto sizes by token rate
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _auto_or_count(cls, value: Any) -> Any:
+        if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError("must be auto or a whole number of client processes >= 1")
+        return value
+
+    @field_validator("trace")
+    @classmethod
+    def _trace_exists(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return _resolve_existing_file(value, info, "load.trace")
+
+    @model_validator(mode="after")
+    def _cross_field_checks(self) -> "LoadConfig":
+        if self.arrival in ("constant", "poisson", "gamma") and self.rate is None:
+            raise ScenarioError(f"load.rate: missing; arrival {self.arrival} needs a rate in requests/s (e.g. rate: 4)")
+        if self.arrival == "trace" and self.trace is None:
+            raise ScenarioError("load.trace: missing; arrival trace needs a trace file (e.g. trace: traces/day.jsonl)")
+        if self.arrival == "closed" and self.concurrency is None:
+            raise ScenarioError("load.concurrency: missing; arrival closed needs the number of requests in flight")
+        if self.num_requests is not None and self.duration_s is not None:
+            raise ScenarioError("load.duration_s: give either load.num_requests or load.duration_s, not both")
+        # A trace without a count replays all its rows; everything else defaults to a fixed count.
+        if self.num_requests is None and self.duration_s is None and self.arrival != "trace":
+            self.num_requests = DEFAULT_NUM_REQUESTS
+        return self
+
+
+class SloConfig(Strict):
+    ttft_ms: float | None = Field(default=None, gt=0, description="milliseconds")
+    itl_ms: float | None = Field(default=None, gt=0, description="milliseconds")
+    tpot_ms: float | None = Field(default=None, gt=0, description="milliseconds")
+    e2e_ms: float | None = Field(default=None, gt=0, description="milliseconds")
+
+
+class Scenario(Strict):
+    name: str
+    backend: BackendConfig
+    workload: WorkloadConfig = WorkloadConfig()
+    load: LoadConfig
+    slo: SloConfig = SloConfig()
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _workload_fits_load(self) -> "Scenario":
+        if self.workload.kind == "multi_turn" and self.load.arrival == "trace":
+            raise ScenarioError("load.arrival: trace does not combine with workload.kind multi_turn; "
+                                "use constant, poisson, gamma or closed")
+        return self
+
+    def resolved_dict(self) -> dict[str, Any]:
+        """Every field with defaults filled in and paths made absolute: what run.json records.
+
+        Header values and secret-looking launch env values are redacted: results get shared.
+        """
+        resolved = self.model_dump(mode="json")
+        backend = resolved["backend"]
+        backend["headers"] = {name: "<redacted>" for name in backend["headers"]}
+        if backend["launch"]:
+            env = backend["launch"]["env"]
+            for name in env:
+                if any(word in name.upper() for word in ("TOKEN", "KEY", "SECRET", "PASSWORD")):
+                    env[name] = "<redacted>"
+        return resolved
+
+
+def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
+    path = Path(path)
+    if not path.is_file():
+        raise ScenarioError(f"scenario file {str(path)!r} not found (looked in {path.parent.resolve()})")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise ScenarioError(f"{path}: not valid YAML: {error}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{path}: the top level must be a mapping (name:, backend:, workload:, load:), "
+                            f"got {type(data).__name__}")
+    data.setdefault("name", path.stem)
+    for override in overrides:
+        apply_override(data, override)
+    try:
+        return Scenario.model_validate(data, context={"base_dir": str(path.parent.resolve())})
+    except ValidationError as error:
+        raise ScenarioError(_describe(error)) from None
+
+
+def apply_override(data: dict[str, Any], override: str) -> None:
+    """Apply one `dotted.path=value` override in place; the value is parsed as YAML (`8`, `true`, `[a, b]`)."""
+    key, sep, raw_value = override.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ScenarioError(f"override {override!r}: expected dotted.path=value, e.g. load.rate=8 or slo.ttft_ms=300")
+    try:
+        value = yaml.safe_load(raw_value) if raw_value.strip() else None
+    except yaml.YAMLError as error:
+        raise ScenarioError(f"override {override!r}: the value is not valid YAML: {error}") from None
+    parts = key.split(".")
+    node = data
+    for depth, part in enumerate(parts[:-1]):
+        if node.get(part) is None:  # absent, or an empty `slo:` in the YAML
+            node[part] = {}
+        child = node[part]
+        if not isinstance(child, dict):
+            where = ".".join(parts[: depth + 1])
+            raise ScenarioError(f"override {override!r}: {where} is {child!r}, not a mapping, so it has no keys")
+        node = child
+    node[parts[-1]] = value
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model class that holds the key at `loc` (None past a list or dict)."""
+    model: Any = Scenario
+    for part in loc:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            return None
+        candidates = [a for a in (field.annotation, *typing.get_args(field.annotation)) if isinstance(a, type)]
+        model = next((a for a in candidates if issubclass(a, BaseModel)), None)
+        if model is None:
+            return None
+    return model
+
+
+def _describe(error: ValidationError) -> str:
+    """One line per problem: `path: value is not valid: what is accepted` or `path: unknown key; did you mean`."""
+    lines = []
+    for item in error.errors():
+        loc = tuple(item["loc"])
+        path = ".".join(str(part) for part in loc)
+        kind = item["type"]
+        if kind == "extra_forbidden":
+            model = _model_at(loc[:-1])
+            known = sorted(model.model_fields) if model else []
+            close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
+            lines.append(f"{path}: unknown key; {hint}")
+            continue
+        if kind == "missing":
+            lines.append(f"{path}: missing; this key is required")
+            continue
+        message = item["msg"].removeprefix("Value error, ").replace("Input should be", "must be")
+        if kind in ("greater_than", "greater_than_equal"):
+            message = message.replace("greater than or equal to", ">=").replace("greater than", ">")
+            model = _model_at(loc[:-1])
+            field = model.model_fields.get(loc[-1]) if model else None
+            message += f" {field.description}" if field is not None and field.description else ""
+        lines.append(f"{path}: {item['input']!r} is not valid: {message}")
+    return "\n".join(lines)

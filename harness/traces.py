@@ -1,0 +1,158 @@
+"""Production request traces: when each request arrived and how long its prompt and answer were.
+
+Three public formats are read into the same `TraceRow`s:
+- Mooncake JSONL: `{"timestamp": ms since the first request, "input_length", "output_length", "hash_ids": [...]}`;
+  each hash_id names one block of `load.trace_block_size` (default 512) prompt tokens, so rows
+  sharing leading hash_ids share a prompt prefix.
+- Azure LLM inference CSV: `TIMESTAMP,ContextTokens,GeneratedTokens`, TIMESTAMP a datetime string.
+- BurstGPT CSV: `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`, Timestamp in seconds.
+Rows come back sorted by arrival time.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from harness.scenario import ScenarioError
+
+TRACE_FORMATS = ("mooncake", "azure", "burstgpt")
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
+
+
+@dataclass(frozen=True)
+class TraceRow:
+    timestamp_s: float
+    input_tokens: int
+    output_tokens: int
+    hash_ids: tuple[int, ...] | None = None
+
+
+def detect_format(path: Path) -> str:
+    """Mooncake for .jsonl/.json; for .csv the header tells Azure from BurstGPT."""
+    if path.suffix in (".jsonl", ".json"):
+        return "mooncake"
+    if path.suffix == ".csv":
+        with path.open(newline="", encoding="utf-8") as file:
+            header = next(csv.reader(file), [])
+        if all(column in header for column in AZURE_COLUMNS):
+            return "azure"
+        if all(column in header for column in BURSTGPT_COLUMNS):
+            return "burstgpt"
+        raise ScenarioError(f"load.trace: {path}: header {header} is neither Azure ({','.join(AZURE_COLUMNS)}) "
+                            f"nor BurstGPT ({','.join(BURSTGPT_COLUMNS)}); set load.trace_format")
+    raise ScenarioError(f"load.trace: {path}: cannot tell the format from the extension {path.suffix!r}; "
+                        f"set load.trace_format to one of {', '.join(TRACE_FORMATS)}")
+
+
+def load_trace(path: str | Path, trace_format: str = "auto") -> list[TraceRow]:
+    path = Path(path)
+    if not path.is_file():
+        raise ScenarioError(f"load.trace: file {str(path)!r} not found (looked in {path.parent.resolve()})")
+    if trace_format == "auto":
+        trace_format = detect_format(path)
+    readers = {"mooncake": _read_mooncake, "azure": _read_azure, "burstgpt": _read_burstgpt}
+    if trace_format not in readers:
+        raise ScenarioError(f"load.trace_format: {trace_format!r} is not valid: must be auto or one of "
+                            f"{', '.join(TRACE_FORMATS)}")
+    rows = readers[trace_format](path)
+    if not rows:
+        raise ScenarioError(f"load.trace: {path}: no requests in the file")
+    return sorted(rows, key=lambda row: row.timestamp_s)
+
+
+def _whole_number(value: Any, where: str) -> int:
+    if isinstance(value, str):
+        value = value.strip()
+        value = int(value) if value.lstrip("-").isdigit() else value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ScenarioError(f"{where}: {value!r} is not valid: must be a whole number >= 0")
+    return value
+
+
+def _seconds(value: Any, where: str) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ScenarioError(f"{where}: {value!r} is not valid: must be a number") from None
+    if isinstance(value, bool) or seconds != seconds:
+        raise ScenarioError(f"{where}: {value!r} is not valid: must be a number")
+    return seconds
+
+
+def _read_mooncake(path: Path) -> list[TraceRow]:
+    rows = []
+    with path.open(encoding="utf-8") as file:
+        for line_number, line in enumerate(file, start=1):
+            if not line.strip():
+                continue
+            where = f"load.trace: {path} line {line_number}"
+            try:
+                record = json.loads(line.rstrip("\r\n"))
+            except json.JSONDecodeError as error:
+                raise ScenarioError(f"{where} column {error.colno}: not valid JSON: {error.msg}") from None
+            if not isinstance(record, dict):
+                raise ScenarioError(f"{where}: expected a JSON object, got {type(record).__name__}")
+            for key in ("timestamp", "input_length", "output_length"):
+                if key not in record:
+                    raise ScenarioError(f"{where}: field {key!r} is missing (Mooncake rows have timestamp in ms, "
+                                        "input_length, output_length, hash_ids)")
+            hash_ids = record.get("hash_ids")
+            if hash_ids is not None:
+                if not isinstance(hash_ids, list):
+                    raise ScenarioError(f"{where} field 'hash_ids': {hash_ids!r} is not valid: must be a list of ints")
+                hash_ids = tuple(_whole_number(h, f"{where} field 'hash_ids'") for h in hash_ids)
+            rows.append(TraceRow(
+                timestamp_s=_seconds(record["timestamp"], f"{where} field 'timestamp'") / 1000.0,
+                input_tokens=_whole_number(record["input_length"], f"{where} field 'input_length'"),
+                output_tokens=_whole_number(record["output_length"], f"{where} field 'output_length'"),
+                hash_ids=hash_ids,
+            ))
+    return rows
+
+
+def _csv_records(path: Path, needed: tuple[str, ...]):
+    """(line_number, record) pairs, after checking that the header has the needed columns."""
+    with path.open(newline="", encoding="utf-8") as file:
+        reader = csv.DictReader(file)
+        missing = [column for column in needed if column not in (reader.fieldnames or [])]
+        if missing:
+            raise ScenarioError(f"load.trace: {path} line 1: header lacks column(s) {', '.join(missing)} "
+                                f"(found {reader.fieldnames})")
+        for record in reader:
+            yield reader.line_num, record
+
+
+def _read_azure(path: Path) -> list[TraceRow]:
+    rows = []
+    for line_number, record in _csv_records(path, AZURE_COLUMNS):
+        where = f"load.trace: {path} line {line_number} column"
+        try:
+            # Python 3.11 reads the trace's 7 fractional digits (it keeps 6).
+            arrival = datetime.fromisoformat(record["TIMESTAMP"].strip())
+        except (ValueError, AttributeError):
+            raise ScenarioError(f"{where} TIMESTAMP: {record['TIMESTAMP']!r} is not valid: "
+                                "must be a datetime like 2023-11-16 18:15:46.6805900") from None
+        rows.append(TraceRow(
+            # Naive times read as UTC, so a daylight-saving change here cannot bend the gaps.
+            timestamp_s=(arrival if arrival.tzinfo else arrival.replace(tzinfo=timezone.utc)).timestamp(),
+            input_tokens=_whole_number(record["ContextTokens"], f"{where} ContextTokens"),
+            output_tokens=_whole_number(record["GeneratedTokens"], f"{where} GeneratedTokens"),
+        ))
+    return rows
+
+
+def _read_burstgpt(path: Path) -> list[TraceRow]:
+    rows = []
+    for line_number, record in _csv_records(path, BURSTGPT_COLUMNS):
+        where = f"load.trace: {path} line {line_number} column"
+        rows.append(TraceRow(
+            timestamp_s=_seconds(record["Timestamp"], f"{where} Timestamp"),
+            input_tokens=_whole_number(record["Request tokens"], f"{where} Request tokens"),
+            output_tokens=_whole_number(record["Response tokens"], f"{where} Response tokens"),
+        ))
+    return rows

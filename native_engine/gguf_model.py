@@ -1,0 +1,160 @@
+"""Read a Llama-architecture GGUF file into fp32 numpy weights laid out for `x @ W`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+SUPPORTED_ARCHS = ("llama",)
+# Turn-ending control tokens of common chat templates; ChatML's <|im_end|> is SmolLM2's.
+STOP_TOKEN_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
+
+
+@dataclass
+class ModelConfig:
+    n_layers: int
+    hidden_size: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    ffn_size: int
+    vocab_size: int
+    context_length: int
+    rope_theta: float
+    rms_eps: float
+    bos_token_id: int
+    eos_token_ids: list[int] = field(default_factory=list)
+    name: str = ""
+
+
+@dataclass
+class LayerWeights:
+    attn_norm: np.ndarray  # [hidden]
+    wqkv: np.ndarray  # [hidden, (n_heads + 2 * n_kv_heads) * head_dim]: q, k, v columns side by side
+    wo: np.ndarray  # [n_heads * head_dim, hidden]
+    ffn_norm: np.ndarray  # [hidden]
+    w_gate_up: np.ndarray  # [hidden, 2 * ffn]: gate columns then up columns
+    w_down: np.ndarray  # [ffn, hidden]
+
+
+@dataclass
+class ModelWeights:
+    token_embedding: np.ndarray  # [vocab, hidden]; also the lm_head (tied), used as h @ token_embedding.T
+    layers: list[LayerWeights]
+    output_norm: np.ndarray  # [hidden]
+    lm_head: np.ndarray | None = None  # [hidden, vocab] only when the file has an untied output.weight
+
+    def matrix_bytes(self) -> int:
+        """Bytes one forward step reads from weights (embedding rows for the inputs are negligible)."""
+        total = self.output_norm.nbytes
+        total += self.lm_head.nbytes if self.lm_head is not None else self.token_embedding.nbytes
+        for layer in self.layers:
+            for array in (layer.attn_norm, layer.wqkv, layer.wo, layer.ffn_norm, layer.w_gate_up, layer.w_down):
+                total += array.nbytes
+        return total
+
+
+def _field(reader: gguf.GGUFReader, key: str, default=None):
+    found = reader.fields.get(key)
+    if found is None:
+        if default is None:
+            raise ValueError(f"GGUF file lacks the metadata field {key!r}; it is not a complete Llama GGUF")
+        return default
+    return found.contents()
+
+
+def read_config(reader: gguf.GGUFReader) -> ModelConfig:
+    arch = _field(reader, "general.architecture")
+    if arch not in SUPPORTED_ARCHS:
+        raise ValueError(
+            f"general.architecture is {arch!r}; native_engine runs only {', '.join(SUPPORTED_ARCHS)} "
+            "models (use the llama.cpp or vLLM backend for others)"
+        )
+    hidden = int(_field(reader, f"{arch}.embedding_length"))
+    n_heads = int(_field(reader, f"{arch}.attention.head_count"))
+    n_kv_heads = int(_field(reader, f"{arch}.attention.head_count_kv", n_heads))
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    vocab = int(_field(reader, f"{arch}.vocab_size", len(tokens.data) if tokens is not None else None))
+    eos = int(_field(reader, "tokenizer.ggml.eos_token_id"))
+    eos_token_ids = [eos] + [i for i in stop_token_ids(reader) if i != eos]
+    return ModelConfig(
+        n_layers=int(_field(reader, f"{arch}.block_count")),
+        hidden_size=hidden,
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        head_dim=int(_field(reader, f"{arch}.rope.dimension_count", hidden // n_heads)),
+        ffn_size=int(_field(reader, f"{arch}.feed_forward_length")),
+        vocab_size=vocab,
+        context_length=int(_field(reader, f"{arch}.context_length")),
+        rope_theta=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
+        rms_eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon")),
+        bos_token_id=int(_field(reader, "tokenizer.ggml.bos_token_id")),
+        eos_token_ids=eos_token_ids,
+        name=str(_field(reader, "general.name", "")),
+    )
+
+
+def stop_token_ids(reader: gguf.GGUFReader) -> list[int]:
+    """Control tokens that end a turn in chat templates, besides the declared eos token."""
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    types = reader.fields.get("tokenizer.ggml.token_type")
+    if tokens is None or types is None:
+        return []
+    wanted = set(STOP_TOKEN_TEXTS)
+    found = []
+    for token_id, (text, kind) in enumerate(zip(tokens.contents(), types.contents())):
+        if kind == gguf.TokenType.CONTROL and text in wanted:
+            found.append(token_id)
+    return found
+
+
+def _interleaved_to_halves(w_out_in: np.ndarray, n_heads: int, head_dim: int) -> np.ndarray:
+    """Reorder the output rows of a GGUF Q or K matrix so RoPE can rotate halves.
+
+    llama.cpp's converter stores Q/K so that RoPE rotates adjacent pairs (2i, 2i+1).
+    Moving pair members to (i, i + head_dim/2) in both Q and K leaves every q.k dot
+    product unchanged and lets the forward pass rotate two contiguous halves.
+    """
+    rows = w_out_in.reshape(n_heads, head_dim // 2, 2, -1)
+    return rows.transpose(0, 2, 1, 3).reshape(n_heads * head_dim, -1)
+
+
+def load_gguf(path: str | Path | gguf.GGUFReader) -> tuple[ModelConfig, ModelWeights]:
+    """Config and fp32 weights; pass an open GGUFReader to share one parse with Tokenizer.from_gguf."""
+    reader = path if isinstance(path, gguf.GGUFReader) else gguf.GGUFReader(str(path))
+    config = read_config(reader)
+    tensors = {t.name: t for t in reader.tensors}
+
+    def tensor(name: str) -> np.ndarray:
+        """Dequantized fp32 in numpy order: [out, in] for a matrix (GGUF lists dims reversed)."""
+        if name not in tensors:
+            raise ValueError(f"GGUF file {path} lacks the tensor {name!r}")
+        t = tensors[name]
+        return np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+
+    def for_x_at_w(*out_in_blocks: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(np.concatenate(out_in_blocks, axis=0).T)
+
+    c = config
+    layers = []
+    for i in range(c.n_layers):
+        p = f"blk.{i}."
+        q = _interleaved_to_halves(tensor(p + "attn_q.weight"), c.n_heads, c.head_dim)
+        k = _interleaved_to_halves(tensor(p + "attn_k.weight"), c.n_kv_heads, c.head_dim)
+        layers.append(LayerWeights(
+            attn_norm=tensor(p + "attn_norm.weight"),
+            wqkv=for_x_at_w(q, k, tensor(p + "attn_v.weight")),
+            wo=for_x_at_w(tensor(p + "attn_output.weight")),
+            ffn_norm=tensor(p + "ffn_norm.weight"),
+            w_gate_up=for_x_at_w(tensor(p + "ffn_gate.weight"), tensor(p + "ffn_up.weight")),
+            w_down=for_x_at_w(tensor(p + "ffn_down.weight")),
+        ))
+    embedding = np.ascontiguousarray(tensor("token_embd.weight"))
+    if embedding.shape != (c.vocab_size, c.hidden_size):
+        raise ValueError(f"token_embd.weight has shape {embedding.shape}, expected {(c.vocab_size, c.hidden_size)}")
+    lm_head = for_x_at_w(tensor("output.weight")) if "output.weight" in tensors else None
+    weights = ModelWeights(token_embedding=embedding, layers=layers,
+                           output_norm=tensor("output_norm.weight"), lm_head=lm_head)
+    return config, weights

@@ -1,0 +1,307 @@
+"""The engine: one step = schedule, forward, sample, check stops, emit outputs.
+
+`generate()` runs steps in the caller's thread (tests, benchmarks). `start(loop)` runs them in a
+thread of their own so an asyncio server stays responsive while numpy works (BLAS releases
+the GIL); each step's outputs go back to the loop in one `call_soon_threadsafe`, and `stream()`
+yields them per request. Requests and aborts reach the engine thread through an inbox and are
+applied between steps, so the scheduler and block manager are only touched by one thread.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from native_engine.block_manager import BlockManager
+from native_engine.gguf_model import ModelConfig, ModelWeights, load_gguf
+from native_engine.metrics import EngineMetrics
+from native_engine.model_files import resolve_model
+from native_engine.model_runner import ModelRunner, SeqChunk
+from native_engine.sampler import mask_stop_tokens, sample
+from native_engine.scheduler import QueueFullError, Scheduler, SchedulerConfig
+from native_engine.sequence import SamplingParams, Sequence
+from native_engine.tokenizer import IncrementalDetokenizer, Tokenizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EngineConfig:
+    model: str = "smollm2"               # "smollm2" or a path to a GGUF file
+    served_model_name: str = "smollm2"
+    kv_block_size: int = 16
+    kv_cache_tokens: int = 32768         # KV cache capacity (46 KB a token for SmolLM2); whole blocks
+    enable_prefix_caching: bool = True
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    new_token_ids: list[int]
+    new_text: str
+    finished: bool
+    finish_reason: str | None
+    stop_reason: int | str | None
+    num_prompt_tokens: int
+    num_output_tokens: int
+    num_cached_tokens: int
+
+
+@dataclass
+class Completion:
+    token_ids: list[int]
+    text: str
+    finish_reason: str | None
+    stop_reason: int | str | None
+    num_cached_tokens: int
+
+
+@dataclass
+class LoadedModel:
+    """Weights and tokenizer, loadable once and shared (read-only) by several engines."""
+    config: ModelConfig
+    weights: ModelWeights
+    tokenizer: Tokenizer
+
+    @classmethod
+    def load(cls, model: str) -> "LoadedModel":
+        path = resolve_model(model)
+        config, weights = load_gguf(path)
+        return cls(config, weights, Tokenizer.from_gguf(path))
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig, loaded: "LoadedModel | None" = None):
+        self.config = config
+        loaded = loaded or LoadedModel.load(config.model)
+        self.model_config, weights, self.tokenizer = loaded.config, loaded.weights, loaded.tokenizer
+        num_blocks = config.kv_cache_tokens // config.kv_block_size
+        self.runner = ModelRunner(self.model_config, weights, num_kv_blocks=num_blocks,
+                                  kv_block_size=config.kv_block_size)
+        self.block_manager = BlockManager(num_blocks, config.kv_block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(config.scheduler, self.block_manager)
+        self.metrics = EngineMetrics(config.served_model_name)
+        # A sequence must fit in the whole cache on its own, or preemption could never make room.
+        self.max_model_len = min(self.model_config.context_length, num_blocks * config.kv_block_size)
+        self.eos_token_ids = set(self.tokenizer.eos_token_ids) | set(self.model_config.eos_token_ids)
+        self._seqs: dict[str, Sequence] = {}
+        self._inbox: deque[tuple[str, object]] = deque()
+        self._wakeup = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._running = False
+        self._emit = lambda outputs: None
+        self._queues: dict[str, asyncio.Queue] = {}
+
+    # ---- requests -------------------------------------------------------------------------
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        """Thread-safe. Raises QueueFullError when max_waiting requests are already waiting."""
+        if len(self.scheduler.waiting) + len(self._inbox) >= self.config.scheduler.max_waiting:
+            raise QueueFullError(f"waiting queue is full ({self.config.scheduler.max_waiting} requests)")
+        self._inbox.append(("add", Sequence(request_id, list(prompt_token_ids), params)))
+        self._wakeup.set()
+
+    def abort_request(self, request_id: str) -> None:
+        """Thread-safe; frees the request's blocks before the next step."""
+        self._inbox.append(("abort", request_id))
+        self._wakeup.set()
+
+    def _drain_inbox(self) -> None:
+        while self._inbox:
+            kind, item = self._inbox.popleft()
+            if kind == "add":
+                seq: Sequence = item
+                seq.detokenizer = IncrementalDetokenizer(self.tokenizer)
+                try:
+                    self.scheduler.add(seq)
+                except QueueFullError:  # preemptions refilled the queue since add_request checked
+                    self._emit([RequestOutput(seq.request_id, [], "", True, "abort", None, seq.num_prompt_tokens, 0, 0)])
+                    continue
+                self._seqs[seq.request_id] = seq
+            else:
+                seq = self._seqs.pop(item, None)
+                if seq is not None:
+                    self.scheduler.finish(seq, "abort")
+
+    # ---- one step -------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        self._drain_inbox()
+        chunks = self.scheduler.schedule()
+        if not chunks:
+            return []
+        sampling = [c.completes_prompt for c in chunks]
+        logits = self.runner.forward([
+            SeqChunk(token_ids=c.seq.token_ids[c.seq.num_computed_tokens:c.seq.num_computed_tokens + c.num_new_tokens],
+                     start_pos=c.seq.num_computed_tokens, block_table=c.seq.block_table, need_logits=s)
+            for c, s in zip(chunks, sampling)])
+        kv_positions_read = 0
+        for c in chunks:
+            c.seq.num_computed_tokens += c.num_new_tokens
+            kv_positions_read += c.seq.num_computed_tokens
+            self.block_manager.cache_computed_blocks(c.seq)
+        kv_bytes = kv_positions_read * self.runner.kv_bytes_per_token
+        seqs = [c.seq for c, s in zip(chunks, sampling) if s]
+        mask_stop_tokens(logits, seqs, list(self.eos_token_ids))
+        next_ids = sample(logits, seqs).tolist()
+
+        now = time.perf_counter()
+        prompt_tokens = 0
+        outputs = []
+        for seq, token_id in zip(seqs, next_ids):
+            if seq.first_token_s is None:
+                seq.first_token_s = now
+                prompt_tokens += seq.num_prompt_tokens
+                self.metrics.time_to_first_token.observe(now - seq.arrival_s)
+            else:
+                self.metrics.inter_token_latency.observe(now - seq.last_token_s)
+            seq.last_token_s = now
+            seq.token_ids.append(token_id)
+            outputs.append(self._process_token(seq, token_id, now))
+        bm = self.block_manager
+        self.metrics.record_step(
+            len(self.scheduler.running), len(self.scheduler.waiting), bm.usage,
+            bm.prefix_cache_queries_tokens, bm.prefix_cache_hits_tokens, self.scheduler.num_preemptions,
+            prompt_tokens, len(seqs), max(self.runner.last_step_bytes_read - kv_bytes, 0), kv_bytes)
+        return outputs
+
+    def _process_token(self, seq: Sequence, token_id: int, now: float) -> RequestOutput:
+        p = seq.params
+        finish_reason = stop_reason = None
+        if token_id in p.stop_token_ids:
+            finish_reason, stop_reason = "stop", token_id
+        elif token_id in self.eos_token_ids and not p.ignore_eos:
+            finish_reason = "stop"
+        else:
+            # Tokens that stop a request are not part of its text.
+            old_len = len(seq.text)
+            seq.text += seq.detokenizer.feed(token_id)
+            if p.stop:
+                longest = max(map(len, p.stop))
+                start = max(0, old_len - longest + 1)
+                hits = [(i, s) for s in p.stop if (i := seq.text.find(s, start)) >= 0]
+                if hits:
+                    cut, stop_reason = min(hits)
+                    seq.text = seq.text[:cut]
+                    finish_reason = "stop"
+        if finish_reason is None and (seq.num_output_tokens >= p.max_tokens or seq.num_tokens >= self.max_model_len):
+            finish_reason = "length"
+        finished = finish_reason is not None
+        if finished and not isinstance(stop_reason, str):  # a stop-string cut drops the rest anyway
+            seq.text += seq.detokenizer.flush()
+        # Hold back text that might be the start of a stop string until it is decided.
+        hold = 0 if finished or not p.stop else max(map(len, p.stop)) - 1
+        release_to = max(seq.num_released_chars, len(seq.text) - hold)
+        new_text = seq.text[seq.num_released_chars:release_to]
+        seq.num_released_chars = release_to
+        if finished:
+            self.scheduler.finish(seq, finish_reason)
+            seq.stop_reason = stop_reason
+            self._seqs.pop(seq.request_id, None)
+            self.metrics.record_finished(seq, now)
+        return RequestOutput(seq.request_id, [token_id], new_text, finished, finish_reason, stop_reason,
+                             seq.num_prompt_tokens, seq.num_output_tokens, seq.num_cached_tokens)
+
+    # ---- synchronous use ------------------------------------------------------------------
+    def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[Completion]:
+        """Run prompts to completion in this thread (tests, benchmarks); results in prompt order."""
+        params = params if isinstance(params, list) else [params] * len(prompts)
+        ids = [f"gen-{time.perf_counter_ns()}-{i}" for i in range(len(prompts))]
+        for request_id, prompt, p in zip(ids, prompts, params):
+            self.add_request(request_id, prompt, p)
+        results = {i: Completion([], "", None, None, 0) for i in ids}
+        remaining = set(ids)
+        while remaining:
+            for out in self.step():
+                r = results[out.request_id]
+                r.token_ids += out.new_token_ids
+                r.text += out.new_text
+                if out.finished:
+                    r.finish_reason, r.stop_reason, r.num_cached_tokens = out.finish_reason, out.stop_reason, out.num_cached_tokens
+                    remaining.discard(out.request_id)
+        return [results[i] for i in ids]
+
+    # ---- background thread + asyncio streaming ----------------------------------------------
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._emit = lambda outputs: loop.call_soon_threadsafe(self._dispatch, outputs)
+        self._running = True
+        self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._running = False
+        self._wakeup.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while self._running:
+            if not self._inbox and not self.scheduler.has_work():
+                self._wakeup.wait(timeout=0.5)
+                self._wakeup.clear()
+                self.metrics.record_step(0, 0, self.block_manager.usage, self.block_manager.prefix_cache_queries_tokens,
+                                         self.block_manager.prefix_cache_hits_tokens, self.scheduler.num_preemptions,
+                                         0, 0, 0, 0)
+                continue
+            try:
+                outputs = self.step()
+            except Exception:
+                log.exception("engine step failed; aborting every request")
+                outputs = self._abort_all()
+            if outputs:
+                self._emit(outputs)
+
+    def _abort_all(self) -> list[RequestOutput]:
+        outputs = []
+        for seq in list(self._seqs.values()):
+            self.scheduler.finish(seq, "abort")
+            outputs.append(RequestOutput(seq.request_id, [], "", True, "abort", None,
+                                         seq.num_prompt_tokens, seq.num_output_tokens, seq.num_cached_tokens))
+        self._seqs.clear()
+        return outputs
+
+    def _dispatch(self, outputs: list[RequestOutput]) -> None:
+        for out in outputs:
+            queue = self._queues.get(out.request_id)
+            if queue is not None:
+                queue.put_nowait(out)
+
+    def open_stream(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> "RequestStream":
+        """Start a request whose outputs arrive on the event loop; raises QueueFullError at once.
+
+        Always close() the stream (try/finally): an unfinished one is aborted and its blocks freed.
+        """
+        queue: asyncio.Queue = asyncio.Queue()
+        self._queues[request_id] = queue
+        try:
+            self.add_request(request_id, prompt_token_ids, params)
+        except QueueFullError:
+            self._queues.pop(request_id, None)
+            raise
+        return RequestStream(self, request_id, queue)
+
+
+class RequestStream:
+    """Async iterator over one request's outputs (on the event loop that started the engine)."""
+
+    def __init__(self, engine: LLMEngine, request_id: str, queue: asyncio.Queue):
+        self.engine, self.request_id, self._queue = engine, request_id, queue
+        self.finished = False
+
+    def __aiter__(self) -> "RequestStream":
+        return self
+
+    async def __anext__(self) -> RequestOutput:
+        if self.finished:
+            raise StopAsyncIteration
+        out = await self._queue.get()
+        self.finished = out.finished
+        return out
+
+    def close(self) -> None:
+        self.engine._queues.pop(self.request_id, None)
+        if not self.finished:
+            self.finished = True
+            self.engine.abort_request(self.request_id)

@@ -1,0 +1,76 @@
+"""Prometheus metrics with vLLM's names under a `native:` prefix, in a registry of their own
+(so two engines in one process, as in tests, never collide)."""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from native_engine.sequence import Sequence
+
+# Bucket edges as vLLM uses them, so dashboards for one read the other.
+_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+                 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+_ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
+                2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+_REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
+                    50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+
+
+class EngineMetrics:
+    def __init__(self, model_name: str):
+        self.registry = CollectorRegistry()
+        r, labels = self.registry, ["model_name"]
+
+        def gauge(name, doc):
+            return Gauge(f"native:{name}", doc, labels, registry=r).labels(model_name)
+
+        def counter(name, doc):
+            return Counter(f"native:{name}", doc, labels, registry=r).labels(model_name)
+
+        def histogram(name, doc, buckets):
+            return Histogram(f"native:{name}", doc, labels, buckets=buckets, registry=r).labels(model_name)
+
+        self.num_requests_running = gauge("num_requests_running", "Requests in the running batch.")
+        self.num_requests_waiting = gauge("num_requests_waiting", "Requests waiting to be scheduled.")
+        self.kv_cache_usage_perc = gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
+        self.prefix_cache_queries = counter("prefix_cache_queries", "Prefix cache queries, in tokens.")
+        self.prefix_cache_hits = counter("prefix_cache_hits", "Prefix cache hits, in tokens.")
+        self.num_preemptions = counter("num_preemptions", "Cumulative number of preemptions.")
+        self.prompt_tokens = counter("prompt_tokens", "Number of prefill tokens processed.")
+        self.generation_tokens = counter("generation_tokens", "Number of generation tokens processed.")
+        self.weight_bytes_read = counter("weight_bytes_read", "Bytes of model weights read by forward passes.")
+        self.kv_bytes_read = counter("kv_bytes_read", "Bytes of KV cache read by attention.")
+        self.time_to_first_token = histogram(
+            "time_to_first_token_seconds", "Histogram of time to first token in seconds.", _TTFT_BUCKETS)
+        self.inter_token_latency = histogram(
+            "inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", _ITL_BUCKETS)
+        self.e2e_request_latency = histogram(
+            "e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", _REQUEST_BUCKETS)
+        self.request_queue_time = histogram(
+            "request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+            _REQUEST_BUCKETS)
+        self._seen_queries = self._seen_hits = self._seen_preemptions = 0
+
+    def record_step(self, num_running: int, num_waiting: int, kv_usage: float, queries_tokens: int,
+                    hits_tokens: int, num_preemptions: int, prompt_tokens: int, generation_tokens: int,
+                    weight_bytes: int, kv_bytes: int) -> None:
+        self.num_requests_running.set(num_running)
+        self.num_requests_waiting.set(num_waiting)
+        self.kv_cache_usage_perc.set(kv_usage)
+        # The block manager and scheduler keep running totals; the counters take the differences.
+        self.prefix_cache_queries.inc(queries_tokens - self._seen_queries)
+        self.prefix_cache_hits.inc(hits_tokens - self._seen_hits)
+        self.num_preemptions.inc(num_preemptions - self._seen_preemptions)
+        self._seen_queries, self._seen_hits = queries_tokens, hits_tokens
+        self._seen_preemptions = num_preemptions
+        self.prompt_tokens.inc(prompt_tokens)
+        self.generation_tokens.inc(generation_tokens)
+        self.weight_bytes_read.inc(weight_bytes)
+        self.kv_bytes_read.inc(kv_bytes)
+
+    def record_finished(self, seq: Sequence, now_s: float) -> None:
+        self.e2e_request_latency.observe(now_s - seq.arrival_s)
+        if seq.scheduled_s is not None:
+            self.request_queue_time.observe(seq.scheduled_s - seq.arrival_s)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

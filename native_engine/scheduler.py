@@ -1,0 +1,130 @@
+"""Iteration-level scheduler: decides, every step, which sequences run and how many tokens each.
+
+Each step first gives running sequences their next tokens (one for a decode, a chunk for a
+prefill in progress), then admits waiting sequences first-come-first-served while the token
+budget (max_num_batched_tokens) and max_num_seqs allow. When KV blocks run out, the most
+recently arrived running sequence is preempted by recompute: its blocks are freed and it goes
+back to the front of the waiting queue, to be prefilled again (prompt + output so far).
+"""
+from __future__ import annotations
+
+import bisect
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from native_engine.block_manager import BlockManager
+from native_engine.sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class SchedulerConfig:
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 256
+    max_waiting: int = 1024
+    enable_chunked_prefill: bool = True
+    # Static batching (for comparison only): admit a new batch only when the running batch is empty.
+    static_batching: bool = False
+
+    def __post_init__(self):
+        if self.max_num_seqs < 1:
+            raise ValueError("max_num_seqs: must be >= 1")
+        if self.max_num_batched_tokens < 1:
+            raise ValueError("max_num_batched_tokens: must be >= 1")
+        if self.max_waiting < 1:
+            raise ValueError("max_waiting: must be >= 1")
+
+
+@dataclass
+class ScheduledChunk:
+    seq: Sequence
+    num_new_tokens: int
+
+    @property
+    def completes_prompt(self) -> bool:
+        """After this chunk every known token has KV, so its logits give the next token."""
+        return self.seq.num_computed_tokens + self.num_new_tokens == self.seq.num_tokens
+
+
+class QueueFullError(Exception):
+    pass
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, block_manager: BlockManager):
+        self.config = config
+        self.block_manager = block_manager
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []   # kept sorted by arrival: the last is the preemption victim
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        if len(self.waiting) >= self.config.max_waiting:
+            raise QueueFullError(f"waiting queue is full ({self.config.max_waiting} requests); retry later")
+        seq.status = SequenceStatus.WAITING
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> list[ScheduledChunk]:
+        budget = self.config.max_num_batched_tokens
+        chunks: list[ScheduledChunk] = []
+        preempted = False
+
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            while not self.block_manager.allocate(seq, num_new):
+                preempted = True
+                victim = self.running.pop()
+                self._preempt(victim)
+                if victim is seq:
+                    break
+            else:
+                chunks.append(ScheduledChunk(seq, num_new))
+                budget -= num_new
+                i += 1
+
+        if preempted or (self.config.static_batching and self.running):
+            return chunks
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            seq = self.waiting[0]
+            cached = self.block_manager.find_cached_prefix(seq)
+            num_new = seq.num_tokens - len(cached) * self.block_manager.block_size
+            if num_new > budget:
+                # Without chunked prefill a prompt runs whole; one larger than the whole budget
+                # still runs, alone, rather than starving.
+                if not self.config.enable_chunked_prefill and chunks:
+                    break
+                if self.config.enable_chunked_prefill:
+                    num_new = budget
+            if not self.block_manager.allocate(seq, num_new, cached):
+                break
+            self.waiting.popleft()
+            seq.status = SequenceStatus.RUNNING
+            if seq.scheduled_s is None:
+                seq.scheduled_s = time.perf_counter()
+                seq.num_cached_tokens = len(cached) * self.block_manager.block_size
+            bisect.insort(self.running, seq, key=lambda s: s.arrival_s)
+            chunks.append(ScheduledChunk(seq, num_new))
+            budget -= num_new
+        return chunks
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.block_manager.free(seq)
+        seq.status = SequenceStatus.WAITING
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def finish(self, seq: Sequence, finish_reason: str) -> None:
+        """Remove seq wherever it is and free its blocks (also used for aborts)."""
+        if seq.status == SequenceStatus.RUNNING:
+            self.running.remove(seq)
+            self.block_manager.free(seq)
+        elif seq.status == SequenceStatus.WAITING:
+            self.waiting.remove(seq)
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = finish_reason

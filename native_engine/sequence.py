@@ -1,0 +1,95 @@
+"""A request as the engine sees it: sampling parameters plus the token state of one sequence."""
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class SamplingParams:
+    max_tokens: int = 16
+    temperature: float = 1.0       # 0 means greedy
+    top_k: int = 0                 # 0 or -1: off
+    top_p: float = 1.0
+    min_p: float = 0.0
+    seed: int | None = None        # per-request generator, so a seeded request repeats exactly
+    min_tokens: int = 0            # EOS and stop tokens are masked until this many tokens exist
+    ignore_eos: bool = False
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+
+    def __post_init__(self):
+        # Field names match the OpenAI request, so the server can pass these errors straight on.
+        if self.max_tokens < 1:
+            raise ValueError("max_tokens: must be >= 1")
+        if self.temperature < 0:
+            raise ValueError("temperature: must be >= 0 (0 means greedy)")
+        if not 0 < self.top_p <= 1:
+            raise ValueError("top_p: must be in (0, 1]")
+        if not 0 <= self.min_p <= 1:
+            raise ValueError("min_p: must be in [0, 1]")
+        if self.top_k < -1:
+            raise ValueError("top_k: must be -1 or 0 (off) or a positive count")
+        if self.min_tokens < 0 or self.min_tokens > self.max_tokens:
+            raise ValueError("min_tokens: must be in [0, max_tokens]")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass
+class Sequence:
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    arrival_s: float = field(default_factory=time.perf_counter)
+
+    def __post_init__(self):
+        self.token_ids: list[int] = list(self.prompt_token_ids)    # prompt + output so far
+        self.num_prompt_tokens = len(self.prompt_token_ids)
+        self.num_computed_tokens = 0      # tokens whose KV is in the cache
+        self.num_cached_tokens = 0        # prompt tokens served by the prefix cache (first schedule)
+        self.block_table: list[int] = []
+        self.block_hashes: list[int] = []  # hash chain of this sequence's full blocks, grown lazily
+        self.num_keyed_blocks = 0          # head blocks already offered to the prefix cache
+        self.status = SequenceStatus.WAITING
+        self.finish_reason: str | None = None    # "stop" | "length" | "abort"
+        self.stop_reason: int | str | None = None
+        self.num_preemptions = 0
+        self.rng = np.random.default_rng(self.params.seed)
+        self.scheduled_s: float | None = None     # first time it got a slot: end of queue time
+        self.first_token_s: float | None = None
+        self.last_token_s: float | None = None
+        self.text = ""                 # decoded output text (cut at a stop string)
+        self.num_released_chars = 0    # text[:this] has gone to the client; the rest may hold a stop string
+        self.detokenizer = None        # set by the engine
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens:]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status == SequenceStatus.FINISHED
+
+    @property
+    def is_prefilling(self) -> bool:
+        return self.num_tokens - self.num_computed_tokens > 1

@@ -1,0 +1,300 @@
+"""OpenAI-compatible HTTP server (aiohttp) in front of the engine, with vLLM's response shapes.
+
+The engine steps in its own thread; each request gets a RequestStream of outputs on this loop.
+Bad input gets a 400 whose `param` names the field; a full waiting queue gets a 503 with
+Retry-After. A client that goes away mid-request (handler cancelled or write fails) aborts its
+request, which frees its KV blocks before the next step.
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from native_engine.llm_engine import LLMEngine, RequestOutput
+from native_engine.scheduler import QueueFullError
+from native_engine.sequence import SamplingParams
+
+SYSTEM_FINGERPRINT = "native-0.1.0"
+ENGINE_KEY = web.AppKey("engine", LLMEngine)
+NAME_KEY = web.AppKey("served_model_name", str)
+
+
+class RequestError(Exception):
+    def __init__(self, message: str, param: str | None, status: int = 400, err_type: str = "BadRequestError"):
+        super().__init__(message)
+        self.message, self.param, self.status, self.err_type = message, param, status, err_type
+
+    def response(self) -> web.Response:
+        body = {"error": {"message": self.message, "type": self.err_type, "param": self.param, "code": self.status}}
+        headers = {"Retry-After": "1"} if self.status == 503 else None
+        return web.json_response(dumps=compact_json, data=body, status=self.status, headers=headers)
+
+
+# ---- request parsing -------------------------------------------------------------------------
+async def read_json(request: web.Request) -> dict:
+    try:
+        body = await request.json(loads=json.loads)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestError(f"request body is not valid JSON ({exc}); send a JSON object", "body") from None
+    if not isinstance(body, dict):
+        raise RequestError("request body must be a JSON object", "body")
+    return body
+
+
+def check_model(body: dict, served_name: str) -> None:
+    model = body.get("model")
+    if model is not None and model != served_name:
+        raise RequestError(f"model {model!r} is not served here; use \"{served_name}\" (see GET /v1/models)", "model")
+
+
+def typed(body: dict, name: str, kinds: tuple, default, kind_name: str):
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        raise RequestError(f"{name} must be {kind_name}, got {json.dumps(value)[:40]}", name)
+    return value
+
+
+def is_token_list(value) -> bool:
+    return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+
+
+def prompt_ids_of_completion(body: dict, engine: LLMEngine) -> list[int]:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and (isinstance(prompt[0], str) or is_token_list(prompt[0])):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return engine.tokenizer.encode(prompt, add_special=True)
+    if is_token_list(prompt) and prompt:
+        if min(prompt) < 0 or max(prompt) >= engine.model_config.vocab_size:
+            raise RequestError(f"prompt token ids must lie in [0, {engine.model_config.vocab_size})", "prompt")
+        return prompt
+    if prompt is None:
+        raise RequestError("prompt is required (a string or a list of token ids)", "prompt")
+    raise RequestError("prompt must be a string, a list of token ids, or a one-element list of either", "prompt")
+
+
+def chat_prompt_text(body: dict, engine: LLMEngine) -> str:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("messages is required: a non-empty list of {\"role\", \"content\"}", "messages")
+    flat = []
+    for i, m in enumerate(messages):
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list):  # content parts: keep the text ones
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(content, str):
+            raise RequestError(f"messages[{i}] must have a string role and string content", "messages")
+        flat.append({"role": m["role"], "content": content})
+    return engine.tokenizer.apply_chat_template(flat, add_generation_prompt=True)
+
+
+def sampling_params(body: dict, prompt_len: int, max_model_len: int, default_max_tokens: int | None,
+                    prompt_field: str) -> SamplingParams:
+    if prompt_len >= max_model_len:
+        raise RequestError(f"{prompt_field} is {prompt_len} tokens; this server's context (max_model_len) is "
+                           f"{max_model_len}, which must also hold at least one output token", prompt_field)
+    if typed(body, "n", (int,), 1, "an integer") != 1:
+        raise RequestError("n must be 1 (one completion per request)", "n")
+    number, integer = (int, float), (int,)
+    max_tokens = typed(body, "max_tokens", integer, None, "an integer")
+    max_tokens = typed(body, "max_completion_tokens", integer, max_tokens, "an integer")
+    max_tokens = max_tokens if max_tokens is not None else (default_max_tokens or max_model_len - prompt_len)
+    if max_tokens < 1 or prompt_len + max_tokens > max_model_len:
+        raise RequestError(f"max_tokens must be in [1, {max_model_len - prompt_len}] (context {max_model_len} "
+                           f"minus the prompt's {prompt_len} tokens), got {max_tokens}", "max_tokens")
+    stop = typed(body, "stop", (str, list), [], "a string or a list of strings")
+    stop = [stop] if isinstance(stop, str) else stop
+    if not all(isinstance(s, str) and s for s in stop):
+        raise RequestError("stop must be a non-empty string or a list of them", "stop")
+    stop_token_ids = typed(body, "stop_token_ids", (list,), [], "a list of token ids")
+    if not is_token_list(stop_token_ids):
+        raise RequestError("stop_token_ids must be a list of integers", "stop_token_ids")
+    try:
+        return SamplingParams(
+            max_tokens=max_tokens, temperature=float(typed(body, "temperature", number, 1.0, "a number")),
+            top_k=typed(body, "top_k", integer, 0, "an integer"), top_p=float(typed(body, "top_p", number, 1.0, "a number")),
+            min_p=float(typed(body, "min_p", number, 0.0, "a number")), seed=typed(body, "seed", integer, None, "an integer"),
+            min_tokens=typed(body, "min_tokens", integer, 0, "an integer"),
+            ignore_eos=typed(body, "ignore_eos", (bool,), False, "true or false"), stop=stop, stop_token_ids=stop_token_ids)
+    except ValueError as exc:  # SamplingParams messages start with the field name
+        raise RequestError(str(exc), str(exc).split(":")[0]) from None
+
+
+# ---- OpenAI response shapes -------------------------------------------------------------------
+def usage(out: RequestOutput) -> dict:
+    return {"prompt_tokens": out.num_prompt_tokens, "total_tokens": out.num_prompt_tokens + out.num_output_tokens,
+            "completion_tokens": out.num_output_tokens,
+            "prompt_tokens_details": {"cached_tokens": out.num_cached_tokens}}
+
+
+def stream_choice(chat: bool, text: str, out: RequestOutput) -> dict:
+    finish = {"finish_reason": out.finish_reason, "stop_reason": out.stop_reason} if out.finished else {"finish_reason": None}
+    if chat:
+        return {"index": 0, "delta": {"content": text}, "logprobs": None, **finish, "token_ids": None}
+    return {"index": 0, "text": text, "logprobs": None, **finish, "stop_reason": out.stop_reason,
+            "prompt_token_ids": None, "token_ids": None}
+
+
+def compact_json(payload) -> str:
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+
+
+def sse(payload) -> bytes:
+    return b"data: " + (payload if isinstance(payload, bytes) else compact_json(payload).encode()) + b"\n\n"
+
+
+async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
+    engine, served_name = request.app[ENGINE_KEY], request.app[NAME_KEY]
+    try:
+        body = await read_json(request)
+        check_model(body, served_name)
+        if chat:
+            prompt_ids, prompt_field = engine.tokenizer.encode(chat_prompt_text(body, engine)), "messages"
+        else:
+            prompt_ids, prompt_field = prompt_ids_of_completion(body, engine), "prompt"
+        params = sampling_params(body, len(prompt_ids), engine.max_model_len, None if chat else 16, prompt_field)
+        streaming = typed(body, "stream", (bool,), False, "true or false")
+        options = typed(body, "stream_options", (dict,), {}, "an object")
+        include_usage = bool(options.get("include_usage", False))
+        request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}"
+        try:
+            stream = engine.open_stream(request_id, prompt_ids, params)
+        except QueueFullError as exc:
+            raise RequestError(f"{exc}; retry later", None, status=503, err_type="ServiceUnavailableError") from None
+    except RequestError as exc:
+        return exc.response()
+
+    head = {"id": request_id, "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": int(time.time()), "model": served_name}
+    try:
+        if not streaming:
+            text, last = "", None
+            async for last in stream:
+                text += last.new_text
+            if last.finish_reason == "abort":
+                return RequestError("the engine failed while running this request", None, 500, "InternalServerError").response()
+            choice = {"index": 0, "logprobs": None, "finish_reason": last.finish_reason, "stop_reason": last.stop_reason}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": text, "tool_calls": []}
+            else:
+                choice = {"index": 0, "text": text, **{k: v for k, v in choice.items() if k != "index"},
+                          "prompt_logprobs": None}
+            head["object"] = "chat.completion" if chat else "text_completion"
+            return web.json_response(dumps=compact_json, data={**head, "choices": [choice], "usage": usage(last),
+                                      "system_fingerprint": SYSTEM_FINGERPRINT})
+
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        if chat:
+            first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+            await response.write(sse({**head, "choices": [first], "prompt_token_ids": None, "prompt_text": None}))
+        async for out in stream:
+            if not out.new_text and not out.finished:
+                continue  # a token whose text is held back (partial UTF-8 or a possible stop string)
+            chunk = {**head, "choices": [stream_choice(chat, out.new_text, out)]}
+            if out.finished and not include_usage:
+                chunk["system_fingerprint"] = SYSTEM_FINGERPRINT
+            await response.write(sse(chunk))
+            if out.finished and include_usage:
+                await response.write(sse({**head, "choices": [], "usage": usage(out),
+                                          "system_fingerprint": SYSTEM_FINGERPRINT}))
+        await response.write(sse(b"[DONE]"))
+        await response.write_eof()
+        return response
+    finally:
+        stream.close()
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await generate(request, chat=False)
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await generate(request, chat=True)
+
+
+# ---- other endpoints ------------------------------------------------------------------------
+async def models(request: web.Request) -> web.Response:
+    engine, name = request.app[ENGINE_KEY], request.app[NAME_KEY]
+    return web.json_response(dumps=compact_json, data={"object": "list", "data": [{
+        "id": name, "object": "model", "created": int(time.time()), "owned_by": "native_engine",
+        "root": name, "parent": None, "max_model_len": engine.max_model_len}]})
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.Response(status=200)
+
+
+async def tokenize(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    try:
+        body = await read_json(request)
+        check_model(body, request.app[NAME_KEY])
+        if "messages" in body:
+            tokens = engine.tokenizer.encode(chat_prompt_text(body, engine))
+        elif isinstance(body.get("prompt"), str):
+            tokens = engine.tokenizer.encode(body["prompt"], add_special=body.get("add_special_tokens", True) is True)
+        else:
+            raise RequestError("prompt (a string) or messages is required", "prompt")
+    except RequestError as exc:
+        return exc.response()
+    return web.json_response(dumps=compact_json, data={"count": len(tokens), "max_model_len": engine.max_model_len, "tokens": tokens,
+                              "token_strs": None})
+
+
+async def detokenize(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    try:
+        body = await read_json(request)
+        check_model(body, request.app[NAME_KEY])
+        tokens = body.get("tokens")
+        if not is_token_list(tokens) or any(t < 0 or t >= engine.model_config.vocab_size for t in tokens):
+            raise RequestError(f"tokens must be a list of token ids in [0, {engine.model_config.vocab_size})", "tokens")
+    except RequestError as exc:
+        return exc.response()
+    return web.json_response(dumps=compact_json, data={"prompt": engine.tokenizer.decode(tokens)})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    return web.Response(body=request.app[ENGINE_KEY].metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def build_app(engine: LLMEngine) -> web.Application:
+    """The app starts the engine thread on startup and stops it on cleanup."""
+    app = web.Application(client_max_size=64 * 2**20)
+    app[ENGINE_KEY] = engine
+    app[NAME_KEY] = engine.config.served_model_name
+
+    async def start_engine(app):
+        import asyncio
+        engine.start(asyncio.get_running_loop())
+
+    async def stop_engine(app):
+        engine.stop()
+
+    app.on_startup.append(start_engine)
+    app.on_cleanup.append(stop_engine)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+    app.router.add_post("/tokenize", tokenize)
+    app.router.add_post("/detokenize", detokenize)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+async def start_server(engine: LLMEngine, host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, int]:
+    """Serve in the running loop; returns the runner (await runner.cleanup() to stop) and the bound port."""
+    # handler_cancellation: a client that disconnects cancels its handler, whose finally aborts the request.
+    runner = web.AppRunner(build_app(engine), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    return runner, site._server.sockets[0].getsockname()[1]

@@ -1,0 +1,148 @@
+"""The GGUF's byte-level BPE tokenizer, its chat template, and streaming detokenization."""
+from __future__ import annotations
+
+import codecs
+from pathlib import Path
+
+import gguf
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer as BpeTokenizer
+
+from native_engine.gguf_model import stop_token_ids
+
+# llama.cpp's pre-tokenizer for `tokenizer.ggml.pre == "smollm"` (llama-vocab.cpp): single
+# digits first, then the GPT-2 split, each regex applied to the pieces of the one before.
+SMOLLM_PRE_TOKENIZER_REGEXES = (
+    r"\p{N}",
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)",
+)
+PRE_TOKENIZERS = {"smollm": SMOLLM_PRE_TOKENIZER_REGEXES}
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's reversible map from printable characters back to the bytes they stand for."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
+        range(ord("®"), ord("ÿ") + 1))
+    chars = printable[:]
+    extra = 0
+    for byte in range(256):
+        if byte not in printable:
+            printable.append(byte)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(ch): byte for byte, ch in zip(printable, chars)}
+
+
+class Tokenizer:
+    def __init__(self, tokens: list[str], token_types: list[int], merges: list[str], pre: str,
+                 bos_token_id: int, eos_token_id: int, add_bos: bool, chat_template: str | None):
+        if pre not in PRE_TOKENIZERS:
+            raise ValueError(f"tokenizer.ggml.pre is {pre!r}; supported: {', '.join(PRE_TOKENIZERS)}")
+        self.vocab_size = len(tokens)
+        self.bos_token_id = bos_token_id
+        self.eos_token_id = eos_token_id
+        self.add_bos = add_bos
+        self.chat_template = chat_template
+        self.special_token_ids = {i for i, t in enumerate(token_types) if t == gguf.TokenType.CONTROL}
+        bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)},
+                         merges=[tuple(m.split(" ", 1)) for m in merges], ignore_merges=False)
+        self._bpe = BpeTokenizer(bpe)
+        splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in PRE_TOKENIZERS[pre]]
+        self._bpe.pre_tokenizer = pre_tokenizers.Sequence(
+            splits + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        self._bpe.decoder = decoders.ByteLevel()
+        self._bpe.add_special_tokens(
+            [AddedToken(tokens[i], special=True, normalized=False) for i in sorted(self.special_token_ids)])
+        alphabet = _byte_level_alphabet()
+        self._token_bytes = [
+            t.encode("utf-8") if i in self.special_token_ids
+            else bytes(alphabet[ch] for ch in t) if all(ch in alphabet for ch in t) else t.encode("utf-8")
+            for i, t in enumerate(tokens)
+        ]
+        self._tokens = tokens
+        self.eos_token_ids: list[int] = []
+
+    @classmethod
+    def from_gguf(cls, path_or_reader: str | Path | gguf.GGUFReader) -> "Tokenizer":
+        reader = path_or_reader if isinstance(path_or_reader, gguf.GGUFReader) else gguf.GGUFReader(str(path_or_reader))
+
+        def field(key, default=None):
+            found = reader.fields.get(key)
+            if found is None:
+                if default is None:
+                    raise ValueError(f"GGUF file lacks {key!r}; cannot build its tokenizer")
+                return default
+            return found.contents()
+
+        kind = field("tokenizer.ggml.model")
+        if kind != "gpt2":
+            raise ValueError(f"tokenizer.ggml.model is {kind!r}; native_engine reads only 'gpt2' (byte-level BPE)")
+        tokenizer = cls(
+            tokens=field("tokenizer.ggml.tokens"), token_types=field("tokenizer.ggml.token_type"),
+            merges=field("tokenizer.ggml.merges"), pre=field("tokenizer.ggml.pre", "smollm"),
+            bos_token_id=int(field("tokenizer.ggml.bos_token_id")),
+            eos_token_id=int(field("tokenizer.ggml.eos_token_id")),
+            add_bos=bool(field("tokenizer.ggml.add_bos_token", False)),
+            chat_template=field("tokenizer.chat_template", ""),
+        )
+        tokenizer.eos_token_ids = [tokenizer.eos_token_id] + [
+            i for i in stop_token_ids(reader) if i != tokenizer.eos_token_id]
+        return tokenizer
+
+    def encode(self, text: str, add_special: bool = False) -> list[int]:
+        """Token ids of text; control tokens written in the text (<|im_start|>) become single ids.
+
+        add_special prepends the BOS token when the model file asks for it (add_bos_token).
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        ids = self._bpe.encode(text, add_special_tokens=False).ids
+        return [self.bos_token_id] + ids if add_special and self.add_bos else ids
+
+    def token_bytes(self, token_id: int) -> bytes:
+        return self._token_bytes[token_id]
+
+    def decode(self, ids: list[int], skip_special: bool = True) -> str:
+        raw = b"".join(self._token_bytes[i] for i in ids if not (skip_special and i in self.special_token_ids))
+        return raw.decode("utf-8", errors="replace")
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        if not self.chat_template:
+            raise ValueError("this GGUF has no tokenizer.chat_template; send a plain prompt instead of messages")
+        for i, message in enumerate(messages):
+            if not isinstance(message, dict) or not isinstance(message.get("role"), str) \
+                    or not isinstance(message.get("content"), str):
+                raise ValueError(f"messages[{i}] must be a dict with str 'role' and str 'content'")
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+
+        def raise_exception(message):
+            raise ValueError(f"chat template: {message}")
+
+        template = env.from_string(self.chat_template)
+        return template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                               bos_token=self._tokens[self.bos_token_id], eos_token=self._tokens[self.eos_token_id],
+                               raise_exception=raise_exception)
+
+
+class IncrementalDetokenizer:
+    """Feed ids one at a time; get back only complete characters (multi-byte UTF-8 is held back)."""
+
+    def __init__(self, tokenizer: Tokenizer, skip_special: bool = True):
+        self._tokenizer = tokenizer
+        self._skip_special = skip_special
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.text = ""
+
+    def feed(self, token_id: int) -> str:
+        if self._skip_special and token_id in self._tokenizer.special_token_ids:
+            return ""
+        new_text = self._utf8.decode(self._tokenizer.token_bytes(token_id))
+        self.text += new_text
+        return new_text
+
+    def flush(self) -> str:
+        """Text still held at the end (an unfinished character becomes U+FFFD)."""
+        new_text = self._utf8.decode(b"", final=True)
+        self.text += new_text
+        return new_text

@@ -1,0 +1,363 @@
+"""A ground-truth OpenAI streaming server: it streams an exact, known schedule.
+
+Written at the asyncio Protocol level so it keeps time itself: each request gets its
+first token TTFT ms after it arrived, then one token every ITL ms (k tokens per chunk
+every k*ITL ms). One timer serves all streams (a heap of due times), so the server
+stays cheap at hundreds of streams. It records when it really wrote each chunk, which is
+the truth the harness is compared against (GET /stats), and how late it was.
+
+Per-request controls go in the prompt as `[gt key=value ...]`: id (to match records),
+ttft_ms, itl_ms, k, and fail=http_500|http_429|http_400|cut_after_N|malformed_json|
+malformed_sse|stall. Run standalone: python tests/groundtruth_server.py --port 0
+(prints "PORT <n>" once listening).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import heapq
+import json
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import os
+UV = os.environ.get("GT_UVLOOP") == "1"
+_DIRECTIVE = re.compile(rb"\[gt ([^\]]*)\]")
+
+
+@dataclass
+class GroundTruthConfig:
+    ttft_ms: float = 50.0
+    itl_ms: float = 10.0
+    tokens_per_chunk: int = 1
+    keep_alive: bool = True
+
+
+class _Stream:
+    __slots__ = ("proto", "chat", "total", "sent", "k", "itl_ns", "first_due_ns", "recv_ns",
+                 "write_ns", "fail", "prompt_tokens", "rid")
+
+
+class GroundTruthServer:
+    def __init__(self, config: GroundTruthConfig):
+        self.config = config
+        self._heap: list = []
+        self._seq = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_due_ns = 0
+        self.lateness_ns: list[int] = []
+        self.records: dict[str, dict] = {}
+        self.connections: set = set()
+        self.server: asyncio.AbstractServer | None = None
+
+    async def start(self, port: int = 0) -> int:
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(lambda: _Http(self), "127.0.0.1", port)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def stop_listening(self, drop_connections: bool = True) -> None:
+        """Later connects are refused; with drop_connections, open ones are closed too."""
+        self.server.close()
+        if drop_connections:
+            for proto in list(self.connections):
+                proto.transport.close()
+        await self.server.wait_closed()
+
+    # --- scheduling: one timer for every stream ---
+    def add_stream(self, s: _Stream) -> None:
+        self._push(s.first_due_ns, s)
+
+    def _push(self, due_ns: int, s: _Stream) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (due_ns, self._seq, s))
+        if self._timer is None or due_ns < self._timer_due_ns:
+            self._arm(due_ns)
+
+    def _arm(self, due_ns: int) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._timer_due_ns = due_ns
+        self._timer = loop.call_later(max(0, due_ns - time.perf_counter_ns()) / 1e9, self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None
+        now = time.perf_counter_ns()
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            due, _, s = heapq.heappop(heap)
+            self.lateness_ns.append(now - due)
+            next_due = self._send_chunk(s, now)
+            if next_due is not None:
+                self._push(next_due, s)
+            now = time.perf_counter_ns()
+        if heap and self._timer is None:
+            self._arm(heap[0][0])
+
+    def _send_chunk(self, s: _Stream, now: int) -> int | None:
+        t = s.proto.transport
+        if t.is_closing():
+            return None
+        n = min(s.k, s.total - s.sent)
+        s.sent += n
+        s.write_ns.append(now)
+        if s.fail == "malformed_json" and s.sent > n:
+            t.write(_chunked(b"data: {not json\n\n") + _END)
+            return None
+        if s.fail == "malformed_sse" and s.sent > n:
+            t.write(_chunked(b"this line is not sse\n\n") + _END)
+            return None
+        out = _token_event(s, n)
+        if s.fail.startswith("cut_after_") and s.sent >= int(s.fail[len("cut_after_"):]):
+            t.write(_chunked(out))
+            t.close()  # no terminating chunk: the stream is cut mid-way
+            return None
+        if s.sent >= s.total:
+            out += _final_events(s)
+            t.write(_chunked(out) + _END)
+            s.proto.finished()
+            return None
+        t.write(_chunked(out))
+        return s.first_due_ns + (s.sent // s.k) * s.itl_ns * s.k
+
+    # --- requests ---
+    def handle(self, proto: "_Http", method: str, path: str, body: bytes) -> None:
+        if method == "GET" and path in ("/health", "/v1/models"):
+            return proto.respond(200, {"status": "ok", "data": [{"id": "groundtruth"}]})
+        if method == "GET" and path == "/stats":
+            return proto.respond(200, self.pop_stats())
+        if method != "POST" or path not in ("/v1/completions", "/v1/chat/completions"):
+            return proto.respond(404, {"error": {"message": f"no route {method} {path}"}})
+        recv_ns = time.perf_counter_ns()
+        try:
+            req = json.loads(body)
+        except ValueError:
+            return proto.respond(400, {"error": {"message": "body is not JSON"}})
+        opts = {}
+        found = _DIRECTIVE.findall(body)
+        if found:  # the last one: earlier turns of a conversation carry their own
+            opts = dict(kv.split("=", 1) for kv in found[-1].decode().replace(",", " ").split() if "=" in kv)
+        fail = opts.get("fail", "")
+        if fail.startswith("http_"):
+            code = int(fail[5:])
+            return proto.respond(code, {"error": {"message": f"ground-truth {code}", "code": code}})
+        s = _Stream()
+        s.proto, s.chat, s.recv_ns, s.fail = proto, path.endswith("chat/completions"), recv_ns, fail
+        s.total, s.sent = int(req.get("max_tokens") or 16), 0
+        s.k = int(opts.get("k", self.config.tokens_per_chunk))
+        s.itl_ns = int(float(opts.get("itl_ms", self.config.itl_ms)) * 1e6)
+        s.first_due_ns = recv_ns + int(float(opts.get("ttft_ms", self.config.ttft_ms)) * 1e6)
+        s.prompt_tokens = len(body.split()) // 2
+        s.write_ns = []
+        s.rid = opts.get("id")
+        if s.rid is not None and len(self.records) < 200_000:
+            self.records[s.rid] = {"recv_ns": recv_ns, "write_ns": s.write_ns, "k": s.k, "body_bytes": len(body)}
+        proto.start_stream(s.chat)
+        if fail != "stall":
+            self.add_stream(s)
+
+    def pop_stats(self) -> dict:
+        late = sorted(self.lateness_ns)
+        def pct(q):
+            return late[min(len(late) - 1, int(q * len(late)))] / 1e6 if late else None
+        stats = {"lateness_ms": {"count": len(late), "mean": sum(late) / len(late) / 1e6 if late else None,
+                                 "p50": pct(0.5), "p99": pct(0.99), "max": late[-1] / 1e6 if late else None},
+                 "records": self.records}
+        self.lateness_ns, self.records = [], {}
+        return stats
+
+
+_END = b"0\r\n\r\n"
+
+
+def _chunked(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def _token_event(s: _Stream, n: int) -> bytes:
+    text = " tok" * n
+    if s.chat:
+        choice = '{"index":0,"delta":{"content":"%s"},"finish_reason":null}' % text
+    else:
+        choice = '{"index":0,"text":"%s","finish_reason":null}' % text
+    usage = ""
+    if s.k > 1:  # running usage tells the client how many tokens this chunk carries
+        usage = ',"usage":{"prompt_tokens":%d,"completion_tokens":%d}' % (s.prompt_tokens, s.sent)
+    return b'data: {"id":"gt","object":"gt.chunk","choices":[%s]%s}\n\n' % (choice.encode(), usage.encode())
+
+
+def _final_events(s: _Stream) -> bytes:
+    finish = ('{"index":0,"delta":{},"finish_reason":"length"}' if s.chat
+              else '{"index":0,"text":"","finish_reason":"length"}')
+    usage = '{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}' % (
+        s.prompt_tokens, s.total, s.prompt_tokens + s.total)
+    return (b'data: {"id":"gt","choices":[%s]}\n\ndata: {"id":"gt","choices":[],"usage":%s}\n\n'
+            b"data: [DONE]\n\n" % (finish.encode(), usage.encode()))
+
+
+class _Http(asyncio.Protocol):
+    """Just enough HTTP/1.1: Content-Length bodies in, chunked SSE or JSON out."""
+
+    def __init__(self, server: GroundTruthServer):
+        self.server = server
+        self.buf = b""
+        self.transport = None
+
+    def connection_made(self, transport):
+        self.transport = transport
+        self.server.connections.add(self)
+
+    def connection_lost(self, exc):
+        self.server.connections.discard(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        head_end = self.buf.find(b"\r\n\r\n")
+        if head_end < 0:
+            return
+        head = self.buf[:head_end].decode("latin-1").split("\r\n")
+        length = 0
+        for line in head[1:]:
+            name, _, value = line.partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value)
+        if len(self.buf) < head_end + 4 + length:
+            return
+        body = self.buf[head_end + 4:head_end + 4 + length]
+        self.buf = self.buf[head_end + 4 + length:]
+        method, path = head[0].split(" ")[:2]
+        self.server.handle(self, method, path.split("?")[0], body)
+
+    def _conn_header(self) -> bytes:
+        return b"keep-alive" if self.server.config.keep_alive else b"close"
+
+    def respond(self, status: int, obj: dict) -> None:
+        body = json.dumps(obj).encode()
+        self.transport.write(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                             b"Connection: %s\r\n\r\n%s" % (status, len(body), self._conn_header(), body))
+        self.finished()
+
+    def start_stream(self, chat: bool) -> None:
+        head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+                b"Connection: %s\r\n\r\n" % self._conn_header())
+        if chat:  # like real servers: a role-only delta before any token
+            head += _chunked(b'data: {"id":"gt","choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n')
+        self.transport.write(head)
+
+    def finished(self) -> None:
+        if not self.server.config.keep_alive:
+            self.transport.close()
+
+
+class GroundTruthProcess:
+    """Runs the server in its own process (so it keeps its own time); a context manager."""
+
+    def __init__(self, config: GroundTruthConfig = GroundTruthConfig()):
+        self.config = config
+        self.proc = None
+        self.port = None
+
+    def __enter__(self) -> "GroundTruthProcess":
+        c = self.config
+        args = [sys.executable, __file__, "--port", "0"] + (["--uvloop"] if UV else []) + [ "--ttft-ms", str(c.ttft_ms), "--itl-ms", str(c.itl_ms),
+                "--tokens-per-chunk", str(c.tokens_per_chunk)] + ([] if c.keep_alive else ["--close"])
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("PORT "):
+            self.proc.kill()
+            raise RuntimeError(f"ground-truth server did not start: {line!r}")
+        self.port = int(line.split()[1])
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+async def _main(args) -> None:
+    server = GroundTruthServer(GroundTruthConfig(args.ttft_ms, args.itl_ms, args.tokens_per_chunk,
+                                                 keep_alive=not args.close))
+    port = await server.start(args.port)
+    print(f"PORT {port}", flush=True)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--ttft-ms", type=float, default=50.0)
+    p.add_argument("--itl-ms", type=float, default=10.0)
+    p.add_argument("--tokens-per-chunk", type=int, default=1)
+    p.add_argument("--close", action="store_true", help="Connection: close after each response")
+    p.add_argument("--uvloop", action="store_true", help="run on uvloop instead of asyncio's loop")
+    args = p.parse_args()
+    try:
+        if args.uvloop:
+            import uvloop
+            uvloop.run(_main(args))
+        else:
+            asyncio.run(_main(args))
+    except KeyboardInterrupt:
+        pass
+
+
+def gt_request(index: int, offset_s: float | None, output_tokens: int = 16, chat: bool = False, **directives):
+    """A RequestSpec whose prompt carries ground-truth directives (id is the index unless given)."""
+    try:
+        from harness.workload import RequestSpec
+    except ImportError:  # the workload module is written in parallel; same fields
+        from dataclasses import make_dataclass, field as dc_field
+        RequestSpec = make_dataclass("RequestSpec", [
+            ("index", int), ("prompt", object), ("messages", object), ("prompt_tokens", int),
+            ("output_tokens", int), ("intended_offset_s", object), ("session_id", object, dc_field(default=None)),
+            ("turn_index", int, dc_field(default=0)), ("think_time_s", float, dc_field(default=0.0)),
+            ("is_warmup", bool, dc_field(default=False))])
+    directives.setdefault("id", index)
+    tag = "[gt " + " ".join(f"{k}={v}" for k, v in directives.items()) + "]"
+    prompt = f"request {index} {tag}"
+    messages = [{"role": "user", "content": prompt}] if chat else None
+    return RequestSpec(index=index, prompt=None if chat else prompt, messages=messages, prompt_tokens=4,
+                       output_tokens=output_tokens, intended_offset_s=offset_s)
+
+
+def fetch_stats(url: str) -> dict:
+    """The server's write times and lateness since the last call (the call clears them)."""
+    import urllib.request
+    with urllib.request.urlopen(url + "/stats", timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def errors_against_truth(records, t0_ns: int, server_records: dict) -> dict:
+    """Measured minus true, in ms, per request (TTFT) and per gap (ITL per chunk).
+
+    The TTFT error splits into the client's send lag, the request's way into the server
+    (the client library's send work plus the server waking up to read it) and the first
+    token's way back (first_delivery: server write to client stamp).
+
+    Truth is what the server really did: TTFT from receiving the request to its first
+    write, gaps between its writes. Both clocks are perf_counter_ns (CLOCK_MONOTONIC),
+    shared across processes on Linux.
+    """
+    by_index = {r.index: r for r in records if r.ok}
+    ttft_err, itl_err, true_ttft, send_lag, first_delivery = [], [], [], [], []
+    for rid, srv in server_records.items():
+        rec = by_index.get(int(rid))
+        writes = srv["write_ns"]
+        if rec is None or len(rec.token_times_s) != len(writes):
+            continue
+        got = [t0_ns + round(t * 1e9) for t in rec.token_times_s]
+        intended_ns = t0_ns + round(rec.intended_send_s * 1e9)
+        true_ttft.append((writes[0] - srv["recv_ns"]) / 1e6)
+        ttft_err.append((got[0] - intended_ns) / 1e6 - true_ttft[-1])
+        send_lag.append(rec.actual_send_s * 1e3 - rec.intended_send_s * 1e3)
+        first_delivery.append((got[0] - writes[0]) / 1e6)
+        itl_err += [((b - a) - (wb - wa)) / 1e6 for a, b, wa, wb in zip(got, got[1:], writes, writes[1:])]
+    return {"ttft_err_ms": ttft_err, "itl_err_ms": itl_err, "true_ttft_ms": true_ttft,
+            "send_lag_ms": send_lag, "first_delivery_ms": first_delivery}

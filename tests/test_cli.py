@@ -1,0 +1,118 @@
+"""`bench` end to end: validate, run (against the ground-truth server), results layout, launching."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from groundtruth_server import GroundTruthConfig, GroundTruthProcess
+from harness.cli import app
+from harness.results import read_records
+from harness.runner import client_bound_reasons
+
+GT_SERVER = Path(__file__).parent / "groundtruth_server.py"
+STAT_KEYS = {"mean", "std", "min", "p50", "p90", "p95", "p99", "p999", "max"}
+
+
+@pytest.fixture(scope="module")
+def gt():
+    with GroundTruthProcess(GroundTruthConfig(ttft_ms=10, itl_ms=2)) as server:
+        yield server
+
+
+def _scenario(tmp_path, backend: str, load: str = "{arrival: poisson, rate: 40, num_requests: 30}",
+              slo: str = "{ttft_ms: 500, tpot_ms: 50}") -> Path:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(f"name: clitest\nbackend: {backend}\n"
+                    "workload: {kind: random, input_tokens: 16, output_tokens: 8}\n"
+                    f"load: {load}\nslo: {slo}\n")
+    return path
+
+
+def _bench(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_version_and_validate(tmp_path):
+    runner = CliRunner()
+    assert runner.invoke(app, ["--version"]).output.startswith("bench ")
+    good = _scenario(tmp_path, "{kind: openai, url: 'http://127.0.0.1:9', model: gt}")
+    res = runner.invoke(app, ["validate", str(good), "--set", "load.rate=7"])
+    assert res.exit_code == 0
+    assert json.loads(res.output)["load"]["rate"] == 7
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nbackend: {kind: openai, url: 'http://127.0.0.1:9'}\nload: {arrival: poisson, rat: 3}\n")
+    res = runner.invoke(app, ["validate", str(bad)])
+    assert res.exit_code == 2
+    assert "load.rat" in res.output
+
+
+def test_run_writes_results(gt, tmp_path):
+    scenario = _scenario(tmp_path, f"{{kind: openai, url: '{gt.url}', model: gt}}")
+    out = tmp_path / "out"
+    res = _bench("run", scenario, "--output", out, "--set", "load.num_requests=12", "--set", "load.warmup_requests=2")
+    assert res.returncode == 0, res.stderr
+    run_info = json.loads((out / "run.json").read_text())
+    assert run_info["scenario"]["load"]["num_requests"] == 12
+    assert {"versions", "host", "backend", "token_count_method"} <= set(run_info)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["requests"]["completed"] == 12 and summary["requests"]["warmup"] == 2
+    assert summary["client_bound"] is False and summary["interrupted"] is False
+    for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "schedule_lag_ms"):
+        assert set(summary[key]) == STAT_KEYS
+    assert summary["ttft_ms"]["min"] >= 10.0  # the server's TTFT is a floor
+    assert summary["goodput"]["fraction"] == 1.0
+    assert set(summary["throughput"]) == {"requests_per_s", "output_tokens_per_s", "total_tokens_per_s"}
+    records = read_records(out)
+    assert len(records) == 14 and all(r.output_tokens == 8 for r in records)
+    assert "ttft" in res.stderr  # the summary table
+
+
+def test_client_bound_run_fails_loudly_unless_allowed(gt, tmp_path):
+    # far more requests per second than one Python process can send on time
+    scenario = _scenario(tmp_path, f"{{kind: openai, url: '{gt.url}', model: gt}}",
+                         load="{arrival: constant, rate: 20000, num_requests: 600}")
+    res = _bench("run", scenario, "--output", tmp_path / "a", "--workers", "1")
+    assert res.returncode == 3, res.stderr
+    assert "CLIENT-BOUND" in res.stderr
+    assert json.loads((tmp_path / "a" / "summary.json").read_text())["client_bound"] is True
+    res = _bench("run", scenario, "--output", tmp_path / "b", "--workers", "1", "--allow-client-bound")
+    assert res.returncode == 0
+
+
+def test_client_bound_reasons():
+    assert client_bound_reasons({"client_lag_ms": {"p99": 1.0}, "event_loop_lag_ms": {"p99": 2.0}}) == []
+    reasons = client_bound_reasons({"client_lag_ms": {"p99": 12.0}, "event_loop_lag_ms": {"p99": 30.0}})
+    assert len(reasons) == 2 and "send lag" in reasons[0]
+
+
+def test_launch_starts_and_stops_the_engine(tmp_path):
+    backend = ("{kind: openai, model: gt, launch: {command: '" + sys.executable + " " + str(GT_SERVER)
+               + " --port {port} --ttft-ms 5 --itl-ms 1', ready_timeout_s: 30}}")
+    scenario = _scenario(tmp_path, backend, load="{arrival: constant, rate: 50, num_requests: 5}")
+    out = tmp_path / "out"
+    res = _bench("run", scenario, "--output", out)
+    assert res.returncode == 0, res.stderr
+    assert len(read_records(out)) == 5
+    log = (out / "engine.log").read_text()
+    assert "groundtruth_server.py --port" in log and "PORT " in log
+    url = json.loads((out / "run.json").read_text())["backend"]["url"]
+    from harness.launcher import BackendUnreachable, probe
+    with pytest.raises(BackendUnreachable):
+        probe(url, timeout_s=1)  # stopped after the run
+
+
+def test_workers_share_one_schedule(gt, tmp_path):
+    scenario = _scenario(tmp_path, f"{{kind: openai, url: '{gt.url}', model: gt}}",
+                         load="{arrival: constant, rate: 50, num_requests: 20}")
+    out = tmp_path / "out"
+    res = _bench("run", scenario, "--output", out, "--workers", "2")
+    assert res.returncode == 0, res.stderr
+    records = sorted(read_records(out), key=lambda r: r.index)
+    assert [r.index for r in records] == list(range(20))
+    assert [round(r.intended_send_s, 6) for r in records] == [round(i / 50, 6) for i in range(20)]
+    assert max(r.actual_send_s - r.intended_send_s for r in records) < 0.05
+    assert json.loads((out / "summary.json").read_text())["workers"] == 2

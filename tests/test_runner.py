@@ -1,0 +1,105 @@
+"""The runner against the ground-truth server (its own process, loopback): timing, counts, load shapes."""
+import statistics
+
+import pytest
+
+from groundtruth_server import GroundTruthConfig, GroundTruthProcess, errors_against_truth, fetch_stats, gt_request
+from harness.metrics import summarize
+from harness.runner import Runner, Target, run_blocking
+
+TTFT_MS, ITL_MS, TOKENS = 50.0, 10.0, 32
+
+
+@pytest.fixture(scope="module")
+def gt():
+    with GroundTruthProcess(GroundTruthConfig(TTFT_MS, ITL_MS)) as server:
+        yield server
+
+
+def _run(url, requests, concurrency=None, api="completions"):
+    fetch_stats(url)  # start from clean server records
+    out = run_blocking(lambda: Runner(Target(url, api=api), requests, concurrency=concurrency))
+    return out, fetch_stats(url)
+
+
+def test_16_streams_match_the_truth(gt):
+    stream_s = (TTFT_MS + (TOKENS - 1) * ITL_MS) / 1e3
+    reqs = [gt_request(i, i * stream_s / 16, TOKENS) for i in range(64)]  # 16 in flight at steady state
+    out, stats = _run(gt.url, reqs)
+    assert all(r.ok for r in out.records) and len(out.records) == 64
+    # exact token counts: usage and counted chunks agree with what was asked
+    assert {(r.output_tokens, r.output_tokens_counted, r.token_count_mismatch) for r in out.records} == {
+        (TOKENS, TOKENS, False)}
+    err = errors_against_truth(out.records, out.t0_ns, stats["records"])
+    assert len(err["ttft_err_ms"]) == 64
+    # the client's own part of the TTFT error: its send lag and the first token's way back
+    client_part = [a + b for a, b in zip(err["send_lag_ms"], err["first_delivery_ms"])]
+    assert 0 <= statistics.mean(client_part) < 2.0, client_part
+    # the whole error also holds the server waking to read the request: on a shared
+    # machine that is as late as the server's writes, which it measures itself
+    server_late_ms = stats["lateness_ms"]["mean"]
+    assert 0 <= statistics.mean(err["ttft_err_ms"]) < 2.0 + server_late_ms, (err["ttft_err_ms"], server_late_ms)
+    assert abs(statistics.mean(err["itl_err_ms"])) < 1.0
+    assert statistics.median(abs(e) for e in err["itl_err_ms"]) < 1.0
+    summary = summarize(out.records, {}, out.loop_lag_s)
+    assert summary["concurrency"]["max"] >= 16
+    assert summary["ttft_ms"]["min"] >= TTFT_MS  # nothing arrives before the server's schedule allows
+    assert abs(summary["itl_ms"]["mean"] - ITL_MS) < 1.0
+
+    # goodput on both sides of the truth
+    worst_ttft = summary["ttft_ms"]["max"]
+    assert summarize(out.records, {"ttft_ms": worst_ttft + 1, "tpot_ms": ITL_MS + 1})["goodput"]["fraction"] == 1.0
+    assert summarize(out.records, {"ttft_ms": TTFT_MS - 5})["goodput"]["fraction"] == 0.0
+    assert summarize(out.records, {"tpot_ms": ITL_MS - 1})["goodput"]["requests_per_s"] == 0.0
+
+
+def test_tokens_per_chunk_from_running_usage(gt):
+    reqs = [gt_request(i, i * 0.05, TOKENS, k=4) for i in range(4)]
+    out, _ = _run(gt.url, reqs)
+    for r in out.records:
+        assert r.tokens_per_chunk == [4] * (TOKENS // 4)
+        assert r.output_tokens == TOKENS and not r.token_count_mismatch
+    s = summarize(out.records, {})
+    assert abs(s["itl_ms"]["p50"] - ITL_MS) < 1.0  # per token: a 40 ms gap over 4 tokens
+    assert abs(s["itl_chunk_ms"]["p50"] - 4 * ITL_MS) < 1.5
+    # TPOT spreads the span after the first chunk (7 gaps of 40 ms) over the 31 later tokens
+    assert abs(s["tpot_ms"]["mean"] - 7 * 4 * ITL_MS / (TOKENS - 1)) < 1.0
+
+
+def test_concurrency_cap_queues_and_latency_counts_from_intended_time(gt):
+    reqs = [gt_request(i, 0.0, 8) for i in range(8)]  # all due at once, 4 slots
+    out, _ = _run(gt.url, reqs, concurrency=4)
+    s = summarize(out.records, {})
+    assert s["concurrency"]["max"] == 4
+    ttfts = sorted(r.token_times_s[0] - r.intended_send_s for r in out.records)
+    one_request_s = (TTFT_MS + 7 * ITL_MS) / 1e3
+    assert all(t < one_request_s for t in ttfts[:4])
+    assert all(t > one_request_s + TTFT_MS / 1e3 - 0.005 for t in ttfts[4:])  # the wait is not hidden
+    assert sum(r.cap_wait_s > 0.1 for r in out.records) == 4
+
+
+def test_closed_loop_keeps_exactly_n_in_flight(gt):
+    reqs = [gt_request(i, None, 4) for i in range(9)]
+    out, _ = _run(gt.url, reqs, concurrency=3)
+    assert len(out.records) == 9 and all(r.ok for r in out.records)
+    assert summarize(out.records, {})["concurrency"]["max"] == 3
+
+
+def test_multi_turn_carries_history_and_waits_think_time(gt):
+    reqs = []
+    for session in range(2):
+        for turn in range(3):
+            spec = gt_request(session * 3 + turn, 0.0 if turn == 0 else None, 6, chat=True)
+            spec.session_id, spec.turn_index, spec.think_time_s = session, turn, 0.05
+            reqs.append(spec)
+    out, stats = _run(gt.url, reqs, api="chat")
+    assert all(r.ok for r in out.records)
+    by_index = {r.index: r for r in out.records}
+    for session in range(2):
+        turns = [by_index[session * 3 + t] for t in range(3)]
+        for prev, nxt in zip(turns, turns[1:]):
+            gap_s = nxt.intended_send_s - prev.end_s
+            assert 0.05 <= gap_s < 0.06
+        sizes = [stats["records"][str(session * 3 + t)]["body_bytes"] for t in range(3)]
+        # each turn re-sends the earlier user turns and the six-token answers
+        assert sizes[1] - sizes[0] > len(" tok" * 6) and sizes[2] - sizes[1] > len(" tok" * 6)
