@@ -76,12 +76,6 @@ class ParsedStream:
         return sum(self.tokens_per_chunk)
 
 
-def _delta_text(choice: dict) -> str:
-    if "delta" in choice:
-        return (choice["delta"] or {}).get("content") or ""
-    return choice.get("text") or ""
-
-
 def parse_sse(reads: list[bytes], read_times_ns: list[int]) -> ParsedStream:
     """Turn network reads into token events.
 
@@ -90,56 +84,92 @@ def parse_sse(reads: list[bytes], read_times_ns: list[int]) -> ParsedStream:
     usage in token chunks (vLLM's continuous_usage_stats), whose delta then counts.
     """
     out = ParsedStream()
+    payloads, payload_times = _split_events(reads, read_times_ns, out)
+    try:  # one decoder call for the whole stream; per event only to name the bad one
+        objs = json.loads(b"[" + b",".join(payloads) + b"]") if payloads else []
+    except ValueError:
+        objs = None
+    if objs is None or len(objs) != len(payloads):
+        objs = [_loads_one(p) for p in payloads]
     texts: list[str] = []
-    pending = b""
     last_usage_tokens = 0
-    for data, t_ns in zip(reads, read_times_ns):
-        pending += data
-        if b"\n\n" not in pending and b"\r\n\r\n" not in pending:
+    for obj, t_ns in zip(objs, payload_times):
+        if not isinstance(obj, dict):
+            raise StreamError("malformed_json", f"expected a JSON object, got {str(obj)[:120]!r}")
+        if "error" in obj:
+            raise StreamError("server_error_event", str(obj["error"])[:200])
+        usage = obj.get("usage")
+        text = ""
+        for c in obj.get("choices") or ():
+            delta = c.get("delta")
+            piece = (delta.get("content") if delta else None) if "delta" in c else c.get("text")
+            if piece:
+                text += piece
+            if c.get("finish_reason"):
+                out.finish_reason = c["finish_reason"]
+        if usage:
+            out.usage_completion_tokens = usage.get("completion_tokens")
+            out.usage_prompt_tokens = usage.get("prompt_tokens")
+        if not text:
             continue
-        pending = pending.replace(b"\r\n", b"\n")
-        *events, pending = pending.split(b"\n\n")
-        for event in events:
+        tokens = 1
+        if usage and usage.get("completion_tokens") is not None:
+            tokens = max(1, usage["completion_tokens"] - last_usage_tokens)
+            last_usage_tokens = usage["completion_tokens"]
+        else:
+            last_usage_tokens += 1
+        out.token_times_ns.append(t_ns)
+        out.tokens_per_chunk.append(tokens)
+        texts.append(text)
+    out.text = "".join(texts)
+    return out
+
+
+def _loads_one(payload: bytes):
+    try:
+        return json.loads(payload)
+    except ValueError as e:
+        raise StreamError("malformed_json", f"{e}: {payload[:120]!r}") from None
+
+
+def _split_events(reads: list[bytes], read_times_ns: list[int], out: ParsedStream) -> tuple[list, list]:
+    """The data payload of each event with the arrival time of the read that completed it."""
+    raw = b"".join(reads)
+    crlf = b"\r\n" in raw
+    read_ends, pos = [], 0  # where each read ends in the (CRLF-normalised) whole stream
+    for data in reads:
+        pos += len(data.replace(b"\r\n", b"\n")) if crlf else len(data)
+        read_ends.append(pos)
+    if crlf:
+        raw = raw.replace(b"\r\n", b"\n")
+    payloads, times = [], []
+    read_i, start = 0, 0
+    while True:
+        sep = raw.find(b"\n\n", start)
+        if sep < 0:
+            break
+        event = raw[start:sep]
+        start = sep + 2
+        while read_ends[read_i] < start:
+            read_i += 1
+        if event.startswith(b"data: {") and b"\n" not in event:
+            payload = event[6:]  # the common case: one data line
+        else:
             payload = _event_data(event)
             if payload is None:
                 continue
             if payload == b"[DONE]":
                 out.saw_done = True
                 continue
-            try:
-                obj = json.loads(payload)
-            except ValueError as e:
-                raise StreamError("malformed_json", f"{e}: {payload[:120]!r}") from None
-            if not isinstance(obj, dict):
-                raise StreamError("malformed_json", f"expected a JSON object, got {payload[:120]!r}")
-            if "error" in obj:
-                raise StreamError("server_error_event", str(obj["error"])[:200])
-            usage = obj.get("usage")
-            choices = obj.get("choices") or []
-            text = "".join(_delta_text(c) for c in choices)
-            for c in choices:
-                out.finish_reason = c.get("finish_reason") or out.finish_reason
-            if usage:
-                out.usage_completion_tokens = usage.get("completion_tokens")
-                out.usage_prompt_tokens = usage.get("prompt_tokens")
-            if not text:
-                continue
-            tokens = 1
-            if usage and usage.get("completion_tokens") is not None:
-                tokens = max(1, usage["completion_tokens"] - last_usage_tokens)
-                last_usage_tokens = usage["completion_tokens"]
-            else:
-                last_usage_tokens += 1
-            out.token_times_ns.append(t_ns)
-            out.tokens_per_chunk.append(tokens)
-            texts.append(text)
-    if pending.strip():
-        payload = _event_data(pending)
+        payloads.append(payload)
+        times.append(read_times_ns[read_i])
+    rest = raw[start:]
+    if rest.strip():
+        payload = _event_data(rest)
         if payload is not None and payload != b"[DONE]":
-            raise StreamError("stream_cut", f"stream ended inside an event: {pending[:120]!r}")
+            raise StreamError("stream_cut", f"stream ended inside an event: {rest[:120]!r}")
         out.saw_done = out.saw_done or payload == b"[DONE]"
-    out.text = "".join(texts)
-    return out
+    return payloads, times
 
 
 def _event_data(event: bytes) -> bytes | None:

@@ -2,7 +2,8 @@
 
 The server (its own process) streams TTFT 50 ms then one token every 10 ms and records when it
 really wrote each chunk; the error is measured minus that truth, per request (TTFT) and per
-gap (ITL). Closed loop, so the asked concurrency is exactly what the server sees.
+gap (ITL). Open arrivals (default) are spaced so that `concurrency` streams are in flight;
+`--arrival closed` runs N workers back to back (streams then start and end in bursts).
 
     python benchmarks/fidelity.py                      # 1, 16, 64, 128, 256
     python benchmarks/fidelity.py --concurrency 1 16 64 256 1024 --workers 2
@@ -23,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, errors_against_truth, fetch_stats, gt_request  # noqa: E402
 
 from harness.metrics import summarize  # noqa: E402
-from harness.runner import Target, client_bound_reasons  # noqa: E402
+from harness.metrics import client_bound_reasons  # noqa: E402
+from harness.runner import Target  # noqa: E402
 from harness.workers import run_plan  # noqa: E402
 
 
@@ -34,14 +36,19 @@ def _cpu_s() -> float:
 
 
 def measure(url: str, concurrency: int, rounds: int, tokens: int, workers: int, ttft_ms: float,
-            itl_ms: float) -> dict:
-    n = concurrency * rounds
-    reqs = [gt_request(i, None, tokens) for i in range(n)]
+            itl_ms: float, arrival: str) -> dict:
+    n = max(concurrency * rounds, 32)
+    if arrival == "closed":  # streams start and end together: the client sees bursts
+        reqs = [gt_request(i, None, tokens) for i in range(n)]
+    else:  # evenly spaced arrivals so that `concurrency` streams are in flight (Little's law)
+        stream_s = (ttft_ms + (tokens - 1) * itl_ms) / 1e3
+        reqs = [gt_request(i, i * stream_s / concurrency, tokens) for i in range(n + concurrency)]
     fetch_stats(url)  # clear the server's records
     cpu0, wall0 = _cpu_s(), time.perf_counter()
 
     async def go():
-        return await run_plan(reqs, Target(url), concurrency, workers, lambda rec: None, asyncio.Event())
+        cap = concurrency if arrival == "closed" else None
+        return await run_plan(reqs, Target(url), cap, workers, lambda rec: None, asyncio.Event())
     import uvloop
     out = uvloop.run(go())
     wall_s, cpu_s = time.perf_counter() - wall0, _cpu_s() - cpu0
@@ -51,7 +58,7 @@ def measure(url: str, concurrency: int, rounds: int, tokens: int, workers: int, 
     client_part = np.add(err["send_lag_ms"], err["first_delivery_ms"])
     ttft_err, itl_err = np.asarray(err["ttft_err_ms"]), np.asarray(err["itl_err_ms"])
     return {
-        "concurrency": concurrency, "workers": workers,
+        "concurrency": concurrency, "workers": workers, "arrival": arrival,
         "nominal_tokens_per_s": concurrency * 1e3 / itl_ms,
         "streamed_tokens_per_s": summary["throughput"]["output_tokens_per_s"],
         "achieved_concurrency_mean": summary["concurrency"]["mean"],
@@ -92,6 +99,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="requests per stream slot")
     p.add_argument("--tokens", type=int, default=64, help="output tokens per request")
     p.add_argument("--workers", type=int, default=1, help="client processes")
+    p.add_argument("--arrival", choices=["open", "closed"], default="open",
+                   help="open: evenly spaced arrivals keep `concurrency` streams in flight; closed: N workers")
     p.add_argument("--ttft-ms", type=float, default=50.0)
     p.add_argument("--itl-ms", type=float, default=10.0)
     p.add_argument("--json", type=Path, help="also write the rows here")
@@ -99,10 +108,11 @@ def main() -> None:
     rows = []
     with GroundTruthProcess(GroundTruthConfig(args.ttft_ms, args.itl_ms)) as gt:
         for c in args.concurrency:
-            rows.append(measure(gt.url, c, args.rounds, args.tokens, args.workers, args.ttft_ms, args.itl_ms))
+            rows.append(measure(gt.url, c, args.rounds, args.tokens, args.workers, args.ttft_ms, args.itl_ms,
+                                args.arrival))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print(f"\nground truth: TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms, {args.tokens} tokens/request, "
-          f"closed loop x{args.rounds} rounds, {args.workers} client process(es); errors are measured minus what "
+          f"{args.arrival} arrivals, {args.rounds} rounds, {args.workers} client process(es); errors are measured minus what "
           f"the server really did (ms)\n")
     print_table(rows)
     if args.json:

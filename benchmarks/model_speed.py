@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from native_engine.gguf_model import load_gguf  # noqa: E402
 from native_engine.model_files import resolve_model  # noqa: E402
-from native_engine.model_runner import ModelRunner, SeqChunk, measure_read_bandwidth_gbs  # noqa: E402
+from native_engine.model_runner import ModelRunner, SeqChunk, measure_read_bandwidth_gbs, set_blas_threads  # noqa: E402
 
 BLOCK = 16
 
@@ -79,7 +79,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, action="append", help="batch sizes (default 32 and 64)")
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--kv-blocks", type=int, default=1280)
+    parser.add_argument("--blas-threads", type=int, help="OpenBLAS threads (default: as numpy starts, = cores)")
     args = parser.parse_args()
+    if args.blas_threads and set_blas_threads(args.blas_threads) is None:
+        raise SystemExit("--blas-threads: numpy's BLAS is not an OpenBLAS this process can reach")
 
     config, weights = load_gguf(resolve_model(args.model))
     runner = ModelRunner(config, weights, num_kv_blocks=args.kv_blocks, kv_block_size=BLOCK)
@@ -87,7 +90,8 @@ def main() -> None:
     single = single_stream(runner, args.single_context, args.steps * 2)
     roofline = bandwidth_gbs * 1e9 / single["bytes_per_step"]
     report = {
-        "machine": {"cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0]},
+        "machine": {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
+                    "blas_threads": args.blas_threads or "default"},
         "read_bandwidth_gbs": round(bandwidth_gbs, 2),
         "weight_bytes": runner.weight_bytes,
         "single_stream": single,

@@ -90,9 +90,9 @@ def execute(scenario, writer, workers_option: str | None = None, console: Consol
     import os
 
     from harness.launcher import launch, probe
-    from harness.metrics import summarize
+    from harness.metrics import client_bound_reasons, summarize
     from harness.results import host_info, versions
-    from harness.runner import Target, client_bound_reasons
+    from harness.runner import Target
     from harness.tokenizer_source import resolve_tokenizer
     from harness.workers import resolve_workers
     from harness.workload import build_plan

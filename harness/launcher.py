@@ -53,7 +53,7 @@ def probe(url: str, headers: dict | None = None, timeout_s: float = 5.0) -> str:
 def default_command(kind: str, port: int, model: str) -> list[str]:
     """The launch command when backend.launch gives none."""
     if kind == "native":
-        return [sys.executable, "-m", "native_engine", "serve", "--host", "127.0.0.1", "--port", str(port)]
+        return [sys.executable, "-m", "native_engine", "serve", "--port", str(port)]
     if kind == "vllm":
         return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1",
                 "--port", str(port), "--model", model]

@@ -124,3 +124,16 @@ def summarize(records: list[RequestRecord], slo: dict | None = None,
         "event_loop_lag_ms": describe(loop_lag_s or []),
         "concurrency": concurrency_profile(measured),
     }
+
+
+def client_bound_reasons(summary: dict, max_client_lag_p99_ms: float = 5.0,
+                         max_loop_lag_p99_ms: float = 10.0) -> list[str]:
+    """Why the client could not keep to its own schedule (empty when it did)."""
+    reasons = []
+    lag = summary.get("client_lag_ms", {}).get("p99")
+    if lag is not None and lag > max_client_lag_p99_ms:
+        reasons.append(f"send lag p99 {lag:.1f} ms > {max_client_lag_p99_ms} ms")
+    loop_lag = summary.get("event_loop_lag_ms", {}).get("p99")
+    if loop_lag is not None and loop_lag > max_loop_lag_p99_ms:
+        reasons.append(f"event-loop lag p99 {loop_lag:.1f} ms > {max_loop_lag_p99_ms} ms")
+    return reasons

@@ -42,6 +42,23 @@ class RequestRecord:
     def fail(self, reason: str, detail: str = "") -> None:
         self.status, self.error_reason, self.error_detail = "failed", reason, detail[:500]
 
+    def take_stream(self, parsed, t0_ns: int) -> None:
+        """Fills the token fields from a parsed stream (backends.openai.ParsedStream)."""
+        self.token_times_s = [(t - t0_ns) / 1e9 for t in parsed.token_times_ns]
+        self.tokens_per_chunk = parsed.tokens_per_chunk
+        self.finish_reason = parsed.finish_reason
+        self.output_tokens_counted = parsed.counted_tokens
+        self.output_tokens_usage = usage = parsed.usage_completion_tokens
+        # the server's count wins; a disagreement with the chunks counted is kept visible
+        self.output_tokens = usage if usage is not None else parsed.counted_tokens
+        self.token_count_mismatch = usage is not None and usage != parsed.counted_tokens
+        if parsed.usage_prompt_tokens is not None:
+            self.prompt_tokens = parsed.usage_prompt_tokens
+        if not parsed.token_times_ns:
+            self.fail("no_tokens", "the stream carried no token")
+        elif not parsed.saw_done and parsed.finish_reason is None:
+            self.fail("stream_cut", "the stream ended without finish_reason or [DONE]")
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
 

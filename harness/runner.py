@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import resource
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 import aiohttp
+import yarl
 
 from backends.openai import StreamError, build_request_body, endpoint_path, parse_sse
 from harness.results import RequestRecord
@@ -80,11 +82,15 @@ class Runner:
         self.t0_ns = t0_ns
         self.stop = stop or asyncio.Event()
         self.records: list[RequestRecord] = []
+        self._tasks: set[asyncio.Task] = set()  # open loop: requests in flight
         self.loop_lag_s: list[float] = []
-        self._url = target.url.rstrip("/") + endpoint_path(target.api)
+        self._url = yarl.URL(target.url.rstrip("/") + endpoint_path(target.api))  # parsed once, not per request
         self._headers = {"Content-Type": "application/json", "Accept-Encoding": "identity", **target.headers}
 
     async def run(self) -> RunOutcome:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:  # one socket per stream in flight: a 1,024 default is too few
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         closed_loop = bool(self.jobs) and self.jobs[0][0].intended_offset_s is None
         slots = self.concurrency or (1 if closed_loop else 0)
         # one session for all requests; enough connections for every stream in flight
@@ -93,18 +99,23 @@ class Runner:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
         self._sem = asyncio.Semaphore(slots) if slots and not closed_loop else None
         async with aiohttp.ClientSession(connector=connector, timeout=timeout,
-                                         read_bufsize=1 << 22, auto_decompress=False) as session:
+                                         read_bufsize=1 << 22, auto_decompress=False,
+                                         cookie_jar=aiohttp.DummyCookieJar()) as session:
             self._session = session
             await self._open_connections(min(len(self.jobs), slots or 64))
             if self.t0_ns is None:
                 self.t0_ns = time.perf_counter_ns() + 20_000_000  # a little lead for the first sends
             ticker = asyncio.create_task(self._tick_loop_lag())
+            self._digests: asyncio.Queue = asyncio.Queue()
+            digester = asyncio.create_task(self._digester())
             if closed_loop:
                 it = iter(self.jobs)
                 workers = [asyncio.create_task(self._closed_worker(it)) for _ in range(slots)]
             else:
                 workers = [asyncio.create_task(self._dispatch_open())]
             interrupted = await self._wait(workers)
+            await self._digests.join()  # every finished stream gets its record
+            digester.cancel()
         ticker.cancel()
         return RunOutcome(self.records, self.loop_lag_s, self.t0_ns, interrupted)
 
@@ -130,16 +141,12 @@ class Runner:
             return False
         # interrupted: no new requests (workers check stop); in-flight ones get a short grace
         await asyncio.wait([done_all], timeout=INTERRUPT_GRACE_S)
-        for task in list(self._in_flight_tasks()) + workers:
+        for task in list(self._tasks) + workers:
             task.cancel()
         await asyncio.gather(done_all, return_exceptions=True)
         return True
 
-    def _in_flight_tasks(self):
-        return getattr(self, "_tasks", set())
-
     async def _dispatch_open(self) -> None:
-        self._tasks: set[asyncio.Task] = set()
         for job in self.jobs:
             due_ns = self.t0_ns + int(job[0].intended_offset_s * 1e9)
             await sleep_until(due_ns)
@@ -152,16 +159,20 @@ class Runner:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def _closed_worker(self, jobs) -> None:
+        due_ns = self.t0_ns
+        await sleep_until(due_ns)
         for job in jobs:
-            now = time.perf_counter_ns()
-            if self.stop.is_set() or self._past_end(now):
+            if self.stop.is_set() or self._past_end(due_ns):
                 return
-            await self._run_job(job, now)
+            # the next request is due when the previous one ended: client work in between
+            # (parsing, bookkeeping) shows up as send lag instead of being hidden
+            due_ns = await self._run_job(job, due_ns)
 
     def _past_end(self, ns: int) -> bool:
         return self.dispatch_until_s is not None and ns > self.t0_ns + self.dispatch_until_s * 1e9
 
-    async def _run_job(self, turns: list, first_due_ns: int) -> None:
+    async def _run_job(self, turns: list, first_due_ns: int) -> int:
+        """Runs a request or a session's turns; returns when (perf_counter_ns) the last one ended."""
         history: list[dict] = []
         due_ns = first_due_ns
         for n, spec in enumerate(turns):
@@ -170,18 +181,21 @@ class Runner:
                 due_ns = prev_end_ns + int(spec.think_time_s * 1e9)
                 await sleep_until(due_ns)
                 if self.stop.is_set():
-                    return
+                    return prev_end_ns
             own = spec.messages or [{"role": "user", "content": spec.prompt or ""}]
             messages = history + own if (history or spec.messages is not None) else None
-            rec, answer = await self._request(spec, due_ns, messages)
-            prev_end_ns = time.perf_counter_ns()
+            last_turn = n == len(turns) - 1
+            rec, answer, prev_end_ns = await self._request(spec, due_ns, messages, need_answer=not last_turn)
+            if last_turn:
+                break
             if not rec.ok:
                 for later in turns[n + 1:]:  # the session cannot go on without this answer
                     skipped = self._new_record(later, prev_end_ns)
                     skipped.fail("previous_turn_failed", f"turn {spec.turn_index} failed: {rec.error_reason}")
                     self._finish(skipped)
-                return
+                return prev_end_ns
             history = (messages or own) + [{"role": "assistant", "content": answer}]
+        return prev_end_ns
 
     def _new_record(self, spec, due_ns: int) -> RequestRecord:
         return RequestRecord(index=spec.index, intended_send_s=(due_ns - self.t0_ns) / 1e9,
@@ -192,35 +206,57 @@ class Runner:
         self.records.append(rec)
         self.on_record(rec)
 
-    async def _request(self, spec, due_ns: int, messages: list | None) -> tuple[RequestRecord, str]:
+    async def _request(self, spec, due_ns: int, messages: list | None,
+                       need_answer: bool) -> tuple[RequestRecord, str, int]:
         rec = self._new_record(spec, due_ns)
         t = self.target
         body = json.dumps(build_request_body(t.api, t.model, spec.output_tokens, prompt=spec.prompt,
                                              messages=messages, ignore_eos=t.ignore_eos)).encode()
-        answer = ""
         try:
             if self._sem is not None:
                 wait_from = time.perf_counter_ns()
                 async with self._sem:
                     rec.cap_wait_s = (time.perf_counter_ns() - wait_from) / 1e9
-                    answer = await self._stream(rec, body)
+                    reads, times, end_ns = await self._stream(rec, body)
             else:
-                answer = await self._stream(rec, body)
+                reads, times, end_ns = await self._stream(rec, body)
         except asyncio.CancelledError:
             rec.fail("interrupted", "stopped by Ctrl-C before the stream ended")
             rec.end_s = (time.perf_counter_ns() - self.t0_ns) / 1e9
             self._finish(rec)
             raise
-        self._finish(rec)
-        return rec, answer
+        # Parsing waits in the digester's queue, so the next send (closed loop) and the
+        # other streams' reads go first; only a next turn has to wait for the answer.
+        answer = asyncio.get_running_loop().create_future()
+        self._digests.put_nowait((rec, reads, times, answer))
+        return rec, (await asyncio.shield(answer) if need_answer else ""), end_ns
 
-    async def _stream(self, rec: RequestRecord, body: bytes) -> str:
+    async def _digester(self) -> None:
+        """Parses finished streams one per loop turn, so a chunk never waits behind many parses."""
+        while True:
+            rec, reads, times, answer = await self._digests.get()
+            try:
+                text = self._digest(rec, reads, times) if rec.ok else ""
+            except Exception as e:  # a parser bug must cost one record, not hang the run
+                rec.fail("client_error", f"parsing the stream failed: {type(e).__name__}: {e}")
+                text = ""
+            self._finish(rec)
+            answer.set_result(text)
+            self._digests.task_done()
+            await asyncio.sleep(0)
+
+    async def _stream(self, rec: RequestRecord, body: bytes) -> tuple[list[bytes], list[int], int]:
+        """Sends one request and keeps each read with its arrival time; failures go into rec."""
         reads: list[bytes] = []
         times: list[int] = []
         clock = time.perf_counter_ns
-        t0 = self.t0_ns
-        sent_ns = clock()
-        rec.actual_send_s = (sent_ns - t0) / 1e9
+        rec.actual_send_s = (clock() - self.t0_ns) / 1e9
+        reads, times, end_ns = await self._send_and_read(rec, body, reads, times)
+        rec.end_s = (end_ns - self.t0_ns) / 1e9
+        return reads, times, end_ns
+
+    async def _send_and_read(self, rec, body, reads, times) -> tuple[list[bytes], list[int], int]:
+        clock = time.perf_counter_ns
         try:
             async with asyncio.timeout(self.target.request_timeout_s):
                 async with self._session.post(self._url, data=body, headers=self._headers) as resp:
@@ -228,7 +264,7 @@ class Runner:
                     if resp.status >= 400:
                         detail = (await resp.read())[:300].decode("utf-8", "replace")
                         rec.fail(http_failure_reason(resp.status), f"HTTP {resp.status}: {detail}")
-                        return ""
+                        return reads, times, clock()
                     read = resp.content.readany
                     while True:  # the hot path: stamp first, keep the bytes, nothing else
                         data = await read()
@@ -245,9 +281,7 @@ class Runner:
             rec.fail("stream_cut", f"{type(e).__name__}: {e}")
         except aiohttp.ClientError as e:
             rec.fail("client_error", f"{type(e).__name__}: {e}")
-        finally:
-            rec.end_s = (clock() - t0) / 1e9
-        return self._digest(rec, reads, times) if rec.ok else ""
+        return reads, times, clock()
 
     def _digest(self, rec: RequestRecord, reads: list[bytes], times: list[int]) -> str:
         try:
@@ -255,22 +289,7 @@ class Runner:
         except StreamError as e:
             rec.fail(e.reason, e.detail)
             return ""
-        t0 = self.t0_ns
-        rec.token_times_s = [(t - t0) / 1e9 for t in parsed.token_times_ns]
-        rec.tokens_per_chunk = parsed.tokens_per_chunk
-        rec.finish_reason = parsed.finish_reason
-        rec.output_tokens_counted = parsed.counted_tokens
-        rec.output_tokens_usage = parsed.usage_completion_tokens
-        rec.output_tokens = (parsed.usage_completion_tokens if parsed.usage_completion_tokens is not None
-                             else parsed.counted_tokens)
-        rec.token_count_mismatch = (parsed.usage_completion_tokens is not None
-                                    and parsed.usage_completion_tokens != parsed.counted_tokens)
-        if parsed.usage_prompt_tokens is not None:
-            rec.prompt_tokens = parsed.usage_prompt_tokens
-        if not parsed.token_times_ns:
-            rec.fail("no_tokens", "the stream carried no token")
-        elif not parsed.saw_done and parsed.finish_reason is None:
-            rec.fail("stream_cut", "the stream ended without finish_reason or [DONE]")
+        rec.take_stream(parsed, self.t0_ns)
         return parsed.text
 
     async def _tick_loop_lag(self) -> None:
@@ -279,19 +298,6 @@ class Runner:
             start = time.perf_counter_ns()
             await asyncio.sleep(LOOP_TICK_S)
             self.loop_lag_s.append(max(0.0, (time.perf_counter_ns() - start) / 1e9 - LOOP_TICK_S))
-
-
-def client_bound_reasons(summary: dict, max_client_lag_p99_ms: float = 5.0,
-                         max_loop_lag_p99_ms: float = 10.0) -> list[str]:
-    """Why the client could not keep to its own schedule (empty when it did)."""
-    reasons = []
-    lag = summary.get("client_lag_ms", {}).get("p99")
-    if lag is not None and lag > max_client_lag_p99_ms:
-        reasons.append(f"send lag p99 {lag:.1f} ms > {max_client_lag_p99_ms} ms")
-    loop_lag = summary.get("event_loop_lag_ms", {}).get("p99")
-    if loop_lag is not None and loop_lag > max_loop_lag_p99_ms:
-        reasons.append(f"event-loop lag p99 {loop_lag:.1f} ms > {max_loop_lag_p99_ms} ms")
-    return reasons
 
 
 def run_blocking(runner_factory: Callable[[], Runner]) -> RunOutcome:

@@ -78,11 +78,11 @@ async def run_plan(requests: list, target: Target, concurrency: int | None, work
     stop_watch = asyncio.create_task(stop.wait())
     records, loop_lag, interrupted, running = [], [], False, workers
     while running:
+        if stop_watch.done():
+            stop_flag.set()  # workers stop sending and give in-flight requests a grace
         try:
             kind, payload = await loop.run_in_executor(None, results.get, True, 0.2)
         except queue.Empty:
-            if stop_watch.done():
-                stop_flag.set()
             if not any(p.is_alive() for p in procs) and results.empty():
                 break  # a worker died without saying done: keep what arrived
             continue

@@ -2,9 +2,10 @@
 
 `generate()` runs steps in the caller's thread (tests, benchmarks). `start(loop)` runs them in a
 thread of their own so an asyncio server stays responsive while numpy works (BLAS releases
-the GIL); each step's outputs go back to the loop in one `call_soon_threadsafe`, and `stream()`
-yields them per request. Requests and aborts reach the engine thread through an inbox and are
-applied between steps, so the scheduler and block manager are only touched by one thread.
+the GIL); each step's outputs go back to the loop in one `call_soon_threadsafe`, and the
+RequestStream from `open_stream()` yields them per request. Requests and aborts reach the
+engine thread through an inbox and are applied between steps, so the scheduler and block
+manager are only touched by one thread.
 """
 from __future__ import annotations
 
@@ -95,6 +96,7 @@ class LLMEngine:
         self._running = False
         self._emit = lambda outputs: None
         self._queues: dict[str, asyncio.Queue] = {}
+        self.last_forward_s = 0.0
 
     # ---- requests -------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
@@ -108,6 +110,9 @@ class LLMEngine:
         """Thread-safe; frees the request's blocks before the next step."""
         self._inbox.append(("abort", request_id))
         self._wakeup.set()
+
+    def has_work(self) -> bool:
+        return bool(self._inbox) or self.scheduler.has_work()
 
     def _drain_inbox(self) -> None:
         while self._inbox:
@@ -131,12 +136,16 @@ class LLMEngine:
         self._drain_inbox()
         chunks = self.scheduler.schedule()
         if not chunks:
+            self._record_step(0, 0, 0, 0)   # gauges still move after aborts
             return []
         sampling = [c.completes_prompt for c in chunks]
-        logits = self.runner.forward([
+        seq_chunks = [
             SeqChunk(token_ids=c.seq.token_ids[c.seq.num_computed_tokens:c.seq.num_computed_tokens + c.num_new_tokens],
                      start_pos=c.seq.num_computed_tokens, block_table=c.seq.block_table, need_logits=s)
-            for c, s in zip(chunks, sampling)])
+            for c, s in zip(chunks, sampling)]
+        forward_start_s = time.perf_counter()
+        logits = self.runner.forward(seq_chunks)
+        self.last_forward_s = time.perf_counter() - forward_start_s   # the rest of a step is engine overhead
         kv_positions_read = 0
         for c in chunks:
             c.seq.num_computed_tokens += c.num_new_tokens
@@ -160,12 +169,15 @@ class LLMEngine:
             seq.last_token_s = now
             seq.token_ids.append(token_id)
             outputs.append(self._process_token(seq, token_id, now))
+        self._record_step(prompt_tokens, len(seqs), max(self.runner.last_step_bytes_read - kv_bytes, 0), kv_bytes)
+        return outputs
+
+    def _record_step(self, prompt_tokens: int, generation_tokens: int, weight_bytes: int, kv_bytes: int) -> None:
         bm = self.block_manager
         self.metrics.record_step(
             len(self.scheduler.running), len(self.scheduler.waiting), bm.usage,
             bm.prefix_cache_queries_tokens, bm.prefix_cache_hits_tokens, self.scheduler.num_preemptions,
-            prompt_tokens, len(seqs), max(self.runner.last_step_bytes_read - kv_bytes, 0), kv_bytes)
-        return outputs
+            prompt_tokens, generation_tokens, weight_bytes, kv_bytes)
 
     def _process_token(self, seq: Sequence, token_id: int, now: float) -> RequestOutput:
         p = seq.params
@@ -238,12 +250,9 @@ class LLMEngine:
 
     def _run(self) -> None:
         while self._running:
-            if not self._inbox and not self.scheduler.has_work():
+            if not self.has_work():
                 self._wakeup.wait(timeout=0.5)
                 self._wakeup.clear()
-                self.metrics.record_step(0, 0, self.block_manager.usage, self.block_manager.prefix_cache_queries_tokens,
-                                         self.block_manager.prefix_cache_hits_tokens, self.scheduler.num_preemptions,
-                                         0, 0, 0, 0)
                 continue
             try:
                 outputs = self.step()

@@ -6,12 +6,15 @@ through a padded block-table gather, longer (prefill) chunks run one by one.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from native_engine.gguf_model import ModelConfig, ModelWeights
+
+DECODE_GROUP_KEY_BYTES = 2 * 2**20  # gathered keys per batched decode attention (values: as many again)
 
 
 @dataclass
@@ -23,13 +26,19 @@ class SeqChunk:
 
 
 @dataclass
+class _DecodeGroup:
+    """Single-token chunks whose attention runs as one batched matmul."""
+    rows: np.ndarray  # [n] rows in the flat batch
+    blocks: np.ndarray  # [n, max_blocks] block tables padded with block 0
+    key_mask: np.ndarray  # [n, max_blocks * block_size] True where a key position is valid
+
+
+@dataclass
 class _StepPlan:
     """Where each chunk's rows sit in the flat batch and what its attention reads."""
     slots: np.ndarray  # [n_tokens] flat KV slot each new token is written to
     positions: np.ndarray  # [n_tokens]
-    decode_rows: np.ndarray  # [n_decode] rows of single-token chunks
-    decode_blocks: np.ndarray  # [n_decode, max_blocks] padded block tables of those chunks
-    decode_key_mask: np.ndarray  # [n_decode, max_blocks * block_size] True where a key position is valid
+    decode_groups: list[_DecodeGroup]
     prefill: list[tuple[int, int, int, np.ndarray]]  # (first row, n tokens, start_pos, block table)
     logit_rows: np.ndarray  # rows whose logits are returned, in chunk order
     kv_positions_read: int  # sum over chunks of the context each attends to
@@ -61,8 +70,9 @@ class ModelRunner:
         self.kv_cache_bytes = self.k_cache.nbytes + self.v_cache.nbytes
         self.kv_bytes_per_token = 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4
         self.weight_bytes = weights.matrix_bytes()
-        self.lm_head_bytes = (weights.lm_head if weights.lm_head is not None else weights.token_embedding).nbytes
+        self.lm_head_bytes = weights.lm_head.nbytes
         self.last_step_bytes_read = 0
+        self.attn_scale = 1.0 / math.sqrt(c.head_dim)  # a Python float: a numpy float64 would upcast the scores
         # RoPE angles for every position up front: a lookup per step instead of trig.
         half = c.head_dim // 2
         inv_freq = 1.0 / (c.rope_theta ** (np.arange(0, half, dtype=np.float64) * 2 / c.head_dim))
@@ -103,16 +113,36 @@ class ModelRunner:
                 logit_rows.append(row + n - 1)
             kv_read += end
             row += n
-        max_blocks = max((len(t) for t in decode_tables), default=0)
-        decode_blocks = np.zeros((len(decode_tables), max_blocks), dtype=np.int64)
-        for j, t in enumerate(decode_tables):
-            decode_blocks[j, : len(t)] = t
-        key_mask = np.arange(max_blocks * bs)[None, :] < np.asarray(decode_lengths, dtype=np.int64)[:, None]
         tokens = np.concatenate([np.asarray(ch.token_ids, dtype=np.int64) for ch in chunks]) if chunks else None
         if tokens is not None and (tokens.min() < 0 or tokens.max() >= c.vocab_size):
             raise ValueError(f"token ids must lie in [0, {c.vocab_size}); got {int(tokens.min())}..{int(tokens.max())}")
-        return _StepPlan(np.concatenate(slots), np.concatenate(positions), np.asarray(decode_rows, dtype=np.int64),
-                         decode_blocks, key_mask, prefill, np.asarray(logit_rows, dtype=np.int64), kv_read)
+        groups = self._decode_groups(decode_rows, decode_tables, decode_lengths)
+        return _StepPlan(np.concatenate(slots), np.concatenate(positions), groups, prefill,
+                         np.asarray(logit_rows, dtype=np.int64), kv_read)
+
+    def _decode_groups(self, rows: list[int], tables: list[np.ndarray], lengths: list[int]) -> list[_DecodeGroup]:
+        """Sequences of similar length together, each group's gathered keys small enough to stay in cache.
+
+        One batched attention over 64 sequences at context 256 is three times slower than
+        eight of 8 sequences: the gathered K/V no longer fit in cache before the matmul reads them.
+        """
+        bs, c = self.kv_block_size, self.config
+        block_bytes = bs * c.n_kv_heads * c.head_dim * 4
+        if not rows:
+            return []
+        groups, members = [], []
+        for j in sorted(range(len(rows)), key=lambda j: lengths[j]) + [None]:
+            if j is not None and (not members or (len(members) + 1) * len(tables[j]) * block_bytes <= DECODE_GROUP_KEY_BYTES):
+                members.append(j)
+                continue
+            max_blocks = max(len(tables[m]) for m in members)
+            blocks = np.zeros((len(members), max_blocks), dtype=np.int64)
+            for k, m in enumerate(members):
+                blocks[k, : len(tables[m])] = tables[m]
+            key_mask = np.arange(max_blocks * bs)[None, :] < np.asarray([lengths[m] for m in members])[:, None]
+            groups.append(_DecodeGroup(np.asarray([rows[m] for m in members], dtype=np.int64), blocks, key_mask))
+            members = [j]
+        return groups
 
     # -- attention ------------------------------------------------------------
     def _rope(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -123,15 +153,16 @@ class ModelRunner:
         x1, x2 = x[..., :half], x[..., half:]
         return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
-    def _decode_attention(self, layer: int, q: np.ndarray, plan: _StepPlan) -> np.ndarray:
-        """q [n_decode, n_heads, head_dim] -> [n_decode, n_heads * head_dim], all sequences at once."""
+    def _decode_attention(self, layer: int, q: np.ndarray, decode: _DecodeGroup) -> np.ndarray:
+        """q [n, n_heads, head_dim] -> [n, n_heads * head_dim] for a group of single-token chunks at once."""
         c = self.config
-        n, group = len(plan.decode_rows), c.n_heads // c.n_kv_heads
-        keys = self.k_cache[layer][plan.decode_blocks].reshape(n, -1, c.n_kv_heads, c.head_dim)
-        values = self.v_cache[layer][plan.decode_blocks].reshape(n, -1, c.n_kv_heads, c.head_dim)
+        n, group = len(decode.rows), c.n_heads // c.n_kv_heads
+        # take() copies whole blocks and is several times faster than fancy indexing here
+        keys = self.k_cache[layer].take(decode.blocks, axis=0).reshape(n, -1, c.n_kv_heads, c.head_dim)
+        values = self.v_cache[layer].take(decode.blocks, axis=0).reshape(n, -1, c.n_kv_heads, c.head_dim)
         q = q.reshape(n, c.n_kv_heads, group, c.head_dim)
-        scores = np.matmul(q, keys.transpose(0, 2, 3, 1)) * (1.0 / np.sqrt(c.head_dim))  # [n, kv, group, T]
-        scores = np.where(plan.decode_key_mask[:, None, None, :], scores, -np.inf)
+        scores = np.matmul(q, keys.transpose(0, 2, 3, 1)) * self.attn_scale  # [n, kv, group, T]
+        scores = np.where(decode.key_mask[:, None, None, :], scores, -np.inf)
         out = np.matmul(softmax_last_axis(scores), values.transpose(0, 2, 1, 3))  # [n, kv, group, head_dim]
         return out.reshape(n, c.n_heads * c.head_dim)
 
@@ -141,10 +172,10 @@ class ModelRunner:
         n, group = q.shape[0], c.n_heads // c.n_kv_heads
         context = start_pos + n
         blocks = table[: -(-context // bs)]
-        keys = self.k_cache[layer][blocks].reshape(-1, c.n_kv_heads, c.head_dim)[:context]
-        values = self.v_cache[layer][blocks].reshape(-1, c.n_kv_heads, c.head_dim)[:context]
+        keys = self.k_cache[layer].take(blocks, axis=0).reshape(-1, c.n_kv_heads, c.head_dim)[:context]
+        values = self.v_cache[layer].take(blocks, axis=0).reshape(-1, c.n_kv_heads, c.head_dim)[:context]
         q = q.reshape(n, c.n_kv_heads, group, c.head_dim).transpose(1, 2, 0, 3)  # [kv, group, n, hd]
-        scores = np.matmul(q, keys.transpose(1, 2, 0)[:, None]) * (1.0 / np.sqrt(c.head_dim))  # [kv, group, n, T]
+        scores = np.matmul(q, keys.transpose(1, 2, 0)[:, None]) * self.attn_scale  # [kv, group, n, T]
         causal = np.arange(context)[None, :] <= (start_pos + np.arange(n))[:, None]
         scores = np.where(causal, scores, -np.inf)
         out = np.matmul(softmax_last_axis(scores), values.transpose(1, 0, 2)[:, None])  # [kv, group, n, hd]
@@ -168,8 +199,8 @@ class ModelRunner:
             self.k_cache[i].reshape(flat_kv)[plan.slots] = k
             self.v_cache[i].reshape(flat_kv)[plan.slots] = qkv[:, q_dim + kv_dim:].reshape(-1, c.n_kv_heads, c.head_dim)
             attn = np.empty((n_tokens, q_dim), dtype=np.float32)
-            if len(plan.decode_rows):
-                attn[plan.decode_rows] = self._decode_attention(i, q[plan.decode_rows], plan)
+            for decode in plan.decode_groups:
+                attn[decode.rows] = self._decode_attention(i, q[decode.rows], decode)
             for row, n, start_pos, table in plan.prefill:
                 attn[row:row + n] = self._prefill_attention(i, q[row:row + n], start_pos, table)
             x += attn @ layer.wo
@@ -181,8 +212,28 @@ class ModelRunner:
             self.last_step_bytes_read -= self.lm_head_bytes
             return np.zeros((0, c.vocab_size), dtype=np.float32)
         h = rms_norm(x[plan.logit_rows], w.output_norm, c.rms_eps)
-        lm_head = w.lm_head if w.lm_head is not None else w.token_embedding.T
-        return np.ascontiguousarray(h @ lm_head, dtype=np.float32)
+        return h @ w.lm_head
+
+
+def set_blas_threads(n_threads: int) -> int | None:
+    """Set OpenBLAS's thread count at run time; returns the previous count, None when no OpenBLAS is found.
+
+    On a machine whose cores are shared with a server and a load generator, OpenBLAS threads
+    that spin-wait for a descheduled partner make matmuls many times slower; one thread avoids that.
+    """
+    import ctypes
+
+    with open("/proc/self/maps") as maps:  # the OpenBLAS numpy loaded, wherever its wheel put it
+        libraries = {line.split()[-1] for line in maps if "openblas" in line.split()[-1].lower()}
+    for library in sorted(libraries):
+        lib = ctypes.CDLL(library)
+        for prefix, suffix in (("scipy_openblas", "64_"), ("scipy_openblas", ""), ("openblas", "64_"), ("openblas", "")):
+            setter, getter = f"{prefix}_set_num_threads{suffix}", f"{prefix}_get_num_threads{suffix}"
+            if hasattr(lib, setter) and hasattr(lib, getter):
+                previous = int(getattr(lib, getter)())
+                getattr(lib, setter)(int(n_threads))
+                return previous
+    return None
 
 
 def measure_read_bandwidth_gbs(n_bytes: int = 256 * 2**20, repeats: int = 5) -> float:

@@ -11,9 +11,9 @@ import numpy as np
 
 from native_engine.sequence import Sequence
 
-# top_k/top_p look at this many best tokens first; a full sort of the vocabulary is only
-# needed for a row whose nucleus is wider than this (almost never at top_p < 1).
-_CANDIDATES = 256
+# top_k/top_p sort only this many best tokens first, widening while a top_p nucleus does not
+# fit: a full sort of a 49k vocabulary costs ~5 ms a row, the first try ~0.2 ms.
+_CANDIDATES = (256, 4096)
 
 
 def mask_stop_tokens(logits: np.ndarray, seqs: list[Sequence], eos_token_ids: list[int]) -> None:
@@ -29,6 +29,8 @@ def sample(logits: np.ndarray, seqs: list[Sequence]) -> np.ndarray:
     """logits [n, vocab] float32 (modified in place) -> token ids [n] int64."""
     next_ids = np.empty(len(seqs), dtype=np.int64)
     greedy = np.fromiter((s.params.greedy for s in seqs), dtype=bool, count=len(seqs))
+    if greedy.all():
+        return np.argmax(logits, axis=1)
     if greedy.any():
         next_ids[greedy] = np.argmax(logits[greedy], axis=1)
     sampled_rows = np.flatnonzero(~greedy)
@@ -63,17 +65,20 @@ def _keep_top(p: np.ndarray, top_k: int, top_p: float) -> None:
     """Zero every entry of one probability row outside its top_k and its top_p nucleus."""
     vocab = p.shape[0]
     k = top_k if 0 < top_k < vocab else vocab
-    n = min(max(k, _CANDIDATES), vocab)
-    order = np.argpartition(-p, n - 1)[:n] if n < vocab else np.arange(vocab)
-    order = order[np.argsort(-p[order], kind="stable")]
-    keep = order[:k]
-    if top_p < 1.0:
+    for n in (*_CANDIDATES, vocab):
+        # Sort only the n best; widen when a top_p nucleus does not fit inside them.
+        n = min(max(k, n), vocab)
+        order = np.argpartition(-p, n - 1)[:n] if n < vocab else np.arange(vocab)
+        order = order[np.argsort(-p[order], kind="stable")]
+        keep = order[:k]
+        if top_p == 1.0:
+            break
         base_mass = p[keep].sum() if k < vocab else p.sum()   # top_p applies after top_k
-        if k == vocab and n < vocab and p[order].sum() < top_p * base_mass:
-            keep = np.argsort(-p, kind="stable")  # nucleus wider than the candidates: sort all
-        cum = np.cumsum(p[keep])
-        # Keep the smallest head whose mass reaches top_p (the token crossing the line stays).
-        keep = keep[:int(np.searchsorted(cum, top_p * base_mass)) + 1]
+        if k < vocab or n == vocab or p[order].sum() >= top_p * base_mass:
+            cum = np.cumsum(p[keep])
+            # Keep the smallest head whose mass reaches top_p (the token crossing the line stays).
+            keep = keep[:int(np.searchsorted(cum, top_p * base_mass)) + 1]
+            break
     mask = np.zeros(vocab, dtype=bool)
     mask[keep] = True
     p[~mask] = 0.0

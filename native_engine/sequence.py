@@ -89,7 +89,3 @@ class Sequence:
     @property
     def is_finished(self) -> bool:
         return self.status == SequenceStatus.FINISHED
-
-    @property
-    def is_prefilling(self) -> bool:
-        return self.num_tokens - self.num_computed_tokens > 1

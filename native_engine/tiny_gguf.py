@@ -7,7 +7,7 @@ import gguf
 import numpy as np
 
 from native_engine.model_files import smollm2_path
-from native_engine.tokenizer import _byte_level_alphabet
+from native_engine.tokenizer import byte_level_alphabet
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
@@ -22,7 +22,8 @@ BYTE_MERGES = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a", "e r", "o n", "Ġ s", "r 
 
 def byte_level_vocab() -> tuple[list[str], list[int], list[str]]:
     """Control tokens, the 256 byte tokens, and the tokens of BYTE_MERGES."""
-    tokens = CONTROL_TOKENS + sorted(_byte_level_alphabet(), key=lambda ch: _byte_level_alphabet()[ch])
+    alphabet = byte_level_alphabet()
+    tokens = CONTROL_TOKENS + sorted(alphabet, key=alphabet.get)
     tokens += [m.replace(" ", "") for m in BYTE_MERGES]
     types = [gguf.TokenType.CONTROL] * len(CONTROL_TOKENS) + [gguf.TokenType.NORMAL] * (len(tokens) - 3)
     return tokens, [int(t) for t in types], list(BYTE_MERGES)

@@ -20,7 +20,7 @@ SMOLLM_PRE_TOKENIZER_REGEXES = (
 PRE_TOKENIZERS = {"smollm": SMOLLM_PRE_TOKENIZER_REGEXES}
 
 
-def _byte_level_alphabet() -> dict[str, int]:
+def byte_level_alphabet() -> dict[str, int]:
     """GPT-2's reversible map from printable characters back to the bytes they stand for."""
     printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
         range(ord("®"), ord("ÿ") + 1))
@@ -54,7 +54,7 @@ class Tokenizer:
         self._bpe.decoder = decoders.ByteLevel()
         self._bpe.add_special_tokens(
             [AddedToken(tokens[i], special=True, normalized=False) for i in sorted(self.special_token_ids)])
-        alphabet = _byte_level_alphabet()
+        alphabet = byte_level_alphabet()
         self._token_bytes = [
             t.encode("utf-8") if i in self.special_token_ids
             else bytes(alphabet[ch] for ch in t) if all(ch in alphabet for ch in t) else t.encode("utf-8")

@@ -23,8 +23,6 @@ import sys
 import time
 from dataclasses import dataclass
 
-import os
-UV = os.environ.get("GT_UVLOOP") == "1"
 _DIRECTIVE = re.compile(rb"\[gt ([^\]]*)\]")
 
 
@@ -262,7 +260,7 @@ class GroundTruthProcess:
 
     def __enter__(self) -> "GroundTruthProcess":
         c = self.config
-        args = [sys.executable, __file__, "--port", "0"] + (["--uvloop"] if UV else []) + [ "--ttft-ms", str(c.ttft_ms), "--itl-ms", str(c.itl_ms),
+        args = [sys.executable, __file__, "--port", "0", "--ttft-ms", str(c.ttft_ms), "--itl-ms", str(c.itl_ms),
                 "--tokens-per-chunk", str(c.tokens_per_chunk)] + ([] if c.keep_alive else ["--close"])
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
@@ -296,14 +294,8 @@ if __name__ == "__main__":
     p.add_argument("--itl-ms", type=float, default=10.0)
     p.add_argument("--tokens-per-chunk", type=int, default=1)
     p.add_argument("--close", action="store_true", help="Connection: close after each response")
-    p.add_argument("--uvloop", action="store_true", help="run on uvloop instead of asyncio's loop")
-    args = p.parse_args()
     try:
-        if args.uvloop:
-            import uvloop
-            uvloop.run(_main(args))
-        else:
-            asyncio.run(_main(args))
+        asyncio.run(_main(p.parse_args()))
     except KeyboardInterrupt:
         pass
 

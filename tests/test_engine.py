@@ -152,5 +152,7 @@ async def test_streams_from_the_engine_thread_and_close_aborts(tiny):
                 break
             await asyncio.sleep(0.01)
         assert engine.block_manager.usage == 0 and not engine.scheduler.has_work()
+        generated = engine.metrics.registry.get_sample_value("native:generation_tokens_total", {"model_name": "smollm2"})
+        assert 12 < generated < 12 + 1500     # s2 was aborted, not run to the end
     finally:
         engine.stop()

@@ -84,14 +84,16 @@ def test_unreachable_server_is_one_clear_error_before_any_load(tmp_path):
     assert not (tmp_path / "r" / "requests.jsonl").read_text()  # no load was sent
 
 
-def test_ctrl_c_keeps_every_completed_record_and_marks_the_summary(tmp_path):
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ctrl_c_keeps_every_completed_record_and_marks_the_summary(tmp_path, workers):
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=20, itl_ms=10)) as gt:
         scenario = tmp_path / "s.yaml"
         scenario.write_text(f"name: cut\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
                             "workload: {kind: random, input_tokens: 8, output_tokens: 20}\n"
                             "load: {arrival: constant, rate: 20, num_requests: 400}\n")
         out_dir = tmp_path / "r"
-        proc = subprocess.Popen([sys.executable, "-m", "harness", "run", str(scenario), "--output", str(out_dir)],
+        proc = subprocess.Popen([sys.executable, "-m", "harness", "run", str(scenario), "--output", str(out_dir),
+                                 "--workers", workers],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         requests_file = out_dir / "requests.jsonl"
         deadline = time.monotonic() + 60

@@ -34,7 +34,9 @@ def test_weights_are_fused_fp32_for_x_at_w(tiny_path):
     assert layer.w_gate_up.shape == (c.hidden_size, 2 * c.ffn_size)
     assert layer.w_down.shape == (c.ffn_size, c.hidden_size)
     assert weights.token_embedding.shape == (c.vocab_size, c.hidden_size)
-    for array in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down, weights.token_embedding):
+    assert weights.lm_head.shape == (c.hidden_size, c.vocab_size)
+    assert np.shares_memory(weights.lm_head, weights.token_embedding)  # tied: one copy
+    for array in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down, weights.lm_head):
         assert array.dtype == np.float32 and array.flags["C_CONTIGUOUS"]
 
 

@@ -6,8 +6,9 @@ import gguf
 import numpy as np
 import pytest
 
+from native_engine import model_runner
 from native_engine.gguf_model import load_gguf
-from native_engine.model_runner import ModelRunner, SeqChunk
+from native_engine.model_runner import ModelRunner, SeqChunk, set_blas_threads
 from native_engine.tiny_gguf import write_tiny_llama_gguf
 
 BLOCK = 4
@@ -110,8 +111,13 @@ def test_chunked_prefill_matches_one_chunk(tiny, sizes):
         np.testing.assert_allclose(logits, one_chunk_logits(tiny, ids[:pos + 1]), rtol=1e-4, atol=1e-5)
 
 
-def test_mixed_batch_matches_each_sequence_alone(tiny):
-    """Prefill chunks and decodes of four sequences at different positions share every step."""
+@pytest.mark.parametrize("group_key_bytes", [2**30, 8192, 1])
+def test_mixed_batch_matches_each_sequence_alone(tiny, monkeypatch, group_key_bytes):
+    """Prefill chunks and decodes of four sequences at different positions share every step.
+
+    group_key_bytes splits the decodes into one attention group, groups by length, or one each.
+    """
+    monkeypatch.setattr(model_runner, "DECODE_GROUP_KEY_BYTES", group_key_bytes)
     _, config, _ = tiny
     runner = runner_for(tiny)
     rng = np.random.default_rng(4)
@@ -213,8 +219,28 @@ def test_bad_chunks_name_the_field(tiny, chunk, field):
         runner_for(tiny).forward([chunk])
 
 
+def test_set_blas_threads_returns_the_previous_count():
+    before = set_blas_threads(1)
+    if before is None:
+        pytest.skip("numpy's BLAS is not OpenBLAS")
+    try:
+        assert set_blas_threads(before) == 1
+        assert set_blas_threads(before) == before
+    finally:
+        set_blas_threads(before)
+
+
+@pytest.fixture
+def one_blas_thread():
+    """The 2 shared cores of CI: one BLAS thread avoids spin-waits on a descheduled partner."""
+    before = set_blas_threads(1)
+    yield
+    if before is not None:
+        set_blas_threads(before)
+
+
 @pytest.mark.slow
-def test_real_model_greedy_matches_reference():
+def test_real_model_greedy_matches_reference(one_blas_thread):
     """Greedy ids of all fixture prompts decoded together in one batch equal the independent reference's."""
     fixture = json.loads(FIXTURE.read_text())
     from native_engine.model_files import resolve_model

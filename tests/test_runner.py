@@ -99,7 +99,7 @@ def test_multi_turn_carries_history_and_waits_think_time(gt):
         turns = [by_index[session * 3 + t] for t in range(3)]
         for prev, nxt in zip(turns, turns[1:]):
             gap_s = nxt.intended_send_s - prev.end_s
-            assert 0.05 <= gap_s < 0.06
+            assert 0.05 - 1e-6 <= gap_s < 0.06
         sizes = [stats["records"][str(session * 3 + t)]["body_bytes"] for t in range(3)]
         # each turn re-sends the earlier user turns and the six-token answers
         assert sizes[1] - sizes[0] > len(" tok" * 6) and sizes[2] - sizes[1] > len(" tok" * 6)

@@ -141,6 +141,7 @@ async def test_client_disconnect_mid_stream_frees_its_blocks(serve):
     bm = s.engine.block_manager
     assert bm.num_free_blocks == bm.num_blocks
     assert await s.metric("native:kv_cache_usage_perc") == 0
+    assert await s.metric("native:generation_tokens_total") < 1800   # aborted, not run to the end
 
 
 async def test_small_kv_cache_preempts_yet_outputs_match(serve):
@@ -219,3 +220,19 @@ def test_serve_rejects_bad_options_naming_them(tmp_path):
     result = subprocess.run([sys.executable, "-m", "native_engine", "serve", "--model", str(tmp_path / "nope.gguf")],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "nope.gguf" in result.stderr and "model" in result.stderr
+
+
+@pytest.mark.slow
+async def test_real_smollm2_answers_through_the_server():
+    engine = LLMEngine(EngineConfig(kv_cache_tokens=2048))
+    runner, port = await start_server(engine, "127.0.0.1", 0)
+    try:
+        async with aiohttp.ClientSession() as http:
+            request = {"model": "smollm2", "messages": [{"role": "user", "content": "What is the capital of France?"}],
+                       "max_tokens": 12, "temperature": 0}
+            async with http.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=request) as resp:
+                body = await resp.json()
+        assert resp.status == 200 and "Paris" in body["choices"][0]["message"]["content"]
+        assert body["choices"][0]["finish_reason"] in ("stop", "length")
+    finally:
+        await runner.cleanup()

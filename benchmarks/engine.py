@@ -1,0 +1,215 @@
+"""Side-by-side measurements of the built-in engine (native_engine), printed as a JSON report.
+
+  (a) single-stream decode tok/s next to the memory-bandwidth roofline measured in the same run
+  (b) total output tok/s through the HTTP server at 1, 8, 32, 64 concurrent streams
+  (c) continuous vs static batching on mixed output lengths
+  (d) chunked prefill on/off: ITL p99 of running streams while long prompts arrive
+  (e) prefix caching on/off: TTFT on a shared-prefix workload
+
+Servers run as subprocesses (`python -m native_engine serve`) so the client's event loop does
+not share a GIL with the engine. Run: python benchmarks/engine.py [--only a,b] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import aiohttp
+import numpy as np
+
+WORDS = ("paged attention keeps the kv cache in blocks so requests share memory and the scheduler "
+         "batches every step while long prompts are split into chunks").split()
+
+
+def text_of(n_words: int, offset: int = 0) -> str:
+    return " ".join(WORDS[(offset + i) % len(WORDS)] for i in range(n_words))
+
+
+# ---- (a) in-process single stream vs roofline ----------------------------------------------
+def single_stream(output_tokens: int) -> dict:
+    from native_engine.llm_engine import EngineConfig, LLMEngine
+    from native_engine.model_runner import measure_read_bandwidth_gbs
+    from native_engine.sequence import SamplingParams
+
+    engine = LLMEngine(EngineConfig(kv_cache_tokens=4096))
+    prompt = engine.tokenizer.encode(text_of(20))
+    engine.generate([prompt], SamplingParams(max_tokens=4, temperature=0.0))  # warm up
+    engine.add_request("a", prompt, SamplingParams(max_tokens=output_tokens, temperature=0.0, ignore_eos=True))
+    engine.step()                                        # the prefill step, not timed
+    step_s, bytes_read = [], []
+    while engine.has_work():
+        start = time.perf_counter()
+        engine.step()
+        step_s.append(time.perf_counter() - start)
+        bytes_read.append(engine.runner.last_step_bytes_read)
+    # Engine overhead (scheduling, sampling, detokenizing) next to the forward pass, at batch 64.
+    for i in range(64):
+        engine.add_request(f"b{i}", engine.tokenizer.encode(text_of(20, i)),
+                           SamplingParams(max_tokens=16, temperature=0.8, top_p=0.95, seed=i, ignore_eos=True))
+    engine.step()
+    while engine.scheduler.waiting or any(seq.num_output_tokens == 0 for seq in engine.scheduler.running):
+        engine.step()                                    # prefill all 64 first
+    batch_step_s, batch_forward_s = [], []
+    while engine.has_work():
+        start = time.perf_counter()
+        engine.step()
+        batch_step_s.append(time.perf_counter() - start)
+        batch_forward_s.append(engine.last_forward_s)
+    bandwidth_gbs = measure_read_bandwidth_gbs(engine.runner.weight_bytes)
+    decode_tok_s = len(step_s) / sum(step_s)
+    roofline_tok_s = bandwidth_gbs * 1e9 / float(np.mean(bytes_read))
+    return {"decode_tok_s": round(decode_tok_s, 1), "bytes_read_per_step_mb": round(np.mean(bytes_read) / 1e6, 1),
+            "read_bandwidth_gbs": round(bandwidth_gbs, 1), "roofline_tok_s": round(roofline_tok_s, 1),
+            "fraction_of_roofline": round(decode_tok_s / roofline_tok_s, 2), "steps": len(step_s),
+            "batch64_step_ms": round(1000 * float(np.median(batch_step_s)), 1),
+            "batch64_engine_overhead_ms": round(1000 * float(np.median(np.subtract(batch_step_s, batch_forward_s))), 1)}
+
+
+# ---- HTTP server and client ----------------------------------------------------------------
+@contextlib.asynccontextmanager
+async def server(*flags: str):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "native_engine", "serve", "--port", str(port), *flags],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        proc.stdout.readline()   # the "serving on" line: model loaded, socket bound
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+async def stream_request(http: aiohttp.ClientSession, url: str, prompt: str, max_tokens: int,
+                         started: list | None = None) -> dict:
+    """One streamed completion: arrival times of its content chunks and its token count.
+
+    started, if given, gets an entry when the first token arrives.
+    """
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}
+    start = time.perf_counter()
+    chunk_s, tokens = [], 0
+    async with http.post(url + "/v1/completions", json=body) as resp:
+        assert resp.status == 200, await resp.text()
+        async for line in resp.content:
+            if not line.startswith(b"data: {"):
+                continue
+            event = json.loads(line[6:])
+            if event["choices"]:
+                chunk_s.append(time.perf_counter())
+                if started is not None and len(chunk_s) == 1:
+                    started.append(1)
+            if event.get("usage"):
+                tokens = event["usage"]["completion_tokens"]
+    end = time.perf_counter()
+    return {"ttft_s": chunk_s[0] - start, "itl_s": list(np.diff(chunk_s)), "tokens": tokens, "start": start, "end": end}
+
+
+async def run_clients(url: str, jobs: list[tuple[str, int]], concurrency: int) -> list[dict]:
+    """Closed loop: `concurrency` clients take the next job as soon as their last one finishes."""
+    queue = list(reversed(jobs))
+    results = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600)) as http:
+        async def client():
+            while queue:
+                prompt, max_tokens = queue.pop()
+                results.append(await stream_request(http, url, prompt, max_tokens))
+        await asyncio.gather(*[client() for _ in range(concurrency)])
+    return results
+
+
+def summarize(results: list[dict]) -> dict:
+    span_s = max(r["end"] for r in results) - min(r["start"] for r in results)
+    itl = [x for r in results for x in r["itl_s"]]
+    return {"requests": len(results), "output_tok_s": round(sum(r["tokens"] for r in results) / span_s, 1),
+            "ttft_p50_ms": round(1000 * float(np.median([r["ttft_s"] for r in results])), 1),
+            "itl_p50_ms": round(1000 * float(np.percentile(itl, 50)), 1) if itl else None,
+            "itl_p99_ms": round(1000 * float(np.percentile(itl, 99)), 1) if itl else None,
+            "e2e_mean_s": round(float(np.mean([r["end"] - r["start"] for r in results])), 2)}
+
+
+# ---- (b)-(e) -------------------------------------------------------------------------------
+async def concurrency_sweep(levels: list[int], output_tokens: int) -> dict:
+    out = {}
+    async with server("--max-num-seqs", str(max(levels))) as url:
+        await run_clients(url, [(text_of(8), 4)], 1)    # warm up
+        for n in levels:
+            jobs = [(text_of(20, offset=i), output_tokens) for i in range(n)]
+            out[f"streams_{n}"] = summarize(await run_clients(url, jobs, n))
+    return out
+
+
+async def batching_modes(n_requests: int, concurrency: int, max_output_tokens: int) -> dict:
+    rng = np.random.default_rng(0)
+    jobs = [(text_of(20, offset=i), int(rng.integers(8, max_output_tokens))) for i in range(n_requests)]
+    out = {}
+    for name, flags in (("continuous", ()), ("static", ("--static-batching",))):
+        async with server("--max-num-seqs", str(concurrency), *flags) as url:
+            out[name] = summarize(await run_clients(url, jobs, concurrency))
+    out["continuous_over_static_tok_s"] = round(out["continuous"]["output_tok_s"] / out["static"]["output_tok_s"], 2)
+    return out
+
+
+async def chunked_prefill(n_running: int, n_long: int, long_words: int, running_tokens: int) -> dict:
+    out = {}
+    for name, flags in (("chunked", ()), ("whole", ("--no-chunked-prefill", "--max-num-batched-tokens", "4096"))):
+        async with server(*flags) as url:
+            async with aiohttp.ClientSession() as http:
+                started = []
+                running = [asyncio.create_task(stream_request(http, url, text_of(10, i), running_tokens, started))
+                           for i in range(n_running)]
+                while sum(started) < n_running:          # long prompts arrive while the streams decode
+                    await asyncio.sleep(0.1)
+                await asyncio.sleep(1.0)
+                longs = [asyncio.create_task(stream_request(http, url, text_of(long_words, 7 * i), 4))
+                         for i in range(n_long)]
+                results = await asyncio.gather(*running)
+                long_results = await asyncio.gather(*longs)
+            out[name] = {**summarize(results), "long_prompt_ttft_p50_ms": summarize(long_results)["ttft_p50_ms"]}
+    out["itl_p99_whole_over_chunked"] = round(out["whole"]["itl_p99_ms"] / out["chunked"]["itl_p99_ms"], 2)
+    return out
+
+
+async def prefix_caching(n_requests: int, prefix_words: int) -> dict:
+    prefix = text_of(prefix_words)
+    jobs = [(f"{prefix} question {i}: {text_of(6, i)}", 8) for i in range(n_requests)]
+    out = {}
+    for name, flags in (("on", ()), ("off", ("--no-prefix-caching",))):
+        async with server(*flags) as url:
+            out[name] = summarize(await run_clients(url, jobs, 2))
+    out["ttft_p50_off_over_on"] = round(out["off"]["ttft_p50_ms"] / out["on"]["ttft_p50_ms"], 2)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="a,b,c,d,e", help="comma-separated parts to run")
+    parser.add_argument("--quick", action="store_true", help="smaller workloads, for a smoke run")
+    args = parser.parse_args()
+    parts, q = set(args.only.split(",")), args.quick
+    report = {}
+    if "a" in parts:
+        report["a_single_stream"] = single_stream(32 if q else 128)
+        print(json.dumps({"a_single_stream": report["a_single_stream"]}), flush=True)
+    runs = {"b_concurrency": lambda: concurrency_sweep([1, 8] if q else [1, 8, 32, 64], 32 if q else 128),
+            "c_batching": lambda: batching_modes(8 if q else 64, 4 if q else 16, 48 if q else 192),
+            "d_chunked_prefill": lambda: chunked_prefill(4 if q else 8, 2 if q else 4, 300 if q else 1200,
+                                                         48 if q else 160),
+            "e_prefix_caching": lambda: prefix_caching(6 if q else 16, 300 if q else 800)}
+    for key, run in runs.items():
+        if key[0] in parts:
+            report[key] = asyncio.run(run())
+            print(json.dumps({key: report[key]}), flush=True)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""The `bench report`, `bench gate` and `bench select` commands (registered in harness/cli.py).
+
+Exit codes: 0 fine, 1 the gate found a regression, 2 bad input (folder, rules file, option).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+
+console = Console(stderr=True)
+EXIT_REGRESSION = 1
+EXIT_BAD_INPUT = 2
+
+
+def _fail(message: str) -> None:
+    console.print(f"[bold red]error[/]: {message}")
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def report(run_dirs: List[Path] = typer.Argument(..., help="results folders (runs or sweeps); several are overlaid"),
+           output: Path = typer.Option(Path("report.html"), "-o", "--output", help="HTML file; report.md goes beside it"),
+           label: List[str] = typer.Option([], "--label", help="a name per folder, in order (default: folder names)"),
+           attainment: float = typer.Option(0.9, "--attainment",
+                                            help="share of requests that must meet the SLOs at a sweep point"),
+           ) -> None:
+    """Write one self-contained HTML report (offline) and a Markdown summary."""
+    from reports.load import ResultsError
+    from reports.report import write_report
+
+    try:
+        content = write_report(run_dirs, output, labels=label or None, attainment=attainment)
+    except (ResultsError, ValueError) as e:
+        _fail(str(e))
+    for s in content.sweeps:
+        console.print(f"{s.sweep.label}: highest {s.sweep.load_kind} within SLOs: {s.capacity.describe()}")
+    console.print(f"report: {output} and {output.with_suffix('.md')} ({len(content.figures)} plots)")
+
+
+def gate(baseline: Path = typer.Argument(..., help="baseline results folder"),
+         current: Path = typer.Argument(..., help="current results folder"),
+         rules: Optional[Path] = typer.Option(None, "--rules", help="gate rules YAML (default: built-in, as ci/gate.yaml)"),
+         summary_md: Optional[Path] = typer.Option(None, "--summary-md", help="also write the Markdown summary here"),
+         ) -> None:
+    """Compare two runs metric by metric; exit 1 on a significant regression beyond its threshold."""
+    from reports import gate as g
+    from reports.load import ResultsError, load_run
+
+    try:
+        gate_rules = g.load_rules(rules)
+        base, cur = load_run(baseline), load_run(current)
+    except (g.GateRulesError, ResultsError) as e:
+        _fail(str(e))
+    verdicts = g.compare(base, cur, gate_rules)
+    text = g.render_markdown(base, cur, verdicts, gate_rules)
+    typer.echo(text)
+    if summary_md:
+        summary_md.write_text(text, encoding="utf-8")
+    raise typer.Exit(g.exit_code(verdicts))
+
+
+def select(results: List[Path] = typer.Argument(..., help="one results folder (sweep or run) per engine"),
+           slo: str = typer.Option(..., "--slo", help="SLO limits in ms, e.g. ttft_ms=500,tpot_ms=50"),
+           gpu_cost_per_hour: float = typer.Option(..., "--gpu-cost-per-hour", help="price of one accelerator-hour"),
+           accelerators: int = typer.Option(1, "--accelerators", help="accelerators each engine ran on"),
+           label: List[str] = typer.Option([], "--label", help="an engine name per folder, in order"),
+           attainment: float = typer.Option(0.9, "--attainment", help="share of requests that must meet the SLOs"),
+           output: Path = typer.Option(Path("selection.html"), "-o", "--output",
+                                       help="HTML file; the .md goes beside it"),
+           ) -> None:
+    """Engine-selection report: capacity within SLOs, tokens/s per accelerator, cost per million tokens."""
+    from reports.load import ResultsError
+    from reports.select import parse_slo, write_selection
+
+    try:
+        sel = write_selection(results, output, slo=parse_slo(slo), gpu_cost_per_hour=gpu_cost_per_hour,
+                              accelerators=accelerators, labels=label or None, attainment=attainment)
+    except (ResultsError, ValueError) as e:
+        _fail(str(e))
+    typer.echo(sel.recommendation)
+    console.print(f"selection report: {output} and {output.with_suffix('.md')}")

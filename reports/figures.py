@@ -1,0 +1,165 @@
+"""Plotly figures of single runs; several runs are overlaid in one colour each.
+
+Plain SVG traces only (no WebGL): the report must draw in any browser, headless ones too.
+Long series are thinned before plotting so a report of a 100k-request run stays small.
+"""
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+from plotly.subplots import make_subplots
+
+from reports.load import RunData
+
+COLORS = qualitative.Plotly
+MAX_CDF_POINTS = 800
+MAX_TIMELINE_REQUESTS = 1500
+SERVER_METRIC_WORDS = ("running", "waiting", "kv", "cache_usage", "prefix", "hit")
+LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50), legend=dict(orientation="h", y=-0.15))
+
+
+def color(i: int) -> str:
+    return COLORS[i % len(COLORS)]
+
+
+def cdf_points(values_ms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(value, cumulative fraction) of the sorted values, thinned to evenly spaced quantiles."""
+    v = np.sort(values_ms[np.isfinite(values_ms)])
+    if v.size == 0:
+        return v, v
+    q = np.linspace(0, 1, min(v.size, MAX_CDF_POINTS))
+    return np.quantile(v, q), q
+
+
+def latency_cdfs(runs: list[RunData]) -> go.Figure:
+    panels = (("TTFT", "ttft_s"), ("ITL (per token)", None), ("TPOT", "tpot_s"), ("E2E", "e2e_s"))
+    fig = make_subplots(rows=2, cols=2, subplot_titles=[p[0] for p in panels])
+    for i, run in enumerate(runs):
+        for k, (name, col) in enumerate(panels):
+            ms = (run.itl_s if col is None else run.requests[col].to_numpy(dtype=float)) * 1e3
+            x, y = cdf_points(ms)
+            fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=run.label, legendgroup=run.label,
+                                     showlegend=k == 0, line=dict(color=color(i))),
+                          row=k // 2 + 1, col=k % 2 + 1)
+    fig.update_xaxes(title_text="ms")
+    fig.update_yaxes(title_text="fraction of requests ≤ x", range=[0, 1.02])
+    fig.update_layout(title="Latency distributions (CDF)", height=650, **LAYOUT)
+    return fig
+
+
+def _segments(starts, ends, ys):
+    """One trace of many horizontal segments: x/y with None between them."""
+    x, y = [], []
+    for a, b, row in zip(starts, ends, ys):
+        if np.isfinite(a) and np.isfinite(b):
+            x += [a, b, None]
+            y += [row, row, None]
+    return x, y
+
+
+def timeline(run: RunData) -> go.Figure:
+    df = run.requests.sort_values("intended_send_s").head(MAX_TIMELINE_REQUESTS).reset_index(drop=True)
+    rows = df.index.to_numpy()
+    ok, bad = df[df["ok"]], df[~df["ok"]]
+    parts = (("waiting for a slot (concurrency cap)", ok["intended_send_s"], ok["send_s"], ok.index, "#bbbbbb"),
+             ("sent → first token", ok["send_s"], ok["first_token_s"], ok.index, "#f0a030"),
+             ("first → last token", ok["first_token_s"], ok["end_s"], ok.index, "#3070c0"),
+             ("failed", bad["intended_send_s"], bad["end_s"], bad.index, "#d62728"))
+    fig = go.Figure()
+    for name, a, b, ys, c in parts:
+        x, y = _segments(a.to_numpy(dtype=float), b.to_numpy(dtype=float), ys)
+        if x:
+            fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=name, line=dict(color=c, width=3)))
+    shown = f" (first {len(rows)} of {len(run.requests)})" if len(run.requests) > len(rows) else ""
+    fig.update_layout(title=f"Per-request timeline: {run.label}{shown}", xaxis_title="seconds from t0",
+                      yaxis_title="request (by intended send time)", height=420, **LAYOUT)
+    return fig
+
+
+def _window_s(run: RunData) -> float:
+    span = float(np.nanmax(run.requests["end_s"])) if len(run.requests) else 1.0
+    return max(0.5, span / 60)
+
+
+def over_time(runs: list[RunData]) -> go.Figure:
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
+                        subplot_titles=("TTFT by send time", "ITL per window (median)", "Output tokens/s per window"))
+    for i, run in enumerate(runs):
+        c, df, w = color(i), run.requests, _window_s(run)
+        done = df[df["ok"]]
+        fig.add_trace(go.Scatter(x=done["intended_send_s"], y=done["ttft_s"] * 1e3, mode="markers", name=run.label,
+                                 legendgroup=run.label, marker=dict(color=c, size=4)), row=1, col=1)
+        if run.token_times_s.size:
+            edges = np.arange(0, run.token_times_s[-1] + w, w)
+            counts, _ = np.histogram(run.token_times_s, bins=edges)
+            mids = edges[:-1] + w / 2
+            fig.add_trace(go.Scatter(x=mids, y=counts / w, mode="lines", line=dict(color=c), legendgroup=run.label,
+                                     showlegend=False, name=run.label), row=3, col=1)
+            x_itl, y_itl = _itl_by_window(run, edges)
+            fig.add_trace(go.Scatter(x=x_itl, y=y_itl, mode="lines+markers", line=dict(color=c), marker=dict(size=3),
+                                     legendgroup=run.label, showlegend=False, name=run.label), row=2, col=1)
+    fig.update_yaxes(title_text="ms", row=1, col=1)
+    fig.update_yaxes(title_text="ms", row=2, col=1)
+    fig.update_yaxes(title_text="tokens/s", row=3, col=1)
+    fig.update_xaxes(title_text="seconds from t0", row=3, col=1)
+    fig.update_layout(title="Over time", height=750, **LAYOUT)
+    return fig
+
+
+def _itl_by_window(run: RunData, edges: np.ndarray):
+    """Median per-token gap of the tokens that arrived in each window."""
+    gaps, ends = [], []
+    for r in run.records:
+        if r.ok and len(r.token_times_s) > 1:
+            t = np.asarray(r.token_times_s)
+            k = np.asarray(r.tokens_per_chunk[1:] or [1] * (len(t) - 1), dtype=float)
+            gaps.append(np.diff(t) / k)
+            ends.append(t[1:])
+    if not gaps:
+        return [], []
+    g, e = np.concatenate(gaps), np.concatenate(ends)
+    which = np.digitize(e, edges) - 1
+    xs, ys = [], []
+    for b in np.unique(which):
+        xs.append(edges[b] + (edges[1] - edges[0]) / 2)
+        ys.append(float(np.median(g[which == b])) * 1e3)
+    return xs, ys
+
+
+def server_metrics(runs: list[RunData]) -> go.Figure | None:
+    """Scheduler state from the engine's /metrics (running, waiting, KV usage, prefix hits), when scraped."""
+    frames = [(i, r, r.server_metrics) for i, r in enumerate(runs) if r.server_metrics is not None]
+    if not frames:
+        return None
+    names = sorted({n for _, _, f in frames for n in f["name"].unique()})
+    chosen = [n for n in names if any(w in n.lower() for w in SERVER_METRIC_WORDS)] or names[:6]
+    return _small_multiples("Server metrics", chosen, frames, series_key="labels")
+
+
+def telemetry(runs: list[RunData]) -> go.Figure | None:
+    """Device counters (utilisation, memory, power...) sampled during the run, when recorded."""
+    frames = [(i, r, r.telemetry) for i, r in enumerate(runs) if r.telemetry is not None]
+    if not frames:
+        return None
+    names = sorted({n for _, _, f in frames for n in f["name"].unique()})
+    return _small_multiples("Device telemetry", names[:12], frames, series_key="source")
+
+
+def _small_multiples(title: str, names: list[str], frames, series_key: str) -> go.Figure:
+    fig = make_subplots(rows=len(names), cols=1, shared_xaxes=True, subplot_titles=names,
+                        vertical_spacing=min(0.08, 0.3 / max(len(names), 1)))
+    shown = set()
+    for row, name in enumerate(names, start=1):
+        for i, run, frame in frames:
+            sub = frame[frame["name"] == name]
+            keys = sub[series_key].fillna("") if series_key in sub else [""] * len(sub)
+            for key, part in sub.groupby(keys, sort=True):
+                label = f"{run.label} {key}".strip()
+                fig.add_trace(go.Scatter(x=part["t_s"], y=part["value"], mode="lines", name=label,
+                                         legendgroup=run.label, showlegend=run.label not in shown,
+                                         line=dict(color=color(i))), row=row, col=1)
+                shown.add(run.label)
+    fig.update_xaxes(title_text="seconds from t0", row=len(names), col=1)
+    fig.update_layout(title=title, height=max(300, 220 * len(names)), **LAYOUT)
+    return fig

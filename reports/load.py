@@ -1,0 +1,166 @@
+"""Reads results folders (one run, or a sweep of point sub-folders) into plain data for reports.
+
+A run folder holds run.json, requests.jsonl and summary.json, and maybe server_metrics.csv
+(`t_s,name,value,labels`) and telemetry.csv (`t_s,source,name,value`) on the same clock
+(seconds from the run's t0). A sweep folder holds `point-NNN-<rate|concurrency>-<value>/`
+run folders, one per offered load. Latencies use harness.metrics, the one implementation.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from harness.metrics import meets_slo, request_latency, summarize
+from harness.results import RequestRecord, read_records
+
+POINT_DIR = re.compile(r"^point-(\d+)-(rate|concurrency)-([0-9.]+)$")
+
+
+class ResultsError(Exception):
+    """A folder that is not a results folder; the message says what is missing."""
+
+
+@dataclass
+class RunData:
+    path: Path
+    label: str
+    run_info: dict
+    summary: dict
+    records: list[RequestRecord]  # measured (non-warm-up) requests, as written
+    requests: pd.DataFrame  # one row per measured request, latencies in seconds
+    itl_s: np.ndarray  # every per-token gap of every completed request
+    token_times_s: np.ndarray  # arrival time of each output token (chunk times repeated per token)
+    server_metrics: pd.DataFrame | None
+    telemetry: pd.DataFrame | None
+
+    @property
+    def slo(self) -> dict:
+        return self.summary.get("goodput", {}).get("slo") or self.run_info.get("scenario", {}).get("slo") or {}
+
+    def goodput_fraction(self, slo: dict) -> float:
+        """Share of measured requests that completed within every given SLO (ms)."""
+        slo = {k: v for k, v in slo.items() if v is not None}
+        lats = [request_latency(r) for r in self.records]
+        good = sum(lat is not None and meets_slo(lat, slo) for lat in lats)
+        return good / len(self.records) if self.records else 0.0
+
+
+@dataclass
+class SweepPoint:
+    offered_load: float  # requests/s for a rate sweep, requests in flight for a concurrency sweep
+    run: RunData
+
+
+@dataclass
+class Sweep:
+    path: Path
+    label: str
+    load_kind: str  # "rate" or "concurrency"
+    points: list[SweepPoint]
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / "requests.jsonl").is_file()
+
+
+def point_dirs(path: Path) -> list[Path]:
+    return sorted(p for p in path.iterdir() if p.is_dir() and POINT_DIR.match(p.name) and is_run_dir(p))
+
+
+def load_run(path: str | Path, label: str | None = None) -> RunData:
+    path = Path(path)
+    if not is_run_dir(path):
+        raise ResultsError(f"{path}: no requests.jsonl here; pass a folder written by `bench run --output`")
+    run_info = _read_json(path / "run.json")
+    records = [r for r in read_records(path) if not r.is_warmup]
+    summary = _read_json(path / "summary.json")
+    if not summary:  # a run killed before its summary: rebuild it from what reached the disk
+        summary = summarize(records, run_info.get("scenario", {}).get("slo"))
+    rows, itl, token_times = [], [], []
+    for r in records:
+        lat = request_latency(r)
+        rows.append({
+            "index": r.index, "intended_send_s": r.intended_send_s, "actual_send_s": r.actual_send_s,
+            "send_s": r.intended_send_s + r.cap_wait_s, "end_s": r.end_s, "ok": r.ok,
+            "error_reason": r.error_reason, "output_tokens": r.output_tokens, "prompt_tokens": r.prompt_tokens,
+            "first_token_s": r.token_times_s[0] if r.token_times_s else None,
+            "ttft_s": lat.ttft_s if lat else None, "tpot_s": lat.tpot_s if lat else None,
+            "e2e_s": lat.e2e_s if lat else None,
+            "max_itl_s": max(lat.itl_token_s) if lat and lat.itl_token_s else None,
+        })
+        if lat is not None:
+            itl.extend(lat.itl_token_s)
+            per_chunk = r.tokens_per_chunk or [1] * len(r.token_times_s)
+            token_times.extend(np.repeat(r.token_times_s, per_chunk).tolist())
+    requests = pd.DataFrame(rows, columns=list(rows[0]) if rows else ["index", "ok", "ttft_s"])
+    for col in ("ttft_s", "tpot_s", "e2e_s", "max_itl_s", "first_token_s", "end_s", "actual_send_s"):
+        if col in requests:
+            requests[col] = pd.to_numeric(requests[col], errors="coerce")
+    return RunData(path, label or path.name, run_info, summary, records, requests,
+                   np.asarray(itl, dtype=np.float64), np.sort(np.asarray(token_times, dtype=np.float64)),
+                   _read_csv(path / "server_metrics.csv"), _read_csv(path / "telemetry.csv"))
+
+
+def load_sweep(path: str | Path, label: str | None = None) -> Sweep:
+    path = Path(path)
+    dirs = point_dirs(path) if path.is_dir() else []
+    if not dirs:
+        raise ResultsError(f"{path}: no point-NNN-rate-R/ or point-NNN-concurrency-C/ sub-folders with results")
+    points, kinds = [], set()
+    for d in dirs:
+        _, kind, value = POINT_DIR.match(d.name).groups()
+        kinds.add(kind)
+        points.append(SweepPoint(float(value), load_run(d, label=f"{kind} {float(value):g}")))
+    if len(kinds) > 1:
+        raise ResultsError(f"{path}: mixes rate and concurrency points; a sweep varies one of them")
+    points.sort(key=lambda p: p.offered_load)
+    return Sweep(path, label or path.name, kinds.pop(), points)
+
+
+def load_results(paths, labels: list[str] | None = None) -> tuple[list[RunData], list[Sweep]]:
+    """Each path is a run folder or a sweep folder; labels (optional) name them in order."""
+    labels = list(labels or [])
+    if labels and len(labels) != len(paths):
+        raise ResultsError(f"--label: got {len(labels)} labels for {len(paths)} results folders; give one per folder")
+    runs, sweeps = [], []
+    for i, p in enumerate(paths):
+        p, label = Path(p), (labels[i] if labels else None)
+        if not p.is_dir():
+            raise ResultsError(f"{p}: not a folder; pass a results folder written by `bench run --output`")
+        if is_run_dir(p):
+            runs.append(load_run(p, label))
+        else:
+            sweeps.append(load_sweep(p, label))
+    _unique_labels(runs + sweeps)
+    return runs, sweeps
+
+
+def _unique_labels(items) -> None:
+    """Two folders named alike (a/run, b/run) get their parent's name in front, so plots tell them apart."""
+    seen: dict[str, int] = {}
+    for it in items:
+        seen[it.label] = seen.get(it.label, 0) + 1
+    for it in items:
+        if seen[it.label] > 1:
+            it.label = f"{it.path.parent.name}/{it.path.name}"
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise ResultsError(f"{path}: not valid JSON ({e}); the run may have been cut while writing it") from None
+
+
+def _read_csv(path: Path) -> pd.DataFrame | None:
+    if not path.is_file() or path.stat().st_size == 0:
+        return None
+    frame = pd.read_csv(path)
+    return frame if len(frame) else None

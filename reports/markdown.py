@@ -1,0 +1,30 @@
+"""Markdown rendering: the same tables as the HTML report, for PR comments and CI summaries."""
+from __future__ import annotations
+
+
+def md_table(columns, rows) -> str:
+    def cell(v) -> str:
+        return str(v).replace("|", "\\|")
+    lines = ["| " + " | ".join(cell(c) for c in columns) + " |",
+             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(columns))) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def render_report_md(content) -> str:
+    from reports.report import SUMMARY_COLUMNS
+    out = [f"# {content.title}", ""]
+    out += [f"> {note}" for note in content.notes]
+    if content.summary_rows:
+        out += ["## Summary", "", "Latencies in ms from each request's intended send time; goodput = completed "
+                "requests that met every SLO.", "", md_table(SUMMARY_COLUMNS, content.summary_rows), ""]
+    for s in content.sweeps:
+        unit = "req/s" if s.sweep.load_kind == "rate" else "in flight"
+        out += [f"## Sweep: {s.sweep.label}", "",
+                f"**Highest {s.sweep.load_kind} meeting the SLOs for {s.capacity.attainment:.0%} of requests: "
+                f"{s.capacity.describe(unit)}**", "", md_table(SUMMARY_COLUMNS, s.rows), ""]
+    out += ["## Runs", "", md_table(["run", "backend", "offered load", "SLO (ms)", "harness", "host", "status"],
+                                    content.context_rows), ""]
+    out += ["Plots (CDFs, timelines, over-time, server metrics) are in the HTML report: "
+            + ", ".join(heading for heading, _ in content.figures) + ".", ""]
+    return "\n".join(out)

@@ -1,0 +1,107 @@
+"""`bench report`: results folders in, one offline HTML file and a Markdown file out."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from reports.figures import latency_cdfs, over_time, server_metrics, telemetry, timeline
+from reports.load import RunData, Sweep, load_results
+from reports.sweep import DEFAULT_ATTAINMENT, SloCapacity, max_rate_meeting_slo
+from reports.sweep_figures import goodput_vs_load, throughput_latency
+
+MAX_TIMELINES = 4  # one timeline per run; past a few the page gets long and says little more
+SUMMARY_COLUMNS = ("run", "completed", "failed", "req/s", "output tok/s", "goodput req/s", "goodput %",
+                   "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "TPOT p50", "TPOT p99", "E2E p50", "E2E p99")
+
+
+@dataclass
+class SweepSection:
+    sweep: Sweep
+    capacity: SloCapacity
+    rows: list[list[str]]  # the summary row of each point
+
+
+@dataclass
+class ReportContent:
+    title: str
+    runs: list[RunData]
+    sweeps: list[SweepSection]
+    summary_rows: list[list[str]]
+    context_rows: list[list[str]]
+    figures: list = field(default_factory=list)  # (heading, plotly Figure)
+    notes: list[str] = field(default_factory=list)
+
+
+def fmt(value, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def summary_row(label: str, summary: dict) -> list[str]:
+    req, thr, good = summary.get("requests", {}), summary.get("throughput", {}), summary.get("goodput", {})
+
+    def ms(metric, stat):
+        return fmt((summary.get(metric) or {}).get(stat))
+    return [label, str(req.get("completed", "-")), str(req.get("failed", "-")), fmt(thr.get("requests_per_s"), 2),
+            fmt(thr.get("output_tokens_per_s")), fmt(good.get("requests_per_s"), 2),
+            fmt(100 * good["fraction"] if "fraction" in good else None),
+            ms("ttft_ms", "p50"), ms("ttft_ms", "p99"), ms("itl_ms", "p50"), ms("itl_ms", "p99"),
+            ms("tpot_ms", "p50"), ms("tpot_ms", "p99"), ms("e2e_ms", "p50"), ms("e2e_ms", "p99")]
+
+
+def context_row(run: RunData, label: str | None = None) -> list[str]:
+    info = run.run_info
+    backend, load = info.get("backend", {}), info.get("scenario", {}).get("load", {})
+    offered = (f"{load.get('arrival')} rate {load.get('rate')}/s" if load.get("rate")
+               else f"{load.get('arrival')} concurrency {load.get('concurrency')}")
+    slo = ", ".join(f"{k} {v:g}" for k, v in run.slo.items() if v is not None) or "none"
+    flags = [f for f, on in (("CLIENT-BOUND", run.summary.get("client_bound")),
+                             ("interrupted", run.summary.get("interrupted"))) if on]
+    return [label or run.label, f"{backend.get('kind', '?')} ({backend.get('model', '?')})", offered if load else "-",
+            slo, info.get("versions", {}).get("harness", "-"), info.get("host", {}).get("hostname", "-"),
+            ", ".join(flags) or "ok"]
+
+
+def build_report(paths, labels: list[str] | None = None, attainment: float = DEFAULT_ATTAINMENT) -> ReportContent:
+    runs, sweeps = load_results(paths, labels)
+    sections = []
+    for sw in sweeps:
+        cap = max_rate_meeting_slo(sw.points, attainment=attainment)
+        sections.append(SweepSection(sw, cap, [summary_row(f"{sw.load_kind} {p.offered_load:g}", p.run.summary)
+                                               for p in sw.points]))
+    names = " vs ".join(x.label for x in runs + sweeps)
+    content = ReportContent(f"Benchmark report: {names}", runs, sections,
+                            [summary_row(r.label, r.summary) for r in runs],
+                            [context_row(r) for r in runs]
+                            + [context_row(s.points[0].run, f"{s.label} (sweep, first point)") for s in sweeps])
+    if sweeps:
+        content.figures += [("Goodput against offered load", goodput_vs_load(sweeps, [s.capacity for s in sections])),
+                            ("Throughput against latency", throughput_latency(sweeps))]
+    if runs:
+        content.figures.append(("Latency distributions", latency_cdfs(runs)))
+        content.figures.append(("Over time", over_time(runs)))
+        for fig_name, make in (("Server metrics", server_metrics), ("Device telemetry", telemetry)):
+            fig = make(runs)
+            if fig is not None:
+                content.figures.append((fig_name, fig))
+        content.figures += [(f"Timeline: {r.label}", timeline(r)) for r in runs[:MAX_TIMELINES]]
+        if len(runs) > MAX_TIMELINES:
+            content.notes.append(f"Timelines are drawn for the first {MAX_TIMELINES} runs only.")
+    for run in runs + [p.run for s in sweeps for p in s.points]:
+        if run.summary.get("client_bound"):
+            content.notes.append(f"{run.label}: the client fell behind its schedule ("
+                                 + "; ".join(run.summary.get("client_bound_reasons", [])) + "); latencies include client delay.")
+    return content
+
+
+def write_report(paths, out_html: Path, out_md: Path | None = None, labels: list[str] | None = None,
+                 attainment: float = DEFAULT_ATTAINMENT) -> ReportContent:
+    from reports.html import render_report_html
+    from reports.markdown import render_report_md
+
+    content = build_report(paths, labels, attainment)
+    out_html = Path(out_html)
+    out_html.parent.mkdir(parents=True, exist_ok=True)
+    out_html.write_text(render_report_html(content), encoding="utf-8")
+    out_md = Path(out_md) if out_md else out_html.with_suffix(".md")
+    out_md.write_text(render_report_md(content), encoding="utf-8")
+    return content

@@ -1,0 +1,85 @@
+"""Bootstrap confidence intervals for the relative change of a statistic between two runs.
+
+Each run is resampled on its own (with replacement, seeded numpy), the statistic computed on
+both resamples, and the relative change (current - baseline) / baseline kept; the interval is
+the percentile interval of those changes. Percentiles come from per-request samples;
+throughput-like numbers come from per-window samples (see `window_rates`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+DEFAULT_RESAMPLES = 2000
+DEFAULT_CONFIDENCE = 0.95
+MAX_CHUNK_CELLS = 4_000_000  # resamples x samples held at once: keeps memory flat on big runs
+
+
+@dataclass
+class RelativeChange:
+    baseline: float
+    current: float
+    change: float  # (current - baseline) / baseline
+    ci_low: float
+    ci_high: float
+
+
+def statistic_fn(name: str):
+    """'mean' or 'pNN' (e.g. p50, p99, p99.9): a function of a 2-D array, one statistic per row."""
+    if name == "mean":
+        return lambda a: a.mean(axis=1)
+    if name.startswith("p"):
+        try:
+            q = float(name[1:])
+        except ValueError:
+            q = -1.0
+        if 0 <= q <= 100:
+            return lambda a: np.percentile(a, q, axis=1)
+    raise ValueError(f"statistic: {name!r} is not valid; use mean or a percentile like p50, p99, p99.9")
+
+
+def _resampled(samples: np.ndarray, stat, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    n = samples.size
+    out = np.empty(n_resamples)
+    step = max(1, MAX_CHUNK_CELLS // n)
+    for start in range(0, n_resamples, step):
+        rows = min(step, n_resamples - start)
+        idx = rng.integers(0, n, size=(rows, n))
+        out[start:start + rows] = stat(samples[idx])
+    return out
+
+
+def bootstrap_relative_change(baseline, current, statistic: str = "p50", n_resamples: int = DEFAULT_RESAMPLES,
+                              confidence: float = DEFAULT_CONFIDENCE, seed: int = 0) -> RelativeChange:
+    base = np.asarray(baseline, dtype=np.float64)
+    cur = np.asarray(current, dtype=np.float64)
+    base, cur = base[np.isfinite(base)], cur[np.isfinite(cur)]
+    if base.size == 0 or cur.size == 0:
+        raise ValueError("samples: a run has no samples for this metric")
+    stat = statistic_fn(statistic)
+    b0, c0 = float(stat(base[None, :])[0]), float(stat(cur[None, :])[0])
+    if b0 == 0:
+        raise ValueError(f"baseline {statistic} is 0; a relative change is undefined")
+    rng = np.random.default_rng(seed)
+    b = _resampled(base, stat, n_resamples, rng)
+    c = _resampled(cur, stat, n_resamples, rng)
+    ok = b != 0
+    changes = (c[ok] - b[ok]) / b[ok]
+    tail = (1 - confidence) / 2 * 100
+    lo, hi = np.percentile(changes, [tail, 100 - tail])
+    return RelativeChange(b0, c0, (c0 - b0) / b0, float(lo), float(hi))
+
+
+def window_rates(event_times_s: np.ndarray, weights: np.ndarray | None, start_s: float, end_s: float,
+                 n_windows: int) -> np.ndarray:
+    """Events (or weighted events, e.g. tokens) per second in each of n equal windows of [start, end].
+
+    The mean of the windows is the run's rate, and the windows vary as the run did, so
+    resampling them gives an interval for a number a run reports only once.
+    """
+    if end_s <= start_s or n_windows < 1:
+        return np.zeros(0)
+    edges = np.linspace(start_s, end_s, n_windows + 1)
+    counts, _ = np.histogram(event_times_s, bins=edges, weights=weights)
+    return counts / (edges[1] - edges[0])

@@ -1,0 +1,167 @@
+"""`bench report`: results folders (synthetic, and real ones from the ground-truth server) -> HTML + Markdown."""
+import json
+
+import numpy as np
+import pytest
+from plotly.offline import get_plotlyjs
+
+from harness.metrics import summarize
+from harness.results import RequestRecord, ResultWriter
+from reports.load import ResultsError, load_results, load_run
+from reports.report import write_report
+from reports.sweep import max_rate_meeting_slo
+
+
+def synthetic_records(n=60, rate=4.0, ttft_s=0.05, itl_s=0.01, tokens=16, seed=0, ttft_sigma=0.2,
+                      fail_every=0, slow_from=None):
+    """Requests sent at `rate`/s with lognormal TTFTs around ttft_s and steady ITLs; `slow_from`: index after
+    which TTFT doubles (a server that fell behind)."""
+    rng = np.random.default_rng(seed)
+    records = []
+    for i in range(n):
+        send = i / rate
+        ttft = ttft_s * rng.lognormal(0, ttft_sigma) * (2 if slow_from is not None and i >= slow_from else 1)
+        rec = RequestRecord(index=i, intended_send_s=send, actual_send_s=send + 1e-4, prompt_tokens=32)
+        if fail_every and i % fail_every == fail_every - 1:
+            rec.fail("http_5xx", "HTTP 500")
+            rec.end_s = send + 0.01
+        else:
+            gaps = itl_s * rng.lognormal(0, 0.1, tokens - 1)
+            rec.token_times_s = list(send + ttft + np.concatenate([[0], np.cumsum(gaps)]))
+            rec.tokens_per_chunk = [1] * tokens
+            rec.output_tokens = rec.output_tokens_counted = tokens
+            rec.end_s = rec.token_times_s[-1] + 1e-4
+            rec.finish_reason = "length"
+        records.append(rec)
+    return records
+
+
+def write_run(path, records, slo=None, rate=4.0, kind="native", server_metrics=False, telemetry=False):
+    """A results folder as `bench run` leaves it."""
+    slo = slo or {"ttft_ms": 200.0, "tpot_ms": 50.0}
+    writer = ResultWriter(path)
+    writer.write_run_info({"scenario": {"name": "synthetic", "backend": {"kind": kind, "url": "http://127.0.0.1:1"},
+                                        "load": {"arrival": "constant", "rate": rate}, "slo": slo},
+                           "versions": {"harness": "0.1.0"}, "host": {"hostname": "test"},
+                           "backend": {"kind": kind, "model": "smollm2"}})
+    for r in records:
+        writer.append(r)
+    writer.close()
+    summary = summarize(records, slo)
+    summary.update(client_bound=False, client_bound_reasons=[], interrupted=False)
+    writer.write_summary(summary)
+    end = max(r.end_s for r in records)
+    if server_metrics:
+        rows = ["t_s,name,value,labels"] + [f"{t:.2f},vllm:num_requests_running,{int(3 + 2 * np.sin(t))},model=smollm2"
+                                            for t in np.arange(0, end, 0.5)]
+        rows += [f"{t:.2f},vllm:kv_cache_usage_perc,{min(1, t / end):.3f},model=smollm2" for t in np.arange(0, end, 0.5)]
+        (path / "server_metrics.csv").write_text("\n".join(rows) + "\n")
+    if telemetry:
+        rows = ["t_s,source,name,value"] + [f"{t:.2f},cpu,utilization_pct,{50 + 10 * np.cos(t):.1f}"
+                                            for t in np.arange(0, end, 0.5)]
+        (path / "telemetry.csv").write_text("\n".join(rows) + "\n")
+    return path
+
+
+def write_sweep(root, rates=(1, 2, 4, 8), capacity_rps=5.0, seed=0):
+    """A sweep folder whose TTFT grows past the SLO once the rate passes `capacity_rps`."""
+    for i, rate in enumerate(rates):
+        over = max(0.0, rate - capacity_rps)
+        records = synthetic_records(n=40, rate=rate, ttft_s=0.05 + 0.2 * over, seed=seed + i, ttft_sigma=0.3)
+        write_run(root / f"point-{i:03d}-rate-{rate:g}", records, rate=rate)
+    return root
+
+
+def test_report_of_two_runs_overlays_them_and_reports_server_metrics(tmp_path):
+    a = write_run(tmp_path / "a", synthetic_records(seed=1), server_metrics=True, telemetry=True)
+    b = write_run(tmp_path / "b", synthetic_records(seed=2, ttft_s=0.1, fail_every=10))
+    content = write_report([a, b], tmp_path / "out" / "report.html")
+    html = (tmp_path / "out" / "report.html").read_text()
+    md = (tmp_path / "out" / "report.md").read_text()
+    headings = [h for h, _ in content.figures]
+    assert headings[:4] == ["Latency distributions", "Over time", "Server metrics", "Device telemetry"]
+    assert headings[4:] == ["Timeline: a", "Timeline: b"]
+    assert html.count("Plotly.newPlot") == len(headings)
+    # plotly.js is inlined exactly once and nothing is fetched from the network
+    assert html.count(get_plotlyjs()[:300]) == 1 and "<script src" not in html
+    # the summary table: b failed 6 of 60 requests, and its TTFT p50 is about twice a's
+    rows = {r[0]: r for r in content.summary_rows}
+    assert rows["a"][1:3] == ["60", "0"] and rows["b"][1:3] == ["54", "6"]
+    assert 1.7 < float(rows["b"][7]) / float(rows["a"][7]) < 2.3
+    assert "| a | 60 | 0 |" in md and "| b | 54 | 6 |" in md
+    # the CDF of run a holds its own TTFTs: its largest x is the run's max TTFT
+    cdf = content.figures[0][1]
+    first = next(t for t in cdf.data if t.name == "a")
+    assert max(first.x) == pytest.approx(load_run(a).requests["ttft_s"].max() * 1e3)
+    server = content.figures[2][1]
+    assert {t.name for t in server.data} == {"a model=smollm2"}
+    assert {a.text for a in server.layout.annotations} == {"vllm:kv_cache_usage_perc", "vllm:num_requests_running"}
+
+
+def test_report_without_optional_csvs_skips_those_plots(tmp_path):
+    a = write_run(tmp_path / "only", synthetic_records())
+    content = write_report([a], tmp_path / "r.html")
+    assert [h for h, _ in content.figures] == ["Latency distributions", "Over time", "Timeline: only"]
+
+
+def test_sweep_report_states_interpolated_capacity(tmp_path):
+    sweep = write_sweep(tmp_path / "sweep")
+    content = write_report([sweep], tmp_path / "s.html")
+    (section,) = content.sweeps
+    assert [p.offered_load for p in section.sweep.points] == [1, 2, 4, 8]
+    cap = section.capacity
+    assert cap.status == "bracketed" and 4 < cap.offered_load < 8
+    fractions = [p.run.summary["goodput"]["fraction"] for p in section.sweep.points]
+    assert fractions[2] >= 0.9 > fractions[3]
+    # linear interpolation between the last passing and first failing point
+    expected = 4 + (fractions[2] - 0.9) / (fractions[2] - fractions[3]) * 4
+    assert cap.offered_load == pytest.approx(expected)
+    md = (tmp_path / "s.md").read_text()
+    assert f"{cap.offered_load:.3g} req/s" in md
+    assert [h for h, _ in content.figures] == ["Goodput against offered load", "Throughput against latency"]
+
+
+def test_max_rate_meeting_slo_edges(tmp_path):
+    sweep = load_results([write_sweep(tmp_path / "sw", rates=(1, 2), capacity_rps=10)])[1][0]
+    cap = max_rate_meeting_slo(sweep.points)
+    assert cap.status == "at_least" and cap.offered_load == 2
+    assert max_rate_meeting_slo(sweep.points, slo={"ttft_ms": 1.0}).status == "none"
+    with pytest.raises(ValueError, match="attainment"):
+        max_rate_meeting_slo(sweep.points, attainment=1.5)
+
+
+def test_killed_run_without_summary_is_still_reported(tmp_path):
+    a = write_run(tmp_path / "cut", synthetic_records(n=20))
+    (a / "summary.json").unlink()
+    run = load_run(a)
+    assert run.summary["requests"]["completed"] == 20
+
+
+def test_bad_folders_get_clear_errors(tmp_path):
+    with pytest.raises(ResultsError, match="not a folder"):
+        load_results([tmp_path / "missing"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ResultsError, match="point-NNN-rate"):
+        load_results([tmp_path / "empty"])
+    a = write_run(tmp_path / "a", synthetic_records(n=5))
+    with pytest.raises(ResultsError, match="--label: got 2 labels for 1"):
+        load_results([a], labels=["x", "y"])
+    (a / "run.json").write_text("{broken")
+    with pytest.raises(ResultsError, match="run.json: not valid JSON"):
+        load_run(a)
+
+
+def test_report_of_a_real_run_against_the_ground_truth_server(tmp_path):
+    """A run through the real runner and results writer; the report's ITL CDF sits on the server's ITL."""
+    from groundtruth_server import GroundTruthConfig, GroundTruthProcess, gt_request
+    from harness.runner import Runner, Target, run_blocking
+
+    with GroundTruthProcess(GroundTruthConfig(ttft_ms=40.0, itl_ms=8.0)) as gt:
+        reqs = [gt_request(i, i * 0.05, 12) for i in range(30)]
+        out = run_blocking(lambda: Runner(Target(gt.url), reqs))
+    write_run(tmp_path / "gt", out.records, slo={"ttft_ms": 500.0})
+    content = write_report([tmp_path / "gt"], tmp_path / "gt.html")
+    run = content.runs[0]
+    assert np.median(run.itl_s) * 1e3 == pytest.approx(8.0, abs=1.5)
+    assert json.loads((tmp_path / "gt" / "summary.json").read_text())["requests"]["completed"] == 30
+    assert content.summary_rows[0][1:3] == ["30", "0"]

@@ -1,0 +1,97 @@
+"""The HTML reports in a real headless Chromium: no console errors, every plot drawn as SVG, offline.
+
+Needs Debian's chromium and Playwright's playwright-core from npm (CI:
+`sudo apt-get install -y chromium nodejs npm && sudo npm install -g playwright-core`).
+The browser runs with networking off, so a report that needs the internet fails here.
+"""
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from test_report import synthetic_records, write_run, write_sweep
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+NODE = shutil.which("node")
+
+
+def _playwright_root() -> str | None:
+    if NODE is None or shutil.which("npm") is None:
+        return None
+    root = subprocess.run(["npm", "root", "-g"], capture_output=True, text=True).stdout.strip()
+    return root if (Path(root) / "playwright-core").is_dir() else None
+
+
+PLAYWRIGHT_ROOT = _playwright_root()
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None or PLAYWRIGHT_ROOT is None,
+    reason="needs chromium and playwright-core: apt-get install -y chromium && npm install -g playwright-core")
+
+DRIVER = r"""
+const { chromium } = require('playwright-core');
+const [,, page_path, shot_path, profile, exe] = process.argv;
+(async () => {
+  const browser = await chromium.launchPersistentContext(profile, {
+    executablePath: exe, headless: true, offline: true, viewport: { width: 1280, height: 900 },
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+           '--disable-background-networking', '--disable-component-update', '--disable-sync'] });
+  const page = await browser.newPage();
+  const errors = [], requests = [];
+  page.on('console', m => { if (m.type() === 'error') errors.push(m.text()); });
+  page.on('pageerror', e => errors.push(String(e)));
+  page.on('request', r => { if (!r.url().startsWith('file:')) requests.push(r.url()); });
+  await page.goto('file://' + page_path, { waitUntil: 'load' });
+  await page.waitForFunction(() => [...document.querySelectorAll('.plotly-graph-div')]
+      .every(d => d.querySelector('svg.main-svg')), null, { timeout: 60000 });
+  const plots = await page.$$eval('.plotly-graph-div', divs => divs.map(d => ({
+      svg: d.querySelectorAll('svg.main-svg').length,
+      traces: d.querySelectorAll('g.trace').length,
+      title: (d.querySelector('.gtitle') || {}).textContent || '' })));
+  await page.screenshot({ path: shot_path, fullPage: true });
+  console.log(JSON.stringify({ errors, requests, plots, title: await page.title() }));
+  await browser.close();
+})().catch(e => { console.error(e); process.exit(2); });
+"""
+
+
+def open_in_chromium(html: Path, tmp_path: Path) -> dict:
+    script = tmp_path / "driver.js"
+    script.write_text(DRIVER)
+    shot = tmp_path / f"{html.stem}.png"
+    proc = subprocess.run([NODE, str(script), str(html.resolve()), str(shot), str(tmp_path / "profile"), CHROMIUM],
+                          capture_output=True, text=True, timeout=150, env={"NODE_PATH": PLAYWRIGHT_ROOT,
+                                                                          "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert shot.stat().st_size > 10_000  # kept in tmp_path to look at
+    return result
+
+
+def test_run_and_sweep_report_renders_every_plot(tmp_path):
+    from reports.report import write_report
+
+    a = write_run(tmp_path / "run-a", synthetic_records(seed=1), server_metrics=True, telemetry=True)
+    b = write_run(tmp_path / "run-b", synthetic_records(seed=2, ttft_s=0.08, fail_every=12))
+    sweep = write_sweep(tmp_path / "sweep")
+    content = write_report([a, b, sweep], tmp_path / "report.html")
+    result = open_in_chromium(tmp_path / "report.html", tmp_path)
+    assert result["errors"] == [] and result["requests"] == []
+    assert len(result["plots"]) == len(content.figures) == 8
+    for plot, (heading, fig) in zip(result["plots"], content.figures):
+        assert plot["svg"] >= 1, heading
+        assert plot["traces"] >= len(fig.data), (heading, plot)  # every trace drawn
+    assert result["title"].startswith("Benchmark report")
+
+
+def test_selection_report_renders(tmp_path):
+    from reports.select import write_selection
+
+    fast = write_sweep(tmp_path / "fast", capacity_rps=6)
+    slow = write_sweep(tmp_path / "slow", capacity_rps=2, seed=5)
+    write_selection([fast, slow], tmp_path / "select.html", slo={"ttft_ms": 200.0, "tpot_ms": 50.0},
+                    gpu_cost_per_hour=2.0)
+    result = open_in_chromium(tmp_path / "select.html", tmp_path)
+    assert result["errors"] == [] and result["requests"] == []
+    assert result["plots"] and all(p["svg"] >= 1 and p["traces"] >= 1 for p in result["plots"])
