@@ -13,10 +13,10 @@ tar -xzf "$work"/llama_cpp_python-"$version".tar.gz -C "$work"
 src="$work/llama_cpp_python-$version/vendor/llama.cpp"
 generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
 cmake -S "$src" -B "$work/build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF \
-  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF >&2
+  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF \
+  -DCMAKE_BUILD_RPATH='$ORIGIN' >&2  # the cached binary finds its .so files beside it
 cmake --build "$work/build" --target llama-server -j "$(nproc)" >&2
 mkdir -p "$cache/bin"
-# the binary needs the shared libraries built beside it
-cp "$work/build/bin/llama-server" "$work"/build/bin/*.so* "$cache/bin/" 2>/dev/null || cp "$work/build/bin/llama-server" "$cache/bin/"
+cp "$work/build/bin/llama-server" "$cache/bin/"
 find "$work/build" -name '*.so*' -exec cp -P {} "$cache/bin/" \;
 echo "$cache/bin/llama-server"

@@ -27,15 +27,20 @@ WORDS = ("paged attention keeps the kv cache in blocks so requests share memory 
          "batches every step while long prompts are split into chunks").split()
 
 
+SERVER_FLAGS: list[str] = []   # given to every server (from --blas-threads)
+
+
 def text_of(n_words: int, offset: int = 0) -> str:
     return " ".join(WORDS[(offset + i) % len(WORDS)] for i in range(n_words))
 
 
 # ---- (a) in-process single stream vs roofline ----------------------------------------------
-def single_stream(output_tokens: int) -> dict:
+def single_stream(output_tokens: int, blas_threads: int) -> dict:
     from native_engine.llm_engine import EngineConfig, LLMEngine
-    from native_engine.model_runner import measure_read_bandwidth_gbs
+    from native_engine.model_runner import measure_read_bandwidth_gbs, set_blas_threads
     from native_engine.sequence import SamplingParams
+
+    set_blas_threads(blas_threads)
 
     engine = LLMEngine(EngineConfig(kv_cache_tokens=4096))
     prompt = engine.tokenizer.encode(text_of(20))
@@ -77,7 +82,7 @@ async def server(*flags: str):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "native_engine", "serve", "--port", str(port), *flags],
+    proc = subprocess.Popen([sys.executable, "-m", "native_engine", "serve", "--port", str(port), *SERVER_FLAGS, *flags],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         proc.stdout.readline()   # the "serving on" line: model loaded, socket bound
@@ -193,11 +198,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="a,b,c,d,e", help="comma-separated parts to run")
     parser.add_argument("--quick", action="store_true", help="smaller workloads, for a smoke run")
+    parser.add_argument("--blas-threads", type=int, default=1,
+                        help="OpenBLAS threads of the servers (1: no spin-waiting against the client for the cores)")
     args = parser.parse_args()
+    SERVER_FLAGS.extend(["--blas-threads", str(args.blas_threads)])
     parts, q = set(args.only.split(",")), args.quick
     report = {}
     if "a" in parts:
-        report["a_single_stream"] = single_stream(32 if q else 128)
+        report["a_single_stream"] = single_stream(32 if q else 128, args.blas_threads)
         print(json.dumps({"a_single_stream": report["a_single_stream"]}), flush=True)
     runs = {"b_concurrency": lambda: concurrency_sweep([1, 8] if q else [1, 8, 32, 64], 32 if q else 128),
             "c_batching": lambda: batching_modes(8 if q else 64, 4 if q else 16, 48 if q else 192),

@@ -69,6 +69,9 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
     except BackendUnreachable as e:
         console.print(f"[bold red]backend unreachable[/]: {e}")
         raise typer.Exit(EXIT_UNREACHABLE)
+    except KeyboardInterrupt:  # Ctrl-C before the load began (during launch or planning)
+        console.print("[yellow]interrupted before any request was sent[/]")
+        raise typer.Exit(EXIT_INTERRUPTED)
     finally:
         writer.close()
     print_summary(summary, out_dir)
@@ -93,6 +96,7 @@ def execute(scenario, writer, workers_option: str | None = None, console: Consol
     from harness.metrics import client_bound_reasons, summarize
     from harness.results import host_info, versions
     from harness.runner import Target
+    from harness.scenario import ScenarioError
     from harness.tokenizer_source import resolve_tokenizer
     from harness.workers import resolve_workers
     from harness.workload import build_plan
@@ -107,7 +111,11 @@ def execute(scenario, writer, workers_option: str | None = None, console: Consol
         url = launched.url if launched else backend.url
         probe(url, backend.headers)  # one clear error before any load
         tokenizer = resolve_tokenizer(scenario, url)
-        plan = build_plan(scenario, tokenizer)
+        try:
+            plan = build_plan(scenario, tokenizer)
+        except ScenarioError as e:  # problems only visible while building requests (files, traces)
+            console.print(f"[bold red]scenario error[/]: {e}")
+            raise typer.Exit(EXIT_SCENARIO_ERROR)
         for warning in plan.warnings:
             console.print(f"[yellow]warning[/]: {warning}")
         option = workers_option or getattr(load, "workers", None)

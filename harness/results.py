@@ -101,7 +101,7 @@ class ResultWriter:
     def __init__(self, out_dir: str | Path):
         self.dir = Path(out_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._requests = open(self.dir / "requests.jsonl", "a", encoding="utf-8")
+        self._requests = open(self.dir / "requests.jsonl", "w", encoding="utf-8")  # a rerun into the same folder starts afresh
         self.records_written = 0
 
     def write_run_info(self, run_info: dict) -> None:

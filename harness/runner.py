@@ -58,7 +58,7 @@ async def sleep_until(due_ns: int) -> None:
         await asyncio.sleep(0)
 
 
-def _jobs(requests) -> list[list]:
+def group_jobs(requests) -> list[list]:
     """Single requests are one-turn jobs; the turns of a session run in order as one job."""
     jobs: dict = {}
     for spec in requests:
@@ -71,12 +71,21 @@ def _jobs(requests) -> list[list]:
 
 
 class Runner:
+    """Sends `requests` (RequestSpecs) on one timeline and records each as it finishes.
+
+    Open loop (turn-0 offsets given): a dispatcher starts each job at t0 + offset; with
+    `concurrency` set, at most that many are in flight and the rest wait, the wait counting
+    as latency. Closed loop (offsets None): `concurrency` workers each send their next job
+    when the previous one ends. `on_record` gets every record, failed ones too; setting
+    `stop` ends dispatching and gives in-flight requests INTERRUPT_GRACE_S to finish.
+    """
+
     def __init__(self, target: Target, requests: list, concurrency: int | None = None,
                  on_record: Callable[[RequestRecord], None] | None = None, t0_ns: int | None = None,
                  stop: asyncio.Event | None = None, dispatch_until_s: float | None = None):
         self.target = target
         self.dispatch_until_s = dispatch_until_s  # load.duration_s runs: no new request after this offset
-        self.jobs = _jobs(requests)
+        self.jobs = group_jobs(requests)
         self.concurrency = concurrency
         self.on_record = on_record or (lambda rec: None)
         self.t0_ns = t0_ns
@@ -94,8 +103,7 @@ class Runner:
         closed_loop = bool(self.jobs) and self.jobs[0][0].intended_offset_s is None
         slots = self.concurrency or (1 if closed_loop else 0)
         # one session for all requests; enough connections for every stream in flight
-        connector = aiohttp.TCPConnector(limit=slots, limit_per_host=0,
-                                         force_close=False, enable_cleanup_closed=True)
+        connector = aiohttp.TCPConnector(limit=slots, limit_per_host=0, enable_cleanup_closed=True)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
         self._sem = asyncio.Semaphore(slots) if slots and not closed_loop else None
         async with aiohttp.ClientSession(connector=connector, timeout=timeout,
@@ -247,15 +255,14 @@ class Runner:
 
     async def _stream(self, rec: RequestRecord, body: bytes) -> tuple[list[bytes], list[int], int]:
         """Sends one request and keeps each read with its arrival time; failures go into rec."""
-        reads: list[bytes] = []
-        times: list[int] = []
-        clock = time.perf_counter_ns
-        rec.actual_send_s = (clock() - self.t0_ns) / 1e9
-        reads, times, end_ns = await self._send_and_read(rec, body, reads, times)
+        rec.actual_send_s = (time.perf_counter_ns() - self.t0_ns) / 1e9
+        reads, times, end_ns = await self._send_and_read(rec, body)
         rec.end_s = (end_ns - self.t0_ns) / 1e9
         return reads, times, end_ns
 
-    async def _send_and_read(self, rec, body, reads, times) -> tuple[list[bytes], list[int], int]:
+    async def _send_and_read(self, rec: RequestRecord, body: bytes) -> tuple[list[bytes], list[int], int]:
+        reads: list[bytes] = []
+        times: list[int] = []
         clock = time.perf_counter_ns
         try:
             async with asyncio.timeout(self.target.request_timeout_s):

@@ -17,15 +17,18 @@ from dataclasses import asdict
 from typing import Callable
 
 from harness.results import RequestRecord
-from harness.runner import Runner, RunOutcome, Target, _jobs, run_blocking
+from harness.runner import Runner, RunOutcome, Target, group_jobs, run_blocking
 
-TOKENS_PER_S_PER_WORKER = 5000  # streamed tokens/s one uvloop process handles within 1 ms ITL error
-START_LEAD_S = 0.5  # from all workers ready to t0: time to open their connections
+# Planning figure for `auto`: streamed tokens/s given to one client process. One process
+# used 0.2-0.35 cores at 5,000-20,000 tokens/s in benchmarks/fidelity.py; its accuracy then
+# depends on getting that CPU promptly, so more processes only help with cores to spare.
+TOKENS_PER_S_PER_WORKER = 5000
+START_LEAD_S = 1.0  # from all workers ready to t0: time to open their connections
 
 
 def resolve_workers(option, requests: list, concurrency: int | None, duration_hint_s: float | None,
                     cpu_count: int) -> int:
-    """`auto` asks for one process per ~5,000 streamed tokens/s (the measured limit of one)."""
+    """`auto`: one process per TOKENS_PER_S_PER_WORKER streamed tokens/s, leaving one core free."""
     if option is None or option == "auto":
         offsets = [r.intended_offset_s for r in requests if r.intended_offset_s is not None]
         tokens = sum(r.output_tokens for r in requests)
@@ -60,7 +63,7 @@ async def run_plan(requests: list, target: Target, concurrency: int | None, work
     results = ctx.Queue()
     stop_flag, go = ctx.Event(), ctx.Event()
     t0_value = ctx.Value("q", 0)
-    jobs = _jobs(requests)
+    jobs = group_jobs(requests)
     procs = []
     for w in range(workers):
         mine = [spec for job in jobs[w::workers] for spec in job]
@@ -71,7 +74,10 @@ async def run_plan(requests: list, target: Target, concurrency: int | None, work
         procs.append(p)
     loop = asyncio.get_running_loop()
     for _ in range(workers):  # t0 is fixed only once every worker has started (spawn takes a while)
-        kind, _ = await loop.run_in_executor(None, results.get, True, 120)
+        try:
+            await loop.run_in_executor(None, results.get, True, 120)
+        except queue.Empty:
+            raise RuntimeError("load.workers: the client worker processes did not start within 120 s") from None
     t0_ns = time.perf_counter_ns() + int(START_LEAD_S * 1e9)
     t0_value.value = t0_ns
     go.set()

@@ -21,14 +21,20 @@ def serve(
     static_batching: bool = typer.Option(False, "--static-batching",
                                          help="Admit a new batch only when the running one has finished (for comparison)"),
     served_model_name: str = typer.Option("smollm2", help="Model name clients send and /v1/models lists"),
+    blas_threads: int = typer.Option(0, help="OpenBLAS threads for matmuls (0: numpy's default, one per core)"),
 ) -> None:
     """Serve the built-in numpy engine: /v1/completions, /v1/chat/completions, /metrics, /health."""
     import asyncio
     import signal
 
     from native_engine.llm_engine import EngineConfig, LLMEngine
+    from native_engine.model_runner import set_blas_threads
     from native_engine.scheduler import SchedulerConfig
     from native_engine.server import start_server
+
+    if blas_threads and set_blas_threads(blas_threads) is None:
+        typer.echo("error: --blas-threads: numpy's BLAS is not an OpenBLAS this process can reach", err=True)
+        raise typer.Exit(2)
 
     try:
         config = EngineConfig(

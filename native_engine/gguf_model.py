@@ -1,6 +1,7 @@
 """Read a Llama-architecture GGUF file into fp32 numpy weights laid out for `x @ W`."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,9 +121,24 @@ def _interleaved_to_halves(w_out_in: np.ndarray, n_heads: int, head_dim: int) ->
     return rows.transpose(0, 2, 1, 3).reshape(n_heads * head_dim, -1)
 
 
+def open_gguf(path: str | Path | gguf.GGUFReader) -> gguf.GGUFReader:
+    """A parsed GGUF, shared by load_gguf and Tokenizer.from_gguf: parsing SmolLM2's 49152-token
+    vocabulary takes seconds. Keyed on size and mtime, so a rewritten file is parsed again."""
+    if isinstance(path, gguf.GGUFReader):
+        return path
+    resolved = Path(path).resolve()
+    stat = resolved.stat()
+    return _parsed_gguf(str(resolved), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed_gguf(path: str, size: int, mtime_ns: int) -> gguf.GGUFReader:
+    return gguf.GGUFReader(path)
+
+
 def load_gguf(path: str | Path | gguf.GGUFReader) -> tuple[ModelConfig, ModelWeights]:
-    """Config and fp32 weights; pass an open GGUFReader to share one parse with Tokenizer.from_gguf."""
-    reader = path if isinstance(path, gguf.GGUFReader) else gguf.GGUFReader(str(path))
+    """Config and fp32 weights of a GGUF file (or an open GGUFReader)."""
+    reader = open_gguf(path)
     config = read_config(reader)
     tensors = {t.name: t for t in reader.tensors}
 

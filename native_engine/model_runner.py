@@ -1,8 +1,8 @@
 """One forward step of a Llama model over a paged KV cache, for a flat batch of sequence chunks.
 
 Every token of every sequence in the step goes through each weight matrix in one matmul;
-only attention is split: all single-token (decode) chunks share one batched attention
-through a padded block-table gather, longer (prefill) chunks run one by one.
+only attention is split: single-token (decode) chunks run batched, a few per group, through
+a padded block-table gather; longer (prefill) chunks run one by one with a causal mask.
 """
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ class _DecodeGroup:
 @dataclass
 class _StepPlan:
     """Where each chunk's rows sit in the flat batch and what its attention reads."""
+    tokens: np.ndarray  # [n_tokens] all chunks' new tokens, in chunk order
     slots: np.ndarray  # [n_tokens] flat KV slot each new token is written to
     positions: np.ndarray  # [n_tokens]
     decode_groups: list[_DecodeGroup]
@@ -47,6 +48,16 @@ class _StepPlan:
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     variance = np.mean(np.square(x), axis=-1, keepdims=True)
     return x * (1.0 / np.sqrt(variance + eps)) * weight
+
+
+def silu_times(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """SwiGLU's silu(gate) * up with one temporary instead of five."""
+    with np.errstate(over="ignore"):  # exp overflows to inf for gate < -88: silu is then 0, as it should be
+        out = np.exp(-gate)
+    out += 1.0
+    np.divide(gate, out, out=out)
+    out *= up
+    return out
 
 
 def softmax_last_axis(scores: np.ndarray) -> np.ndarray:
@@ -113,11 +124,11 @@ class ModelRunner:
                 logit_rows.append(row + n - 1)
             kv_read += end
             row += n
-        tokens = np.concatenate([np.asarray(ch.token_ids, dtype=np.int64) for ch in chunks]) if chunks else None
-        if tokens is not None and (tokens.min() < 0 or tokens.max() >= c.vocab_size):
+        tokens = np.concatenate([np.asarray(ch.token_ids, dtype=np.int64) for ch in chunks])
+        if tokens.min() < 0 or tokens.max() >= c.vocab_size:
             raise ValueError(f"token ids must lie in [0, {c.vocab_size}); got {int(tokens.min())}..{int(tokens.max())}")
         groups = self._decode_groups(decode_rows, decode_tables, decode_lengths)
-        return _StepPlan(np.concatenate(slots), np.concatenate(positions), groups, prefill,
+        return _StepPlan(tokens, np.concatenate(slots), np.concatenate(positions), groups, prefill,
                          np.asarray(logit_rows, dtype=np.int64), kv_read)
 
     def _decode_groups(self, rows: list[int], tables: list[np.ndarray], lengths: list[int]) -> list[_DecodeGroup]:
@@ -126,13 +137,14 @@ class ModelRunner:
         One batched attention over 64 sequences at context 256 is three times slower than
         eight of 8 sequences: the gathered K/V no longer fit in cache before the matmul reads them.
         """
-        bs, c = self.kv_block_size, self.config
-        block_bytes = bs * c.n_kv_heads * c.head_dim * 4
         if not rows:
             return []
+        bs, c = self.kv_block_size, self.config
+        block_bytes = bs * c.n_kv_heads * c.head_dim * 4
         groups, members = [], []
         for j in sorted(range(len(rows)), key=lambda j: lengths[j]) + [None]:
-            if j is not None and (not members or (len(members) + 1) * len(tables[j]) * block_bytes <= DECODE_GROUP_KEY_BYTES):
+            fits = j is not None and (len(members) + 1) * len(tables[j]) * block_bytes <= DECODE_GROUP_KEY_BYTES
+            if j is not None and (fits or not members):
                 members.append(j)
                 continue
             max_blocks = max(len(tables[m]) for m in members)
@@ -188,9 +200,8 @@ class ModelRunner:
         if not chunks:
             raise ValueError("forward() needs at least one SeqChunk")
         plan = self._plan(chunks)
-        tokens = np.concatenate([np.asarray(ch.token_ids, dtype=np.int64) for ch in chunks])
-        x = w.token_embedding[tokens]
-        n_tokens, q_dim, kv_dim = len(tokens), c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+        x = w.token_embedding[plan.tokens]
+        n_tokens, q_dim, kv_dim = len(plan.tokens), c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
         flat_kv = (self.num_kv_blocks * self.kv_block_size, c.n_kv_heads, c.head_dim)
         for i, layer in enumerate(w.layers):
             qkv = rms_norm(x, layer.attn_norm, c.rms_eps) @ layer.wqkv
@@ -205,8 +216,7 @@ class ModelRunner:
                 attn[row:row + n] = self._prefill_attention(i, q[row:row + n], start_pos, table)
             x += attn @ layer.wo
             gate_up = rms_norm(x, layer.ffn_norm, c.rms_eps) @ layer.w_gate_up
-            gate, up = gate_up[:, :c.ffn_size], gate_up[:, c.ffn_size:]
-            x += (gate / (1.0 + np.exp(-gate)) * up) @ layer.w_down
+            x += silu_times(gate_up[:, :c.ffn_size], gate_up[:, c.ffn_size:]) @ layer.w_down
         self.last_step_bytes_read = self.weight_bytes + plan.kv_positions_read * self.kv_bytes_per_token
         if not len(plan.logit_rows):
             self.last_step_bytes_read -= self.lm_head_bytes
@@ -223,16 +233,20 @@ def set_blas_threads(n_threads: int) -> int | None:
     """
     import ctypes
 
-    with open("/proc/self/maps") as maps:  # the OpenBLAS numpy loaded, wherever its wheel put it
-        libraries = {line.split()[-1] for line in maps if "openblas" in line.split()[-1].lower()}
+    try:  # the OpenBLAS numpy loaded, wherever its wheel put it (Linux only)
+        with open("/proc/self/maps") as maps:
+            libraries = {line.split()[-1] for line in maps if "openblas" in line.split()[-1].lower()}
+    except OSError:
+        return None
     for library in sorted(libraries):
         lib = ctypes.CDLL(library)
-        for prefix, suffix in (("scipy_openblas", "64_"), ("scipy_openblas", ""), ("openblas", "64_"), ("openblas", "")):
-            setter, getter = f"{prefix}_set_num_threads{suffix}", f"{prefix}_get_num_threads{suffix}"
-            if hasattr(lib, setter) and hasattr(lib, getter):
-                previous = int(getattr(lib, getter)())
-                getattr(lib, setter)(int(n_threads))
-                return previous
+        for prefix in ("scipy_openblas", "openblas"):
+            for suffix in ("64_", ""):
+                setter, getter = f"{prefix}_set_num_threads{suffix}", f"{prefix}_get_num_threads{suffix}"
+                if hasattr(lib, setter) and hasattr(lib, getter):
+                    previous = int(getattr(lib, getter)())
+                    getattr(lib, setter)(int(n_threads))
+                    return previous
     return None
 
 

@@ -33,6 +33,8 @@ class SamplingParams:
             raise ValueError("min_p: must be in [0, 1]")
         if self.top_k < -1:
             raise ValueError("top_k: must be -1 or 0 (off) or a positive count")
+        if self.seed is not None and self.seed < 0:
+            raise ValueError("seed: must be >= 0")
         if self.min_tokens < 0 or self.min_tokens > self.max_tokens:
             raise ValueError("min_tokens: must be in [0, max_tokens]")
 

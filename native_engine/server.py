@@ -91,11 +91,16 @@ def chat_prompt_text(body: dict, engine: LLMEngine) -> str:
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(content, str):
             raise RequestError(f"messages[{i}] must have a string role and string content", "messages")
         flat.append({"role": m["role"], "content": content})
-    return engine.tokenizer.apply_chat_template(flat, add_generation_prompt=True)
+    try:
+        return engine.tokenizer.apply_chat_template(flat, add_generation_prompt=True)
+    except ValueError as exc:   # the template's own checks (roles, order)
+        raise RequestError(f"messages: {exc}", "messages") from None
 
 
 def sampling_params(body: dict, prompt_len: int, max_model_len: int, default_max_tokens: int | None,
                     prompt_field: str) -> SamplingParams:
+    if prompt_len == 0:
+        raise RequestError(f"{prompt_field} is empty; send at least one token", prompt_field)
     if prompt_len >= max_model_len:
         raise RequestError(f"{prompt_field} is {prompt_len} tokens; this server's context (max_model_len) is "
                            f"{max_model_len}, which must also hold at least one output token", prompt_field)

@@ -48,7 +48,7 @@ def _add_matrix(writer: gguf.GGUFWriter, name: str, out_in: np.ndarray, qtype: g
 
 def write_tiny_llama_gguf(path: str | Path, seed: int = 0, n_layers: int = 2, hidden: int = 64, n_heads: int = 4,
                           n_kv_heads: int = 2, ffn: int = 128, vocab: int | None = None, context_length: int = 2048,
-                          rope_theta: float = 10000.0, tokenizer: str = "bytes") -> Path:
+                          rope_theta: float = 10000.0, tokenizer: str = "bytes", tied_embeddings: bool = True) -> Path:
     """Write the file and return its path.
 
     tokenizer: "bytes" (a 269-token byte-level BPE, always available) or "smollm2" (the real
@@ -110,6 +110,8 @@ def write_tiny_llama_gguf(path: str | Path, seed: int = 0, n_layers: int = 2, hi
         _add_matrix(writer, p + "ffn_up.weight", matrix(ffn, hidden), q4)
         _add_matrix(writer, p + "ffn_down.weight", matrix(hidden, ffn), q4)
     writer.add_tensor("output_norm.weight", norm(hidden))
+    if not tied_embeddings:
+        _add_matrix(writer, "output.weight", matrix(vocab, hidden), q4)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

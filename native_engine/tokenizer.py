@@ -6,10 +6,10 @@ from pathlib import Path
 
 import gguf
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Regex, models, pre_tokenizers
 from tokenizers import Tokenizer as BpeTokenizer
 
-from native_engine.gguf_model import stop_token_ids
+from native_engine.gguf_model import open_gguf, stop_token_ids
 
 # llama.cpp's pre-tokenizer for `tokenizer.ggml.pre == "smollm"` (llama-vocab.cpp): single
 # digits first, then the GPT-2 split, each regex applied to the pieces of the one before.
@@ -35,13 +35,15 @@ def byte_level_alphabet() -> dict[str, int]:
 
 
 class Tokenizer:
-    def __init__(self, tokens: list[str], token_types: list[int], merges: list[str], pre: str,
-                 bos_token_id: int, eos_token_id: int, add_bos: bool, chat_template: str | None):
+    def __init__(self, tokens: list[str], token_types: list[int], merges: list[str], pre: str, bos_token_id: int,
+                 eos_token_ids: list[int], add_bos: bool, chat_template: str | None):
+        """eos_token_ids: the declared eos first, then other turn-ending control tokens."""
         if pre not in PRE_TOKENIZERS:
             raise ValueError(f"tokenizer.ggml.pre is {pre!r}; supported: {', '.join(PRE_TOKENIZERS)}")
         self.vocab_size = len(tokens)
         self.bos_token_id = bos_token_id
-        self.eos_token_id = eos_token_id
+        self.eos_token_id = eos_token_ids[0]
+        self.eos_token_ids = list(eos_token_ids)
         self.add_bos = add_bos
         self.chat_template = chat_template
         self.special_token_ids = {i for i, t in enumerate(token_types) if t == gguf.TokenType.CONTROL}
@@ -51,21 +53,22 @@ class Tokenizer:
         splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in PRE_TOKENIZERS[pre]]
         self._bpe.pre_tokenizer = pre_tokenizers.Sequence(
             splits + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-        self._bpe.decoder = decoders.ByteLevel()
         self._bpe.add_special_tokens(
             [AddedToken(tokens[i], special=True, normalized=False) for i in sorted(self.special_token_ids)])
         alphabet = byte_level_alphabet()
-        self._token_bytes = [
-            t.encode("utf-8") if i in self.special_token_ids
-            else bytes(alphabet[ch] for ch in t) if all(ch in alphabet for ch in t) else t.encode("utf-8")
-            for i, t in enumerate(tokens)
-        ]
+
+        def raw_bytes(token_id: int, text: str) -> bytes:
+            """Byte-level tokens spell bytes with printable stand-ins; control and unused tokens are plain text."""
+            if token_id in self.special_token_ids or not all(ch in alphabet for ch in text):
+                return text.encode("utf-8")
+            return bytes(alphabet[ch] for ch in text)
+
+        self._token_bytes = [raw_bytes(i, t) for i, t in enumerate(tokens)]
         self._tokens = tokens
-        self.eos_token_ids: list[int] = []
 
     @classmethod
     def from_gguf(cls, path_or_reader: str | Path | gguf.GGUFReader) -> "Tokenizer":
-        reader = path_or_reader if isinstance(path_or_reader, gguf.GGUFReader) else gguf.GGUFReader(str(path_or_reader))
+        reader = open_gguf(path_or_reader)
 
         def field(key, default=None):
             found = reader.fields.get(key)
@@ -78,17 +81,15 @@ class Tokenizer:
         kind = field("tokenizer.ggml.model")
         if kind != "gpt2":
             raise ValueError(f"tokenizer.ggml.model is {kind!r}; native_engine reads only 'gpt2' (byte-level BPE)")
-        tokenizer = cls(
+        eos = int(field("tokenizer.ggml.eos_token_id"))
+        return cls(
             tokens=field("tokenizer.ggml.tokens"), token_types=field("tokenizer.ggml.token_type"),
-            merges=field("tokenizer.ggml.merges"), pre=field("tokenizer.ggml.pre", "smollm"),
+            merges=field("tokenizer.ggml.merges"), pre=field("tokenizer.ggml.pre"),
             bos_token_id=int(field("tokenizer.ggml.bos_token_id")),
-            eos_token_id=int(field("tokenizer.ggml.eos_token_id")),
+            eos_token_ids=[eos] + [i for i in stop_token_ids(reader) if i != eos],
             add_bos=bool(field("tokenizer.ggml.add_bos_token", False)),
             chat_template=field("tokenizer.chat_template", ""),
         )
-        tokenizer.eos_token_ids = [tokenizer.eos_token_id] + [
-            i for i in stop_token_ids(reader) if i != tokenizer.eos_token_id]
-        return tokenizer
 
     def encode(self, text: str, add_special: bool = False) -> list[int]:
         """Token ids of text; control tokens written in the text (<|im_start|>) become single ids.
@@ -114,7 +115,9 @@ class Tokenizer:
             if not isinstance(message, dict) or not isinstance(message.get("role"), str) \
                     or not isinstance(message.get("content"), str):
                 raise ValueError(f"messages[{i}] must be a dict with str 'role' and str 'content'")
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+        # the settings transformers renders chat templates with
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                            extensions=["jinja2.ext.loopcontrols"])
 
         def raise_exception(message):
             raise ValueError(f"chat template: {message}")

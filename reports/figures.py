@@ -15,7 +15,6 @@ from reports.load import RunData
 COLORS = qualitative.Plotly
 MAX_CDF_POINTS = 800
 MAX_TIMELINE_REQUESTS = 1500
-SERVER_METRIC_WORDS = ("running", "waiting", "kv", "cache_usage", "prefix", "hit")
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50), legend=dict(orientation="h", y=-0.15))
 
 
@@ -125,41 +124,3 @@ def _itl_by_window(run: RunData, edges: np.ndarray):
         xs.append(edges[b] + (edges[1] - edges[0]) / 2)
         ys.append(float(np.median(g[which == b])) * 1e3)
     return xs, ys
-
-
-def server_metrics(runs: list[RunData]) -> go.Figure | None:
-    """Scheduler state from the engine's /metrics (running, waiting, KV usage, prefix hits), when scraped."""
-    frames = [(i, r, r.server_metrics) for i, r in enumerate(runs) if r.server_metrics is not None]
-    if not frames:
-        return None
-    names = sorted({n for _, _, f in frames for n in f["name"].unique()})
-    chosen = [n for n in names if any(w in n.lower() for w in SERVER_METRIC_WORDS)] or names[:6]
-    return _small_multiples("Server metrics", chosen, frames, series_key="labels")
-
-
-def telemetry(runs: list[RunData]) -> go.Figure | None:
-    """Device counters (utilisation, memory, power...) sampled during the run, when recorded."""
-    frames = [(i, r, r.telemetry) for i, r in enumerate(runs) if r.telemetry is not None]
-    if not frames:
-        return None
-    names = sorted({n for _, _, f in frames for n in f["name"].unique()})
-    return _small_multiples("Device telemetry", names[:12], frames, series_key="source")
-
-
-def _small_multiples(title: str, names: list[str], frames, series_key: str) -> go.Figure:
-    fig = make_subplots(rows=len(names), cols=1, shared_xaxes=True, subplot_titles=names,
-                        vertical_spacing=min(0.08, 0.3 / max(len(names), 1)))
-    shown = set()
-    for row, name in enumerate(names, start=1):
-        for i, run, frame in frames:
-            sub = frame[frame["name"] == name]
-            keys = sub[series_key].fillna("") if series_key in sub else [""] * len(sub)
-            for key, part in sub.groupby(keys, sort=True):
-                label = f"{run.label} {key}".strip()
-                fig.add_trace(go.Scatter(x=part["t_s"], y=part["value"], mode="lines", name=label,
-                                         legendgroup=run.label, showlegend=run.label not in shown,
-                                         line=dict(color=color(i))), row=row, col=1)
-                shown.add(run.label)
-    fig.update_xaxes(title_text="seconds from t0", row=len(names), col=1)
-    fig.update_layout(title=title, height=max(300, 220 * len(names)), **LAYOUT)
-    return fig

@@ -92,15 +92,14 @@ class MetricVerdict:
     note: str = ""
 
 
-def samples(run: RunData, rule: MetricRule, rules: GateRules) -> np.ndarray:
-    """What the bootstrap resamples: per request (latencies in ms, 0/1 for meeting the SLOs) or per window."""
+def samples(run: RunData, rule: MetricRule, rules: GateRules, slo: dict) -> np.ndarray:
+    """What the bootstrap resamples: per request (latencies in ms, 0/1 for meeting `slo`) or per window."""
     df = run.requests
     if rule.source in ("ttft", "tpot", "e2e"):
         return df[f"{rule.source}_s"].dropna().to_numpy(dtype=float) * 1e3
     if rule.source == "itl":
         return run.itl_s * 1e3
     if rule.source == "goodput":
-        slo = {k: v for k, v in run.slo.items() if v is not None}
         return np.array([float(lat is not None and meets_slo(lat, slo))
                          for lat in map(request_latency, run.records)])
     start = float(df["intended_send_s"].min()) if len(df) else 0.0
@@ -112,13 +111,15 @@ def samples(run: RunData, rule: MetricRule, rules: GateRules) -> np.ndarray:
 
 
 def judge(name: str, rule: MetricRule, baseline: RunData, current: RunData, rules: GateRules) -> MetricVerdict:
-    b, c = samples(baseline, rule, rules), samples(current, rule, rules)
+    slo = {k: v for k, v in baseline.slo.items() if v is not None}  # both runs judged by the baseline's SLOs
+    b, c = samples(baseline, rule, rules, slo), samples(current, rule, rules, slo)
     if c.size < rules.min_samples <= b.size and rule.source in PER_REQUEST_SOURCES and rule.source != "goodput":
         # the baseline had enough; the current run lost them (failures, no tokens): that is itself a regression
         return MetricVerdict(name, rule, "regression", note=f"current run has {c.size} samples, baseline {b.size}")
-    if min(b.size, c.size) < rules.min_samples:
+    enough = min(rules.min_samples, rules.windows) if rule.source in WINDOW_SOURCES else rules.min_samples
+    if min(b.size, c.size) < enough:
         return MetricVerdict(name, rule, "inconclusive",
-                             note=f"too few samples ({b.size} vs {c.size}; need {rules.min_samples})")
+                             note=f"too few samples ({b.size} vs {c.size}; need {enough})")
     needed = _samples_for_tail(rule.statistic, rules.min_tail_samples)
     if min(b.size, c.size) < needed:
         return MetricVerdict(name, rule, "inconclusive", note=f"{rule.statistic} needs >= {needed} samples per run "

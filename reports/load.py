@@ -18,6 +18,8 @@ import pandas as pd
 from harness.metrics import meets_slo, request_latency, summarize
 from harness.results import RequestRecord, read_records
 
+REQUEST_COLUMNS = ["index", "intended_send_s", "actual_send_s", "send_s", "end_s", "ok", "error_reason",
+                   "output_tokens", "prompt_tokens", "first_token_s", "ttft_s", "tpot_s", "e2e_s", "max_itl_s"]
 POINT_DIR = re.compile(r"^point-(\d+)-(rate|concurrency)-([0-9.]+)$")
 
 
@@ -97,7 +99,7 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
             itl.extend(lat.itl_token_s)
             per_chunk = r.tokens_per_chunk or [1] * len(r.token_times_s)
             token_times.extend(np.repeat(r.token_times_s, per_chunk).tolist())
-    requests = pd.DataFrame(rows, columns=list(rows[0]) if rows else ["index", "ok", "ttft_s"])
+    requests = pd.DataFrame(rows, columns=REQUEST_COLUMNS)
     for col in ("ttft_s", "tpot_s", "e2e_s", "max_itl_s", "first_token_s", "end_s", "actual_send_s"):
         if col in requests:
             requests[col] = pd.to_numeric(requests[col], errors="coerce")

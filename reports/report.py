@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reports.figures import latency_cdfs, over_time, server_metrics, telemetry, timeline
+from reports.figures import latency_cdfs, over_time, timeline
+from reports.server_figures import server_metrics, telemetry
 from reports.load import RunData, Sweep, load_results
 from reports.sweep import DEFAULT_ATTAINMENT, SloCapacity, max_rate_meeting_slo
 from reports.sweep_figures import goodput_vs_load, throughput_latency

@@ -90,9 +90,10 @@ class GroundTruthServer:
             self.lateness_ns.append(now - due)
             next_due = self._send_chunk(s, now)
             if next_due is not None:
-                self._push(next_due, s)
+                self._seq += 1
+                heapq.heappush(heap, (next_due, self._seq, s))
             now = time.perf_counter_ns()
-        if heap and self._timer is None:
+        if heap:  # one timer for whatever is due next
             self._arm(heap[0][0])
 
     def _send_chunk(self, s: _Stream, now: int) -> int | None:
@@ -175,7 +176,19 @@ def _chunked(payload: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(payload), payload)
 
 
+_ONE_TOKEN_EVENTS: dict = {}  # chat? -> bytes: with one token per chunk all chunks are alike
+
+
 def _token_event(s: _Stream, n: int) -> bytes:
+    if s.k == 1:
+        event = _ONE_TOKEN_EVENTS.get(s.chat)
+        if event is None:
+            event = _ONE_TOKEN_EVENTS[s.chat] = _build_token_event(s, n)
+        return event
+    return _build_token_event(s, n)
+
+
+def _build_token_event(s: _Stream, n: int) -> bytes:
     text = " tok" * n
     if s.chat:
         choice = '{"index":0,"delta":{"content":"%s"},"finish_reason":null}' % text

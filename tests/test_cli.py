@@ -118,3 +118,15 @@ def test_workers_share_one_schedule(gt, tmp_path):
     assert [round(r.intended_send_s, 6) for r in records] == [round(i / 50, 6) for i in range(20)]
     assert max(r.actual_send_s - r.intended_send_s for r in records) < 0.05
     assert json.loads((out / "summary.json").read_text())["workers"] == 2
+
+
+def test_workers_option():
+    from groundtruth_server import gt_request
+    from harness.workers import resolve_workers
+    reqs = [gt_request(i, i * 0.01, 99) for i in range(101)]  # 9,999 output tokens over 1 s
+    assert resolve_workers("auto", reqs, None, None, cpu_count=16) == 2
+    assert resolve_workers("auto", reqs, None, None, cpu_count=2) == 1  # one core stays free
+    assert resolve_workers("3", reqs, None, None, cpu_count=2) == 3
+    for bad in ("0", "many"):
+        with pytest.raises(ValueError, match="load.workers: .* use auto or a whole number"):
+            resolve_workers(bad, reqs, None, None, cpu_count=2)

@@ -35,8 +35,8 @@ def tiny(tmp_path_factory):
 def test_greedy_output_same_alone_batched_chunked_and_from_prefix_cache(smollm2):
     tok = smollm2.tokenizer
     words = TEXT.split()
-    prompts = [tok.encode(" ".join(words[: 3 + 4 * i])) for i in range(16)]   # 3..63 words
-    target = 11                                                                 # ~50 tokens: 2 chunks of 32
+    prompts = [tok.encode(" ".join(words[: 3 + 2 * i])) for i in range(16)]   # 3..33 words
+    target = 15                                                                 # > 32 tokens: 2 chunks
     greedy = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
     alone = engine_for(smollm2, prefix_caching=False, max_num_batched_tokens=1024)
     [reference] = alone.generate([prompts[target]], greedy)
@@ -62,11 +62,12 @@ def test_greedy_output_same_alone_batched_chunked_and_from_prefix_cache(smollm2)
 def test_preemption_recomputes_to_the_same_greedy_output(smollm2):
     tok = smollm2.tokenizer
     words = TEXT.split()
-    prompts = [tok.encode(" ".join(words[5 * i: 5 * i + 18])) for i in range(4)]   # ~20-28 tokens each
-    greedy = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    prompts = [tok.encode(" ".join(words[5 * i: 5 * i + 22])) for i in range(4)]   # 24-27 tokens each
+    # Prompts fill 2 blocks of 16 each (8 in all); crossing 32 tokens needs a 3rd: preemption.
+    greedy = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
     roomy = engine_for(smollm2, prefix_caching=False)
     expected = [r.token_ids for r in roomy.generate(prompts, greedy)]
-    small = engine_for(smollm2, kv_cache_tokens=128, prefix_caching=False)   # 8 blocks for ~12 needed
+    small = engine_for(smollm2, kv_cache_tokens=128, prefix_caching=False)   # 8 blocks for 12 needed
     got = [r.token_ids for r in small.generate(prompts, greedy)]
     assert small.scheduler.num_preemptions > 0
     assert got == expected

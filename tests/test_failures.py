@@ -1,12 +1,10 @@
 """Failures never stop a run or lose data: each kind comes from a server that really produces it."""
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 

@@ -89,5 +89,14 @@ def test_default_model_is_smollm2():
     assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 50e6
     reader = gguf.GGUFReader(str(path))
     config = read_config(reader)
-    assert (config.n_layers, config.hidden_size, config.n_heads, config.n_kv_heads, config.head_dim) == (30, 576, 9, 3, 64)
-    assert (config.ffn_size, config.vocab_size, config.context_length, config.rope_theta) == (1536, 49152, 8192, 1e5)
+    c = config
+    assert (c.n_layers, c.hidden_size, c.n_heads, c.n_kv_heads, c.head_dim) == (30, 576, 9, 3, 64)
+    assert (c.ffn_size, c.vocab_size, c.context_length, c.rope_theta) == (1536, 49152, 8192, 1e5)
+
+
+def test_a_rewritten_file_is_parsed_again(tmp_path):
+    path = tmp_path / "m.gguf"
+    write_tiny_llama_gguf(path, n_layers=1)
+    assert load_gguf(path)[0].n_layers == 1
+    write_tiny_llama_gguf(path, n_layers=2)
+    assert load_gguf(path)[0].n_layers == 2

@@ -55,6 +55,10 @@ def write_run(path, records, slo=None, rate=4.0, kind="native", server_metrics=F
         rows = ["t_s,name,value,labels"] + [f"{t:.2f},vllm:num_requests_running,{int(3 + 2 * np.sin(t))},model=smollm2"
                                             for t in np.arange(0, end, 0.5)]
         rows += [f"{t:.2f},vllm:kv_cache_usage_perc,{min(1, t / end):.3f},model=smollm2" for t in np.arange(0, end, 0.5)]
+        # counters: 3 of every 4 prefix-cache queries hit; a histogram that the report leaves out
+        rows += [f"{t:.2f},vllm:prefix_cache_queries_total,{8 * k},model=smollm2" for k, t in enumerate(np.arange(0, end, 0.5))]
+        rows += [f"{t:.2f},vllm:prefix_cache_hits_total,{6 * k},model=smollm2" for k, t in enumerate(np.arange(0, end, 0.5))]
+        rows += [f"{t:.2f},vllm:e2e_request_latency_seconds_bucket,{k},le=1.0" for k, t in enumerate(np.arange(0, end, 0.5))]
         (path / "server_metrics.csv").write_text("\n".join(rows) + "\n")
     if telemetry:
         rows = ["t_s,source,name,value"] + [f"{t:.2f},cpu,utilization_pct,{50 + 10 * np.cos(t):.1f}"
@@ -94,8 +98,10 @@ def test_report_of_two_runs_overlays_them_and_reports_server_metrics(tmp_path):
     first = next(t for t in cdf.data if t.name == "a")
     assert max(first.x) == pytest.approx(load_run(a).requests["ttft_s"].max() * 1e3)
     server = content.figures[2][1]
-    assert {t.name for t in server.data} == {"a model=smollm2"}
-    assert {a.text for a in server.layout.annotations} == {"vllm:kv_cache_usage_perc", "vllm:num_requests_running"}
+    assert {t.name for t in server.data} == {"a model=smollm2", "a"}
+    assert [a.text for a in server.layout.annotations] == ["num_requests_running", "kv_cache_usage_perc",
+                                                           "prefix cache hit rate"]
+    assert set(np.round(server.data[2].y, 6)) == {0.75}  # derived from the counters' increase
 
 
 def test_report_without_optional_csvs_skips_those_plots(tmp_path):

@@ -32,15 +32,15 @@ def test_16_streams_match_the_truth(gt):
         (TOKENS, TOKENS, False)}
     err = errors_against_truth(out.records, out.t0_ns, stats["records"])
     assert len(err["ttft_err_ms"]) == 64
-    # the client's own part of the TTFT error: its send lag and the first token's way back
+    # Medians: on a shared 2-core machine a stall of the client or server process now and
+    # then is the machine, not the client (benchmarks/fidelity.py reports means and p99s).
+    # The client's own part of the TTFT error: its send lag and the first token's way back.
     client_part = [a + b for a, b in zip(err["send_lag_ms"], err["first_delivery_ms"])]
-    assert 0 <= statistics.mean(client_part) < 2.0, client_part
-    # the whole error also holds the server waking to read the request: on a shared
-    # machine that is as late as the server's writes, which it measures itself
-    server_late_ms = stats["lateness_ms"]["mean"]
-    assert 0 <= statistics.mean(err["ttft_err_ms"]) < 2.0 + server_late_ms, (err["ttft_err_ms"], server_late_ms)
-    assert abs(statistics.mean(err["itl_err_ms"])) < 1.0
+    assert 0 <= statistics.median(client_part) < 2.0, client_part
+    # The whole error also holds the server waking up to read the request.
+    assert 0 <= statistics.median(err["ttft_err_ms"]) < 2.0, err["ttft_err_ms"]
     assert statistics.median(abs(e) for e in err["itl_err_ms"]) < 1.0
+    assert abs(statistics.mean(err["itl_err_ms"])) < 1.0
     summary = summarize(out.records, {}, out.loop_lag_s)
     assert summary["concurrency"]["max"] >= 16
     assert summary["ttft_ms"]["min"] >= TTFT_MS  # nothing arrives before the server's schedule allows

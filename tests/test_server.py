@@ -97,6 +97,9 @@ async def test_chat_stream_starts_with_role_and_matches_non_stream_text(serve):
     ({"prompt": "x", "top_p": 2}, "top_p"),
     ({"prompt": "x", "stream": "yes"}, "stream"),
     ({"prompt": "x" * 3000}, "prompt"),
+    ({"prompt": ""}, "prompt"),
+    ({"prompt": "x", "seed": -3}, "seed"),
+    ({"prompt": "x", "stop": ["ok", 3]}, "stop"),
 ])
 async def test_bad_completion_requests_get_400_naming_the_field(serve, payload, param):
     s = await serve(kv_cache_tokens=2048)
@@ -236,3 +239,22 @@ async def test_real_smollm2_answers_through_the_server():
         assert body["choices"][0]["finish_reason"] in ("stop", "length")
     finally:
         await runner.cleanup()
+
+
+async def test_metrics_page_has_vllm_names_under_native_prefix(serve):
+    s = await serve()
+    await s.post("/v1/completions", {"prompt": "count me", "max_tokens": 3})
+    async with s.http.get(s.url + "/metrics") as resp:
+        assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/plain")
+        text = await resp.text()
+    names = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
+    for name in ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "prefix_cache_queries_total",
+                 "prefix_cache_hits_total", "num_preemptions_total", "prompt_tokens_total", "generation_tokens_total",
+                 "time_to_first_token_seconds_bucket", "inter_token_latency_seconds_count",
+                 "e2e_request_latency_seconds_sum", "request_queue_time_seconds_count",
+                 "weight_bytes_read_total", "kv_bytes_read_total"):
+        assert f"native:{name}" in names, name
+    assert 'model_name="smollm2"' in text
+    assert await s.metric("native:weight_bytes_read_total") >= 3 * s.engine.runner.weight_bytes * 0.9
+    assert await s.metric("native:kv_bytes_read_total") > 0
+    assert await s.metric("native:e2e_request_latency_seconds_count") == 1

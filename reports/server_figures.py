@@ -1,0 +1,93 @@
+"""Plots of what the engine and the device reported during a run (server_metrics.csv, telemetry.csv).
+
+Scheduler gauges are plotted as scraped; the prefix-cache hit rate is derived from the hit and
+query counters (their increase between two scrapes), because a running total hides when the
+cache stopped helping. Histogram series and `_created` timestamps are left out.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from reports.figures import LAYOUT, color
+from reports.load import RunData
+
+# vLLM (and the built-in engine under `native:`), then llama.cpp's names for the same state
+GAUGES = ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "gpu_cache_usage_perc",
+          "requests_processing", "requests_deferred", "kv_cache_usage_ratio")
+HIT_RATE = "prefix cache hit rate"
+SKIP_SUFFIXES = ("_bucket", "_sum", "_count", "_created")
+MAX_PANELS = 8
+
+
+def _short(name: str) -> str:
+    return name.split(":")[-1]
+
+
+def _hit_rate(frame: pd.DataFrame) -> pd.DataFrame | None:
+    """Δhits / Δqueries between scrapes, from `*prefix_cache_hits_total` and `*prefix_cache_queries_total`."""
+    hits = frame[frame["name"].str.endswith("prefix_cache_hits_total") & ~frame["name"].str.contains("external")]
+    queries = frame[frame["name"].str.endswith("prefix_cache_queries_total") & ~frame["name"].str.contains("external")]
+    if hits.empty or queries.empty:
+        return None
+    h = hits.groupby("t_s")["value"].sum().sort_index()
+    q = queries.groupby("t_s")["value"].sum().sort_index()
+    both = pd.concat([h.rename("h"), q.rename("q")], axis=1).dropna()
+    dq = both["q"].diff()
+    rate = (both["h"].diff() / dq.where(dq > 0)).dropna()
+    return pd.DataFrame({"t_s": rate.index, "value": rate.to_numpy(), "key": ""})
+
+
+def server_panels(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Panel title -> rows (t_s, value, key) of one run; key tells series in a panel apart (labels)."""
+    panels = {}
+    labels = frame["labels"].fillna("") if "labels" in frame else pd.Series("", index=frame.index)
+    for name, part in frame.assign(key=labels).groupby("name", sort=True):
+        if _short(name) in GAUGES:
+            panels[_short(name)] = part[["t_s", "value", "key"]]
+    hit = _hit_rate(frame)
+    if hit is not None:
+        panels[HIT_RATE] = hit
+    if not panels:  # an engine we do not know: show what it reported, histograms aside
+        names = [n for n in sorted(frame["name"].unique()) if not n.endswith(SKIP_SUFFIXES)]
+        for name in names[:MAX_PANELS]:
+            part = frame[frame["name"] == name]
+            panels[name] = part.assign(key=labels[part.index])[["t_s", "value", "key"]]
+    return panels
+
+
+def telemetry_panels(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    panels = {}
+    for name, part in frame.groupby("name", sort=True):
+        panels[name] = part.assign(key=part["source"].fillna("").astype(str))[["t_s", "value", "key"]]
+    return dict(list(panels.items())[:MAX_PANELS])
+
+
+def server_metrics(runs: list[RunData]) -> go.Figure | None:
+    per_run = [(i, r, server_panels(r.server_metrics)) for i, r in enumerate(runs) if r.server_metrics is not None]
+    return _small_multiples("Server metrics", per_run) if per_run else None
+
+
+def telemetry(runs: list[RunData]) -> go.Figure | None:
+    per_run = [(i, r, telemetry_panels(r.telemetry)) for i, r in enumerate(runs) if r.telemetry is not None]
+    return _small_multiples("Device telemetry", per_run) if per_run else None
+
+
+def _small_multiples(title: str, per_run) -> go.Figure:
+    order = {"num_requests_running": 0, "num_requests_waiting": 1, HIT_RATE: 3}
+    names = sorted({n for _, _, panels in per_run for n in panels}, key=lambda n: (order.get(n, 2), n))[:MAX_PANELS]
+    fig = make_subplots(rows=len(names), cols=1, shared_xaxes=True, subplot_titles=names,
+                        vertical_spacing=min(0.08, 0.3 / len(names)))
+    shown = set()
+    for row, name in enumerate(names, start=1):
+        for i, run, panels in per_run:
+            for key, part in (panels[name].groupby("key", sort=True) if name in panels else []):
+                label = f"{run.label} {key}".strip()
+                fig.add_trace(go.Scatter(x=part["t_s"], y=part["value"], mode="lines", name=label,
+                                         legendgroup=run.label, showlegend=run.label not in shown,
+                                         line=dict(color=color(i))), row=row, col=1)
+                shown.add(run.label)
+    fig.update_xaxes(title_text="seconds from t0", row=len(names), col=1)
+    fig.update_layout(title=title, height=max(320, 200 * len(names)), **LAYOUT)
+    return fig
