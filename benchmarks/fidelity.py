@@ -67,6 +67,7 @@ def measure(url: str, concurrency: int, rounds: int, tokens: int, workers: int, 
         "compared": len(ttft_err),
         "ttft_err_mean_ms": float(ttft_err.mean()), "ttft_err_p99_ms": float(np.percentile(ttft_err, 99)),
         "ttft_client_part_mean_ms": float(client_part.mean()),
+        "delivery_p99_ms": float(np.percentile(err["delivery_ms"], 99)),
         "itl_err_mean_ms": float(itl_err.mean()), "itl_err_p99_ms": float(np.percentile(np.abs(itl_err), 99)),
         "measured_ttft_mean_ms": summary["ttft_ms"]["mean"], "measured_itl_p99_ms": summary["itl_ms"]["p99"],
         "server_lateness_mean_ms": stats["lateness_ms"]["mean"], "server_lateness_p99_ms": stats["lateness_ms"]["p99"],
@@ -76,12 +77,49 @@ def measure(url: str, concurrency: int, rounds: int, tokens: int, workers: int, 
     }
 
 
+_FLOOR_RECEIVER = """
+import asyncio, struct, sys, time
+lat = []
+class P(asyncio.Protocol):
+    def data_received(self, d):
+        now = time.perf_counter_ns()
+        lat.extend((now - struct.unpack_from("q", d, i)[0]) / 1e6 for i in range(0, len(d) - 7, 8))
+async def main():
+    srv = await asyncio.get_running_loop().create_server(P, "127.0.0.1", 0)
+    print(srv.sockets[0].getsockname()[1], flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    print(" ".join(f"{x:.4f}" for x in lat), flush=True)
+asyncio.run(main())
+"""
+
+
+def machine_floor_ms(samples: int = 500, gap_s: float = 0.005) -> dict:
+    """One-way latency of a bare loopback socket between two processes, 8 bytes at a time:
+    what any client on this machine, at this moment, cannot beat."""
+    import socket
+    import subprocess
+    proc = subprocess.Popen([sys.executable, "-c", _FLOOR_RECEIVER], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    port = int(proc.stdout.readline())
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(samples):
+            time.sleep(gap_s)
+            sock.sendall(time.perf_counter_ns().to_bytes(8, "little", signed=True))
+        time.sleep(0.05)
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    lat = np.array([float(x) for x in proc.stdout.readline().split()])
+    proc.wait(timeout=10)
+    return {"p50": float(np.percentile(lat, 50)), "p99": float(np.percentile(lat, 99)), "max": float(lat.max())}
+
+
 COLUMNS = [("concurrency", "conc", "{:d}"), ("streamed_tokens_per_s", "tok/s", "{:.0f}"),
            ("achieved_concurrency_mean", "achieved", "{:.1f}"),
            ("ttft_err_mean_ms", "TTFT err mean", "{:+.2f}"), ("ttft_err_p99_ms", "TTFT err p99", "{:+.2f}"),
            ("ttft_client_part_mean_ms", "client part", "{:+.2f}"),
            ("itl_err_mean_ms", "ITL err mean", "{:+.3f}"), ("itl_err_p99_ms", "|ITL err| p99", "{:.2f}"),
-           ("client_cpu_cores", "client CPU", "{:.2f}"),
+           ("delivery_p99_ms", "delivery p99", "{:.2f}"), ("client_cpu_cores", "client CPU", "{:.2f}"),
            ("server_lateness_mean_ms", "srv late mean", "{:.2f}"), ("server_lateness_p99_ms", "srv late p99", "{:.2f}"),
            ("client_bound", "client-bound", "{}")]
 
@@ -105,18 +143,32 @@ def main() -> None:
     p.add_argument("--itl-ms", type=float, default=10.0)
     p.add_argument("--json", type=Path, help="also write the rows here")
     args = p.parse_args()
+    floors = [machine_floor_ms()]
     rows = []
     with GroundTruthProcess(GroundTruthConfig(args.ttft_ms, args.itl_ms)) as gt:
         for c in args.concurrency:
             rows.append(measure(gt.url, c, args.rounds, args.tokens, args.workers, args.ttft_ms, args.itl_ms,
                                 args.arrival))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    floors.append(machine_floor_ms())
     print(f"\nground truth: TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms, {args.tokens} tokens/request, "
           f"{args.arrival} arrivals, {args.rounds} rounds, {args.workers} client process(es); errors are measured minus what "
           f"the server really did (ms)\n")
     print_table(rows)
+    print()
+    for when, floor in zip(("before", "after"), floors):
+        print(f"machine floor {when} (bare loopback socket, one way, two processes): p50 {floor['p50']:.2f} ms, "
+              f"p99 {floor['p99']:.2f} ms, max {floor['max']:.2f} ms")
+    print(f"load average {_loadavg()}")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+        args.json.write_text(json.dumps({"floor_ms": floors, "rows": rows}, indent=2))
+
+
+def _loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
 
 
 if __name__ == "__main__":

@@ -68,7 +68,11 @@ def proxy_main(upstream: str, factor: float, port: int) -> None:
                     break
                 due = arrived + factor * (t - arrived)
                 await asyncio.sleep(max(0.0, due - time.perf_counter()))
-                await resp.write(data)
+                try:
+                    await resp.write(data)
+                except ConnectionResetError:  # the client left (it only opened the connection)
+                    reader.cancel()
+                    return resp
             await reader
             await resp.write_eof()
             return resp

@@ -29,7 +29,7 @@ def chain_hash(parent_hash: int | None, token_ids: tuple[int, ...]) -> int:
 class BlockManager:
     def __init__(self, num_blocks: int, block_size: int = 16, enable_prefix_caching: bool = True):
         if num_blocks < 1:
-            raise ValueError("num_kv_blocks: must be >= 1 (raise --kv-cache-tokens)")
+            raise ValueError("kv_cache_tokens: holds no whole block; give at least block_size tokens")
         if block_size < 1:
             raise ValueError("block_size: must be >= 1")
         self.num_blocks = num_blocks

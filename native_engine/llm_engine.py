@@ -80,10 +80,10 @@ class LLMEngine:
         self.config = config
         loaded = loaded or LoadedModel.load(config.model)
         self.model_config, weights, self.tokenizer = loaded.config, loaded.weights, loaded.tokenizer
-        num_blocks = config.kv_cache_tokens // config.kv_block_size
+        num_blocks = config.kv_cache_tokens // max(config.kv_block_size, 1)
+        self.block_manager = BlockManager(num_blocks, config.kv_block_size, config.enable_prefix_caching)
         self.runner = ModelRunner(self.model_config, weights, num_kv_blocks=num_blocks,
                                   kv_block_size=config.kv_block_size)
-        self.block_manager = BlockManager(num_blocks, config.kv_block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config.scheduler, self.block_manager)
         self.metrics = EngineMetrics(config.served_model_name)
         # A sequence must fit in the whole cache on its own, or preemption could never make room.

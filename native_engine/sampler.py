@@ -14,6 +14,7 @@ from native_engine.sequence import Sequence
 # top_k/top_p sort only the tokens within these factors of a row's best token (first the
 # larger): a full sort of a 49k vocabulary costs ~5 ms a row, the candidates well under 0.1 ms.
 _CANDIDATE_FLOORS = (1e-3, 1e-6)
+_DRAW_BLOCK = 512
 
 
 def mask_stop_tokens(logits: np.ndarray, seqs: list[Sequence], eos_token_ids: list[int]) -> None:
@@ -27,23 +28,24 @@ def mask_stop_tokens(logits: np.ndarray, seqs: list[Sequence], eos_token_ids: li
 
 def sample(logits: np.ndarray, seqs: list[Sequence]) -> np.ndarray:
     """logits [n, vocab] float32 (modified in place) -> token ids [n] int64."""
-    next_ids = np.empty(len(seqs), dtype=np.int64)
     greedy = np.fromiter((s.params.greedy for s in seqs), dtype=bool, count=len(seqs))
     if greedy.all():
         return np.argmax(logits, axis=1)
-    if greedy.any():
-        next_ids[greedy] = np.argmax(logits[greedy], axis=1)
+    if not greedy.any():
+        return _sample_rows(logits, seqs)
+    next_ids = np.argmax(logits, axis=1)
     sampled_rows = np.flatnonzero(~greedy)
-    if sampled_rows.size:
-        next_ids[sampled_rows] = _sample_rows(logits[sampled_rows], [seqs[r] for r in sampled_rows])
+    next_ids[sampled_rows] = _sample_rows(logits[sampled_rows], [seqs[r] for r in sampled_rows])
     return next_ids
 
 
 def _sample_rows(logits: np.ndarray, seqs: list[Sequence]) -> np.ndarray:
+    """Temperature, min_p, top_k/top_p, then one inverse-CDF draw per row; logits is overwritten."""
     temps = np.array([s.params.temperature for s in seqs], dtype=np.float32)
-    x = logits / temps[:, None]
-    x -= x.max(axis=1, keepdims=True)
-    probs = np.exp(x, out=x)            # unnormalised; the best token of each row has weight 1
+    probs = logits
+    probs /= temps[:, None]
+    probs -= probs.max(axis=1, keepdims=True)
+    np.exp(probs, out=probs)            # unnormalised; the best token of each row has weight 1
 
     min_p = np.array([s.params.min_p for s in seqs], dtype=np.float32)
     if min_p.any():
@@ -54,11 +56,27 @@ def _sample_rows(logits: np.ndarray, seqs: list[Sequence]) -> np.ndarray:
     truncated = np.flatnonzero((top_k > 0) | (top_p < 1.0))
     if truncated.size:
         probs[truncated] = _truncate(probs[truncated], top_k[truncated], top_p[truncated])
+    return _draw(probs, np.array([s.rng.random() for s in seqs]))
 
-    cdf = np.cumsum(probs, axis=1)
-    u = np.array([s.rng.random() for s in seqs]) * cdf[:, -1]
-    # side="right": a draw never lands on a zero-probability token.
-    return np.array([np.searchsorted(cdf[r], u[r], side="right") for r in range(len(seqs))], dtype=np.int64)
+
+def _draw(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Inverse-CDF draw per row, u in [0, 1). Two levels (blocks of the vocabulary, then one
+    block) so no [rows, vocab] cumulative sum is ever built."""
+    vocab = probs.shape[1]
+    starts = np.arange(0, vocab, _DRAW_BLOCK)
+    block_cdf = np.cumsum(np.add.reduceat(probs, starts, axis=1), axis=1, dtype=np.float64)
+    targets = u * block_cdf[:, -1]
+    ids = np.empty(len(probs), dtype=np.int64)
+    for r in range(len(probs)):
+        # side="right": never a zero-mass block or token.
+        b = min(int(np.searchsorted(block_cdf[r], targets[r], side="right")), len(starts) - 1)
+        segment = probs[r, starts[b]:starts[b] + _DRAW_BLOCK]
+        within = targets[r] - (block_cdf[r, b - 1] if b else 0.0)
+        i = int(np.searchsorted(np.cumsum(segment, dtype=np.float64), within, side="right"))
+        if i >= len(segment):   # float rounding past the block's end: its last token with mass
+            i = int(np.flatnonzero(segment)[-1])
+        ids[r] = starts[b] + i
+    return ids
 
 
 def _truncate(p: np.ndarray, top_k: np.ndarray, top_p: np.ndarray) -> np.ndarray:

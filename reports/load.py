@@ -79,7 +79,8 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
     if not is_run_dir(path):
         raise ResultsError(f"{path}: no requests.jsonl here; pass a folder written by `bench run --output`")
     run_info = _read_json(path / "run.json")
-    records = [r for r in read_records(path) if not r.is_warmup]
+    # in send order (the file is in completion order): the gate's block bootstrap needs time order
+    records = sorted((r for r in read_records(path) if not r.is_warmup), key=lambda r: (r.intended_send_s, r.index))
     summary = _read_json(path / "summary.json")
     if not summary:  # a run killed before its summary: rebuild it from what reached the disk
         summary = summarize(records, run_info.get("scenario", {}).get("slo"))
@@ -165,4 +166,5 @@ def _read_csv(path: Path) -> pd.DataFrame | None:
     if not path.is_file() or path.stat().st_size == 0:
         return None
     frame = pd.read_csv(path)
-    return frame if len(frame) else None
+    # samplers append some rows late (computed at stop), so order by time here
+    return frame.sort_values("t_s", kind="stable").reset_index(drop=True) if len(frame) else None

@@ -77,6 +77,8 @@ def build_report(paths, labels: list[str] | None = None, attainment: float = DEF
     if sweeps:
         content.figures += [("Goodput against offered load", goodput_vs_load(sweeps, [s.capacity for s in sections])),
                             ("Throughput against latency", throughput_latency(sweeps))]
+        content.figures += [(f"Latency distributions per point: {s.label}", latency_cdfs([p.run for p in s.points]))
+                            for s in sweeps]
     if runs:
         content.figures.append(("Latency distributions", latency_cdfs(runs)))
         content.figures.append(("Over time", over_time(runs)))
@@ -87,9 +89,10 @@ def build_report(paths, labels: list[str] | None = None, attainment: float = DEF
         content.figures += [(f"Timeline: {r.label}", timeline(r)) for r in runs[:MAX_TIMELINES]]
         if len(runs) > MAX_TIMELINES:
             content.notes.append(f"Timelines are drawn for the first {MAX_TIMELINES} runs only.")
-    for run in runs + [p.run for s in sweeps for p in s.points]:
+    labelled = [(r.label, r) for r in runs] + [(f"{s.label} {p.run.label}", p.run) for s in sweeps for p in s.points]
+    for label, run in labelled:
         if run.summary.get("client_bound"):
-            content.notes.append(f"{run.label}: the client fell behind its schedule ("
+            content.notes.append(f"{label}: the client fell behind its schedule ("
                                  + "; ".join(run.summary.get("client_bound_reasons", [])) + "); latencies include client delay.")
     return content
 

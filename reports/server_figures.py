@@ -18,6 +18,12 @@ GAUGES = ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc",
           "requests_processing", "requests_deferred", "kv_cache_usage_ratio")
 HIT_RATE = "prefix cache hit rate"
 SKIP_SUFFIXES = ("_bucket", "_sum", "_count", "_created")
+# harness/telemetry names (host.py, gpu.py, engine_bytes.py), most telling first
+TELEMETRY_FIRST = ("cpu_percent", "bandwidth_util", "read_bytes_per_s", "DCGM_FI_PROF_DRAM_ACTIVE",
+                   "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_GPU_UTIL", "rss_bytes", "memory_used_bytes",
+                   "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE", "flops_per_s", "write_bytes_per_s")
+TELEMETRY_SKIP = SKIP_SUFFIXES + ("_total", "TOTAL_ENERGY_CONSUMPTION", "CLOCK_THROTTLE_REASONS",
+                                  "memory_bandwidth_peak_bytes_per_s", "num_processes", "FB_TOTAL")
 MAX_PANELS = 8
 
 
@@ -43,9 +49,11 @@ def server_panels(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Panel title -> rows (t_s, value, key) of one run; key tells series in a panel apart (labels)."""
     panels = {}
     labels = frame["labels"].fillna("") if "labels" in frame else pd.Series("", index=frame.index)
-    for name, part in frame.assign(key=labels).groupby("name", sort=True):
-        if _short(name) in GAUGES:
-            panels[_short(name)] = part[["t_s", "value", "key"]]
+    keyed = frame.assign(key=labels)
+    for gauge in GAUGES:
+        part = keyed[keyed["name"].map(_short) == gauge]
+        if len(part):
+            panels[gauge] = part[["t_s", "value", "key"]]
     hit = _hit_rate(frame)
     if hit is not None:
         panels[HIT_RATE] = hit
@@ -58,10 +66,15 @@ def server_panels(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 
 def telemetry_panels(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The most telling device series first; running totals are left out when their rate is there."""
+    names = [n for n in frame["name"].unique() if not _short(n).endswith(TELEMETRY_SKIP)]
+    rank = {n: i for i, n in enumerate(GAUGES + TELEMETRY_FIRST)}
+    names.sort(key=lambda n: (rank.get(_short(n), len(rank)), n))
     panels = {}
-    for name, part in frame.groupby("name", sort=True):
+    for name in names[:MAX_PANELS]:
+        part = frame[frame["name"] == name]
         panels[name] = part.assign(key=part["source"].fillna("").astype(str))[["t_s", "value", "key"]]
-    return dict(list(panels.items())[:MAX_PANELS])
+    return panels
 
 
 def server_metrics(runs: list[RunData]) -> go.Figure | None:
@@ -75,8 +88,7 @@ def telemetry(runs: list[RunData]) -> go.Figure | None:
 
 
 def _small_multiples(title: str, per_run) -> go.Figure:
-    order = {"num_requests_running": 0, "num_requests_waiting": 1, HIT_RATE: 3}
-    names = sorted({n for _, _, panels in per_run for n in panels}, key=lambda n: (order.get(n, 2), n))[:MAX_PANELS]
+    names = list(dict.fromkeys(n for _, _, panels in per_run for n in panels))[:MAX_PANELS]  # first run's order
     fig = make_subplots(rows=len(names), cols=1, shared_xaxes=True, subplot_titles=names,
                         vertical_spacing=min(0.08, 0.3 / len(names)))
     shown = set()

@@ -344,14 +344,14 @@ def errors_against_truth(records, t0_ns: int, server_records: dict) -> dict:
 
     The TTFT error splits into the client's send lag, the request's way into the server
     (the client library's send work plus the server waking up to read it) and the first
-    token's way back (first_delivery: server write to client stamp).
+    token's way back (first_delivery: server write to client stamp; delivery: every chunk's).
 
     Truth is what the server really did: TTFT from receiving the request to its first
     write, gaps between its writes. Both clocks are perf_counter_ns (CLOCK_MONOTONIC),
     shared across processes on Linux.
     """
     by_index = {r.index: r for r in records if r.ok}
-    ttft_err, itl_err, true_ttft, send_lag, first_delivery = [], [], [], [], []
+    ttft_err, itl_err, true_ttft, send_lag, first_delivery, delivery = [], [], [], [], [], []
     for rid, srv in server_records.items():
         rec = by_index.get(int(rid))
         writes = srv["write_ns"]
@@ -364,5 +364,6 @@ def errors_against_truth(records, t0_ns: int, server_records: dict) -> dict:
         send_lag.append(rec.actual_send_s * 1e3 - rec.intended_send_s * 1e3)
         first_delivery.append((got[0] - writes[0]) / 1e6)
         itl_err += [((b - a) - (wb - wa)) / 1e6 for a, b, wa, wb in zip(got, got[1:], writes, writes[1:])]
+        delivery += [(g - w) / 1e6 for g, w in zip(got, writes)]
     return {"ttft_err_ms": ttft_err, "itl_err_ms": itl_err, "true_ttft_ms": true_ttft,
-            "send_lag_ms": send_lag, "first_delivery_ms": first_delivery}
+            "send_lag_ms": send_lag, "first_delivery_ms": first_delivery, "delivery_ms": delivery}

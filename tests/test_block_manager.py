@@ -113,7 +113,7 @@ def test_prefix_caching_off_never_hits():
 
 
 def test_bad_sizes_name_the_field():
-    with pytest.raises(ValueError, match="num_kv_blocks"):
+    with pytest.raises(ValueError, match="kv_cache_tokens"):
         BlockManager(0, 16)
     with pytest.raises(ValueError, match="block_size"):
         BlockManager(4, 0)

@@ -61,8 +61,12 @@ def write_run(path, records, slo=None, rate=4.0, kind="native", server_metrics=F
         rows += [f"{t:.2f},vllm:e2e_request_latency_seconds_bucket,{k},le=1.0" for k, t in enumerate(np.arange(0, end, 0.5))]
         (path / "server_metrics.csv").write_text("\n".join(rows) + "\n")
     if telemetry:
-        rows = ["t_s,source,name,value"] + [f"{t:.2f},cpu,utilization_pct,{50 + 10 * np.cos(t):.1f}"
+        # as harness/telemetry writes it: host counters, the engine's byte counters and their rate
+        rows = ["t_s,source,name,value"] + [f"{t:.2f},engine_process,cpu_percent,{150 + 30 * np.cos(t):.1f}"
                                             for t in np.arange(0, end, 0.5)]
+        rows += [f"{t:.2f},engine_metrics,native:weight_bytes_read_total,{1e9 * t:.0f}" for t in np.arange(0, end, 0.5)]
+        rows += [f"{t:.2f},engine_metrics,read_bytes_per_s,{1e9:.0f}" for t in np.arange(0, end, 0.5)]
+        rows += [f"{t:.2f},host,memory_used_bytes,{2e9 + 1e6 * t:.0f}" for t in np.arange(0, end, 0.5)]
         (path / "telemetry.csv").write_text("\n".join(rows) + "\n")
     return path
 
@@ -102,6 +106,9 @@ def test_report_of_two_runs_overlays_them_and_reports_server_metrics(tmp_path):
     assert [a.text for a in server.layout.annotations] == ["num_requests_running", "kv_cache_usage_perc",
                                                            "prefix cache hit rate"]
     assert set(np.round(server.data[2].y, 6)) == {0.75}  # derived from the counters' increase
+    device = content.figures[3][1]
+    assert [a.text for a in device.layout.annotations] == ["cpu_percent", "read_bytes_per_s", "memory_used_bytes"]
+    assert [t.name for t in device.data] == ["a engine_process", "a engine_metrics", "a host"]
 
 
 def test_report_without_optional_csvs_skips_those_plots(tmp_path):
@@ -124,7 +131,9 @@ def test_sweep_report_states_interpolated_capacity(tmp_path):
     assert cap.offered_load == pytest.approx(expected)
     md = (tmp_path / "s.md").read_text()
     assert f"{cap.offered_load:.3g} req/s" in md
-    assert [h for h, _ in content.figures] == ["Goodput against offered load", "Throughput against latency"]
+    assert [h for h, _ in content.figures] == ["Goodput against offered load", "Throughput against latency",
+                                               "Latency distributions per point: sweep"]
+    assert [t.name for t in content.figures[2][1].data][::4] == ["rate 1", "rate 2", "rate 4", "rate 8"]
 
 
 def test_max_rate_meeting_slo_edges(tmp_path):
@@ -171,3 +180,17 @@ def test_report_of_a_real_run_against_the_ground_truth_server(tmp_path):
     assert np.median(run.itl_s) * 1e3 == pytest.approx(8.0, abs=1.5)
     assert json.loads((tmp_path / "gt" / "summary.json").read_text())["requests"]["completed"] == 30
     assert content.summary_rows[0][1:3] == ["30", "0"]
+
+
+def test_concurrency_sweep_and_mixed_sweeps_are_told_apart(tmp_path):
+    root = tmp_path / "conc"
+    for i, c in enumerate((1, 4, 16)):
+        write_run(root / f"point-{i:03d}-concurrency-{c}", synthetic_records(n=30, ttft_s=0.05 * c, seed=i))
+    content = write_report([root], tmp_path / "c.html")
+    sweep = content.sweeps[0].sweep
+    assert sweep.load_kind == "concurrency" and [p.offered_load for p in sweep.points] == [1, 4, 16]
+    assert "in flight" in (tmp_path / "c.md").read_text()
+    assert content.figures[0][1].layout.xaxis.title.text == "requests in flight"
+    write_run(root / "point-003-rate-2", synthetic_records(n=5))
+    with pytest.raises(ResultsError, match="mixes rate and concurrency"):
+        load_results([root])

@@ -5,6 +5,7 @@ Needs Debian's chromium and Playwright's playwright-core from npm (CI:
 The browser runs with networking off, so a report that needs the internet fails here.
 """
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -61,8 +62,8 @@ def open_in_chromium(html: Path, tmp_path: Path) -> dict:
     script.write_text(DRIVER)
     shot = tmp_path / f"{html.stem}.png"
     proc = subprocess.run([NODE, str(script), str(html.resolve()), str(shot), str(tmp_path / "profile"), CHROMIUM],
-                          capture_output=True, text=True, timeout=150, env={"NODE_PATH": PLAYWRIGHT_ROOT,
-                                                                          "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+                          capture_output=True, text=True, timeout=150,
+                          env={**os.environ, "NODE_PATH": PLAYWRIGHT_ROOT, "HOME": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert shot.stat().st_size > 10_000  # kept in tmp_path to look at
@@ -78,7 +79,7 @@ def test_run_and_sweep_report_renders_every_plot(tmp_path):
     content = write_report([a, b, sweep], tmp_path / "report.html")
     result = open_in_chromium(tmp_path / "report.html", tmp_path)
     assert result["errors"] == [] and result["requests"] == []
-    assert len(result["plots"]) == len(content.figures) == 8
+    assert len(result["plots"]) == len(content.figures) == 9
     for plot, (heading, fig) in zip(result["plots"], content.figures):
         assert plot["svg"] >= 1, heading
         assert plot["traces"] >= len(fig.data), (heading, plot)  # every trace drawn

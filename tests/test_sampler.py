@@ -93,3 +93,12 @@ def test_min_tokens_masks_eos_and_stop_tokens_until_reached():
 def test_bad_params_name_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         SamplingParams(**{field: value})
+
+
+def test_draw_spans_vocabulary_blocks_with_right_frequencies():
+    row = np.full(2000, -np.inf, dtype=np.float32)
+    picks = [3, 700, 1500, 1999]                     # in different 512-token blocks, one at the very end
+    row[picks] = np.log([0.1, 0.2, 0.3, 0.4])
+    freq = frequencies(row, dict(temperature=1.0))
+    np.testing.assert_allclose(freq[picks], [0.1, 0.2, 0.3, 0.4], atol=0.03)
+    assert freq.sum() == pytest.approx(1.0)

@@ -28,6 +28,9 @@ vllm:estimated_flops_per_gpu_total{engine="1",model_name="m"} 6.0e12
 # TYPE vllm:estimated_read_bytes_per_gpu_total counter
 vllm:estimated_read_bytes_per_gpu_total{engine="0",model_name="m"} 1.0e11
 vllm:estimated_read_bytes_per_gpu_total{engine="1",model_name="m"} 3.0e11
+# TYPE vllm:estimated_write_bytes_per_gpu_total counter
+vllm:estimated_write_bytes_per_gpu_total{engine="0",model_name="m"} 1.0e9
+vllm:estimated_write_bytes_per_gpu_total{engine="1",model_name="m"} 1.0e9
 """
 LLAMACPP_PAGE = """# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.
 # TYPE llamacpp:prompt_tokens_total counter
@@ -104,21 +107,39 @@ def test_native_bytes_become_a_rate(page):
     assert second["native:kv_bytes_read_total"] == 200_000_000 and poller.family == "native"
 
 
-def test_vllm_counters_are_per_gpu_means_with_flops(page):
+def test_vllm_and_sglang_counters_are_per_gpu_means_with_flops(page):
     poller = EngineBytesPoller(page(VLLM_PAGE).url)
     rows = {name: value for _, name, value in poller.sample(now_ns=0)}
     assert rows["read_bytes_total"] == 2.0e11 and rows["flops_total"] == 5.0e12 and poller.family == "vllm"
+    assert rows["write_bytes_total"] == 1.0e9
+    sglang = EngineBytesPoller(page(VLLM_PAGE.replace("vllm:", "sglang:")).url)
+    assert {n: v for _, n, v in sglang.sample(0)}["read_bytes_total"] == 2.0e11 and sglang.family == "sglang"
     assert per_engine_means(VLLM_PAGE, {"vllm:estimated_flops_per_gpu_total"}) == {"vllm:estimated_flops_per_gpu_total": 5e12}
 
 
 def test_engines_without_bytes_counters_are_unavailable_with_a_reason(page):
     server = page(LLAMACPP_PAGE)
-    with pytest.raises(Unavailable, match="none of the bytes-read counters"):
+    with pytest.raises(Unavailable, match="no bytes-read counters"):
         EngineBytesPoller(server.url).sample(0)
     with pytest.raises(Unavailable, match="404"):
         EngineBytesPoller(server.url.replace("/metrics", "/nope")).sample(0)
     with pytest.raises(Unavailable, match="engine_metrics_url"):
         EngineBytesPoller("127.0.0.1:8000/metrics")
+
+
+def test_vllm_counters_stuck_at_zero_count_as_not_sampled(page, tmp_path):
+    # vLLM's CPU backend (and any vLLM without --enable-mfu-metrics) exports these at 0.
+    zeros = "\n".join(line.rsplit(" ", 1)[0] + " 0.0" if not line.startswith("#") else line
+                      for line in VLLM_PAGE.strip().splitlines()) + "\n"
+    config = TelemetryConfig(interval_ms=100, gpu=False, engine_metrics_url=page(zeros).url)
+    recorder = TelemetryRecorder(config, time.perf_counter_ns(), tmp_path)
+    recorder.start()
+    time.sleep(0.3)
+    status = recorder.stop()
+    assert "--enable-mfu-metrics" in status["not_sampled"]["engine_metrics"]
+    assert recorder.host_ceiling_bytes_per_s is None  # nothing to compare with it, so not measured
+    figures = recorder.derived(0.0, 0.3, output_tokens=10)
+    assert figures["mbu"] is None and figures["engine_read_bytes_per_s"] is None
 
 
 def test_dcgm_exporter_series_keep_gpu_labels_and_energy_in_joules(page):

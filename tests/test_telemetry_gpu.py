@@ -29,8 +29,8 @@ class ReplayNvml:
     """pynvml's interface over a recorded sequence: the k-th call of a function (per device and
     argument) returns the k-th recorded value; past the end, the last one."""
 
-    def __init__(self, fixture: dict, init_error: int | None = None):
-        self.devices, self.init_error = fixture["devices"], init_error
+    def __init__(self, fixture: dict, init_error: int | None = None, gpm_error: int | None = None):
+        self.devices, self.init_error, self.gpm_error = fixture["devices"], init_error, gpm_error
         self.step = Counter()
         self.calls = Counter()
         self.gpm_taken: dict[int, tuple[int, int]] = {}  # sample id -> (device, k-th snapshot)
@@ -112,6 +112,8 @@ class ReplayNvml:
 
     def nvmlGpmMetricsGet(self, request):
         assert isinstance(request, pynvml.c_nvmlGpmMetricsGet_t)
+        if self.gpm_error is not None:
+            raise pynvml.NVMLError(self.gpm_error)
         assert request.version == pynvml.NVML_GPM_METRICS_GET_VERSION
         (device1, k1), (device2, k2) = (self.gpm_taken[_sample_id(s)] for s in (request.sample1, request.sample2))
         if device1 != device2 or k2 != k1 + 1:
@@ -176,6 +178,16 @@ def test_no_gpm_support_keeps_the_basic_fields_and_says_why():
     names = {name for _, name, _ in sampler.sample(0)}
     assert "DCGM_FI_DEV_POWER_USAGE" in names and not any(n.startswith("DCGM_FI_PROF") for n in names)
     assert "A100" in sampler.not_sampled["gpu:0 GPM"] and "Hopper" in sampler.not_sampled["gpu:0 GPM"]
+
+
+def test_gpm_failing_mid_run_drops_only_the_gpm_fields():
+    nvml = ReplayNvml(FIXTURE, gpm_error=pynvml.NVML_ERROR_NOT_SUPPORTED)  # as with MIG enabled
+    sampler = GpuSampler(nvml)
+    for _ in range(2):
+        names = {name for _, name, _ in sampler.sample(0)}
+        assert "DCGM_FI_DEV_POWER_USAGE" in names and not any(n.startswith("DCGM_FI_PROF") for n in names)
+    assert sampler.not_sampled["gpu:0 GPM"].startswith("GPM sampling failed: Not Supported")
+    assert nvml.gpm_freed == set(nvml.gpm_allocated)
 
 
 def test_no_driver_and_no_gpu_are_unavailable_with_a_reason():

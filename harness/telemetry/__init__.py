@@ -74,6 +74,9 @@ class _SamplerThread(threading.Thread):
         except Unavailable as exc:
             self.unavailable = str(exc)
             return
+        except Exception as exc:  # an unexpected driver answer must not take the run down
+            self.unavailable = f"could not start: {type(exc).__name__}: {exc}"
+            return
         try:
             self._loop()
         finally:
@@ -113,6 +116,7 @@ class TelemetryRecorder:
         self.host_ceiling_bytes_per_s: float | None = None
         self.engine_family: str | None = None
         self._threads: list[_SamplerThread] = []
+        self._status: dict | None = None  # stop()'s answer, kept so a second stop() repeats it
 
     def _sources(self) -> dict[str, Callable]:
         config, sources = self.config, {}
@@ -145,42 +149,60 @@ class TelemetryRecorder:
     def stop(self) -> dict:
         if self.timeline is None:
             return {"sampled": [], "not_sampled": {"telemetry": "telemetry.enabled is false"}, "errors": {}}
+        if self._status is not None:
+            return self._status
         for thread in self._threads:
             thread.stop_event.set()
         errors = {}
         for thread in self._threads:
             thread.join(JOIN_TIMEOUT_S)
             if thread.is_alive():
-                errors[thread.source_name] = f"sampler still busy {JOIN_TIMEOUT_S} s after stop; its later samples are dropped"
+                errors[thread.source_name] = (f"sampler still busy {JOIN_TIMEOUT_S} s after stop; "
+                                              f"its later samples are dropped")
             if thread.unavailable:
                 self.not_sampled[thread.source_name] = thread.unavailable
             elif thread.failures == thread.samples and thread.samples:
                 self.not_sampled[thread.source_name] = f"every sample failed; last: {thread.last_error}"
             elif thread.failures:
-                errors[thread.source_name] = f"{thread.failures} of {thread.samples} samples failed; last: {thread.last_error}"
+                errors[thread.source_name] = (f"{thread.failures} of {thread.samples} samples failed; "
+                                              f"last: {thread.last_error}")
             self.not_sampled.update(getattr(thread.source, "not_sampled", {}))
             if isinstance(thread.source, EngineBytesPoller):
                 self.engine_family = thread.source.family
+        self._check_engine_counters_moved()
         self._add_bandwidth_util()
         self.timeline.close()
         sampled = sorted({source for _, source, _, _ in self.timeline.rows})
-        return {"sampled": sampled, "not_sampled": dict(self.not_sampled), "errors": errors}
+        self._status = {"sampled": sampled, "not_sampled": dict(self.not_sampled), "errors": errors}
+        return self._status
+
+    def _check_engine_counters_moved(self) -> None:
+        """vLLM and SGLang export their estimate counters even when they do not fill them."""
+        family = self.engine_family
+        _, read_bytes = self.timeline.series("engine_metrics", "read_bytes_total")
+        if family in ("vllm", "sglang") and not (read_bytes > 0).any():
+            self.not_sampled["engine_metrics"] = (f"{family}:estimated_read_bytes_per_gpu_total stayed at 0: start "
+                                                  f"{family} with --enable-mfu-metrics (vLLM on CPU always reads 0)")
+            self.engine_family = None
 
     def _add_bandwidth_util(self) -> None:
         """Engine bytes/s over the host's memory ceiling, for CPU engines. Measured now, with the
         load over, so the measurement neither disturbs the run nor competes with it."""
         t_s, bytes_per_s = self.timeline.series("engine_metrics", "read_bytes_per_s")
-        on_gpu = self.engine_family == "vllm" and self.timeline.series("gpu:0", "memory_bandwidth_peak_bytes_per_s")[0].size
-        if not self.config.host or not t_s.size or on_gpu:
+        gpu_peak = self.timeline.series("gpu:0", "memory_bandwidth_peak_bytes_per_s")[1]
+        on_gpu = self.engine_family in ("vllm", "sglang") and gpu_peak.size
+        if not self.config.host or self.engine_family is None or not t_s.size or on_gpu:
             return
         self.host_ceiling_bytes_per_s = memory_bandwidth_ceiling()
         now_s = (time.perf_counter_ns() - self.t0_ns) / 1e9
         self.timeline.append(now_s, [("host", "memory_bandwidth_ceiling_bytes_per_s", self.host_ceiling_bytes_per_s)])
         for t, value in zip(t_s, bytes_per_s):
-            self.timeline.append(float(t), [("engine_metrics", "bandwidth_util", value / self.host_ceiling_bytes_per_s)])
+            util = value / self.host_ceiling_bytes_per_s
+            self.timeline.append(float(t), [("engine_metrics", "bandwidth_util", util)])
 
     def derived(self, window_start_s: float, window_end_s: float, output_tokens: int) -> dict:
-        """Summary figures over the measured window (seconds since t0); see derived.py for the keys."""
+        """Summary figures over the measured window (seconds since t0); see derived.py for the keys.
+        Call it after stop(): the CPU bandwidth figures need the ceiling measured there."""
         if self.timeline is None:
             return {}
         return summarize(self.timeline, window_start_s, window_end_s, output_tokens,

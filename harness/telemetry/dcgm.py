@@ -31,8 +31,6 @@ def parse_dcgm_exporter(text: str) -> list[tuple[str, str, float]]:
 
 
 class DcgmScraper:
-    name = "dcgm"
-
     def __init__(self, url: str, timeout_s: float = 2.0):
         if not url.startswith(("http://", "https://")):
             raise Unavailable(f"dcgm_exporter_url {url!r} is not an http(s) URL (e.g. http://127.0.0.1:9400/metrics)")

@@ -1,13 +1,15 @@
 """Polls the engine's Prometheus /metrics for its own estimate of bytes read (and flops done).
 
 Engines that count what their forward passes read let us compute memory-bandwidth
-utilisation (MBU) without hardware counters: bytes read per second / the memory's ceiling.
+utilisation (MBU) without hardware counters: bytes read per second / the memory's ceiling
+(reads only: decode is dominated by them, and the native engine counts nothing else).
   native engine  native:weight_bytes_read_total + native:kv_bytes_read_total  (CPU: host ceiling)
-  vLLM           vllm:estimated_read_bytes_per_gpu_total, vllm:estimated_flops_per_gpu_total
-                 (per GPU: averaged over its `engine` label sets; GPU peak or host ceiling)
+  vLLM, SGLang   <prefix>:estimated_{read,write}_bytes_per_gpu_total, <prefix>:estimated_flops_per_gpu_total
+                 per GPU, averaged over label sets (one per engine); only with --enable-mfu-metrics,
+                 and vLLM's CPU backend leaves them at 0 (then they count as not sampled)
 Series (source `engine_metrics`): each counter under its own name, plus read_bytes_total,
-read_bytes_per_s, flops_total, flops_per_s; bandwidth_util is added at stop, once the
-ceiling is known.
+write_bytes_total, flops_total and their per-second rates; bandwidth_util is added at stop,
+once the ceiling is known.
 """
 from __future__ import annotations
 
@@ -18,11 +20,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from harness.telemetry.timeline import Unavailable
 
-# family -> (counters summed into bytes read, flops counter or None)
+# family -> {what: counters summed into it}
 ENGINE_COUNTERS = {
-    "native": (["native:weight_bytes_read_total", "native:kv_bytes_read_total"], None),
-    "vllm": (["vllm:estimated_read_bytes_per_gpu_total"], "vllm:estimated_flops_per_gpu_total"),
+    "native": {"read_bytes": ["native:weight_bytes_read_total", "native:kv_bytes_read_total"]},
+    **{prefix: {"read_bytes": [f"{prefix}:estimated_read_bytes_per_gpu_total"],
+                "write_bytes": [f"{prefix}:estimated_write_bytes_per_gpu_total"],
+                "flops": [f"{prefix}:estimated_flops_per_gpu_total"]} for prefix in ("vllm", "sglang")},
 }
+WANTED = {name for family in ENGINE_COUNTERS.values() for names in family.values() for name in names}
 
 
 def fetch_text(url: str, timeout_s: float) -> str:
@@ -41,15 +46,13 @@ def per_engine_means(text: str, names: set[str]) -> dict[str, float]:
 
 
 class EngineBytesPoller:
-    name = "engine_metrics"
-
     def __init__(self, metrics_url: str, timeout_s: float = 2.0):
         if not metrics_url.startswith(("http://", "https://")):
             raise Unavailable(f"engine_metrics_url {metrics_url!r} is not an http(s) URL")
         self.url, self.timeout_s = metrics_url, timeout_s
-        self.family: str | None = None  # "native" or "vllm", known after the first good scrape
         self.not_sampled: dict[str, str] = {}
-        self._last: tuple[int, float, float | None] | None = None  # (ns, bytes, flops)
+        self.family: str | None = None  # a key of ENGINE_COUNTERS, known after the first good scrape
+        self._last: tuple[int, dict[str, float]] | None = None  # (ns, {what: total})
 
     def sample(self, now_ns: int) -> list[tuple[str, str, float]]:
         try:
@@ -58,29 +61,22 @@ class EngineBytesPoller:
             if exc.code == 404:
                 raise Unavailable(f"{self.url} answers 404: this engine has no /metrics page") from None
             raise
-        wanted = {n for names, flops in ENGINE_COUNTERS.values() for n in names + [flops] if n}
-        values = per_engine_means(text, wanted)
-        for family, (byte_names, flops_name) in ENGINE_COUNTERS.items():
-            if any(n in values for n in byte_names):
-                self.family = family
-                break
-        else:
-            raise Unavailable(f"{self.url} has none of the bytes-read counters {sorted(wanted)}: "
-                              f"no bandwidth utilisation from engine counters for this engine")
-        byte_names, flops_name = ENGINE_COUNTERS[self.family]
-        read_bytes = sum(values.get(n, 0.0) for n in byte_names)
-        flops = values.get(flops_name) if flops_name else None
+        values = per_engine_means(text, WANTED)
+        self.family = next((family for family, counters in ENGINE_COUNTERS.items()
+                            if any(name in values for name in counters["read_bytes"])), None)
+        if self.family is None:
+            raise Unavailable(f"{self.url} has no bytes-read counters (native:*_bytes_read_total, "
+                              f"vllm: or sglang:estimated_read_bytes_per_gpu_total): no MBU for this engine")
+        totals = {what: sum(values[n] for n in names if n in values)
+                  for what, names in ENGINE_COUNTERS[self.family].items() if any(n in values for n in names)}
         rows = [("engine_metrics", name, value) for name, value in values.items()]
-        rows.append(("engine_metrics", "read_bytes_total", read_bytes))
-        if flops is not None:
-            rows.append(("engine_metrics", "flops_total", flops))
+        rows += [("engine_metrics", f"{what}_total", total) for what, total in totals.items()]
         if self._last is not None:
-            last_ns, last_bytes, last_flops = self._last
+            last_ns, last_totals = self._last
             elapsed_s = (now_ns - last_ns) / 1e9
-            rows.append(("engine_metrics", "read_bytes_per_s", (read_bytes - last_bytes) / elapsed_s))
-            if flops is not None and last_flops is not None:
-                rows.append(("engine_metrics", "flops_per_s", (flops - last_flops) / elapsed_s))
-        self._last = (now_ns, read_bytes, flops)
+            rows += [("engine_metrics", f"{what}_per_s", (total - last_totals[what]) / elapsed_s)
+                     for what, total in totals.items() if what in last_totals]
+        self._last = (now_ns, totals)
         return rows
 
     def close(self) -> None:

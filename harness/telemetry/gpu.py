@@ -25,7 +25,7 @@ from harness.telemetry.timeline import Unavailable
 
 MIB = 1024 * 1024
 
-# DCGM field -> (pynvml GPM metric id constant, factor from the GPM unit to ours)
+# The nearest DCGM profiling field -> (pynvml GPM metric id constant, factor from the GPM unit to ours)
 GPM_FIELDS = {
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("NVML_GPM_METRIC_GRAPHICS_UTIL", 0.01),
     "DCGM_FI_PROF_SM_ACTIVE": ("NVML_GPM_METRIC_SM_UTIL", 0.01),
@@ -45,8 +45,6 @@ GPM_FIELDS = {
 
 class GpuSampler:
     """Every GPU NVML sees. Lives in one sampler thread: NVML handles are used from that thread only."""
-
-    name = "gpu"
 
     def __init__(self, nvml=None):
         if nvml is None:
@@ -98,7 +96,11 @@ class _Device:
                 self.not_sampled[f"{self.source} {what}"] = str(exc)
                 del self.readers[what]
         if self.gpm_samples is not None:
-            values.update(self._gpm())
+            try:
+                values.update(self._gpm())
+            except self.nvml.NVMLError as exc:
+                self.not_sampled[f"{self.source} GPM"] = f"GPM sampling failed: {exc}; no DCGM_FI_PROF_* fields"
+                self.close()
         return [(self.source, name, value) for name, value in values.items()]
 
     def close(self) -> None:
@@ -165,11 +167,22 @@ class _Device:
             return None
         if not supported:
             name = nvml.nvmlDeviceGetName(self.handle)
-            self.not_sampled[f"{self.source} GPM"] = f"{name} has no GPM (needs Hopper or newer): no DCGM_FI_PROF_* fields"
+            self.not_sampled[f"{self.source} GPM"] = (f"{name} has no GPM (needs Hopper or newer): "
+                                                      f"no DCGM_FI_PROF_* fields")
             return None
-        self.gpm_fields = [(field, getattr(nvml, metric), factor) for field, (metric, factor) in GPM_FIELDS.items()]
+        self.gpm_fields = [(field, getattr(nvml, metric), factor) for field, (metric, factor) in GPM_FIELDS.items()
+                           if hasattr(nvml, metric)]
+        for field, (metric, _) in GPM_FIELDS.items():
+            if not hasattr(nvml, metric):
+                self.not_sampled[f"{self.source} {field}"] = f"nvidia-ml-py lacks {metric}: pip install -U nvidia-ml-py"
         samples = [nvml.nvmlGpmSampleAlloc(), nvml.nvmlGpmSampleAlloc()]
-        nvml.nvmlGpmSampleGet(self.handle, samples[0])
+        try:
+            nvml.nvmlGpmSampleGet(self.handle, samples[0])
+        except nvml.NVMLError as exc:  # e.g. MIG mode, where GPM wants per-instance samples
+            self.not_sampled[f"{self.source} GPM"] = f"GPM sampling failed: {exc}; no DCGM_FI_PROF_* fields"
+            for sample in samples:
+                nvml.nvmlGpmSampleFree(sample)
+            return None
         return samples
 
     def _gpm(self) -> dict[str, float]:

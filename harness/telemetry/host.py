@@ -13,10 +13,7 @@ weights. Bytes read per second by a CPU engine divided by this is its bandwidth 
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
-
-import numpy as np
 
 from harness.telemetry.timeline import Unavailable
 
@@ -57,7 +54,8 @@ def process_tree(root_pid: int) -> dict[int, tuple[int, int]]:
 
 def host_cpu_ticks() -> int:
     """Busy ticks of all cores since boot (/proc/stat, everything but idle and iowait)."""
-    user, nice, system, idle, iowait, irq, softirq, steal = (int(v) for v in Path("/proc/stat").read_text().split()[1:9])
+    fields = Path("/proc/stat").read_text().split()[1:9]  # the "cpu" line: all cores together
+    user, nice, system, idle, iowait, irq, softirq, steal = (int(v) for v in fields)
     return user + nice + system + irq + softirq + steal
 
 
@@ -68,8 +66,6 @@ def host_memory_used_bytes() -> int:
 
 class HostSampler:
     """Host CPU and memory, and the engine's process tree when its pid is known."""
-
-    name = "host"
 
     def __init__(self, engine_pid: int | None):
         if not Path("/proc/stat").exists():
@@ -106,18 +102,12 @@ class HostSampler:
         pass
 
 
-def memory_bandwidth_ceiling(nbytes: int = 256 * 1024 * 1024, repeats: int = 5) -> float:
-    """Bytes/s of the fastest of `repeats` float32 matrix-vector products over `nbytes` of matrix.
+def memory_bandwidth_ceiling() -> float:
+    """Bytes/s this machine streams through a float32 matrix-vector product over 256 MiB.
 
-    Measured once per run, after the load (the engine idle), in well under 2 s. A matrix four
-    times larger than any cache keeps it a memory figure rather than a cache figure.
+    The same measurement as the native engine's decode roofline (benchmarks/engine.py), so
+    the two agree on what "100 % of bandwidth" means. Measured once per run, after the load
+    (the engine idle), in about a second.
     """
-    columns = 4096
-    matrix = np.ones((nbytes // (4 * columns), columns), dtype=np.float32)  # ones: every page really mapped
-    vector = np.ones(columns, dtype=np.float32)
-    best_s = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        matrix @ vector
-        best_s = min(best_s, time.perf_counter() - start)
-    return matrix.nbytes / best_s
+    from native_engine.model_runner import measure_read_bandwidth_gbs  # numpy + gguf: only when needed
+    return measure_read_bandwidth_gbs() * 1e9
