@@ -40,7 +40,8 @@ def single_stream(output_tokens: int, blas_threads: int) -> dict:
     from native_engine.model_runner import measure_read_bandwidth_gbs, set_blas_threads
     from native_engine.sequence import SamplingParams
 
-    set_blas_threads(blas_threads)
+    if blas_threads:
+        set_blas_threads(blas_threads)
 
     engine = LLMEngine(EngineConfig(kv_cache_tokens=4096))
     prompt = engine.tokenizer.encode(text_of(20))
@@ -198,8 +199,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="a,b,c,d,e", help="comma-separated parts to run")
     parser.add_argument("--quick", action="store_true", help="smaller workloads, for a smoke run")
-    parser.add_argument("--blas-threads", type=int, default=1,
-                        help="OpenBLAS threads of the servers (1: no spin-waiting against the client for the cores)")
+    parser.add_argument("--blas-threads", type=int, default=0,
+                        help="OpenBLAS threads of the engine (0: numpy's default, one per core; 1 is far "
+                             "steadier when other processes compete for the cores)")
     args = parser.parse_args()
     SERVER_FLAGS.extend(["--blas-threads", str(args.blas_threads)])
     parts, q = set(args.only.split(",")), args.quick

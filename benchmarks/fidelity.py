@@ -35,23 +35,42 @@ def _cpu_s() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+def _runqueue_wait_s() -> float:
+    """Time this process's main thread was runnable but waited for a CPU (Linux schedstat)."""
+    try:
+        return int(Path("/proc/self/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
+def steady_concurrency(records, stream_s: float) -> float:
+    """Streams in flight, sampled every ms, leaving out the first and last stream length
+    (ramp-up and ramp-down)."""
+    sends = np.array([r.actual_send_s for r in records])
+    ends = np.array([r.end_s for r in records])
+    grid = np.arange(sends.min() + stream_s, ends.max() - stream_s, 0.001)
+    if grid.size == 0:
+        return float("nan")
+    return float(np.mean([np.count_nonzero((sends <= t) & (ends > t)) for t in grid]))
+
+
 def measure(url: str, concurrency: int, rounds: int, tokens: int, workers: int, ttft_ms: float,
             itl_ms: float, arrival: str) -> dict:
     n = max(concurrency * rounds, 32)
+    stream_s = (ttft_ms + (tokens - 1) * itl_ms) / 1e3
     if arrival == "closed":  # streams start and end together: the client sees bursts
         reqs = [gt_request(i, None, tokens) for i in range(n)]
     else:  # evenly spaced arrivals so that `concurrency` streams are in flight (Little's law)
-        stream_s = (ttft_ms + (tokens - 1) * itl_ms) / 1e3
         reqs = [gt_request(i, i * stream_s / concurrency, tokens) for i in range(n + concurrency)]
     fetch_stats(url)  # clear the server's records
-    cpu0, wall0 = _cpu_s(), time.perf_counter()
+    cpu0, wall0, wait0 = _cpu_s(), time.perf_counter(), _runqueue_wait_s()
 
     async def go():
         cap = concurrency if arrival == "closed" else None
         return await run_plan(reqs, Target(url), cap, workers, lambda rec: None, asyncio.Event())
     import uvloop
     out = uvloop.run(go())
-    wall_s, cpu_s = time.perf_counter() - wall0, _cpu_s() - cpu0
+    wall_s, cpu_s, wait_s = time.perf_counter() - wall0, _cpu_s() - cpu0, _runqueue_wait_s() - wait0
     stats = fetch_stats(url)
     err = errors_against_truth(out.records, out.t0_ns, stats["records"])
     summary = summarize(out.records, {}, out.loop_lag_s)
@@ -62,17 +81,20 @@ def measure(url: str, concurrency: int, rounds: int, tokens: int, workers: int, 
         "nominal_tokens_per_s": concurrency * 1e3 / itl_ms,
         "streamed_tokens_per_s": summary["throughput"]["output_tokens_per_s"],
         "achieved_concurrency_mean": summary["concurrency"]["mean"],
+        "steady_concurrency_mean": steady_concurrency(out.records, stream_s),
         "achieved_concurrency_max": summary["concurrency"]["max"],
         "completed": summary["requests"]["completed"], "failed": summary["requests"]["failed"],
         "compared": len(ttft_err),
         "ttft_err_mean_ms": float(ttft_err.mean()), "ttft_err_p99_ms": float(np.percentile(ttft_err, 99)),
         "ttft_client_part_mean_ms": float(client_part.mean()),
+        "server_read_mean_ms": float(np.mean(err["server_read_ms"])),
         "delivery_p99_ms": float(np.percentile(err["delivery_ms"], 99)),
         "itl_err_mean_ms": float(itl_err.mean()), "itl_err_p99_ms": float(np.percentile(np.abs(itl_err), 99)),
         "measured_ttft_mean_ms": summary["ttft_ms"]["mean"], "measured_itl_p99_ms": summary["itl_ms"]["p99"],
         "server_lateness_mean_ms": stats["lateness_ms"]["mean"], "server_lateness_p99_ms": stats["lateness_ms"]["p99"],
         "send_lag_p99_ms": summary["client_lag_ms"]["p99"], "loop_lag_p99_ms": summary["event_loop_lag_ms"]["p99"],
         "client_cpu_cores": cpu_s / wall_s, "wall_s": wall_s,
+        "client_cpu_wait_ms_per_s": wait_s / wall_s * 1e3,  # runnable, no core free (workers not counted)
         "client_bound": bool(client_bound_reasons(summary)),
     }
 
@@ -115,11 +137,12 @@ def machine_floor_ms(samples: int = 500, gap_s: float = 0.005) -> dict:
 
 
 COLUMNS = [("concurrency", "conc", "{:d}"), ("streamed_tokens_per_s", "tok/s", "{:.0f}"),
-           ("achieved_concurrency_mean", "achieved", "{:.1f}"),
+           ("steady_concurrency_mean", "in flight", "{:.1f}"),
            ("ttft_err_mean_ms", "TTFT err mean", "{:+.2f}"), ("ttft_err_p99_ms", "TTFT err p99", "{:+.2f}"),
-           ("ttft_client_part_mean_ms", "client part", "{:+.2f}"),
+           ("ttft_client_part_mean_ms", "client part", "{:+.2f}"), ("server_read_mean_ms", "server read", "{:.2f}"),
            ("itl_err_mean_ms", "ITL err mean", "{:+.3f}"), ("itl_err_p99_ms", "|ITL err| p99", "{:.2f}"),
            ("delivery_p99_ms", "delivery p99", "{:.2f}"), ("client_cpu_cores", "client CPU", "{:.2f}"),
+           ("client_cpu_wait_ms_per_s", "CPU wait ms/s", "{:.0f}"),
            ("server_lateness_mean_ms", "srv late mean", "{:.2f}"), ("server_lateness_p99_ms", "srv late p99", "{:.2f}"),
            ("client_bound", "client-bound", "{}")]
 

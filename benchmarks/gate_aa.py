@@ -31,6 +31,7 @@ def bench_run(url: str, out: Path) -> None:
     cmd = [sys.executable, "-m", "harness", "run", SCENARIO, "--output", str(out), "--allow-client-bound"]
     for s in sets:
         cmd += ["--set", s]
+    print(f"bench run -> {out}", file=sys.stderr, flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"bench run failed ({proc.returncode}): {proc.stderr[-1500:]}")
@@ -146,12 +147,13 @@ def main() -> None:
         for v in vs:
             per_metric.setdefault(v["metric"], {}).setdefault(v["verdict"], 0)
             per_metric[v["metric"]][v["verdict"]] += 1
-    print(json.dumps({
+    report = {
         "pairs": args.pairs, "false_alarm_pairs": len(false_alarms), "false_alarm_rate": len(false_alarms) / args.pairs,
         "aa_verdicts_per_metric": per_metric,
         "slowdown_factor": args.factor, "slow_runs": args.slow_runs, "slowdown_caught": len(caught),
-        "slowdown_verdicts": injected, "wall_s": round(time.perf_counter() - started, 1), "out": str(args.out)},
-        indent=1))
+        "slowdown_verdicts": injected, "wall_s": round(time.perf_counter() - started, 1), "out": str(args.out)}
+    (args.out / "gate_aa.json").write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

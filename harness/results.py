@@ -16,7 +16,8 @@ class RequestRecord:
     """One request as the client saw it. Times are seconds from the run's t0 (perf_counter)."""
     index: int
     intended_send_s: float
-    actual_send_s: float | None = None
+    actual_send_s: float | None = None  # the client started sending
+    request_written_s: float | None = None  # the HTTP library finished writing the request
     token_times_s: list[float] = field(default_factory=list)  # arrival of each token-bearing chunk
     tokens_per_chunk: list[int] = field(default_factory=list)
     end_s: float | None = None  # stream closed or failure noticed

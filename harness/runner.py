@@ -71,6 +71,12 @@ def group_jobs(requests) -> list[list]:
     return out
 
 
+async def _note_request_written(session, ctx, params) -> None:
+    """aiohttp has written (a chunk of) the request body: the request is on the wire."""
+    rec = ctx.trace_request_ctx
+    rec.request_written_s = time.perf_counter_ns()  # made relative to t0 in _stream
+
+
 class Runner:
     """Sends `requests` (RequestSpecs) on one timeline and records each as it finishes.
 
@@ -118,9 +124,11 @@ class Runner:
         connector = aiohttp.TCPConnector(limit=slots, limit_per_host=0, enable_cleanup_closed=True)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
         self._sem = asyncio.Semaphore(slots) if slots and not closed_loop else None
+        written = aiohttp.TraceConfig()
+        written.on_request_chunk_sent.append(_note_request_written)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout,
                                          read_bufsize=1 << 22, auto_decompress=False,
-                                         cookie_jar=aiohttp.DummyCookieJar()) as session:
+                                         cookie_jar=aiohttp.DummyCookieJar(), trace_configs=[written]) as session:
             self._session = session
             await self._open_connections(min(len(self.jobs), slots or 64))
             if self.t0_ns is None:
@@ -270,6 +278,8 @@ class Runner:
         rec.actual_send_s = (time.perf_counter_ns() - self.t0_ns) / 1e9
         reads, times, end_ns = await self._send_and_read(rec, body)
         rec.end_s = (end_ns - self.t0_ns) / 1e9
+        if rec.request_written_s is not None:
+            rec.request_written_s = (rec.request_written_s - self.t0_ns) / 1e9
         return reads, times, end_ns
 
     async def _send_and_read(self, rec: RequestRecord, body: bytes) -> tuple[list[bytes], list[int], int]:
@@ -278,7 +288,8 @@ class Runner:
         clock = time.perf_counter_ns
         try:
             async with asyncio.timeout(self.target.request_timeout_s):
-                async with self._session.post(self._url, data=body, headers=self._headers) as resp:
+                async with self._session.post(self._url, data=body, headers=self._headers,
+                                              trace_request_ctx=rec) as resp:
                     rec.http_status = resp.status
                     if resp.status >= 400:
                         detail = (await resp.read())[:300].decode("utf-8", "replace")

@@ -190,4 +190,8 @@ def render_markdown(baseline: RunData, current: RunData, verdicts: list[MetricVe
     diffs = scenario_differences(baseline, current)
     if diffs:
         out += ["> **Warning**: the runs used different scenarios: " + "; ".join(diffs), ""]
+    for role, run in (("baseline", baseline), ("current", current)):
+        flags = [f for f in ("client_bound", "interrupted") if run.summary.get(f)]
+        if flags:
+            out += [f"> **Warning**: the {role} run is {' and '.join(flags)}: its latencies are not the engine's alone.", ""]
     return "\n".join(out)

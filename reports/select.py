@@ -31,7 +31,16 @@ class EngineResult:
     tokens_per_s_per_accelerator: float | None
     cost_per_million_tokens: float | None
     points: int
+    load_kind: str  # "rate" or "concurrency": what the sweep varied
     notes: list[str] = field(default_factory=list)
+
+    def capacity_text(self) -> str:
+        cap = self.capacity
+        if cap.status == "none":
+            return "none"
+        text = (f"{cap.offered_load:.3g} req/s" if self.load_kind == "rate"
+                else f"{cap.offered_load:.3g} in flight ({cap.requests_per_s:.3g} req/s)")
+        return text + (" (at least)" if cap.status == "at_least" else "")
 
 
 @dataclass
@@ -99,7 +108,7 @@ def _engine(sw: Sweep, slo, cost_per_hour, accelerators, attainment) -> EngineRe
     if any(p.run.summary.get("client_bound") for p in sw.points):
         notes.append("the client fell behind at some points")
     return EngineResult(sw.label, f"{info.get('kind', '?')} ({info.get('model', '?')})", cap, tok_s, cost,
-                        len(sw.points), notes)
+                        len(sw.points), sw.load_kind, notes)
 
 
 def _recommend(engines: list[EngineResult], sweeps: list[Sweep], slo: dict, attainment: float):
@@ -116,7 +125,8 @@ def _recommend(engines: list[EngineResult], sweeps: list[Sweep], slo: dict, atta
     if not usable:
         return f"No engine met the SLOs ({slo_text}) at any tested load; relax the SLOs or test lower loads.", caveats
     best = usable[0]
-    text = (f"Choose {best.label}: within {slo_text} it sustains {best.capacity.describe()} at "
+    unit = "req/s" if best.load_kind == "rate" else "requests in flight"
+    text = (f"Choose {best.label}: within {slo_text} it sustains {best.capacity.describe(unit)} at "
             f"{best.tokens_per_s_per_accelerator:,.1f} output tokens/s per accelerator, "
             f"${best.cost_per_million_tokens:,.2f} per million output tokens")
     if len(usable) > 1:
@@ -141,8 +151,7 @@ def _where(sw: Sweep) -> str:
 def rows(sel: Selection) -> list[list[str]]:
     def money(x):
         return "n/a" if x is None else f"${x:,.2f}"
-    return [[e.label, e.backend, e.capacity.describe() if e.capacity.status == "none" else
-             f"{e.capacity.offered_load:.3g} req/s" + (" (at least)" if e.capacity.status == "at_least" else ""),
+    return [[e.label, e.backend, e.capacity_text(),
              "n/a" if e.tokens_per_s_per_accelerator is None else f"{e.tokens_per_s_per_accelerator:,.1f}",
              money(e.cost_per_million_tokens), str(e.points), "; ".join(e.notes)] for e in sel.engines]
 

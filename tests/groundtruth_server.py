@@ -342,16 +342,17 @@ def fetch_stats(url: str) -> dict:
 def errors_against_truth(records, t0_ns: int, server_records: dict) -> dict:
     """Measured minus true, in ms, per request (TTFT) and per gap (ITL per chunk).
 
-    The TTFT error splits into the client's send lag, the request's way into the server
-    (the client library's send work plus the server waking up to read it) and the first
-    token's way back (first_delivery: server write to client stamp; delivery: every chunk's).
+    The TTFT error splits into the client's send lag (intended send to request written),
+    the request's way into the server (server_read: written to the server reading it) and
+    the first token's way back (first_delivery: server write to client stamp; delivery:
+    every chunk's). Send lag and the way back are the client's; server_read is the server's.
 
     Truth is what the server really did: TTFT from receiving the request to its first
     write, gaps between its writes. Both clocks are perf_counter_ns (CLOCK_MONOTONIC),
     shared across processes on Linux.
     """
     by_index = {r.index: r for r in records if r.ok}
-    ttft_err, itl_err, true_ttft, send_lag, first_delivery, delivery = [], [], [], [], [], []
+    ttft_err, itl_err, true_ttft, send_lag, first_delivery, delivery, server_read = [], [], [], [], [], [], []
     for rid, srv in server_records.items():
         rec = by_index.get(int(rid))
         writes = srv["write_ns"]
@@ -361,9 +362,13 @@ def errors_against_truth(records, t0_ns: int, server_records: dict) -> dict:
         intended_ns = t0_ns + round(rec.intended_send_s * 1e9)
         true_ttft.append((writes[0] - srv["recv_ns"]) / 1e6)
         ttft_err.append((got[0] - intended_ns) / 1e6 - true_ttft[-1])
-        send_lag.append(rec.actual_send_s * 1e3 - rec.intended_send_s * 1e3)
+        # until the request is on the wire (written), else until the client started sending it
+        sent_s = rec.request_written_s if rec.request_written_s is not None else rec.actual_send_s
+        send_lag.append((sent_s - rec.intended_send_s) * 1e3)
+        server_read.append((srv["recv_ns"] - (t0_ns + round(sent_s * 1e9))) / 1e6)
         first_delivery.append((got[0] - writes[0]) / 1e6)
         itl_err += [((b - a) - (wb - wa)) / 1e6 for a, b, wa, wb in zip(got, got[1:], writes, writes[1:])]
         delivery += [(g - w) / 1e6 for g, w in zip(got, writes)]
     return {"ttft_err_ms": ttft_err, "itl_err_ms": itl_err, "true_ttft_ms": true_ttft,
-            "send_lag_ms": send_lag, "first_delivery_ms": first_delivery, "delivery_ms": delivery}
+            "send_lag_ms": send_lag, "first_delivery_ms": first_delivery, "delivery_ms": delivery,
+            "server_read_ms": server_read}

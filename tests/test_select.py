@@ -76,3 +76,14 @@ def test_cli(tmp_path):
     assert bad.exit_code == 2 and "--gpu-cost-per-hour" in bad.output
     missing = CliRunner().invoke(app, ["report", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "not a folder" in missing.output
+
+
+def test_concurrency_sweep_reports_requests_in_flight(tmp_path):
+    root = tmp_path / "closed"
+    for i, c in enumerate((1, 2, 8)):
+        write_run(root / f"point-{i:03d}-concurrency-{c}", synthetic_records(n=30, ttft_s=0.05 * c, seed=i))
+    sel = select([root], slo=SLO, gpu_cost_per_hour=1.0)
+    (engine,) = sel.engines
+    assert engine.load_kind == "concurrency" and engine.capacity.status == "bracketed"
+    assert engine.capacity_text().endswith(f"in flight ({engine.capacity.requests_per_s:.3g} req/s)")
+    assert "requests in flight" in sel.recommendation
