@@ -70,6 +70,7 @@ class ParsedStream:
     usage_prompt_tokens: int | None = None
     finish_reason: str | None = None
     saw_done: bool = False
+    server_timings: dict = field(default_factory=dict)  # the engine's own timings (llama.cpp, Ollama)
 
     @property
     def counted_tokens(self) -> int:
@@ -84,7 +85,7 @@ def parse_sse(reads: list[bytes], read_times_ns: list[int]) -> ParsedStream:
     usage in token chunks (vLLM's continuous_usage_stats), whose delta then counts.
     """
     out = ParsedStream()
-    payloads, payload_times = _split_events(reads, read_times_ns, out)
+    payloads, payload_times = sse_payloads(reads, read_times_ns, out)
     try:  # one decoder call for the whole stream; per event only to name the bad one
         objs = json.loads(b"[" + b",".join(payloads) + b"]") if payloads else []
     except ValueError:
@@ -99,6 +100,8 @@ def parse_sse(reads: list[bytes], read_times_ns: list[int]) -> ParsedStream:
         if "error" in obj:
             raise StreamError("server_error_event", str(obj["error"])[:200])
         usage = obj.get("usage")
+        if obj.get("timings"):  # llama-server: prompt_ms, predicted_ms, ... on the last chunk
+            out.server_timings = obj["timings"]
         text = ""
         for c in obj.get("choices") or ():
             delta = c.get("delta")
@@ -132,7 +135,7 @@ def _loads_one(payload: bytes):
         raise StreamError("malformed_json", f"{e}: {payload[:120]!r}") from None
 
 
-def _split_events(reads: list[bytes], read_times_ns: list[int], out: ParsedStream) -> tuple[list, list]:
+def sse_payloads(reads: list[bytes], read_times_ns: list[int], out: ParsedStream) -> tuple[list, list]:
     """The data payload of each event with the arrival time of the read that completed it."""
     raw = b"".join(reads)
     crlf = b"\r\n" in raw

@@ -88,11 +88,14 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
 
 
 def execute(scenario, writer, workers_option: str | None = None, console: Console = console) -> dict:
-    """Launch (if asked), probe, plan, run, summarize. Returns the summary written to summary.json."""
+    """Launch (if asked), probe, plan, run with telemetry and server metrics, summarize.
+    Returns the summary written to summary.json."""
     import asyncio
     import os
+    import time
 
-    from harness.launcher import launch, probe
+    from backends import load_backend
+    from harness.launcher import BackendUnreachable, launch, probe
     from harness.metrics import client_bound_reasons, summarize
     from harness.results import host_info, versions
     from harness.runner import Target
@@ -102,14 +105,20 @@ def execute(scenario, writer, workers_option: str | None = None, console: Consol
     from harness.workload import build_plan
 
     backend, load = scenario.backend, scenario.load
+    engine = load_backend(backend.kind, tuple(backend.eos_token_ids))
+    try:
+        engine.endpoint_path(backend.api)
+    except ValueError as e:
+        console.print(f"[bold red]scenario error[/]: {e}")
+        raise typer.Exit(EXIT_SCENARIO_ERROR)
     launched = None
     if backend.launch is not None:
         console.print(f"starting the {backend.kind} engine (log: {writer.dir / 'engine.log'})")
-        launched = launch(backend.kind, backend.launch, backend.url, backend.model, writer.dir / "engine.log",
+        launched = launch(engine, backend.launch, backend.url, backend.model, writer.dir / "engine.log",
                           backend.headers)
     try:
         url = launched.url if launched else backend.url
-        probe(url, backend.headers)  # one clear error before any load
+        probe(url, backend.headers, ready_paths=engine.ready_paths)  # one clear error before any load
         tokenizer = resolve_tokenizer(scenario, url)
         try:
             plan = build_plan(scenario, tokenizer)
@@ -126,20 +135,31 @@ def execute(scenario, writer, workers_option: str | None = None, console: Consol
             console.print(f"[bold red]scenario error[/]: {e}")
             raise typer.Exit(EXIT_SCENARIO_ERROR)
         target = Target(url, backend.api, backend.model, backend.request_timeout_s, dict(backend.headers),
-                        scenario.workload.ignore_eos)
+                        scenario.workload.ignore_eos, backend.kind, tuple(backend.eos_token_ids))
         run_info = {"scenario": scenario.resolved_dict(), "versions": versions(), "host": host_info(),
                     "backend": {"kind": backend.kind, "url": url, "model": backend.model, "api": backend.api,
-                                "launched": launched is not None},
+                                "launched": launched is not None, "engine_version": engine.version(url, backend.headers),
+                                "engine_pid": launched.pid if launched else None},
                     "token_count_method": plan.token_count_method, "workers": n_workers,
                     "time_unit": "seconds from t0 (perf_counter_ns)"}
         writer.write_run_info(run_info)
+        # t0 is fixed before the run so telemetry and server metrics share the requests' clock
+        lead_s = 0.3 if n_workers <= 1 else 3.0 + 0.5 * n_workers  # spawned workers take a while to start
+        t0_ns = time.perf_counter_ns() + int(lead_s * 1e9)
+        observers = _Observers(scenario, engine, url, launched, t0_ns, writer.dir)
+        observers.start(console)
         try:
-            import uvloop
-            run_loop = uvloop.run
-        except ImportError:
-            run_loop = asyncio.run
-        outcome = run_loop(_run_with_progress(plan, target, load.concurrency, n_workers, writer, console))
+            try:
+                import uvloop
+                run_loop = uvloop.run
+            except ImportError:
+                run_loop = asyncio.run
+            outcome = run_loop(_run_with_progress(plan, target, load.concurrency, n_workers, writer, console, t0_ns))
+        finally:
+            run_info.update(observers.stop())
         run_info["t0_perf_counter_ns"] = outcome.t0_ns
+        if outcome.t0_ns != t0_ns:
+            run_info["telemetry_t0_offset_s"] = (outcome.t0_ns - t0_ns) / 1e9  # workers started late
         writer.write_run_info(run_info)
     finally:
         if launched:
@@ -148,11 +168,63 @@ def execute(scenario, writer, workers_option: str | None = None, console: Consol
     reasons = client_bound_reasons(summary)
     summary.update(client_bound=bool(reasons), client_bound_reasons=reasons, interrupted=outcome.interrupted,
                    workers=n_workers, token_count_method=plan.token_count_method)
+    summary["telemetry"] = observers.derived(outcome)
     writer.write_summary(summary)
     return summary
 
 
-async def _run_with_progress(plan, target, concurrency, n_workers, writer, console):
+class _Observers:
+    """What watches the engine during the load: the telemetry recorder, the Prometheus scraper
+    and, when asked, the engine's profiler. Each runs off the event loop."""
+
+    def __init__(self, scenario, engine, url: str, launched, t0_ns: int, out_dir: Path):
+        from harness.server_metrics import ServerMetricsScraper
+        from harness.telemetry import TelemetryRecorder
+
+        backend, config = scenario.backend, scenario.telemetry
+        self.engine, self.url, self.headers, self.t0_ns = engine, url, dict(backend.headers), t0_ns
+        self.profile = backend.profile
+        metrics_url = backend.metrics_url or engine.metrics_url(url)
+        why_none = f"the {engine.name} engine has no Prometheus page; set backend.metrics_url if it has one"
+        self.scraper = ServerMetricsScraper(metrics_url, t0_ns, out_dir / "server_metrics.csv",
+                                            config.interval_ms / 1000, headers=self.headers, why_none=why_none)
+        self.recorder = TelemetryRecorder(config, t0_ns, out_dir, launched.pid if launched else None, metrics_url)
+        self.status: dict = {}
+
+    def start(self, console: Console) -> None:
+        from backends.base import http_post
+        self.recorder.start()
+        self.scraper.begin()
+        if self.profile:
+            if not self.engine.profile_paths:
+                console.print(f"[yellow]warning[/]: backend.profile: {self.engine.name} has no profiler endpoints")
+            else:
+                code = http_post(self.url + self.engine.profile_paths[0], {}, self.headers)
+                self.status["profile"] = {"start_http_status": code}
+
+    def stop(self) -> dict:
+        from backends.base import http_post
+        if "profile" in self.status:
+            self.status["profile"]["stop_http_status"] = http_post(self.url + self.engine.profile_paths[1], {},
+                                                                   self.headers, timeout_s=300)
+        self.status["server_metrics"] = self.scraper.stop()
+        self.status["telemetry"] = self.recorder.stop()
+        return self.status
+
+    def derived(self, outcome) -> dict:
+        """Telemetry figures over the measured window (first intended send to last end)."""
+        measured = [r for r in outcome.records if not r.is_warmup]
+        if not measured:
+            return {}
+        offset_s = (outcome.t0_ns - self.t0_ns) / 1e9
+        start = min(r.intended_send_s for r in measured) + offset_s
+        end = max(r.end_s if r.end_s is not None else r.intended_send_s for r in measured) + offset_s
+        if end <= start:
+            return {}
+        return self.recorder.derived(start, end, sum(r.output_tokens for r in measured if r.ok))
+
+
+async def _run_with_progress(plan, target, concurrency, n_workers, writer, console, t0_ns=None):
     import asyncio
     import signal
 
@@ -174,7 +246,8 @@ async def _run_with_progress(plan, target, concurrency, n_workers, writer, conso
             writer.append(rec)
             failed += not rec.ok
             progress.update(task, advance=1, failed=failed)
-        outcome = await run_plan(plan.requests, target, concurrency, n_workers, on_record, stop, plan.duration_s)
+        outcome = await run_plan(plan.requests, target, concurrency, n_workers, on_record, stop, plan.duration_s,
+                                 t0_ns=t0_ns)
     loop.remove_signal_handler(signal.SIGINT)
     return outcome
 
@@ -199,6 +272,30 @@ def print_summary(summary: dict, out_dir: Path) -> None:
         table.add_row(key.removesuffix("_ms"), *("-" if stats.get(c) is None else f"{stats[c]:.2f}" for c in cols))
     console.print(table)
 
+
+@app.command("backends")
+def list_backends() -> None:
+    """List the installed engine backends (the `bench.backends` entry-point group)."""
+    from backends import available, load_backend
+    table = Table(title="backends")
+    for col in ("kind", "apis", "metrics", "what"):
+        table.add_column(col)
+    for kind, where in available().items():
+        try:
+            b = load_backend(kind)
+            table.add_row(kind, ", ".join(b.paths), b.metrics_path or "-", b.description)
+        except Exception as e:  # a broken third-party plug-in is listed, not fatal
+            table.add_row(kind, "-", "-", f"cannot load {where}: {type(e).__name__}: {e}")
+    Console().print(table)
+
+
+try:  # the reports commands, when that package is present
+    from reports.cli import gate, report, select
+    app.command("report")(report)
+    app.command("gate")(gate)
+    app.command("select")(select)
+except ImportError:
+    pass
 
 try:  # the built-in engine's server, when its package provides the command
     from native_engine.cli import serve as _serve

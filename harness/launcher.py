@@ -11,7 +11,6 @@ import shlex
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -30,10 +29,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def probe(url: str, headers: dict | None = None, timeout_s: float = 5.0) -> str:
-    """GET /health, else /v1/models. Returns the path that answered; raises BackendUnreachable."""
+def port_in_use(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def probe(url: str, headers: dict | None = None, timeout_s: float = 5.0,
+          ready_paths: tuple[str, ...] = ("/health", "/v1/models")) -> str:
+    """GET each readiness path in turn. Returns the path that answered; raises BackendUnreachable."""
     problems = []
-    for path in ("/health", "/v1/models"):
+    for path in ready_paths:
         req = urllib.request.Request(url.rstrip("/") + path, headers=headers or {})
         try:
             with urllib.request.urlopen(req, timeout=timeout_s) as resp:
@@ -50,16 +55,18 @@ def probe(url: str, headers: dict | None = None, timeout_s: float = 5.0) -> str:
     raise BackendUnreachable(f"backend.url: {url} answers but is not ready ({'; '.join(problems)})")
 
 
-def default_command(kind: str, port: int, model: str) -> list[str]:
-    """The launch command when backend.launch gives none."""
-    if kind == "native":
-        return [sys.executable, "-m", "native_engine", "serve", "--port", str(port)]
-    if kind == "vllm":
-        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1",
-                "--port", str(port), "--model", model]
-    if kind == "llamacpp":
-        return ["llama-server", "--host", "127.0.0.1", "--port", str(port), "-m", model]
-    raise BackendUnreachable(f"backend.launch.command: missing; bench has no default command for kind {kind!r}")
+def engine_command(backend, launch_config, port: int, model: str) -> list[str]:
+    """The argument list: launch.command (with {port}, {host}, {model} filled in) or the
+    backend's default, then launch.args."""
+    fill = {"port": port, "host": "127.0.0.1", "model": model}
+    if launch_config.command:
+        command = [part.format(**fill) for part in shlex.split(launch_config.command)]
+    else:
+        try:
+            command = backend.launch_command(port, model)
+        except ValueError as e:
+            raise BackendUnreachable(str(e)) from None
+    return command + [str(a).format(**fill) for a in launch_config.args]
 
 
 @dataclass
@@ -68,18 +75,29 @@ class LaunchedBackend:
     process: subprocess.Popen
     log_path: Path
 
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
     def stop(self, grace_s: float = 10.0) -> None:
-        """SIGTERM to the whole process group, SIGKILL if it lingers."""
-        if self.process.poll() is not None:
-            return
+        """SIGTERM to the whole process group, SIGKILL if it lingers; also reaps a group
+        whose leader already exited but left children behind."""
         try:
             os.killpg(self.process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
             self.process.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
+            pass
+        deadline = time.monotonic() + grace_s
+        while group_alive(self.process.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        try:
             os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=grace_s)
         except ProcessLookupError:
             pass
+        self.process.wait(timeout=grace_s)
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -88,44 +106,71 @@ class LaunchedBackend:
             return ""
 
 
-def launch(kind: str, launch_config, url: str | None, model: str, log_path: Path,
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def launch(backend, launch_config, url: str | None, model: str, log_path: Path,
            headers: dict | None = None) -> LaunchedBackend:
-    """Starts the engine and waits until it answers; `{port}`, `{host}` and `{model}` in the
-    command and args are filled in. The caller must call stop()."""
+    """Starts the engine in its own process group, output into log_path, and waits until it
+    answers. Every failure stops what was started and raises BackendUnreachable with the
+    log's tail; so does Ctrl-C (KeyboardInterrupt is re-raised after the stop)."""
     port = urlparse(url).port if url else None
+    if port and port_in_use(port):
+        raise BackendUnreachable(f"backend.url: port {port} is already taken by another process; stop it, "
+                                 f"or leave backend.url out so bench picks a free port")
     port = port or free_port()
     url = url or f"http://127.0.0.1:{port}"
-    if launch_config.command:
-        fill = {"port": port, "host": "127.0.0.1", "model": model}
-        command = [part.format(**fill) for part in shlex.split(launch_config.command)]
-        command += [str(a).format(**fill) for a in launch_config.args]
-    else:
-        command = default_command(kind, port, model) + [str(a) for a in launch_config.args]
+    command = engine_command(backend, launch_config, port, model)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")
     log.write(f"$ {shlex.join(command)}\n".encode())
     log.flush()
-    env = {**os.environ, **{k: str(v) for k, v in launch_config.env.items()}}
+    env = {**os.environ, **backend.launch_env(port), **{k: str(v) for k, v in launch_config.env.items()}}
     try:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                   start_new_session=True)
-    except FileNotFoundError:
-        raise BackendUnreachable(f"backend.launch.command: {command[0]!r} not found; install it or give "
-                                 f"the full path") from None
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   env=env, start_new_session=True)
+    except (FileNotFoundError, PermissionError) as e:
+        log.close()
+        raise BackendUnreachable(f"backend.launch.command: {command[0]!r} cannot be run ({e.strerror}); install "
+                                 f"it, put it on PATH, or give its full path in backend.launch.command") from None
+    launched = LaunchedBackend(url, process, log_path)
+    try:
+        _wait_ready(launched, backend, launch_config, headers)
+        backend.after_ready(url, model, log)
+    except BaseException as e:
+        launched.stop()
+        if isinstance(e, BackendUnreachable):
+            raise
+        if isinstance(e, Exception):
+            raise BackendUnreachable(f"backend.launch: {e}; the engine's log ({log_path}) ends with:\n"
+                                     f"{launched.log_tail()}") from None
+        raise
     finally:
         log.close()
-    backend = LaunchedBackend(url, process, log_path)
+    return launched
+
+
+def _wait_ready(launched: LaunchedBackend, backend, launch_config, headers) -> None:
+    process, log_path = launched.process, launched.log_path
     deadline = time.monotonic() + launch_config.ready_timeout_s
     while True:
         if process.poll() is not None:
             raise BackendUnreachable(f"backend.launch: the engine exited with code {process.returncode} "
-                                     f"before it was ready; its log ({log_path}) ends with:\n{backend.log_tail()}")
+                                     f"before it was ready; its log ({log_path}) ends with:\n{launched.log_tail()}")
         try:
-            probe(url, headers, timeout_s=2.0)
-            return backend
+            probe(launched.url, headers, timeout_s=2.0, ready_paths=backend.ready_paths)
+            return
         except BackendUnreachable as e:
             if time.monotonic() > deadline:
-                backend.stop()
-                raise BackendUnreachable(f"backend.launch.ready_timeout_s: not ready after "
-                                         f"{launch_config.ready_timeout_s:g} s ({e}); log: {log_path}") from None
+                raise BackendUnreachable(
+                    f"backend.launch.ready_timeout_s: not ready after {launch_config.ready_timeout_s:g} s ({e}); "
+                    f"raise it if the engine is just slow; its log ({log_path}) ends with:\n"
+                    f"{launched.log_tail()}") from None
         time.sleep(0.25)

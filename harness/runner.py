@@ -18,7 +18,8 @@ from typing import Callable
 import aiohttp
 import yarl
 
-from backends.openai import StreamError, build_request_body, endpoint_path, parse_sse
+from backends import load_backend
+from backends.openai import StreamError
 from harness.results import RequestRecord
 
 LOOP_TICK_S = 0.005
@@ -34,6 +35,8 @@ class Target:
     request_timeout_s: float = 600.0
     headers: dict = field(default_factory=dict)
     ignore_eos: bool = False
+    kind: str = "openai"  # the backend dialect (backends.available())
+    eos_token_ids: tuple[int, ...] = ()
 
 
 @dataclass
@@ -100,7 +103,8 @@ class Runner:
         self.records: list[RequestRecord] = []
         self._tasks: set[asyncio.Task] = set()  # open loop: requests in flight
         self.loop_lag_s: list[float] = []
-        self._url = yarl.URL(target.url.rstrip("/") + endpoint_path(target.api))  # parsed once, not per request
+        self.backend = load_backend(target.kind, target.eos_token_ids)
+        self._url = yarl.URL(target.url.rstrip("/") + self.backend.endpoint_path(target.api))  # parsed once, not per request
         self._headers = {"Content-Type": "application/json", "Accept-Encoding": "identity", **target.headers}
 
     async def run(self) -> RunOutcome:
@@ -238,8 +242,8 @@ class Runner:
                        need_answer: bool) -> tuple[RequestRecord, str, int]:
         rec = self._new_record(spec, due_ns)
         t = self.target
-        body = json.dumps(build_request_body(t.api, t.model, spec.output_tokens, prompt=spec.prompt,
-                                             messages=messages, ignore_eos=t.ignore_eos)).encode()
+        body = json.dumps(self.backend.request_body(t.api, t.model, spec.output_tokens, prompt=spec.prompt,
+                                                    messages=messages, ignore_eos=t.ignore_eos)).encode()
         try:
             if self._sem is not None:
                 wait_from = time.perf_counter_ns()
@@ -315,7 +319,7 @@ class Runner:
 
     def _digest(self, rec: RequestRecord, reads: list[bytes], times: list[int]) -> str:
         try:
-            parsed = parse_sse(reads, times)
+            parsed = self.backend.parse_stream(self.target.api, reads, times)
         except StreamError as e:
             rec.fail(e.reason, e.detail)
             return ""

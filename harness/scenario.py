@@ -20,6 +20,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pydantic import field_validator, model_validator
 
 from harness.distributions import Dist, dist_from_yaml
+from harness.telemetry import TelemetryConfig
 
 DEFAULT_NUM_REQUESTS = 100  # used when neither load.num_requests nor load.duration_s is given
 
@@ -69,13 +70,32 @@ class LaunchConfig(Strict):
 
 
 class BackendConfig(Strict):
-    kind: Literal["openai", "native", "vllm", "sglang", "trtllm", "llamacpp", "ollama"]
+    kind: str  # an installed backend: backends.available() (`bench backends` lists them)
     url: str | None = None
     model: str = "smollm2"
-    api: Literal["completions", "chat"] = "completions"
+    api: Literal["completions", "chat", "native"] = "completions"  # native: the engine's own API (SGLang /generate)
     launch: LaunchConfig | None = None
     request_timeout_s: float = Field(default=600.0, gt=0, description="seconds")
     headers: dict[str, str] = {}
+    metrics_url: str | None = None  # the Prometheus page; default: url + the engine's metrics path
+    profile: bool = False  # POST the engine's /start_profile and /stop_profile around the load (vLLM, SGLang)
+    eos_token_ids: list[int] = []  # llama-cpp-python only: EOS ids to bias away when workload.ignore_eos
+
+    @field_validator("kind")
+    @classmethod
+    def _installed(cls, kind: str) -> str:
+        from backends import available
+        known = list(available())
+        if kind not in known:
+            raise ValueError("must be " + ", ".join(repr(k) for k in known) + " (the installed backends)")
+        return kind
+
+    @field_validator("metrics_url")
+    @classmethod
+    def _metrics_http_url(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https:// (e.g. http://127.0.0.1:8000/metrics)")
+        return url
 
     @field_validator("url")
     @classmethod
@@ -185,6 +205,7 @@ class Scenario(Strict):
     workload: WorkloadConfig = WorkloadConfig()
     load: LoadConfig
     slo: SloConfig = SloConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
     seed: int = 0
 
     @model_validator(mode="after")

@@ -55,9 +55,11 @@ def _share(total: int | None, n: int, w: int) -> int | None:
 
 async def run_plan(requests: list, target: Target, concurrency: int | None, workers: int,
                    on_record: Callable[[RequestRecord], None], stop: asyncio.Event,
-                   dispatch_until_s: float | None = None) -> RunOutcome:
+                   dispatch_until_s: float | None = None, t0_ns: int | None = None) -> RunOutcome:
+    """t0_ns: the run's clock origin (perf_counter_ns), picked by the caller so other recorders
+    share it; with several workers it moves later if they were not all started by then."""
     if workers <= 1:
-        return await Runner(target, requests, concurrency, on_record, stop=stop,
+        return await Runner(target, requests, concurrency, on_record, t0_ns=t0_ns, stop=stop,
                             dispatch_until_s=dispatch_until_s).run()
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
@@ -78,7 +80,9 @@ async def run_plan(requests: list, target: Target, concurrency: int | None, work
             await loop.run_in_executor(None, results.get, True, 120)
         except queue.Empty:
             raise RuntimeError("load.workers: the client worker processes did not start within 120 s") from None
-    t0_ns = time.perf_counter_ns() + int(START_LEAD_S * 1e9)
+    earliest_ns = time.perf_counter_ns() + int(0.2 * 1e9)  # time to read t0 and open connections
+    if t0_ns is None or t0_ns < earliest_ns:
+        t0_ns = time.perf_counter_ns() + int(START_LEAD_S * 1e9)
     t0_value.value = t0_ns
     go.set()
     stop_watch = asyncio.create_task(stop.wait())

@@ -1,0 +1,138 @@
+"""What the harness needs to know about one serving engine: its request dialect, stream format,
+readiness and version endpoints, Prometheus path, profiler hooks and default launch command.
+
+`Backend` itself is the plain OpenAI-compatible server; each engine module subclasses it and
+overrides only where the engine differs. Backends are found by name through the
+`bench.backends` entry-point group (see backends/__init__.py), so a third-party package can
+add one without touching this repository.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+from backends.openai import CHAT, COMPLETIONS, ParsedStream, StreamError, build_request_body, parse_sse
+
+NATIVE = "native"  # backend.api for an engine's own (non-OpenAI) generate endpoint
+
+
+@dataclass
+class Backend:
+    """The OpenAI-compatible dialect. `eos_token_ids`: only for engines that need them to force
+    the output length (llama-cpp-python's logit_bias)."""
+
+    eos_token_ids: tuple[int, ...] = ()
+
+    name = "openai"
+    description = "any OpenAI-compatible server (/v1/completions, /v1/chat/completions)"
+    paths = {COMPLETIONS: "/v1/completions", CHAT: "/v1/chat/completions"}
+    # class constants, not fields: subclasses override them by plain assignment
+    ready_paths = ("/health", "/v1/models")  # the first that answers < 400 means ready
+    metrics_path = "/metrics"  # Prometheus text page; None: the engine has none
+    version_path = None
+    profile_paths = None  # (start, stop), POSTed around the measured window
+
+    # --- requests -------------------------------------------------------------------------
+    def endpoint_path(self, api: str) -> str:
+        if api not in self.paths:
+            raise ValueError(f"backend.api: {self.name} supports {sorted(self.paths)}, got {api!r}")
+        return self.paths[api]
+
+    def request_body(self, api: str, model: str, max_tokens: int, prompt: str | None = None,
+                     messages: list[dict] | None = None, ignore_eos: bool = False) -> dict:
+        """One streaming request; `ignore_eos` asks for exactly max_tokens output tokens."""
+        self.endpoint_path(api)
+        return build_request_body(api, model, max_tokens, prompt, messages, ignore_eos)
+
+    def parse_stream(self, api: str, reads: list[bytes], read_times_ns: list[int]) -> ParsedStream:
+        """Called after the stream ended, with each network read and its arrival time."""
+        return parse_sse(reads, read_times_ns)
+
+    # --- launching ------------------------------------------------------------------------
+    def launch_command(self, port: int, model: str) -> list[str]:
+        """The engine's command line when backend.launch gives no command."""
+        raise ValueError(f"backend.launch.command: missing; bench has no default command for kind {self.name!r}")
+
+    def launch_env(self, port: int) -> dict[str, str]:
+        return {}
+
+    def after_ready(self, url: str, model: str, log) -> None:
+        """Work once the server answers and before any load (Ollama pulls its model here)."""
+
+    # --- probes ---------------------------------------------------------------------------
+    def version(self, url: str, headers: dict | None = None) -> str | None:
+        """The engine's version as it reports it, or None."""
+        if not self.version_path:
+            return None
+        try:
+            text = http_get(url + self.version_path, headers, timeout_s=2.0)
+        except OSError:
+            return None
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            return text.strip()[:100] or None
+        if isinstance(obj, dict):
+            for key in ("version", "build_info", "server_version"):
+                if obj.get(key):
+                    return str(obj[key])
+        return json.dumps(obj)[:100]
+
+    def metrics_url(self, url: str) -> str | None:
+        return url + self.metrics_path if self.metrics_path else None
+
+
+def http_get(url: str, headers: dict | None = None, timeout_s: float = 5.0) -> str:
+    req = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        return resp.read().decode("utf-8", errors="replace")
+
+
+def http_post(url: str, body: dict, headers: dict | None = None, timeout_s: float = 30.0) -> int:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            resp.read()
+            return resp.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def python_module(module: str) -> list[str]:
+    """`python -m module` with the interpreter running the harness (engines installed beside it)."""
+    return [sys.executable, "-m", module]
+
+
+def json_lines(reads: list[bytes], read_times_ns: list[int]) -> list[tuple[dict, int]]:
+    """NDJSON: each line's object with the arrival time of the read that completed the line."""
+    out, pending, cut = [], b"", None
+    for data, t_ns in zip(reads, read_times_ns):
+        pending += data
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if line.strip():
+                out.append((_loads(line), t_ns))
+    if pending.strip():
+        cut = pending
+    if cut is not None:
+        try:
+            out.append((_loads(cut), read_times_ns[-1]))  # a last line without its newline
+        except StreamError:
+            raise StreamError("stream_cut", f"stream ended inside a line: {cut[:120]!r}") from None
+    return out
+
+
+def _loads(line: bytes) -> dict:
+    try:
+        obj = json.loads(line)
+    except ValueError as e:
+        raise StreamError("malformed_json", f"{e}: {line[:120]!r}") from None
+    if not isinstance(obj, dict):
+        raise StreamError("malformed_json", f"expected a JSON object, got {line[:120]!r}")
+    if obj.get("error"):
+        raise StreamError("server_error_event", str(obj["error"])[:200])
+    return obj

@@ -1,0 +1,53 @@
+"""llama.cpp: the real `llama-server`, and the llama-cpp-python server.
+
+llama-server: `ignore_eos` forces the length (it has no min_tokens); the final chunk always
+carries `usage` and `timings` (prompt_ms, predicted_ms, ...), the chat stream opens with a
+role-only delta and finishes on an empty trailing chunk. /health, /props (build_info), and
+/metrics with `llamacpp:` names only when started with --metrics.
+
+llama-cpp-python (`python -m llama_cpp.server`): no ignore_eos, so the EOS tokens get a -inf
+logit_bias (give them in backend.eos_token_ids); no usage in streams, no /health, no /metrics.
+"""
+from __future__ import annotations
+
+from backends.base import Backend, python_module
+from backends.openai import build_request_body
+
+
+class LlamaServerBackend(Backend):
+    name = "llamacpp"
+    description = "llama.cpp's llama-server"
+    version_path = "/props"
+
+    def request_body(self, api, model, max_tokens, prompt=None, messages=None, ignore_eos=False) -> dict:
+        self.endpoint_path(api)
+        body = build_request_body(api, model, max_tokens, prompt, messages, ignore_eos=False)
+        if ignore_eos:
+            body["ignore_eos"] = True
+        return body
+
+    def launch_command(self, port: int, model: str) -> list[str]:
+        return ["llama-server", "--host", "127.0.0.1", "--port", str(port), "-m", model,
+                "--metrics", "--cont-batching"]
+
+
+class LlamaCppPythonBackend(Backend):
+    name = "llamacpp_python"
+    description = "llama-cpp-python (python -m llama_cpp.server)"
+    ready_paths = ("/v1/models",)
+    metrics_path = None
+
+    def request_body(self, api, model, max_tokens, prompt=None, messages=None, ignore_eos=False) -> dict:
+        self.endpoint_path(api)
+        body = build_request_body(api, model, max_tokens, prompt, messages, ignore_eos=False)
+        if ignore_eos:
+            if not self.eos_token_ids:
+                raise ValueError("backend.eos_token_ids: llama-cpp-python has no ignore_eos; give the model's "
+                                 "end-of-sequence token ids (SmolLM2: [0, 2]) or set workload.ignore_eos: false")
+            body["logit_bias"] = {str(i): -100.0 for i in self.eos_token_ids}  # never sampled
+        return body
+
+    def launch_command(self, port: int, model: str) -> list[str]:
+        # --interrupt_requests defaults to True: a new request would cut off the one in flight
+        return python_module("llama_cpp.server") + ["--model", model, "--host", "127.0.0.1", "--port", str(port),
+                                                    "--interrupt_requests", "False"]

@@ -1,0 +1,71 @@
+"""Ollama, through its own API: /api/generate (completions) and /api/chat (chat).
+
+The length cap is `options.num_predict`; Ollama has no ignore_eos, so a model may stop early
+(then usage and the plan disagree, and the record shows it). Streams are NDJSON, one object
+per line: `response` (generate) or `message.content` (chat) per token, then a last object with
+`done: true`, `done_reason`, `prompt_eval_count`, `eval_count` and the server's own durations
+in nanoseconds (`prompt_eval_duration`, `eval_duration`, `load_duration`, `total_duration`).
+No Prometheus page. Launch: `ollama serve` on OLLAMA_HOST, then `ollama pull` of the model and
+an empty generate that loads it (what `ollama run` does).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from urllib.parse import urlparse
+
+from backends.base import Backend, http_post, json_lines
+from backends.openai import CHAT, COMPLETIONS, ParsedStream
+
+DURATIONS_NS = ("prompt_eval_duration", "eval_duration", "load_duration", "total_duration")
+
+
+class OllamaBackend(Backend):
+    name = "ollama"
+    description = "Ollama (ollama serve), native /api/generate and /api/chat"
+    paths = {COMPLETIONS: "/api/generate", CHAT: "/api/chat"}
+    ready_paths = ("/api/version",)
+    metrics_path = None
+    version_path = "/api/version"
+
+    def request_body(self, api, model, max_tokens, prompt=None, messages=None, ignore_eos=False) -> dict:
+        self.endpoint_path(api)
+        body = {"model": model, "stream": True, "options": {"num_predict": max_tokens}}
+        if api == CHAT:
+            body["messages"] = messages if messages is not None else [{"role": "user", "content": prompt or ""}]
+        else:
+            # raw: the prompt as planned, without the model's chat template around it
+            body["prompt"] = prompt if prompt is not None else "\n".join(str(m.get("content", "")) for m in messages)
+            body["raw"] = True
+        return body
+
+    def parse_stream(self, api, reads, read_times_ns) -> ParsedStream:
+        out = ParsedStream()
+        pieces = []
+        for obj, t_ns in json_lines(reads, read_times_ns):
+            piece = (obj.get("message") or {}).get("content") if api == CHAT else obj.get("response")
+            if piece:
+                out.token_times_ns.append(t_ns)
+                out.tokens_per_chunk.append(1)
+                pieces.append(piece)
+            if obj.get("done"):
+                out.saw_done = True
+                out.finish_reason = obj.get("done_reason") or "stop"
+                out.usage_completion_tokens = obj.get("eval_count")
+                out.usage_prompt_tokens = obj.get("prompt_eval_count")
+                out.server_timings = {k.replace("duration", "s"): obj[k] / 1e9 for k in DURATIONS_NS if k in obj}
+        out.text = "".join(pieces)
+        return out
+
+    def launch_command(self, port: int, model: str) -> list[str]:
+        return ["ollama", "serve"]
+
+    def launch_env(self, port: int) -> dict[str, str]:
+        return {"OLLAMA_HOST": f"127.0.0.1:{port}"}
+
+    def after_ready(self, url: str, model: str, log) -> None:
+        env = {**os.environ, "OLLAMA_HOST": urlparse(url).netloc}
+        pulled = subprocess.run(["ollama", "pull", model], stdout=log, stderr=subprocess.STDOUT, env=env)
+        if pulled.returncode != 0:
+            raise RuntimeError(f"backend.model: `ollama pull {model}` failed (exit {pulled.returncode})")
+        http_post(url + "/api/generate", {"model": model, "prompt": "", "keep_alive": "30m"}, timeout_s=600)

@@ -1,0 +1,68 @@
+"""SGLang: its OpenAI-compatible server, and its native /generate (backend.api: native).
+
+Exact output length: `ignore_eos` (+ `min_tokens`) on /v1, `sampling_params.ignore_eos`
+(+ `min_new_tokens`) on /generate. /generate streams SSE events whose `text` is the whole
+answer so far (cumulative) and whose `meta_info` carries prompt_tokens, completion_tokens
+(cumulative) and, on the last event, finish_reason {"type": "length", ...}; then `[DONE]`.
+/metrics (with --enable-metrics) has `sglang:` names; /start_profile and /stop_profile exist.
+"""
+from __future__ import annotations
+
+import json
+
+from backends.base import NATIVE, Backend, python_module
+from backends.openai import CHAT, COMPLETIONS, ParsedStream, StreamError, parse_sse, sse_payloads
+
+
+class SglangBackend(Backend):
+    name = "sglang"
+    description = "SGLang (python -m sglang.launch_server)"
+    paths = {COMPLETIONS: "/v1/completions", CHAT: "/v1/chat/completions", NATIVE: "/generate"}
+    version_path = "/version"
+    profile_paths = ("/start_profile", "/stop_profile")
+
+    def request_body(self, api, model, max_tokens, prompt=None, messages=None, ignore_eos=False) -> dict:
+        if api != NATIVE:
+            return super().request_body(api, model, max_tokens, prompt, messages, ignore_eos)
+        if prompt is None:
+            prompt = "\n".join(str(m.get("content", "")) for m in messages or [])
+        params = {"max_new_tokens": max_tokens}
+        if ignore_eos:
+            params.update(ignore_eos=True, min_new_tokens=max_tokens)
+        return {"text": prompt, "sampling_params": params, "stream": True}
+
+    def parse_stream(self, api, reads, read_times_ns) -> ParsedStream:
+        if api != NATIVE:
+            return parse_sse(reads, read_times_ns)
+        out = ParsedStream()
+        payloads, times = sse_payloads(reads, read_times_ns, out)
+        text, done_tokens = "", 0
+        for payload, t_ns in zip(payloads, times):
+            try:
+                obj = json.loads(payload)
+            except ValueError as e:
+                raise StreamError("malformed_json", f"{e}: {payload[:120]!r}") from None
+            if "error" in obj:
+                raise StreamError("server_error_event", str(obj["error"])[:200])
+            meta = obj.get("meta_info") or {}
+            if meta.get("finish_reason"):
+                reason = meta["finish_reason"]
+                out.finish_reason = reason.get("type") if isinstance(reason, dict) else str(reason)
+            if meta.get("prompt_tokens") is not None:
+                out.usage_prompt_tokens = meta["prompt_tokens"]
+            tokens = meta.get("completion_tokens")
+            new_text = obj.get("text", "")
+            grew = tokens is not None and tokens > done_tokens
+            if tokens is not None:
+                out.usage_completion_tokens = tokens
+            if grew or (tokens is None and len(new_text) > len(text)):
+                out.token_times_ns.append(t_ns)
+                out.tokens_per_chunk.append(tokens - done_tokens if grew else 1)
+                done_tokens = tokens if grew else done_tokens + 1
+            text = new_text or text
+        out.text = text
+        return out
+
+    def launch_command(self, port: int, model: str) -> list[str]:
+        return python_module("sglang.launch_server") + ["--model-path", model, "--host", "127.0.0.1",
+                                                        "--port", str(port), "--enable-metrics"]

@@ -1,0 +1,155 @@
+"""The engine's own Prometheus page, scraped during the run into server_metrics.csv.
+
+Columns `t_s,name,value,labels`: t_s in seconds from the run's t0 (the clock of requests.jsonl),
+stamped when the page arrived. Each scrape writes the engine's samples under their own names
+(process_/python_/http_ noise and `_created` left out), then the same state in one schema
+under `bench:` names, whatever the engine calls it:
+  running, waiting                 requests in the batch / queued
+  kv_usage_fraction                0-1 of the KV cache in use
+  prefix_cache_hit_rate            0-1; vLLM-style engines: hits/queries since start
+  preemptions, prompt_tokens, generation_tokens, spec_draft_tokens, spec_accepted_tokens  (counters)
+  read_bytes, flops                the engine's estimates (counters) where it offers them
+  ttft_s_*, itl_s_*, tpot_s_*      engine-side histograms (_bucket with le, _sum, _count)
+Values are summed over label sets (one per model or GPU), except fractions, which are averaged.
+The scraper runs in its own thread with its own HTTP client, so it never delays request timing.
+"""
+from __future__ import annotations
+
+import csv
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+ENGINE_PREFIXES = ("vllm:", "sglang:", "native:", "llamacpp:", "tensorrt_llm:", "trtllm:", "trtllm_")
+SCHEMA = {  # engine's name without its prefix -> schema name
+    "num_requests_running": "running", "num_running_reqs": "running", "requests_processing": "running",
+    "num_requests_waiting": "waiting", "num_queue_reqs": "waiting", "requests_deferred": "waiting",
+    "kv_cache_usage_perc": "kv_usage_fraction", "gpu_cache_usage_perc": "kv_usage_fraction",
+    "token_usage": "kv_usage_fraction", "kv_cache_usage_ratio": "kv_usage_fraction",
+    "kv_cache_utilization": "kv_usage_fraction",
+    "cache_hit_rate": "prefix_cache_hit_rate", "kv_cache_hit_rate": "prefix_cache_hit_rate",
+    "num_preemptions_total": "preemptions", "num_retracted_reqs_total": "preemptions",
+    "prompt_tokens_total": "prompt_tokens",
+    "generation_tokens_total": "generation_tokens", "tokens_predicted_total": "generation_tokens",
+    "spec_decode_num_draft_tokens_total": "spec_draft_tokens",
+    "spec_decode_num_accepted_tokens_total": "spec_accepted_tokens",
+    "estimated_read_bytes_per_gpu_total": "read_bytes", "weight_bytes_read_total": "read_bytes",
+    "kv_bytes_read_total": "read_bytes", "estimated_flops_per_gpu_total": "flops",
+}
+HISTOGRAMS = {"time_to_first_token_seconds": "ttft_s", "inter_token_latency_seconds": "itl_s",
+              "time_per_output_token_seconds": "tpot_s", "request_time_per_output_token_seconds": "tpot_s"}
+FRACTIONS = {"kv_usage_fraction", "prefix_cache_hit_rate"}
+COLUMNS = ("t_s", "name", "value", "labels")
+
+
+def engine_key(name: str) -> str | None:
+    """The sample's name without its engine prefix; None for a name no engine prefix starts."""
+    for prefix in ENGINE_PREFIXES:
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return None
+
+
+def format_labels(labels: dict) -> str:
+    return ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+
+
+def parse_page(text: str) -> tuple[list[tuple[str, float, str]], list[tuple[str, float, str]]]:
+    """(raw rows, schema rows), each (name, value, labels) from one Prometheus text page."""
+    raw: list[tuple[str, float, str]] = []
+    sums: dict[tuple[str, str], list[float]] = {}
+    hits = queries = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            key = engine_key(sample.name)
+            if key is None or sample.name.endswith("_created"):
+                continue
+            raw.append((sample.name, sample.value, format_labels(sample.labels)))
+            if key in SCHEMA:
+                sums.setdefault((f"bench:{SCHEMA[key]}", ""), []).append(sample.value)
+            if key == "prefix_cache_hits_total":
+                hits += sample.value
+            elif key == "prefix_cache_queries_total":
+                queries += sample.value
+            for engine_name, schema_name in HISTOGRAMS.items():
+                suffix = key[len(engine_name):] if key.startswith(engine_name) else None
+                if suffix in ("_bucket", "_sum", "_count"):
+                    le = format_labels({"le": sample.labels["le"]}) if suffix == "_bucket" else ""
+                    sums.setdefault((f"bench:{schema_name}{suffix}", le), []).append(sample.value)
+    if queries > 0 and ("bench:prefix_cache_hit_rate", "") not in sums:
+        sums[("bench:prefix_cache_hit_rate", "")] = [hits / queries]
+    schema = []
+    for (name, labels), values in sums.items():
+        fraction = name.removeprefix("bench:") in FRACTIONS
+        schema.append((name, sum(values) / len(values) if fraction else sum(values), labels))
+    return raw, schema
+
+
+class ServerMetricsScraper(threading.Thread):
+    """scraper.start() ... scraper.stop() -> status for run.json. `url` None: nothing to scrape."""
+
+    def __init__(self, url: str | None, t0_ns: int, out_path: str | Path, interval_s: float = 0.5,
+                 timeout_s: float = 2.0, headers: dict | None = None, why_none: str = ""):
+        super().__init__(name="server-metrics", daemon=True)
+        self.url, self.t0_ns, self.interval_s, self.timeout_s = url, t0_ns, interval_s, timeout_s
+        self.out_path, self.headers, self.why_none = Path(out_path), headers or {}, why_none
+        self.stop_event = threading.Event()
+        self.scrapes = self.failures = self.rows = 0
+        self.last_error: str | None = None
+        self.gave_up: str | None = None
+
+    def run(self) -> None:
+        with open(self.out_path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(COLUMNS)
+            while not self.stop_event.is_set():
+                started = time.monotonic()
+                self._scrape_once(writer)
+                f.flush()
+                if self.gave_up:
+                    return
+                self.stop_event.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+            self._scrape_once(writer)  # the state right after the load
+
+    def _scrape_once(self, writer) -> None:
+        self.scrapes += 1
+        try:
+            req = urllib.request.Request(self.url, headers=self.headers)
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                text = resp.read().decode("utf-8", errors="replace")
+            t_s = (time.perf_counter_ns() - self.t0_ns) / 1e9
+            raw, schema = parse_page(text)
+        except urllib.error.HTTPError as e:
+            self.failures += 1
+            self.last_error = f"HTTP {e.code}"
+            if e.code == 404 and self.rows == 0:
+                self.gave_up = f"{self.url} answers 404: no Prometheus page there (set backend.metrics_url)"
+            return
+        except Exception as e:  # a slow or dropped scrape costs one sample, never the run
+            self.failures += 1
+            self.last_error = f"{type(e).__name__}: {e}"
+            return
+        rows = [(round(t_s, 6), name, value, labels) for name, value, labels in raw + schema]
+        writer.writerows(rows)
+        self.rows += len(rows)
+
+    def begin(self) -> None:
+        if self.url:
+            self.start()
+
+    def stop(self) -> dict:
+        """Stops the thread; returns {"sampled": bool, ...} with the reason when nothing was sampled."""
+        if not self.url:
+            return {"sampled": False, "reason": self.why_none or "no metrics URL"}
+        self.stop_event.set()
+        self.join(self.timeout_s + 5)
+        status = {"sampled": self.rows > 0, "url": self.url, "scrapes": self.scrapes, "failures": self.failures}
+        if self.rows == 0:
+            status["reason"] = self.gave_up or f"every scrape failed; last: {self.last_error}"
+        elif self.failures:
+            status["last_error"] = self.last_error
+        return status
