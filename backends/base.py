@@ -34,6 +34,8 @@ class Backend:
     metrics_path = "/metrics"  # Prometheus text page; None: the engine has none
     version_path = None
     profile_paths = None  # (start, stop), POSTed around the measured window
+    keep_alive = True  # False: the engine closes a connection after each stream, so never reuse one
+    forces_length = True  # honours workload.ignore_eos: every answer has exactly the planned length
 
     # --- requests -------------------------------------------------------------------------
     def endpoint_path(self, api: str) -> str:

@@ -3,7 +3,8 @@
 llama-server: `ignore_eos` forces the length (it has no min_tokens); the final chunk always
 carries `usage` and `timings` (prompt_ms, predicted_ms, ...), the chat stream opens with a
 role-only delta and finishes on an empty trailing chunk. /health, /props (build_info), and
-/metrics with `llamacpp:` names only when started with --metrics.
+/metrics with `llamacpp:` names only when started with --metrics. It closes the connection after
+each streamed answer, so the runner opens a new one per request (TTFT includes a loopback connect).
 
 llama-cpp-python (`python -m llama_cpp.server`): no ignore_eos, so the EOS tokens get a -inf
 logit_bias (give them in backend.eos_token_ids); no usage in streams, no /health, no /metrics.
@@ -18,6 +19,9 @@ class LlamaServerBackend(Backend):
     name = "llamacpp"
     description = "llama.cpp's llama-server"
     version_path = "/props"
+    # it answers "Keep-Alive" yet closes the connection after a streamed answer; a reused
+    # connection then fails the next request ("Can not write request body")
+    keep_alive = False
 
     def request_body(self, api, model, max_tokens, prompt=None, messages=None, ignore_eos=False) -> dict:
         self.endpoint_path(api)

@@ -5,14 +5,10 @@ The length cap is `options.num_predict`; Ollama has no ignore_eos, so a model ma
 per line: `response` (generate) or `message.content` (chat) per token, then a last object with
 `done: true`, `done_reason`, `prompt_eval_count`, `eval_count` and the server's own durations
 in nanoseconds (`prompt_eval_duration`, `eval_duration`, `load_duration`, `total_duration`).
-No Prometheus page. Launch: `ollama serve` on OLLAMA_HOST, then `ollama pull` of the model and
-an empty generate that loads it (what `ollama run` does).
+No Prometheus page. Launch: `ollama serve` on OLLAMA_HOST, then POST /api/pull of the model
+(what `ollama pull` does) and an empty generate that loads it (what `ollama run` does).
 """
 from __future__ import annotations
-
-import os
-import subprocess
-from urllib.parse import urlparse
 
 from backends.base import Backend, http_post, json_lines
 from backends.openai import CHAT, COMPLETIONS, ParsedStream
@@ -27,6 +23,7 @@ class OllamaBackend(Backend):
     ready_paths = ("/api/version",)
     metrics_path = None
     version_path = "/api/version"
+    forces_length = False  # no ignore_eos: num_predict only caps the length
 
     def request_body(self, api, model, max_tokens, prompt=None, messages=None, ignore_eos=False) -> dict:
         self.endpoint_path(api)
@@ -64,8 +61,10 @@ class OllamaBackend(Backend):
         return {"OLLAMA_HOST": f"127.0.0.1:{port}"}
 
     def after_ready(self, url: str, model: str, log) -> None:
-        env = {**os.environ, "OLLAMA_HOST": urlparse(url).netloc}
-        pulled = subprocess.run(["ollama", "pull", model], stdout=log, stderr=subprocess.STDOUT, env=env)
-        if pulled.returncode != 0:
-            raise RuntimeError(f"backend.model: `ollama pull {model}` failed (exit {pulled.returncode})")
-        http_post(url + "/api/generate", {"model": model, "prompt": "", "keep_alive": "30m"}, timeout_s=600)
+        status = http_post(url + "/api/pull", {"model": model, "stream": False}, timeout_s=3600)
+        if status >= 400:
+            raise RuntimeError(f"backend.model: Ollama could not pull {model!r} (HTTP {status}); check the name")
+        log.write(f"bench: pulled {model}\n".encode())
+        status = http_post(url + "/api/generate", {"model": model, "prompt": "", "keep_alive": "30m"}, timeout_s=600)
+        if status >= 400:
+            raise RuntimeError(f"backend.model: Ollama could not load {model!r} (HTTP {status})")

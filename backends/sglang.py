@@ -4,7 +4,8 @@ Exact output length: `ignore_eos` (+ `min_tokens`) on /v1, `sampling_params.igno
 (+ `min_new_tokens`) on /generate. /generate streams SSE events whose `text` is the whole
 answer so far (cumulative) and whose `meta_info` carries prompt_tokens, completion_tokens
 (cumulative) and, on the last event, finish_reason {"type": "length", ...}; then `[DONE]`.
-/metrics (with --enable-metrics) has `sglang:` names; /start_profile and /stop_profile exist.
+/metrics (with --enable-metrics) has `sglang:` names; /start_profile and /stop_profile exist;
+/get_server_info carries the version.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ class SglangBackend(Backend):
     name = "sglang"
     description = "SGLang (python -m sglang.launch_server)"
     paths = {COMPLETIONS: "/v1/completions", CHAT: "/v1/chat/completions", NATIVE: "/generate"}
-    version_path = "/version"
+    version_path = "/get_server_info"  # server args plus a "version" field
     profile_paths = ("/start_profile", "/stop_profile")
 
     def request_body(self, api, model, max_tokens, prompt=None, messages=None, ignore_eos=False) -> dict:

@@ -1,7 +1,8 @@
 """Side-by-side measurements of the built-in engine (native_engine), printed as a JSON report.
 
   (a) single-stream decode tok/s next to the memory-bandwidth roofline measured in the same run
-  (b) total output tok/s through the HTTP server at 1, 8, 32, 64 concurrent streams
+  (b) total output tok/s through the HTTP server at 1, 8, 32, 64 concurrent streams, next to llama.cpp's
+      llama-server on the same GGUF and jobs (benchmarks/build_llama_server.sh builds it)
   (c) continuous vs static batching on mixed output lengths
   (d) chunked prefill on/off: ITL p99 of running streams while long prompts arrive
   (e) prefix caching on/off: TTFT on a shared-prefix workload
@@ -14,7 +15,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import glob
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -78,16 +81,44 @@ def single_stream(output_tokens: int, blas_threads: int) -> dict:
 
 
 # ---- HTTP server and client ----------------------------------------------------------------
-@contextlib.asynccontextmanager
-async def server(*flags: str):
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+        return sock.getsockname()[1]
+
+
+@contextlib.asynccontextmanager
+async def server(*flags: str):
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "native_engine", "serve", "--port", str(port), *SERVER_FLAGS, *flags],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         proc.stdout.readline()   # the "serving on" line: model loaded, socket bound
         yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@contextlib.asynccontextmanager
+async def llama_server(binary: str, parallel: int):
+    """llama.cpp's server on the same GGUF, with continuous batching over `parallel` slots."""
+    from native_engine.model_files import resolve_model
+
+    port = free_port()
+    proc = subprocess.Popen([binary, "-m", str(resolve_model("smollm2")), "--host", "127.0.0.1", "--port", str(port),
+                             "--parallel", str(parallel), "--cont-batching", "-t", "2", "-c", str(512 * parallel),
+                             "-a", "smollm2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as http:
+            for _ in range(600):                          # /health answers 503 while the model loads
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with http.get(url + "/health") as resp:
+                        if resp.status == 200:
+                            break
+                await asyncio.sleep(0.1)
+        yield url
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -109,7 +140,7 @@ async def stream_request(http: aiohttp.ClientSession, url: str, prompt: str, max
             if not line.startswith(b"data: {"):
                 continue
             event = json.loads(line[6:])
-            if event["choices"]:
+            if any(choice.get("text") for choice in event["choices"]):   # token-bearing, not the final empty one
                 chunk_s.append(time.perf_counter())
                 if started is not None and len(chunk_s) == 1:
                     started.append(1)
@@ -143,13 +174,22 @@ def summarize(results: list[dict]) -> dict:
 
 
 # ---- (b)-(e) -------------------------------------------------------------------------------
-async def concurrency_sweep(levels: list[int], output_tokens: int) -> dict:
+async def concurrency_sweep(levels: list[int], output_tokens: int, llama_server_binary: str | None) -> dict:
+    """Total output tok/s at each level, and llama-server's on the same GGUF and jobs when it is built."""
+    engines = {"native": lambda: server("--max-num-seqs", str(max(levels)))}
+    if llama_server_binary:
+        engines["llama_server"] = lambda: llama_server(llama_server_binary, max(levels))
     out = {}
-    async with server("--max-num-seqs", str(max(levels))) as url:
-        await run_clients(url, [(text_of(8), 4)], 1)    # warm up
-        for n in levels:
-            jobs = [(text_of(20, offset=i), output_tokens) for i in range(n)]
-            out[f"streams_{n}"] = summarize(await run_clients(url, jobs, n))
+    for name, start in engines.items():
+        async with start() as url:
+            await run_clients(url, [(text_of(8), 4)], 1)    # warm up
+            for n in levels:
+                jobs = [(text_of(20, offset=i), output_tokens) for i in range(n)]
+                out.setdefault(f"streams_{n}", {})[name] = summarize(await run_clients(url, jobs, n))
+    if llama_server_binary:
+        best_llama = max(level["llama_server"]["output_tok_s"] for level in out.values())
+        for level in out.values():
+            level["native_over_best_llama_server"] = round(level["native"]["output_tok_s"] / best_llama, 2)
     return out
 
 
@@ -195,6 +235,11 @@ async def prefix_caching(n_requests: int, prefix_words: int) -> dict:
     return out
 
 
+def default_llama_server() -> str:
+    found = glob.glob(os.path.expanduser("~/.cache/llm-serving-bench/llama-server-*/bin/llama-server"))
+    return sorted(found)[-1] if found else ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="a,b,c,d,e", help="comma-separated parts to run")
@@ -202,6 +247,9 @@ def main() -> None:
     parser.add_argument("--blas-threads", type=int, default=0,
                         help="OpenBLAS threads of the engine (0: numpy's default, one per core; 1 is far "
                              "steadier when other processes compete for the cores)")
+    parser.add_argument("--llama-server", default=default_llama_server(),
+                        help="llama-server binary for the side-by-side in (b); default: the cached build of "
+                             "benchmarks/build_llama_server.sh, if any ('' to skip)")
     args = parser.parse_args()
     SERVER_FLAGS.extend(["--blas-threads", str(args.blas_threads)])
     parts, q = set(args.only.split(",")), args.quick
@@ -209,7 +257,8 @@ def main() -> None:
     if "a" in parts:
         report["a_single_stream"] = single_stream(32 if q else 128, args.blas_threads)
         print(json.dumps({"a_single_stream": report["a_single_stream"]}), flush=True)
-    runs = {"b_concurrency": lambda: concurrency_sweep([1, 8] if q else [1, 8, 32, 64], 32 if q else 128),
+    runs = {"b_concurrency": lambda: concurrency_sweep([1, 8] if q else [1, 8, 32, 64], 32 if q else 128,
+                                                        args.llama_server or None),
             "c_batching": lambda: batching_modes(8 if q else 64, 4 if q else 16, 48 if q else 192),
             "d_chunked_prefill": lambda: chunked_prefill(4 if q else 8, 2 if q else 4, 300 if q else 1200,
                                                          48 if q else 160),

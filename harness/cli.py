@@ -95,8 +95,9 @@ def execute(scenario, writer, workers_option: str | None = None, console: Consol
     import time
 
     from backends import load_backend
-    from harness.launcher import BackendUnreachable, launch, probe
+    from harness.launcher import launch, probe
     from harness.metrics import client_bound_reasons, summarize
+    from harness.observers import RunObservers
     from harness.results import host_info, versions
     from harness.runner import Target
     from harness.scenario import ScenarioError
@@ -111,6 +112,9 @@ def execute(scenario, writer, workers_option: str | None = None, console: Consol
     except ValueError as e:
         console.print(f"[bold red]scenario error[/]: {e}")
         raise typer.Exit(EXIT_SCENARIO_ERROR)
+    if scenario.workload.ignore_eos and not engine.forces_length:
+        console.print(f"[yellow]warning[/]: workload.ignore_eos: {engine.name} cannot force the output length; "
+                      f"answers may be shorter than planned (records show the server's count)")
     launched = None
     if backend.launch is not None:
         console.print(f"starting the {backend.kind} engine (log: {writer.dir / 'engine.log'})")
@@ -146,7 +150,7 @@ def execute(scenario, writer, workers_option: str | None = None, console: Consol
         # t0 is fixed before the run so telemetry and server metrics share the requests' clock
         lead_s = 0.3 if n_workers <= 1 else 3.0 + 0.5 * n_workers  # spawned workers take a while to start
         t0_ns = time.perf_counter_ns() + int(lead_s * 1e9)
-        observers = _Observers(scenario, engine, url, launched, t0_ns, writer.dir)
+        observers = RunObservers(scenario, engine, url, launched, t0_ns, writer.dir)
         observers.start(console)
         try:
             try:
@@ -171,57 +175,6 @@ def execute(scenario, writer, workers_option: str | None = None, console: Consol
     summary["telemetry"] = observers.derived(outcome)
     writer.write_summary(summary)
     return summary
-
-
-class _Observers:
-    """What watches the engine during the load: the telemetry recorder, the Prometheus scraper
-    and, when asked, the engine's profiler. Each runs off the event loop."""
-
-    def __init__(self, scenario, engine, url: str, launched, t0_ns: int, out_dir: Path):
-        from harness.server_metrics import ServerMetricsScraper
-        from harness.telemetry import TelemetryRecorder
-
-        backend, config = scenario.backend, scenario.telemetry
-        self.engine, self.url, self.headers, self.t0_ns = engine, url, dict(backend.headers), t0_ns
-        self.profile = backend.profile
-        metrics_url = backend.metrics_url or engine.metrics_url(url)
-        why_none = f"the {engine.name} engine has no Prometheus page; set backend.metrics_url if it has one"
-        self.scraper = ServerMetricsScraper(metrics_url, t0_ns, out_dir / "server_metrics.csv",
-                                            config.interval_ms / 1000, headers=self.headers, why_none=why_none)
-        self.recorder = TelemetryRecorder(config, t0_ns, out_dir, launched.pid if launched else None, metrics_url)
-        self.status: dict = {}
-
-    def start(self, console: Console) -> None:
-        from backends.base import http_post
-        self.recorder.start()
-        self.scraper.begin()
-        if self.profile:
-            if not self.engine.profile_paths:
-                console.print(f"[yellow]warning[/]: backend.profile: {self.engine.name} has no profiler endpoints")
-            else:
-                code = http_post(self.url + self.engine.profile_paths[0], {}, self.headers)
-                self.status["profile"] = {"start_http_status": code}
-
-    def stop(self) -> dict:
-        from backends.base import http_post
-        if "profile" in self.status:
-            self.status["profile"]["stop_http_status"] = http_post(self.url + self.engine.profile_paths[1], {},
-                                                                   self.headers, timeout_s=300)
-        self.status["server_metrics"] = self.scraper.stop()
-        self.status["telemetry"] = self.recorder.stop()
-        return self.status
-
-    def derived(self, outcome) -> dict:
-        """Telemetry figures over the measured window (first intended send to last end)."""
-        measured = [r for r in outcome.records if not r.is_warmup]
-        if not measured:
-            return {}
-        offset_s = (outcome.t0_ns - self.t0_ns) / 1e9
-        start = min(r.intended_send_s for r in measured) + offset_s
-        end = max(r.end_s if r.end_s is not None else r.intended_send_s for r in measured) + offset_s
-        if end <= start:
-            return {}
-        return self.recorder.derived(start, end, sum(r.output_tokens for r in measured if r.ok))
 
 
 async def _run_with_progress(plan, target, concurrency, n_workers, writer, console, t0_ns=None):

@@ -1,8 +1,9 @@
 """Starting an engine for a run and stopping it after; probing that an engine answers.
 
 The engine runs in its own process group (so stopping it stops its children too), with
-its output captured into the results folder. Nothing here knows an engine's internals:
-an engine is a command line, a port and a readiness URL.
+its output captured into the results folder. What differs per engine (default command line,
+environment, readiness paths, a model pull) comes from its backend (backends/); here an engine
+is a command line, a port and readiness URLs.
 """
 from __future__ import annotations
 
@@ -121,6 +122,9 @@ def launch(backend, launch_config, url: str | None, model: str, log_path: Path,
     """Starts the engine in its own process group, output into log_path, and waits until it
     answers. Every failure stops what was started and raises BackendUnreachable with the
     log's tail; so does Ctrl-C (KeyboardInterrupt is re-raised after the stop)."""
+    if isinstance(backend, str):  # a kind name: launch("native", ...)
+        from backends import load_backend
+        backend = load_backend(backend)
     port = urlparse(url).port if url else None
     if port and port_in_use(port):
         raise BackendUnreachable(f"backend.url: port {port} is already taken by another process; stop it, "

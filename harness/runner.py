@@ -1,4 +1,4 @@
-"""Replays a plan against an OpenAI-compatible server on an absolute timeline.
+"""Replays a plan against a serving engine, in its backend's dialect, on an absolute timeline.
 
 Every request has an intended send time on one timeline (t0 + offset). Latency counts from
 that time, wrk2-style, so a server that makes the client queue cannot hide it (no
@@ -125,7 +125,8 @@ class Runner:
         closed_loop = bool(self.jobs) and self.jobs[0][0].intended_offset_s is None
         slots = self.concurrency or (1 if closed_loop else 0)
         # one session for all requests; enough connections for every stream in flight
-        connector = aiohttp.TCPConnector(limit=slots, limit_per_host=0, enable_cleanup_closed=True)
+        connector = aiohttp.TCPConnector(limit=slots, limit_per_host=0, enable_cleanup_closed=True,
+                                         force_close=not self.backend.keep_alive)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
         self._sem = asyncio.Semaphore(slots) if slots and not closed_loop else None
         written = aiohttp.TraceConfig()
@@ -134,7 +135,8 @@ class Runner:
                                          read_bufsize=1 << 22, auto_decompress=False,
                                          cookie_jar=aiohttp.DummyCookieJar(), trace_configs=[written]) as session:
             self._session = session
-            await self._open_connections(min(len(self.jobs), slots or 64))
+            if self.backend.keep_alive:  # else each request opens its own connection anyway
+                await self._open_connections(min(len(self.jobs), slots or 64))
             if self.t0_ns is None:
                 self.t0_ns = time.perf_counter_ns() + 20_000_000  # a little lead for the first sends
             ticker = asyncio.create_task(self._tick_loop_lag())

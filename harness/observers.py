@@ -1,0 +1,56 @@
+"""What watches the engine while the load runs, all off the event loop and on the run's clock
+(t0_ns): the telemetry recorder (telemetry.csv), the Prometheus scraper (server_metrics.csv) and,
+with backend.profile, the engine's profiler started before the load and stopped after it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from backends.base import http_post
+from harness.server_metrics import ServerMetricsScraper
+from harness.telemetry import TelemetryRecorder
+
+
+class RunObservers:
+    """What watches the engine during the load: the telemetry recorder, the Prometheus scraper
+    and, when asked, the engine's profiler. Each runs off the event loop."""
+
+    def __init__(self, scenario, engine, url: str, launched, t0_ns: int, out_dir: Path):
+        backend, config = scenario.backend, scenario.telemetry
+        self.engine, self.url, self.headers, self.t0_ns = engine, url, dict(backend.headers), t0_ns
+        self.profile = backend.profile
+        metrics_url = backend.metrics_url or engine.metrics_url(url)
+        why_none = f"the {engine.name} engine has no Prometheus page; set backend.metrics_url if it has one"
+        self.scraper = ServerMetricsScraper(metrics_url, t0_ns, out_dir / "server_metrics.csv",
+                                            config.interval_ms / 1000, headers=self.headers, why_none=why_none)
+        self.recorder = TelemetryRecorder(config, t0_ns, out_dir, launched.pid if launched else None, metrics_url)
+        self.status: dict = {}
+
+    def start(self, console) -> None:
+        self.recorder.start()
+        self.scraper.begin()
+        if self.profile:
+            if not self.engine.profile_paths:
+                console.print(f"[yellow]warning[/]: backend.profile: {self.engine.name} has no profiler endpoints")
+            else:
+                code = http_post(self.url + self.engine.profile_paths[0], {}, self.headers)
+                self.status["profile"] = {"start_http_status": code}
+
+    def stop(self) -> dict:
+        if "profile" in self.status:
+            self.status["profile"]["stop_http_status"] = http_post(self.url + self.engine.profile_paths[1], {},
+                                                                   self.headers, timeout_s=300)
+        self.status["server_metrics"] = self.scraper.stop()
+        self.status["telemetry"] = self.recorder.stop()
+        return self.status
+
+    def derived(self, outcome) -> dict:
+        """Telemetry figures over the measured window (first intended send to last end)."""
+        measured = [r for r in outcome.records if not r.is_warmup]
+        if not measured:
+            return {}
+        offset_s = (outcome.t0_ns - self.t0_ns) / 1e9
+        start = min(r.intended_send_s for r in measured) + offset_s
+        end = max(r.end_s if r.end_s is not None else r.intended_send_s for r in measured) + offset_s
+        if end <= start:
+            return {}
+        return self.recorder.derived(start, end, sum(r.output_tokens for r in measured if r.ok))

@@ -1,0 +1,148 @@
+"""Per-engine request bodies and stream parsing, on real captures (vLLM, llama-server) and on
+fixtures written from the engines' documented formats (SGLang, TensorRT-LLM, Ollama)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from backends import available, load_backend
+from backends.base import NATIVE, json_lines
+from backends.openai import StreamError
+
+FIXTURES = Path(__file__).parent / "fixtures" / "engines"
+WORDS = " The cache keeps the keys and values."
+
+
+def split_reads(path: Path, size: int) -> tuple[list[bytes], list[int]]:
+    """The file cut into network reads of `size` bytes, read i arriving at (i + 1) * 1000 ns."""
+    data = path.read_bytes()
+    reads = [data[i:i + size] for i in range(0, len(data), size)]
+    return reads, [(i + 1) * 1000 for i in range(len(reads))]
+
+
+def test_every_builtin_is_registered_with_its_own_dialect():
+    kinds = available()
+    assert {"openai", "native", "vllm", "sglang", "trtllm", "llamacpp", "llamacpp_python", "ollama"} <= set(kinds)
+    assert load_backend("trtllm").metrics_url("http://h:1") == "http://h:1/prometheus/metrics"
+    assert load_backend("ollama").metrics_url("http://h:1") is None
+    with pytest.raises(ValueError, match="backend.kind: 'nope' is not an installed backend"):
+        load_backend("nope")
+
+
+def test_bench_backends_lists_installed_backends():
+    out = subprocess.run([sys.executable, "-m", "harness", "backends"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0
+    for kind in ("sglang", "trtllm", "ollama", "llamacpp_python"):
+        assert kind in out.stdout
+
+
+def test_a_third_party_package_adds_a_backend_through_the_entry_point_group(tmp_path):
+    site = tmp_path / "site"
+    (site / "myplug").mkdir(parents=True)
+    (site / "myplug" / "__init__.py").write_text(
+        "from backends.base import Backend\n"
+        "class MyEngine(Backend):\n    name = 'myengine'\n    description = 'a plug-in engine'\n"
+        "    metrics_path = '/stats'\n")
+    dist = site / "myplug-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: myplug\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[bench.backends]\nmyengine = myplug:MyEngine\n")
+    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    listed = subprocess.run([sys.executable, "-m", "harness", "backends"], capture_output=True, text=True,
+                            timeout=60, env=env)
+    assert "myengine" in listed.stdout and "/stats" in listed.stdout
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("backend: {kind: myengine, url: 'http://127.0.0.1:9'}\nload: {arrival: poisson, rate: 1}\n")
+    ok = subprocess.run([sys.executable, "-m", "harness", "validate", str(scenario)], capture_output=True, text=True,
+                        timeout=60, env=env)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    without = subprocess.run([sys.executable, "-m", "harness", "validate", str(scenario)], capture_output=True,
+                             text=True, timeout=60)
+    assert without.returncode == 2 and "backend.kind: 'myengine' is not valid" in without.stderr
+
+
+@pytest.mark.parametrize("kind, must_have, must_not_have", [
+    ("vllm", {"ignore_eos": True, "min_tokens": 8}, ()),
+    ("sglang", {"ignore_eos": True, "min_tokens": 8}, ()),
+    ("trtllm", {"ignore_eos": True, "min_tokens": 8}, ()),
+    ("native", {"ignore_eos": True}, ()),
+    ("llamacpp", {"ignore_eos": True}, ("min_tokens",)),
+    ("ollama", {"options": {"num_predict": 8}, "raw": True}, ("ignore_eos", "max_tokens")),
+])
+def test_exact_length_dialects(kind, must_have, must_not_have):
+    body = load_backend(kind).request_body("completions", "m", 8, prompt="hi", ignore_eos=True)
+    assert must_have.items() <= body.items()
+    assert not set(must_not_have) & set(body)
+
+
+def test_llama_cpp_python_biases_eos_away_or_says_what_is_missing():
+    body = load_backend("llamacpp_python", eos_token_ids=(0, 2)).request_body("chat", "m", 8, prompt="hi",
+                                                                               ignore_eos=True)
+    assert body["logit_bias"] == {"0": -100.0, "2": -100.0} and "ignore_eos" not in body
+    with pytest.raises(ValueError, match="backend.eos_token_ids"):
+        load_backend("llamacpp_python").request_body("chat", "m", 8, prompt="hi", ignore_eos=True)
+
+
+def test_sglang_native_generate_body_and_unknown_api():
+    sglang = load_backend("sglang")
+    assert sglang.endpoint_path(NATIVE) == "/generate"
+    body = sglang.request_body(NATIVE, "m", 8, prompt="hi", ignore_eos=True)
+    assert body == {"text": "hi", "stream": True,
+                    "sampling_params": {"max_new_tokens": 8, "ignore_eos": True, "min_new_tokens": 8}}
+    with pytest.raises(ValueError, match="backend.api: vllm supports"):
+        load_backend("vllm").endpoint_path(NATIVE)
+
+
+@pytest.mark.parametrize("read_size", [7, 64, 100000])
+def test_sglang_generate_cumulative_text_and_meta_info(read_size):
+    reads, times = split_reads(FIXTURES / "sglang_generate.sse", read_size)
+    parsed = load_backend("sglang").parse_stream(NATIVE, reads, times)
+    assert parsed.text == WORDS  # cumulative text is not concatenated again
+    assert parsed.tokens_per_chunk == [1] * 8 and parsed.usage_completion_tokens == 8
+    assert parsed.usage_prompt_tokens == 17 and parsed.finish_reason == "length" and parsed.saw_done
+    assert parsed.token_times_ns == sorted(parsed.token_times_ns)
+
+
+@pytest.mark.parametrize("kind, api, name, tokens, timings", [
+    ("vllm", "completions", "vllm_completions", 16, False),
+    ("vllm", "chat", "vllm_chat", None, False),
+    ("llamacpp", "completions", "llamacpp_completions", 16, True),
+    ("llamacpp", "chat", "llamacpp_chat", 24, True),
+    ("sglang", "completions", "sglang_completions", 8, False),
+    ("trtllm", "chat", "trtllm_chat", 8, False),
+    ("trtllm", "completions", "trtllm_completions", 8, False),
+])
+def test_openai_streams_of_each_engine(kind, api, name, tokens, timings):
+    reads, times = split_reads(FIXTURES / f"{name}.sse", 50)
+    parsed = load_backend(kind).parse_stream(api, reads, times)
+    assert parsed.saw_done and parsed.finish_reason == "length"
+    # role-only first deltas and empty trailing chunks carry no token
+    assert len(parsed.token_times_ns) == parsed.counted_tokens
+    if tokens is not None:
+        assert parsed.usage_completion_tokens == tokens == parsed.counted_tokens
+    assert bool(parsed.server_timings) == timings
+    if timings:
+        assert parsed.server_timings["predicted_n"] == tokens
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_ollama_ndjson_with_server_durations(api):
+    reads, times = split_reads(FIXTURES / f"ollama_{api}.ndjson", 33)
+    parsed = load_backend("ollama").parse_stream(api, reads, times)
+    assert parsed.text == WORDS and parsed.counted_tokens == 8 == parsed.usage_completion_tokens
+    assert parsed.finish_reason == "length" and parsed.saw_done and parsed.usage_prompt_tokens == 17
+    assert parsed.server_timings["prompt_eval_s"] == pytest.approx(0.035)
+    assert parsed.server_timings["eval_s"] == pytest.approx(0.352)
+    # a token line is timed by the read that completed it
+    data = (FIXTURES / f"ollama_{api}.ndjson").read_bytes()
+    first_newline = data.index(b"\n")
+    assert parsed.token_times_ns[0] == (first_newline // 33 + 1) * 1000
+
+
+def test_ndjson_cut_and_error_lines():
+    with pytest.raises(StreamError, match="stream_cut"):
+        json_lines([b'{"response": "a", "done": false}\n{"respo'], [1])
+    with pytest.raises(StreamError, match="server_error_event"):
+        json_lines([b'{"error": "model not found"}\n'], [1])

@@ -1,0 +1,89 @@
+"""`bench run` end to end against engines that cannot run here: the fixture server replays each
+engine's stream and /metrics formats, launched by bench like the real engine would be."""
+import csv
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from harness.cli import app
+from harness.results import read_records
+
+FIXTURE_SERVER = Path(__file__).parent / "fixture_server.py"
+
+
+def bench_run(tmp_path: Path, kind: str, api: str = "completions", extra_backend: str = "",
+              num_requests: int = 4, output: list | None = None) -> tuple[Path, list[dict]]:
+    log = tmp_path / "requests_seen.jsonl"
+    command = f"{sys.executable} {FIXTURE_SERVER} --engine {kind} --port {{port}} --itl-ms 2 --log {log}"
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        f"name: fx\nbackend: {{kind: {kind}, api: {api}, model: smollm2, launch: {{command: '{command}', "
+        f"ready_timeout_s: 30}}{extra_backend}}}\n"
+        f"workload: {{kind: random, input_tokens: 8, output_tokens: 8}}\n"
+        f"load: {{arrival: constant, rate: 20, num_requests: {num_requests}}}\n"
+        "telemetry: {interval_ms: 100, gpu: false}\n")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", str(scenario), "--output", str(out), "--allow-client-bound"])
+    assert result.exit_code == 0, result.output
+    if output is not None:
+        output.append(result.output)
+    seen = [json.loads(line) for line in log.read_text().splitlines()]
+    return out, seen
+
+
+def schema_rows(out: Path) -> dict[str, float]:
+    with open(out / "server_metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert rows, "server_metrics.csv is empty"
+    return {r["name"]: float(r["value"]) for r in rows if r["name"].startswith("bench:") and not r["labels"]}
+
+
+@pytest.mark.parametrize("kind, api, body_check, schema", [
+    ("sglang", "native", lambda b: b["sampling_params"] == {"max_new_tokens": 8, "ignore_eos": True,
+                                                            "min_new_tokens": 8},
+     {"bench:running": 3.0, "bench:waiting": 1.0, "bench:kv_usage_fraction": 0.25,
+      "bench:prefix_cache_hit_rate": 0.5, "bench:read_bytes": 8e9}),
+    ("sglang", "completions", lambda b: b["ignore_eos"] and b["min_tokens"] == 8, {"bench:generation_tokens": 80.0}),
+    ("trtllm", "chat", lambda b: b["ignore_eos"] and b["messages"][0]["role"] == "user",
+     {"bench:kv_usage_fraction": 0.125, "bench:prefix_cache_hit_rate": 0.25, "bench:ttft_s_count": 10.0}),
+    ("vllm", "completions", lambda b: b["ignore_eos"] and b["min_tokens"] == 8,
+     {"bench:generation_tokens": 56.0, "bench:itl_s_count": 53.0}),
+    ("llamacpp", "chat", lambda b: b["ignore_eos"] and "min_tokens" not in b, {"bench:generation_tokens": 1468.0}),
+])
+def test_bench_run_through_each_engine_format(tmp_path, kind, api, body_check, schema):
+    out, seen = bench_run(tmp_path, kind, api)
+    records = read_records(out)
+    assert len(records) == 4 and all(r.ok for r in records), [r.error_detail for r in records]
+    fixture_tokens = {"vllm": 16, "llamacpp": 24}.get(kind, 8)  # what the replayed stream carries
+    assert all(r.output_tokens == fixture_tokens and not r.token_count_mismatch for r in records)
+    assert len(seen) == 4 and all(body_check(s["body"]) for s in seen)
+    assert schema.items() <= schema_rows(out).items()
+    run_info = json.loads((out / "run.json").read_text())
+    assert run_info["backend"]["engine_version"] == f"{kind}-fixture"
+    assert run_info["server_metrics"]["sampled"] is True
+
+
+def test_ollama_native_stream_and_no_prometheus_page(tmp_path):
+    printed = []
+    out, seen = bench_run(tmp_path, "ollama", "chat", output=printed)
+    assert "ollama cannot force the output length" in printed[0]
+    records = read_records(out)
+    assert all(r.ok and r.output_tokens == 8 and r.finish_reason == "length" for r in records)
+    # bench pulled the model and loaded it with an empty generate before the load
+    assert [s["path"] for s in seen[:2]] == ["/api/pull", "/api/generate"] and seen[0]["body"]["model"] == "smollm2"
+    assert all(s["path"] == "/api/chat" and s["body"]["options"] == {"num_predict": 8} for s in seen[2:])
+    run_info = json.loads((out / "run.json").read_text())
+    assert run_info["server_metrics"]["sampled"] is False
+    assert "no Prometheus page" in run_info["server_metrics"]["reason"]
+
+
+def test_profiler_hooks_wrap_the_load(tmp_path):
+    out, seen = bench_run(tmp_path, "sglang", "completions", extra_backend=", profile: true", num_requests=2)
+    paths = [s["path"] for s in seen]
+    assert paths[0] == "/start_profile" and paths[-1] == "/stop_profile"
+    assert paths[1:-1] == ["/v1/completions"] * 2
+    assert json.loads((out / "run.json").read_text())["profile"] == {"start_http_status": 200,
+                                                                     "stop_http_status": 200}
