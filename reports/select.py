@@ -132,7 +132,8 @@ def _recommend(engines: list[EngineResult], sweeps: list[Sweep], slo: dict, atta
     if len(usable) > 1:
         runner_up = usable[1]
         ratio = runner_up.cost_per_million_tokens / best.cost_per_million_tokens
-        text += f", {ratio:.1f}× cheaper per token than {runner_up.label}"
+        text += (f", {ratio:.1f}× cheaper per token than {runner_up.label}" if ratio >= 1.1 else
+                 f", within 10% of {runner_up.label}'s cost per token: a rerun could swap them, so weigh other factors")
     missed = [e.label for e in engines if e.cost_per_million_tokens is None]
     if missed:
         text += f"; {', '.join(missed)} did not meet the SLOs at any tested load"

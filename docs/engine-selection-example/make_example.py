@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
-RATES = (0.5, 1.0, 2.0)
+RATES = (1.0, 2.0, 4.0, 8.0)
 ENGINES = {"continuous-batching": [], "static-batching": ["--static-batching"]}
-SLO = "ttft_ms=3000,tpot_ms=300"
+SLO = "ttft_ms=1000,tpot_ms=150"
 GPU_COST_PER_HOUR = 0.10  # stands for the price of this 2-core CPU machine per hour
 
 
@@ -38,7 +38,7 @@ def main() -> None:
             # a fresh engine's first requests are slow (allocation, caches): warm it up, discard the run
             subprocess.run([sys.executable, "-m", "harness", "run", str(HERE / "scenario.yaml"), "--output",
                             str(root / "warmup"), "--allow-client-bound", "--set", f"backend.url={engine.url}",
-                            "--set", "load.num_requests=4"], check=True)
+                            "--set", "load.duration_s=null", "--set", "load.num_requests=4"], check=True)
             for i, rate in enumerate(RATES):
                 cmd = [sys.executable, "-m", "harness", "run", str(HERE / "scenario.yaml"),
                        "--output", str(root / f"point-{i:03d}-rate-{rate:g}"), "--allow-client-bound",
@@ -47,9 +47,9 @@ def main() -> None:
         finally:
             engine.stop()
         sweeps.append(root)
-    subprocess.run([sys.executable, "-c", "from reports.cli import select; import typer; typer.run(select)",
-                    *map(str, sweeps), "--slo", SLO, "--gpu-cost-per-hour", str(GPU_COST_PER_HOUR),
-                    *sum((["--label", n] for n in ENGINES), []), "-o", str(HERE / "selection.html")], check=True)
+    labels = [arg for name in ENGINES for arg in ("--label", name)]
+    subprocess.run([sys.executable, "-m", "harness", "select", *map(str, sweeps), *labels, "--slo", SLO,
+                    "--gpu-cost-per-hour", str(GPU_COST_PER_HOUR), "-o", str(HERE / "selection.html")], check=True)
 
 
 if __name__ == "__main__":
