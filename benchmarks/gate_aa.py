@@ -107,6 +107,7 @@ def main() -> None:
     p.add_argument("--slow-runs", type=int, default=3)
     p.add_argument("--factor", type=float, default=1.2)
     p.add_argument("--out", type=Path, default=Path("/tmp/gate_aa"))
+    p.add_argument("--max-minutes", type=float, default=12.0, help="start no new A/A pair after this")
     p.add_argument("--proxy", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -118,42 +119,54 @@ def main() -> None:
 
     args.out.mkdir(parents=True, exist_ok=True)
     engine = launch("native", LaunchConfig(), None, "smollm2", args.out / "engine.log")
-    proxy = None
+    deadline = time.perf_counter() + args.max_minutes * 60
     started = time.perf_counter()
+    pairs, slow = [], []
     try:
-        pairs = []
+        # the first A/A pair, then the slowed runs, then the other pairs: a cut-short run still answers both questions
         for i in range(args.pairs):
+            if i == 1 or (args.pairs == 1 and not slow):
+                proxy, slow_url = start_proxy(engine.url, args.factor)
+                try:
+                    for k in range(args.slow_runs):
+                        bench_run(slow_url, args.out / f"slow-{k:02d}")
+                        slow.append(args.out / f"slow-{k:02d}")
+                finally:
+                    proxy.terminate()
+                    proxy.wait(timeout=10)
+                write_report(args, pairs, slow, started)
+            if time.perf_counter() > deadline:
+                print(f"--max-minutes {args.max_minutes} reached after {len(pairs)} pairs", file=sys.stderr)
+                break
             a, b = args.out / f"aa-{i:02d}-a", args.out / f"aa-{i:02d}-b"
             bench_run(engine.url, a)
             bench_run(engine.url, b)
             pairs.append((a, b))
-        proxy, slow_url = start_proxy(engine.url, args.factor)
-        slow = []
-        for i in range(args.slow_runs):
-            s = args.out / f"slow-{i:02d}"
-            bench_run(slow_url, s)
-            slow.append(s)
+            write_report(args, pairs, slow, started)
     finally:
-        if proxy is not None:
-            proxy.terminate()
-            proxy.wait(timeout=10)
         engine.stop()
+    print(json.dumps(write_report(args, pairs, slow, started), indent=1))
+
+
+def write_report(args, pairs, slow, started) -> dict:
+    """Gates every pair so far and writes gate_aa.json (again after each step)."""
     aa = [gate(a, b) for a, b in pairs]
     false_alarms = [i for i, vs in enumerate(aa) if any(v["verdict"] == "regression" for v in vs)]
-    injected = [gate(pairs[i][0], s) for i, s in enumerate(slow)]
+    injected = [gate(pairs[k % len(pairs)][0], s) for k, s in enumerate(slow)] if pairs else []
     caught = [i for i, vs in enumerate(injected) if any(v["verdict"] == "regression" for v in vs)]
-    per_metric = {}
+    per_metric: dict = {}
     for vs in aa:
         for v in vs:
             per_metric.setdefault(v["metric"], {}).setdefault(v["verdict"], 0)
             per_metric[v["metric"]][v["verdict"]] += 1
     report = {
-        "pairs": args.pairs, "false_alarm_pairs": len(false_alarms), "false_alarm_rate": len(false_alarms) / args.pairs,
-        "aa_verdicts_per_metric": per_metric,
-        "slowdown_factor": args.factor, "slow_runs": args.slow_runs, "slowdown_caught": len(caught),
+        "pairs": len(pairs), "false_alarm_pairs": len(false_alarms),
+        "false_alarm_rate": len(false_alarms) / len(pairs) if pairs else None,
+        "aa_verdicts_per_metric": per_metric, "aa_regressions": {i: aa[i] for i in false_alarms},
+        "slowdown_factor": args.factor, "slow_runs": len(slow), "slowdown_caught": len(caught),
         "slowdown_verdicts": injected, "wall_s": round(time.perf_counter() - started, 1), "out": str(args.out)}
     (args.out / "gate_aa.json").write_text(json.dumps(report, indent=1))
-    print(json.dumps(report, indent=1))
+    return report
 
 
 if __name__ == "__main__":

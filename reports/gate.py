@@ -176,7 +176,7 @@ def render_markdown(baseline: RunData, current: RunData, verdicts: list[MetricVe
     rows = []
     for v in verdicts:
         unit = "ms" if v.rule.source in ("ttft", "tpot", "e2e", "itl") else ""
-        num = (lambda x: "-" if x is None else f"{x:,.3g}{unit and ' ' + unit}")
+        num = (lambda x: "-" if x is None else (f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}") + (unit and " " + unit))
         pct = (lambda x: "-" if x is None else f"{100 * x:+.1f}%")
         ci = "-" if v.ci_low is None else f"[{pct(v.ci_low)}, {pct(v.ci_high)}]"
         rows.append([v.name, f"{v.rule.source} {v.rule.statistic}", num(v.baseline), num(v.current), pct(v.change), ci,

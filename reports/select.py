@@ -16,7 +16,7 @@ from reports.figures import LAYOUT, color
 from reports.load import Sweep, SweepPoint, load_results
 from reports.markdown import md_table
 from reports.sweep import DEFAULT_ATTAINMENT, SloCapacity, max_rate_meeting_slo
-from reports.sweep_figures import goodput_fraction_vs_load
+from reports.sweep_figures import goodput_fraction_vs_load, throughput_latency
 
 SLO_KEYS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
 COLUMNS = ("engine", "backend", "highest rate within SLOs", "output tok/s per accelerator",
@@ -177,7 +177,8 @@ def write_selection(paths, out_html: Path, out_md: Path | None = None, **kwargs)
     from reports.html import render
 
     sel = select(paths, **kwargs)
-    figures = [("Goodput against offered load", goodput_fraction_vs_load(sel.sweeps, sel.slo, sel.attainment))]
+    figures = [("Goodput against offered load", goodput_fraction_vs_load(sel.sweeps, sel.slo, sel.attainment)),
+               ("Throughput against latency", throughput_latency(sel.sweeps))]
     if any(e.cost_per_million_tokens for e in sel.engines):
         figures.append(("Cost per million output tokens", cost_figure(sel)))
     out_html = Path(out_html)

@@ -16,6 +16,8 @@ from reports.load import RunData
 # vLLM (and the built-in engine under `native:`), then llama.cpp's names for the same state
 GAUGES = ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "gpu_cache_usage_perc",
           "requests_processing", "requests_deferred", "kv_cache_usage_ratio")
+BENCH_GAUGES = {"bench:running": "requests running", "bench:waiting": "requests waiting",
+                "bench:kv_usage_fraction": "KV cache in use (fraction)"}
 HIT_RATE = "prefix cache hit rate"
 SKIP_SUFFIXES = ("_bucket", "_sum", "_count", "_created")
 # harness/telemetry names (host.py, gpu.py, engine_bytes.py), most telling first
@@ -45,29 +47,51 @@ def _hit_rate(frame: pd.DataFrame) -> pd.DataFrame | None:
     return pd.DataFrame({"t_s": rate.index, "value": rate.to_numpy(), "key": ""})
 
 
+def _counter_rate(part: pd.DataFrame) -> pd.DataFrame:
+    """Increase per second between scrapes of a counter."""
+    series = part.groupby("t_s")["value"].sum().sort_index()
+    rate = (series.diff() / series.index.to_series().diff()).dropna()
+    return pd.DataFrame({"t_s": rate.index, "value": rate.to_numpy(), "key": ""})
+
+
 def server_panels(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Panel title -> rows (t_s, value, key) of one run; key tells series in a panel apart (labels)."""
-    panels = {}
+    """Panel title -> rows (t_s, value, key) of one run; key tells series in a panel apart (labels).
+
+    harness/server_metrics.py writes the engine's state once more under `bench:` names, the same
+    for every engine; those are used when present, the engine's own names otherwise.
+    """
     labels = frame["labels"].fillna("") if "labels" in frame else pd.Series("", index=frame.index)
     keyed = frame.assign(key=labels)
-    for gauge in GAUGES:
-        part = keyed[keyed["name"].map(_short) == gauge]
-        if len(part):
-            panels[gauge] = part[["t_s", "value", "key"]]
-    hit = _hit_rate(frame)
+    panels = {}
+    if keyed["name"].str.startswith("bench:").any():
+        for name, title in BENCH_GAUGES.items():
+            part = keyed[keyed["name"] == name]
+            if len(part):
+                panels[title] = part[["t_s", "value", "key"]]
+        tokens = keyed[keyed["name"] == "bench:generation_tokens"]
+        if len(tokens) > 1:
+            panels["generation tokens/s (engine's count)"] = _counter_rate(tokens)
+    else:
+        for gauge in GAUGES:
+            part = keyed[keyed["name"].map(_short) == gauge]
+            if len(part):
+                panels[gauge] = part[["t_s", "value", "key"]]
+    hit = _hit_rate(frame)  # per interval, from the counters: more telling than hits/queries since start
     if hit is not None:
         panels[HIT_RATE] = hit
+    elif "bench:prefix_cache_hit_rate" in set(frame["name"]):
+        panels[HIT_RATE] = keyed[keyed["name"] == "bench:prefix_cache_hit_rate"][["t_s", "value", "key"]]
     if not panels:  # an engine we do not know: show what it reported, histograms aside
         names = [n for n in sorted(frame["name"].unique()) if not n.endswith(SKIP_SUFFIXES)]
         for name in names[:MAX_PANELS]:
-            part = frame[frame["name"] == name]
-            panels[name] = part.assign(key=labels[part.index])[["t_s", "value", "key"]]
+            panels[name] = keyed[keyed["name"] == name][["t_s", "value", "key"]]
     return panels
 
 
 def telemetry_panels(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """The most telling device series first; running totals are left out when their rate is there."""
-    names = [n for n in frame["name"].unique() if not _short(n).endswith(TELEMETRY_SKIP)]
+    counts = frame["name"].value_counts()
+    names = [n for n in frame["name"].unique() if not _short(n).endswith(TELEMETRY_SKIP) and counts[n] > 1]
     rank = {n: i for i, n in enumerate(GAUGES + TELEMETRY_FIRST)}
     names.sort(key=lambda n: (rank.get(_short(n), len(rank)), n))
     panels = {}

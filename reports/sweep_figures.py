@@ -59,6 +59,8 @@ def goodput_fraction_vs_load(sweeps: list[Sweep], slo: dict, attainment: float) 
                                  mode="lines+markers", name=sw.label, line=dict(color=color(i))))
     fig.add_hline(y=100 * attainment, line=dict(color="#888", dash="dash"),
                   annotation_text=f"{attainment:.0%} of requests within SLO")
-    fig.update_layout(title="Requests within the SLOs against offered load", xaxis_title="offered load",
+    kind = sweeps[0].load_kind if sweeps else "rate"
+    fig.update_layout(title="Requests within the SLOs against offered load",
+                      xaxis_title="offered load (requests/s)" if kind == "rate" else "requests in flight",
                       yaxis_title="% of requests within SLO", yaxis_range=[0, 105], height=450, **LAYOUT)
     return fig

@@ -194,3 +194,20 @@ def test_concurrency_sweep_and_mixed_sweeps_are_told_apart(tmp_path):
     write_run(root / "point-003-rate-2", synthetic_records(n=5))
     with pytest.raises(ResultsError, match="mixes rate and concurrency"):
         load_results([root])
+
+
+def test_server_metrics_in_the_harness_schema(tmp_path):
+    """harness/server_metrics.py also writes `bench:` names; those are what the report plots."""
+    a = write_run(tmp_path / "a", synthetic_records())
+    rows = ["t_s,name,value,labels"]
+    for k, t in enumerate(np.arange(0, 10, 0.5)):
+        rows += [f"{t},native:num_requests_running,{k % 4},model_name=x", f"{t},bench:running,{k % 4},",
+                 f"{t},bench:waiting,{k % 3},", f"{t},bench:kv_usage_fraction,0.5,",
+                 f"{t},bench:generation_tokens,{100 + 40 * k},", f"{t},bench:prefix_cache_hit_rate,0.1,"]
+    (a / "server_metrics.csv").write_text("\n".join(rows) + "\n")
+    content = write_report([a], tmp_path / "r.html")
+    fig = dict(content.figures)["Server metrics"]
+    assert [x.text for x in fig.layout.annotations] == [
+        "requests running", "requests waiting", "KV cache in use (fraction)", "generation tokens/s (engine's count)",
+        "prefix cache hit rate"]
+    assert set(fig.data[3].y) == {80.0}  # 40 tokens per 0.5 s scrape

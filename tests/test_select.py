@@ -28,7 +28,7 @@ def test_cheaper_engine_is_recommended_with_its_numbers(tmp_path):
     md = (tmp_path / "sel.md").read_text()
     assert sel.recommendation in md and "## Caveats" in md and "this hardware" in md
     html = (tmp_path / "sel.html").read_text()
-    assert html.count("Plotly.newPlot") == 2 and "Choose fast" in html
+    assert html.count("Plotly.newPlot") == 3 and "Choose fast" in html
 
 
 def test_stricter_slo_lowers_capacity_and_can_rule_an_engine_out(tmp_path):
