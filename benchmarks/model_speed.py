@@ -1,6 +1,6 @@
 """Decode speed of native_engine's ModelRunner on the real model, next to the memory-bandwidth roofline.
 
-    python benchmarks/model_speed.py                 # single stream at context 128, batches of 32 and 64 at 256
+    python benchmarks/model_speed.py                 # single stream at context 128, batches of 8, 32 and 64 at 256
     python benchmarks/model_speed.py --batch 8 --batch 16 --steps 8
 
 Single stream: a decode step reads every weight once, so its ceiling is
@@ -82,7 +82,7 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--single-context", type=int, default=128)
     parser.add_argument("--batch-context", type=int, default=256)
-    parser.add_argument("--batch", type=int, action="append", help="batch sizes (default 32 and 64)")
+    parser.add_argument("--batch", type=int, action="append", help="batch sizes (default 8, 32 and 64)")
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--kv-blocks", type=int, default=1280)
     parser.add_argument("--blas-threads", type=int, help="OpenBLAS threads (default: as numpy starts, = cores)")
@@ -106,7 +106,7 @@ def main() -> None:
         "roofline_tok_per_s": round(roofline, 2),
         "fraction_of_roofline": round(single["tok_per_s"] / roofline, 3),
         "best_step_fraction_of_roofline": round(1e3 / single["best_step_ms"] / roofline, 3),
-        "batched": [batched(runner, b, args.batch_context, args.steps) for b in (args.batch or [32, 64])],
+        "batched": [batched(runner, b, args.batch_context, args.steps) for b in (args.batch or [8, 32, 64])],
     }
     print(json.dumps(report, indent=1))
 

@@ -7,22 +7,17 @@ a padded block-table gather; longer (prefill) chunks run one by one with a causa
 from __future__ import annotations
 
 import math
-import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
+from native_engine.blas import measure_read_bandwidth_gbs, set_blas_threads  # noqa: F401 (re-exported)
 from native_engine.gguf_model import ModelConfig, ModelWeights
 
 DECODE_GROUP_KEY_BYTES = 2 * 2**20  # gathered keys per batched decode attention (values: as many again)
 # lm_head for batches: vocabulary rows per matmul. x @ [hidden, vocab] with few rows repacks all 113 MB of
 # the matrix; [vocab, hidden] @ x.T in slices whose result stays in L2 is 20-35% faster, bit for bit the same.
 LM_HEAD_SLICE_ROWS = 2048
-# Decode attention groups run on this many threads: numpy's take and matmul release the GIL, and
-# while the single-threaded attention runs, the cores OpenBLAS uses for the big matmuls sit idle.
-ATTENTION_THREADS = 2
-_attention_pool: ThreadPoolExecutor | None = None  # shared by every runner in the process, made on first use
 
 
 @dataclass
@@ -68,9 +63,10 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
 
 
 def silu_times(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
-    """SwiGLU's silu(gate) * up with one temporary instead of five."""
+    """SwiGLU's silu(gate) * up in one array instead of five temporaries."""
+    out = np.negative(gate)
     with np.errstate(over="ignore"):  # exp overflows to inf for gate < -88: silu is then 0, as it should be
-        out = np.exp(-gate)
+        np.exp(out, out=out)
     out += 1.0
     np.divide(gate, out, out=out)
     out *= up
@@ -103,9 +99,8 @@ class ModelRunner:
         self.lm_head_bytes = weights.lm_head.nbytes
         self.lm_head_rows = np.ascontiguousarray(weights.lm_head.T)  # [vocab, hidden]; see LM_HEAD_SLICE_ROWS
         # tied: the token embedding is a strided view of lm_head; rows of the contiguous copy gather 30x faster
-        tied = np.shares_memory(weights.token_embedding, weights.lm_head)
+        tied = np.may_share_memory(weights.token_embedding, weights.lm_head)
         self.embedding_rows = self.lm_head_rows if tied else weights.token_embedding
-        self.attention_threads = ATTENTION_THREADS
         self.last_step_bytes_read = 0
         self.attn_scale = 1.0 / math.sqrt(c.head_dim)  # a Python float: a numpy float64 would upcast the scores
         # RoPE angles for every position up front: a lookup per step instead of trig.
@@ -167,12 +162,9 @@ class ModelRunner:
             return []
         bs, c = self.kv_block_size, self.config
         block_bytes = bs * c.n_kv_heads * c.head_dim * 4
-        # an even split across the attention threads once groups are big enough to be worth a thread
-        max_members = -(-len(rows) // ATTENTION_THREADS) if len(rows) >= 8 * ATTENTION_THREADS else len(rows)
         groups, members = [], []
         for j in sorted(range(len(rows)), key=lambda j: lengths[j]) + [None]:
-            fits = (j is not None and len(members) < max_members
-                    and (len(members) + 1) * len(tables[j]) * block_bytes <= DECODE_GROUP_KEY_BYTES)
+            fits = j is not None and (len(members) + 1) * len(tables[j]) * block_bytes <= DECODE_GROUP_KEY_BYTES
             if j is not None and (fits or not members):
                 members.append(j)
                 continue
@@ -229,21 +221,6 @@ class ModelRunner:
         out = np.matmul(softmax_last_axis(scores), values.transpose(1, 0, 2)[:, None])  # [kv, group, n, hd]
         return out.transpose(2, 0, 1, 3).reshape(n, c.n_heads * c.head_dim)
 
-    def _run_decode_groups(self, layer: int, q: np.ndarray, attn: np.ndarray, groups: list[_DecodeGroup]) -> None:
-        """attn[group rows] for every group; groups write disjoint rows, so the order they finish in is moot."""
-        def run(decode: _DecodeGroup) -> None:
-            attn[decode.rows] = self._decode_attention(layer, q[decode.rows], decode)
-
-        global _attention_pool
-        if self.attention_threads < 2 or len(groups) < 2:
-            for decode in groups:
-                run(decode)
-            return
-        if _attention_pool is None:
-            _attention_pool = ThreadPoolExecutor(ATTENTION_THREADS, thread_name_prefix="decode-attention")
-        for future in [_attention_pool.submit(run, decode) for decode in groups]:
-            future.result()  # re-raises a group's error here
-
     # -- the step -------------------------------------------------------------
     def forward(self, chunks: list[SeqChunk]) -> np.ndarray:
         """fp32 logits [number of chunks with need_logits, vocab], in chunk order."""
@@ -262,7 +239,8 @@ class ModelRunner:
             self.k_cache[i].reshape(flat_kv)[plan.slots] = k
             self.v_cache[i].reshape(flat_kv)[plan.slots] = qkv[:, q_dim + kv_dim:].reshape(-1, c.n_kv_heads, c.head_dim)
             attn = np.empty((n_tokens, q_dim), dtype=np.float32)
-            self._run_decode_groups(i, q, attn, plan.decode_groups)
+            for decode in plan.decode_groups:
+                attn[decode.rows] = self._decode_attention(i, q[decode.rows], decode)
             for row, n, start_pos, table in plan.prefill:
                 attn[row:row + n] = self._prefill_attention(i, q[row:row + n], start_pos, table)
             x += attn @ layer.wo
@@ -286,42 +264,3 @@ class ModelRunner:
             np.matmul(rows, h.T, out=out)
             logits[:, start:start + len(rows)] = out.T
         return logits
-
-
-def set_blas_threads(n_threads: int) -> int | None:
-    """Set OpenBLAS's thread count at run time; returns the previous count, None when no OpenBLAS is found.
-
-    On a machine whose cores are shared with a server and a load generator, OpenBLAS threads
-    that spin-wait for a descheduled partner make matmuls many times slower; one thread avoids that.
-    """
-    import ctypes
-
-    try:  # the OpenBLAS numpy loaded, wherever its wheel put it (Linux only)
-        with open("/proc/self/maps") as maps:
-            libraries = {line.split()[-1] for line in maps if "openblas" in line.split()[-1].lower()}
-    except OSError:
-        return None
-    for library in sorted(libraries):
-        lib = ctypes.CDLL(library)
-        for prefix in ("scipy_openblas", "openblas"):
-            for suffix in ("64_", ""):
-                setter, getter = f"{prefix}_set_num_threads{suffix}", f"{prefix}_get_num_threads{suffix}"
-                if hasattr(lib, setter) and hasattr(lib, getter):
-                    previous = int(getattr(lib, getter)())
-                    getattr(lib, setter)(int(n_threads))
-                    return previous
-    return None
-
-
-def measure_read_bandwidth_gbs(n_bytes: int = 256 * 2**20, repeats: int = 5) -> float:
-    """Best observed GB/s of a matrix-vector product over an fp32 matrix of n_bytes (the decode roofline)."""
-    cols = 1024
-    rows = max(1, n_bytes // (4 * cols))
-    matrix = np.random.default_rng(0).standard_normal((rows, cols), dtype=np.float32)
-    vector = np.ones((1, rows), dtype=np.float32)
-    best_s = float("inf")
-    for _ in range(repeats + 1):
-        start = time.perf_counter()
-        vector @ matrix
-        best_s = min(best_s, time.perf_counter() - start)
-    return matrix.nbytes / best_s / 1e9
