@@ -84,34 +84,40 @@ def _seconds(value: Any, where: str) -> float:
     return seconds
 
 
-def _read_mooncake(path: Path) -> list[TraceRow]:
-    rows = []
-    with path.open(encoding="utf-8") as file:
+def read_jsonl(path, field: str):
+    """Yields (where, record) for each non-blank line, `where` naming the scenario field, the file and
+    the line for error messages; a line that is not JSON raises ScenarioError with its column."""
+    with open(path, encoding="utf-8") as file:
         for line_number, line in enumerate(file, start=1):
             if not line.strip():
                 continue
-            where = f"load.trace: {path} line {line_number}"
+            where = f"{field}: {path} line {line_number}"
             try:
-                record = json.loads(line.rstrip("\r\n"))
+                yield where, json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as error:
                 raise ScenarioError(f"{where} column {error.colno}: not valid JSON: {error.msg}") from None
-            if not isinstance(record, dict):
-                raise ScenarioError(f"{where}: expected a JSON object, got {type(record).__name__}")
-            for key in ("timestamp", "input_length", "output_length"):
-                if key not in record:
-                    raise ScenarioError(f"{where}: field {key!r} is missing (Mooncake rows have timestamp in ms, "
-                                        "input_length, output_length, hash_ids)")
-            hash_ids = record.get("hash_ids")
-            if hash_ids is not None:
-                if not isinstance(hash_ids, list):
-                    raise ScenarioError(f"{where} field 'hash_ids': {hash_ids!r} is not valid: must be a list of ints")
-                hash_ids = tuple(_whole_number(h, f"{where} field 'hash_ids'") for h in hash_ids)
-            rows.append(TraceRow(
-                timestamp_s=_seconds(record["timestamp"], f"{where} field 'timestamp'") / 1000.0,
-                input_tokens=_whole_number(record["input_length"], f"{where} field 'input_length'"),
-                output_tokens=_whole_number(record["output_length"], f"{where} field 'output_length'"),
-                hash_ids=hash_ids,
-            ))
+
+
+def _read_mooncake(path: Path) -> list[TraceRow]:
+    rows = []
+    for where, record in read_jsonl(path, "load.trace"):
+        if not isinstance(record, dict):
+            raise ScenarioError(f"{where}: expected a JSON object, got {type(record).__name__}")
+        for key in ("timestamp", "input_length", "output_length"):
+            if key not in record:
+                raise ScenarioError(f"{where}: field {key!r} is missing (Mooncake rows have timestamp in ms, "
+                                    "input_length, output_length, hash_ids)")
+        hash_ids = record.get("hash_ids")
+        if hash_ids is not None:
+            if not isinstance(hash_ids, list):
+                raise ScenarioError(f"{where} field 'hash_ids': {hash_ids!r} is not valid: must be a list of ints")
+            hash_ids = tuple(_whole_number(h, f"{where} field 'hash_ids'") for h in hash_ids)
+        rows.append(TraceRow(
+            timestamp_s=_seconds(record["timestamp"], f"{where} field 'timestamp'") / 1000.0,
+            input_tokens=_whole_number(record["input_length"], f"{where} field 'input_length'"),
+            output_tokens=_whole_number(record["output_length"], f"{where} field 'output_length'"),
+            hash_ids=hash_ids,
+        ))
     return rows
 
 

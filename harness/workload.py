@@ -20,7 +20,7 @@ import numpy as np
 from harness.arrivals import open_loop_offsets_s, open_loop_offsets_until_s, trace_offsets_s
 from harness.scenario import Scenario, ScenarioError
 from harness.tokenizer_source import TokenizerSource
-from harness.traces import TraceRow, load_trace
+from harness.traces import TraceRow, load_trace, read_jsonl
 
 
 @dataclass
@@ -209,28 +209,20 @@ def _read_prompt_file(path: str, file_format: str, n: int) -> tuple[list[dict], 
 
 def _read_jsonl(path: str) -> tuple[list[dict], int]:
     rows = []
-    with open(path, encoding="utf-8") as file:
-        for line_number, line in enumerate(file, start=1):
-            if not line.strip():
-                continue
-            where = f"workload.path: {path} line {line_number}"
-            try:
-                record = json.loads(line.rstrip("\r\n"))
-            except json.JSONDecodeError as error:
-                raise ScenarioError(f"{where} column {error.colno}: not valid JSON: {error.msg}") from None
-            prompt, messages = (record.get("prompt"), record.get("messages")) if isinstance(record, dict) else (0, 0)
-            if not isinstance(prompt, str) and not (isinstance(messages, list) and messages
-                                                    and all(isinstance(m, dict) for m in messages)):
-                raise ScenarioError(f"{where}: needs \"prompt\": a string, or \"messages\": a list of "
-                                    "{\"role\", \"content\"} objects")
-            output_tokens = record.get("output_tokens")
-            if output_tokens is not None and (isinstance(output_tokens, bool) or not isinstance(output_tokens, int)
-                                              or output_tokens < 1):
-                raise ScenarioError(f"{where} field 'output_tokens': {output_tokens!r} is not valid: "
-                                    "must be a whole number >= 1")
-            rows.append({"prompt": prompt if isinstance(prompt, str) else None,
-                         "messages": messages if isinstance(messages, list) else None,
-                         "output_tokens": output_tokens, "answer": None})
+    for where, record in read_jsonl(path, "workload.path"):
+        prompt, messages = (record.get("prompt"), record.get("messages")) if isinstance(record, dict) else (0, 0)
+        if not isinstance(prompt, str) and not (isinstance(messages, list) and messages
+                                                and all(isinstance(m, dict) for m in messages)):
+            raise ScenarioError(f"{where}: needs \"prompt\": a string, or \"messages\": a list of "
+                                "{\"role\", \"content\"} objects")
+        output_tokens = record.get("output_tokens")
+        if output_tokens is not None and (isinstance(output_tokens, bool) or not isinstance(output_tokens, int)
+                                          or output_tokens < 1):
+            raise ScenarioError(f"{where} field 'output_tokens': {output_tokens!r} is not valid: "
+                                "must be a whole number >= 1")
+        rows.append({"prompt": prompt if isinstance(prompt, str) else None,
+                     "messages": messages if isinstance(messages, list) else None,
+                     "output_tokens": output_tokens, "answer": None})
     return rows, 0
 
 
