@@ -40,7 +40,7 @@ def text_of(n_words: int, offset: int = 0) -> str:
 # ---- (a) in-process single stream vs roofline ----------------------------------------------
 def single_stream(output_tokens: int, blas_threads: int) -> dict:
     from native_engine.llm_engine import EngineConfig, LLMEngine
-    from native_engine.model_runner import measure_read_bandwidth_gbs, set_blas_threads
+    from native_engine.blas import measure_read_bandwidth_gbs, set_blas_threads
     from native_engine.sequence import SamplingParams
 
     if blas_threads:

@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from native_engine.gguf_model import load_gguf  # noqa: E402
 from native_engine.model_files import resolve_model  # noqa: E402
-from native_engine.model_runner import ModelRunner, SeqChunk, measure_read_bandwidth_gbs, set_blas_threads  # noqa: E402
+from native_engine.blas import measure_read_bandwidth_gbs, set_blas_threads  # noqa: E402
+from native_engine.model_runner import ModelRunner, SeqChunk  # noqa: E402
 
 BLOCK = 16
 

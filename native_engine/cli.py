@@ -28,7 +28,7 @@ def serve(
     import signal
 
     from native_engine.llm_engine import EngineConfig, LLMEngine
-    from native_engine.model_runner import set_blas_threads
+    from native_engine.blas import set_blas_threads
     from native_engine.scheduler import SchedulerConfig
     from native_engine.server import start_server
 

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from native_engine.blas import measure_read_bandwidth_gbs, set_blas_threads  # noqa: F401 (re-exported)
 from native_engine.gguf_model import ModelConfig, ModelWeights
 
 DECODE_GROUP_KEY_BYTES = 2 * 2**20  # gathered keys per batched decode attention (values: as many again)

@@ -8,7 +8,8 @@ import pytest
 
 from native_engine import model_runner
 from native_engine.gguf_model import load_gguf
-from native_engine.model_runner import ModelRunner, SeqChunk, set_blas_threads
+from native_engine.blas import set_blas_threads
+from native_engine.model_runner import ModelRunner, SeqChunk
 from native_engine.tiny_gguf import write_tiny_llama_gguf
 
 BLOCK = 4

@@ -109,5 +109,5 @@ def memory_bandwidth_ceiling() -> float:
     the two agree on what "100 % of bandwidth" means. Measured once per run, after the load
     (the engine idle), in about a second.
     """
-    from native_engine.model_runner import measure_read_bandwidth_gbs  # numpy + gguf: only when needed
+    from native_engine.blas import measure_read_bandwidth_gbs  # numpy: only when needed
     return measure_read_bandwidth_gbs() * 1e9
