@@ -18,13 +18,14 @@ import contextlib
 import glob
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 
 import aiohttp
 import numpy as np
+
+from harness.launcher import free_port
 
 WORDS = ("paged attention keeps the kv cache in blocks so requests share memory and the scheduler "
          "batches every step while long prompts are split into chunks").split()
@@ -81,12 +82,6 @@ def single_stream(output_tokens: int, blas_threads: int) -> dict:
 
 
 # ---- HTTP server and client ----------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.asynccontextmanager
 async def server(*flags: str):
     port = free_port()

@@ -194,13 +194,12 @@ async def test_models_health_tokenize_detokenize(serve):
 
 
 async def test_python_m_native_engine_serve_starts_and_answers(tmp_path):
-    import socket
     import sys
 
+    from harness.launcher import free_port
+
     path = write_tiny_llama_gguf(tmp_path / "tiny.gguf", seed=1)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "native_engine", "serve", "--model", str(path), "--port", str(port),
         "--kv-cache-tokens", "1024", "--served-model-name", "tiny", stdout=asyncio.subprocess.PIPE)

@@ -1,6 +1,5 @@
 """Engine /metrics bytes counters, dcgm-exporter scraping, and the recorder against the real native engine."""
 import asyncio
-import socket
 import subprocess
 import sys
 import threading
@@ -10,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import aiohttp
 import pytest
 
+from harness.launcher import free_port
 from harness.telemetry import TelemetryConfig, TelemetryRecorder
 from harness.telemetry.dcgm import DcgmScraper, parse_dcgm_exporter
 from harness.telemetry.engine_bytes import EngineBytesPoller, per_engine_means
@@ -171,16 +171,10 @@ def test_recorder_with_dcgm_exporter_gives_energy_per_token(page, tmp_path):
     assert derived["dram_bandwidth_util_mean"] == pytest.approx((0.713 + 0.402) / 2)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 async def test_recorder_sees_the_native_engine_work(tmp_path):
     model = write_tiny_llama_gguf(tmp_path / "tiny.gguf", seed=0, n_layers=4, hidden=256, n_heads=8,
                                   n_kv_heads=4, ffn=1024)
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "native_engine", "serve", "--model", str(model), "--port", str(port),
                              "--kv-cache-tokens", "4096", "--served-model-name", "tiny"],
                             stdout=subprocess.PIPE, text=True)

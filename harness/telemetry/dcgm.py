@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness.telemetry.engine_bytes import fetch_text
+from backends.base import http_get
 from harness.telemetry.timeline import Unavailable
 
 TO_OUR_UNITS = {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": 1e-3}  # mJ -> J
@@ -38,7 +38,7 @@ class DcgmScraper:
         self.not_sampled: dict[str, str] = {}
 
     def sample(self, now_ns: int) -> list[tuple[str, str, float]]:
-        rows = parse_dcgm_exporter(fetch_text(self.url, self.timeout_s))
+        rows = parse_dcgm_exporter(http_get(self.url, timeout_s=self.timeout_s))
         if not rows:
             raise Unavailable(f"{self.url} has no DCGM_FI_* series with a gpu label: is it a dcgm-exporter?")
         return rows

@@ -14,10 +14,10 @@ once the ceiling is known.
 from __future__ import annotations
 
 import urllib.error
-import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from backends.base import http_get
 from harness.telemetry.timeline import Unavailable
 
 # family -> {what: counters summed into it}
@@ -28,11 +28,6 @@ ENGINE_COUNTERS = {
                 "flops": [f"{prefix}:estimated_flops_per_gpu_total"]} for prefix in ("vllm", "sglang")},
 }
 WANTED = {name for family in ENGINE_COUNTERS.values() for names in family.values() for name in names}
-
-
-def fetch_text(url: str, timeout_s: float) -> str:
-    with urllib.request.urlopen(url, timeout=timeout_s) as response:
-        return response.read().decode("utf-8", errors="replace")
 
 
 def per_engine_means(text: str, names: set[str]) -> dict[str, float]:
@@ -56,7 +51,7 @@ class EngineBytesPoller:
 
     def sample(self, now_ns: int) -> list[tuple[str, str, float]]:
         try:
-            text = fetch_text(self.url, self.timeout_s)
+            text = http_get(self.url, timeout_s=self.timeout_s)
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
                 raise Unavailable(f"{self.url} answers 404: this engine has no /metrics page") from None
