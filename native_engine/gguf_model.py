@@ -110,17 +110,6 @@ def stop_token_ids(reader: gguf.GGUFReader) -> list[int]:
     return found
 
 
-def _interleaved_to_halves(w_out_in: np.ndarray, n_heads: int, head_dim: int) -> np.ndarray:
-    """Reorder the output rows of a GGUF Q or K matrix so RoPE can rotate halves.
-
-    llama.cpp's converter stores Q/K so that RoPE rotates adjacent pairs (2i, 2i+1).
-    Moving pair members to (i, i + head_dim/2) in both Q and K leaves every q.k dot
-    product unchanged and lets the forward pass rotate two contiguous halves.
-    """
-    rows = w_out_in.reshape(n_heads, head_dim // 2, 2, -1)
-    return rows.transpose(0, 2, 1, 3).reshape(n_heads * head_dim, -1)
-
-
 def open_gguf(path: str | Path | gguf.GGUFReader) -> gguf.GGUFReader:
     """A parsed GGUF, shared by load_gguf and Tokenizer.from_gguf: parsing SmolLM2's 49152-token
     vocabulary takes seconds. Keyed on size and mtime, so a rewritten file is parsed again."""
@@ -156,11 +145,10 @@ def load_gguf(path: str | Path | gguf.GGUFReader) -> tuple[ModelConfig, ModelWei
     layers = []
     for i in range(c.n_layers):
         p = f"blk.{i}."
-        q = _interleaved_to_halves(tensor(p + "attn_q.weight"), c.n_heads, c.head_dim)
-        k = _interleaved_to_halves(tensor(p + "attn_k.weight"), c.n_kv_heads, c.head_dim)
         layers.append(LayerWeights(
             attn_norm=tensor(p + "attn_norm.weight"),
-            wqkv=for_x_at_w(q, k, tensor(p + "attn_v.weight")),
+            # Q and K rows as llama.cpp's converter stored them: RoPE rotates adjacent pairs (2i, 2i+1)
+            wqkv=for_x_at_w(tensor(p + "attn_q.weight"), tensor(p + "attn_k.weight"), tensor(p + "attn_v.weight")),
             wo=for_x_at_w(tensor(p + "attn_output.weight")),
             ffn_norm=tensor(p + "ffn_norm.weight"),
             w_gate_up=for_x_at_w(tensor(p + "ffn_gate.weight"), tensor(p + "ffn_up.weight")),
