@@ -22,7 +22,9 @@ class RunObservers:
         why_none = f"the {engine.name} engine has no Prometheus page; set backend.metrics_url if it has one"
         self.scraper = ServerMetricsScraper(metrics_url, t0_ns, out_dir / "server_metrics.csv",
                                             config.interval_ms / 1000, headers=self.headers, why_none=why_none)
-        self.recorder = TelemetryRecorder(config, t0_ns, out_dir, launched.pid if launched else None, metrics_url)
+        self.recorder = TelemetryRecorder(config, t0_ns, out_dir, launched.pid if launched else None, metrics_url,
+                                          engine_pages_fed=True)
+        self.scraper.page_listeners.append(self.recorder.engine_page)  # one /metrics request per interval
         self.status: dict = {}
 
     def start(self, console) -> None:

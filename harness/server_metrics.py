@@ -101,6 +101,7 @@ class ServerMetricsScraper(threading.Thread):
         self.scrapes = self.failures = self.rows = 0
         self.last_error: str | None = None
         self.gave_up: str | None = None
+        self.page_listeners: list = []  # f(t_ns, text) per page that arrived, on this thread
 
     def run(self) -> None:
         with open(self.out_path, "w", newline="", encoding="utf-8") as f:
@@ -121,7 +122,8 @@ class ServerMetricsScraper(threading.Thread):
             req = urllib.request.Request(self.url, headers=self.headers)
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
                 text = resp.read().decode("utf-8", errors="replace")
-            t_s = (time.perf_counter_ns() - self.t0_ns) / 1e9
+            arrived_ns = time.perf_counter_ns()
+            t_s = (arrived_ns - self.t0_ns) / 1e9
             raw, schema = parse_page(text)
         except urllib.error.HTTPError as e:
             self.failures += 1
@@ -136,6 +138,8 @@ class ServerMetricsScraper(threading.Thread):
         rows = [(round(t_s, 6), name, value, labels) for name, value, labels in raw + schema]
         writer.writerows(rows)
         self.rows += len(rows)
+        for listener in self.page_listeners:
+            listener(arrived_ns, text)
 
     def begin(self) -> None:
         if self.url:

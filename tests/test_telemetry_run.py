@@ -50,6 +50,15 @@ def test_telemetry_series_and_derived_figures(native_run):
     assert status["not_sampled"]["gpu"] == "telemetry.gpu is false"
 
 
+def test_engine_bytes_come_from_the_scraped_pages(native_run):
+    """The engine's /metrics is asked once per interval: telemetry reads the scraper's pages."""
+    scraped_at = {round(float(r["t_s"]), 3) for r in _csv(native_run / "server_metrics.csv")
+                  if r["name"] == "native:weight_bytes_read_total"}
+    read_at = [round(float(r["t_s"]), 3) for r in _csv(native_run / "telemetry.csv")
+               if (r["source"], r["name"]) == ("engine_metrics", "native:weight_bytes_read_total")]
+    assert len(read_at) >= 3 and set(read_at) <= scraped_at
+
+
 def test_server_metrics_share_the_requests_clock(native_run):
     records = read_records(native_run)
     assert len(records) == 12 and all(r.ok for r in records)

@@ -3,6 +3,7 @@ CPU/memory from /proc, and the engine's own bytes-read counters, on the run's cl
 
     recorder = TelemetryRecorder(config, t0_ns, out_dir, engine_pid, engine_metrics_url)
     recorder.start()            # sampler threads, off the event loop; returns at once
+    scraper.page_listeners.append(recorder.engine_page)   # optional: /metrics pages from the run's scraper
     ... the run ...
     status = recorder.stop()    # {"sampled": [...], "not_sampled": {source: reason}, "errors": {...}}
     figures = recorder.derived(window_start_s, window_end_s, output_tokens)   # for summary.json
@@ -106,8 +107,10 @@ class _SamplerThread(threading.Thread):
 
 class TelemetryRecorder:
     def __init__(self, config: TelemetryConfig, t0_ns: int, out_dir: str | Path, engine_pid: int | None = None,
-                 engine_metrics_url: str | None = None, nvml=None):
-        """t0_ns: the run's time.perf_counter_ns() origin. nvml: a stand-in for pynvml (tests)."""
+                 engine_metrics_url: str | None = None, nvml=None, engine_pages_fed: bool = False):
+        """t0_ns: the run's time.perf_counter_ns() origin. nvml: a stand-in for pynvml (tests).
+        engine_pages_fed: the engine's /metrics pages arrive through engine_page() (from the run's
+        scraper) instead of a poller of our own, so the engine is asked once per interval."""
         self.config, self.t0_ns, self.out_dir = config, t0_ns, Path(out_dir)
         self.engine_pid, self.nvml = engine_pid, nvml
         self.engine_metrics_url = engine_metrics_url or config.engine_metrics_url
@@ -115,6 +118,9 @@ class TelemetryRecorder:
         self.not_sampled: dict[str, str] = {}
         self.host_ceiling_bytes_per_s: float | None = None
         self.engine_family: str | None = None
+        self._fed_counters: EngineBytesPoller | None = None  # with engine_pages_fed
+        self._fed_pages = 0
+        self.engine_pages_fed = engine_pages_fed
         self._threads: list[_SamplerThread] = []
         self._status: dict | None = None  # stop()'s answer, kept so a second stop() repeats it
 
@@ -128,7 +134,9 @@ class TelemetryRecorder:
             sources["host"] = lambda: HostSampler(self.engine_pid)
         else:
             self.not_sampled["host"] = "telemetry.host is false"
-        if self.engine_metrics_url:
+        if self.engine_metrics_url and self.engine_pages_fed:
+            self._fed_counters = EngineBytesPoller(self.engine_metrics_url)
+        elif self.engine_metrics_url:
             sources["engine_metrics"] = lambda: EngineBytesPoller(self.engine_metrics_url)
         else:
             self.not_sampled["engine_metrics"] = "no engine_metrics_url: the backend has no /metrics address"
@@ -145,6 +153,19 @@ class TelemetryRecorder:
             thread = _SamplerThread(name, make_source, self.timeline, self.t0_ns, interval_ns)
             thread.start()
             self._threads.append(thread)
+
+    def engine_page(self, t_ns: int, text: str) -> None:
+        """One /metrics page of the engine, fetched at t_ns by someone else (the run's scraper)."""
+        counters = self._fed_counters
+        if counters is None or self.timeline is None or "engine_metrics" in self.not_sampled:
+            return
+        self._fed_pages += 1
+        try:
+            rows = counters.ingest(t_ns, text)
+        except Unavailable as exc:
+            self.not_sampled["engine_metrics"] = str(exc)
+            return
+        self.timeline.append((t_ns - self.t0_ns) / 1e9, rows)
 
     def stop(self) -> dict:
         if self.timeline is None:
@@ -169,6 +190,11 @@ class TelemetryRecorder:
             self.not_sampled.update(getattr(thread.source, "not_sampled", {}))
             if isinstance(thread.source, EngineBytesPoller):
                 self.engine_family = thread.source.family
+        if self._fed_counters is not None:
+            self.engine_family = self._fed_counters.family if "engine_metrics" not in self.not_sampled else None
+            if not self._fed_pages:
+                self.not_sampled.setdefault("engine_metrics", "no /metrics page arrived from the engine "
+                                                              "(run.json server_metrics says why)")
         self._check_engine_counters_moved()
         self._add_bandwidth_util()
         self.timeline.close()

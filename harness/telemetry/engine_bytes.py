@@ -7,6 +7,8 @@ utilisation (MBU) without hardware counters: bytes read per second / the memory'
   vLLM, SGLang   <prefix>:estimated_{read,write}_bytes_per_gpu_total, <prefix>:estimated_flops_per_gpu_total
                  per GPU, averaged over label sets (one per engine); only with --enable-mfu-metrics,
                  and vLLM's CPU backend leaves them at 0 (then they count as not sampled)
+During `bench run` the pages come from the run's /metrics scraper (server_metrics.py), so the
+engine is asked once per interval; standalone, the poller fetches them itself.
 Series (source `engine_metrics`): each counter under its own name, plus read_bytes_total,
 write_bytes_total, flops_total and their per-second rates; bandwidth_util is added at stop,
 once the ceiling is known.
@@ -56,6 +58,10 @@ class EngineBytesPoller:
             if exc.code == 404:
                 raise Unavailable(f"{self.url} answers 404: this engine has no /metrics page") from None
             raise
+        return self.ingest(now_ns, text)
+
+    def ingest(self, now_ns: int, text: str) -> list[tuple[str, str, float]]:
+        """Rows from one /metrics page fetched at now_ns (by sample(), or by the run's scraper)."""
         values = per_engine_means(text, WANTED)
         self.family = next((family for family, counters in ENGINE_COUNTERS.items()
                             if any(name in values for name in counters["read_bytes"])), None)
@@ -70,7 +76,7 @@ class EngineBytesPoller:
             last_ns, last_totals = self._last
             elapsed_s = (now_ns - last_ns) / 1e9
             rows += [("engine_metrics", f"{what}_per_s", (total - last_totals[what]) / elapsed_s)
-                     for what, total in totals.items() if what in last_totals]
+                     for what, total in totals.items() if what in last_totals and elapsed_s > 0]
         self._last = (now_ns, totals)
         return rows
 
