@@ -1,12 +1,11 @@
 """Per-engine request bodies and stream parsing, on real captures (vLLM, llama-server) and on
 fixtures written from the engines' documented formats (SGLang, TensorRT-LLM, Ollama)."""
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from bench_process import bench
 from backends import available, load_backend
 from backends.base import NATIVE, json_lines
 from backends.openai import StreamError
@@ -32,7 +31,7 @@ def test_every_builtin_is_registered_with_its_own_dialect():
 
 
 def test_bench_backends_lists_installed_backends():
-    out = subprocess.run([sys.executable, "-m", "harness", "backends"], capture_output=True, text=True, timeout=60)
+    out = bench("backends", timeout_s=60)
     assert out.returncode == 0
     for kind in ("sglang", "trtllm", "ollama", "llamacpp_python"):
         assert kind in out.stdout
@@ -50,16 +49,13 @@ def test_a_third_party_package_adds_a_backend_through_the_entry_point_group(tmp_
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: myplug\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[bench.backends]\nmyengine = myplug:MyEngine\n")
     env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    listed = subprocess.run([sys.executable, "-m", "harness", "backends"], capture_output=True, text=True,
-                            timeout=60, env=env)
+    listed = bench("backends", timeout_s=60, env=env)
     assert "myengine" in listed.stdout and "/stats" in listed.stdout
     scenario = tmp_path / "s.yaml"
     scenario.write_text("backend: {kind: myengine, url: 'http://127.0.0.1:9'}\nload: {arrival: poisson, rate: 1}\n")
-    ok = subprocess.run([sys.executable, "-m", "harness", "validate", str(scenario)], capture_output=True, text=True,
-                        timeout=60, env=env)
+    ok = bench("validate", scenario, timeout_s=60, env=env)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    without = subprocess.run([sys.executable, "-m", "harness", "validate", str(scenario)], capture_output=True,
-                             text=True, timeout=60)
+    without = bench("validate", scenario, timeout_s=60)
     assert without.returncode == 2 and "backend.kind: 'myengine' is not valid" in without.stderr
 
 

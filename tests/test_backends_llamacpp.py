@@ -7,12 +7,11 @@ import csv
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from bench_process import bench
 from harness.launcher import group_alive
 from harness.results import read_records
 
@@ -43,8 +42,7 @@ def test_bench_runs_llama_server_end_to_end(tmp_path):
         "load: {arrival: closed, concurrency: 2, num_requests: 6}\n"
         "telemetry: {interval_ms: 250, gpu: false}\n")
     out = tmp_path / "out"
-    res = subprocess.run([sys.executable, "-m", "harness", "run", str(scenario), "--output", str(out),
-                          "--allow-client-bound"], capture_output=True, text=True, timeout=240)
+    res = bench("run", scenario, "--output", out, "--allow-client-bound", timeout_s=240)
     assert res.returncode == 0, res.stderr
     records = read_records(out)
     # ignore_eos gives exactly the asked length; the server's usage agrees with the chunks counted

@@ -1,12 +1,12 @@
 """`bench` end to end: validate, run (against the ground-truth server), results layout, launching."""
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from bench_process import bench
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 from harness.cli import app
 from harness.results import read_records
@@ -31,11 +31,6 @@ def _scenario(tmp_path, backend: str, load: str = "{arrival: poisson, rate: 40, 
     return path
 
 
-def _bench(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
-
-
 def test_version_and_validate(tmp_path):
     runner = CliRunner()
     assert runner.invoke(app, ["--version"]).output.startswith("bench ")
@@ -54,7 +49,7 @@ def test_run_writes_results(gt, tmp_path):
     scenario = _scenario(tmp_path, f"{{kind: openai, url: '{gt.url}', model: gt}}")
     out = tmp_path / "out"
     # --allow-client-bound: on a shared machine the client may be starved; that has its own test
-    res = _bench("run", scenario, "--output", out, "--set", "load.num_requests=12", "--set", "load.warmup_requests=2",
+    res = bench("run", scenario, "--output", out, "--set", "load.num_requests=12", "--set", "load.warmup_requests=2",
                  "--allow-client-bound")
     assert res.returncode == 0, res.stderr
     run_info = json.loads((out / "run.json").read_text())
@@ -77,11 +72,11 @@ def test_client_bound_run_fails_loudly_unless_allowed(gt, tmp_path):
     # far more requests per second than one Python process can send on time
     scenario = _scenario(tmp_path, f"{{kind: openai, url: '{gt.url}', model: gt}}",
                          load="{arrival: constant, rate: 20000, num_requests: 600}")
-    res = _bench("run", scenario, "--output", tmp_path / "a", "--workers", "1")
+    res = bench("run", scenario, "--output", tmp_path / "a", "--workers", "1")
     assert res.returncode == 3, res.stderr
     assert "CLIENT-BOUND" in res.stderr
     assert json.loads((tmp_path / "a" / "summary.json").read_text())["client_bound"] is True
-    res = _bench("run", scenario, "--output", tmp_path / "b", "--workers", "1", "--allow-client-bound")
+    res = bench("run", scenario, "--output", tmp_path / "b", "--workers", "1", "--allow-client-bound")
     assert res.returncode == 0
 
 
@@ -96,7 +91,7 @@ def test_launch_starts_and_stops_the_engine(tmp_path):
                + " --port {port} --ttft-ms 5 --itl-ms 1', ready_timeout_s: 30}}")
     scenario = _scenario(tmp_path, backend, load="{arrival: constant, rate: 50, num_requests: 5}")
     out = tmp_path / "out"
-    res = _bench("run", scenario, "--output", out, "--allow-client-bound")
+    res = bench("run", scenario, "--output", out, "--allow-client-bound")
     assert res.returncode == 0, res.stderr
     assert len(read_records(out)) == 5
     log = (out / "engine.log").read_text()
@@ -111,7 +106,7 @@ def test_workers_share_one_schedule(gt, tmp_path):
     scenario = _scenario(tmp_path, f"{{kind: openai, url: '{gt.url}', model: gt}}",
                          load="{arrival: constant, rate: 50, num_requests: 20}")
     out = tmp_path / "out"
-    res = _bench("run", scenario, "--output", out, "--workers", "2", "--allow-client-bound")
+    res = bench("run", scenario, "--output", out, "--workers", "2", "--allow-client-bound")
     assert res.returncode == 0, res.stderr
     records = sorted(read_records(out), key=lambda r: r.index)
     assert [r.index for r in records] == list(range(20))

@@ -2,12 +2,11 @@
 import asyncio
 import json
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
+from bench_process import bench, bench_started
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, GroundTruthServer, gt_request
 from harness.launcher import BackendUnreachable, free_port, probe
 from harness.metrics import summarize
@@ -75,8 +74,7 @@ def test_unreachable_server_is_one_clear_error_before_any_load(tmp_path):
     scenario = tmp_path / "s.yaml"
     scenario.write_text(f"name: down\nbackend: {{kind: openai, url: 'http://127.0.0.1:{port}', model: gt}}\n"
                         "load: {arrival: constant, rate: 10, num_requests: 5}\n")
-    res = subprocess.run([sys.executable, "-m", "harness", "run", str(scenario), "--output", str(tmp_path / "r")],
-                         capture_output=True, text=True, timeout=60)
+    res = bench("run", scenario, "--output", tmp_path / "r", timeout_s=60)
     assert res.returncode == 1
     assert "cannot reach" in res.stderr and "backend.launch" in res.stderr
     assert not (tmp_path / "r" / "requests.jsonl").read_text()  # no load was sent
@@ -90,9 +88,7 @@ def test_ctrl_c_keeps_every_completed_record_and_marks_the_summary(tmp_path, wor
                             "workload: {kind: random, input_tokens: 8, output_tokens: 20}\n"
                             "load: {arrival: constant, rate: 20, num_requests: 400}\n")
         out_dir = tmp_path / "r"
-        proc = subprocess.Popen([sys.executable, "-m", "harness", "run", str(scenario), "--output", str(out_dir),
-                                 "--workers", workers],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = bench_started("run", scenario, "--output", out_dir, "--workers", workers)
         requests_file = out_dir / "requests.jsonl"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # wait until some requests have finished

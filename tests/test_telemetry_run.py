@@ -3,11 +3,10 @@ the requests' clock: CPU %, bandwidth utilisation, the engine's own counters, de
 import csv
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
+from bench_process import bench
 from harness.launcher import group_alive
 from harness.results import read_records
 from native_engine.tiny_gguf import write_tiny_llama_gguf
@@ -24,8 +23,7 @@ def native_run(tmp_path_factory):
         "load: {arrival: poisson, rate: 8, num_requests: 12}\n"
         "telemetry: {interval_ms: 200, gpu: false}\n")
     out = tmp / "out"
-    res = subprocess.run([sys.executable, "-m", "harness", "run", str(scenario), "--output", str(out),
-                          "--allow-client-bound"], capture_output=True, text=True, timeout=180)
+    res = bench("run", scenario, "--output", out, "--allow-client-bound", timeout_s=180)
     assert res.returncode == 0, res.stderr
     return out
 
