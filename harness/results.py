@@ -31,6 +31,9 @@ class RequestRecord:
     output_tokens_usage: int | None = None
     token_count_mismatch: bool = False
     finish_reason: str | None = None
+    # the engine's own account of the request, when its stream carries one: llama.cpp's `timings`
+    # (prompt_ms, predicted_ms, predicted_n, ...), Ollama's durations converted to seconds (eval_s, ...)
+    server_timings: dict = field(default_factory=dict)
     cap_wait_s: float = 0.0  # time spent waiting for a slot under load.concurrency
     is_warmup: bool = False
     session_id: int | None = None
@@ -48,6 +51,7 @@ class RequestRecord:
         self.token_times_s = [(t - t0_ns) / 1e9 for t in parsed.token_times_ns]
         self.tokens_per_chunk = parsed.tokens_per_chunk
         self.finish_reason = parsed.finish_reason
+        self.server_timings = dict(parsed.server_timings)
         self.output_tokens_counted = parsed.counted_tokens
         self.output_tokens_usage = usage = parsed.usage_completion_tokens
         # the server's count wins; a disagreement with the chunks counted is kept visible
@@ -121,9 +125,13 @@ class ResultWriter:
             self._requests.close()
 
     def _write_json(self, name: str, obj: dict) -> None:
-        tmp = self.dir / f".{name}.tmp"
-        tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n", encoding="utf-8")
-        os.replace(tmp, self.dir / name)  # readers never see half a file
+        write_json(self.dir / name, obj)
+
+
+def write_json(path: Path, obj: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)  # readers never see half a file
 
 
 def read_records(out_dir: str | Path) -> list[RequestRecord]:

@@ -72,6 +72,9 @@ def test_ollama_native_stream_and_no_prometheus_page(tmp_path):
     assert "ollama cannot force the output length" in printed[0]
     records = read_records(out)
     assert all(r.ok and r.output_tokens == 8 and r.finish_reason == "length" for r in records)
+    replayed = (Path(__file__).parent / "fixtures" / "engines" / "ollama_chat.ndjson").read_text().splitlines()
+    eval_ns = json.loads(replayed[-1])["eval_duration"]  # Ollama's own account, in ns, on the final line
+    assert all(r.server_timings["eval_s"] == pytest.approx(eval_ns / 1e9) for r in records)
     # bench pulled the model and loaded it with an empty generate before the load
     assert [s["path"] for s in seen[:2]] == ["/api/pull", "/api/generate"] and seen[0]["body"]["model"] == "smollm2"
     assert all(s["path"] == "/api/chat" and s["body"]["options"] == {"num_predict": 8} for s in seen[2:])

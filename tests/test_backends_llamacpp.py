@@ -48,6 +48,8 @@ def test_bench_runs_llama_server_end_to_end(tmp_path):
     # ignore_eos gives exactly the asked length; the server's usage agrees with the chunks counted
     assert len(records) == 6 and all(r.ok and r.output_tokens == 12 and not r.token_count_mismatch for r in records)
     assert all(r.finish_reason == "length" and r.prompt_tokens > 0 for r in records)
+    # llama-server's own timings ride along in requests.jsonl, next to the client's view
+    assert all(r.server_timings["predicted_n"] == 12 and r.server_timings["predicted_ms"] > 0 for r in records)
     log = (out / "engine.log").read_text()
     assert "llama-server --host 127.0.0.1 --port" in log and "--metrics" in log
     with open(out / "server_metrics.csv") as f:
