@@ -63,6 +63,9 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
 
     resolved = _load(scenario, set_)
     out_dir = output or default_output_dir(resolved.name)
+    if resolved.load.sweep is not None:
+        _run_sweep(resolved, out_dir, workers or None, allow_client_bound)
+        return
     writer = ResultWriter(out_dir)
     try:
         summary = execute(resolved, writer, workers_option=workers or None, console=console)
@@ -87,9 +90,39 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
             raise typer.Exit(EXIT_CLIENT_BOUND)
 
 
-def execute(scenario, writer, workers_option: str | None = None, console: Console = console) -> dict:
+def _run_sweep(scenario, out_dir: Path, workers_option: str | None, allow_client_bound: bool) -> None:
+    """`bench run` with load.sweep: every point into OUT/point-NNN-.../, a line per point, then the capacity."""
+    from harness.launcher import BackendUnreachable
+    from harness.sweep import capacity_line, run_sweep, sweep_kind
+
+    try:
+        points = run_sweep(scenario, out_dir, workers_option, console)
+    except BackendUnreachable as e:
+        console.print(f"[bold red]backend unreachable[/]: {e}; finished points stay in {out_dir}")
+        raise typer.Exit(EXIT_UNREACHABLE)
+    except KeyboardInterrupt:  # between points, or before a point's load began
+        console.print(f"[yellow]interrupted: finished points stay in {out_dir} (see sweep.json)[/]")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if any(p.status == "completed" for p in points):
+        console.print(capacity_line(out_dir, scenario))
+    console.print(f"results in {out_dir} (`bench report {out_dir}` draws the curves)")
+    if any(p.status == "interrupted" for p in points):
+        console.print("[yellow]interrupted: the points after it were not run (see sweep.json)[/]")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    bound = [f"{p.offered_load:g}" for p in points if p.client_bound]
+    if bound:
+        console.print(f"[bold red on white] CLIENT-BOUND [/] [bold red]the client fell behind its own schedule at "
+                      f"{sweep_kind(scenario)} {', '.join(bound)}; latencies there include client delay. "
+                      "Use --workers, lower the loads, or pass --allow-client-bound to accept this.[/]")
+        if not allow_client_bound:
+            raise typer.Exit(EXIT_CLIENT_BOUND)
+
+
+def execute(scenario, writer, workers_option: str | None = None, console: Console = console,
+            launched=None) -> dict:
     """Launch (if asked), probe, plan, run with telemetry and server metrics, summarize.
-    Returns the summary written to summary.json."""
+    Returns the summary written to summary.json. `launched`: an engine already started (a sweep
+    starts it once for all its points); it is used as is and left running."""
     import asyncio
     import os
     import time
@@ -115,11 +148,11 @@ def execute(scenario, writer, workers_option: str | None = None, console: Consol
     if scenario.workload.ignore_eos and not engine.forces_length:
         console.print(f"[yellow]warning[/]: workload.ignore_eos: {engine.name} cannot force the output length; "
                       f"answers may be shorter than planned (records show the server's count)")
-    launched = None
-    if backend.launch is not None:
+    started_here = None
+    if launched is None and backend.launch is not None:
         console.print(f"starting the {backend.kind} engine (log: {writer.dir / 'engine.log'})")
-        launched = launch(engine, backend.launch, backend.url, backend.model, writer.dir / "engine.log",
-                          backend.headers)
+        launched = started_here = launch(engine, backend.launch, backend.url, backend.model,
+                                         writer.dir / "engine.log", backend.headers)
     try:
         url = launched.url if launched else backend.url
         probe(url, backend.headers, ready_paths=engine.ready_paths)  # one clear error before any load
@@ -166,8 +199,8 @@ def execute(scenario, writer, workers_option: str | None = None, console: Consol
             run_info["telemetry_t0_offset_s"] = (outcome.t0_ns - t0_ns) / 1e9  # workers started late
         writer.write_run_info(run_info)
     finally:
-        if launched:
-            launched.stop()
+        if started_here:
+            started_here.stop()
     summary = summarize(outcome.records, scenario.slo.model_dump(), outcome.loop_lag_s)
     reasons = client_bound_reasons(summary)
     summary.update(client_bound=bool(reasons), client_bound_reasons=reasons, interrupted=outcome.interrupted,

@@ -7,6 +7,10 @@ Relative file paths (`load.trace`, `workload.path`) are resolved against the sce
 
 Request count: give `load.num_requests` (measured requests; warm-ups come on top) or
 `load.duration_s`, not both; with neither, 100 requests, except that a trace replays all its rows.
+
+Sweep: `load.sweep` lists offered loads, in increasing order, run one after another (harness.sweep):
+requests/s for open arrivals, requests in flight for `arrival: closed`. Each value replaces
+`load.rate` (or `load.concurrency`) for its point; the request count applies to every point.
 """
 from __future__ import annotations
 
@@ -163,6 +167,7 @@ class LoadConfig(Strict):
     max_requests: int = Field(default=2000, ge=1, description="requests")  # plan size cap when duration_s is set
     warmup_requests: int = Field(default=0, ge=0)
     workers: Literal["auto"] | int = "auto"  # client processes sending the load; auto sizes by token rate
+    sweep: list[float] | None = None  # requests/s (open arrivals) or requests in flight (closed), one point each
 
     @field_validator("workers", mode="before")
     @classmethod
@@ -176,13 +181,36 @@ class LoadConfig(Strict):
     def _trace_exists(cls, value: str | None, info: ValidationInfo) -> str | None:
         return _resolve_existing_file(value, info, "load.trace")
 
+    @field_validator("sweep", mode="before")
+    @classmethod
+    def _a_list(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, list):
+            raise ValueError("must be a list of loads in increasing order, e.g. [1, 2, 4]")
+        return value
+
+    @field_validator("sweep")
+    @classmethod
+    def _increasing_loads(cls, sweep: list[float] | None) -> list[float] | None:
+        if sweep is None:
+            return None
+        if not sweep:
+            raise ValueError("give at least one load, e.g. sweep: [1, 2, 4], or leave load.sweep out")
+        if any(v <= 0 for v in sweep):
+            raise ValueError("every load must be > 0 (requests/s, or requests in flight for arrival closed)")
+        # increasing, not sorted for the user: the folder numbers follow the order written
+        if any(b <= a for a, b in zip(sweep, sweep[1:])):
+            raise ValueError("list the loads in increasing order, each once, e.g. [1, 2, 4]")
+        return sweep
+
     @model_validator(mode="after")
     def _cross_field_checks(self) -> "LoadConfig":
-        if self.arrival in ("constant", "poisson", "gamma") and self.rate is None:
+        if self.sweep is not None:
+            self._check_sweep()
+        if self.arrival in ("constant", "poisson", "gamma") and self.rate is None and self.sweep is None:
             raise ScenarioError(f"load.rate: missing; arrival {self.arrival} needs a rate in requests/s (e.g. rate: 4)")
         if self.arrival == "trace" and self.trace is None:
             raise ScenarioError("load.trace: missing; arrival trace needs a trace file (e.g. trace: traces/day.jsonl)")
-        if self.arrival == "closed" and self.concurrency is None:
+        if self.arrival == "closed" and self.concurrency is None and self.sweep is None:
             raise ScenarioError("load.concurrency: missing; arrival closed needs the number of requests in flight")
         if self.num_requests is not None and self.duration_s is not None:
             raise ScenarioError("load.duration_s: give either load.num_requests or load.duration_s, not both")
@@ -190,6 +218,16 @@ class LoadConfig(Strict):
         if self.num_requests is None and self.duration_s is None and self.arrival != "trace":
             self.num_requests = DEFAULT_NUM_REQUESTS
         return self
+
+    def _check_sweep(self) -> None:
+        """A sweep supplies each point's rate (open arrivals) or concurrency (closed), so neither is required."""
+        if self.arrival == "trace":
+            raise ScenarioError("load.sweep: a trace sets its own pace; leave load.sweep out, or scale the "
+                                "trace with load.time_scale in separate runs")
+        if self.arrival == "closed":
+            if any(not v.is_integer() for v in self.sweep):
+                raise ScenarioError(f"load.sweep: {self.sweep} is not valid: arrival closed sweeps requests in "
+                                    f"flight, so each value must be a whole number, e.g. [1, 4, 16]")
 
 
 class SloConfig(Strict):
@@ -214,6 +252,13 @@ class Scenario(Strict):
             raise ScenarioError("load.arrival: trace does not combine with workload.kind multi_turn; "
                                 "use constant, poisson, gamma or closed")
         return self
+
+    def sweep_points(self) -> list["Scenario"]:
+        """One scenario per load.sweep value, that value as its load.rate (load.concurrency when closed)."""
+        load = self.load
+        field, cast = ("concurrency", int) if load.arrival == "closed" else ("rate", float)
+        return [self.model_copy(update={"load": load.model_copy(update={"sweep": None, field: cast(v)})})
+                for v in load.sweep or ()]
 
     def resolved_dict(self) -> dict[str, Any]:
         """Every field with defaults filled in and paths made absolute: what run.json records.

@@ -3,13 +3,16 @@
 A run folder holds run.json, requests.jsonl and summary.json, and maybe server_metrics.csv
 (`t_s,name,value,labels`) and telemetry.csv (`t_s,source,name,value`) on the same clock
 (seconds from the run's t0). A sweep folder holds `point-NNN-<rate|concurrency>-<value>/`
-run folders, one per offered load. Latencies use harness.metrics, the one implementation.
+run folders, one per offered load, and (when `bench run` wrote it) sweep.json with each point's
+status: points it does not mark completed (cut by Ctrl-C, failed) are left out of the sweep, as
+their partial counts would pass for a load the engine could not take. Latencies use
+harness.metrics, the one implementation.
 """
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +20,7 @@ import pandas as pd
 
 from harness.metrics import meets_slo, request_latency, summarize
 from harness.results import RequestRecord, read_records
+from harness.sweep import read_statuses
 
 REQUEST_COLUMNS = ["index", "intended_send_s", "actual_send_s", "send_s", "end_s", "ok", "error_reason",
                    "output_tokens", "prompt_tokens", "first_token_s", "ttft_s", "tpot_s", "e2e_s", "max_itl_s"]
@@ -64,6 +68,7 @@ class Sweep:
     label: str
     load_kind: str  # "rate" or "concurrency"
     points: list[SweepPoint]
+    left_out: list[str] = field(default_factory=list)  # "point-001-rate-2 (interrupted)": not completed
 
 
 def is_run_dir(path: Path) -> bool:
@@ -114,6 +119,11 @@ def load_sweep(path: str | Path, label: str | None = None) -> Sweep:
     dirs = point_dirs(path) if path.is_dir() else []
     if not dirs:
         raise ResultsError(f"{path}: no point-NNN-rate-R/ or point-NNN-concurrency-C/ sub-folders with results")
+    statuses = read_statuses(path)
+    left_out = [f"{d.name} ({statuses[d.name]})" for d in dirs if statuses.get(d.name, "completed") != "completed"]
+    dirs = [d for d in dirs if statuses.get(d.name, "completed") == "completed"]
+    if not dirs:
+        raise ResultsError(f"{path}: no completed sweep point (sweep.json: {', '.join(left_out)}); rerun the sweep")
     points, kinds = [], set()
     for d in dirs:
         _, kind, value = POINT_DIR.match(d.name).groups()
@@ -122,7 +132,7 @@ def load_sweep(path: str | Path, label: str | None = None) -> Sweep:
     if len(kinds) > 1:
         raise ResultsError(f"{path}: mixes rate and concurrency points; a sweep varies one of them")
     points.sort(key=lambda p: p.offered_load)
-    return Sweep(path, label or path.name, kinds.pop(), points)
+    return Sweep(path, label or path.name, kinds.pop(), points, left_out)
 
 
 def load_results(paths, labels: list[str] | None = None) -> tuple[list[RunData], list[Sweep]]:

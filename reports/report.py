@@ -89,6 +89,9 @@ def build_report(paths, labels: list[str] | None = None, attainment: float = DEF
         content.figures += [(f"Timeline: {r.label}", timeline(r)) for r in runs[:MAX_TIMELINES]]
         if len(runs) > MAX_TIMELINES:
             content.notes.append(f"Timelines are drawn for the first {MAX_TIMELINES} runs only.")
+    for sw in sweeps:
+        if sw.left_out:
+            content.notes.append(f"{sw.label}: left out, not completed: {', '.join(sw.left_out)}.")
     labelled = [(r.label, r) for r in runs] + [(f"{s.label} {p.run.label}", p.run) for s in sweeps for p in s.points]
     for label, run in labelled:
         if run.summary.get("client_bound"):

@@ -54,6 +54,11 @@ class Selection:
     recommendation: str
     caveats: list[str]
 
+    def price_text(self) -> str:
+        if all(_cpu_only(sw) for sw in self.sweeps):
+            return f"Machine price ${self.gpu_cost_per_hour:g}/hour (CPU only, no accelerator), 1 machine per engine."
+        return f"Accelerator price ${self.gpu_cost_per_hour:g}/hour, {self.accelerators} per engine."
+
 
 def parse_slo(text: str) -> dict:
     """`ttft_ms=500,tpot_ms=50` -> {"ttft_ms": 500.0, "tpot_ms": 50.0}."""
@@ -105,10 +110,27 @@ def _engine(sw: Sweep, slo, cost_per_hour, accelerators, attainment) -> EngineRe
         notes.append("every tested load met the SLOs: the real limit is higher")
     if cap.status == "none":
         notes.append("missed the SLOs even at the lowest tested load")
-    if any(p.run.summary.get("client_bound") for p in sw.points):
-        notes.append("the client fell behind at some points")
-    return EngineResult(sw.label, f"{info.get('kind', '?')} ({info.get('model', '?')})", cap, tok_s, cost,
+    bound = _client_bound_note(sw, cap)
+    if bound:
+        notes.append(bound)
+    model = str(info.get("model", "?"))
+    model = Path(model).name if Path(model).is_absolute() else model  # a GGUF path reads as its file name
+    return EngineResult(sw.label, f"{info.get('kind', '?')} ({model})", cap, tok_s, cost,
                         len(sw.points), sw.load_kind, notes)
+
+
+def _client_bound_note(sw: Sweep, cap: SloCapacity) -> str | None:
+    """Where the client fell behind, and whether the capacity rests on those points (the ones up to
+    the first that failed) or lies below them."""
+    bound = [p.offered_load for p in sw.points if p.run.summary.get("client_bound")]
+    if not bound:
+        return None
+    first_fail = next((p.offered_load for p in sorted(sw.points, key=lambda p: p.offered_load)
+                       if cap.offered_load is None or p.offered_load > cap.offered_load), None)
+    loads = f"{sw.load_kind} {', '.join(f'{x:g}' for x in bound)}"
+    if first_fail is None or min(bound) <= first_fail:
+        return f"the client fell behind at {loads}, which the capacity rests on: rerun with --workers or on a quieter machine"
+    return f"the client fell behind at {loads}, past the capacity (those points do not move it)"
 
 
 def _recommend(engines: list[EngineResult], sweeps: list[Sweep], slo: dict, attainment: float):
@@ -116,8 +138,11 @@ def _recommend(engines: list[EngineResult], sweeps: list[Sweep], slo: dict, atta
     caveats = [f"Measured for this workload only (the scenarios of these runs), at SLOs {slo_text} for "
                f"{attainment:.0%} of requests; another prompt/output length mix or arrival pattern can change the order.",
                "Measured on this hardware and these software versions: "
-               + "; ".join(sorted({_where(sw) for sw in sweeps})) + ".",
+               + "; ".join(_where(sw) for sw in sweeps) + ".",
                "Cost assumes the accelerators are busy at that rate all hour; idle time raises the real cost."]
+    if all(_cpu_only(sw) for sw in sweeps):
+        caveats.append("No GPU was seen in these runs (CPU only): \"per accelerator\" means per machine here, "
+                       "the price is the machine's, and on GPUs the engines can rank differently.")
     workloads = {repr(sw.points[0].run.run_info.get("scenario", {}).get("workload")) for sw in sweeps}
     if len(workloads) > 1:
         caveats.insert(0, "WARNING: the engines were run with different workloads; the comparison is not like for like.")
@@ -132,8 +157,13 @@ def _recommend(engines: list[EngineResult], sweeps: list[Sweep], slo: dict, atta
     if len(usable) > 1:
         runner_up = usable[1]
         ratio = runner_up.cost_per_million_tokens / best.cost_per_million_tokens
-        text += (f", {ratio:.1f}× cheaper per token than {runner_up.label}" if ratio >= 1.1 else
-                 f", within 10% of {runner_up.label}'s cost per token: a rerun could swap them, so weigh other factors")
+        if ratio < 1.1:
+            text += f", within 10% of {runner_up.label}'s cost per token: a rerun could swap them, so weigh other factors"
+        elif runner_up.capacity.status == "at_least":  # its limit is above its sweep: its cost is an upper bound
+            text += (f", up to {ratio:.1f}× cheaper per token than {runner_up.label} (which never missed the SLOs "
+                     f"in its sweep, so it may do better)")
+        else:
+            text += f", {ratio:.1f}× cheaper per token than {runner_up.label}"
     missed = [e.label for e in engines if e.cost_per_million_tokens is None]
     if missed:
         text += f"; {', '.join(missed)} did not meet the SLOs at any tested load"
@@ -143,10 +173,22 @@ def _recommend(engines: list[EngineResult], sweeps: list[Sweep], slo: dict, atta
 
 
 def _where(sw: Sweep) -> str:
+    """Label: engine kind, version and launch arguments; host, CPUs, GPU or not; harness version."""
     info = sw.points[0].run.run_info
-    host, ver = info.get("host", {}), info.get("versions", {})
-    return (f"{sw.label} on {host.get('hostname', '?')} ({host.get('cpu_count', '?')} CPUs, "
+    host, ver, backend = info.get("host", {}), info.get("versions", {}), info.get("backend", {})
+    engine = f"{backend.get('kind', '?')} {backend.get('engine_version') or '(version not reported)'}"
+    args = (info.get("scenario", {}).get("backend", {}).get("launch") or {}).get("args")
+    if args:
+        engine += f" started with `{' '.join(map(str, args))}`"
+    device = " CPU only," if _cpu_only(sw) else ""
+    return (f"{sw.label}: {engine}, on {host.get('hostname', '?')} ({host.get('cpu_count', '?')} CPUs,{device} "
             f"{host.get('platform', '?')}), harness {ver.get('harness', '?')}")
+
+
+def _cpu_only(sw: Sweep) -> bool:
+    """True when the run's telemetry looked for GPUs and found none (False when it did not say)."""
+    telemetry = sw.points[0].run.run_info.get("telemetry") or {}
+    return "sampled" in telemetry and "gpu" not in telemetry["sampled"]
 
 
 def rows(sel: Selection) -> list[list[str]]:
@@ -168,7 +210,7 @@ def cost_figure(sel: Selection) -> go.Figure:
 
 def render_markdown(sel: Selection) -> str:
     head = [f"# Engine selection: {', '.join(e.label for e in sel.engines)}", "", f"**Recommendation.** {sel.recommendation}",
-            "", f"Accelerator price ${sel.gpu_cost_per_hour:g}/hour, {sel.accelerators} per engine.", "",
+            "", sel.price_text(), "",
             md_table(COLUMNS, rows(sel)), "", "## Caveats", ""]
     return "\n".join(head + [f"- {c}" for c in sel.caveats] + [""])
 

@@ -33,12 +33,13 @@ def error_of(tmp_path: Path, overrides: list[str], data: dict = BASE) -> str:
 @pytest.mark.parametrize("path", sorted(SCENARIOS_DIR.glob("*.yaml")), ids=lambda p: p.name)
 def test_every_shipped_scenario_validates_and_plans(path):
     scenario = load_scenario(path)
-    plan = build_plan(scenario, ApproximateTokenizer())
-    warmups = [r for r in plan.requests if r.is_warmup]
-    assert plan.requests and all(r.prompt_tokens >= 1 and r.output_tokens >= 1 for r in plan.requests)
-    assert plan.requests[: len(warmups)] == warmups  # warm-ups lead the plan
-    if scenario.load.num_requests is not None:
-        assert len(plan.requests) - len(warmups) == scenario.load.num_requests
+    for point in scenario.sweep_points() or [scenario]:  # a sweep plans each of its points
+        plan = build_plan(point, ApproximateTokenizer())
+        warmups = [r for r in plan.requests if r.is_warmup]
+        assert plan.requests and all(r.prompt_tokens >= 1 and r.output_tokens >= 1 for r in plan.requests)
+        assert plan.requests[: len(warmups)] == warmups  # warm-ups lead the plan
+        if point.load.num_requests is not None:
+            assert len(plan.requests) - len(warmups) == point.load.num_requests
 
 
 def test_shipped_scenarios_cover_the_documented_set():

@@ -87,3 +87,60 @@ def test_concurrency_sweep_reports_requests_in_flight(tmp_path):
     assert engine.load_kind == "concurrency" and engine.capacity.status == "bracketed"
     assert engine.capacity_text().endswith(f"in flight ({engine.capacity.requests_per_s:.3g} req/s)")
     assert "requests in flight" in sel.recommendation
+
+
+def _as_launched_on_cpu(sweep, version: str, args: list[str], model: str) -> None:
+    """Give a synthetic sweep's run.json what a launched CPU-only run records."""
+    for run_json in sweep.glob("point-*/run.json"):
+        info = json.loads(run_json.read_text())
+        info["backend"].update(engine_version=version, model=model)
+        info["scenario"]["backend"]["launch"] = {"args": args}
+        info["telemetry"] = {"sampled": ["engine_process", "host"], "not_sampled": {"gpu": "NVML did not start"}}
+        run_json.write_text(json.dumps(info))
+
+
+def test_caveats_name_engine_versions_flags_and_cpu_only(tmp_path):
+    fast = write_sweep(tmp_path / "fast", capacity_rps=6)
+    slow = write_sweep(tmp_path / "slow", capacity_rps=2, seed=5)
+    _as_launched_on_cpu(fast, "b1-0c1e570", ["-t", "2", "--parallel", "16"], "/models/SmolLM2.Q4_1.gguf")
+    _as_launched_on_cpu(slow, None, [], "smollm2")
+    sel = select([fast, slow], slo=SLO, gpu_cost_per_hour=0.085)
+    assert [e.backend for e in sel.engines] == ["native (SmolLM2.Q4_1.gguf)", "native (smollm2)"]
+    where = next(c for c in sel.caveats if c.startswith("Measured on this hardware"))
+    assert "fast: native b1-0c1e570 started with `-t 2 --parallel 16`, on test (?" in where
+    assert "slow: native (version not reported), on test" in where and "CPU only" in where
+    assert any(c.startswith("No GPU was seen in these runs (CPU only)") for c in sel.caveats)
+    assert sel.price_text() == "Machine price $0.085/hour (CPU only, no accelerator), 1 machine per engine."
+    # a GPU seen in one run: no CPU-only caveat
+    info = json.loads((slow / "point-000-rate-1" / "run.json").read_text())
+    info["telemetry"]["sampled"].append("gpu")
+    (slow / "point-000-rate-1" / "run.json").write_text(json.dumps(info))
+    assert not any("No GPU" in c for c in select([fast, slow], slo=SLO, gpu_cost_per_hour=1.0).caveats)
+
+
+def test_runner_up_that_never_missed_its_slos_gets_a_bounded_ratio(tmp_path):
+    fast = write_sweep(tmp_path / "fast", rates=(1, 2, 4, 8), capacity_rps=6)
+    short = write_sweep(tmp_path / "short", rates=(1, 2), capacity_rps=10, seed=3)  # passed every point
+    sel = select([fast, short], slo=SLO, gpu_cost_per_hour=1.0)
+    by = {e.label: e for e in sel.engines}
+    assert by["short"].capacity.status == "at_least"
+    ratio = by["short"].cost_per_million_tokens / by["fast"].cost_per_million_tokens
+    assert f"up to {ratio:.1f}× cheaper per token than short (which never missed the SLOs" in sel.recommendation
+
+
+def test_client_bound_note_says_whether_the_capacity_rests_on_those_points(tmp_path):
+    fast = write_sweep(tmp_path / "fast", rates=(1, 2, 4, 8, 16), capacity_rps=6)
+
+    def mark(rate):
+        path = next(fast.glob(f"point-*-rate-{rate}/summary.json"))
+        summary = json.loads(path.read_text())
+        summary["client_bound"] = True
+        path.write_text(json.dumps(summary))
+    mark(16)  # past the first failing point (8): the capacity does not use it
+    (engine,) = select([fast], slo=SLO, gpu_cost_per_hour=1.0).engines
+    assert engine.capacity.status == "bracketed" and 4 < engine.capacity.offered_load < 8
+    assert engine.notes == ["the client fell behind at rate 16, past the capacity (those points do not move it)"]
+    mark(1)
+    (engine,) = select([fast], slo=SLO, gpu_cost_per_hour=1.0).engines
+    assert engine.notes == ["the client fell behind at rate 1, 16, which the capacity rests on: rerun with "
+                            "--workers or on a quieter machine"]
