@@ -1,13 +1,13 @@
 """`bench run` with load.sweep: one engine for every point, a run folder per point, sweep.json, Ctrl-C."""
 import json
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from bench_process import bench, bench_started
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 from harness.launcher import BackendUnreachable, probe
 from harness.results import read_records
@@ -17,11 +17,6 @@ from reports.load import POINT_DIR
 
 GT_SERVER = Path(__file__).parent / "groundtruth_server.py"
 WORKLOAD = "workload: {kind: random, input_tokens: 16, output_tokens: 8}\n"
-
-
-def _bench(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
 
 
 def test_sweep_runs_every_point_against_one_launched_engine(tmp_path):
@@ -34,7 +29,7 @@ def test_sweep_runs_every_point_against_one_launched_engine(tmp_path):
                         "load: {arrival: constant, num_requests: 12, warmup_requests: 1, concurrency: 1}\n"
                         "slo: {ttft_ms: 300}\n")
     out = tmp_path / "out"
-    res = _bench("run", scenario, "--output", out, "--set", "load.sweep=[4, 8, 200]", "--allow-client-bound")
+    res = bench("run", scenario, "--output", out, "--set", "load.sweep=[4, 8, 200]", "--allow-client-bound")
     assert res.returncode == 0, res.stderr
     dirs = ["point-000-rate-4", "point-001-rate-8", "point-002-rate-200"]
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == dirs
@@ -54,7 +49,7 @@ def test_sweep_runs_every_point_against_one_launched_engine(tmp_path):
     manifest = json.loads((out / "sweep.json").read_text())
     assert manifest["kind"] == "rate" and [p["status"] for p in manifest["points"]] == ["completed"] * 3
     assert res.stderr.count("offered ") == 3 and "highest rate meeting TTFT ≤ 300 ms" in res.stderr
-    report = _bench("report", out, "-o", tmp_path / "report.html")
+    report = bench("report", out, "-o", tmp_path / "report.html")
     assert report.returncode == 0, report.stderr
     md = (tmp_path / "report.md").read_text()
     stated = md.split("**Highest rate meeting the SLOs for 90% of requests: ")[1].split("**")[0]
@@ -69,8 +64,7 @@ def test_ctrl_c_mid_sweep_keeps_finished_points_and_marks_the_cut_one(tmp_path):
                             "load: {arrival: constant, num_requests: 40, sweep: [10, 20, 40]}\n"
                             "slo: {ttft_ms: 500}\n")
         out = tmp_path / "out"
-        proc = subprocess.Popen([sys.executable, "-m", "harness", "run", str(scenario), "--output", str(out),
-                                 "--allow-client-bound"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = bench_started("run", scenario, "--output", out, "--allow-client-bound")
         second = out / "point-001-rate-20" / "requests.jsonl"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # wait until the second point is under way
@@ -87,7 +81,7 @@ def test_ctrl_c_mid_sweep_keeps_finished_points_and_marks_the_cut_one(tmp_path):
     assert json.loads((out / "point-001-rate-20" / "summary.json").read_text())["interrupted"] is True
     assert not (out / "point-002-rate-40").exists()
     # the report keeps the cut point out of the capacity and says so
-    report = _bench("report", out, "-o", tmp_path / "report.html")
+    report = bench("report", out, "-o", tmp_path / "report.html")
     assert report.returncode == 0, report.stderr
     md = (tmp_path / "report.md").read_text()
     assert "left out, not completed: point-001-rate-20 (interrupted)" in md
@@ -121,7 +115,7 @@ def test_sweep_fits_the_arrival(tmp_path):
     # a closed sweep sets each point's concurrency; an open one each point's rate (over a given load.rate)
     closed = load_scenario(_scenario(tmp_path, "{arrival: closed, sweep: [1, 4]}"))
     assert [(p.load.concurrency, p.load.sweep) for p in closed.sweep_points()] == [(1, None), (4, None)]
-    res = _bench("validate", _scenario(tmp_path, "{arrival: poisson, rate: 3}"), "--set", "load.sweep=[1,2,4]")
+    res = bench("validate", _scenario(tmp_path, "{arrival: poisson, rate: 3}"), "--set", "load.sweep=[1,2,4]")
     assert res.returncode == 0 and json.loads(res.stdout)["load"]["sweep"] == [1, 2, 4]
     opened = load_scenario(_scenario(tmp_path, "{arrival: poisson, rate: 3}"), ["load.sweep=[1,2,4]"])
     assert [p.load.rate for p in opened.sweep_points()] == [1.0, 2.0, 4.0]
