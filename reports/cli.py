@@ -39,18 +39,20 @@ def report(run_dirs: List[Path] = typer.Argument(..., help="results folders (run
     console.print(f"report: {output} and {output.with_suffix('.md')} ({len(content.figures)} plots)")
 
 
-def gate(baseline: Path = typer.Argument(..., help="baseline results folder"),
-         current: Path = typer.Argument(..., help="current results folder"),
+def gate(baseline: Path = typer.Argument(..., help="baseline: a run folder, or a folder of run-N/ repeats"),
+         current: Path = typer.Argument(..., help="current: a run folder, or a folder of run-N/ repeats"),
          rules: Optional[Path] = typer.Option(None, "--rules", help="gate rules YAML (default: built-in, as ci/gate.yaml)"),
          summary_md: Optional[Path] = typer.Option(None, "--summary-md", help="also write the Markdown summary here"),
          ) -> None:
-    """Compare two runs metric by metric; exit 1 on a significant regression beyond its threshold."""
+    """Compare runs metric by metric; exit 1 on a significant regression beyond its threshold."""
     from reports import gate as g
-    from reports.load import ResultsError, load_run
+    from reports.load import ResultsError
+    from reports.repeats import check_same_scenario, load_run_set
 
     try:
         gate_rules = g.load_rules(rules)
-        base, cur = load_run(baseline), load_run(current)
+        base, cur = load_run_set(baseline), load_run_set(current)
+        check_same_scenario(base, cur)
     except (g.GateRulesError, ResultsError) as e:
         _fail(str(e))
     verdicts = g.compare(base, cur, gate_rules)

@@ -1,7 +1,15 @@
-"""`bench gate`: did the current run get worse than the baseline, beyond noise and beyond a threshold?
+"""`bench gate`: did the current runs get worse than the baseline runs, beyond noise and beyond a threshold?
 
-Per metric: the relative change (current - baseline) / baseline with a bootstrap confidence
-interval. Verdicts, with "worse" meaning higher latency or lower throughput/goodput:
+Each side is one run or several runs of the same scenario (reports/repeats.py). Per metric: the
+relative change (current - baseline) / baseline and a confidence interval:
+  - two or more runs on a side: each run's statistic (its TTFT p50, its tokens/s) is one sample and
+    the interval comes from the spread between runs (reports.stats.run_level_change), so the
+    run-to-run variation of the machine is in it; a side with one run borrows the other's spread;
+  - one run on each side: a block bootstrap within the runs (reports.stats.bootstrap_relative_change).
+    It cannot see run-to-run variation (10-25% between whole runs on a shared 2-core box), so a
+    significant change only counts beyond the metric's `single_run_threshold`; below that the
+    verdict is inconclusive and the note says to repeat the runs.
+Verdicts, with "worse" meaning higher latency or lower throughput/goodput:
   regression   the interval lies wholly on the worse side of 0 and the change is worse than the threshold
   improvement  the same on the better side
   pass         the interval lies within +-threshold, or the change is real but within the threshold
@@ -16,12 +24,13 @@ from typing import Literal
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from harness.metrics import meets_slo, request_latency
 from reports.load import RunData
 from reports.markdown import md_table
-from reports.stats import bootstrap_relative_change, statistic_fn, window_rates
+from reports.repeats import RunSet
+from reports.stats import RelativeChange, bootstrap_relative_change, run_level_change, statistic_fn, window_rates
 
 PER_REQUEST_SOURCES = ("ttft", "tpot", "e2e", "itl", "goodput")
 WINDOW_SOURCES = ("output_tokens_per_s", "requests_per_s")
@@ -37,6 +46,16 @@ class MetricRule(BaseModel):
     statistic: str = "p50"
     better: Literal["lower", "higher"]
     threshold: float = Field(gt=0, lt=10, description="relative change, e.g. 0.1 for 10%")
+    # one run per side: whole runs differ by 10-25% here, so only a change this large is trusted
+    single_run_threshold: float = Field(default=0.5, gt=0, lt=10,
+                                        description="relative change a one-run-per-side comparison must pass")
+
+    @model_validator(mode="after")
+    def _single_run_threshold_is_larger(self) -> "MetricRule":
+        if self.single_run_threshold < self.threshold:
+            raise ValueError(f"single_run_threshold ({self.single_run_threshold}) must be >= threshold "
+                             f"({self.threshold}): one run per side is the less certain comparison")
+        return self
 
 
 class GateRules(BaseModel):
@@ -84,16 +103,20 @@ class MetricVerdict:
     name: str
     rule: MetricRule
     verdict: str  # pass | regression | improvement | inconclusive
-    baseline: float | None = None
+    baseline: float | None = None  # the baseline's statistic: mean over its runs
     current: float | None = None
     change: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
     note: str = ""
+    baseline_runs: int = 1
+    current_runs: int = 1
+    baseline_spread: float | None = None  # standard deviation of the per-run values (None with one run)
+    current_spread: float | None = None
 
 
 def samples(run: RunData, rule: MetricRule, rules: GateRules, slo: dict) -> np.ndarray:
-    """What the bootstrap resamples: per request (latencies in ms, 0/1 for meeting `slo`) or per window."""
+    """One run's samples: per request (latencies in ms, 0/1 for meeting `slo`) or per time window."""
     df = run.requests
     if rule.source in ("ttft", "tpot", "e2e"):
         return df[f"{rule.source}_s"].dropna().to_numpy(dtype=float) * 1e3
@@ -110,24 +133,39 @@ def samples(run: RunData, rule: MetricRule, rules: GateRules, slo: dict) -> np.n
     return window_rates(done["end_s"].to_numpy(dtype=float), None, start, end, rules.windows)
 
 
-def judge(name: str, rule: MetricRule, baseline: RunData, current: RunData, rules: GateRules) -> MetricVerdict:
-    slo = {k: v for k, v in baseline.slo.items() if v is not None}  # both runs judged by the baseline's SLOs
-    b, c = samples(baseline, rule, rules, slo), samples(current, rule, rules, slo)
-    if c.size < rules.min_samples <= b.size and rule.source in PER_REQUEST_SOURCES and rule.source != "goodput":
-        # the baseline had enough; the current run lost them (failures, no tokens): that is itself a regression
-        return MetricVerdict(name, rule, "regression", note=f"current run has {c.size} samples, baseline {b.size}")
+def judge(name: str, rule: MetricRule, baseline: RunSet, current: RunSet, rules: GateRules) -> MetricVerdict:
+    slo = {k: v for k, v in baseline.runs[0].slo.items() if v is not None}  # all runs judged by one SLO set
+    b = [samples(r, rule, rules, slo) for r in baseline.runs]
+    c = [samples(r, rule, rules, slo) for r in current.runs]
+    sides = {"baseline_runs": len(b), "current_runs": len(c)}
+    b_min, c_min = min(x.size for x in b), min(x.size for x in c)
+    if c_min < rules.min_samples <= b_min and rule.source in PER_REQUEST_SOURCES and rule.source != "goodput":
+        # the baseline had enough; a current run lost them (failures, no tokens): that is itself a regression
+        return MetricVerdict(name, rule, "regression", note=f"a current run has {c_min} samples, baseline "
+                             f"runs >= {b_min}", **sides)
     enough = min(rules.min_samples, rules.windows) if rule.source in WINDOW_SOURCES else rules.min_samples
-    if min(b.size, c.size) < enough:
+    if min(b_min, c_min) < enough:
         return MetricVerdict(name, rule, "inconclusive",
-                             note=f"too few samples ({b.size} vs {c.size}; need {enough})")
+                             note=f"too few samples in a run ({b_min} vs {c_min}; need {enough})", **sides)
     needed = _samples_for_tail(rule.statistic, rules.min_tail_samples)
-    if min(b.size, c.size) < needed:
+    if min(b_min, c_min) < needed:
         return MetricVerdict(name, rule, "inconclusive", note=f"{rule.statistic} needs >= {needed} samples per run "
-                             f"to hold {rules.min_tail_samples} beyond it ({b.size} vs {c.size})")
+                             f"to hold {rules.min_tail_samples} beyond it ({b_min} vs {c_min})", **sides)
+    stat = statistic_fn(rule.statistic)
+    b_values, c_values = ([float(stat(x[None, :])[0]) for x in side] for side in (b, c))
+    sides.update(baseline_spread=_spread(b_values), current_spread=_spread(c_values))
+    one_run_each = len(b) == 1 and len(c) == 1
     try:
-        ch = bootstrap_relative_change(b, c, rule.statistic, rules.resamples, rules.confidence, rules.seed)
+        ch = (bootstrap_relative_change(b[0], c[0], rule.statistic, rules.resamples, rules.confidence, rules.seed)
+              if one_run_each else run_level_change(b_values, c_values, rules.confidence))
     except ValueError as e:
-        return MetricVerdict(name, rule, "inconclusive", note=str(e))
+        return MetricVerdict(name, rule, "inconclusive", note=str(e), **sides)
+    verdict, note = _verdict(ch, rule, one_run_each)
+    return MetricVerdict(name, rule, verdict, ch.baseline, ch.current, ch.change, ch.ci_low, ch.ci_high, note,
+                         **sides)
+
+
+def _verdict(ch: RelativeChange, rule: MetricRule, one_run_each: bool) -> tuple[str, str]:
     sign = 1.0 if rule.better == "lower" else -1.0  # worse = sign * change > 0
     worse, lo, hi = sign * ch.change, *sorted((sign * ch.ci_low, sign * ch.ci_high))
     t = rule.threshold
@@ -139,7 +177,14 @@ def judge(name: str, rule: MetricRule, baseline: RunData, current: RunData, rule
         verdict = "pass"
     else:
         verdict = "inconclusive"
-    return MetricVerdict(name, rule, verdict, ch.baseline, ch.current, ch.change, ch.ci_low, ch.ci_high)
+    if one_run_each and verdict in ("regression", "improvement") and abs(worse) <= rule.single_run_threshold:
+        return "inconclusive", (f"one run per side: the interval misses run-to-run variation, so only a change "
+                                f"beyond ±{100 * rule.single_run_threshold:.0f}% counts; repeat the runs")
+    return verdict, ""
+
+
+def _spread(values: list[float]) -> float | None:
+    return float(np.std(values, ddof=1)) if len(values) > 1 else None
 
 
 def _samples_for_tail(statistic: str, tail: int) -> int:
@@ -149,7 +194,7 @@ def _samples_for_tail(statistic: str, tail: int) -> int:
     return int(np.ceil(tail / max(beyond, 1e-9))) if beyond < 0.5 else 0
 
 
-def compare(baseline: RunData, current: RunData, rules: GateRules) -> list[MetricVerdict]:
+def compare(baseline: RunSet, current: RunSet, rules: GateRules) -> list[MetricVerdict]:
     return [judge(name, rule, baseline, current, rules) for name, rule in rules.metrics.items()]
 
 
@@ -157,41 +202,57 @@ def exit_code(verdicts: list[MetricVerdict]) -> int:
     return 1 if any(v.verdict == "regression" for v in verdicts) else 0
 
 
-def scenario_differences(baseline: RunData, current: RunData) -> list[str]:
-    """Scenario keys that differ (the backend URL aside): a gate across different loads compares apples and pears."""
+def scenario_differences(baseline: RunSet, current: RunSet) -> list[str]:
+    """Scenario keys that differ besides name, workload and load (those must match, see repeats.py): a backend,
+    SLO or launch change is worth a warning. The URL and the seed differ between repeats by design."""
     def flat(d, prefix=""):
         out = {}
         for k, v in (d or {}).items():
             key = f"{prefix}{k}"
             out.update(flat(v, key + ".") if isinstance(v, dict) else {key: v})
         return out
-    a, b = flat(baseline.run_info.get("scenario")), flat(current.run_info.get("scenario"))
-    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k not in ("backend.url", "name"))
+    a, b = flat(baseline.scenario), flat(current.scenario)
+    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k not in ("backend.url", "name", "seed"))
     return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in keys]
 
 
-def render_markdown(baseline: RunData, current: RunData, verdicts: list[MetricVerdict], rules: GateRules) -> str:
+def render_markdown(baseline: RunSet, current: RunSet, verdicts: list[MetricVerdict], rules: GateRules) -> str:
     icon = {"pass": "✅ pass", "regression": "❌ regression", "improvement": "🚀 improvement",
             "inconclusive": "❔ inconclusive"}
     rows = []
     for v in verdicts:
         unit = "ms" if v.rule.source in ("ttft", "tpot", "e2e", "itl") else ""
-        num = (lambda x: "-" if x is None else (f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}") + (unit and " " + unit))
+        num = (lambda x: "-" if x is None else (f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"))
+        value = (lambda x, spread: "-" if x is None else num(x) + ("" if spread is None else f" ± {num(spread)}")
+                 + (unit and " " + unit))
         pct = (lambda x: "-" if x is None else f"{100 * x:+.1f}%")
         ci = "-" if v.ci_low is None else f"[{pct(v.ci_low)}, {pct(v.ci_high)}]"
-        rows.append([v.name, f"{v.rule.source} {v.rule.statistic}", num(v.baseline), num(v.current), pct(v.change), ci,
+        rows.append([v.name, f"{v.rule.source} {v.rule.statistic}", f"{v.baseline_runs} / {v.current_runs}",
+                     value(v.baseline, v.baseline_spread), value(v.current, v.current_spread), pct(v.change), ci,
                      f"±{100 * v.rule.threshold:.0f}% ({v.rule.better} is better)", icon[v.verdict], v.note])
     failed = exit_code(verdicts)
+    n_b, n_c = len(baseline.runs), len(current.runs)
+    if n_b == 1 and n_c == 1:
+        method = (f"one run per side: {rules.confidence:.0%} block-bootstrap intervals within the runs "
+                  f"({rules.resamples} resamples, seed {rules.seed}); they miss run-to-run variation, so a change must "
+                  f"also pass the metric's single-run threshold. Repeat the runs (a folder of run-N/ folders per side) "
+                  f"for a firm verdict.")
+    else:
+        method = (f"{rules.confidence:.0%} Welch t intervals over runs (each run's statistic is one sample, log scale; "
+                  f"values are means over runs ± their standard deviation)"
+                  + ("; a side with one run takes the other side's run-to-run spread." if min(n_b, n_c) == 1 else "."))
     out = [f"## Benchmark gate: {'FAILED' if failed else 'passed'}", "",
-           f"Baseline `{baseline.path}` vs current `{current.path}`; {rules.confidence:.0%} bootstrap intervals "
-           f"({rules.resamples} resamples, seed {rules.seed}) of the relative change.", "",
-           md_table(["metric", "statistic", "baseline", "current", "change", f"{rules.confidence:.0%} CI",
-                     "threshold", "verdict", "note"], rows), ""]
+           f"Baseline `{baseline.path}` ({n_b} run{'s' * (n_b > 1)}) vs current `{current.path}` "
+           f"({n_c} run{'s' * (n_c > 1)}); {method}", "",
+           md_table(["metric", "statistic", "runs (base / cur)", "baseline", "current", "change",
+                     f"{rules.confidence:.0%} CI", "threshold", "verdict", "note"], rows), ""]
     diffs = scenario_differences(baseline, current)
     if diffs:
-        out += ["> **Warning**: the runs used different scenarios: " + "; ".join(diffs), ""]
-    for role, run in (("baseline", baseline), ("current", current)):
-        flags = [f for f in ("client_bound", "interrupted") if run.summary.get(f)]
-        if flags:
-            out += [f"> **Warning**: the {role} run is {' and '.join(flags)}: its latencies are not the engine's alone.", ""]
+        out += ["> **Warning**: the runs used different settings: " + "; ".join(diffs), ""]
+    for role, side in (("baseline", baseline), ("current", current)):
+        for run in side.runs:
+            flags = [f for f in ("client_bound", "interrupted") if run.summary.get(f)]
+            if flags:
+                out += [f"> **Warning**: the {role} run `{run.path}` is {' and '.join(flags)}: its latencies are not "
+                        f"the engine's alone.", ""]
     return "\n".join(out)

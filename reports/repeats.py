@@ -1,0 +1,67 @@
+"""One side of `bench gate`: a single run folder, or a folder of repeated runs of one scenario.
+
+A run folder holds run.json and requests.jsonl. A repeats folder holds run folders as direct
+sub-folders (`run-1/`, `run-2/` ...; any names, in no particular order). Repeats are only
+comparable when they ran the same scenario: same name, workload and load (the seed may differ:
+the same distribution with fresh prompts keeps a shared engine's prefix cache out of the picture).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from reports.load import ResultsError, RunData, is_run_dir, load_run
+
+SAME_SCENARIO_KEYS = ("name", "workload", "load")
+
+
+@dataclass
+class RunSet:
+    path: Path
+    runs: list[RunData]
+
+    @property
+    def scenario(self) -> dict:
+        return self.runs[0].run_info.get("scenario") or {}
+
+
+def run_dirs(path: Path) -> list[Path]:
+    """The run folders a side is made of: the folder itself, or its sub-folders that are runs."""
+    if not path.is_dir():
+        raise ResultsError(f"{path}: not a folder; pass a run folder (with run.json) or a folder of run-N/ folders")
+    if is_run_dir(path):
+        return [path]
+    dirs = sorted(p for p in path.iterdir() if p.is_dir() and is_run_dir(p))
+    if not dirs:
+        raise ResultsError(f"{path}: neither a run folder (no requests.jsonl) nor a folder of runs (no sub-folder "
+                           f"has one); pass what `bench run --output` wrote, or a folder of such run-N/ folders")
+    return dirs
+
+
+def load_run_set(path: str | Path) -> RunSet:
+    path = Path(path)
+    return RunSet(path, [load_run(d) for d in run_dirs(path)])
+
+
+def check_same_scenario(*sides: RunSet) -> None:
+    """Every run of every side ran the first baseline run's scenario (name, workload, load), or ResultsError."""
+    first = sides[0].runs[0]
+    want = scenario_settings(first.run_info.get("scenario") or {})
+    for side in sides:
+        for run in side.runs:
+            got = scenario_settings(run.run_info.get("scenario") or {})
+            odd = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
+            if odd:
+                detail = "; ".join(f"{k}: {got.get(k)!r} vs {want.get(k)!r}" for k in odd)
+                raise ResultsError(f"{run.path}: not the same scenario as {first.path} ({detail}); "
+                                   f"gate only repeats of one scenario against each other")
+
+
+def scenario_settings(scenario: dict) -> dict:
+    """A resolved scenario's name, workload and load as flat dotted keys. Unset (None) keys are left out: a run
+    recorded before a new scenario option existed has no key for it, a newer one has it as None."""
+    def flat(value, key: str) -> dict:
+        if isinstance(value, dict):
+            return {k: v for sub, x in value.items() for k, v in flat(x, f"{key}.{sub}").items()}
+        return {} if value is None else {key: value}
+    return {k: v for name in SAME_SCENARIO_KEYS for k, v in flat(scenario.get(name), name).items()}
