@@ -1,8 +1,11 @@
 """`bench` as a user runs it: a fresh process of the harness CLI, for tests of the whole path."""
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 BENCH = [sys.executable, "-m", "harness"]
 
@@ -15,3 +18,15 @@ def bench(*args, timeout_s: float = 120, env: dict | None = None) -> subprocess.
 def bench_started(*args) -> subprocess.Popen:
     """A `bench ARGS...` left running (to interrupt it); stdout and stderr piped as text."""
     return subprocess.Popen([*BENCH, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def interrupt_once_written(proc: subprocess.Popen, requests_file: Path, n_lines: int, timeout_s: float = 60) -> str:
+    """Ctrl-C for a running `bench` once requests_file holds n_lines records (or timeout_s passed);
+    returns its stderr after it exits."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if requests_file.exists() and requests_file.read_text().count("\n") >= n_lines:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    return proc.communicate(timeout=timeout_s)[1]

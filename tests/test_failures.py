@@ -1,12 +1,10 @@
 """Failures never stop a run or lose data: each kind comes from a server that really produces it."""
 import asyncio
 import json
-import signal
-import time
 
 import pytest
 
-from bench_process import bench, bench_started
+from bench_process import bench, bench_started, interrupt_once_written
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, GroundTruthServer, gt_request
 from harness.launcher import BackendUnreachable, free_port, probe
 from harness.metrics import summarize
@@ -89,14 +87,7 @@ def test_ctrl_c_keeps_every_completed_record_and_marks_the_summary(tmp_path, wor
                             "load: {arrival: constant, rate: 20, num_requests: 400}\n")
         out_dir = tmp_path / "r"
         proc = bench_started("run", scenario, "--output", out_dir, "--workers", workers)
-        requests_file = out_dir / "requests.jsonl"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # wait until some requests have finished
-            if requests_file.exists() and requests_file.read_text().count("\n") >= 10:
-                break
-            time.sleep(0.1)
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
+        stderr = interrupt_once_written(proc, out_dir / "requests.jsonl", 10)  # some requests have finished
     assert proc.returncode == 130, stderr
     summary = json.loads((out_dir / "summary.json").read_text())
     assert summary["interrupted"] is True

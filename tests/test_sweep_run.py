@@ -1,13 +1,11 @@
 """`bench run` with load.sweep: one engine for every point, a run folder per point, sweep.json, Ctrl-C."""
 import json
-import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from bench_process import bench, bench_started
+from bench_process import bench, bench_started, interrupt_once_written
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 from harness.launcher import BackendUnreachable, probe
 from harness.results import read_records
@@ -65,14 +63,8 @@ def test_ctrl_c_mid_sweep_keeps_finished_points_and_marks_the_cut_one(tmp_path):
                             "slo: {ttft_ms: 500}\n")
         out = tmp_path / "out"
         proc = bench_started("run", scenario, "--output", out, "--allow-client-bound")
-        second = out / "point-001-rate-20" / "requests.jsonl"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # wait until the second point is under way
-            if second.exists() and second.read_text().count("\n") >= 5:
-                break
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
+        # Ctrl-C once the second point is under way
+        stderr = interrupt_once_written(proc, out / "point-001-rate-20" / "requests.jsonl", 5)
     assert proc.returncode == 130, stderr
     manifest = json.loads((out / "sweep.json").read_text())
     assert [p["status"] for p in manifest["points"]] == ["completed", "interrupted", "pending"]
