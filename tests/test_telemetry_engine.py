@@ -223,3 +223,14 @@ async def test_recorder_sees_the_native_engine_work(tmp_path):
     assert derived["mbu"] == pytest.approx(derived["engine_read_bytes_per_s"] / derived["memory_bandwidth_ceiling_bytes_per_s"])
     assert derived["dram_bandwidth_util_source"] == "engine bytes read / memory ceiling"
     assert derived["energy_per_output_token_j"] is None  # no GPU here
+
+
+def test_fed_engine_pages_with_a_bad_url_are_not_sampled_with_the_reason(tmp_path):
+    config = TelemetryConfig(interval_ms=100, gpu=False, host=False)
+    recorder = TelemetryRecorder(config, time.perf_counter_ns(), tmp_path, engine_metrics_url="127.0.0.1:8000/metrics",
+                                 engine_pages_fed=True)
+    recorder.start()
+    recorder.engine_page(time.perf_counter_ns(), NATIVE_PAGE.format(weights=1, kv=0))  # ignored: no counters
+    status = recorder.stop()
+    assert "is not an http(s) URL" in status["not_sampled"]["engine_metrics"]
+    assert "engine_metrics" not in status["sampled"]

@@ -135,7 +135,10 @@ class TelemetryRecorder:
         else:
             self.not_sampled["host"] = "telemetry.host is false"
         if self.engine_metrics_url and self.engine_pages_fed:
-            self._fed_counters = EngineBytesPoller(self.engine_metrics_url)
+            try:  # built here, not in a sampler thread: a bad URL is reported like a source's
+                self._fed_counters = EngineBytesPoller(self.engine_metrics_url)
+            except Unavailable as exc:
+                self.not_sampled["engine_metrics"] = str(exc)
         elif self.engine_metrics_url:
             sources["engine_metrics"] = lambda: EngineBytesPoller(self.engine_metrics_url)
         else:
