@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 import sys
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 
+from backends.http import http_get, http_post  # noqa: F401  (re-exported: backends use them from here)
 from backends.openai import CHAT, COMPLETIONS, ParsedStream, StreamError, build_request_body, parse_sse
 
 NATIVE = "native"  # backend.api for an engine's own (non-OpenAI) generate endpoint
@@ -34,6 +33,7 @@ class Backend:
     metrics_path = "/metrics"  # Prometheus text page; None: the engine has none
     version_path = None
     profile_paths = None  # (start, stop), POSTed around the measured window
+    profile_hint = ""  # how to start the engine so those routes exist, for the warning when they are missing
     keep_alive = True  # False: the engine closes a connection after each stream, so never reuse one
     forces_length = True  # honours workload.ignore_eos: every answer has exactly the planned length
 
@@ -61,6 +61,11 @@ class Backend:
     def launch_env(self, port: int) -> dict[str, str]:
         return {}
 
+    def sizing_args(self, sizing) -> list[tuple[tuple[str, ...], str]]:
+        """Arguments for the default command so the engine fits the benchmark (harness.launcher.EngineSizing):
+        (the flag's spellings, value) pairs; a flag the user gives in launch.args wins."""
+        return []
+
     def after_ready(self, url: str, model: str, log) -> None:
         """Work once the server answers and before any load (Ollama pulls its model here)."""
 
@@ -86,22 +91,6 @@ class Backend:
     def metrics_url(self, url: str) -> str | None:
         return url + self.metrics_path if self.metrics_path else None
 
-
-def http_get(url: str, headers: dict | None = None, timeout_s: float = 5.0) -> str:
-    req = urllib.request.Request(url, headers=headers or {})
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-        return resp.read().decode("utf-8", errors="replace")
-
-
-def http_post(url: str, body: dict, headers: dict | None = None, timeout_s: float = 30.0) -> int:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            resp.read()
-            return resp.status
-    except urllib.error.HTTPError as e:
-        return e.code
 
 
 def python_module(module: str) -> list[str]:

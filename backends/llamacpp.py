@@ -34,6 +34,11 @@ class LlamaServerBackend(Backend):
         return ["llama-server", "--host", "127.0.0.1", "--port", str(port), "-m", model,
                 "--metrics", "--cont-batching"]
 
+    def sizing_args(self, sizing) -> list[tuple[tuple[str, ...], str]]:
+        # -c is the context of all slots together: each of the --parallel slots gets c / parallel
+        return [(("-t", "--threads"), str(sizing.threads)), (("-np", "--parallel"), str(sizing.slots)),
+                (("-c", "--ctx-size"), str(sizing.slots * sizing.tokens_per_slot))]
+
 
 class LlamaCppPythonBackend(Backend):
     name = "llamacpp_python"

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 COMPLETIONS = "completions"
 CHAT = "chat"
-ENDPOINT_PATHS = {COMPLETIONS: "/v1/completions", CHAT: "/v1/chat/completions"}
 
 
 class StreamError(Exception):
@@ -20,12 +19,6 @@ class StreamError(Exception):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
-
-
-def endpoint_path(api: str) -> str:
-    if api not in ENDPOINT_PATHS:
-        raise ValueError(f"backend.api must be one of {sorted(ENDPOINT_PATHS)}, got {api!r}")
-    return ENDPOINT_PATHS[api]
 
 
 def build_request_body(
@@ -52,7 +45,7 @@ def build_request_body(
             prompt = "\n".join(str(m.get("content", "")) for m in messages or [])
         body["prompt"] = prompt
     else:
-        raise ValueError(f"backend.api must be one of {sorted(ENDPOINT_PATHS)}, got {api!r}")
+        raise ValueError(f"backend.api must be one of {sorted((CHAT, COMPLETIONS))}, got {api!r}")
     if ignore_eos:
         # vLLM and llama-server honour ignore_eos; min_tokens makes engines that
         # only know min_tokens (vLLM's sampling params) produce the full length too.

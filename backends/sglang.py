@@ -21,6 +21,7 @@ class SglangBackend(Backend):
     paths = {COMPLETIONS: "/v1/completions", CHAT: "/v1/chat/completions", NATIVE: "/generate"}
     version_path = "/get_server_info"  # server args plus a "version" field
     profile_paths = ("/start_profile", "/stop_profile")
+    profile_hint = "set SGLANG_TORCH_PROFILER_DIR in the engine's environment (launch.env) to where traces go"
 
     def request_body(self, api, model, max_tokens, prompt=None, messages=None, ignore_eos=False) -> dict:
         if api != NATIVE:

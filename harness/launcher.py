@@ -4,6 +4,10 @@ The engine runs in its own process group (so stopping it stops its children too)
 its output captured into the results folder. What differs per engine (default command line,
 environment, readiness paths, a model pull) comes from its backend (backends/); here an engine
 is a command line, a port and readiness URLs.
+
+An engine never outlives bench: a small guard process holds the read end of a pipe whose write
+end only bench holds. When bench exits in any way (kill -9 included) the kernel closes it, and
+the guard stops the engine's process group (SIGTERM, then SIGKILL after GUARD_GRACE_S).
 """
 from __future__ import annotations
 
@@ -12,12 +16,37 @@ import shlex
 import signal
 import socket
 import subprocess
+import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
+
+from backends import load_backend
+from backends.http import request
+
+GUARD_GRACE_S = 2.0
+# The guard: waits for EOF on stdin (bench gone, or the engine stopped normally), then ends the group.
+_GUARD = """
+import os, signal, sys, time
+pgid = int(sys.argv[1])
+sys.stdin.buffer.read()
+def alive():
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+if alive():
+    os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + float(sys.argv[2])
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if alive():
+        os.killpg(pgid, signal.SIGKILL)
+"""
 
 
 class BackendUnreachable(Exception):
@@ -40,15 +69,12 @@ def probe(url: str, headers: dict | None = None, timeout_s: float = 5.0,
     """GET each readiness path in turn. Returns the path that answered; raises BackendUnreachable."""
     problems = []
     for path in ready_paths:
-        req = urllib.request.Request(url.rstrip("/") + path, headers=headers or {})
         try:
-            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-                if resp.status < 400:
-                    return path
-                problems.append(f"{path}: HTTP {resp.status}")
-        except urllib.error.HTTPError as e:
-            problems.append(f"{path}: HTTP {e.code}")
-        except (urllib.error.URLError, OSError) as e:
+            status, _ = request(url.rstrip("/") + path, headers=headers, timeout_s=timeout_s)
+            if status < 400:
+                return path
+            problems.append(f"{path}: HTTP {status}")
+        except OSError as e:
             reason = getattr(e, "reason", e)
             raise BackendUnreachable(
                 f"backend.url: cannot reach {url} ({reason}); start the engine there, "
@@ -56,18 +82,33 @@ def probe(url: str, headers: dict | None = None, timeout_s: float = 5.0,
     raise BackendUnreachable(f"backend.url: {url} answers but is not ready ({'; '.join(problems)})")
 
 
-def engine_command(backend, launch_config, port: int, model: str) -> list[str]:
-    """The argument list: launch.command (with {port}, {host}, {model} filled in) or the
-    backend's default, then launch.args."""
+@dataclass
+class EngineSizing:
+    """What the run asks of an engine bench starts with its default command (backends size their flags by it)."""
+    threads: int  # CPU threads for the engine: the machine's cores
+    slots: int  # requests the engine must hold at once (the run's concurrency, at least)
+    tokens_per_slot: int  # the longest prompt plus answer of one request (a session's whole history)
+
+
+def engine_command(backend, launch_config, port: int, model: str, sizing: EngineSizing | None = None) -> list[str]:
+    """The argument list: launch.command (with {port}, {host}, {model} filled in), or the backend's
+    default (its program replaced by launch.program, its sizing flags added unless launch.args has
+    them), then launch.args."""
     fill = {"port": port, "host": "127.0.0.1", "model": model}
+    args = [str(a).format(**fill) for a in launch_config.args]
     if launch_config.command:
-        command = [part.format(**fill) for part in shlex.split(launch_config.command)]
-    else:
-        try:
-            command = backend.launch_command(port, model)
-        except ValueError as e:
-            raise BackendUnreachable(str(e)) from None
-    return command + [str(a).format(**fill) for a in launch_config.args]
+        return [part.format(**fill) for part in shlex.split(launch_config.command)] + args
+    try:
+        command = backend.launch_command(port, model)
+    except ValueError as e:
+        raise BackendUnreachable(str(e)) from None
+    if getattr(launch_config, "program", None):
+        command = [launch_config.program, *command[1:]]
+    given = {a.split("=", 1)[0] for a in args}
+    for spellings, value in backend.sizing_args(sizing) if sizing else ():
+        if not given & set(spellings):
+            command += [spellings[0], value]
+    return command + args
 
 
 @dataclass
@@ -75,10 +116,19 @@ class LaunchedBackend:
     url: str
     process: subprocess.Popen
     log_path: Path
+    guard: subprocess.Popen | None = None
 
     @property
     def pid(self) -> int:
         return self.process.pid
+
+    def exit_message(self) -> str | None:
+        """None while the engine runs; else what ended it, with its log's path."""
+        code = self.process.poll()
+        if code is None:
+            return None
+        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"code {code}"
+        return f"the engine exited with {how} (log: {self.log_path})"
 
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM to the whole process group, SIGKILL if it lingers; also reaps a group
@@ -86,6 +136,8 @@ class LaunchedBackend:
         try:
             os.killpg(self.process.pid, signal.SIGTERM)
         except ProcessLookupError:
+            self.process.wait()
+            self._release_guard()
             return
         try:
             self.process.wait(timeout=grace_s)
@@ -99,6 +151,13 @@ class LaunchedBackend:
         except ProcessLookupError:
             pass
         self.process.wait(timeout=grace_s)
+        self._release_guard()
+
+    def _release_guard(self) -> None:
+        if self.guard is not None:
+            self.guard.stdin.close()  # EOF: the guard finds the group gone and exits
+            self.guard.wait(timeout=GUARD_GRACE_S + 5)
+            self.guard = None
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -117,13 +176,18 @@ def group_alive(pgid: int) -> bool:
         return True
 
 
+def start_guard(pgid: int) -> subprocess.Popen:
+    """The process that stops group `pgid` once bench is gone (see the module's docstring)."""
+    return subprocess.Popen([sys.executable, "-c", _GUARD, str(pgid), str(GUARD_GRACE_S)], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
 def launch(backend, launch_config, url: str | None, model: str, log_path: Path,
-           headers: dict | None = None) -> LaunchedBackend:
+           headers: dict | None = None, sizing: EngineSizing | None = None) -> LaunchedBackend:
     """Starts the engine in its own process group, output into log_path, and waits until it
     answers. Every failure stops what was started and raises BackendUnreachable with the
     log's tail; so does Ctrl-C (KeyboardInterrupt is re-raised after the stop)."""
     if isinstance(backend, str):  # a kind name: launch("native", ...)
-        from backends import load_backend
         backend = load_backend(backend)
     port = urlparse(url).port if url else None
     if port and port_in_use(port):
@@ -131,7 +195,7 @@ def launch(backend, launch_config, url: str | None, model: str, log_path: Path,
                                  f"or leave backend.url out so bench picks a free port")
     port = port or free_port()
     url = url or f"http://127.0.0.1:{port}"
-    command = engine_command(backend, launch_config, port, model)
+    command = engine_command(backend, launch_config, port, model, sizing)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")
     log.write(f"$ {shlex.join(command)}\n".encode())
@@ -142,9 +206,10 @@ def launch(backend, launch_config, url: str | None, model: str, log_path: Path,
                                    env=env, start_new_session=True)
     except (FileNotFoundError, PermissionError) as e:
         log.close()
-        raise BackendUnreachable(f"backend.launch.command: {command[0]!r} cannot be run ({e.strerror}); install "
-                                 f"it, put it on PATH, or give its full path in backend.launch.command") from None
-    launched = LaunchedBackend(url, process, log_path)
+        which = "program" if getattr(launch_config, "program", None) else "command"
+        raise BackendUnreachable(f"backend.launch.{which}: {command[0]!r} cannot be run ({e.strerror}); install "
+                                 f"it, put it on PATH, or give its full path in backend.launch.{which}") from None
+    launched = LaunchedBackend(url, process, log_path, start_guard(process.pid))
     try:
         _wait_ready(launched, backend, launch_config, headers)
         backend.after_ready(url, model, log)

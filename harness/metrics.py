@@ -50,6 +50,11 @@ def request_latency(rec: RequestRecord) -> RequestLatency | None:
     return RequestLatency(ttft, e2e, tpot, itl_chunk, itl_token)
 
 
+def active_slo(slo: dict | None) -> dict:
+    """The SLO limits (ms) that are set; a scenario's unset ones are None."""
+    return {k: v for k, v in (slo or {}).items() if v is not None}
+
+
 def meets_slo(lat: RequestLatency, slo: dict) -> bool:
     """All SLOs given (ms) must hold; the ITL SLO bounds the worst gap of the request."""
     checks = (("ttft_ms", lat.ttft_s), ("e2e_ms", lat.e2e_s), ("tpot_ms", lat.tpot_s),
@@ -85,7 +90,7 @@ def concurrency_profile(records: list[RequestRecord]) -> dict:
 def summarize(records: list[RequestRecord], slo: dict | None = None,
               loop_lag_s: list[float] | None = None) -> dict:
     """The summary of the measured (non-warm-up) requests."""
-    slo = {k: v for k, v in (slo or {}).items() if v is not None}
+    slo = active_slo(slo)
     measured = [r for r in records if not r.is_warmup]
     done = [r for r in measured if r.ok]
     lats = [lat for lat in (request_latency(r) for r in done) if lat is not None]

@@ -27,18 +27,30 @@ class RunObservers:
         self.scraper.page_listeners.append(self.recorder.engine_page)  # one /metrics request per interval
         self.status: dict = {}
 
-    def start(self, console) -> None:
+    def start(self) -> list[str]:
+        """Starts watching; returns warnings for the console (a profiler that is not there)."""
         self.recorder.start()
         self.scraper.begin()
-        if self.profile:
-            if not self.engine.profile_paths:
-                console.print(f"[yellow]warning[/]: backend.profile: {self.engine.name} has no profiler endpoints")
-            else:
-                code = http_post(self.url + self.engine.profile_paths[0], {}, self.headers)
-                self.status["profile"] = {"start_http_status": code}
+        if not self.profile:
+            return []
+        if not self.engine.profile_paths:
+            return [f"backend.profile: {self.engine.name} has no profiler endpoints; the run goes on unprofiled"]
+        path = self.engine.profile_paths[0]
+        try:
+            code = http_post(self.url + path, {}, self.headers)
+        except OSError as e:
+            code, why = None, f"failed ({e})"
+        else:
+            why = f"answered HTTP {code}"
+        self.status["profile"] = {"start_http_status": code}
+        if code is not None and code < 400:
+            return []
+        self.status["profile"]["error"] = why
+        hint = f": {self.engine.profile_hint}" if self.engine.profile_hint else ""
+        return [f"backend.profile: POST {path} {why}, so the engine was started without its profiler{hint}"]
 
     def stop(self) -> dict:
-        if "profile" in self.status:
+        if "profile" in self.status and "error" not in self.status["profile"]:
             self.status["profile"]["stop_http_status"] = http_post(self.url + self.engine.profile_paths[1], {},
                                                                    self.headers, timeout_s=300)
         self.status["server_metrics"] = self.scraper.stop()

@@ -1,14 +1,25 @@
-"""What one run leaves on disk: run.json, requests.jsonl (written as requests finish), summary.json."""
+"""The results folder, written and read here only.
+
+A run folder holds run.json (resolved scenario, versions, host), requests.jsonl (one record per
+request, appended as each completes), summary.json, telemetry.csv, server_metrics.csv and the
+engine's log when bench launched it. A sweep folder holds one run folder per point,
+`point-NNN-<rate|concurrency>-<value>/`, and sweep.json (each point's status). A repeats folder
+(one side of `bench gate`) holds run folders as direct sub-folders (`run-1/` ...).
+"""
 from __future__ import annotations
 
 import json
 import os
 import platform
+import re
+import shutil
 import socket
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
+
+import numpy as np
 
 
 @dataclass
@@ -72,9 +83,73 @@ class RequestRecord:
         return cls(**d)
 
 
+RUN_FILES = ("run.json", "requests.jsonl", "summary.json", "telemetry.csv", "server_metrics.csv", "engine.log")
+MANIFEST = "sweep.json"
+POINT_DIR = re.compile(r"^point-(\d+)-(rate|concurrency)-([0-9.]+)$")
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class ResultsError(Exception):
+    """A results folder that cannot be written or read; the message names the path and the fix."""
+
+
+# --- writing --------------------------------------------------------------------------------------
+
 def default_output_dir(name: str, root: str | Path = "results") -> Path:
+    """results/<name>-<UTC time>; a name that could leave `root` (`../x`, `a/b`) is refused."""
+    if not SAFE_NAME.match(name):
+        raise ResultsError(f"name: {name!r} cannot name a results folder; use letters, digits, '.', '_' and '-' "
+                           f"(no '/' and no leading '.'), or give --output")
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return Path(root) / f"{name}-{stamp}"
+
+
+def holds_run(path: Path) -> bool:
+    return any((path / name).exists() for name in ("run.json", "requests.jsonl", "summary.json"))
+
+
+def prepare_run_dir(path: str | Path, overwrite: bool = False) -> Path:
+    """Creates the folder; one that already holds a run is refused (a rerun would mix two runs' files),
+    or with `overwrite` emptied of the run's files first."""
+    path = Path(path)
+    _make_dir(path)
+    if holds_run(path):
+        if not overwrite:
+            raise ResultsError(f"--output: {path} already holds a run (run.json / requests.jsonl); choose a new "
+                               f"folder, or pass --overwrite to replace it")
+        for name in RUN_FILES:
+            (path / name).unlink(missing_ok=True)
+    return path
+
+
+def prepare_sweep_dir(path: str | Path, overwrite: bool = False) -> Path:
+    """As prepare_run_dir, for a sweep: refused when it holds sweep.json, point folders or a run."""
+    path = Path(path)
+    _make_dir(path)
+    points = [p for p in path.iterdir() if p.is_dir() and POINT_DIR.match(p.name)]
+    if (path / MANIFEST).exists() or points or holds_run(path):
+        if not overwrite:
+            raise ResultsError(f"--output: {path} already holds results (sweep.json or point folders); choose a "
+                               f"new folder, or pass --overwrite to replace them")
+        for p in points:
+            shutil.rmtree(p)
+        for name in (MANIFEST, *RUN_FILES):
+            (path / name).unlink(missing_ok=True)
+    return path
+
+
+def _make_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ResultsError(f"--output: {path} (or a folder above it) is a file, not a folder; "
+                           f"choose another path") from None
+    except NotADirectoryError:
+        raise ResultsError(f"--output: a part of {path} is a file, not a folder; choose another path") from None
+    except PermissionError:
+        raise ResultsError(f"--output: cannot create {path} (permission denied); choose a writable folder") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ResultsError(f"--output: {path} is not writable; choose a writable folder")
 
 
 def versions() -> dict:
@@ -103,10 +178,9 @@ class ResultWriter:
     """Owns the results folder. Each record is appended and flushed when it completes,
     so a killed run still leaves every finished request on disk."""
 
-    def __init__(self, out_dir: str | Path):
-        self.dir = Path(out_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self._requests = open(self.dir / "requests.jsonl", "w", encoding="utf-8")  # a rerun into the same folder starts afresh
+    def __init__(self, out_dir: str | Path, overwrite: bool = False):
+        self.dir = prepare_run_dir(out_dir, overwrite)
+        self._requests = open(self.dir / "requests.jsonl", "w", encoding="utf-8")
         self.records_written = 0
 
     def write_run_info(self, run_info: dict) -> None:
@@ -134,6 +208,97 @@ def write_json(path: Path, obj: dict) -> None:
     os.replace(tmp, path)  # readers never see half a file
 
 
-def read_records(out_dir: str | Path) -> list[RequestRecord]:
+# --- reading --------------------------------------------------------------------------------------
+
+def read_records(out_dir: str | Path, warnings: list[str] | None = None) -> list[RequestRecord]:
+    """Every record of requests.jsonl. A torn last line (a run killed while writing it) and keys this
+    version does not know are skipped with a warning appended to `warnings`; any other bad line is a
+    ResultsError naming the file and line."""
     path = Path(out_dir) / "requests.jsonl"
-    return [RequestRecord.from_dict(json.loads(line)) for line in path.read_text().splitlines() if line]
+    warnings = [] if warnings is None else warnings
+    try:
+        lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
+    except OSError as e:
+        raise ResultsError(f"{path}: cannot read ({e.strerror})") from None
+    known = {f.name for f in fields(RequestRecord)}
+    unknown: set[str] = set()
+    records = []
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            if not isinstance(obj, dict):
+                raise ValueError("not a JSON object")
+            unknown |= set(obj) - known
+            records.append(RequestRecord.from_dict({k: v for k, v in obj.items() if k in known}))
+        except (ValueError, TypeError) as e:
+            if i == last:
+                warnings.append(f"{path} line {i + 1}: skipped a torn last line (the run was cut while writing it)")
+                continue
+            raise ResultsError(f"{path} line {i + 1}: not a request record ({e}); "
+                               f"the file was edited or damaged") from None
+    if unknown:
+        warnings.append(f"{path}: ignored record keys this version does not know: {', '.join(sorted(unknown))}")
+    return records
+
+
+def read_json(path: Path) -> dict:
+    """A JSON file of the folder, {} when absent."""
+    if not path.is_file():
+        return {}
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ResultsError(f"{path}: not valid JSON ({e}); the run may have been cut while writing it") from None
+    if not isinstance(obj, dict):
+        raise ResultsError(f"{path}: expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / "requests.jsonl").is_file()
+
+
+def run_dirs(path: Path) -> list[Path]:
+    """The run folders of one gate side: the folder itself, or its sub-folders that are runs (repeats)."""
+    if not path.is_dir():
+        raise ResultsError(f"{path}: not a folder; pass a run folder (with run.json) or a folder of run-N/ folders")
+    if is_run_dir(path):
+        return [path]
+    dirs = sorted(p for p in path.iterdir() if p.is_dir() and is_run_dir(p))
+    if not dirs:
+        raise ResultsError(f"{path}: neither a run folder (no requests.jsonl) nor a folder of runs (no sub-folder "
+                           f"has one); pass what `bench run --output` wrote, or a folder of such run-N/ folders")
+    return dirs
+
+
+# --- sweeps ---------------------------------------------------------------------------------------
+
+def point_dir_name(index: int, kind: str, value: float) -> str:
+    """point-NNN-rate-R or point-NNN-concurrency-C; positional digits (no exponent) so POINT_DIR reads it back."""
+    return f"point-{index:03d}-{kind}-{np.format_float_positional(value, trim='-')}"
+
+
+def parse_point_dir(name: str) -> tuple[int, str, float] | None:
+    """(index, "rate"|"concurrency", offered load) from a point folder's name; None for other names."""
+    match = POINT_DIR.match(name)
+    return None if match is None else (int(match[1]), match[2], float(match[3]))
+
+
+def point_dirs(path: Path) -> list[Path]:
+    return sorted(p for p in path.iterdir() if p.is_dir() and POINT_DIR.match(p.name) and is_run_dir(p))
+
+
+def write_manifest(out_dir: Path, kind: str, scenario: dict, points: list[dict]) -> None:
+    """sweep.json: the load kind, the scenario and each point's {index, offered_load, dir, status, ...}."""
+    write_json(out_dir / MANIFEST, {"kind": kind, "unit": "requests/s" if kind == "rate" else "requests in flight",
+                                    "scenario": scenario, "points": points})
+
+
+def read_statuses(out_dir: Path) -> dict[str, str]:
+    """Point folder name -> status, from sweep.json; empty when the folder has none."""
+    manifest = read_json(Path(out_dir) / MANIFEST)
+    points = manifest.get("points", [])
+    return {p["dir"]: p["status"] for p in points if isinstance(p, dict) and "dir" in p and "status" in p}

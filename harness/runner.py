@@ -336,12 +336,17 @@ class Runner:
             self.loop_lag_s.append(max(0.0, (time.perf_counter_ns() - start) / 1e9 - LOOP_TICK_S))
 
 
-def run_blocking(runner_factory: Callable[[], Runner]) -> RunOutcome:
-    """Runs a Runner on uvloop (asyncio's loop where uvloop is missing)."""
-    async def main():
-        return await runner_factory().run()
+def run_async(coro):
+    """Runs a coroutine to its end on uvloop (asyncio's loop where uvloop is missing)."""
     try:
         import uvloop
-        return uvloop.run(main())
     except ImportError:
-        return asyncio.run(main())
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+def run_blocking(runner_factory: Callable[[], Runner]) -> RunOutcome:
+    """Runs a Runner (made inside the loop) to its end."""
+    async def main():
+        return await runner_factory().run()
+    return run_async(main())

@@ -15,6 +15,7 @@ requests/s for open arrivals, requests in flight for `arrival: closed`. Each val
 from __future__ import annotations
 
 import difflib
+import re
 import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -23,6 +24,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo
 from pydantic import field_validator, model_validator
 
+from backends import available, load_backend
 from harness.distributions import Dist, dist_from_yaml
 from harness.telemetry import TelemetryConfig
 
@@ -54,10 +56,16 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+LAUNCH_PLACEHOLDERS = "{port}, {host}, {model}"
+
+
 class LaunchConfig(Strict):
-    """How the harness starts the engine itself; empty means the backend's default command."""
+    """How the harness starts the engine itself; empty means the backend's default command.
+    `command` replaces the whole command line (it must place {port}); `program` replaces only the
+    default command's program (another binary, another venv's python) and keeps its arguments."""
 
     command: str | None = None
+    program: str | None = None
     args: list[str] = []
     env: dict[str, str] = {}
     ready_timeout_s: float = Field(default=300.0, gt=0, description="seconds")
@@ -84,11 +92,11 @@ class BackendConfig(Strict):
     metrics_url: str | None = None  # the Prometheus page; default: url + the engine's metrics path
     profile: bool = False  # POST the engine's /start_profile and /stop_profile around the load (vLLM, SGLang)
     eos_token_ids: list[int] = []  # llama-cpp-python only: EOS ids to bias away when workload.ignore_eos
+    tokenizer: str | None = None  # local tokenizer for prompt lengths: a GGUF, a HF folder/tokenizer.json or name
 
     @field_validator("kind")
     @classmethod
     def _installed(cls, kind: str) -> str:
-        from backends import available
         known = list(available())
         if kind not in known:
             raise ValueError("must be " + ", ".join(repr(k) for k in known) + " (the installed backends)")
@@ -108,10 +116,36 @@ class BackendConfig(Strict):
             raise ValueError("must start with http:// or https:// (e.g. http://127.0.0.1:8000)")
         return None if url is None else url.rstrip("/")
 
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer_source(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """A path (GGUF, tokenizer.json, a folder with one) must exist; other text is a Hugging Face hub name."""
+        if value is None or value == "smollm2":
+            return value
+        base_dir = Path((info.context or {}).get("base_dir", "."))
+        path = Path(value).expanduser()
+        path = path if path.is_absolute() else base_dir / path
+        if path.exists():
+            return str(path.resolve())
+        if value.startswith(("/", ".", "~")) or value.endswith((".gguf", ".json")):
+            raise ScenarioError(f"backend.tokenizer: {value!r} not found (looked in {path.parent.resolve()}); give "
+                                f"a GGUF file, a folder with tokenizer.json, or a Hugging Face name")
+        return value
+
     @model_validator(mode="after")
     def _url_or_launch(self) -> "BackendConfig":
         if self.url is None and self.launch is None:
             raise ScenarioError("backend.url: missing; give the engine's URL, or `launch: {}` to start it")
+        launch = self.launch
+        if launch is not None and launch.command and launch.program:
+            raise ScenarioError("backend.launch.program: give either launch.command (the whole command line) or "
+                                "launch.program (the default command with another program), not both")
+        if launch is not None and launch.command and not any("{port}" in part for part in [launch.command, *launch.args]):
+            if not load_backend(self.kind).launch_env(1):  # engines told their port by environment need no {port}
+                raise ScenarioError(
+                    f"backend.launch.command: {launch.command!r} has no {{port}}; bench picks a free port and "
+                    f"fills it in, so write it where the engine takes its port (e.g. --port {{port}}); "
+                    f"placeholders: {LAUNCH_PLACEHOLDERS}")
         return self
 
 
@@ -245,6 +279,15 @@ class Scenario(Strict):
     slo: SloConfig = SloConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     seed: int = 0
+
+    @field_validator("name")
+    @classmethod
+    def _folder_safe_name(cls, name: str) -> str:
+        # the name becomes results/<name>-<time>/: a '/' or a leading '.' could put it anywhere
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name):
+            raise ValueError("must start with a letter or digit and hold only letters, digits, '.', '_' and '-' "
+                             "(it names the results folder)")
+        return name
 
     @model_validator(mode="after")
     def _workload_fits_load(self) -> "Scenario":

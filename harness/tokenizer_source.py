@@ -1,24 +1,23 @@
 """Where token counts come from while building prompts, best first:
 
-1. "server_tokenize": the engine's own `POST /tokenize` (vLLM shape {"model","prompt"} -> {"tokens"};
+1. "local_tokenizer" from `backend.tokenizer` when the scenario names one: a GGUF file, a Hugging
+   Face tokenizer folder (or its tokenizer.json), or a Hugging Face hub name;
+2. "server_tokenize": the engine's own `POST /tokenize` (vLLM shape {"model","prompt"} -> {"tokens"};
    llama.cpp's {"content"} -> {"tokens"} is read too), so counts match what the engine will see;
-2. "local_tokenizer": the GGUF tokenizer of the local model (SmolLM2 by default);
-3. "approximate": about one token per common word (~4 characters), when neither is available.
+3. "local_tokenizer": the GGUF tokenizer of the local model (SmolLM2 by default);
+4. "approximate": about one token per common word (~4 characters), when none of these is available.
 
-Random prompts are drawn from "word tokens": ids whose text is one space-prefixed common English
-word (" river"). Joined, they re-encode to the same ids in byte-level BPE tokenizers, so a drawn
-length is hit exactly with one encode call, and their text is known locally (no detokenize calls).
+How prompts are built from a source, and how prompt and answer tokens are counted: harness/prompts.py.
 """
 from __future__ import annotations
 
 import functools
 import json
 import re
-import urllib.error
-import urllib.request
 import zlib
+from pathlib import Path
 
-import numpy as np
+from backends.http import request
 
 WORDS = list(dict.fromkeys("""the of and to in is that for it as was with be by on not he this are or his from at which but have an
 they you were her she there been one all we their has would when if so no will more can who some out other them
@@ -32,25 +31,28 @@ model memory server token request queue batch cache block engine speed load user
 island mountain forest winter summer morning evening bridge road train ship voice color picture
 """.split()))
 
-DISCOVERY_MAX_WORDS = 400  # bounds the /tokenize calls made once per run when words split unevenly
+
+
+class TokenizerError(Exception):
+    """A token source that cannot be used (a bad backend.tokenizer, a /tokenize answering errors or garbage).
+    `absent`: the server has no /tokenize at all (not an error: another source is used)."""
+
+    def __init__(self, message: str, absent: bool = False):
+        super().__init__(message)
+        self.absent = absent
 
 
 class TokenizerSource:
-    """encode/decode plus the word tokens random prompts are drawn from."""
+    """encode, as the engine counts a prompt (special tokens such as BOS added)."""
 
     method: str = ""
-    vocab_size: int | None = None
+    name: str = ""  # where the counts come from, for the console and run.json
 
     def __init__(self) -> None:
         self._encode_cache: dict[str, list[int]] = {}
-        self._word_text_by_id: dict[int, str] | None = None
-        self._word_ids: np.ndarray | None = None
         self._added_tokens: int | None = None
 
     def _encode(self, text: str) -> list[int]:
-        raise NotImplementedError
-
-    def decode(self, ids: list[int]) -> str:
         raise NotImplementedError
 
     def encode(self, text: str) -> list[int]:
@@ -63,67 +65,10 @@ class TokenizerSource:
 
     @property
     def added_tokens(self) -> int:
-        """Tokens every encoding carries regardless of text (a BOS, for some servers)."""
+        """Tokens every encoding carries regardless of text (a BOS, for some tokenizers)."""
         if self._added_tokens is None:
             self._added_tokens = len(self.encode(""))
         return self._added_tokens
-
-    def word_token_ids(self) -> np.ndarray:
-        if self._word_ids is None:
-            self._word_ids = np.array(sorted(self._word_texts()), dtype=np.int64)
-        return self._word_ids
-
-    def text_of(self, word_ids: np.ndarray | list[int]) -> str:
-        """Text of a sequence of word tokens, without a decode round trip."""
-        texts = self._word_texts()
-        return "".join(texts[int(i)] for i in word_ids)
-
-    def _word_texts(self) -> dict[int, str]:
-        if self._word_text_by_id is None:
-            self._word_text_by_id = self._discover_word_tokens()
-        return self._word_text_by_id
-
-    def _discover_word_tokens(self) -> dict[int, str]:
-        words = WORDS[:DISCOVERY_MAX_WORDS]
-        skip = self.added_tokens
-        ids = self.encode("".join(" " + w for w in words))[skip:]
-        if len(ids) == len(words):  # every word is one token: map them by position, one call in all
-            return {i: " " + w for i, w in zip(ids, words)}
-        found = {}
-        for word in words:
-            word_ids = self.encode(" " + word)[skip:]
-            if len(word_ids) == 1:
-                found[word_ids[0]] = " " + word
-        if len(found) < 16:
-            raise RuntimeError(f"{self.method}: only {len(found)} common English words are single tokens; "
-                               "cannot draw random prompts from this tokenizer")
-        return found
-
-    def random_text(self, rng: np.random.Generator, n_tokens: int,
-                    prefix_ids: np.ndarray | list[int] = ()) -> tuple[str, int]:
-        """Text of n_tokens tokens (counting added tokens such as BOS) and the count actually reached.
-
-        The text starts with the word tokens `prefix_ids` (cut if longer than n_tokens) and is
-        filled up with random word tokens; only the fill is adjusted, so a shared prefix stays shared.
-        """
-        word_ids = self.word_token_ids()
-        body = max(n_tokens - self.added_tokens, 1)
-        fixed = np.asarray(prefix_ids, dtype=np.int64)[:body]
-        fill = rng.choice(word_ids, size=body - len(fixed))
-        count = 0
-        for _ in range(4):  # word tokens re-encode exactly in BPE tokenizers; this loop covers the rest
-            text = self.text_of(np.concatenate([fixed, fill]))
-            count = len(self.encode(text))
-            excess = count - n_tokens
-            if excess == 0 or (excess > 0 and len(fixed) + len(fill) == 1):
-                break
-            if excess < 0:
-                fill = np.concatenate([fill, rng.choice(word_ids, size=-excess)])
-            elif excess <= len(fill):
-                fill = fill[: len(fill) - excess]
-            else:
-                fixed, fill = fixed[: max(len(fixed) - (excess - len(fill)), 1)], fill[:0]
-        return text, count
 
 
 class ServerTokenizer(TokenizerSource):
@@ -132,68 +77,80 @@ class ServerTokenizer(TokenizerSource):
     def __init__(self, url: str, model: str, headers: dict[str, str] | None = None, timeout_s: float = 30.0):
         super().__init__()
         self.url, self.model, self.headers, self.timeout_s = url.rstrip("/"), model, headers or {}, timeout_s
-
-    def _post(self, route: str, body: dict) -> dict:
-        request = urllib.request.Request(
-            self.url + route, data=json.dumps(body).encode(), method="POST",
-            headers={"Content-Type": "application/json", **self.headers},
-        )
-        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-            return json.loads(response.read())
+        self.name = f"{self.url}/tokenize"
 
     def _encode(self, text: str) -> list[int]:
         # "prompt" is vLLM's field and "content" llama.cpp's; each server ignores the other.
-        return self._post("/tokenize", {"model": self.model, "prompt": text, "content": text})["tokens"]
+        body = {"model": self.model, "prompt": text, "content": text}
+        try:
+            status, data = request(self.url + "/tokenize", body, self.headers, self.timeout_s)
+        except OSError as e:
+            raise TokenizerError(f"backend.url: POST {self.name} failed ({getattr(e, 'reason', e)})",
+                                 absent=True) from None
+        if status >= 400:
+            raise TokenizerError(f"backend.url: POST {self.name} answered HTTP {status}: "
+                                 f"{data[:120].decode('utf-8', 'replace')}", absent=status in (404, 405))
+        try:
+            tokens = json.loads(data)["tokens"]
+        except (ValueError, KeyError, TypeError):
+            tokens = None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+            raise TokenizerError(f"backend.url: POST {self.name} answered {data[:120]!r}, not {{\"tokens\": [ids]}}")
+        return tokens
 
-    def decode(self, ids: list[int]) -> str:
-        reply = self._post("/detokenize", {"model": self.model, "tokens": [int(i) for i in ids]})
-        return reply.get("prompt", reply.get("content", ""))
-
-    def reachable(self, timeout_s: float = 5.0) -> bool:
-        """True when the server answers /tokenize; a server without it is not an error, just unused."""
+    def check(self, timeout_s: float = 5.0) -> str | None:
+        """None when /tokenize works; else why not ("absent" when the server has no such route)."""
         saved_timeout_s, self.timeout_s = self.timeout_s, timeout_s
         try:
-            return isinstance(self._encode("hello"), list)
-        except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
-            return False
+            self._encode("hello")
+            return None
+        except TokenizerError as e:
+            return "absent" if e.absent else str(e)
         finally:
             self.timeout_s = saved_timeout_s
 
 
 class LocalTokenizer(TokenizerSource):
+    """A tokenizer file on this machine: a GGUF (the engine's own tokenizer) or a Hugging Face tokenizer."""
+
     method = "local_tokenizer"
 
     def __init__(self, model: str):
         super().__init__()
-        self.tokenizer = _load_gguf_tokenizer(model)
-        self.vocab_size = self.tokenizer.vocab_size
+        self.name = model
+        self.tokenizer, self._encode_with = _load_local_tokenizer(model)
 
     def _encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special=True)  # as the engine counts a prompt
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode([int(i) for i in ids])
+        return self._encode_with(text)
 
 
 @functools.lru_cache(maxsize=4)
-def _load_gguf_tokenizer(model: str):
-    # Lazy import: the harness works without native_engine; reading the GGUF takes seconds, so once.
-    from native_engine.model_files import resolve_model
-    from native_engine.tokenizer import Tokenizer
-
-    return Tokenizer.from_gguf(resolve_model(model))
+def _load_local_tokenizer(source: str):
+    """(the tokenizer, encode(text) -> ids with special tokens added as the engine adds them).
+    Reading a GGUF takes seconds, so once."""
+    path = Path(source).expanduser()
+    if source == "smollm2" or source.endswith(".gguf"):
+        # Lazy import: the harness works without native_engine
+        from native_engine.model_files import resolve_model
+        from native_engine.tokenizer import Tokenizer
+        gguf_tokenizer = Tokenizer.from_gguf(resolve_model(source))
+        return gguf_tokenizer, functools.partial(gguf_tokenizer.encode, add_special=True)
+    from tokenizers import Tokenizer as HFTokenizer
+    if path.is_dir():
+        path = path / "tokenizer.json"
+    hf = HFTokenizer.from_file(str(path)) if path.is_file() else HFTokenizer.from_pretrained(source)
+    return hf, lambda text: hf.encode(text, add_special_tokens=True).ids
 
 
 class ApproximateTokenizer(TokenizerSource):
     """One id per known word, one per 4 characters of anything else: a stand-in for counts only."""
 
     method = "approximate"
+    name = "about one token per word"
 
     def __init__(self) -> None:
         super().__init__()
-        self.words = WORDS
-        self.id_by_word = {w: i for i, w in enumerate(self.words)}
-        self.vocab_size = len(self.words) + 65536
+        self.id_by_word = {w: i for i, w in enumerate(WORDS)}
 
     def _encode(self, text: str) -> list[int]:
         ids = []
@@ -202,21 +159,34 @@ class ApproximateTokenizer(TokenizerSource):
                 ids.append(self.id_by_word[piece])
                 continue
             for start in range(0, len(piece), 4):  # unknown text: a hashed id per 4 characters
-                ids.append(len(self.words) + zlib.crc32(piece[start:start + 4].encode()) % 65536)
+                ids.append(len(WORDS) + zlib.crc32(piece[start:start + 4].encode()) % 65536)
         return ids
 
-    def decode(self, ids: list[int]) -> str:
-        return "".join(" " + self.words[i] if i < len(self.words) else " ?" for i in ids)
+
+def local_tokenizer(source: str) -> LocalTokenizer:
+    """backend.tokenizer: a GGUF file, a Hugging Face folder / tokenizer.json, or a hub name."""
+    try:
+        return LocalTokenizer(source)
+    except Exception as e:  # tokenizers and gguf raise their own types for a bad file or an unknown name
+        raise TokenizerError(f"backend.tokenizer: cannot load {source!r} ({type(e).__name__}: {e}); give a GGUF "
+                             f"file, a folder with tokenizer.json, or a Hugging Face name this machine can fetch") from None
 
 
-def resolve_tokenizer(scenario, url: str | None = None) -> TokenizerSource:
-    """The best source available for this scenario; `url` overrides backend.url (e.g. after a launch)."""
+def resolve_tokenizer(scenario, url: str | None = None, warnings: list[str] | None = None) -> TokenizerSource:
+    """The best source available for this scenario; `url` overrides backend.url (e.g. after a launch).
+    Why a better source was passed over goes into `warnings`."""
     backend = scenario.backend
+    warnings = [] if warnings is None else warnings
+    if getattr(backend, "tokenizer", None):
+        return local_tokenizer(backend.tokenizer)
     url = url or backend.url
     if url:
         server = ServerTokenizer(url, backend.model, backend.headers, timeout_s=min(backend.request_timeout_s, 30.0))
-        if server.reachable():
+        problem = server.check()
+        if problem is None:
             return server
+        if problem != "absent":
+            warnings.append(f"{problem}; prompt lengths are counted locally instead")
     if backend.model == "smollm2" or backend.model.endswith(".gguf"):
         try:
             return LocalTokenizer(backend.model)

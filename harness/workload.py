@@ -8,6 +8,8 @@ schedule, the lengths and the prompt words, so changing a prompt length does not
   `Plan.duration_s`; a closed loop gets `load.max_requests` requests and `Plan.duration_s = duration_s`.
 - `arrival: trace` + `kind: random`: prompt and answer lengths come from the trace rows (Mooncake
   hash_ids become shared prompt blocks); other workload kinds take only the timestamps.
+- Prompt text and the token-count rule (BOS included in a prompt's count, never in an answer's):
+  harness/prompts.py, the same for every kind.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harness.arrivals import open_loop_offsets_s, open_loop_offsets_until_s, trace_offsets_s
+from harness.prompts import answer_tokens, prompt_builder, prompt_tokens
 from harness.scenario import Scenario, ScenarioError
 from harness.tokenizer_source import TokenizerSource
 from harness.traces import TraceRow, load_trace, read_jsonl
@@ -111,7 +114,7 @@ def build_plan(scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
         output_tokens = [max(row.output_tokens, 1) for row in schedule.trace_rows]
     else:
         lengths = workload.input_tokens.sample(length_rng, n)
-        prompts = [tokenizer.random_text(prompt_rng, int(k)) for k in lengths]
+        prompts = [prompt_builder(tokenizer).random_text(prompt_rng, int(k)) for k in lengths]
     requests = [
         RequestSpec(index=i, prompt=text, messages=messages[i], prompt_tokens=count,
                     output_tokens=int(output_tokens[i]), intended_offset_s=schedule.offsets_s[i],
@@ -123,22 +126,21 @@ def build_plan(scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
 
 def _shared_prefix_prompts(scenario, tokenizer, n, length_rng, prompt_rng) -> list[tuple[str, int]]:
     workload = scenario.workload
-    word_ids = tokenizer.word_token_ids()
-    prefixes = [np.random.default_rng([scenario.seed, 4, g]).choice(word_ids, size=workload.prefix_tokens)
+    builder = prompt_builder(tokenizer)
+    prefixes = [np.random.default_rng([scenario.seed, 4, g]).choice(builder.word_ids, size=workload.prefix_tokens)
                 for g in range(workload.num_groups)]
     if workload.group_assignment == "round_robin":
         groups = np.arange(n) % workload.num_groups
     else:
         groups = length_rng.integers(0, workload.num_groups, size=n)
     suffix_lengths = workload.input_tokens.sample(length_rng, n)
-    return [tokenizer.random_text(prompt_rng, tokenizer.added_tokens + workload.prefix_tokens + int(k),
-                                  prefix_ids=prefixes[g])
+    return [builder.random_text(prompt_rng, workload.prefix_tokens + int(k), prefix_ids=prefixes[g])
             for g, k in zip(groups, suffix_lengths)]
 
 
 def hash_block_ids(tokenizer: TokenizerSource, seed: int, hash_id: int, block_size: int) -> np.ndarray:
     """The word tokens of one Mooncake block: a pure function of (seed, hash_id), so equal ids share text."""
-    return np.random.default_rng([seed, 3, hash_id]).choice(tokenizer.word_token_ids(), size=block_size)
+    return np.random.default_rng([seed, 3, hash_id]).choice(prompt_builder(tokenizer).word_ids, size=block_size)
 
 
 def _trace_prompts(scenario, tokenizer, rows: list[TraceRow], prompt_rng) -> list[tuple[str, int]]:
@@ -148,7 +150,7 @@ def _trace_prompts(scenario, tokenizer, rows: list[TraceRow], prompt_rng) -> lis
         target = max(row.input_tokens, 1)
         blocks = [hash_block_ids(tokenizer, scenario.seed, h, block_size) for h in row.hash_ids or ()]
         prefix = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
-        prompts.append(tokenizer.random_text(prompt_rng, target + tokenizer.added_tokens, prefix_ids=prefix))
+        prompts.append(prompt_builder(tokenizer).random_text(prompt_rng, target, prefix_ids=prefix))
     return prompts
 
 
@@ -175,7 +177,7 @@ def _multi_turn_plan(scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
         outputs = workload.output_tokens.sample(length_rng, session_turns)
         thinks_s = workload.think_time_s.sample_s(length_rng, session_turns)
         for turn in range(session_turns):
-            text, count = tokenizer.random_text(prompt_rng, int(lengths[turn]))
+            text, count = prompt_builder(tokenizer).random_text(prompt_rng, int(lengths[turn]))
             requests.append(RequestSpec(
                 index=len(requests), prompt=text, messages=None, prompt_tokens=count,
                 output_tokens=int(outputs[turn]), intended_offset_s=offset_s if turn == 0 else None,
@@ -187,12 +189,12 @@ def _multi_turn_plan(scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
 def _count_tokens(tokenizer: TokenizerSource, row: dict) -> int:
     # For messages rows: the contents only; the engine's chat template adds a few tokens on top.
     texts = [row["prompt"]] if row["messages"] is None else [str(m.get("content", "")) for m in row["messages"]]
-    return sum(len(tokenizer.encode(text)) for text in texts)
+    return sum(prompt_tokens(tokenizer, text) for text in texts)
 
 
 def _answer_tokens(tokenizer: TokenizerSource, row: dict) -> int | None:
     if row["answer"] is not None:
-        return max(len(tokenizer.encode(row["answer"])) - tokenizer.added_tokens, 1)
+        return answer_tokens(tokenizer, row["answer"])
     return row["output_tokens"]
 
 

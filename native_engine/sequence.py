@@ -83,11 +83,3 @@ class Sequence:
     @property
     def num_output_tokens(self) -> int:
         return len(self.token_ids) - self.num_prompt_tokens
-
-    @property
-    def output_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens:]
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status == SequenceStatus.FINISHED

@@ -1,6 +1,9 @@
 """The `bench report`, `bench gate` and `bench select` commands (registered in harness/cli.py).
 
-Exit codes: 0 fine, 1 the gate found a regression, 2 bad input (folder, rules file, option).
+Exit codes: 0 fine, 1 the gate found a regression, 2 bad input (folder, rules file, option),
+5 `bench gate --strict` could not decide some metric (and none regressed).
+The reports modules are imported when a command runs: pandas and plotly take about a second to
+import, which every `bench run` would otherwise pay.
 """
 from __future__ import annotations
 
@@ -10,30 +13,41 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
+from harness.results import ResultsError
+
 console = Console(stderr=True)
-EXIT_REGRESSION = 1
 EXIT_BAD_INPUT = 2
 
 
-def _fail(message: str) -> None:
-    console.print(f"[bold red]error[/]: {message}")
-    raise typer.Exit(EXIT_BAD_INPUT)
+def _fail(message: str) -> typer.Exit:
+    console.print(f"[bold red]error[/]: {message}", highlight=False)
+    return typer.Exit(EXIT_BAD_INPUT)
+
+
+def _warn(runs) -> None:
+    for run in runs:
+        for warning in run.warnings:
+            console.print(f"[yellow]warning[/]: {warning}", highlight=False)
 
 
 def report(run_dirs: List[Path] = typer.Argument(..., help="results folders (runs or sweeps); several are overlaid"),
-           output: Path = typer.Option(Path("report.html"), "-o", "--output", help="HTML file; report.md goes beside it"),
+           output: Path = typer.Option(Path("report.html"), "-o", "--output",
+                                       help="HTML file; the Markdown summary goes beside it, same name with .md "
+                                            "(report.html -> report.md)"),
            label: List[str] = typer.Option([], "--label", help="a name per folder, in order (default: folder names)"),
            attainment: float = typer.Option(0.9, "--attainment",
                                             help="share of requests that must meet the SLOs at a sweep point"),
            ) -> None:
     """Write one self-contained HTML report (offline) and a Markdown summary."""
-    from reports.load import ResultsError
     from reports.report import write_report
 
+    if output.suffix.lower() != ".html":
+        raise _fail(f"-o/--output: {output} should end in .html (the Markdown summary is written beside it as .md)")
     try:
         content = write_report(run_dirs, output, labels=label or None, attainment=attainment)
     except (ResultsError, ValueError) as e:
-        _fail(str(e))
+        raise _fail(str(e))
+    _warn(content.runs + [p.run for s in content.sweeps for p in s.sweep.points])
     for s in content.sweeps:
         console.print(f"{s.sweep.label}: highest {s.sweep.load_kind} within SLOs: {s.capacity.describe()}")
     console.print(f"report: {output} and {output.with_suffix('.md')} ({len(content.figures)} plots)")
@@ -43,10 +57,10 @@ def gate(baseline: Path = typer.Argument(..., help="baseline: a run folder, or a
          current: Path = typer.Argument(..., help="current: a run folder, or a folder of run-N/ repeats"),
          rules: Optional[Path] = typer.Option(None, "--rules", help="gate rules YAML (default: built-in, as ci/gate.yaml)"),
          summary_md: Optional[Path] = typer.Option(None, "--summary-md", help="also write the Markdown summary here"),
+         strict: bool = typer.Option(False, "--strict", help="exit 5 when a metric is inconclusive (for CI)"),
          ) -> None:
     """Compare runs metric by metric; exit 1 on a significant regression beyond its threshold."""
     from reports import gate as g
-    from reports.load import ResultsError
     from reports.repeats import check_same_scenario, load_run_set
 
     try:
@@ -54,13 +68,14 @@ def gate(baseline: Path = typer.Argument(..., help="baseline: a run folder, or a
         base, cur = load_run_set(baseline), load_run_set(current)
         check_same_scenario(base, cur)
     except (g.GateRulesError, ResultsError) as e:
-        _fail(str(e))
+        raise _fail(str(e))
+    _warn(base.runs + cur.runs)
     verdicts = g.compare(base, cur, gate_rules)
     text = g.render_markdown(base, cur, verdicts, gate_rules)
     typer.echo(text)
     if summary_md:
         summary_md.write_text(text, encoding="utf-8")
-    raise typer.Exit(g.exit_code(verdicts))
+    raise typer.Exit(g.exit_code(verdicts, strict))
 
 
 def select(results: List[Path] = typer.Argument(..., help="one results folder (sweep or run) per engine"),
@@ -70,16 +85,17 @@ def select(results: List[Path] = typer.Argument(..., help="one results folder (s
            label: List[str] = typer.Option([], "--label", help="an engine name per folder, in order"),
            attainment: float = typer.Option(0.9, "--attainment", help="share of requests that must meet the SLOs"),
            output: Path = typer.Option(Path("selection.html"), "-o", "--output",
-                                       help="HTML file; the .md goes beside it"),
+                                       help="HTML file; the Markdown goes beside it, same name with .md"),
            ) -> None:
     """Engine-selection report: capacity within SLOs, tokens/s per accelerator, cost per million tokens."""
-    from reports.load import ResultsError
     from reports.select import parse_slo, write_selection
 
+    if output.suffix.lower() != ".html":
+        raise _fail(f"-o/--output: {output} should end in .html (the Markdown is written beside it as .md)")
     try:
         sel = write_selection(results, output, slo=parse_slo(slo), gpu_cost_per_hour=gpu_cost_per_hour,
                               accelerators=accelerators, labels=label or None, attainment=attainment)
     except (ResultsError, ValueError) as e:
-        _fail(str(e))
+        raise _fail(str(e))
     typer.echo(sel.recommendation)
     console.print(f"selection report: {output} and {output.with_suffix('.md')}")

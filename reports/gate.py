@@ -14,7 +14,8 @@ Verdicts, with "worse" meaning higher latency or lower throughput/goodput:
   improvement  the same on the better side
   pass         the interval lies within +-threshold, or the change is real but within the threshold
   inconclusive the interval straddles 0 and reaches past the threshold: too noisy to say
-Only a regression fails the gate (exit 1).
+Only a regression fails the gate (exit 1). When no metric regressed but some could not be decided the
+headline says "inconclusive"; `bench gate --strict` (for CI) then exits 5.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from harness.metrics import meets_slo, request_latency
+from harness.metrics import active_slo, meets_slo, request_latency
 from reports.load import RunData
 from reports.markdown import md_table
 from reports.repeats import RunSet
@@ -134,7 +135,7 @@ def samples(run: RunData, rule: MetricRule, rules: GateRules, slo: dict) -> np.n
 
 
 def judge(name: str, rule: MetricRule, baseline: RunSet, current: RunSet, rules: GateRules) -> MetricVerdict:
-    slo = {k: v for k, v in baseline.runs[0].slo.items() if v is not None}  # all runs judged by one SLO set
+    slo = active_slo(baseline.runs[0].slo)  # all runs judged by one SLO set
     b = [samples(r, rule, rules, slo) for r in baseline.runs]
     c = [samples(r, rule, rules, slo) for r in current.runs]
     sides = {"baseline_runs": len(b), "current_runs": len(c)}
@@ -198,8 +199,21 @@ def compare(baseline: RunSet, current: RunSet, rules: GateRules) -> list[MetricV
     return [judge(name, rule, baseline, current, rules) for name, rule in rules.metrics.items()]
 
 
-def exit_code(verdicts: list[MetricVerdict]) -> int:
-    return 1 if any(v.verdict == "regression" for v in verdicts) else 0
+EXIT_REGRESSION, EXIT_INCONCLUSIVE = 1, 5
+
+
+def gate_status(verdicts: list[MetricVerdict]) -> str:
+    """failed (a regression), inconclusive (none, but some metric undecided) or passed."""
+    if any(v.verdict == "regression" for v in verdicts):
+        return "failed"
+    return "inconclusive" if any(v.verdict == "inconclusive" for v in verdicts) else "passed"
+
+
+def exit_code(verdicts: list[MetricVerdict], strict: bool = False) -> int:
+    status = gate_status(verdicts)
+    if status == "failed":
+        return EXIT_REGRESSION
+    return EXIT_INCONCLUSIVE if strict and status == "inconclusive" else 0
 
 
 def scenario_differences(baseline: RunSet, current: RunSet) -> list[str]:
@@ -230,7 +244,7 @@ def render_markdown(baseline: RunSet, current: RunSet, verdicts: list[MetricVerd
         rows.append([v.name, f"{v.rule.source} {v.rule.statistic}", f"{v.baseline_runs} / {v.current_runs}",
                      value(v.baseline, v.baseline_spread), value(v.current, v.current_spread), pct(v.change), ci,
                      f"±{100 * v.rule.threshold:.0f}% ({v.rule.better} is better)", icon[v.verdict], v.note])
-    failed = exit_code(verdicts)
+    status = gate_status(verdicts)
     n_b, n_c = len(baseline.runs), len(current.runs)
     if n_b == 1 and n_c == 1:
         method = (f"one run per side: {rules.confidence:.0%} block-bootstrap intervals within the runs "
@@ -241,7 +255,10 @@ def render_markdown(baseline: RunSet, current: RunSet, verdicts: list[MetricVerd
         method = (f"{rules.confidence:.0%} Welch t intervals over runs (each run's statistic is one sample, log scale; "
                   f"values are means over runs ± their standard deviation)"
                   + ("; a side with one run takes the other side's run-to-run spread." if min(n_b, n_c) == 1 else "."))
-    out = [f"## Benchmark gate: {'FAILED' if failed else 'passed'}", "",
+    undecided = sum(v.verdict == "inconclusive" for v in verdicts)
+    headline = {"failed": "FAILED", "passed": "passed",
+                "inconclusive": f"inconclusive ({undecided} of {len(verdicts)} metrics undecided, none regressed)"}
+    out = [f"## Benchmark gate: {headline[status]}", "",
            f"Baseline `{baseline.path}` ({n_b} run{'s' * (n_b > 1)}) vs current `{current.path}` "
            f"({n_c} run{'s' * (n_c > 1)}); {method}", "",
            md_table(["metric", "statistic", "runs (base / cur)", "baseline", "current", "change",

@@ -7,6 +7,8 @@ from pathlib import Path
 import jinja2
 from plotly.offline import get_plotlyjs
 
+from reports.markdown import SUMMARY_COLUMNS
+
 TEMPLATES = Path(__file__).parent / "templates"
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
@@ -29,5 +31,4 @@ def render(template: str, figures, **context) -> str:
 
 
 def render_report_html(content) -> str:
-    from reports.report import SUMMARY_COLUMNS
     return render("report.html.j2", content.figures, title=content.title, c=content, summary_columns=SUMMARY_COLUMNS)

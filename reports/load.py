@@ -1,35 +1,26 @@
 """Reads results folders (one run, or a sweep of point sub-folders) into plain data for reports.
 
-A run folder holds run.json, requests.jsonl and summary.json, and maybe server_metrics.csv
-(`t_s,name,value,labels`) and telemetry.csv (`t_s,source,name,value`) on the same clock
-(seconds from the run's t0). A sweep folder holds `point-NNN-<rate|concurrency>-<value>/`
-run folders, one per offered load, and (when `bench run` wrote it) sweep.json with each point's
-status: points it does not mark completed (cut by Ctrl-C, failed) are left out of the sweep, as
-their partial counts would pass for a load the engine could not take. Latencies use
-harness.metrics, the one implementation.
+The folder layout and its files are harness/results.py's (it writes and parses them); here they
+become tables: server_metrics.csv (`t_s,name,value,labels`) and telemetry.csv
+(`t_s,source,name,value`) share the requests' clock (seconds from the run's t0). Sweep points that
+sweep.json does not mark completed (cut by Ctrl-C, failed) are left out, as their partial counts
+would pass for a load the engine could not take. Latencies use harness.metrics, the one implementation.
 """
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from harness.metrics import meets_slo, request_latency, summarize
-from harness.results import RequestRecord, read_records
-from harness.sweep import read_statuses
+from harness.metrics import active_slo, meets_slo, request_latency, summarize
+from harness.results import (RequestRecord, ResultsError, is_run_dir, parse_point_dir, point_dirs, read_json,
+                             read_records, read_statuses)
 
 REQUEST_COLUMNS = ["index", "intended_send_s", "actual_send_s", "send_s", "end_s", "ok", "error_reason",
                    "output_tokens", "prompt_tokens", "first_token_s", "ttft_s", "tpot_s", "e2e_s", "max_itl_s"]
-POINT_DIR = re.compile(r"^point-(\d+)-(rate|concurrency)-([0-9.]+)$")
-
-
-class ResultsError(Exception):
-    """A folder that is not a results folder; the message says what is missing."""
-
+__all__ = ["ResultsError", "RunData", "Sweep", "SweepPoint", "load_results", "load_run", "load_sweep"]
 
 @dataclass
 class RunData:
@@ -43,6 +34,7 @@ class RunData:
     token_times_s: np.ndarray  # arrival time of each output token (chunk times repeated per token)
     server_metrics: pd.DataFrame | None
     telemetry: pd.DataFrame | None
+    warnings: list[str] = field(default_factory=list)  # lines skipped while reading, for the console
 
     @property
     def slo(self) -> dict:
@@ -50,7 +42,7 @@ class RunData:
 
     def goodput_fraction(self, slo: dict) -> float:
         """Share of measured requests that completed within every given SLO (ms)."""
-        slo = {k: v for k, v in slo.items() if v is not None}
+        slo = active_slo(slo)
         lats = [request_latency(r) for r in self.records]
         good = sum(lat is not None and meets_slo(lat, slo) for lat in lats)
         return good / len(self.records) if self.records else 0.0
@@ -71,22 +63,20 @@ class Sweep:
     left_out: list[str] = field(default_factory=list)  # "point-001-rate-2 (interrupted)": not completed
 
 
-def is_run_dir(path: Path) -> bool:
-    return (path / "requests.jsonl").is_file()
-
-
-def point_dirs(path: Path) -> list[Path]:
-    return sorted(p for p in path.iterdir() if p.is_dir() and POINT_DIR.match(p.name) and is_run_dir(p))
-
-
 def load_run(path: str | Path, label: str | None = None) -> RunData:
     path = Path(path)
     if not is_run_dir(path):
         raise ResultsError(f"{path}: no requests.jsonl here; pass a folder written by `bench run --output`")
-    run_info = _read_json(path / "run.json")
+    run_info = read_json(path / "run.json")
+    warnings: list[str] = []
+    every_record = read_records(path, warnings)
+    if not every_record:
+        log = " (see engine.log)" if (path / "engine.log").is_file() else ""
+        raise ResultsError(f"{path}: requests.jsonl holds no request: the run never sent one{log}; "
+                           f"rerun it or leave this folder out")
     # in send order (the file is in completion order): the gate's block bootstrap needs time order
-    records = sorted((r for r in read_records(path) if not r.is_warmup), key=lambda r: (r.intended_send_s, r.index))
-    summary = _read_json(path / "summary.json")
+    records = sorted((r for r in every_record if not r.is_warmup), key=lambda r: (r.intended_send_s, r.index))
+    summary = read_json(path / "summary.json")
     if not summary:  # a run killed before its summary: rebuild it from what reached the disk
         summary = summarize(records, run_info.get("scenario", {}).get("slo"))
     rows, itl, token_times = [], [], []
@@ -111,7 +101,7 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
             requests[col] = pd.to_numeric(requests[col], errors="coerce")
     return RunData(path, label or path.name, run_info, summary, records, requests,
                    np.asarray(itl, dtype=np.float64), np.sort(np.asarray(token_times, dtype=np.float64)),
-                   _read_csv(path / "server_metrics.csv"), _read_csv(path / "telemetry.csv"))
+                   _read_csv(path / "server_metrics.csv"), _read_csv(path / "telemetry.csv"), warnings)
 
 
 def load_sweep(path: str | Path, label: str | None = None) -> Sweep:
@@ -126,9 +116,9 @@ def load_sweep(path: str | Path, label: str | None = None) -> Sweep:
         raise ResultsError(f"{path}: no completed sweep point (sweep.json: {', '.join(left_out)}); rerun the sweep")
     points, kinds = [], set()
     for d in dirs:
-        _, kind, value = POINT_DIR.match(d.name).groups()
+        _, kind, value = parse_point_dir(d.name)
         kinds.add(kind)
-        points.append(SweepPoint(float(value), load_run(d, label=f"{kind} {float(value):g}")))
+        points.append(SweepPoint(value, load_run(d, label=f"{kind} {value:g}")))
     if len(kinds) > 1:
         raise ResultsError(f"{path}: mixes rate and concurrency points; a sweep varies one of them")
     points.sort(key=lambda p: p.offered_load)
@@ -163,18 +153,12 @@ def _unique_labels(items) -> None:
             it.label = f"{it.path.parent.name}/{it.path.name}"
 
 
-def _read_json(path: Path) -> dict:
-    if not path.is_file():
-        return {}
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as e:
-        raise ResultsError(f"{path}: not valid JSON ({e}); the run may have been cut while writing it") from None
-
-
 def _read_csv(path: Path) -> pd.DataFrame | None:
     if not path.is_file() or path.stat().st_size == 0:
         return None
-    frame = pd.read_csv(path)
+    try:
+        frame = pd.read_csv(path)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ResultsError(f"{path}: not a readable CSV ({e}); the run may have been cut while writing it") from None
     # samplers append some rows late (computed at stop), so order by time here
     return frame.sort_values("t_s", kind="stable").reset_index(drop=True) if len(frame) else None

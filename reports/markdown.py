@@ -1,6 +1,9 @@
 """Markdown rendering: the same tables as the HTML report, for PR comments and CI summaries."""
 from __future__ import annotations
 
+SUMMARY_COLUMNS = ("run", "completed", "failed", "req/s", "output tok/s", "goodput req/s", "goodput %",
+                   "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "TPOT p50", "TPOT p99", "E2E p50", "E2E p99")
+
 
 def md_table(columns, rows) -> str:
     def cell(v) -> str:
@@ -12,7 +15,6 @@ def md_table(columns, rows) -> str:
 
 
 def render_report_md(content) -> str:
-    from reports.report import SUMMARY_COLUMNS
     out = [f"# {content.title}", ""]
     out += [f"> {note}" for note in content.notes]
     if content.summary_rows:

@@ -1,7 +1,5 @@
-"""One side of `bench gate`: a single run folder, or a folder of repeated runs of one scenario.
-
-A run folder holds run.json and requests.jsonl. A repeats folder holds run folders as direct
-sub-folders (`run-1/`, `run-2/` ...; any names, in no particular order). Repeats are only
+"""One side of `bench gate`: a single run folder, or a folder of repeated runs of one scenario
+(which folders those are: harness.results.run_dirs). Repeats are only
 comparable when they ran the same scenario: same name, workload and load (the seed may differ:
 the same distribution with fresh prompts keeps a shared engine's prefix cache out of the picture).
 """
@@ -10,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from reports.load import ResultsError, RunData, is_run_dir, load_run
+from harness.results import ResultsError, run_dirs
+from reports.load import RunData, load_run
 
 SAME_SCENARIO_KEYS = ("name", "workload", "load")
 
@@ -23,19 +22,6 @@ class RunSet:
     @property
     def scenario(self) -> dict:
         return self.runs[0].run_info.get("scenario") or {}
-
-
-def run_dirs(path: Path) -> list[Path]:
-    """The run folders a side is made of: the folder itself, or its sub-folders that are runs."""
-    if not path.is_dir():
-        raise ResultsError(f"{path}: not a folder; pass a run folder (with run.json) or a folder of run-N/ folders")
-    if is_run_dir(path):
-        return [path]
-    dirs = sorted(p for p in path.iterdir() if p.is_dir() and is_run_dir(p))
-    if not dirs:
-        raise ResultsError(f"{path}: neither a run folder (no requests.jsonl) nor a folder of runs (no sub-folder "
-                           f"has one); pass what `bench run --output` wrote, or a folder of such run-N/ folders")
-    return dirs
 
 
 def load_run_set(path: str | Path) -> RunSet:

@@ -5,14 +5,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reports.figures import latency_cdfs, over_time, timeline
+from reports.html import render_report_html
+from reports.markdown import SUMMARY_COLUMNS, render_report_md
 from reports.server_figures import server_metrics, telemetry
 from reports.load import RunData, Sweep, load_results
 from reports.sweep import DEFAULT_ATTAINMENT, SloCapacity, max_rate_meeting_slo
 from reports.sweep_figures import goodput_vs_load, throughput_latency
 
 MAX_TIMELINES = 4  # one timeline per run; past a few the page gets long and says little more
-SUMMARY_COLUMNS = ("run", "completed", "failed", "req/s", "output tok/s", "goodput req/s", "goodput %",
-                   "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "TPOT p50", "TPOT p99", "E2E p50", "E2E p99")
 
 
 @dataclass
@@ -102,8 +102,6 @@ def build_report(paths, labels: list[str] | None = None, attainment: float = DEF
 
 def write_report(paths, out_html: Path, out_md: Path | None = None, labels: list[str] | None = None,
                  attainment: float = DEFAULT_ATTAINMENT) -> ReportContent:
-    from reports.html import render_report_html
-    from reports.markdown import render_report_md
 
     content = build_report(paths, labels, attainment)
     out_html = Path(out_html)

@@ -13,6 +13,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from reports.figures import LAYOUT, color
+from reports.html import render
 from reports.load import Sweep, SweepPoint, load_results
 from reports.markdown import md_table
 from reports.sweep import DEFAULT_ATTAINMENT, SloCapacity, max_rate_meeting_slo
@@ -113,8 +114,7 @@ def _engine(sw: Sweep, slo, cost_per_hour, accelerators, attainment) -> EngineRe
     bound = _client_bound_note(sw, cap)
     if bound:
         notes.append(bound)
-    model = str(info.get("model", "?"))
-    model = Path(model).name if Path(model).is_absolute() else model  # a GGUF path reads as its file name
+    model = _file_name(str(info.get("model", "?")))  # a GGUF path reads as its file name
     return EngineResult(sw.label, f"{info.get('kind', '?')} ({model})", cap, tok_s, cost,
                         len(sw.points), sw.load_kind, notes)
 
@@ -179,10 +179,28 @@ def _where(sw: Sweep) -> str:
     engine = f"{backend.get('kind', '?')} {backend.get('engine_version') or '(version not reported)'}"
     args = (info.get("scenario", {}).get("backend", {}).get("launch") or {}).get("args")
     if args:
-        engine += f" started with `{' '.join(map(str, args))}`"
+        engine += f" started with `{' '.join(launch_args_text(args, str(backend.get('model', '?'))))}`"
     device = " CPU only," if _cpu_only(sw) else ""
     return (f"{sw.label}: {engine}, on {host.get('hostname', '?')} ({host.get('cpu_count', '?')} CPUs,{device} "
             f"{host.get('platform', '?')}), harness {ver.get('harness', '?')}")
+
+
+def launch_args_text(args: list, model: str) -> list[str]:
+    """Launch arguments as a reader can use them elsewhere: placeholders filled in (the model by its file
+    name) and machine paths cut to their file names."""
+    fill = {"model": _file_name(model), "host": "127.0.0.1", "port": "<port>"}
+    out = []
+    for arg in map(str, args):
+        try:
+            arg = arg.format(**fill)
+        except (KeyError, IndexError, ValueError):
+            pass  # braces that are not placeholders (a JSON option) stay as written
+        out.append(_file_name(arg))
+    return out
+
+
+def _file_name(text: str) -> str:
+    return Path(text).name if Path(text).is_absolute() else text
 
 
 def _cpu_only(sw: Sweep) -> bool:
@@ -216,8 +234,6 @@ def render_markdown(sel: Selection) -> str:
 
 
 def write_selection(paths, out_html: Path, out_md: Path | None = None, **kwargs) -> Selection:
-    from reports.html import render
-
     sel = select(paths, **kwargs)
     figures = [("Goodput against offered load", goodput_fraction_vs_load(sel.sweeps, sel.slo, sel.attainment)),
                ("Throughput against latency", throughput_latency(sel.sweeps))]

@@ -73,7 +73,7 @@ def test_unreachable_server_is_one_clear_error_before_any_load(tmp_path):
     scenario.write_text(f"name: down\nbackend: {{kind: openai, url: 'http://127.0.0.1:{port}', model: gt}}\n"
                         "load: {arrival: constant, rate: 10, num_requests: 5}\n")
     res = bench("run", scenario, "--output", tmp_path / "r", timeout_s=60)
-    assert res.returncode == 1
+    assert res.returncode == 4  # the run failed
     assert "cannot reach" in res.stderr and "backend.launch" in res.stderr
     assert not (tmp_path / "r" / "requests.jsonl").read_text()  # no load was sent
 

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from backends.openai import StreamError, build_request_body, endpoint_path, parse_sse
+from backends.base import Backend
+from backends.openai import StreamError, build_request_body, parse_sse
 
 CAPTURES = Path("/work/shared/engines/captures")
 
@@ -112,6 +113,6 @@ def test_request_bodies():
     comp = build_request_body("completions", "m", 4, messages=[{"role": "user", "content": "a"},
                                                                {"role": "assistant", "content": "b"}])
     assert comp["prompt"] == "a\nb" and "ignore_eos" not in comp
-    assert endpoint_path("chat") == "/v1/chat/completions"
+    assert Backend().endpoint_path("chat") == "/v1/chat/completions"
     with pytest.raises(ValueError, match="backend.api"):
-        endpoint_path("generate")
+        Backend().endpoint_path("generate")

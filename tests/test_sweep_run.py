@@ -10,8 +10,7 @@ from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 from harness.launcher import BackendUnreachable, probe
 from harness.results import read_records
 from harness.scenario import ScenarioError, load_scenario
-from harness.sweep import point_dir_name
-from reports.load import POINT_DIR
+from harness.results import POINT_DIR, point_dir_name
 
 GT_SERVER = Path(__file__).parent / "groundtruth_server.py"
 WORKLOAD = "workload: {kind: random, input_tokens: 16, output_tokens: 8}\n"

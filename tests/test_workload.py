@@ -191,7 +191,6 @@ def test_server_tokenize_is_preferred_and_counts_its_bos_with_bounded_calls(smol
         assert all(r.prompt_tokens == 48 and len(smollm2.encode(r.prompt)) == 47 for r in plan.requests)
         # probe + empty text + one call for all the words + one per prompt; no detokenize round trips
         assert server.calls <= 3 + len(plan.requests)
-        assert source.decode(source.encode(" model server")) == " model server"
 
 
 def test_without_a_server_smollm2_uses_the_local_tokenizer_and_others_approximate():

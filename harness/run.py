@@ -1,0 +1,219 @@
+"""One run of a scenario as a pipeline of small steps; the CLI and sweeps call `run_scenario`.
+
+results folder -> engine session (launch, probe) -> token counts -> plan -> client processes ->
+run.json -> load (with telemetry, server metrics, the engine watched) -> summary.json.
+Problems are raised as typed errors (ScenarioError, ResultsError, BackendUnreachable,
+TokenizerError) for the caller to print; what a finished run found (interrupted, engine died,
+most requests failed, client-bound) is in the RunResult.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.launcher import LaunchedBackend
+from harness.metrics import client_bound_reasons, summarize
+from harness.observers import RunObservers
+from harness.results import ResultWriter, host_info, versions
+from harness.runner import Target, run_async
+from harness.scenario import Scenario, ScenarioError
+from harness.session import EngineSession, engine_session
+from harness.tokenizer_source import resolve_tokenizer
+from harness.workers import resolve_workers, run_plan
+from harness.workload import build_plan
+
+MIN_COMPLETED_SHARE = 0.5  # a run where fewer measured requests completed is a failed run (exit 4)
+ENGINE_WATCH_S = 0.25
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C would raise KeyboardInterrupt, so both unwind the same way."""
+
+
+def raise_on_sigterm() -> None:
+    """From now on SIGTERM unwinds like Ctrl-C (engines stopped, files closed) instead of killing bench."""
+    def handler(signum, frame):
+        raise Terminated()
+    signal.signal(signal.SIGTERM, handler)
+
+
+class Reporter:
+    """What the pipeline says while it runs. This one keeps the lines (tests read them); the CLI prints."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, text: str) -> None:
+        self.lines.append(text)
+
+    def warning(self, text: str) -> None:
+        self.lines.append(f"warning: {text}")
+
+    def start_requests(self, total: int) -> None:
+        pass
+
+    def request_done(self, record) -> None:
+        pass
+
+    def end_requests(self) -> None:
+        pass
+
+
+@dataclass
+class RunResult:
+    out_dir: Path
+    summary: dict
+    run_info: dict
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def interrupted_by(self) -> str | None:
+        """"SIGINT" or "SIGTERM" when a signal cut the load short."""
+        return self.summary.get("interrupted_by") if self.summary["interrupted"] else None
+
+    @property
+    def engine_exit(self) -> str | None:
+        return self.summary.get("engine_exited")
+
+    @property
+    def completed_share(self) -> float:
+        req = self.summary["requests"]
+        return req["completed"] / req["measured"] if req["measured"] else 0.0
+
+    @property
+    def mostly_failed(self) -> bool:
+        return self.completed_share < MIN_COMPLETED_SHARE
+
+    @property
+    def client_bound(self) -> bool:
+        return bool(self.summary["client_bound"])
+
+
+def run_scenario(scenario: Scenario, out_dir: str | Path, *, workers: str | None = None,
+                 session: EngineSession | None = None, overwrite: bool = False,
+                 reporter: Reporter | None = None) -> RunResult:
+    """Runs one scenario into out_dir. `session`: an engine already started and probed (a sweep's),
+    used as is and left running; without one, the scenario's engine is started (or probed) and stopped."""
+    reporter = reporter or Reporter()
+    writer = ResultWriter(out_dir, overwrite)  # refuses a folder holding a run before anything starts
+    try:
+        if session is not None:
+            return _run(scenario, writer, session, workers, reporter)
+        with engine_session(scenario, writer.dir / "engine.log", reporter.info) as own:
+            return _run(scenario, writer, own, workers, reporter)
+    finally:
+        writer.close()
+
+
+def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, workers: str | None,
+         reporter: Reporter) -> RunResult:
+    backend, load, engine, url = scenario.backend, scenario.load, session.engine, session.url
+    warnings: list[str] = []
+    if scenario.workload.ignore_eos and not engine.forces_length:
+        warnings.append(f"workload.ignore_eos: {engine.name} cannot force the output length; answers may be "
+                        f"shorter than planned (records show the server's count)")
+    tokenizer = resolve_tokenizer(scenario, url, warnings)
+    plan = build_plan(scenario, tokenizer)
+    warnings += plan.warnings
+    if plan.token_count_method == "approximate":
+        warnings.append("prompt lengths are approximate (about one token per word): the engine has no /tokenize and "
+                        "no local tokenizer is known; set backend.tokenizer to a GGUF file, a Hugging Face "
+                        "tokenizer folder or name for exact counts")
+    else:
+        reporter.info(f"prompt lengths counted by {tokenizer.name} ({plan.token_count_method})")
+    try:
+        n_workers = resolve_workers(workers or load.workers, plan.requests, load.concurrency, plan.duration_s,
+                                    os.cpu_count() or 1)
+    except ValueError as e:
+        raise ScenarioError(str(e)) from None
+    launched = session.launched
+    target = Target(url, backend.api, backend.model, backend.request_timeout_s, dict(backend.headers),
+                    scenario.workload.ignore_eos, backend.kind, tuple(backend.eos_token_ids))
+    run_info = {"scenario": scenario.resolved_dict(), "versions": versions(), "host": host_info(),
+                "backend": {"kind": backend.kind, "url": url, "model": backend.model, "api": backend.api,
+                            "launched": launched is not None, "engine_version": engine.version(url, backend.headers),
+                            "engine_pid": launched.pid if launched else None},
+                "token_count_method": plan.token_count_method, "tokenizer": tokenizer.name, "workers": n_workers,
+                "time_unit": "seconds from t0 (perf_counter_ns)"}
+    writer.write_run_info(run_info)
+    # t0 is fixed before the run so telemetry and server metrics share the requests' clock
+    lead_s = 0.3 if n_workers <= 1 else 3.0 + 0.5 * n_workers  # spawned workers take a while to start
+    t0_ns = time.perf_counter_ns() + int(lead_s * 1e9)
+    observers = RunObservers(scenario, engine, url, launched, t0_ns, writer.dir)
+    warnings += observers.start()
+    for warning in warnings:
+        reporter.warning(warning)
+    try:
+        outcome, stopped_by = run_async(_load(plan, target, load.concurrency, n_workers, writer, reporter, t0_ns,
+                                              launched))
+    finally:
+        run_info.update(observers.stop())
+    run_info["t0_perf_counter_ns"] = outcome.t0_ns
+    if outcome.t0_ns != t0_ns:
+        run_info["telemetry_t0_offset_s"] = (outcome.t0_ns - t0_ns) / 1e9  # workers started late
+    writer.write_run_info(run_info)
+    summary = summarize(outcome.records, scenario.slo.model_dump(), outcome.loop_lag_s)
+    reasons = client_bound_reasons(summary)
+    summary.update(client_bound=bool(reasons), client_bound_reasons=reasons, interrupted=outcome.interrupted,
+                   workers=n_workers, token_count_method=plan.token_count_method)
+    if stopped_by in ("SIGINT", "SIGTERM"):
+        summary["interrupted_by"] = stopped_by
+    elif stopped_by:
+        summary["engine_exited"] = stopped_by
+    summary["telemetry"] = observers.derived(outcome)
+    writer.write_summary(summary)
+    return RunResult(writer.dir, summary, run_info, warnings)
+
+
+async def _load(plan, target: Target, concurrency, n_workers: int, writer: ResultWriter, reporter: Reporter,
+                t0_ns: int, launched: LaunchedBackend | None):
+    """Sends the plan; SIGINT, SIGTERM or the launched engine's exit stop it. Returns (outcome, what stopped it)."""
+    stop = asyncio.Event()
+    stopped_by: list[str] = []
+
+    def stop_for(reason: str) -> None:
+        stopped_by.append(reason)
+        stop.set()
+    loop = asyncio.get_running_loop()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        loop.add_signal_handler(sig, stop_for, sig.name)
+
+    async def watch_engine():
+        while not stop.is_set():
+            message = launched.exit_message()
+            if message:
+                stop_for(message)
+                return
+            await asyncio.sleep(ENGINE_WATCH_S)
+    watcher = asyncio.create_task(watch_engine()) if launched else None
+
+    def on_record(rec) -> None:
+        writer.append(rec)
+        reporter.request_done(rec)
+    reporter.start_requests(len(plan.requests))
+    try:
+        outcome = await run_plan(plan.requests, target, concurrency, n_workers, on_record, stop, plan.duration_s,
+                                 t0_ns=t0_ns)
+    finally:
+        reporter.end_requests()
+        if watcher:
+            watcher.cancel()
+        for sig, handler in previous.items():
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, handler)  # remove_signal_handler leaves the default, not what was there
+    return outcome, (stopped_by[0] if stopped_by else None)
+
+
+def client_bound_advice(workers: int, cpu_count: int | None = None) -> str:
+    """What to do about a client-bound run: more client processes only help with cores to spare."""
+    cpu_count = cpu_count or os.cpu_count() or 1
+    if workers < cpu_count - 1:
+        return "use --workers (up to {}), lower the load, or pass --allow-client-bound to accept this".format(
+            cpu_count - 1)
+    return (f"this machine has {cpu_count} cores and the client already uses {workers} process(es), so --workers "
+            f"cannot help: lower the load, run bench on a machine with more cores, or pass --allow-client-bound")
