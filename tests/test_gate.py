@@ -259,3 +259,61 @@ def test_false_alarm_rate_of_synthetic_a_a_pairs_is_low(tmp_path):
         if exit_code(compare(base, cur, RULES)):
             failed.append(k)
     assert len(failed) <= 1, failed
+
+
+def test_headline_says_inconclusive_when_nothing_was_decided_and_strict_fails_on_it(tmp_path):
+    # one run a side, TPOT +30%: within the single-run threshold, so no metric can be decided
+    base, cur = _pair(tmp_path, {}, {"itl_s": 0.013})
+    result = _gate_cli(base.path, cur.path)
+    assert result.exit_code == 0, result.output
+    assert "Benchmark gate: inconclusive" in result.output and "Benchmark gate: passed" not in result.output
+    strict = _gate_cli(base.path, cur.path, "--strict")
+    assert strict.exit_code == 5 and "inconclusive" in strict.output
+    # three runs a side: the same +30% is decided, a regression (exit 1); an A/A pair of repeats exits 0
+
+    def side(root, seed, itl_factor):
+        for k, f in enumerate([0.97, 1.0, 1.03]):
+            write_run(root / f"run-{k + 1}", synthetic_records(seed=seed + k, ttft_s=0.05 * f,
+                                                               itl_s=0.01 * f * itl_factor))
+        return root
+    assert _gate_cli(side(tmp_path / "b", 10, 1.0), side(tmp_path / "c", 20, 1.3), "--strict").exit_code == 1
+    assert _gate_cli(side(tmp_path / "aa1", 10, 1.0), side(tmp_path / "aa2", 30, 1.0)).exit_code == 0
+
+
+def test_torn_last_line_and_unknown_keys_are_warnings_a_damaged_middle_line_an_error(tmp_path):
+    base = write_run(tmp_path / "base", synthetic_records(n=40, seed=1))
+    cur = write_run(tmp_path / "cur", synthetic_records(n=40, seed=2))
+    lines = (cur / "requests.jsonl").read_text().splitlines()
+    extra = json.loads(lines[0]) | {"index": 99, "from_a_newer_bench": 1}
+    (cur / "requests.jsonl").write_text("\n".join(lines + [json.dumps(extra)]) + "\n" + lines[1][:40])
+    result = _gate_cli(base, cur)
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())  # the console wraps long lines
+    assert f"{cur / 'requests.jsonl'} line 42: skipped a torn last line" in said
+    assert "ignored record keys this version does not know: from_a_newer_bench" in said
+    (cur / "requests.jsonl").write_text("\n".join([lines[0], "{not json", lines[2]]) + "\n")
+    damaged = _gate_cli(base, cur)
+    assert damaged.exit_code == 2 and "line 2: not a request record" in " ".join(damaged.output.split())
+    assert "Traceback" not in damaged.output
+
+
+def test_report_names_its_markdown_after_the_html_and_refuses_an_empty_run(tmp_path):
+    run = write_run(tmp_path / "run", synthetic_records(n=10))
+    app = typer.Typer()
+    app.command("report")(report_command)
+    app.command("gate")(gate_command)
+    ok = CliRunner().invoke(app, ["report", str(run), "-o", str(tmp_path / "X.html")])
+    assert ok.exit_code == 0, ok.output
+    assert (tmp_path / "X.md").is_file() and "X.md" in ok.output
+    helped = CliRunner().invoke(app, ["report", "--help"])
+    assert "same name with .md" in " ".join(helped.output.split())
+    assert CliRunner().invoke(app, ["report", str(run), "-o", str(tmp_path / "X.md")]).exit_code == 2
+    # the folder of a run that never sent a request (its engine did not start): a message, not a traceback
+    from harness.results import ResultWriter
+    ResultWriter(tmp_path / "never").close()
+    (tmp_path / "never" / "engine.log").write_text("$ llama-server ...\nerror: model not found\n")
+    for args in (["report", str(tmp_path / "never"), "-o", str(tmp_path / "n.html")],
+                 ["gate", str(tmp_path / "never"), str(run)]):
+        result = CliRunner().invoke(app, args)
+        said = " ".join(result.output.split())
+        assert result.exit_code == 2 and "holds no request: the run never sent one (see engine.log)" in said

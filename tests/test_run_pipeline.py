@@ -1,0 +1,192 @@
+"""The run pipeline called directly (harness.run.run_scenario), without a subprocess: results folder rules,
+token-count sources and their messages, failed runs, the profiler warning, launch command building."""
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from backends import load_backend
+from groundtruth_server import GroundTruthConfig, GroundTruthProcess
+from harness.launcher import engine_command
+from harness.results import ResultsError, read_records
+from harness.run import Reporter, client_bound_advice, run_scenario
+from harness.scenario import LaunchConfig, ScenarioError, load_scenario
+from harness.session import engine_sizing
+from harness.tokenizer_source import ApproximateTokenizer, LocalTokenizer, TokenizerError, resolve_tokenizer
+from harness.workload import build_plan
+
+
+@pytest.fixture(scope="module")
+def gt():
+    with GroundTruthProcess(GroundTruthConfig(ttft_ms=5, itl_ms=1)) as server:
+        yield server
+
+
+def scenario(tmp_path, backend: str, workload: str = "{kind: random, input_tokens: 16, output_tokens: 4}",
+             load: str = "{arrival: constant, rate: 50, num_requests: 8}", name: str = "pipe"):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"name: {name}\nbackend: {backend}\nworkload: {workload}\nload: {load}\n")
+    return load_scenario(path)
+
+
+def test_a_run_writes_its_folder_refuses_to_mix_two_runs_and_says_counts_are_approximate(gt, tmp_path):
+    scn = scenario(tmp_path, f"{{kind: openai, url: '{gt.url}', model: gt}}")
+    reporter = Reporter()
+    result = run_scenario(scn, tmp_path / "out", workers="1", reporter=reporter)
+    assert result.summary["requests"]["completed"] == 8 and not result.mostly_failed
+    assert json.loads((tmp_path / "out" / "summary.json").read_text()) == json.loads(json.dumps(result.summary))
+    assert any("prompt lengths are approximate" in line and "backend.tokenizer" in line for line in reporter.lines)
+    assert result.run_info["token_count_method"] == "approximate"
+    # a second run into the same folder would leave the first one's summary beside new records
+    with pytest.raises(ResultsError, match="already holds a run.*--overwrite"):
+        run_scenario(scn, tmp_path / "out", workers="1")
+    (tmp_path / "out" / "telemetry.csv").write_text("stale")
+    again = run_scenario(scn, tmp_path / "out", workers="1", overwrite=True)
+    assert len(read_records(tmp_path / "out")) == 8 and again.summary["requests"]["measured"] == 8
+    assert (tmp_path / "out" / "telemetry.csv").read_text() != "stale"
+
+
+def test_an_output_folder_that_cannot_be_one_is_a_clear_error(gt, tmp_path):
+    scn = scenario(tmp_path, f"{{kind: openai, url: '{gt.url}', model: gt}}")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ResultsError, match="--output: .* is a file, not a folder"):
+        run_scenario(scn, tmp_path / "file" / "out")
+
+
+def test_most_requests_failing_makes_a_failed_run(gt, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"[gt fail=http_500 id={i}] hi" if i % 4 else "fine"}) + "\n"
+                               for i in range(8)))
+    scn = scenario(tmp_path, f"{{kind: openai, url: '{gt.url}', model: gt}}",
+                   workload=f"{{kind: file, path: '{prompts}', output_tokens: 4}}")
+    result = run_scenario(scn, tmp_path / "out", workers="1")
+    assert result.summary["requests"]["completed"] == 2 and result.completed_share == 0.25
+    assert result.mostly_failed and result.summary["failures"] == {"http_5xx": 6}
+
+
+def test_a_profiler_that_is_not_there_is_a_warning_naming_the_flag(gt, tmp_path):
+    scn = scenario(tmp_path, f"{{kind: vllm, url: '{gt.url}', model: gt, profile: true}}")
+    reporter = Reporter()
+    result = run_scenario(scn, tmp_path / "out", workers="1", reporter=reporter)
+    warning = next(line for line in reporter.lines if "backend.profile" in line)
+    assert "POST /start_profile answered HTTP 404" in warning and "--profiler-config" in warning
+    assert result.run_info["profile"] == {"start_http_status": 404, "error": "answered HTTP 404"}
+
+
+class TokenizeServer:
+    """/tokenize that answers `reply(text) -> (status, body bytes)`."""
+
+    def __init__(self, reply):
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                status, data = reply(body["prompt"])
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("status, body, said", [
+    (500, b"boom", "answered HTTP 500: boom"),
+    (200, b"<html>not json</html>", "answered b'<html>not json</html>', not {\"tokens\": [ids]}"),
+    (200, b'{"tokens": ["a", "b"]}', "not {\"tokens\": [ids]}"),
+])
+def test_a_tokenize_route_answering_errors_or_garbage_is_passed_over_with_a_warning(tmp_path, status, body, said):
+    server = TokenizeServer(lambda text: (status, body))
+    try:
+        scn = scenario(tmp_path, f"{{kind: openai, url: '{server.url}', model: some-model}}")
+        warnings = []
+        assert isinstance(resolve_tokenizer(scn, warnings=warnings), ApproximateTokenizer)
+        assert len(warnings) == 1 and said in warnings[0] and "counted locally instead" in warnings[0]
+    finally:
+        server.close()
+
+
+def test_a_tokenize_route_that_breaks_after_the_probe_is_a_tokenizer_error(tmp_path):
+    server = TokenizeServer(lambda text: (200, b'{"tokens": [1]}') if text == "hello" else (500, b"overloaded"))
+    try:
+        scn = scenario(tmp_path, f"{{kind: openai, url: '{server.url}', model: some-model}}")
+        with pytest.raises(TokenizerError, match="/tokenize answered HTTP 500: overloaded"):
+            build_plan(scn, resolve_tokenizer(scn))
+    finally:
+        server.close()
+
+
+def test_a_scenario_key_gives_a_local_hugging_face_tokenizer(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from harness.tokenizer_source import WORDS
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(WORDS)}}
+    hf = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    hf.pre_tokenizer = pre_tokenizers.Whitespace()
+    (tmp_path / "tok").mkdir()
+    hf.save(str(tmp_path / "tok" / "tokenizer.json"))
+    scn = scenario(tmp_path, "{kind: openai, url: 'http://127.0.0.1:9', model: m, tokenizer: tok}",
+                   workload="{kind: random, input_tokens: 40, output_tokens: 4}")
+    assert scn.backend.tokenizer == str((tmp_path / "tok").resolve())
+    source = resolve_tokenizer(scn)
+    assert isinstance(source, LocalTokenizer) and source.method == "local_tokenizer"
+    plan = build_plan(scn, source)
+    assert all(r.prompt_tokens == 40 and len(hf.encode(r.prompt).ids) == 40 for r in plan.requests)
+    with pytest.raises(ScenarioError, match="backend.tokenizer: './missing.gguf' not found"):
+        scenario(tmp_path, "{kind: openai, url: 'http://127.0.0.1:9', tokenizer: ./missing.gguf}")
+
+
+def test_launch_program_replaces_only_the_program_and_llama_server_is_sized_for_the_run(tmp_path):
+    native = load_backend("native")
+    command = engine_command(native, LaunchConfig(program="/venv/bin/python", args=["--blas-threads", "1"]), 8123,
+                             "smollm2")
+    assert command == ["/venv/bin/python", "-m", "native_engine", "serve", "--host", "127.0.0.1", "--port", "8123",
+                       "--blas-threads", "1"]
+    scn = scenario(tmp_path, "{kind: llamacpp, model: m.gguf, launch: {}}",
+                   workload="{kind: random, input_tokens: {dist: uniform, min: 100, max: 300}, output_tokens: 64}",
+                   load="{arrival: closed, concurrency: 12, num_requests: 8}")
+    sizing = engine_sizing(scn)
+    llama = engine_command(load_backend("llamacpp"), scn.backend.launch, 8124, "m.gguf", sizing)
+    flag = {llama[i]: llama[i + 1] for i in range(len(llama) - 1)}
+    assert int(flag["-t"]) == sizing.threads >= 1
+    assert int(flag["-np"]) >= 12 and int(flag["-c"]) >= 12 * (300 + 64)
+    # a flag the user gives wins over the sizing, and is given once
+    mine = engine_command(load_backend("llamacpp"), LaunchConfig(args=["-c", "2048"]), 8124, "m.gguf", sizing)
+    assert mine.count("-c") == 1 and mine[mine.index("-c") + 1] == "2048"
+
+
+def test_client_bound_advice_does_not_suggest_workers_without_spare_cores():
+    assert "use --workers (up to 15)" in client_bound_advice(workers=2, cpu_count=16)
+    said = client_bound_advice(workers=1, cpu_count=2)
+    assert "--workers cannot help" in said and "2 cores" in said and "lower the load" in said
+
+
+def test_scenarios_that_would_misplace_the_engine_or_the_results_are_refused(tmp_path):
+    base = "{kind: openai, model: m, launch: {command: '%s'}}"
+    with pytest.raises(ScenarioError, match=r"backend.launch.command: .* has no \{port\}.*\{port\}, \{host\}, \{model\}"):
+        scenario(tmp_path, base % "/opt/llama-server -m model.gguf")
+    assert scenario(tmp_path, base % f"{sys.executable} server.py --port {{port}}").backend.launch.command
+    with pytest.raises(ScenarioError, match="launch.program: give either launch.command"):
+        scenario(tmp_path, "{kind: openai, model: m, launch: {command: 'x --port {port}', program: y}}")
+    bad_name = tmp_path / "escape.yaml"
+    bad_name.write_text("name: ../../etc/x\nbackend: {kind: openai, url: 'http://127.0.0.1:9'}\n"
+                        "load: {arrival: constant, rate: 1}\n")
+    with pytest.raises(ScenarioError, match=r"name: .*\(it names the results folder\)"):
+        load_scenario(bad_name)
+
+
+def test_default_output_dir_never_leaves_results():
+    from harness.results import default_output_dir
+    assert default_output_dir("quickstart").parent == Path("results")
+    for name in ("../../etc/x", "a/b", ".hidden"):
+        with pytest.raises(ResultsError, match="cannot name a results folder"):
+            default_output_dir(name)
