@@ -1,6 +1,7 @@
 """The run pipeline called directly (harness.run.run_scenario), without a subprocess: results folder rules,
 token-count sources and their messages, failed runs, the profiler warning, launch command building."""
 import json
+import os
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -49,11 +50,18 @@ def test_a_run_writes_its_folder_refuses_to_mix_two_runs_and_says_counts_are_app
     assert (tmp_path / "out" / "telemetry.csv").read_text() != "stale"
 
 
-def test_an_output_folder_that_cannot_be_one_is_a_clear_error(gt, tmp_path):
+def test_an_output_folder_that_cannot_be_one_is_a_clear_error(gt, tmp_path, monkeypatch):
     scn = scenario(tmp_path, f"{{kind: openai, url: '{gt.url}', model: gt}}")
     (tmp_path / "file").write_text("x")
     with pytest.raises(ResultsError, match="--output: .* is a file, not a folder"):
         run_scenario(scn, tmp_path / "file" / "out")
+    (tmp_path / "ro").mkdir()
+    if os.geteuid() != 0:  # root writes anywhere; elsewhere the real permission bits are tested
+        (tmp_path / "ro").chmod(0o500)
+    else:
+        monkeypatch.setattr(os, "access", lambda path, mode: False)
+    with pytest.raises(ResultsError, match="--output: .*ro is not writable; choose a writable folder"):
+        run_scenario(scn, tmp_path / "ro")
 
 
 def test_most_requests_failing_makes_a_failed_run(gt, tmp_path):
