@@ -44,7 +44,8 @@ RUNS_PER_SIDE = 4
 
 def bench_run(url: str, out: Path, seed: int) -> None:
     sets = [f"backend.url={url}", "backend.kind=openai", "backend.launch=null", f"seed={seed}"] + SMALL
-    cmd = [sys.executable, "-m", "harness", "run", SCENARIO, "--output", str(out), "--allow-client-bound"]
+    # --overwrite: a resumed, cut-short call reruns into the folders of its unfinished pair
+    cmd = [sys.executable, "-m", "harness", "run", SCENARIO, "--output", str(out), "--allow-client-bound", "--overwrite"]
     for s in sets:
         cmd += ["--set", s]
     print(f"bench run -> {out}", file=sys.stderr, flush=True)

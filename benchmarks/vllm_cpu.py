@@ -87,7 +87,7 @@ def run_engine(engine: str, args) -> dict:
     scenario = Path(args.out) / f"{engine}.yaml"
     scenario.write_text(SCENARIO.format(engine=engine, backend=backend_yaml(engine, args)))
     res = subprocess.run([sys.executable, "-m", "harness", "run", str(scenario), "--output", str(out),
-                          "--allow-client-bound"], cwd=ROOT, text=True, capture_output=True)
+                          "--allow-client-bound", "--overwrite"], cwd=ROOT, text=True, capture_output=True)
     if res.returncode != 0:
         print(res.stderr[-3000:], file=sys.stderr)
         raise SystemExit(f"{engine}: bench run failed (exit {res.returncode}); see {out}/engine.log")
