@@ -18,11 +18,11 @@ from __future__ import annotations
 import csv
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from backends.http import request
 
 ENGINE_PREFIXES = ("vllm:", "sglang:", "native:", "llamacpp:", "tensorrt_llm:", "trtllm:", "trtllm_")
 SCHEMA = {  # engine's name without its prefix -> schema name
@@ -119,18 +119,17 @@ class ServerMetricsScraper(threading.Thread):
     def _scrape_once(self, writer) -> None:
         self.scrapes += 1
         try:
-            req = urllib.request.Request(self.url, headers=self.headers)
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                text = resp.read().decode("utf-8", errors="replace")
+            status, body = request(self.url, headers=self.headers, timeout_s=self.timeout_s)
             arrived_ns = time.perf_counter_ns()
+            if status >= 400:
+                self.failures += 1
+                self.last_error = f"HTTP {status}"
+                if status == 404 and self.rows == 0:
+                    self.gave_up = f"{self.url} answers 404: no Prometheus page there (set backend.metrics_url)"
+                return
             t_s = (arrived_ns - self.t0_ns) / 1e9
+            text = body.decode("utf-8", errors="replace")
             raw, schema = parse_page(text)
-        except urllib.error.HTTPError as e:
-            self.failures += 1
-            self.last_error = f"HTTP {e.code}"
-            if e.code == 404 and self.rows == 0:
-                self.gave_up = f"{self.url} answers 404: no Prometheus page there (set backend.metrics_url)"
-            return
         except Exception as e:  # a slow or dropped scrape costs one sample, never the run
             self.failures += 1
             self.last_error = f"{type(e).__name__}: {e}"
