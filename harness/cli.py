@@ -172,7 +172,7 @@ def _sweep(scenario, out_dir: Path, workers: str | None, overwrite: bool, allow_
     if last is not None and last.status != "completed":
         console.print("[yellow]the points after it were not run (see sweep.json)[/]")
         raise typer.Exit(_verdict(last.result, allow_client_bound))
-    if all(p.result.mostly_failed for p in points):
+    if all(p.result is not None and p.result.mostly_failed for p in points):
         console.print("[bold red]run failed[/]: at every point fewer than half the requests completed")
         raise typer.Exit(EXIT_RUN_FAILED)
     bound = [p for p in points if p.client_bound]

@@ -205,7 +205,8 @@ async def _load(plan, target: Target, concurrency, n_workers: int, writer: Resul
             watcher.cancel()
         for sig, handler in previous.items():
             loop.remove_signal_handler(sig)
-            signal.signal(sig, handler)  # remove_signal_handler leaves the default, not what was there
+            if handler is not None:  # remove_signal_handler leaves the default, not what was there
+                signal.signal(sig, handler)
     return outcome, (stopped_by[0] if stopped_by else None)
 
 
