@@ -198,3 +198,17 @@ def test_default_output_dir_never_leaves_results():
     for name in ("../../etc/x", "a/b", ".hidden"):
         with pytest.raises(ResultsError, match="cannot name a results folder"):
             default_output_dir(name)
+
+
+def test_a_sweep_folder_holding_results_is_refused_unless_overwritten(tmp_path):
+    from harness.results import prepare_sweep_dir, read_statuses, write_manifest
+    out = tmp_path / "sweep"
+    prepare_sweep_dir(out)  # new: fine
+    (out / "point-000-rate-1").mkdir()
+    (out / "point-000-rate-1" / "requests.jsonl").write_text("")
+    write_manifest(out, "rate", {}, [{"index": 0, "offered_load": 1.0, "dir": "point-000-rate-1", "status": "completed"}])
+    assert read_statuses(out) == {"point-000-rate-1": "completed"}
+    with pytest.raises(ResultsError, match="already holds results .*--overwrite"):
+        prepare_sweep_dir(out)
+    prepare_sweep_dir(out, overwrite=True)
+    assert list(out.iterdir()) == []
