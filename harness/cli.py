@@ -16,6 +16,7 @@ console = Console(stderr=True)
 EXIT_SCENARIO_ERROR = 2
 EXIT_UNREACHABLE = 1
 EXIT_CLIENT_BOUND = 3
+EXIT_INCOMPLETE = 4
 EXIT_INTERRUPTED = 130
 
 
@@ -81,6 +82,9 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
     if summary["interrupted"]:
         console.print("[yellow]interrupted: the summary covers the requests that finished[/]")
         raise typer.Exit(EXIT_INTERRUPTED)
+    if summary["incomplete"]:
+        console.print("[bold red]run incomplete[/]: " + "; ".join(summary["incomplete_reasons"]))
+        raise typer.Exit(EXIT_INCOMPLETE)
     if summary["client_bound"]:
         console.print("[bold red on white] CLIENT-BOUND [/] [bold red]the client fell behind its own schedule: "
                       + "; ".join(summary["client_bound_reasons"])
@@ -172,7 +176,8 @@ def execute(scenario, writer, workers_option: str | None = None, console: Consol
             console.print(f"[bold red]scenario error[/]: {e}")
             raise typer.Exit(EXIT_SCENARIO_ERROR)
         target = Target(url, backend.api, backend.model, backend.request_timeout_s, dict(backend.headers),
-                        scenario.workload.ignore_eos, backend.kind, tuple(backend.eos_token_ids))
+                        scenario.workload.ignore_eos, backend.kind, tuple(backend.eos_token_ids),
+                        backend.max_response_bytes)
         run_info = {"scenario": scenario.resolved_dict(), "versions": versions(), "host": host_info(),
                     "backend": {"kind": backend.kind, "url": url, "model": backend.model, "api": backend.api,
                                 "launched": launched is not None, "engine_version": engine.version(url, backend.headers),
@@ -204,7 +209,7 @@ def execute(scenario, writer, workers_option: str | None = None, console: Consol
     summary = summarize(outcome.records, scenario.slo.model_dump(), outcome.loop_lag_s)
     reasons = client_bound_reasons(summary)
     summary.update(client_bound=bool(reasons), client_bound_reasons=reasons, interrupted=outcome.interrupted,
-                   workers=n_workers, token_count_method=plan.token_count_method)
+                   workers=n_workers, token_count_method=plan.token_count_method, **outcome.completeness())
     summary["telemetry"] = observers.derived(outcome)
     writer.write_summary(summary)
     return summary
