@@ -62,7 +62,8 @@ class RunOutcome:
 
 def answer_problem(rec: RequestRecord, asked_tokens: int, length_forced: bool) -> tuple[str, str] | None:
     """(reason, detail) when a stream that parsed cleanly is still not a complete answer."""
-    for name, value in (("usage.completion_tokens", rec.output_tokens_usage), ("counted tokens", rec.output_tokens),
+    for name, value in (("usage.completion_tokens", rec.output_tokens_usage),
+                        ("tokens counted from running usage", rec.output_tokens_counted),
                         ("usage.prompt_tokens", rec.prompt_tokens)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or not 0 <= value <= MAX_TOKENS_PER_REQUEST):

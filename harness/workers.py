@@ -118,6 +118,8 @@ class _Worker:
 
     def exit_description(self) -> str:
         code = self.process.exitcode
+        if not self.ready:
+            return f"did not start within {WORKER_START_TIMEOUT_S:g} s (exit code {code})"
         if code is None:
             return "closed its pipe while still running"
         if code < 0:
@@ -167,9 +169,8 @@ async def _run_processes(requests, target, concurrency, workers, on_record, stop
     while not all(c.ready or c.closed for c in crew):  # t0 is fixed only once every worker has started
         if time.monotonic() > start_deadline:
             for c in crew:
-                c.process.kill()
-            raise RuntimeError(f"load.workers: the client worker processes did not start within "
-                               f"{WORKER_START_TIMEOUT_S:g} s")
+                if not c.ready:  # its EOF follows; it is reported lost
+                    c.process.kill()
         await receive_some()
     earliest_ns = time.perf_counter_ns() + int(0.2 * 1e9)  # time to read t0 and open connections
     if t0_ns is None or t0_ns < earliest_ns:

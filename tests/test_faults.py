@@ -200,3 +200,14 @@ def test_non_utf8_files_are_named_with_exit_2_and_no_traceback(tmp_path):
         line = 1 if name.endswith("json") else 2
         with pytest.raises(ScenarioError, match=f"workload.path: {tmp_path / name} line {line}: not UTF-8"):
             build_plan(workload, ApproximateTokenizer())
+
+
+def test_missing_records_make_a_run_incomplete_unless_it_was_cut_short_on_purpose():
+    from harness.runner import RunOutcome
+    from harness.workers import incomplete_reasons
+    outcome = RunOutcome(records=[object()] * 7, loop_lag_s=[], t0_ns=0, interrupted=False)
+    assert incomplete_reasons(outcome, 10, stops_at_duration=False) == ["3 of 10 planned requests have no record"]
+    assert incomplete_reasons(outcome, 10, stops_at_duration=True) == []  # duration_s ended dispatching
+    outcome.interrupted = True
+    assert incomplete_reasons(outcome, 10, stops_at_duration=False) == []
+    assert incomplete_reasons(outcome, 7, stops_at_duration=False) == []
