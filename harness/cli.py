@@ -142,6 +142,9 @@ def _verdict(result: RunResult, allow_client_bound: bool) -> int:
         console.print(f"[bold red]run failed[/]: {result.engine_exit}; the load was stopped, the summary covers "
                       f"the requests sent before", highlight=False)
         return EXIT_RUN_FAILED
+    if result.incomplete_reasons:
+        console.print("[bold red]run incomplete[/]: " + "; ".join(result.incomplete_reasons), highlight=False)
+        return EXIT_RUN_FAILED
     if result.mostly_failed:
         req = result.summary["requests"]
         console.print(f"[bold red]run failed[/]: {req['completed']} of {req['measured']} measured requests "

@@ -89,6 +89,11 @@ class RunResult:
         return self.completed_share < MIN_COMPLETED_SHARE
 
     @property
+    def incomplete_reasons(self) -> list[str]:
+        """Why records are missing (a lost worker, a short single-process run); empty when none are."""
+        return self.summary.get("incomplete_reasons", []) if self.summary.get("incomplete") else []
+
+    @property
     def client_bound(self) -> bool:
         return bool(self.summary["client_bound"])
 
@@ -132,7 +137,8 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
         raise ScenarioError(str(e)) from None
     launched = session.launched
     target = Target(url, backend.api, backend.model, backend.request_timeout_s, dict(backend.headers),
-                    scenario.workload.ignore_eos, backend.kind, tuple(backend.eos_token_ids))
+                    scenario.workload.ignore_eos, backend.kind, tuple(backend.eos_token_ids),
+                    backend.max_response_bytes)
     run_info = {"scenario": scenario.resolved_dict(), "versions": versions(), "host": host_info(),
                 "backend": {"kind": backend.kind, "url": url, "model": backend.model, "api": backend.api,
                             "launched": launched is not None, "engine_version": engine.version(url, backend.headers),
@@ -159,7 +165,7 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
     summary = summarize(outcome.records, scenario.slo.model_dump(), outcome.loop_lag_s)
     reasons = client_bound_reasons(summary)
     summary.update(client_bound=bool(reasons), client_bound_reasons=reasons, interrupted=outcome.interrupted,
-                   workers=n_workers, token_count_method=plan.token_count_method)
+                   workers=n_workers, token_count_method=plan.token_count_method, **outcome.completeness())
     if stopped_by in ("SIGINT", "SIGTERM"):
         summary["interrupted_by"] = stopped_by
     elif stopped_by:

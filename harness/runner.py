@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import re
 import resource
 import time
 from dataclasses import dataclass, field
@@ -20,10 +21,14 @@ import yarl
 
 from backends import load_backend
 from backends.openai import StreamError
+from harness.limits import DEFAULT_MAX_RESPONSE_BYTES, MAX_TOKENS_PER_REQUEST
 from harness.results import RequestRecord
 
 LOOP_TICK_S = 0.005
 INTERRUPT_GRACE_S = 3.0
+ERROR_BODY_BYTES = 300  # of a 4xx/5xx body, kept as the failure's detail
+# An answer that ended on its own (or on max_tokens); abort, error, cancelled... are cut answers.
+COMPLETE_FINISH_REASONS = {"stop", "length", "tool_calls", "function_call"}
 
 
 @dataclass
@@ -37,6 +42,7 @@ class Target:
     ignore_eos: bool = False
     kind: str = "openai"  # the backend dialect (backends.available())
     eos_token_ids: tuple[int, ...] = ()
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES  # one answer's bytes, all buffered until it ends
 
 
 @dataclass
@@ -45,12 +51,49 @@ class RunOutcome:
     loop_lag_s: list[float]
     t0_ns: int
     interrupted: bool
+    lost_workers: list[dict] = field(default_factory=list)  # client processes that died (harness.workers)
+    incomplete_reasons: list[str] = field(default_factory=list)  # why records are missing (harness.workers)
+
+    def completeness(self) -> dict:
+        """The summary's account of what the records cover: a run with missing records is not a result."""
+        return {"incomplete": bool(self.incomplete_reasons), "incomplete_reasons": self.incomplete_reasons,
+                "lost_workers": self.lost_workers}
+
+
+def answer_problem(rec: RequestRecord, asked_tokens: int, length_forced: bool) -> tuple[str, str] | None:
+    """(reason, detail) when a stream that parsed cleanly is still not a complete answer."""
+    for name, value in (("usage.completion_tokens", rec.output_tokens_usage),
+                        ("tokens counted from running usage", rec.output_tokens_counted),
+                        ("usage.prompt_tokens", rec.prompt_tokens)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or not 0 <= value <= MAX_TOKENS_PER_REQUEST):
+            return "bad_usage", (f"{name}: {value!r} from the server is not valid: must be a whole number "
+                                 f"from 0 to {MAX_TOKENS_PER_REQUEST}")
+    finish = rec.finish_reason
+    if finish is not None and finish not in COMPLETE_FINISH_REASONS:
+        name = finish if isinstance(finish, str) and re.fullmatch(r"[a-z_]{1,24}", finish) else "other"
+        return f"finish_{name}", f"the stream ended with finish_reason {finish!r} after {rec.output_tokens} tokens"
+    if length_forced and rec.output_tokens < asked_tokens:
+        return "short_output", (f"ignore_eos: {rec.output_tokens} of the {asked_tokens} tokens asked "
+                                f"(finish_reason {finish!r})")
+    return None
 
 
 def http_failure_reason(status: int) -> str:
     if status == 429:
         return "http_429"
     return "http_4xx" if status < 500 else "http_5xx"
+
+
+async def read_at_most(content: aiohttp.StreamReader, limit: int) -> bytes:
+    """Up to `limit` bytes of a body: a body that never ends must not be read whole."""
+    data = b""
+    while len(data) < limit:
+        more = await content.read(limit - len(data))
+        if not more:
+            break
+        data += more
+    return data
 
 
 async def sleep_until(due_ns: int) -> None:
@@ -160,7 +203,7 @@ class Runner:
         async def touch():
             try:
                 async with self._session.get(base + "/health", headers=self._headers) as resp:
-                    await resp.read()
+                    await read_at_most(resp.content, ERROR_BODY_BYTES)
             except aiohttp.ClientError:
                 pass  # a missing /health is fine: the connection was still opened
         await asyncio.gather(*(touch() for _ in range(count)))
@@ -262,15 +305,15 @@ class Runner:
         # Parsing waits in the digester's queue, so the next send (closed loop) and the
         # other streams' reads go first; only a next turn has to wait for the answer.
         answer = asyncio.get_running_loop().create_future()
-        self._digests.put_nowait((rec, reads, times, answer))
+        self._digests.put_nowait((rec, spec.output_tokens, reads, times, answer))
         return rec, (await asyncio.shield(answer) if need_answer else ""), end_ns
 
     async def _digester(self) -> None:
         """Parses finished streams one per loop turn, so a chunk never waits behind many parses."""
         while True:
-            rec, reads, times, answer = await self._digests.get()
+            rec, asked_tokens, reads, times, answer = await self._digests.get()
             try:
-                text = self._digest(rec, reads, times) if rec.ok else ""
+                text = self._digest(rec, asked_tokens, reads, times) if rec.ok else ""
             except Exception as e:  # a parser bug must cost one record, not hang the run
                 rec.fail("client_error", f"parsing the stream failed: {type(e).__name__}: {e}")
                 text = ""
@@ -298,10 +341,11 @@ class Runner:
                                               trace_request_ctx=rec) as resp:
                     rec.http_status = resp.status
                     if resp.status >= 400:
-                        detail = (await resp.read())[:300].decode("utf-8", "replace")
+                        detail = (await read_at_most(resp.content, ERROR_BODY_BYTES)).decode("utf-8", "replace")
                         rec.fail(http_failure_reason(resp.status), f"HTTP {resp.status}: {detail}")
                         return reads, times, clock()
                     read = resp.content.readany
+                    budget = self.target.max_response_bytes
                     while True:  # the hot path: stamp first, keep the bytes, nothing else
                         data = await read()
                         now = clock()
@@ -309,6 +353,14 @@ class Runner:
                             break
                         reads.append(data)
                         times.append(now)
+                        budget -= len(data)
+                        if budget < 0:  # leaving the block closes the connection: the rest is never read
+                            rec.fail("response_too_large", f"the answer passed backend.max_response_bytes="
+                                     f"{self.target.max_response_bytes} bytes; raise it if the engine really "
+                                     "sends that much")
+                            reads.clear()
+                            times.clear()
+                            break
         except TimeoutError:
             rec.fail("timeout", f"no complete answer within request_timeout_s={self.target.request_timeout_s}")
         except aiohttp.ClientConnectorError as e:
@@ -319,13 +371,16 @@ class Runner:
             rec.fail("client_error", f"{type(e).__name__}: {e}")
         return reads, times, clock()
 
-    def _digest(self, rec: RequestRecord, reads: list[bytes], times: list[int]) -> str:
+    def _digest(self, rec: RequestRecord, asked_tokens: int, reads: list[bytes], times: list[int]) -> str:
         try:
             parsed = self.backend.parse_stream(self.target.api, reads, times)
         except StreamError as e:
             rec.fail(e.reason, e.detail)
             return ""
         rec.take_stream(parsed, self.t0_ns)
+        problem = answer_problem(rec, asked_tokens, self.target.ignore_eos and self.backend.forces_length)
+        if rec.ok and problem is not None:
+            rec.fail(*problem)
         return parsed.text
 
     async def _tick_loop_lag(self) -> None:

@@ -15,17 +15,20 @@ requests/s for open arrivals, requests in flight for `arrival: closed`. Each val
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo
 from pydantic import field_validator, model_validator
 
 from backends import available, load_backend
 from harness.distributions import Dist, dist_from_yaml
+from harness.limits import (MAX_CONCURRENCY, MAX_RATE_PER_S, MAX_REQUESTS, MAX_SCHEDULE_S,
+                            MAX_TOKENS_PER_REQUEST, DEFAULT_MAX_RESPONSE_BYTES)
 from harness.telemetry import TelemetryConfig
 
 DEFAULT_NUM_REQUESTS = 100  # used when neither load.num_requests nor load.duration_s is given
@@ -35,8 +38,23 @@ class ScenarioError(Exception):
     """A scenario (or a file it points to) is not valid; the message says where and how to fix it."""
 
 
-TokenLength = Annotated[Dist, BeforeValidator(lambda v: dist_from_yaml(v, whole_numbers=True))]
-Seconds = Annotated[Dist, BeforeValidator(lambda v: dist_from_yaml(v, whole_numbers=False))]
+def _bounded(limit: float, unit: str):
+    """After-validator: every parameter of a distribution finite and at most `limit`."""
+    def check(dist: Dist) -> Dist:
+        for name in ("mean", "std", "min", "max"):
+            value = getattr(dist, name)
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"{name} {value} must be a finite number")
+            if value is not None and value > limit:
+                raise ValueError(f"{name} {value:g} is more than the limit of {limit:g} {unit}")
+        return dist
+    return AfterValidator(check)
+
+
+TokenLength = Annotated[Dist, BeforeValidator(lambda v: dist_from_yaml(v, whole_numbers=True)),
+                        _bounded(MAX_TOKENS_PER_REQUEST, "tokens")]
+Seconds = Annotated[Dist, BeforeValidator(lambda v: dist_from_yaml(v, whole_numbers=False)),
+                    _bounded(MAX_SCHEDULE_S, "seconds")]
 
 
 def _resolve_existing_file(value: str | None, info: ValidationInfo, field_path: str) -> str | None:
@@ -52,8 +70,9 @@ def _resolve_existing_file(value: str | None, info: ValidationInfo, field_path: 
 
 
 class Strict(BaseModel):
-    # strict: `rate: true` or `num_requests: "8"` are mistakes to report, not values to coerce.
-    model_config = ConfigDict(extra="forbid", strict=True)
+    # strict: `rate: true` or `num_requests: "8"` are mistakes to report, not values to coerce;
+    # `.inf` and `.nan` are never a rate, a timeout or an SLO.
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 LAUNCH_PLACEHOLDERS = "{port}, {host}, {model}"
@@ -68,7 +87,7 @@ class LaunchConfig(Strict):
     program: str | None = None
     args: list[str] = []
     env: dict[str, str] = {}
-    ready_timeout_s: float = Field(default=300.0, gt=0, description="seconds")
+    ready_timeout_s: float = Field(default=300.0, gt=0, le=MAX_SCHEDULE_S, description="seconds")
 
     @field_validator("args", "env", mode="before")
     @classmethod
@@ -87,8 +106,10 @@ class BackendConfig(Strict):
     model: str = "smollm2"
     api: Literal["completions", "chat", "native"] = "completions"  # native: the engine's own API (SGLang /generate)
     launch: LaunchConfig | None = None
-    request_timeout_s: float = Field(default=600.0, gt=0, description="seconds")
+    request_timeout_s: float = Field(default=600.0, gt=0, le=MAX_SCHEDULE_S, description="seconds")
     headers: dict[str, str] = {}
+    # one answer is buffered whole until its stream ends: an endless one must fail, not eat the memory
+    max_response_bytes: int = Field(default=DEFAULT_MAX_RESPONSE_BYTES, ge=1024, le=1 << 40, description="bytes")
     metrics_url: str | None = None  # the Prometheus page; default: url + the engine's metrics path
     profile: bool = False  # POST the engine's /start_profile and /stop_profile around the load (vLLM, SGLang)
     eos_token_ids: list[int] = []  # llama-cpp-python only: EOS ids to bias away when workload.ignore_eos
@@ -101,6 +122,17 @@ class BackendConfig(Strict):
         if kind not in known:
             raise ValueError("must be " + ", ".join(repr(k) for k in known) + " (the installed backends)")
         return kind
+
+    @field_validator("headers")
+    @classmethod
+    def _one_line_headers(cls, headers: dict[str, str]) -> dict[str, str]:
+        # a CR or LF would end the header early and let the rest of the value forge others
+        for name, value in headers.items():
+            for what, text in (("name", name), ("value", value)):
+                if any(c in text for c in "\r\n\0"):
+                    raise ScenarioError(f"backend.headers.{name.strip()}: the header {what} {text!r} contains a "
+                                        "line break or NUL, which would split the HTTP request; write it on one line")
+        return headers
 
     @field_validator("metrics_url")
     @classmethod
@@ -161,10 +193,10 @@ class WorkloadConfig(Strict):
     input_tokens: TokenLength = Dist(dist="fixed", mean=256)  # shared_prefix: the unique suffix
     output_tokens: TokenLength = Dist(dist="fixed", mean=128)
     ignore_eos: bool = True
-    num_groups: int | None = Field(default=None, ge=1)
-    prefix_tokens: int | None = Field(default=None, ge=1)
+    num_groups: int | None = Field(default=None, ge=1, le=MAX_REQUESTS)
+    prefix_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_PER_REQUEST, description="tokens")
     group_assignment: Literal["round_robin", "random"] = "round_robin"
-    turns: int | None = Field(default=None, ge=1)
+    turns: int | None = Field(default=None, ge=1, le=MAX_REQUESTS)
     think_time_s: Seconds = Dist(dist="fixed", mean=0.0)
     path: str | None = None
     format: Literal["auto", "jsonl", "sharegpt"] = "auto"
@@ -189,17 +221,19 @@ class WorkloadConfig(Strict):
 
 class LoadConfig(Strict):
     arrival: Literal["constant", "poisson", "gamma", "trace", "closed"] = "poisson"
-    rate: float | None = Field(default=None, gt=0, description="requests/s")
-    burstiness: float = Field(default=1.0, gt=0)  # gamma shape: 1 = Poisson, < 1 burstier
-    concurrency: int | None = Field(default=None, ge=1, description="requests in flight")
+    rate: float | None = Field(default=None, gt=0, le=MAX_RATE_PER_S, description="requests/s")
+    burstiness: float = Field(default=1.0, gt=0, le=1e6)  # gamma shape: 1 = Poisson, < 1 burstier
+    concurrency: int | None = Field(default=None, ge=1, le=MAX_CONCURRENCY, description="requests in flight")
     trace: str | None = None
     trace_format: Literal["auto", "mooncake", "azure", "burstgpt"] = "auto"
-    trace_block_size: int = Field(default=512, ge=1, description="tokens per Mooncake hash_id block")
-    time_scale: float = Field(default=1.0, gt=0)  # multiplies trace gaps: 0.5 replays twice as fast
-    num_requests: int | None = Field(default=None, ge=1, description="measured requests (warm-ups come on top)")
-    duration_s: float | None = Field(default=None, gt=0, description="seconds of measured load")
-    max_requests: int = Field(default=2000, ge=1, description="requests")  # plan size cap when duration_s is set
-    warmup_requests: int = Field(default=0, ge=0)
+    trace_block_size: int = Field(default=512, ge=1, le=MAX_TOKENS_PER_REQUEST,
+                                  description="tokens per Mooncake hash_id block")
+    time_scale: float = Field(default=1.0, gt=0, le=1000)  # multiplies trace gaps: 0.5 replays twice as fast
+    num_requests: int | None = Field(default=None, ge=1, le=MAX_REQUESTS,
+                                     description="measured requests (warm-ups come on top)")
+    duration_s: float | None = Field(default=None, gt=0, le=MAX_SCHEDULE_S, description="seconds of measured load")
+    max_requests: int = Field(default=2000, ge=1, le=MAX_REQUESTS, description="requests")  # plan cap with duration_s
+    warmup_requests: int = Field(default=0, ge=0, le=MAX_REQUESTS)
     workers: Literal["auto"] | int = "auto"  # client processes sending the load; auto sizes by token rate
     sweep: list[float] | None = None  # requests/s (open arrivals) or requests in flight (closed), one point each
 
@@ -251,7 +285,20 @@ class LoadConfig(Strict):
         # A trace without a count replays all its rows; everything else defaults to a fixed count.
         if self.num_requests is None and self.duration_s is None and self.arrival != "trace":
             self.num_requests = DEFAULT_NUM_REQUESTS
+        self._check_schedule_span()
         return self
+
+    def _check_schedule_span(self) -> None:
+        """A typo like rate: 0.00001 would hold a run open for years: the expected span is bounded."""
+        if self.arrival not in ("constant", "poisson", "gamma") or self.num_requests is None:
+            return
+        rate = self.rate if self.sweep is None else self.sweep[0]
+        span_s = (self.num_requests + self.warmup_requests) / rate
+        if span_s > MAX_SCHEDULE_S:
+            field = "load.rate" if self.sweep is None else "load.sweep"
+            raise ScenarioError(f"{field}: {rate:g} requests/s for {self.num_requests + self.warmup_requests} "
+                                f"requests spans {span_s:.3g} s, more than the limit of {MAX_SCHEDULE_S:g} s "
+                                "(7 days); raise the rate or send fewer requests")
 
     def _check_sweep(self) -> None:
         """A sweep supplies each point's rate (open arrivals) or concurrency (closed), so neither is required."""
@@ -259,9 +306,15 @@ class LoadConfig(Strict):
             raise ScenarioError("load.sweep: a trace sets its own pace; leave load.sweep out, or scale the "
                                 "trace with load.time_scale in separate runs")
         if self.arrival == "closed":
+            if any(v > MAX_CONCURRENCY for v in self.sweep):
+                raise ScenarioError(f"load.sweep: {self.sweep} is not valid: arrival closed sweeps requests in "
+                                    f"flight, at most the limit of {MAX_CONCURRENCY}")
             if any(not v.is_integer() for v in self.sweep):
                 raise ScenarioError(f"load.sweep: {self.sweep} is not valid: arrival closed sweeps requests in "
                                     f"flight, so each value must be a whole number, e.g. [1, 4, 16]")
+        elif any(v > MAX_RATE_PER_S for v in self.sweep):
+            raise ScenarioError(f"load.sweep: {self.sweep} is not valid: each rate must be at most the limit of "
+                                f"{MAX_RATE_PER_S:g} requests/s")
 
 
 class SloConfig(Strict):
@@ -278,7 +331,7 @@ class Scenario(Strict):
     load: LoadConfig
     slo: SloConfig = SloConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)  # numpy's seed sequences take no negative numbers
 
     @field_validator("name")
     @classmethod
@@ -325,6 +378,10 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
         raise ScenarioError(f"scenario file {str(path)!r} not found (looked in {path.parent.resolve()})")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        line = error.object.count(b"\n", 0, error.start) + 1
+        raise ScenarioError(f"{path} line {line}: not UTF-8 text (byte {error.object[error.start]:#04x}); "
+                            "save the scenario as UTF-8") from None
     except yaml.YAMLError as error:
         raise ScenarioError(f"{path}: not valid YAML: {error}") from None
     if data is None:
@@ -396,8 +453,9 @@ def _describe(error: ValidationError) -> str:
             lines.append(f"{path}: missing; this key is required")
             continue
         message = item["msg"].removeprefix("Value error, ").replace("Input should be", "must be")
-        if kind in ("greater_than", "greater_than_equal"):
+        if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
             message = message.replace("greater than or equal to", ">=").replace("greater than", ">")
+            message = message.replace("less than or equal to", "<=").replace("less than", "<")
             model = _model_at(loc[:-1])
             field = model.model_fields.get(loc[-1]) if model else None
             message += f" {field.description}" if field is not None and field.description else ""

@@ -11,12 +11,15 @@ Rows come back sorted by arrival time.
 from __future__ import annotations
 
 import csv
+import io
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from harness.limits import MAX_SCHEDULE_S, MAX_TOKENS_PER_REQUEST
 from harness.scenario import ScenarioError
 
 TRACE_FORMATS = ("mooncake", "azure", "burstgpt")
@@ -30,6 +33,18 @@ class TraceRow:
     input_tokens: int
     output_tokens: int
     hash_ids: tuple[int, ...] | None = None
+    line: int = field(default=0, compare=False)  # in the file, for error messages
+
+
+def read_utf8(path: str | Path, field_path: str) -> str:
+    """The file's text; a file that is not UTF-8 is a ScenarioError naming the field, file and line."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise ScenarioError(f"{field_path}: {path} line {line}: not UTF-8 text (byte {data[error.start]:#04x}); "
+                            "save the file as UTF-8") from None
 
 
 def detect_format(path: Path) -> str:
@@ -37,8 +52,7 @@ def detect_format(path: Path) -> str:
     if path.suffix in (".jsonl", ".json"):
         return "mooncake"
     if path.suffix == ".csv":
-        with path.open(newline="", encoding="utf-8") as file:
-            header = next(csv.reader(file), [])
+        header = next(csv.reader(io.StringIO(read_utf8(path, "load.trace"), newline="")), [])
         if all(column in header for column in AZURE_COLUMNS):
             return "azure"
         if all(column in header for column in BURSTGPT_COLUMNS):
@@ -62,15 +76,23 @@ def load_trace(path: str | Path, trace_format: str = "auto") -> list[TraceRow]:
     rows = readers[trace_format](path)
     if not rows:
         raise ScenarioError(f"load.trace: {path}: no requests in the file")
-    return sorted(rows, key=lambda row: row.timestamp_s)
+    rows.sort(key=lambda row: row.timestamp_s)
+    span_s = rows[-1].timestamp_s - rows[0].timestamp_s
+    if span_s > MAX_SCHEDULE_S:  # a stray row would otherwise hold the run open for years, silently
+        raise ScenarioError(f"load.trace: {path} line {rows[-1].line}: its timestamp is {span_s:.4g} s after the "
+                            f"first request (line {rows[0].line}), more than the limit of {MAX_SCHEDULE_S:g} s "
+                            "(7 days); check the row and the timestamps' unit (Mooncake: ms)")
+    return rows
 
 
-def _whole_number(value: Any, where: str) -> int:
+def _whole_number(value: Any, where: str, limit: int | None = None) -> int:
     if isinstance(value, str):
         value = value.strip()
-        value = int(value) if value.lstrip("-").isdigit() else value
+        value = int(value) if value.lstrip("-").isdigit() and len(value) < 30 else value
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ScenarioError(f"{where}: {value!r} is not valid: must be a whole number >= 0")
+    if limit is not None and value > limit:
+        raise ScenarioError(f"{where}: {value} is not valid: must be at most the limit of {limit} tokens")
     return value
 
 
@@ -79,28 +101,34 @@ def _seconds(value: Any, where: str) -> float:
         seconds = float(value)
     except (TypeError, ValueError):
         raise ScenarioError(f"{where}: {value!r} is not valid: must be a number") from None
-    if isinstance(value, bool) or seconds != seconds:
-        raise ScenarioError(f"{where}: {value!r} is not valid: must be a number")
+    if isinstance(value, bool) or not math.isfinite(seconds):
+        raise ScenarioError(f"{where}: {value!r} is not valid: must be a finite number")
     return seconds
 
 
 def read_jsonl(path, field: str):
     """Yields (where, record) for each non-blank line, `where` naming the scenario field, the file and
     the line for error messages; a line that is not JSON raises ScenarioError with its column."""
-    with open(path, encoding="utf-8") as file:
-        for line_number, line in enumerate(file, start=1):
-            if not line.strip():
-                continue
-            where = f"{field}: {path} line {line_number}"
-            try:
-                yield where, json.loads(line.rstrip("\r\n"))
-            except json.JSONDecodeError as error:
-                raise ScenarioError(f"{where} column {error.colno}: not valid JSON: {error.msg}") from None
+    for _, where, record in _numbered_jsonl(path, field):
+        yield where, record
+
+
+def _numbered_jsonl(path, field: str):
+    for line_number, line in enumerate(read_utf8(path, field).split("\n"), start=1):
+        if not line.strip():
+            continue
+        where = f"{field}: {path} line {line_number}"
+        try:
+            yield line_number, where, json.loads(line.rstrip("\r"))
+        except json.JSONDecodeError as error:
+            raise ScenarioError(f"{where} column {error.colno}: not valid JSON: {error.msg}") from None
+        except RecursionError:
+            raise ScenarioError(f"{where}: nested too deeply to read as JSON") from None
 
 
 def _read_mooncake(path: Path) -> list[TraceRow]:
     rows = []
-    for where, record in read_jsonl(path, "load.trace"):
+    for line_number, where, record in _numbered_jsonl(path, "load.trace"):
         if not isinstance(record, dict):
             raise ScenarioError(f"{where}: expected a JSON object, got {type(record).__name__}")
         for key in ("timestamp", "input_length", "output_length"):
@@ -114,23 +142,23 @@ def _read_mooncake(path: Path) -> list[TraceRow]:
             hash_ids = tuple(_whole_number(h, f"{where} field 'hash_ids'") for h in hash_ids)
         rows.append(TraceRow(
             timestamp_s=_seconds(record["timestamp"], f"{where} field 'timestamp'") / 1000.0,
-            input_tokens=_whole_number(record["input_length"], f"{where} field 'input_length'"),
-            output_tokens=_whole_number(record["output_length"], f"{where} field 'output_length'"),
-            hash_ids=hash_ids,
+            input_tokens=_whole_number(record["input_length"], f"{where} field 'input_length'", MAX_TOKENS_PER_REQUEST),
+            output_tokens=_whole_number(record["output_length"], f"{where} field 'output_length'",
+                                        MAX_TOKENS_PER_REQUEST),
+            hash_ids=hash_ids, line=line_number,
         ))
     return rows
 
 
 def _csv_records(path: Path, needed: tuple[str, ...]):
     """(line_number, record) pairs, after checking that the header has the needed columns."""
-    with path.open(newline="", encoding="utf-8") as file:
-        reader = csv.DictReader(file)
-        missing = [column for column in needed if column not in (reader.fieldnames or [])]
-        if missing:
-            raise ScenarioError(f"load.trace: {path} line 1: header lacks column(s) {', '.join(missing)} "
-                                f"(found {reader.fieldnames})")
-        for record in reader:
-            yield reader.line_num, record
+    reader = csv.DictReader(io.StringIO(read_utf8(path, "load.trace"), newline=""))
+    missing = [column for column in needed if column not in (reader.fieldnames or [])]
+    if missing:
+        raise ScenarioError(f"load.trace: {path} line 1: header lacks column(s) {', '.join(missing)} "
+                            f"(found {reader.fieldnames})")
+    for record in reader:
+        yield reader.line_num, record
 
 
 def _read_azure(path: Path) -> list[TraceRow]:
@@ -146,8 +174,9 @@ def _read_azure(path: Path) -> list[TraceRow]:
         rows.append(TraceRow(
             # Naive times read as UTC, so a daylight-saving change here cannot bend the gaps.
             timestamp_s=(arrival if arrival.tzinfo else arrival.replace(tzinfo=timezone.utc)).timestamp(),
-            input_tokens=_whole_number(record["ContextTokens"], f"{where} ContextTokens"),
-            output_tokens=_whole_number(record["GeneratedTokens"], f"{where} GeneratedTokens"),
+            input_tokens=_whole_number(record["ContextTokens"], f"{where} ContextTokens", MAX_TOKENS_PER_REQUEST),
+            output_tokens=_whole_number(record["GeneratedTokens"], f"{where} GeneratedTokens", MAX_TOKENS_PER_REQUEST),
+            line=line_number,
         ))
     return rows
 
@@ -158,7 +187,9 @@ def _read_burstgpt(path: Path) -> list[TraceRow]:
         where = f"load.trace: {path} line {line_number} column"
         rows.append(TraceRow(
             timestamp_s=_seconds(record["Timestamp"], f"{where} Timestamp"),
-            input_tokens=_whole_number(record["Request tokens"], f"{where} Request tokens"),
-            output_tokens=_whole_number(record["Response tokens"], f"{where} Response tokens"),
+            input_tokens=_whole_number(record["Request tokens"], f"{where} Request tokens", MAX_TOKENS_PER_REQUEST),
+            output_tokens=_whole_number(record["Response tokens"], f"{where} Response tokens",
+                                        MAX_TOKENS_PER_REQUEST),
+            line=line_number,
         ))
     return rows

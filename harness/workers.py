@@ -12,10 +12,14 @@ import math
 import multiprocessing as mp
 import queue
 import signal
+import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as wait_for_connections
 from typing import Callable
 
+from harness.limits import MAX_WORKERS_PER_CORE
 from harness.results import RequestRecord
 from harness.runner import Runner, RunOutcome, Target, group_jobs, run_blocking
 
@@ -24,6 +28,7 @@ from harness.runner import Runner, RunOutcome, Target, group_jobs, run_blocking
 # depends on getting that CPU promptly, so more processes only help with cores to spare.
 TOKENS_PER_S_PER_WORKER = 5000
 START_LEAD_S = 1.0  # from all workers ready to t0: time to open their connections
+WORKER_START_TIMEOUT_S = 120.0  # spawning imports the harness anew in each process
 
 
 def resolve_workers(option, requests: list, concurrency: int | None, duration_hint_s: float | None,
@@ -44,6 +49,10 @@ def resolve_workers(option, requests: list, concurrency: int | None, duration_hi
         raise ValueError(f"load.workers: {option!r} is not valid: use auto or a whole number >= 1") from None
     if n < 1:
         raise ValueError(f"load.workers: {n} is not valid: use auto or a whole number >= 1")
+    most = MAX_WORKERS_PER_CORE * cpu_count
+    if n > most:  # each is a full Python process; past the cores they only take turns
+        raise ValueError(f"load.workers: {n} is not valid: at most {most} client processes on this machine "
+                         f"({MAX_WORKERS_PER_CORE} per core, {cpu_count} cores); use auto")
     return n
 
 
@@ -57,75 +66,161 @@ async def run_plan(requests: list, target: Target, concurrency: int | None, work
                    on_record: Callable[[RequestRecord], None], stop: asyncio.Event,
                    dispatch_until_s: float | None = None, t0_ns: int | None = None) -> RunOutcome:
     """t0_ns: the run's clock origin (perf_counter_ns), picked by the caller so other recorders
-    share it; with several workers it moves later if they were not all started by then."""
+    share it; with several workers it moves later if they were not all started by then.
+    The outcome's incomplete_reasons say what is missing: a worker that died, records never written."""
     if workers <= 1:
-        return await Runner(target, requests, concurrency, on_record, t0_ns=t0_ns, stop=stop,
-                            dispatch_until_s=dispatch_until_s).run()
+        outcome = await Runner(target, requests, concurrency, on_record, t0_ns=t0_ns, stop=stop,
+                               dispatch_until_s=dispatch_until_s).run()
+    else:
+        outcome = await _run_processes(requests, target, concurrency, workers, on_record, stop, dispatch_until_s,
+                                       t0_ns)
+    outcome.incomplete_reasons = incomplete_reasons(outcome, len(requests), dispatch_until_s is not None)
+    return outcome
+
+
+def incomplete_reasons(outcome: RunOutcome, planned: int, stops_at_duration: bool) -> list[str]:
+    """Why the records do not cover the plan; an interrupted run or one stopped by its duration may stop early."""
+    reasons = []
+    for lost in outcome.lost_workers:
+        reasons.append(f"client worker {lost['worker']} (pid {lost['pid']}) {lost['exit']}: {lost['recorded']} of "
+                       f"its {lost['planned']} planned requests recorded")
+    missing = planned - len(outcome.records)
+    if missing > 0 and not outcome.interrupted and not stops_at_duration:
+        reasons.append(f"{missing} of {planned} planned requests have no record")
+    return reasons
+
+
+@dataclass
+class _Worker:
+    """The parent's view of one client process, over its own pipe: a death is an EOF there."""
+    index: int
+    process: mp.Process
+    conn: Connection
+    planned: int
+    recorded: int = 0
+    ready: bool = False
+    done: bool = False
+    closed: bool = False
+
+    def send(self, message) -> None:
+        try:
+            self.conn.send(message)
+        except OSError:  # it died; its EOF is read in the loop
+            pass
+
+    def receive(self):
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):  # gone, perhaps mid-message (kill -9)
+            self.closed = True
+            self.conn.close()
+            return None
+
+    def exit_description(self) -> str:
+        code = self.process.exitcode
+        if not self.ready:
+            return f"did not start within {WORKER_START_TIMEOUT_S:g} s (exit code {code})"
+        if code is None:
+            return "closed its pipe while still running"
+        if code < 0:
+            return f"was killed by {signal.Signals(-code).name}"
+        return f"exited with code {code} before finishing"
+
+
+async def _run_processes(requests, target, concurrency, workers, on_record, stop, dispatch_until_s,
+                         t0_ns) -> RunOutcome:
     ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    stop_flag, go = ctx.Event(), ctx.Event()
-    t0_value = ctx.Value("q", 0)
     jobs = group_jobs(requests)
-    procs = []
+    crew: list[_Worker] = []
     for w in range(workers):
         mine = [spec for job in jobs[w::workers] for spec in job]
+        parent_end, child_end = ctx.Pipe()
         p = ctx.Process(target=_worker_main, daemon=True,
-                        args=(w, mine, target, _share(concurrency, workers, w), t0_value, go, dispatch_until_s,
-                              results, stop_flag))
+                        args=(w, mine, target, _share(concurrency, workers, w), dispatch_until_s, child_end))
         p.start()
-        procs.append(p)
+        child_end.close()  # the worker holds the only other end, so its death reads as EOF here
+        crew.append(_Worker(w, p, parent_end, len(mine)))
     loop = asyncio.get_running_loop()
-    for _ in range(workers):  # t0 is fixed only once every worker has started (spawn takes a while)
-        try:
-            await loop.run_in_executor(None, results.get, True, 120)
-        except queue.Empty:
-            raise RuntimeError("load.workers: the client worker processes did not start within 120 s") from None
+    records, loop_lag, interrupted = [], [], False
+
+    async def receive_some() -> None:
+        nonlocal interrupted
+        open_conns = [c.conn for c in crew if not c.closed]
+        readable = await loop.run_in_executor(None, wait_for_connections, open_conns, 0.2)
+        for worker in crew:
+            while not worker.closed and worker.conn in readable and worker.conn.poll():
+                message = worker.receive()
+                if message is None:
+                    break
+                kind, payload = message
+                if kind == "ready":
+                    worker.ready = True
+                elif kind == "record":
+                    worker.recorded += 1
+                    rec = RequestRecord.from_dict(payload)
+                    records.append(rec)
+                    on_record(rec)
+                else:  # done
+                    worker.done = True
+                    loop_lag.extend(payload["loop_lag_s"])
+                    interrupted |= payload["interrupted"]
+
+    start_deadline = time.monotonic() + WORKER_START_TIMEOUT_S
+    while not all(c.ready or c.closed for c in crew):  # t0 is fixed only once every worker has started
+        if time.monotonic() > start_deadline:
+            for c in crew:
+                if not c.ready:  # its EOF follows; it is reported lost
+                    c.process.kill()
+        await receive_some()
     earliest_ns = time.perf_counter_ns() + int(0.2 * 1e9)  # time to read t0 and open connections
     if t0_ns is None or t0_ns < earliest_ns:
         t0_ns = time.perf_counter_ns() + int(START_LEAD_S * 1e9)
-    t0_value.value = t0_ns
-    go.set()
-    stop_watch = asyncio.create_task(stop.wait())
-    records, loop_lag, interrupted, running = [], [], False, workers
-    while running:
-        if stop_watch.done():
-            stop_flag.set()  # workers stop sending and give in-flight requests a grace
-        try:
-            kind, payload = await loop.run_in_executor(None, results.get, True, 0.2)
-        except queue.Empty:
-            if not any(p.is_alive() for p in procs) and results.empty():
-                break  # a worker died without saying done: keep what arrived
-            continue
-        if kind == "record":
-            rec = RequestRecord.from_dict(payload)
-            records.append(rec)
-            on_record(rec)
-        else:
-            running -= 1
-            loop_lag += payload["loop_lag_s"]
-            interrupted |= payload["interrupted"]
-    stop_watch.cancel()
-    for p in procs:
-        p.join(timeout=5)
-    return RunOutcome(records, loop_lag, t0_ns, interrupted or stop.is_set())
+    for c in crew:
+        c.send(("go", t0_ns))
+    stop_sent = False
+    while not all(c.closed for c in crew):  # every worker ends with an EOF, after its "done" or without it
+        if stop.is_set() and not stop_sent:
+            for c in crew:  # workers stop sending and give in-flight requests a grace
+                c.send(("stop", None))
+            stop_sent = True
+        await receive_some()
+    lost = []
+    for c in crew:
+        c.process.join(timeout=5)
+        if not c.done:
+            lost.append({"worker": c.index, "pid": c.process.pid, "exit": c.exit_description(),
+                         "exitcode": c.process.exitcode, "planned": c.planned, "recorded": c.recorded})
+    return RunOutcome(records, loop_lag, t0_ns, interrupted or stop.is_set(), lost_workers=lost)
 
 
-def _worker_main(w, requests, target, concurrency, t0_value, go, dispatch_until_s, results, stop_flag) -> None:
+def _worker_main(w, requests, target, concurrency, dispatch_until_s, conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
-    results.put(("ready", w))
-    go.wait()
-    t0_ns = t0_value.value
+    # A thread does the sending, so a full pipe never stalls this process's event loop.
+    outbox: queue.SimpleQueue = queue.SimpleQueue()
+
+    def feed() -> None:
+        while (message := outbox.get()) is not None:
+            conn.send(message)
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    outbox.put(("ready", w))
+    try:
+        _, t0_ns = conn.recv()  # ("go", t0)
+    except EOFError:  # the parent is gone
+        return
 
     def make_runner():
         stop = asyncio.Event()
 
-        async def watch_stop():
-            while not stop_flag.is_set():
+        async def watch_stop():  # a "stop" from the parent, or its end of the pipe closing
+            while not conn.poll():
                 await asyncio.sleep(0.05)
             stop.set()
         asyncio.get_running_loop().create_task(watch_stop())
-        return Runner(target, requests, concurrency, lambda rec: results.put(("record", asdict(rec))),
+        return Runner(target, requests, concurrency, lambda rec: outbox.put(("record", asdict(rec))),
                       t0_ns=t0_ns, stop=stop, dispatch_until_s=dispatch_until_s)
 
     outcome = run_blocking(make_runner)
-    results.put(("done", {"worker": w, "loop_lag_s": outcome.loop_lag_s, "interrupted": outcome.interrupted}))
+    outbox.put(("done", {"worker": w, "loop_lag_s": outcome.loop_lag_s, "interrupted": outcome.interrupted}))
+    outbox.put(None)
+    feeder.join()

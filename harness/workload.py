@@ -23,7 +23,7 @@ from harness.arrivals import open_loop_offsets_s, open_loop_offsets_until_s, tra
 from harness.prompts import answer_tokens, prompt_builder, prompt_tokens
 from harness.scenario import Scenario, ScenarioError
 from harness.tokenizer_source import TokenizerSource
-from harness.traces import TraceRow, load_trace, read_jsonl
+from harness.traces import TraceRow, load_trace, read_jsonl, read_utf8
 
 
 @dataclass
@@ -231,8 +231,7 @@ def _read_jsonl(path: str) -> tuple[list[dict], int]:
 def _read_sharegpt(path: str) -> tuple[list[dict], int]:
     """The first human turn is the prompt, the gpt turn after it sets the answer length."""
     try:
-        with open(path, encoding="utf-8") as file:
-            entries = json.load(file)
+        entries = json.loads(read_utf8(path, "workload.path"))
     except json.JSONDecodeError as error:
         raise ScenarioError(f"workload.path: {path} line {error.lineno} column {error.colno}: "
                             f"not valid JSON: {error.msg}") from None

@@ -8,7 +8,10 @@ the truth the harness is compared against (GET /stats), and how late it was.
 
 Per-request controls go in the prompt as `[gt key=value ...]`: id (to match records),
 ttft_ms, itl_ms, k, and fail=http_500|http_429|http_400|cut_after_N|malformed_json|
-malformed_sse|stall. Run standalone: python tests/groundtruth_server.py --port 0
+malformed_sse|stall, or one of the faults a broken engine shows: abort_after_N (finish_reason
+"abort" after N tokens, then [DONE], as vLLM ends a request its engine loop aborted), short_after_N
+(finish_reason "length" after N tokens, fewer than max_tokens), usage_N (the final usage claims N
+completion tokens), endless (a 200 stream that never ends) and endless_500 (an error body that never ends). Run standalone: python tests/groundtruth_server.py --port 0
 (prints "PORT <n>" once listening).
 """
 from __future__ import annotations
@@ -110,12 +113,25 @@ class GroundTruthServer:
             t.write(_chunked(b"this line is not sse\n\n") + _END)
             return None
         out = _token_event(s, n)
+        if s.fail.startswith("endless"):  # 64 KiB a tick, never the end
+            t.write(_chunked(out * (65536 // len(out) + 1)))
+            return now + s.itl_ns
+        if s.fail.startswith(("abort_after_", "short_after_")) and s.sent >= int(s.fail.rsplit("_", 1)[1]):
+            s.total = s.sent  # the final events report what was really sent
+            finish = b"abort" if s.fail.startswith("abort") else b"length"
+            t.write(_chunked(out + _final_events(s).replace(b'"length"', b'"%s"' % finish)) + _END)
+            s.proto.finished()
+            return None
         if s.fail.startswith("cut_after_") and s.sent >= int(s.fail[len("cut_after_"):]):
             t.write(_chunked(out))
             t.close()  # no terminating chunk: the stream is cut mid-way
             return None
         if s.sent >= s.total:
-            out += _final_events(s)
+            final = _final_events(s)
+            if s.fail.startswith("usage_"):
+                final = final.replace(b'"completion_tokens":%d' % s.total,
+                                      b'"completion_tokens":%s' % s.fail[len("usage_"):].encode())
+            out += final
             t.write(_chunked(out) + _END)
             s.proto.finished()
             return None
@@ -154,7 +170,7 @@ class GroundTruthServer:
         s.rid = opts.get("id")
         if s.rid is not None and len(self.records) < 200_000:
             self.records[s.rid] = {"recv_ns": recv_ns, "write_ns": s.write_ns, "k": s.k, "body_bytes": len(body)}
-        proto.start_stream(s.chat)
+        proto.start_stream(s.chat, status=500 if fail == "endless_500" else 200)
         if fail != "stall":
             self.add_stream(s)
 
@@ -251,9 +267,9 @@ class _Http(asyncio.Protocol):
                              b"Connection: %s\r\n\r\n%s" % (status, len(body), self._conn_header(), body))
         self.finished()
 
-    def start_stream(self, chat: bool) -> None:
-        head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
-                b"Connection: %s\r\n\r\n" % self._conn_header())
+    def start_stream(self, chat: bool, status: int = 200) -> None:
+        head = (b"HTTP/1.1 %d X\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+                b"Connection: %s\r\n\r\n" % (status, self._conn_header()))
         if chat:  # like real servers: a role-only delta before any token
             head += _chunked(b'data: {"id":"gt","choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n')
         self.transport.write(head)

@@ -1,0 +1,213 @@
+"""Fault injection, client side: what a broken server, a killed worker or a crafted file does to a run.
+
+Each test reproduces the fault (a ground-truth server told to misbehave, a SIGKILL, a file written to
+break a reader) and asserts that the run says so instead of reporting wrong numbers or a traceback.
+Marked `faults` (`pytest -m faults` runs just these); they are fast and run in the normal suite too.
+"""
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from bench_process import bench, bench_started
+from groundtruth_server import GroundTruthConfig, GroundTruthProcess, GroundTruthServer, gt_request
+from harness.limits import MAX_TOKENS_PER_REQUEST
+from harness.metrics import summarize
+from harness.runner import Runner, Target
+from harness.scenario import ScenarioError, load_scenario
+from harness.tokenizer_source import ApproximateTokenizer
+from harness.traces import load_trace
+from harness.workload import build_plan
+from harness.workers import resolve_workers
+
+pytestmark = pytest.mark.faults
+
+
+async def run_against_gt(requests, **target_options):
+    server = GroundTruthServer(GroundTruthConfig(ttft_ms=5, itl_ms=2))
+    port = await server.start()
+    try:
+        return await Runner(Target(f"http://127.0.0.1:{port}", **target_options), requests).run()
+    finally:
+        await server.stop_listening()
+
+
+async def test_aborted_and_short_streams_are_failures_outside_goodput():
+    # 8 requests of 20 tokens: 3 aborted mid-way as the engine's loop aborts them, 1 cut short at "length"
+    faults = {1: "abort_after_12", 4: "abort_after_15", 6: "abort_after_3", 7: "short_after_17"}
+    reqs = [gt_request(i, 0.01 * i, 20, **({"fail": faults[i]} if i in faults else {})) for i in range(8)]
+    out = await run_against_gt(reqs, ignore_eos=True)
+    by_index = {r.index: r for r in out.records}
+    for i in (1, 4, 6):
+        assert by_index[i].error_reason == "finish_abort" and by_index[i].finish_reason == "abort"
+        assert "'abort' after" in by_index[i].error_detail
+    assert by_index[7].error_reason == "short_output" and "17 of the 20 tokens" in by_index[7].error_detail
+    assert all(by_index[i].ok and by_index[i].output_tokens == 20 for i in (0, 2, 3, 5))
+    summary = summarize(out.records, {"ttft_ms": 10_000})
+    assert summary["requests"]["completed"] == 4 and summary["requests"]["failed"] == 4
+    assert summary["failures"] == {"finish_abort": 3, "short_output": 1}
+    assert summary["goodput"]["fraction"] == 0.5  # the cut answers meet the SLO but are not good
+    assert summary["output_tokens"] == 80
+
+
+async def test_a_short_answer_is_fine_when_the_length_is_not_forced():
+    out = await run_against_gt([gt_request(0, 0.0, 20, fail="short_after_17")], ignore_eos=False)
+    assert out.records[0].ok and out.records[0].output_tokens == 17
+
+
+async def test_an_endless_response_fails_at_the_byte_cap_and_the_run_goes_on():
+    reqs = [gt_request(0, 0.0, 8, fail="endless"), gt_request(1, 0.0, 8, fail="endless_500"), gt_request(2, 0.01, 8)]
+    out = await run_against_gt(reqs, max_response_bytes=1 << 20, request_timeout_s=120)
+    by_index = {r.index: r for r in out.records}
+    assert by_index[0].error_reason == "response_too_large"
+    assert "backend.max_response_bytes=1048576" in by_index[0].error_detail
+    assert by_index[0].token_times_s == []  # the buffered bytes were dropped
+    assert by_index[1].error_reason == "http_5xx" and len(by_index[1].error_detail) < 400  # read a head only
+    assert by_index[2].ok and by_index[2].output_tokens == 8
+
+
+@pytest.mark.parametrize("claimed", [str(10**12), "1e12", "-5"])
+async def test_an_absurd_usage_count_fails_the_request_not_the_summary(claimed):
+    out = await run_against_gt([gt_request(0, 0.0, 4, fail=f"usage_{claimed}"), gt_request(1, 0.0, 4)])
+    by_index = {r.index: r for r in out.records}
+    assert by_index[0].error_reason == "bad_usage"
+    assert by_index[0].error_detail.startswith(f"usage.completion_tokens: {json.loads(claimed)!r} from the server")
+    assert str(MAX_TOKENS_PER_REQUEST) in by_index[0].error_detail
+    summary = summarize(out.records)  # once a MemoryError: 1e12 per-token gaps
+    assert summary["failures"] == {"bad_usage": 1} and summary["output_tokens"] == 4
+
+
+def test_bench_run_says_which_answers_were_cut(tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"request {i} [gt id={i}{' fail=abort_after_3' * (i == 2)}]",
+                                           "output_tokens": 6}) + "\n" for i in range(4)))
+    with GroundTruthProcess(GroundTruthConfig(ttft_ms=5, itl_ms=2)) as gt:
+        scenario = tmp_path / "s.yaml"
+        scenario.write_text(f"name: cut\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
+                            f"workload: {{kind: file, path: {prompts}}}\n"
+                            "load: {arrival: constant, rate: 20, num_requests: 4}\n"
+                            "slo: {ttft_ms: 10000}\ntelemetry: {interval_ms: 200, gpu: false}\n")
+        res = bench("run", scenario, "--output", tmp_path / "out", "--workers", "1", "--allow-client-bound",
+                    env={**os.environ, "COLUMNS": "200"})
+    assert "3 completed, 1 failed" in res.stderr and "failures: finish_abort=1" in res.stderr, res.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["failures"] == {"finish_abort": 1} and summary["goodput"]["fraction"] == 0.75
+
+
+def _spawned_children(pid: int) -> list[int]:
+    """The multiprocessing workers among a process's children (not its resource tracker)."""
+    children = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children += [int(c) for c in (task / "children").read_text().split()]
+    return [c for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+
+
+def test_a_killed_worker_marks_the_run_incomplete_and_exits_4(tmp_path):
+    with GroundTruthProcess(GroundTruthConfig(ttft_ms=5, itl_ms=5)) as gt:
+        scenario = tmp_path / "s.yaml"
+        scenario.write_text(f"name: kill\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
+                            "workload: {kind: random, input_tokens: 8, output_tokens: 8}\n"
+                            "load: {arrival: constant, rate: 40, num_requests: 60}\n"
+                            "telemetry: {interval_ms: 200, gpu: false}\n")
+        out = tmp_path / "out"
+        proc = bench_started("run", scenario, "--output", out, "--workers", "2", "--allow-client-bound")
+        requests_file = out / "requests.jsonl"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (requests_file.exists()
+                                                   and requests_file.read_text().count("\n") >= 10):
+            time.sleep(0.05)
+        workers = _spawned_children(proc.pid)
+        assert len(workers) == 2, workers
+        os.kill(workers[1], signal.SIGKILL)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 4, stderr
+    assert "run incomplete" in stderr and "killed by SIGKILL" in stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["incomplete"] is True and summary["interrupted"] is False
+    (lost,) = summary["lost_workers"]
+    assert lost["pid"] == workers[1] and lost["exit"] == "was killed by SIGKILL"
+    assert lost["planned"] == 30 and 0 < lost["recorded"] < 30
+    assert f"{lost['recorded']} of its 30 planned requests recorded" in summary["incomplete_reasons"][0]
+    written = requests_file.read_text().splitlines()
+    assert len(written) == 30 + lost["recorded"]  # the live worker finished all its share
+
+
+@pytest.mark.parametrize("override, message", [
+    ("load.rate=.inf", "load.rate: inf is not valid: must be a finite number"),
+    ("load.rate=0.000001", "load.rate: 1e-06 requests/s for 10 requests spans 1e+07 s, more than the limit"),
+    ("load.num_requests=100000000000", "load.num_requests: 100000000000 is not valid: must be <= 1000000"),
+    ("load.concurrency=10000000000", "load.concurrency: 10000000000 is not valid: must be <= 100000"),
+    ("workload.output_tokens=1000000000000", "workload.output_tokens: 1000000000000 is not valid: mean 1e+12 "
+                                             "is more than the limit of 1e+06 tokens"),
+    ("backend.request_timeout_s=1.0e+300", "backend.request_timeout_s: 1e+300 is not valid: must be <= 604800"),
+    ("backend.headers={Authorization: \"Bearer x\\r\\nX-Admin: 1\"}",
+     "backend.headers.Authorization: the header value 'Bearer x\\r\\nX-Admin: 1' contains a line break"),
+])
+def test_numbers_and_headers_past_their_bounds_name_the_field(tmp_path, override, message):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: b\nbackend: {kind: openai, url: 'http://127.0.0.1:9'}\n"
+                        "load: {arrival: constant, rate: 4, num_requests: 10}\n")
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(scenario, [override])
+    assert message in str(caught.value)
+
+
+def test_worker_count_is_bounded_by_the_cores():
+    reqs = [gt_request(i, 0.1 * i) for i in range(4)]
+    assert resolve_workers("4", reqs, None, None, cpu_count=2) == 4
+    with pytest.raises(ValueError, match=r"load.workers: 1000 is not valid: at most 4 client processes"):
+        resolve_workers("1000", reqs, None, None, cpu_count=2)
+
+
+@pytest.mark.parametrize("row, message", [
+    ('{"timestamp": Infinity, "input_length": 8, "output_length": 8}',
+     "line 2 field 'timestamp': inf is not valid: must be a finite number"),
+    ('{"timestamp": 1e15, "input_length": 8, "output_length": 8}',
+     "line 2: its timestamp is 1e+12 s after the first request (line 1), more than the limit of 604800 s"),
+    ('{"timestamp": 5, "input_length": 100000000000, "output_length": 8}',
+     "line 2 field 'input_length': 100000000000 is not valid: must be at most the limit of 1000000 tokens"),
+])
+def test_trace_rows_past_their_bounds_name_the_line(tmp_path, row, message):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 8, "output_length": 8}\n' + row + "\n")
+    with pytest.raises(ScenarioError) as caught:
+        load_trace(trace)
+    assert f"load.trace: {trace} {message}" in str(caught.value)
+
+
+def test_non_utf8_files_are_named_with_exit_2_and_no_traceback(tmp_path):
+    scenario = tmp_path / "latin1.yaml"
+    scenario.write_bytes("name: caf\u00e9\nbackend: {kind: openai, url: 'http://127.0.0.1:9'}\n".encode("latin-1"))
+    res = bench("validate", scenario, timeout_s=60, env={**os.environ, "COLUMNS": "500"})  # no wrapped path
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert f"{scenario} line 1: not UTF-8 text (byte 0xe9)" in " ".join(res.stderr.split())
+    for name, field in (("t.jsonl", "load.trace"), ("t.csv", "load.trace")):
+        trace = tmp_path / name
+        good = '{"timestamp": 0, "input_length": 8, "output_length": 8}\n' if name.endswith("jsonl") \
+            else "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n0,m,8,8,16,x\n"
+        trace.write_bytes(good.encode() + b"\xff\xfe broken\n")
+        with pytest.raises(ScenarioError, match=f"{field}: {trace} line {good.count(chr(10)) + 1}: not UTF-8"):
+            load_trace(trace)
+    for name in ("w.jsonl", "w.json"):  # a prompt file, JSONL or ShareGPT
+        (tmp_path / name).write_bytes(b'[{"prompt": "caf\xe9"}]\n' if name.endswith("json")
+                                      else b'{"prompt": "ok"}\n{"prompt": "caf\xe9"}\n')
+        scenario.write_text("name: w\nbackend: {kind: openai, url: 'http://127.0.0.1:9', api: chat}\n")
+        workload = load_scenario(scenario, [ f"workload={{kind: file, path: {tmp_path / name}}}",
+                                            "load={arrival: constant, rate: 4, num_requests: 2}"])
+        line = 1 if name.endswith("json") else 2
+        with pytest.raises(ScenarioError, match=f"workload.path: {tmp_path / name} line {line}: not UTF-8"):
+            build_plan(workload, ApproximateTokenizer())
+
+
+def test_missing_records_make_a_run_incomplete_unless_it_was_cut_short_on_purpose():
+    from harness.runner import RunOutcome
+    from harness.workers import incomplete_reasons
+    outcome = RunOutcome(records=[object()] * 7, loop_lag_s=[], t0_ns=0, interrupted=False)
+    assert incomplete_reasons(outcome, 10, stops_at_duration=False) == ["3 of 10 planned requests have no record"]
+    assert incomplete_reasons(outcome, 10, stops_at_duration=True) == []  # duration_s ended dispatching
+    outcome.interrupted = True
+    assert incomplete_reasons(outcome, 10, stops_at_duration=False) == []
+    assert incomplete_reasons(outcome, 7, stops_at_duration=False) == []
