@@ -23,7 +23,7 @@ from native_engine.model_files import resolve_model
 from native_engine.model_runner import ModelRunner, SeqChunk
 from native_engine.sampler import mask_stop_tokens, sample
 from native_engine.scheduler import QueueFullError, Scheduler, SchedulerConfig
-from native_engine.sequence import SamplingParams, Sequence
+from native_engine.sequence import SamplingParams, Sequence, SequenceStatus
 from native_engine.tokenizer import IncrementalDetokenizer, Tokenizer
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,14 @@ class LLMEngine:
 
     # ---- requests -------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        """Thread-safe. Raises QueueFullError when max_waiting requests are already waiting."""
+        """Thread-safe. Raises QueueFullError when max_waiting requests are already waiting, and
+        ValueError for token ids outside the vocabulary (the server names the field first)."""
+        vocab = self.model_config.vocab_size
+        for name, ids in (("prompt", prompt_token_ids), ("stop_token_ids", params.stop_token_ids)):
+            if any(not 0 <= t < vocab for t in ids):
+                raise ValueError(f"{name}: token ids must lie in [0, {vocab})")
+        if not prompt_token_ids:
+            raise ValueError("prompt: must hold at least one token")
         if len(self.scheduler.waiting) + len(self._inbox) >= self.config.scheduler.max_waiting:
             raise QueueFullError(f"waiting queue is full ({self.config.scheduler.max_waiting} requests)")
         self._inbox.append(("add", Sequence(request_id, list(prompt_token_ids), params)))
@@ -153,12 +160,15 @@ class LLMEngine:
             self.block_manager.cache_computed_blocks(c.seq)
         kv_bytes = kv_positions_read * self.runner.kv_bytes_per_token
         seqs = [c.seq for c, s in zip(chunks, sampling) if s]
-        mask_stop_tokens(logits, seqs, list(self.eos_token_ids))
-        next_ids = sample(logits, seqs).tolist()
+        outputs = []
+        try:
+            mask_stop_tokens(logits, seqs, list(self.eos_token_ids))
+            next_ids = sample(logits, seqs).tolist()
+        except Exception as exc:
+            outputs, seqs, next_ids = self._isolate_sampling_failure(exc, logits, chunks, sampling), [], []
 
         now = time.perf_counter()
         prompt_tokens = 0
-        outputs = []
         for seq, token_id in zip(seqs, next_ids):
             if seq.first_token_s is None:
                 seq.first_token_s = now
@@ -168,8 +178,41 @@ class LLMEngine:
                 self.metrics.inter_token_latency.observe(now - seq.last_token_s)
             seq.last_token_s = now
             seq.token_ids.append(token_id)
-            outputs.append(self._process_token(seq, token_id, now))
+            try:
+                outputs.append(self._process_token(seq, token_id, now))
+            except Exception as exc:
+                outputs.append(self._fail_sequence(seq, exc))
         self._record_step(prompt_tokens, len(seqs), max(self.runner.last_step_bytes_read - kv_bytes, 0), kv_bytes)
+        return outputs
+
+    # ---- failures: one request's fault ends only that request ---------------------------------
+    def _fail_sequence(self, seq: Sequence, exc: Exception, traceback: bool = True) -> RequestOutput:
+        log.error("request %s finished with finish_reason 'error': %s: %s", seq.request_id,
+                  type(exc).__name__, exc, exc_info=exc if traceback else None)
+        if seq.status != SequenceStatus.FINISHED:
+            self.scheduler.finish(seq, "error")
+        self._seqs.pop(seq.request_id, None)
+        return RequestOutput(seq.request_id, [], "", True, "error", None, seq.num_prompt_tokens,
+                             seq.num_output_tokens, seq.num_cached_tokens)
+
+    def _isolate_sampling_failure(self, exc: Exception, logits, chunks, sampling) -> list[RequestOutput]:
+        """The batched mask/sample raised. Fail the rows that raise alone (tried on copies, with
+        their generators restored) and step the others back, so the next step recomputes their last
+        chunk and samples again: sampling may have edited their logits in place."""
+        outputs, sampled = [], [c for c, s in zip(chunks, sampling) if s]
+        for row, c in enumerate(sampled):
+            rng_state = c.seq.rng.bit_generator.state
+            try:
+                mask_stop_tokens(logits[row:row + 1].copy(), [c.seq], list(self.eos_token_ids))
+                sample(logits[row:row + 1].copy(), [c.seq])
+            except Exception as row_exc:
+                outputs.append(self._fail_sequence(c.seq, row_exc))
+                continue
+            c.seq.rng.bit_generator.state = rng_state
+            c.seq.num_computed_tokens -= c.num_new_tokens
+        if not outputs:   # no single row is at fault: the batch is, and each of its requests fails
+            log.error("sampling failed for the whole batch", exc_info=exc)
+            outputs = [self._fail_sequence(c.seq, exc, traceback=False) for c in sampled]
         return outputs
 
     def _record_step(self, prompt_tokens: int, generation_tokens: int, weight_bytes: int, kv_bytes: int) -> None:
@@ -256,20 +299,12 @@ class LLMEngine:
                 continue
             try:
                 outputs = self.step()
-            except Exception:
-                log.exception("engine step failed; aborting every request")
-                outputs = self._abort_all()
+            except Exception as exc:   # outside any one request (forward pass, scheduler): all fail
+                log.exception("engine step failed; finishing every request with finish_reason 'error'")
+                outputs = [self._fail_sequence(seq, exc, traceback=False) for seq in list(self._seqs.values())]
+                self._record_step(0, 0, 0, 0)
             if outputs:
                 self._emit(outputs)
-
-    def _abort_all(self) -> list[RequestOutput]:
-        outputs = []
-        for seq in list(self._seqs.values()):
-            self.scheduler.finish(seq, "abort")
-            outputs.append(RequestOutput(seq.request_id, [], "", True, "abort", None,
-                                         seq.num_prompt_tokens, seq.num_output_tokens, seq.num_cached_tokens))
-        self._seqs.clear()
-        return outputs
 
     def _dispatch(self, outputs: list[RequestOutput]) -> None:
         for out in outputs:

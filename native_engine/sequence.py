@@ -8,6 +8,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
+# Below 1e-4 sampling is already greedy to float32 precision, and near 1e-45 the division overflows
+# to NaN; past 100 every row is all but uniform. Send 0 for greedy.
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, 100.0
+
+
 @dataclass
 class SamplingParams:
     max_tokens: int = 16
@@ -25,8 +30,9 @@ class SamplingParams:
         # Field names match the OpenAI request, so the server can pass these errors straight on.
         if self.max_tokens < 1:
             raise ValueError("max_tokens: must be >= 1")
-        if self.temperature < 0:
-            raise ValueError("temperature: must be >= 0 (0 means greedy)")
+        if not (self.temperature == 0 or MIN_TEMPERATURE <= self.temperature <= MAX_TEMPERATURE):
+            raise ValueError(f"temperature: must be 0 (greedy) or in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE}], "
+                             f"got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError("top_p: must be in (0, 1]")
         if not 0 <= self.min_p <= 1:

@@ -1,13 +1,15 @@
 """OpenAI-compatible HTTP server (aiohttp) in front of the engine, with vLLM's response shapes.
 
 The engine steps in its own thread; each request gets a RequestStream of outputs on this loop.
-Bad input gets a 400 whose `param` names the field; a full waiting queue gets a 503 with
-Retry-After. A client that goes away mid-request (handler cancelled or write fails) aborts its
-request, which frees its KV blocks before the next step.
+Bad input gets a 400 whose `param` names the field (sizes and timeouts: "request limits" below);
+a full waiting queue gets a 503 with Retry-After. A client that goes away mid-request (handler
+cancelled or write fails) aborts its request, which frees its KV blocks before the next step.
 """
 from __future__ import annotations
 
+import asyncio
 import json
+import math
 import time
 import uuid
 
@@ -34,15 +36,77 @@ class RequestError(Exception):
         return web.json_response(dumps=compact_json, data=body, status=self.status, headers=headers)
 
 
+# ---- request limits --------------------------------------------------------------------------
+# A body far larger than any prompt that fits the context (8192 tokens of at most 81 bytes for
+# SmolLM2, about 660 KB) is refused unread past this size, with a 413.
+MAX_BODY_BYTES = 4 * 2**20
+BODY_READ_TIMEOUT_S = 30.0
+# aiohttp closes a connection that has no complete request for this long: idle keep-alive ones and
+# ones still sending their headers (slowloris) alike. Longer than the harness client's 15 s pool.
+IDLE_CONNECTION_TIMEOUT_S = 60.0
+MAX_INT = 2**63 - 1
+
+
 # ---- request parsing -------------------------------------------------------------------------
 async def read_json(request: web.Request) -> dict:
+    read_timeout_s = BODY_READ_TIMEOUT_S
     try:
-        body = await request.json(loads=json.loads)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RequestError(f"request body is not valid JSON ({exc}); send a JSON object", "body") from None
+        raw = await asyncio.wait_for(request.read(), read_timeout_s)
+    except web.HTTPRequestEntityTooLarge:
+        raise RequestError(f"request body is over this server's limit of {request.client_max_size} bytes; "
+                           "send a shorter prompt", "body", 413, "RequestEntityTooLarge") from None
+    except asyncio.TimeoutError:
+        raise RequestError(f"request body did not arrive within {read_timeout_s:g} s", "body", 408,
+                           "RequestTimeout") from None
+    charset = request.charset or "utf-8"
+    try:
+        body = json.loads(raw.decode(charset))
+    except LookupError:
+        raise RequestError(f"Content-Type names charset {charset!r}, which is unknown; send UTF-8",
+                           "Content-Type") from None
+    except UnicodeDecodeError as exc:
+        raise RequestError(f"request body is not valid {charset} ({exc}); send UTF-8 JSON", "body") from None
+    except RecursionError:
+        raise RequestError("request body is nested too deeply; send a flat JSON object", "body") from None
+    except ValueError as exc:   # JSONDecodeError, and integers past Python's 4300-digit limit
+        reason = "a number has more than 4300 digits" if "digits" in str(exc) else str(exc)
+        raise RequestError(f"request body is not valid JSON ({reason}); send a JSON object", "body") from None
     if not isinstance(body, dict):
         raise RequestError("request body must be a JSON object", "body")
+    bad = path_of_lone_surrogate(body)
+    if bad:
+        raise RequestError(f"{bad} holds a lone UTF-16 surrogate (such as \\ud800), which is not text; "
+                           "send valid Unicode", bad.split(".")[0].split("[")[0])
     return body
+
+
+def path_of_lone_surrogate(body) -> str | None:
+    """Where a JSON `\\ud800` escape left a string that UTF-8 (and so the tokenizer) cannot hold."""
+    stack = [("", body)]
+    while stack:   # not recursive: bodies may nest as deep as the JSON parser allows
+        path, value = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return path or "body"
+        elif isinstance(value, dict):
+            stack.extend((f"{path}.{k}" if path else k, v) for k, v in value.items())
+            stack.extend((path or "body", k) for k in value)
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(value))
+    return None
+
+
+def check_unsupported(body: dict) -> None:
+    """Options this engine does not implement are refused unless they ask for the default."""
+    defaults = {"logprobs": (None, False), "top_logprobs": (None, 0), "echo": (None, False), "best_of": (None, 1),
+                "suffix": (None, "")}
+    for name, allowed in defaults.items():
+        value = body.get(name)
+        if not any(value is a or type(value) is type(a) and value == a for a in allowed):
+            raise RequestError(f"{name} is not supported by this engine; leave it out (or send "
+                               f"{json.dumps(allowed[-1])}), got {json.dumps(value)[:40]}", name)
 
 
 def check_model(body: dict, served_name: str) -> None:
@@ -57,6 +121,9 @@ def typed(body: dict, name: str, kinds: tuple, default, kind_name: str):
         return default
     if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
         raise RequestError(f"{name} must be {kind_name}, got {json.dumps(value)[:40]}", name)
+    if isinstance(value, float) and not math.isfinite(value) or isinstance(value, int) and abs(value) > MAX_INT:
+        raise RequestError(f"{name} must be a finite number of magnitude below 2**63, got {json.dumps(value)[:40]}",
+                           name)
     return value
 
 
@@ -64,11 +131,22 @@ def is_token_list(value) -> bool:
     return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
 
 
+def check_text_fits(engine: LLMEngine, num_chars: int, field: str) -> None:
+    """Refuse, before tokenizing it, text that cannot fit the context whatever its tokens."""
+    limit = engine.max_model_len * engine.tokenizer.max_token_bytes
+    if num_chars > limit:
+        raise RequestError(f"{field} is {num_chars} characters; no text over {limit} characters fits this server's "
+                           f"context of {engine.max_model_len} tokens (a token spans at most "
+                           f"{engine.tokenizer.max_token_bytes} bytes); send a shorter {field}", field)
+
+
 def prompt_ids_of_completion(body: dict, engine: LLMEngine) -> list[int]:
+    """Blocking (tokenizes): call it off the event loop."""
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and (isinstance(prompt[0], str) or is_token_list(prompt[0])):
         prompt = prompt[0]
     if isinstance(prompt, str):
+        check_text_fits(engine, len(prompt), "prompt")
         return engine.tokenizer.encode(prompt, add_special=True)
     if is_token_list(prompt) and prompt:
         if min(prompt) < 0 or max(prompt) >= engine.model_config.vocab_size:
@@ -79,26 +157,50 @@ def prompt_ids_of_completion(body: dict, engine: LLMEngine) -> list[int]:
     raise RequestError("prompt must be a string, a list of token ids, or a one-element list of either", "prompt")
 
 
-def chat_prompt_text(body: dict, engine: LLMEngine) -> str:
+def message_text(i: int, content) -> str:
+    if isinstance(content, list):   # content parts: this engine reads text only
+        for j, part in enumerate(content):
+            where = f"messages[{i}].content[{j}]"
+            if not isinstance(part, dict) or part.get("type") != "text":
+                raise RequestError(f"{where} must be a text part {{\"type\": \"text\", \"text\": ...}}; "
+                                   "this engine reads text only", "messages")
+            if not isinstance(part.get("text"), str):
+                raise RequestError(f"{where}.text must be a string, got {json.dumps(part.get('text'))[:40]}",
+                                   "messages")
+        return "".join(part["text"] for part in content)
+    if not isinstance(content, str):
+        raise RequestError(f"messages[{i}].content must be a string or a list of text parts", "messages")
+    return content
+
+
+def chat_prompt_ids(body: dict, engine: LLMEngine) -> list[int]:
+    """Blocking (renders and tokenizes): call it off the event loop. Control tokens come only
+    from the chat template; message text that spells one is tokenized as plain text."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError("messages is required: a non-empty list of {\"role\", \"content\"}", "messages")
     flat = []
     for i, m in enumerate(messages):
-        content = m.get("content") if isinstance(m, dict) else None
-        if isinstance(content, list):  # content parts: keep the text ones
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(content, str):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise RequestError(f"messages[{i}] must have a string role and string content", "messages")
-        flat.append({"role": m["role"], "content": content})
+        if engine.tokenizer.control_tokens_in(m["role"]):
+            raise RequestError(f"messages[{i}].role must be a role name (user, assistant, system), got "
+                               f"{json.dumps(m['role'])[:40]}", "messages")
+        flat.append({"role": m["role"], "content": message_text(i, m.get("content"))})
+    check_text_fits(engine, sum(len(m["content"]) for m in flat), "messages")
     try:
-        return engine.tokenizer.apply_chat_template(flat, add_generation_prompt=True)
+        return engine.tokenizer.encode_chat(flat, add_generation_prompt=True)
     except ValueError as exc:   # the template's own checks (roles, order)
         raise RequestError(f"messages: {exc}", "messages") from None
 
 
+async def off_loop(blocking, *args):
+    """Run tokenizing work in a worker thread, so a long prompt does not stall other streams."""
+    return await asyncio.get_running_loop().run_in_executor(None, blocking, *args)
+
+
 def sampling_params(body: dict, prompt_len: int, max_model_len: int, default_max_tokens: int | None,
-                    prompt_field: str) -> SamplingParams:
+                    prompt_field: str, vocab_size: int) -> SamplingParams:
     if prompt_len == 0:
         raise RequestError(f"{prompt_field} is empty; send at least one token", prompt_field)
     if prompt_len >= max_model_len:
@@ -118,8 +220,8 @@ def sampling_params(body: dict, prompt_len: int, max_model_len: int, default_max
     if not all(isinstance(s, str) and s for s in stop):
         raise RequestError("stop must be a non-empty string or a list of them", "stop")
     stop_token_ids = typed(body, "stop_token_ids", (list,), [], "a list of token ids")
-    if not is_token_list(stop_token_ids):
-        raise RequestError("stop_token_ids must be a list of integers", "stop_token_ids")
+    if not is_token_list(stop_token_ids) or any(not 0 <= t < vocab_size for t in stop_token_ids):
+        raise RequestError(f"stop_token_ids must be a list of token ids in [0, {vocab_size})", "stop_token_ids")
     try:
         return SamplingParams(
             max_tokens=max_tokens, temperature=float(typed(body, "temperature", number, 1.0, "a number")),
@@ -159,11 +261,13 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
     try:
         body = await read_json(request)
         check_model(body, served_name)
+        check_unsupported(body)
         if chat:
-            prompt_ids, prompt_field = engine.tokenizer.encode(chat_prompt_text(body, engine)), "messages"
+            prompt_ids, prompt_field = await off_loop(chat_prompt_ids, body, engine), "messages"
         else:
-            prompt_ids, prompt_field = prompt_ids_of_completion(body, engine), "prompt"
-        params = sampling_params(body, len(prompt_ids), engine.max_model_len, None if chat else 16, prompt_field)
+            prompt_ids, prompt_field = await off_loop(prompt_ids_of_completion, body, engine), "prompt"
+        params = sampling_params(body, len(prompt_ids), engine.max_model_len, None if chat else 16, prompt_field,
+                                 engine.model_config.vocab_size)
         streaming = typed(body, "stream", (bool,), False, "true or false")
         options = typed(body, "stream_options", (dict,), {}, "an object")
         include_usage = bool(options.get("include_usage", False))
@@ -182,8 +286,9 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
             text, last = "", None
             async for last in stream:
                 text += last.new_text
-            if last.finish_reason == "abort":
-                return RequestError("the engine failed while running this request", None, 500, "InternalServerError").response()
+            if last.finish_reason in ("abort", "error"):
+                return RequestError("the engine failed while running this request (its log says why)", None, 500,
+                                    "InternalServerError").response()
             choice = {"index": 0, "logprobs": None, "finish_reason": last.finish_reason, "stop_reason": last.stop_reason}
             if chat:
                 choice["message"] = {"role": "assistant", "content": text, "tool_calls": []}
@@ -242,9 +347,10 @@ async def tokenize(request: web.Request) -> web.Response:
         body = await read_json(request)
         check_model(body, request.app[NAME_KEY])
         if "messages" in body:
-            tokens = engine.tokenizer.encode(chat_prompt_text(body, engine))
+            tokens = await off_loop(chat_prompt_ids, body, engine)
         elif isinstance(body.get("prompt"), str):
-            tokens = engine.tokenizer.encode(body["prompt"], add_special=body.get("add_special_tokens", True) is True)
+            check_text_fits(engine, len(body["prompt"]), "prompt")
+            tokens = await off_loop(engine.tokenizer.encode, body["prompt"], body.get("add_special_tokens", True) is True)
         else:
             raise RequestError("prompt (a string) or messages is required", "prompt")
     except RequestError as exc:
@@ -272,7 +378,7 @@ async def metrics(request: web.Request) -> web.Response:
 
 def build_app(engine: LLMEngine) -> web.Application:
     """The app starts the engine thread on startup and stops it on cleanup."""
-    app = web.Application(client_max_size=64 * 2**20)
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
     app[ENGINE_KEY] = engine
     app[NAME_KEY] = engine.config.served_model_name
 
@@ -295,10 +401,12 @@ def build_app(engine: LLMEngine) -> web.Application:
     return app
 
 
-async def start_server(engine: LLMEngine, host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, int]:
+async def start_server(engine: LLMEngine, host: str = "127.0.0.1", port: int = 0,
+                       idle_connection_timeout_s: float = IDLE_CONNECTION_TIMEOUT_S) -> tuple[web.AppRunner, int]:
     """Serve in the running loop; returns the runner (await runner.cleanup() to stop) and the bound port."""
     # handler_cancellation: a client that disconnects cancels its handler, whose finally aborts the request.
-    runner = web.AppRunner(build_app(engine), handler_cancellation=True, access_log=None)
+    runner = web.AppRunner(build_app(engine), handler_cancellation=True, access_log=None,
+                           keepalive_timeout=idle_connection_timeout_s)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import codecs
+import re
+import uuid
 from pathlib import Path
 
 import gguf
@@ -55,6 +57,11 @@ class Tokenizer:
             splits + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
         self._bpe.add_special_tokens(
             [AddedToken(tokens[i], special=True, normalized=False) for i in sorted(self.special_token_ids)])
+        # The same BPE, reading control-token spellings in the text as plain text (for chat content).
+        self._plain_bpe = BpeTokenizer.from_str(self._bpe.to_str())
+        self._plain_bpe.encode_special_tokens = True
+        self._control_ids = {tokens[i]: i for i in self.special_token_ids}
+        self._control_regex = re.compile("|".join(map(re.escape, sorted(self._control_ids, key=len, reverse=True))))
         alphabet = byte_level_alphabet()
 
         def raw_bytes(token_id: int, text: str) -> bytes:
@@ -65,6 +72,8 @@ class Tokenizer:
 
         self._token_bytes = [raw_bytes(i, t) for i, t in enumerate(tokens)]
         self._tokens = tokens
+        # No text longer than max_token_bytes * n characters can fit in n tokens (a character is >= 1 byte).
+        self.max_token_bytes = max(map(len, self._token_bytes))
 
     @classmethod
     def from_gguf(cls, path_or_reader: str | Path | gguf.GGUFReader) -> "Tokenizer":
@@ -98,8 +107,47 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        ids = self._bpe.encode(text, add_special_tokens=False).ids
+        ids = self._encode(self._bpe, text)
         return [self.bos_token_id] + ids if add_special and self.add_bos else ids
+
+    @staticmethod
+    def _encode(bpe: BpeTokenizer, text: str) -> list[int]:
+        # encode_batch releases the GIL (encode does not), so a long prompt tokenized in a worker
+        # thread does not stall the server's event loop.
+        return bpe.encode_batch([text], add_special_tokens=False)[0].ids
+
+    def control_tokens_in(self, text: str) -> list[str]:
+        return self._control_regex.findall(text) if self._control_ids else []
+
+    def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+        """Token ids of the chat prompt, with control tokens only where the template writes them.
+
+        Message text that spells a control token (a user writing `<|im_end|>`) stays plain text, so
+        it cannot end a turn or forge a system message. The template is rendered with a marker in
+        place of each content; control tokens are taken from the template's text, and each run
+        between them (template text and contents together) is tokenized as one piece, which is
+        what tokenizing the whole rendered text gives for ordinary content. A template that edits
+        content (trim) would see the marker, so contents go in as sent.
+        """
+        nonce = uuid.uuid4().hex
+        marked = [{**m, "content": f"\x00{nonce}:{i}\x00"} if isinstance(m, dict) else m
+                  for i, m in enumerate(messages)]
+        rendered = self.apply_chat_template(marked, add_generation_prompt)
+        parts = re.split(f"\x00{nonce}:(\\d+)\x00", rendered)   # template, content index, template, ...
+        ids: list[int] = []
+        run = ""
+        for k, part in enumerate(parts):
+            if k % 2:
+                run += messages[int(part)]["content"]
+                continue
+            pos = 0
+            for control in self._control_regex.finditer(part) if self._control_ids else ():
+                run += part[pos:control.start()]
+                ids += self._encode(self._plain_bpe, run) if run else []
+                ids.append(self._control_ids[control.group()])
+                run, pos = "", control.end()
+            run += part[pos:]
+        return ids + (self._encode(self._plain_bpe, run) if run else [])
 
     def token_bytes(self, token_id: int) -> bytes:
         return self._token_bytes[token_id]
