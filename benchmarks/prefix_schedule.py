@@ -13,7 +13,17 @@ One server at a time, so neither run shares the cores with the other's engine. R
                               first token after one sent later than it had got its own
 and `bench report` overlays the runs (OUT/report.html). Load (`uptime`) is recorded per run.
 
-  python benchmarks/prefix_schedule.py [--repeats 1] [--num-requests 60] [--rate 1.5] [--out DIR]
+  python benchmarks/prefix_schedule.py [--repeats 1] [--num-requests 40] [--rate 1.0] [--aging-s S] [--out DIR]
+
+Measured 2026-11-30 on the 2-core VM with other agents' builds and tests running (load average
+15 on 2 cores, so every step is several times slower than on an idle machine), radix cache,
+40 requests, one pair:
+  rate 1.0, aging 30 s:  recomputed prefill tokens fcfs 2480, lpm 992 (0.40x); TTFT p50 14.9 s
+                         vs 7.2 s (0.48x), p99 42.1 s vs 24.0 s; max wait beyond FCFS 4.3 s (bound 30 s)
+  rate 1.5, aging 10 s:  overloaded: nearly every waiting request is past the bound, so lpm falls
+                         back to arrival order: recomputed 2480 vs 2400 and 1872 (0.97x, 0.75x),
+                         TTFT p50 0.86x / 0.38x over 3 pairs; max wait beyond FCFS 6.9 s (bound 10 s)
+The aging bound is the knob: the more waiting requests it lets lpm reorder, the more reuse.
 """
 from __future__ import annotations
 
@@ -31,14 +41,17 @@ ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "prefix_thrashing.yaml"
 
 
-def launch_args(policy: str) -> list[str]:
+def launch_args(policy: str, aging_s: float | None = None) -> list[str]:
+    """The scenario's engine flags with the policy (and aging bound) replaced."""
     args = [str(a) for a in yaml.safe_load(SCENARIO.read_text())["backend"]["launch"]["args"]]
     args[args.index("--schedule-policy") + 1] = policy
+    if aging_s is not None:
+        args[args.index("--schedule-aging-s") + 1] = f"{aging_s:g}"
     return args
 
 
-def aging_bound_s() -> float:
-    args = launch_args("lpm")
+def aging_bound_s(aging_s: float | None) -> float:
+    args = launch_args("lpm", aging_s)
     return float(args[args.index("--schedule-aging-s") + 1])
 
 
@@ -46,10 +59,10 @@ def load_average() -> float:
     return os.getloadavg()[0]
 
 
-def bench_run(policy: str, out: Path, num_requests: int, rate: float) -> dict:
+def bench_run(policy: str, out: Path, num_requests: int, rate: float, aging_s: float | None) -> dict:
     cmd = [sys.executable, "-m", "harness", "run", str(SCENARIO), "--output", str(out), "--allow-client-bound",
            "--set", f"load.num_requests={num_requests}", "--set", f"load.rate={rate}",
-           "--set", "backend.launch.args=[" + ", ".join(launch_args(policy)) + "]"]
+           "--set", "backend.launch.args=[" + ", ".join(launch_args(policy, aging_s)) + "]"]
     load_before = load_average()
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     return {"policy": policy, "dir": str(out), "load_before": load_before, "load_after": load_average()}
@@ -108,15 +121,16 @@ def describe(run: dict) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=1, help="fcfs/lpm pairs, alternated")
-    parser.add_argument("--num-requests", type=int, default=60)
-    parser.add_argument("--rate", type=float, default=1.5, help="Poisson arrivals, requests/s")
+    parser.add_argument("--num-requests", type=int, default=40)
+    parser.add_argument("--rate", type=float, default=1.0, help="Poisson arrivals, requests/s")
+    parser.add_argument("--aging-s", type=float, default=None, help="lpm aging bound (default: the scenario's)")
     parser.add_argument("--out", type=Path, default=Path("results/prefix_schedule"))
     a = parser.parse_args()
 
     runs = []
     for rep in range(a.repeats):
         for policy in ("fcfs", "lpm"):
-            runs.append(describe(bench_run(policy, a.out / f"{policy}-{rep}", a.num_requests, a.rate)))
+            runs.append(describe(bench_run(policy, a.out / f"{policy}-{rep}", a.num_requests, a.rate, a.aging_s)))
             print(json.dumps(runs[-1]), file=sys.stderr)
     extra_waits = []
     for rep in range(a.repeats):
@@ -124,9 +138,9 @@ def main() -> None:
         extra_waits += [lpm[i] - fcfs[i] for i in fcfs.keys() & lpm.keys()]
     report = {
         "scenario": str(SCENARIO.relative_to(ROOT)), "num_requests": a.num_requests, "rate": a.rate,
-        "aging_bound_s": aging_bound_s(), "runs": runs,
+        "aging_bound_s": aging_bound_s(a.aging_s), "runs": runs,
         "max_wait_beyond_fcfs_s": round(max(extra_waits), 2),
-        "requests_later_than_fcfs_by_more_than_bound": sum(w > aging_bound_s() for w in extra_waits),
+        "requests_later_than_fcfs_by_more_than_bound": sum(w > aging_bound_s(a.aging_s) for w in extra_waits),
         "cpu_count": os.cpu_count(),
     }
     for key in ("recomputed_prefill_tokens", "ttft_p50_ms", "ttft_p99_ms"):
