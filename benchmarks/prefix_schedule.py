@@ -21,8 +21,8 @@ Measured 2026-11-30 on the 2-core VM with other agents' builds and tests running
   rate 1.0, aging 30 s:  recomputed prefill tokens fcfs 2480, lpm 992 (0.40x); TTFT p50 14.9 s
                          vs 7.2 s (0.48x), p99 42.1 s vs 24.0 s; max wait beyond FCFS 4.3 s (bound 30 s)
   rate 1.5, aging 10 s:  overloaded: nearly every waiting request is past the bound, so lpm falls
-                         back to arrival order: recomputed 2480 vs 2400 and 1872 (0.97x, 0.75x),
-                         TTFT p50 0.86x / 0.38x over 3 pairs; max wait beyond FCFS 6.9 s (bound 10 s)
+                         back to arrival order: over 3 pairs recomputed 0.75x, 0.97x, 0.97x and
+                         TTFT p50 0.38x, 1.03x, 0.71x; max wait beyond FCFS 6.9 s (bound 10 s)
 The aging bound is the knob: the more waiting requests it lets lpm reorder, the more reuse.
 """
 from __future__ import annotations
