@@ -50,8 +50,9 @@ def test_greedy_output_same_with_radix_hash_or_no_prefix_cache_and_either_policy
     outputs = {}
     for name, caching, kind, policy in [("off", False, "hash", "fcfs"), ("hash", True, "hash", "fcfs"),
                                         ("radix", True, "radix", "fcfs"), ("radix-lpm", True, "radix", "lpm")]:
-        # 48 blocks of 4 (~5 prompts): the second round finds some blocks evicted and some cached.
-        engine = LLMEngine(EngineConfig(kv_block_size=4, kv_cache_tokens=192, enable_prefix_caching=caching,
+        # 16 blocks of 4, under two prompts of ~10 blocks: blocks are evicted (one, in each mode) while the
+        # shared prefix stays cached.
+        engine = LLMEngine(EngineConfig(kv_block_size=4, kv_cache_tokens=64, enable_prefix_caching=caching,
                                         prefix_cache=kind, scheduler=SchedulerConfig(schedule_policy=policy,
                                                                                      max_num_seqs=4)), smollm2)
         first = engine.generate(prompts[:1], params)                 # caches the shared prefix
