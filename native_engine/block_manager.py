@@ -1,24 +1,32 @@
 """Paged KV cache bookkeeping: physical blocks, per-sequence block tables, and prefix caching.
 
-A full block is keyed by a hash chain: hash(parent block's hash, this block's token ids), so
-a key names the whole prefix up to and including that block. A freed block that has a key
-stays in the cache (reference count 0) until its slot is needed; such blocks are evicted
-least-recently-freed first. Blocks are freed tail-first, so a prefix's tail goes before its
-head, which keeps the heads that other prompts are most likely to share.
+Two prefix caches, chosen by `prefix_cache`; both reuse whole blocks only:
+- "hash" (vLLM's): a full block is keyed by a hash chain, hash(parent block's hash, this block's
+  token ids), so a key names the whole prefix up to that block. Unreferenced cached blocks are
+  evicted least-recently-freed first; blocks are freed tail-first, so a prefix's tail goes first.
+- "radix" (SGLang's): a radix tree of blocks (radix_cache.py); eviction takes unreferenced leaves,
+  least recently released first, so a prefix never loses its head while its tail stays.
+A cached block no sequence holds (reference count 0) counts as free until its slot is needed.
+
+Prefill tokens computed again (a prefix evicted and met again, or a preempted sequence) are
+counted by remembering the chain hashes of the last 8 x num_blocks distinct blocks computed.
 """
 from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
+from native_engine.radix_cache import RadixCache
 from native_engine.sequence import Sequence
+
+PREFIX_CACHES = ("hash", "radix")
 
 
 @dataclass
 class Block:
     block_id: int
     ref_count: int = 0
-    block_hash: int | None = None     # set once the block is full and its KV computed
+    block_hash: int | None = None     # hash cache: set once the block is full and its KV computed
     token_ids: tuple[int, ...] = field(default_factory=tuple)  # checked on a hit: hashes can collide
 
 
@@ -26,26 +34,82 @@ def chain_hash(parent_hash: int | None, token_ids: tuple[int, ...]) -> int:
     return hash((parent_hash, token_ids))
 
 
+class HashPrefixCache:
+    """vLLM-style prefix cache; same interface as RadixCache."""
+
+    def __init__(self, blocks: list[Block], block_size: int):
+        self.blocks, self.block_size = blocks, block_size
+        self.evictable: OrderedDict[int, None] = OrderedDict()      # ref 0 with a key, LRU order
+        self.hash_to_block_id: dict[int, int] = {}
+
+    @property
+    def num_evictable(self) -> int:
+        return len(self.evictable)
+
+    def holds(self, block_id: int) -> bool:
+        return self.blocks[block_id].block_hash is not None
+
+    def match(self, seq: Sequence, max_blocks: int) -> list[int]:
+        hit: list[int] = []
+        bs = self.block_size
+        for i in range(max_blocks):
+            block_id = self.hash_to_block_id.get(seq.block_hashes[i])
+            if block_id is None or self.blocks[block_id].token_ids != tuple(seq.token_ids[i * bs:(i + 1) * bs]):
+                break
+            hit.append(block_id)
+        return hit
+
+    def insert(self, seq: Sequence, num_blocks: int) -> None:
+        bs = self.block_size
+        for i in range(seq.num_keyed_blocks, num_blocks):
+            block = self.blocks[seq.block_table[i]]
+            key = seq.block_hashes[i]
+            if block.block_hash is not None or key in self.hash_to_block_id:
+                continue  # another sequence computed the same prefix at the same time; keep theirs
+            block.block_hash, block.token_ids = key, tuple(seq.token_ids[i * bs:(i + 1) * bs])
+            self.hash_to_block_id[key] = block.block_id
+
+    def released(self, block_id: int) -> None:
+        self.evictable[block_id] = None
+
+    def reclaimed(self, block_id: int) -> None:
+        del self.evictable[block_id]
+
+    def evict(self) -> int:
+        block_id, _ = self.evictable.popitem(last=False)
+        block = self.blocks[block_id]
+        if self.hash_to_block_id.get(block.block_hash) == block_id:
+            del self.hash_to_block_id[block.block_hash]
+        block.block_hash, block.token_ids = None, ()
+        return block_id
+
+
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int = 16, enable_prefix_caching: bool = True):
+    def __init__(self, num_blocks: int, block_size: int = 16, enable_prefix_caching: bool = True,
+                 prefix_cache: str = "hash"):
         if num_blocks < 1:
             raise ValueError("kv_cache_tokens: holds no whole block; give at least block_size tokens")
         if block_size < 1:
             raise ValueError("block_size: must be >= 1")
+        if prefix_cache not in PREFIX_CACHES:
+            raise ValueError(f"prefix_cache: must be one of {', '.join(PREFIX_CACHES)}, not {prefix_cache!r}")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.blocks = [Block(i) for i in range(num_blocks)]
-        self.free_block_ids: deque[int] = deque(range(num_blocks))  # no key: reuse first
-        self.evictable: OrderedDict[int, None] = OrderedDict()      # ref 0 with a key, LRU order
-        self.hash_to_block_id: dict[int, int] = {}
+        self.free_block_ids: deque[int] = deque(range(num_blocks))  # uncached: reuse first
+        self.cache: HashPrefixCache | RadixCache | None = None
+        if enable_prefix_caching:
+            self.cache = (RadixCache if prefix_cache == "radix" else HashPrefixCache)(self.blocks, block_size)
         self.prefix_cache_queries_tokens = 0
         self.prefix_cache_hits_tokens = 0
+        self.recomputed_prefill_tokens = 0
+        self._computed_hashes: OrderedDict[int, None] = OrderedDict()   # the last 8 x num_blocks
 
     # ---- capacity -------------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
-        return len(self.free_block_ids) + len(self.evictable)
+        return len(self.free_block_ids) + (self.cache.num_evictable if self.cache else 0)
 
     @property
     def usage(self) -> float:
@@ -67,18 +131,11 @@ class BlockManager:
 
         At least one token is always left to compute, because the step needs its logits.
         """
-        if not self.enable_prefix_caching:
+        if self.cache is None:
             return []
         max_blocks = (seq.num_tokens - 1) // self.block_size
         self._update_block_hashes(seq, max_blocks)
-        hit: list[int] = []
-        bs = self.block_size
-        for i in range(max_blocks):
-            block_id = self.hash_to_block_id.get(seq.block_hashes[i])
-            if block_id is None or self.blocks[block_id].token_ids != tuple(seq.token_ids[i * bs:(i + 1) * bs]):
-                break
-            hit.append(block_id)
-        return hit
+        return self.cache.match(seq, max_blocks)
 
     # ---- allocation -----------------------------------------------------------------------
     def allocate(self, seq: Sequence, num_new_tokens: int, cached_block_ids: list[int] = ()) -> bool:
@@ -90,59 +147,58 @@ class BlockManager:
         num_cached = len(cached_block_ids)
         total_tokens = seq.num_computed_tokens + num_cached * self.block_size + num_new_tokens
         num_new_blocks = self.blocks_needed(total_tokens) - len(seq.block_table) - num_cached
-        reclaimed = sum(1 for b in cached_block_ids if b in self.evictable)
+        reclaimed = sum(1 for b in cached_block_ids if self.blocks[b].ref_count == 0)
         if num_new_blocks > self.num_free_blocks - reclaimed:
             return False
         if not seq.block_table:
             # Counted once per (re)admission, like vLLM: queries and hits in tokens.
             self.prefix_cache_queries_tokens += seq.num_tokens
             self.prefix_cache_hits_tokens += num_cached * self.block_size
+            self._count_recomputed(seq, num_cached)
         for block_id in cached_block_ids:
-            self.evictable.pop(block_id, None)
-            self.blocks[block_id].ref_count += 1
+            block = self.blocks[block_id]
+            if block.ref_count == 0:
+                self.cache.reclaimed(block_id)
+            block.ref_count += 1
             seq.block_table.append(block_id)
         seq.num_computed_tokens += num_cached * self.block_size
         for _ in range(max(num_new_blocks, 0)):
             seq.block_table.append(self._take_free_block())
         return True
 
+    def _count_recomputed(self, seq: Sequence, num_cached: int) -> None:
+        num_full = seq.num_tokens // self.block_size
+        self._update_block_hashes(seq, num_full)
+        again = sum(1 for h in seq.block_hashes[num_cached:num_full] if h in self._computed_hashes)
+        self.recomputed_prefill_tokens += again * self.block_size
+
     def _take_free_block(self) -> int:
-        if self.free_block_ids:
-            block_id = self.free_block_ids.popleft()
-        else:
-            block_id, _ = self.evictable.popitem(last=False)
-            block = self.blocks[block_id]
-            if self.hash_to_block_id.get(block.block_hash) == block_id:
-                del self.hash_to_block_id[block.block_hash]
-            block.block_hash, block.token_ids = None, ()
+        block_id = self.free_block_ids.popleft() if self.free_block_ids else self.cache.evict()
         self.blocks[block_id].ref_count = 1
         return block_id
 
     def cache_computed_blocks(self, seq: Sequence) -> None:
-        """Give keys to the blocks of seq that are full and whose KV is now computed."""
-        if not self.enable_prefix_caching:
-            return
+        """Offer the blocks of seq that are full and whose KV is now computed to the prefix cache."""
         num_full = seq.num_computed_tokens // self.block_size
+        if num_full <= seq.num_keyed_blocks:
+            return
         self._update_block_hashes(seq, num_full)
-        bs = self.block_size
-        for i in range(seq.num_keyed_blocks, num_full):
-            block = self.blocks[seq.block_table[i]]
-            if block.block_hash is not None:
-                continue
-            key = seq.block_hashes[i]
-            if key in self.hash_to_block_id:
-                continue  # another sequence computed the same prefix at the same time; keep theirs
-            block.block_hash, block.token_ids = key, tuple(seq.token_ids[i * bs:(i + 1) * bs])
-            self.hash_to_block_id[key] = block.block_id
-        seq.num_keyed_blocks = max(seq.num_keyed_blocks, num_full)
+        for h in seq.block_hashes[seq.num_keyed_blocks:num_full]:
+            self._computed_hashes[h] = None
+            self._computed_hashes.move_to_end(h)
+        while len(self._computed_hashes) > 8 * self.num_blocks:
+            self._computed_hashes.popitem(last=False)
+        if self.cache is not None:
+            self.cache.insert(seq, num_full)
+        seq.num_keyed_blocks = num_full
 
     def free(self, seq: Sequence) -> None:
         for block_id in reversed(seq.block_table):
             block = self.blocks[block_id]
             block.ref_count -= 1
             if block.ref_count == 0:
-                if block.block_hash is not None:
-                    self.evictable[block_id] = None
+                if self.cache is not None and self.cache.holds(block_id):
+                    self.cache.released(block_id)
                 else:
                     self.free_block_ids.append(block_id)
         seq.block_table = []

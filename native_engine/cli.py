@@ -17,6 +17,12 @@ def serve(
     kv_cache_tokens: int = typer.Option(32768, help="KV-cache capacity in tokens (46 KB each for SmolLM2)"),
     max_waiting: int = typer.Option(1024, help="Waiting-queue bound; beyond it requests get 503 + Retry-After"),
     no_prefix_caching: bool = typer.Option(False, "--no-prefix-caching", help="Do not reuse KV blocks of shared prefixes"),
+    prefix_cache: str = typer.Option("hash", help="Prefix cache: 'hash' (vLLM's hash chain of blocks) or "
+                                                  "'radix' (SGLang's radix tree, evicts least recent leaves)"),
+    schedule_policy: str = typer.Option("fcfs", help="Admission order: 'fcfs' or 'lpm' (longest cached prefix "
+                                                     "first, SGLang's; see --schedule-aging-s)"),
+    schedule_aging_s: float = typer.Option(10.0, help="lpm: a request waiting this long goes ahead of every "
+                                                      "younger one (bounds its wait beyond FCFS)"),
     no_chunked_prefill: bool = typer.Option(False, "--no-chunked-prefill", help="Prefill each prompt whole in one step"),
     static_batching: bool = typer.Option(False, "--static-batching",
                                          help="Admit a new batch only when the running one has finished (for comparison)"),
@@ -40,9 +46,11 @@ def serve(
         config = EngineConfig(
             model=model, served_model_name=served_model_name, kv_block_size=block_size,
             kv_cache_tokens=kv_cache_tokens, enable_prefix_caching=not no_prefix_caching,
+            prefix_cache=prefix_cache,
             scheduler=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                       max_waiting=max_waiting, enable_chunked_prefill=not no_chunked_prefill,
-                                      static_batching=static_batching))
+                                      static_batching=static_batching, schedule_policy=schedule_policy,
+                                      schedule_aging_s=schedule_aging_s))
         engine = LLMEngine(config)
     except (ValueError, FileNotFoundError) as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -36,6 +36,7 @@ class EngineConfig:
     kv_block_size: int = 16
     kv_cache_tokens: int = 32768         # KV cache capacity (46 KB a token for SmolLM2); whole blocks
     enable_prefix_caching: bool = True
+    prefix_cache: str = "hash"           # "hash" (vLLM's hash chain) or "radix" (SGLang's radix tree)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
 
@@ -81,7 +82,8 @@ class LLMEngine:
         loaded = loaded or LoadedModel.load(config.model)
         self.model_config, weights, self.tokenizer = loaded.config, loaded.weights, loaded.tokenizer
         num_blocks = config.kv_cache_tokens // max(config.kv_block_size, 1)
-        self.block_manager = BlockManager(num_blocks, config.kv_block_size, config.enable_prefix_caching)
+        self.block_manager = BlockManager(num_blocks, config.kv_block_size, config.enable_prefix_caching,
+                                          config.prefix_cache)
         self.runner = ModelRunner(self.model_config, weights, num_kv_blocks=num_blocks,
                                   kv_block_size=config.kv_block_size)
         self.scheduler = Scheduler(config.scheduler, self.block_manager)
@@ -221,6 +223,7 @@ class LLMEngine:
             len(self.scheduler.running), len(self.scheduler.waiting), bm.usage,
             bm.prefix_cache_queries_tokens, bm.prefix_cache_hits_tokens, self.scheduler.num_preemptions,
             prompt_tokens, generation_tokens, weight_bytes, kv_bytes)
+        self.metrics.record_prefix_cache(self.scheduler.num_cached_prompt_tokens, bm.recomputed_prefill_tokens)
 
     def _process_token(self, seq: Sequence, token_id: int, now: float) -> RequestOutput:
         p = seq.params

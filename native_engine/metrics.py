@@ -34,6 +34,10 @@ class EngineMetrics:
         self.kv_cache_usage_perc = gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
         self.prefix_cache_queries = counter("prefix_cache_queries", "Prefix cache queries, in tokens.")
         self.prefix_cache_hits = counter("prefix_cache_hits", "Prefix cache hits, in tokens.")
+        self.prompt_tokens_cached = counter("prompt_tokens_cached", "Number of cached prompt tokens.")
+        self.recomputed_prefill_tokens = counter(
+            "recomputed_prefill_tokens", "Prefill tokens computed again: their prefix was computed before but "
+            "evicted, or the request was preempted (whole blocks).")
         self.num_preemptions = counter("num_preemptions", "Cumulative number of preemptions.")
         self.prompt_tokens = counter("prompt_tokens", "Number of prefill tokens processed.")
         self.generation_tokens = counter("generation_tokens", "Number of generation tokens processed.")
@@ -49,6 +53,7 @@ class EngineMetrics:
             "request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
             _REQUEST_BUCKETS)
         self._seen_queries = self._seen_hits = self._seen_preemptions = 0
+        self._seen_cached = self._seen_recomputed = 0
 
     def record_step(self, num_running: int, num_waiting: int, kv_usage: float, queries_tokens: int,
                     hits_tokens: int, num_preemptions: int, prompt_tokens: int, generation_tokens: int,
@@ -66,6 +71,12 @@ class EngineMetrics:
         self.generation_tokens.inc(generation_tokens)
         self.weight_bytes_read.inc(weight_bytes)
         self.kv_bytes_read.inc(kv_bytes)
+
+    def record_prefix_cache(self, cached_prompt_tokens: int, recomputed_tokens: int) -> None:
+        """Running totals from the scheduler and block manager; the counters take the differences."""
+        self.prompt_tokens_cached.inc(cached_prompt_tokens - self._seen_cached)
+        self.recomputed_prefill_tokens.inc(recomputed_tokens - self._seen_recomputed)
+        self._seen_cached, self._seen_recomputed = cached_prompt_tokens, recomputed_tokens
 
     def record_finished(self, seq: Sequence, now_s: float) -> None:
         self.e2e_request_latency.observe(now_s - seq.arrival_s)

@@ -1,10 +1,18 @@
 """Iteration-level scheduler: decides, every step, which sequences run and how many tokens each.
 
 Each step first gives running sequences their next tokens (one for a decode, a chunk for a
-prefill in progress), then admits waiting sequences first-come-first-served while the token
+prefill in progress), then admits waiting sequences (in schedule_policy's order, below) while the token
 budget (max_num_batched_tokens) and max_num_seqs allow. When KV blocks run out, the most
 recently arrived running sequence is preempted by recompute: its blocks are freed and it goes
 back to the front of the waiting queue, to be prefilled again (prompt + output so far).
+
+Admission order (`schedule_policy`): "fcfs" takes the waiting queue in arrival order. "lpm"
+(SGLang's longest prefix match) first sorts it by cached prefix length, longest first, so
+requests that share a cached prefix run while it is cached instead of evicting each other's
+(prefix thrashing). Aging bounds the unfairness: a request that has waited schedule_aging_s
+(or was preempted) goes ahead of every younger one, in arrival order, so no request that
+arrived after it is admitted before it from then on. Like SGLang, only the first LPM_WINDOW
+waiting requests are matched each step, which bounds the lookup cost of a long queue.
 """
 from __future__ import annotations
 
@@ -17,6 +25,10 @@ from native_engine.block_manager import BlockManager
 from native_engine.sequence import Sequence, SequenceStatus
 
 
+SCHEDULE_POLICIES = ("fcfs", "lpm")
+LPM_WINDOW = 128
+
+
 @dataclass
 class SchedulerConfig:
     max_num_seqs: int = 64
@@ -25,8 +37,15 @@ class SchedulerConfig:
     enable_chunked_prefill: bool = True
     # Static batching (for comparison only): admit a new batch only when the running batch is empty.
     static_batching: bool = False
+    schedule_policy: str = "fcfs"      # "fcfs" or "lpm"
+    schedule_aging_s: float = 10.0     # lpm: after this long waiting, a request goes first (FCFS)
 
     def __post_init__(self):
+        if self.schedule_policy not in SCHEDULE_POLICIES:
+            raise ValueError(f"schedule_policy: must be one of {', '.join(SCHEDULE_POLICIES)}, "
+                             f"not {self.schedule_policy!r}")
+        if not self.schedule_aging_s >= 0:
+            raise ValueError("schedule_aging_s: must be >= 0 seconds (0 makes lpm behave as fcfs)")
         if self.max_num_seqs < 1:
             raise ValueError("max_num_seqs: must be >= 1")
         if self.max_num_batched_tokens < 1:
@@ -57,6 +76,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []   # kept sorted by arrival: the last is the preemption victim
         self.num_preemptions = 0
+        self.num_cached_prompt_tokens = 0   # prefix-cache hits at each request's first admission
 
     def add(self, seq: Sequence) -> None:
         if len(self.waiting) >= self.config.max_waiting:
@@ -89,6 +109,8 @@ class Scheduler:
 
         if preempted or (self.config.static_batching and self.running):
             return chunks
+        if self.config.schedule_policy == "lpm" and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            self._order_by_prefix_match()
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]
             cached = self.block_manager.find_cached_prefix(seq)
@@ -107,10 +129,23 @@ class Scheduler:
             if seq.scheduled_s is None:
                 seq.scheduled_s = time.perf_counter()
                 seq.num_cached_tokens = len(cached) * self.block_manager.block_size
+                self.num_cached_prompt_tokens += seq.num_cached_tokens
             bisect.insort(self.running, seq, key=lambda s: s.arrival_s)
             chunks.append(ScheduledChunk(seq, num_new))
             budget -= num_new
         return chunks
+
+    def _order_by_prefix_match(self) -> None:
+        now = time.perf_counter()
+        window = [self.waiting.popleft() for _ in range(min(len(self.waiting), LPM_WINDOW))]
+
+        def rank(seq: Sequence) -> tuple:
+            if seq.num_preemptions or now - seq.arrival_s >= self.config.schedule_aging_s:
+                return (0, 0, seq.arrival_s)
+            return (1, -len(self.block_manager.find_cached_prefix(seq)), seq.arrival_s)
+
+        window.sort(key=rank)
+        self.waiting.extendleft(reversed(window))
 
     def _preempt(self, seq: Sequence) -> None:
         self.block_manager.free(seq)

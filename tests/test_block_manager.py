@@ -1,7 +1,7 @@
-"""Paged block manager: allocation, freeing, prefix-cache hits, LRU eviction, counters."""
+"""Paged block manager: allocation, freeing, prefix-cache hits (hash chain and radix tree), LRU eviction, counters."""
 import pytest
 
-from native_engine.block_manager import BlockManager
+from native_engine.block_manager import PREFIX_CACHES, BlockManager
 from native_engine.sequence import SamplingParams, Sequence
 
 
@@ -51,8 +51,9 @@ def test_decode_grows_table_only_at_block_boundary():
     assert len(seq.block_table) == 2
 
 
-def test_shared_prefix_hits_full_blocks_and_counts_tokens():
-    bm = BlockManager(num_blocks=16, block_size=4)
+@pytest.mark.parametrize("kind", PREFIX_CACHES)
+def test_shared_prefix_hits_full_blocks_and_counts_tokens(kind):
+    bm = BlockManager(num_blocks=16, block_size=4, prefix_cache=kind)
     first = make_seq(list(range(10)), "a")
     assert run_prefill(bm, first) == []
     second = make_seq(list(range(8)) + [50, 51, 52], "b")
@@ -64,22 +65,25 @@ def test_shared_prefix_hits_full_blocks_and_counts_tokens():
     assert bm.prefix_cache_hits_tokens == 8
 
 
-def test_hit_always_leaves_one_token_to_compute():
-    bm = BlockManager(num_blocks=16, block_size=4)
+@pytest.mark.parametrize("kind", PREFIX_CACHES)
+def test_hit_always_leaves_one_token_to_compute(kind):
+    bm = BlockManager(num_blocks=16, block_size=4, prefix_cache=kind)
     run_prefill(bm, make_seq(range(8), "a"))
     again = make_seq(range(8), "b")
     assert len(bm.find_cached_prefix(again)) == 1   # 8 tokens: only the first block may hit
 
 
-def test_hit_requires_same_whole_prefix_not_same_block():
-    bm = BlockManager(num_blocks=16, block_size=4)
+@pytest.mark.parametrize("kind", PREFIX_CACHES)
+def test_hit_requires_same_whole_prefix_not_same_block(kind):
+    bm = BlockManager(num_blocks=16, block_size=4, prefix_cache=kind)
     run_prefill(bm, make_seq([1, 2, 3, 4, 5, 6, 7, 8, 9], "a"))
     # Same second block, different first block: the chain hash differs, so no hit at all.
     assert bm.find_cached_prefix(make_seq([0, 2, 3, 4, 5, 6, 7, 8, 9], "b")) == []
 
 
-def test_freed_blocks_stay_cached_until_evicted_least_recent_first():
-    bm = BlockManager(num_blocks=4, block_size=2)
+@pytest.mark.parametrize("kind", PREFIX_CACHES)
+def test_freed_blocks_stay_cached_until_evicted_least_recent_first(kind):
+    bm = BlockManager(num_blocks=4, block_size=2, prefix_cache=kind)
     a = make_seq([1, 2, 3, 4, 5], "a")      # blocks: [1,2] [3,4] [5]
     run_prefill(bm, a)
     bm.free(a)
@@ -91,8 +95,9 @@ def test_freed_blocks_stay_cached_until_evicted_least_recent_first():
     assert len(bm.find_cached_prefix(make_seq([1, 2, 3, 4, 9], "y"))) == 1
 
 
-def test_hit_on_evictable_block_takes_it_out_of_the_free_pool():
-    bm = BlockManager(num_blocks=3, block_size=2)
+@pytest.mark.parametrize("kind", PREFIX_CACHES)
+def test_hit_on_evictable_block_takes_it_out_of_the_free_pool(kind):
+    bm = BlockManager(num_blocks=3, block_size=2, prefix_cache=kind)
     a = make_seq([1, 2, 3], "a")
     run_prefill(bm, a)
     bm.free(a)
@@ -117,3 +122,5 @@ def test_bad_sizes_name_the_field():
         BlockManager(0, 16)
     with pytest.raises(ValueError, match="block_size"):
         BlockManager(4, 0)
+    with pytest.raises(ValueError, match="prefix_cache: must be one of hash, radix"):
+        BlockManager(4, 4, prefix_cache="trie")
