@@ -280,6 +280,8 @@ try:  # the reports commands, when that package is present
     app.command("report")(report)
     app.command("gate")(gate)
     app.command("select")(select)
+    from reports.history_cli import history_app
+    app.add_typer(history_app, name="history")
 except ImportError:
     pass
 

@@ -20,16 +20,23 @@ def _fail(message: str) -> None:
     raise typer.Exit(EXIT_BAD_INPUT)
 
 
-def report(run_dirs: List[Path] = typer.Argument(..., help="results folders (runs or sweeps); several are overlaid"),
+def report(run_dirs: List[Path] = typer.Argument(None, help="results folders (runs or sweeps); several are overlaid"),
            output: Path = typer.Option(Path("report.html"), "-o", "--output", help="HTML file; report.md goes beside it"),
            label: List[str] = typer.Option([], "--label", help="a name per folder, in order (default: folder names)"),
            attainment: float = typer.Option(0.9, "--attainment",
                                             help="share of requests that must meet the SLOs at a sweep point"),
+           history: Optional[Path] = typer.Option(None, "--history", help="instead: trends of a history file"),
+           rules: Optional[Path] = typer.Option(None, "--rules", help="with --history: gate rules (metrics, thresholds)"),
            ) -> None:
-    """Write one self-contained HTML report (offline) and a Markdown summary."""
+    """Write one self-contained HTML report (offline) and a Markdown summary; or, with --history, trend charts."""
     from reports.load import ResultsError
     from reports.report import write_report
 
+    if history is not None:
+        from reports.history_cli import report_history
+        return report_history(history, output, rules)
+    if not run_dirs:
+        _fail("RUN_DIRS: give results folders, or --history DB for the trend report")
     try:
         content = write_report(run_dirs, output, labels=label or None, attainment=attainment)
     except (ResultsError, ValueError) as e:
@@ -40,15 +47,26 @@ def report(run_dirs: List[Path] = typer.Argument(..., help="results folders (run
 
 
 def gate(baseline: Path = typer.Argument(..., help="baseline: a run folder, or a folder of run-N/ repeats"),
-         current: Path = typer.Argument(..., help="current: a run folder, or a folder of run-N/ repeats"),
+         current: Optional[Path] = typer.Argument(None, help="current: a run folder, or a folder of run-N/ repeats"),
          rules: Optional[Path] = typer.Option(None, "--rules", help="gate rules YAML (default: built-in, as ci/gate.yaml)"),
          summary_md: Optional[Path] = typer.Option(None, "--summary-md", help="also write the Markdown summary here"),
+         history: Optional[Path] = typer.Option(None, "--history", help="judge CURRENT against this history file "
+                                                "(`bench history add`); BASELINE, if given, while it is short"),
+         last: int = typer.Option(20, "--last", min=2, help="with --history: the nights to compare against"),
+         min_history: int = typer.Option(10, "--min-history", min=2, help="with --history: nights it needs"),
          ) -> None:
     """Compare runs metric by metric; exit 1 on a significant regression beyond its threshold."""
     from reports import gate as g
     from reports.load import ResultsError
     from reports.repeats import check_same_scenario, load_run_set
 
+    note = ""
+    if history is not None:
+        from reports.history_cli import gate_against_history
+        baseline, current = (None, baseline) if current is None else (baseline, current)
+        note = gate_against_history(history, current, rules, last, min_history, summary_md, baseline)
+    elif current is None:
+        _fail("CURRENT: missing; pass BASELINE CURRENT, or CURRENT --history DB")
     try:
         gate_rules = g.load_rules(rules)
         base, cur = load_run_set(baseline), load_run_set(current)
@@ -56,7 +74,7 @@ def gate(baseline: Path = typer.Argument(..., help="baseline: a run folder, or a
     except (g.GateRulesError, ResultsError) as e:
         _fail(str(e))
     verdicts = g.compare(base, cur, gate_rules)
-    text = g.render_markdown(base, cur, verdicts, gate_rules)
+    text = note + g.render_markdown(base, cur, verdicts, gate_rules)
     typer.echo(text)
     if summary_md:
         summary_md.write_text(text, encoding="utf-8")
