@@ -44,6 +44,13 @@ class Finding:
     def change(self) -> float:
         return (self.after - self.before) / self.before if self.before else float("inf")
 
+    def matches(self, other: "Finding") -> bool:
+        """The same change as seen on another night: one more night can move a step by one, and a drift's
+        start by several (its fitted knot), so drifts match when they overlap."""
+        if self.kind == other.kind == "drift":
+            return self.index <= other.end + 1 and other.index <= self.end + 1
+        return abs(self.index - other.index) <= 1
+
 
 def energy_q(x: np.ndarray, min_size: int = MIN_SEGMENT) -> np.ndarray:
     """Q for every split of each row of x (R series of n values): Q[r, tau] splits row r into [:tau] and

@@ -34,7 +34,7 @@ def report(run_dirs: List[Path] = typer.Argument(None, help="results folders (ru
 
     if history is not None:
         from reports.history_cli import report_history
-        return report_history(history, output, rules)
+        return report_history(history, output, rules, run_dirs)
     if not run_dirs:
         _fail("RUN_DIRS: give results folders, or --history DB for the trend report")
     try:

@@ -30,9 +30,10 @@ def add(run_dirs: List[Path] = typer.Argument(..., help="run folders, or folders
         ) -> None:
     """Record finished runs (identity and per-run statistics). Adding a run again changes nothing."""
     from reports.gate import GateRulesError, load_rules
-    from reports.history import HistoryError, add_runs
+    from reports.history import add_runs
     from reports.load import ResultsError
     from reports.repeats import run_dirs as expand
+    from reports.run_identity import HistoryError
 
     try:
         paths = [p for d in run_dirs for p in expand(d)]
@@ -54,7 +55,8 @@ def show(db: Path = typer.Argument(..., help="history file"),
     import pandas as pd
 
     from reports.gate import load_rules
-    from reports.history import HistoryError, metric_names, nights, series_keys
+    from reports.history import metric_names, nights, series_keys
+    from reports.run_identity import HistoryError
     from reports.run_values import metric_key
 
     names = metric or [metric_key(r) for r in load_rules(None).metrics.values()]
@@ -62,14 +64,17 @@ def show(db: Path = typer.Argument(..., help="history file"),
         keys = series_keys(db)
         if not keys:
             _fail(f"{db}: no runs recorded yet")
-        unknown = sorted(set(names) - set(metric_names(db)))
+        recorded = metric_names(db)
+        unknown = sorted(set(names) - set(recorded))
         if unknown:
-            _fail(f"--metric: {', '.join(unknown)} not recorded; recorded are: {', '.join(metric_names(db))}")
+            gate_metrics = ", ".join(m for m in recorded if not m.startswith("summary."))
+            _fail(f"--metric: {', '.join(unknown)} not recorded; recorded are {gate_metrics}, and summary.json's "
+                  f"figures as summary.<path> (e.g. summary.ttft_ms.p99)")
         for name, scenario, runner, n_runs in keys:
             every = nights(db, scenario, runner, names)
             series, first = every[-last:], max(0, len(every) - last)
-            rows = [{"night": first + i + 1, "date (UTC)": n.finished_at[:16].replace("T", " "), "commit": (n.commit or "-")[:10],
-                     "branch": n.branch or "-", "runs": len(n.run_ids),
+            rows = [{"night": first + i + 1, "date (UTC)": n.finished_at[:16].replace("T", " "),
+                     "commit": (n.commit or "-")[:10], "branch": n.branch or "-", "runs": len(n.run_ids),
                      **{m: "-" if n.values.get(m) is None else f"{n.values[m]:.4g}" for m in names}}
                     for i, n in enumerate(series)]
             typer.echo(f"{name} ({scenario}) on {runner}: {n_runs} runs, the last {len(series)} nights")
@@ -83,9 +88,9 @@ def gate_against_history(db: Path, current: Path, rules: Optional[Path], last: i
     """`bench gate --history`: exits with the verdict when the history is long enough; else returns a note for
     the gate against BASELINE (or, without one, exits 0: nothing to compare against)."""
     from reports.gate import GateRulesError, load_rules
-    from reports.history import HistoryError
     from reports.history_gate import gate_history, render_markdown
     from reports.load import ResultsError
+    from reports.run_identity import HistoryError
 
     try:
         gate_rules = load_rules(rules)
@@ -108,12 +113,14 @@ def gate_against_history(db: Path, current: Path, rules: Optional[Path], last: i
     raise typer.Exit(EXIT_REGRESSION if result.failed else 0)
 
 
-def report_history(db: Path, output: Path, rules: Optional[Path]) -> None:
+def report_history(db: Path, output: Path, rules: Optional[Path], run_dirs) -> None:
     """`bench report --history DB`: the trend report."""
     from reports.gate import GateRulesError, load_rules
-    from reports.history import HistoryError
+    from reports.run_identity import HistoryError
     from reports.trends import write_trend_report
 
+    if run_dirs:
+        _fail("--history draws the trend report alone; give results folders or --history, not both")
     try:
         content = write_trend_report(db, output, load_rules(rules))
     except (GateRulesError, HistoryError) as e:

@@ -99,7 +99,8 @@ def build_trends(db: str | Path, rules: GateRules, last: int = DEFAULT_LAST) -> 
     return content
 
 
-def write_trend_report(db: str | Path, out_html: str | Path, rules: GateRules, last: int = DEFAULT_LAST) -> TrendContent:
+def write_trend_report(db: str | Path, out_html: str | Path, rules: GateRules,
+                       last: int = DEFAULT_LAST) -> TrendContent:
     """The HTML trend report, and a Markdown file of its findings beside it."""
     from reports.html import render
     from reports.markdown import md_table

@@ -4,7 +4,7 @@ import itertools
 import numpy as np
 import pytest
 
-from reports.changepoint import e_divisive, energy_q, findings
+from reports.changepoint import Finding, e_divisive, energy_q, findings
 
 
 def _q_by_definition(x, tau):
@@ -57,3 +57,11 @@ def test_seeded_a_a_series_raise_nothing():
     """100 A/A series of 30 nights with 5% night-to-night noise: at most 2 report anything (measured: 1)."""
     alarms = [k for k in range(100) if findings(_noisy([20] * 30, 0.05, seed=100 + k), threshold=0.10)]
     assert len(alarms) <= 2, alarms
+
+
+def test_the_same_change_seen_on_another_night_matches():
+    step, drift = Finding("step", 20, 29, 20.0, 23.0), Finding("drift", 21, 27, 20.0, 21.4)
+    assert step.matches(Finding("step", 21, 30, 20.0, 23.0)) and not step.matches(Finding("step", 22, 30, 20, 23))
+    assert step.matches(Finding("drift", 19, 25, 20.0, 21.0))  # first seen as a ramp, then as the step it is
+    assert drift.matches(Finding("drift", 24, 30, 20.0, 22.0))  # the fitted start moved by 3: one drift
+    assert not drift.matches(Finding("drift", 29, 33, 20.0, 21.0))

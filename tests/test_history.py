@@ -117,6 +117,7 @@ def test_slow_drift_is_reported_as_drift_within_ten_nights(runs, rules_file, tmp
     assert all(f.kind == "drift" for m in itl for f in m.findings)  # never called a step
     first = itl[found[0]]
     assert first.new and results[FLAT + found[0]].failed  # the night it is found, the gate fails
+    assert sum(bool(m.new) for m in itl) == 1  # and only then: later nights list it as seen
     drift = first.findings[0]
     assert FLAT - 2 <= drift.index <= FLAT + 2 and drift.change > 0.04
 
@@ -236,3 +237,20 @@ def test_nightly_workflow_names_options_bench_has():
         usage = CliRunner().invoke(app, [*sub, "--help"], env={"COLUMNS": "200"}).output
         for option in re.findall(r"(?<!\S)--[a-z-]+", command):
             assert option in usage, (command, option)
+
+
+def test_report_cli_draws_the_trends_of_a_history(runs, rules_file, tmp_path):
+    db = tmp_path / "h.db"
+    for path in runs["flat"][:12] + runs["step"]:
+        add_runs(db, [path])
+    result = _cli("report", "--history", db, "--rules", rules_file, "-o", tmp_path / "t.html")
+    assert result.exit_code == 0, result.output
+    assert "1 series, 2 findings" in result.output  # the ITL step, and the same step in TPOT (per-request ITL)
+    md = (tmp_path / "t.md").read_text()
+    for metric in ("itl_p50", "tpot_p50"):
+        assert f"| {metric} | step +1" in md
+    assert md.count("| #13 of 22 |") == 2  # night 13: the first step run after 12 flat ones
+    html = (tmp_path / "t.html").read_text()
+    assert html.count("Plotly.newPlot") == 1 and "itl_p50 (itl p50, lower is better)" in html
+    both = _cli("report", runs["flat"][0], "--history", db)
+    assert both.exit_code == 2 and "not both" in both.output
