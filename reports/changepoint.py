@@ -17,6 +17,9 @@ line from a knot (a ramp). Whichever leaves the smaller squared error says what 
 ramp pieces are one drift. A finding is reported only when it is large as well as significant: a step
 beyond the metric's threshold, a drift past half of it (it is still growing).
 
+Only the last MAX_NIGHTS nights are searched: the search's time and memory grow with the square of the
+nights (and a change older than a quarter is not news).
+
 Values are compared on the log scale when all are positive: run-to-run noise is multiplicative and a
 +15% step then looks the same at any level.
 """
@@ -29,6 +32,8 @@ import numpy as np
 MIN_SEGMENT = 3  # nights on each side of a change point: fewer cannot tell a step from one odd night
 PERMUTATIONS = 199
 ALPHA = 0.01  # the permutation p-value a change point needs (199 permutations: p >= 0.005)
+MAX_NIGHTS = 90  # the nights searched: a quarter's changes; a year takes ~10 s a metric on 2 cores, 90 under 1 s
+MAX_CELLS = 2_000_000  # permuted series x n x n distances held at once
 DRIFT_SHARE = 0.5  # a drift is reported once it has moved by this share of the step threshold
 
 
@@ -89,7 +94,9 @@ def e_divisive(x, min_size: int = MIN_SEGMENT, permutations: int = PERMUTATIONS,
             return sorted(points)
         q_seen, (a, b), tau = best
         shuffled = rng.permuted(np.tile(x[a:b], (permutations, 1)), axis=1)
-        q_chance = energy_q(shuffled, min_size).max(axis=1)
+        rows = max(1, MAX_CELLS // (b - a) ** 2)  # a year of nights: 199 x 365 x 365 would be 200 MB at once
+        q_chance = np.concatenate([energy_q(shuffled[i:i + rows], min_size).max(axis=1)
+                                   for i in range(0, permutations, rows)])
         p = (1 + np.count_nonzero(q_chance >= q_seen - 1e-12 * abs(q_seen))) / (permutations + 1)
         if p > alpha:
             return sorted(points)
@@ -121,9 +128,17 @@ def _ramp(y: np.ndarray) -> tuple[float, int, np.ndarray]:
     return best
 
 
-def findings(values, threshold: float, seed: int = 0) -> list[Finding]:
-    """Steps beyond `threshold` (relative) and drifts beyond DRIFT_SHARE of it, in night order."""
-    raw = np.asarray(values, dtype=float)
+def findings(values, threshold: float, seed: int = 0, last: int = MAX_NIGHTS) -> list[Finding]:
+    """Steps beyond `threshold` (relative) and drifts beyond DRIFT_SHARE of it among the `last` values, in night
+    order; indices count from the first of all the values."""
+    offset = max(0, len(values) - last)
+    found = _findings(np.asarray(values[offset:], dtype=float), threshold, seed)
+    for f in found:
+        f.index, f.end = f.index + offset, f.end + offset
+    return found
+
+
+def _findings(raw: np.ndarray, threshold: float, seed: int) -> list[Finding]:
     log = bool(raw.size and (raw > 0).all())
     x = np.log(raw) if log else raw
     back = np.exp if log else (lambda v: v)

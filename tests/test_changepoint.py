@@ -65,3 +65,9 @@ def test_the_same_change_seen_on_another_night_matches():
     assert step.matches(Finding("drift", 19, 25, 20.0, 21.0))  # first seen as a ramp, then as the step it is
     assert drift.matches(Finding("drift", 24, 30, 20.0, 22.0))  # the fitted start moved by 3: one drift
     assert not drift.matches(Finding("drift", 29, 33, 20.0, 21.0))
+
+
+def test_only_the_last_nights_are_searched_and_indices_count_from_the_first():
+    x = _noisy([20] * 10 + [26] * 100 + [30] * 10, 0.01, seed=9)
+    assert [(f.kind, f.index) for f in findings(x, 0.10)] == [("step", 110)]  # the step at 10 is 110 nights old
+    assert [(f.kind, f.index) for f in findings(x, 0.10, last=len(x))] == [("step", 10), ("step", 110)]

@@ -254,3 +254,20 @@ def test_report_cli_draws_the_trends_of_a_history(runs, rules_file, tmp_path):
     assert html.count("Plotly.newPlot") == 1 and "itl_p50 (itl p50, lower is better)" in html
     both = _cli("report", runs["flat"][0], "--history", db)
     assert both.exit_code == 2 and "not both" in both.output
+
+
+def test_the_trend_band_is_where_the_gate_sees_no_change():
+    import numpy as np
+
+    from reports.stats import run_level_change
+    from reports.trends import gate_band
+
+    values = list(np.exp(np.random.default_rng(1).normal(np.log(20), 0.02, 12)))
+    band = gate_band(values, steps=[], last=8, confidence=0.95)
+    assert band[:2] == [None, None]  # fewer than two nights before: no interval
+    lo, hi = band[11]
+    assert run_level_change(values[3:11], [hi]).ci_low == pytest.approx(0, abs=1e-12)  # the last 8 nights
+    assert run_level_change(values[3:11], [lo]).ci_high == pytest.approx(0, abs=1e-12)
+    after_step = gate_band(values, steps=[9], last=8, confidence=0.95)
+    assert after_step[10] is None and after_step[11] != band[11]  # nights before a step are not compared with
+    assert run_level_change(values[9:11], [after_step[11][1]]).ci_low == pytest.approx(0, abs=1e-12)
