@@ -287,3 +287,20 @@ def test_the_trend_band_is_where_the_gate_sees_no_change():
     after_step = gate_band(values, steps=[9], last=8, confidence=0.95)
     assert after_step[10] is None and after_step[11] != band[11]  # nights before a step are not compared with
     assert run_level_change(values[9:11], [after_step[11][1]]).ci_low == pytest.approx(0, abs=1e-12)
+
+
+def test_repeats_of_one_scenario_share_a_hash_and_another_load_does_not(monkeypatch):
+    from reports.run_identity import runner_kind, scenario_hash
+
+    base = {"name": "nightly", "seed": 0, "backend": {"kind": "native", "url": "http://127.0.0.1:4001"},
+            "load": {"arrival": "closed", "concurrency": 4, "sweep": None}}
+    repeat = {**base, "seed": 7, "backend": {"kind": "native", "url": "http://127.0.0.1:5123"},
+              "load": {"arrival": "closed", "concurrency": 4}}  # fresh seed and port; an older harness had no sweep
+    assert scenario_hash(repeat) == scenario_hash(base)
+    assert scenario_hash({**base, "load": {"arrival": "closed", "concurrency": 8}}) != scenario_hash(base)
+    assert scenario_hash({**base, "backend": {"kind": "native", "launch": {"args": ["--blas-threads", "2"]}}}) \
+        != scenario_hash(base)
+    info = {"host": {"platform": "Linux-6.8.0-x86_64-with-glibc2.39", "machine": "x86_64", "cpu_count": 4}}
+    assert runner_kind(info) == "Linux-x86_64-4cpu"
+    monkeypatch.setenv("BENCH_RUNNER_KIND", "ubuntu-24.04")
+    assert runner_kind(info) == "ubuntu-24.04" and runner_kind(info, "gpu-h100") == "gpu-h100"
