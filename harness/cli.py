@@ -27,6 +27,7 @@ from harness.sweep import capacity_line, run_sweep, sweep_kind
 from harness.tokenizer_source import TokenizerError
 from native_engine.cli import serve
 from reports.cli import gate, report, select
+from reports.history_cli import history_app
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_CLIENT_BOUND, EXIT_RUN_FAILED = 0, 1, 2, 3, 4
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
@@ -230,6 +231,7 @@ app.command("report")(report)
 app.command("gate")(gate)
 app.command("select")(select)
 app.command("serve")(serve)
+app.add_typer(history_app, name="history")
 
 
 if __name__ == "__main__":
