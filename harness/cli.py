@@ -139,7 +139,7 @@ def execute(scenario, writer, workers_option: str | None = None, console: Consol
     from harness.workload import build_plan
 
     backend, load = scenario.backend, scenario.load
-    engine = load_backend(backend.kind, tuple(backend.eos_token_ids))
+    engine = load_backend(backend.kind, tuple(backend.eos_token_ids), backend.profile, backend.trace)
     try:
         engine.endpoint_path(backend.api)
     except ValueError as e:

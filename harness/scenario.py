@@ -83,6 +83,7 @@ class BackendConfig(Strict):
     headers: dict[str, str] = {}
     metrics_url: str | None = None  # the Prometheus page; default: url + the engine's metrics path
     profile: bool = False  # POST the engine's /start_profile and /stop_profile around the load (vLLM, SGLang)
+    trace: bool = False  # the engine's per-step trace into engine_trace.json (native engine: --step-trace)
     eos_token_ids: list[int] = []  # llama-cpp-python only: EOS ids to bias away when workload.ignore_eos
 
     @field_validator("kind")

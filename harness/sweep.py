@@ -52,7 +52,7 @@ def run_sweep(scenario, out_dir: Path, workers_option: str | None, console) -> l
         if backend.launch is not None:
             console.print(f"starting the {backend.kind} engine once for {len(points)} points "
                           f"(log: {out_dir / 'engine.log'})")
-            launched = launch(load_backend(backend.kind, tuple(backend.eos_token_ids)), backend.launch, backend.url,
+            launched = launch(load_backend(backend.kind, tuple(backend.eos_token_ids), backend.profile, backend.trace), backend.launch, backend.url,
                               backend.model, out_dir / "engine.log", backend.headers)
         for point, point_scenario in zip(points, scenario.sweep_points()):
             point.status = "running"
