@@ -206,6 +206,9 @@ def execute(scenario, writer, workers_option: str | None = None, console: Consol
     summary.update(client_bound=bool(reasons), client_bound_reasons=reasons, interrupted=outcome.interrupted,
                    workers=n_workers, token_count_method=plan.token_count_method)
     summary["telemetry"] = observers.derived(outcome)
+    from harness.explain import explain  # phases_ms, roofline, diagnosis
+    summary.update(explain(summary, outcome.records, writer.dir, observers.engine_steps(outcome),
+                           scenario.resolved_dict(), (outcome.t0_ns - t0_ns) / 1e9))
     writer.write_summary(summary)
     return summary
 

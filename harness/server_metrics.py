@@ -134,6 +134,16 @@ def parse_page(text: str) -> tuple[list[tuple[str, float, str]], list[tuple[str,
     return raw, schema
 
 
+def read_schema(path: str | Path) -> dict[str, list[tuple[float, float]]]:
+    """{bench: name: [(t_s, value), ...]} from a server_metrics.csv (rows without labels)."""
+    series: dict[str, list[tuple[float, float]]] = {}
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            if row["name"].startswith("bench:") and not row["labels"]:
+                series.setdefault(row["name"], []).append((float(row["t_s"]), float(row["value"])))
+    return series
+
+
 class ServerMetricsScraper(threading.Thread):
     """scraper.start() ... scraper.stop() -> status for run.json. `url` None: nothing to scrape."""
 
