@@ -211,11 +211,15 @@ def client_bound(run: Run) -> Finding | None:
     reasons = run.summary.get("client_bound_reasons") or []
     if not reasons and client < CLIENT_SHARE:
         return None
-    message = f"client-bound: the client's own lag and sends are {_pct(client)} of TTFT"
+    if client >= CLIENT_SHARE:
+        message = f"client-bound: the client's own lag and sends are {_pct(client)} of TTFT"
+        severity = "critical"
+    else:  # behind its schedule, but by little next to what the engine takes
+        message = f"the client fell behind its schedule, but its lag and sends are only {_pct(client)} of TTFT"
+        severity = "info"
     if reasons:
-        message += "; " + "; ".join(reasons)
-    return Finding("client_bound", "critical" if reasons else "warning", message,
-                   {"client_share_of_ttft": client, "reasons": reasons})
+        message += " (" + "; ".join(reasons) + ")"
+    return Finding("client_bound", severity, message, {"client_share_of_ttft": client, "reasons": reasons})
 
 
 def token_count_mismatch(run: Run) -> Finding | None:
