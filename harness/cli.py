@@ -260,6 +260,9 @@ def print_summary(summary: dict, out_dir: Path) -> None:
         stats = summary.get(key) or {}
         table.add_row(key.removesuffix("_ms"), *("-" if stats.get(c) is None else f"{stats[c]:.2f}" for c in cols))
     console.print(table)
+    from harness.explain import explanation_lines
+    for line in explanation_lines(summary):
+        console.print(line, markup=False)
 
 
 @app.command("backends")

@@ -24,3 +24,17 @@ def explain(summary: dict, records: list, out_dir: Path, steps: list[dict], scen
     out["roofline"] = roofline(steps, summary.get("telemetry") or {}, scenario["backend"]["kind"], gpu_name)
     out["diagnosis"] = diagnose(Run({**summary, **out}, records, series, steps, scenario))
     return out
+
+
+def explanation_lines(summary: dict) -> list[str]:
+    """The console's account: where TTFT went, then each finding."""
+    lines = []
+    phases_ms = summary.get("phases_ms") or {}
+    share = phases_ms.get("ttft_share")
+    if share:
+        parts = ", ".join(f"{name} {100 * value:.0f}%" for name, value in sorted(share.items(), key=lambda kv: -kv[1])
+                          if value >= 0.005)
+        lines.append(f"TTFT {phases_ms['ttft']['mean']:.0f} ms mean: {parts} ({phases_ms.get('source')})")
+    for finding in summary.get("diagnosis") or ():
+        lines.append(f"[{finding['severity']}] {finding['message']}")
+    return lines

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.engine_trace import read_engine_trace
 from harness.metrics import meets_slo, request_latency, summarize
 from harness.results import RequestRecord, read_records
 from harness.sweep import read_statuses
@@ -43,6 +44,7 @@ class RunData:
     token_times_s: np.ndarray  # arrival time of each output token (chunk times repeated per token)
     server_metrics: pd.DataFrame | None
     telemetry: pd.DataFrame | None
+    steps: list[dict] = field(default_factory=list)  # the engine's step trace (engine_trace.json), if any
 
     @property
     def slo(self) -> dict:
@@ -111,7 +113,8 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
             requests[col] = pd.to_numeric(requests[col], errors="coerce")
     return RunData(path, label or path.name, run_info, summary, records, requests,
                    np.asarray(itl, dtype=np.float64), np.sort(np.asarray(token_times, dtype=np.float64)),
-                   _read_csv(path / "server_metrics.csv"), _read_csv(path / "telemetry.csv"))
+                   _read_csv(path / "server_metrics.csv"), _read_csv(path / "telemetry.csv"),
+                   read_engine_trace(path / "engine_trace.json") if (path / "engine_trace.json").is_file() else [])
 
 
 def load_sweep(path: str | Path, label: str | None = None) -> Sweep:
