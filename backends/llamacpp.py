@@ -23,6 +23,7 @@ class LlamaServerBackend(Backend):
     name = "llamacpp"
     description = "llama.cpp's llama-server"
     version_path = "/props"
+    metrics_hint = "start llama-server with --metrics"
     # it answers "Keep-Alive" yet closes the connection after a streamed answer; a reused
     # connection then fails the next request ("Can not write request body")
     keep_alive = False

@@ -22,6 +22,7 @@ class SglangBackend(Backend):
     name = "sglang"
     description = "SGLang (python -m sglang.launch_server)"
     paths = {COMPLETIONS: "/v1/completions", CHAT: "/v1/chat/completions", NATIVE: "/generate"}
+    metrics_hint = "start SGLang with --enable-metrics"
     version_path = "/server_info"  # server args plus a "version" field
     old_version_path = "/get_server_info"  # asked when /server_info is missing
     profile_paths = ("/start_profile", "/stop_profile")

@@ -23,6 +23,8 @@ class TrtllmBackend(Backend):
     name = "trtllm"
     description = "TensorRT-LLM (trtllm-serve)"
     metrics_path = "/prometheus/metrics"
+    metrics_hint = ("trtllm-serve mounts it only with `return_perf_metrics: true` (and the running/waiting/KV "
+                    "gauges need `enable_iter_perf_stats: true`) in its --extra_llm_api_options file")
     version_path = "/version"
 
     def launch_command(self, port: int, model: str) -> list[str]:

@@ -148,10 +148,12 @@ class ServerMetricsScraper(threading.Thread):
     """scraper.start() ... scraper.stop() -> status for run.json. `url` None: nothing to scrape."""
 
     def __init__(self, url: str | None, t0_ns: int, out_path: str | Path, interval_s: float = 0.5,
-                 timeout_s: float = 2.0, headers: dict | None = None, why_none: str = ""):
+                 timeout_s: float = 2.0, headers: dict | None = None, why_none: str = "",
+                 missing_page_hint: str = "set backend.metrics_url"):
         super().__init__(name="server-metrics", daemon=True)
         self.url, self.t0_ns, self.interval_s, self.timeout_s = url, t0_ns, interval_s, timeout_s
         self.out_path, self.headers, self.why_none = Path(out_path), headers or {}, why_none
+        self.missing_page_hint = missing_page_hint
         self.stop_event = threading.Event()
         self.scrapes = self.failures = self.rows = 0
         self.last_error: str | None = None
@@ -184,7 +186,7 @@ class ServerMetricsScraper(threading.Thread):
             self.failures += 1
             self.last_error = f"HTTP {e.code}"
             if e.code == 404 and self.rows == 0:
-                self.gave_up = f"{self.url} answers 404: no Prometheus page there (set backend.metrics_url)"
+                self.gave_up = f"{self.url} answers 404: no Prometheus page there ({self.missing_page_hint})"
             return
         except Exception as e:  # a slow or dropped scrape costs one sample, never the run
             self.failures += 1

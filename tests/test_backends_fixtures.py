@@ -15,9 +15,9 @@ FIXTURE_SERVER = Path(__file__).parent / "fixture_server.py"
 
 
 def bench_run(tmp_path: Path, kind: str, api: str = "completions", extra_backend: str = "",
-              num_requests: int = 4, output: list | None = None) -> tuple[Path, list[dict]]:
+              num_requests: int = 4, output: list | None = None, extra_args: str = "") -> tuple[Path, list[dict]]:
     log = tmp_path / "requests_seen.jsonl"
-    command = f"{sys.executable} {FIXTURE_SERVER} --engine {kind} --port {{port}} --itl-ms 2 --log {log}"
+    command = f"{sys.executable} {FIXTURE_SERVER} --engine {kind} --port {{port}} --itl-ms 2 --log {log}{extra_args}"
     scenario = tmp_path / "s.yaml"
     scenario.write_text(
         f"name: fx\nbackend: {{kind: {kind}, api: {api}, model: smollm2, launch: {{command: '{command}', "
@@ -90,3 +90,13 @@ def test_profiler_hooks_wrap_the_load(tmp_path):
     assert paths[1:-1] == ["/v1/completions"] * 2
     assert json.loads((out / "run.json").read_text())["profile"] == {"start_http_status": 200,
                                                                      "stop_http_status": 200}
+
+
+def test_trtllm_without_perf_metrics_says_why_there_is_no_page(tmp_path):
+    # the user's own options file wins, and it lacks return_perf_metrics: trtllm-serve mounts no page
+    options = tmp_path / "mine.yaml"
+    options.write_text("kv_cache_config:\n  enable_block_reuse: true\n")
+    out, _ = bench_run(tmp_path, "trtllm", "chat", extra_args=f" --extra_llm_api_options {options}")
+    status = json.loads((out / "run.json").read_text())["server_metrics"]
+    assert status["sampled"] is False
+    assert "404" in status["reason"] and "return_perf_metrics: true" in status["reason"]
