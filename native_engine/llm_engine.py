@@ -195,9 +195,10 @@ class LLMEngine:
         self._record_step(prompt_tokens, len(seqs), max(self.runner.last_step_bytes_read - kv_bytes, 0), kv_bytes, flops)
         if self.step_trace is not None:
             bm = self.block_manager
-            self.step_trace.record(
+            self.step_trace.record(  # in step_trace.FIELDS order
                 start_ns, time.perf_counter_ns(), int(self.last_forward_s * 1e9),
-                [c.num_new_tokens for c, d in zip(chunks, is_decode) if not d], sum(is_decode), bm.num_blocks - bm.num_free_blocks, self.scheduler.num_preemptions - seen_preemptions,
+                [c.num_new_tokens for c, d in zip(chunks, is_decode) if not d], sum(is_decode),
+                bm.num_blocks - bm.num_free_blocks, self.scheduler.num_preemptions - seen_preemptions,
                 bm.prefix_cache_hits_tokens - seen_hits, self.runner.last_step_bytes_read, flops,
                 len(self.scheduler.running), len(self.scheduler.waiting))
         return outputs
