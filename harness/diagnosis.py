@@ -169,6 +169,8 @@ def head_of_line(run: Run) -> Finding | None:
 def decode_roofline(run: Run) -> Finding | None:
     roof = run.summary.get("roofline") or {}
     point = (roof.get("points") or {}).get("decode") or (roof.get("points") or {}).get("all steps")
+    if not point and roof.get("hardware"):  # a GPU's counters, without the engine's bytes and FLOPs
+        return Finding("decode_bound", "info", roof["hardware"]["line"], roof["hardware"])
     if not point or not roof.get("line"):
         return None
     overhead = point["bound"] == "memory" and point["bandwidth_fraction"] < LOW_BANDWIDTH_FRACTION

@@ -7,12 +7,12 @@ from pathlib import Path
 
 from harness.diagnosis import Run, diagnose
 from harness.phases import phases
-from harness.roofline import roofline
+from harness.roofline import local_gpu_name, roofline
 from harness.server_metrics import read_schema
 
 
 def explain(summary: dict, records: list, out_dir: Path, steps: list[dict], scenario: dict,
-            scrape_offset_s: float = 0.0, gpu_name: str | None = None) -> dict:
+            scrape_offset_s: float = 0.0) -> dict:
     """{phases_ms, roofline, diagnosis} for summary.json. `scrape_offset_s`: the records' time plus
     this is server_metrics.csv's time (run.json telemetry_t0_offset_s)."""
     metrics_csv = Path(out_dir) / "server_metrics.csv"
@@ -21,7 +21,8 @@ def explain(summary: dict, records: list, out_dir: Path, steps: list[dict], scen
         series = {name: [(t - scrape_offset_s, v) for t, v in points]
                   for name, points in read_schema(metrics_csv).items()}
     out = {"phases_ms": phases(records, metrics_csv, scrape_offset_s)}
-    out["roofline"] = roofline(steps, summary.get("telemetry") or {}, scenario["backend"]["kind"], gpu_name)
+    kind = scenario["backend"]["kind"]
+    out["roofline"] = roofline(steps, summary.get("telemetry") or {}, kind, None if kind == "native" else local_gpu_name())
     out["diagnosis"] = diagnose(Run({**summary, **out}, records, series, steps, scenario))
     return out
 

@@ -38,6 +38,20 @@ def gpu_peaks(name: str | None) -> tuple[float, float] | None:
     return None
 
 
+def local_gpu_name() -> str | None:
+    """The first NVIDIA GPU's name through NVML, None without one."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        try:
+            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no driver, no GPU, no library: a CPU machine
+        return None
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
 def measure_compute_ceiling_flops(budget_s: float = 0.5, max_repeats: int = 100) -> float:
     """Best fp32 matrix-product FLOP/s here at a prefill-like shape (256 x 1024 by 1024 x 1024),
     repeated for up to `budget_s`: on a shared machine the best run is the one that kept its cores."""
@@ -78,9 +92,16 @@ def roofline(steps: list[dict], telemetry: dict, engine_kind: str, gpu_name: str
     """The roofline block of summary.json. Steps (the step trace) give per-kind points over the time
     the steps ran; without them, the engine's counters over the window (idle time included)."""
     on_cpu = engine_kind == "native" or gpu_peaks(gpu_name) is None
+    dram, tensor = telemetry.get("gpu_dram_active_mean"), telemetry.get("gpu_tensor_active_mean")
+    hardware = None
+    if not on_cpu and dram is not None and tensor is not None:  # NVML GPM / DCGM: what the GPU itself counted
+        hardware = {"dram_active": dram, "tensor_active": tensor,
+                    "line": f"the GPU's own counters: DRAM active {100 * dram:.0f}%, tensor pipes active "
+                            f"{100 * tensor:.0f}% ({'memory' if dram > tensor else 'compute'}-bound)"}
     if not steps and not (telemetry.get("engine_read_bytes_per_s") and telemetry.get("engine_flops_per_s")):
-        return {"reason": "the engine reported no bytes moved and FLOPs done (native: backend.trace or its "
-                          "/metrics; vLLM, SGLang: --enable-mfu-metrics)"}
+        why = ("the engine reported no bytes moved and FLOPs done (native: backend.trace or its /metrics; "
+               "vLLM, SGLang: --enable-mfu-metrics)")
+        return {"reason": why, "hardware": hardware, "line": hardware["line"]} if hardware else {"reason": why}
     if on_cpu:
         peak_bytes = telemetry.get("memory_bandwidth_ceiling_bytes_per_s")
         if not peak_bytes:
@@ -112,6 +133,8 @@ def roofline(steps: list[dict], telemetry: dict, engine_kind: str, gpu_name: str
             points["all steps"] = place(read, done, 1.0, peak_flops, peak_bytes)
             out["basis"] = "engine counters over the measured window (idle time included)"
     out["points"] = points
+    if hardware:
+        out["hardware"] = hardware
     if any(p["bandwidth_fraction"] > 1 or p["compute_fraction"] > 1 for p in points.values()):
         out["ceilings"]["note"] = (f"steps beat a measured ceiling: the machine was busy while it was measured "
                                    f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores), so the "

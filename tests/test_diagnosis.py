@@ -105,6 +105,20 @@ def test_roofline_from_steps_against_given_ceilings():
     assert "reason" in roofline([], {}, "llamacpp")
 
 
+def test_roofline_on_a_gpu_against_its_published_peaks():
+    telemetry = {"engine_read_bytes_per_s": 3.0e12, "engine_flops_per_s": 1.0e14,
+                 "gpu_dram_active_mean": 0.71, "gpu_tensor_active_mean": 0.04}
+    roof = roofline([], telemetry, "vllm", gpu_name="NVIDIA H200")
+    assert roof["ceilings"]["bytes_per_s"] == 4.8e12 and roof["ceilings"]["flops_per_s"] == 989e12
+    point = roof["points"]["all steps"]
+    assert point["bound"] == "memory" and point["bandwidth_fraction"] == pytest.approx(0.625)
+    assert "DRAM active 71%, tensor pipes active 4% (memory-bound)" in roof["hardware"]["line"]
+    # no engine counters (vLLM without --enable-mfu-metrics): the GPU's own counters still answer
+    only_hw = roofline([], {"gpu_dram_active_mean": 0.2, "gpu_tensor_active_mean": 0.6}, "sglang", gpu_name="NVIDIA H100 80GB HBM3")
+    assert "compute-bound" in rules(run({"roofline": only_hw}, RECORDS))["decode_bound"]["message"]
+    assert roofline([], telemetry, "vllm", gpu_name="NVIDIA L4")["ceilings"]["bytes_per_s"] == 0.3e12  # not L40S
+
+
 def test_prefix_cache_miss_on_a_shared_prefix_workload():
     scenario = {"workload": {"kind": "shared_prefix", "prefix_tokens": 512, "input_tokens": {"mean": 64}}}
     def records(cache_n):
