@@ -43,6 +43,10 @@ class Run:
     steps: list = field(default_factory=list)    # harness.engine_trace steps
     scenario: dict = field(default_factory=dict)  # the resolved scenario
 
+    def completed(self) -> list:
+        """The measured requests that completed."""
+        return [r for r in self.records if not r.is_warmup and r.ok and r.token_times_s]
+
     def window_values(self, name: str) -> list[float]:
         done = [r for r in self.records if not r.is_warmup]
         if not done:
@@ -67,8 +71,9 @@ def saturation(run: Run) -> Finding | None:
     waiting_fraction = sum(w > 0 for w in waiting) / len(waiting) if waiting else 0.0
     if (share is None or share < QUEUE_SHARE_NOTABLE) and waiting_fraction < WAITING_SAMPLES_FRACTION:
         return None
+    running = run.window_values("bench:running")
     evidence = {"queue_share_of_ttft": share, "waiting_samples_fraction": waiting_fraction,
-                "waiting_max": max(waiting, default=None), "running_max": max(run.window_values("bench:running"), default=None)}
+                "waiting_max": max(waiting, default=None), "running_max": max(running, default=None)}
     if share is not None:
         queue_ms, ttft_ms = phases["queue"]["mean"], phases["ttft"]["mean"]
         main = share >= QUEUE_SHARE_MAIN and phases.get("main_ttft_part") == "queue"
@@ -104,7 +109,7 @@ def batch_limit(run: Run) -> Finding | None:
 def kv_pressure(run: Run) -> Finding | None:
     kv = run.window_values("bench:kv_usage_fraction")
     preemptions = run.counter_increase("bench:preemptions")
-    preempted_requests = sum((r.server_timings or {}).get("preemptions", 0) > 0 for r in run.records if not r.is_warmup)
+    preempted_requests = sum((r.server_timings or {}).get("preemptions", 0) > 0 for r in run.completed())
     preemptions = max(preemptions, float(preempted_requests))
     if (not kv or max(kv) < KV_USAGE_HIGH) and preemptions <= 0:
         return None
@@ -113,12 +118,13 @@ def kv_pressure(run: Run) -> Finding | None:
         parts.append(f"usage peaked at {_pct(max(kv))}")
     if preemptions > 0:
         parts.append(f"{preemptions:.0f} preemptions (requests recomputed)")
-    return Finding("kv_pressure", "critical" if preemptions > 0 else "warning", "KV-cache pressure: " + ", ".join(parts),
-                   {"kv_usage_max": max(kv, default=None), "preemptions": preemptions})
+    return Finding("kv_pressure", "critical" if preemptions > 0 else "warning",
+                   "KV-cache pressure: " + ", ".join(parts), {"kv_usage_max": max(kv, default=None),
+                                                             "preemptions": preemptions})
 
 
 def prefill_interference(run: Run) -> Finding | None:
-    done = [r for r in run.records if not r.is_warmup and r.ok and len(r.token_times_s) > 1]
+    done = [r for r in run.completed() if len(r.token_times_s) > 1]
     if len(done) < 2:
         return None
     gaps = [(b - a, a, b, r.index) for r in done for a, b in zip(r.token_times_s, r.token_times_s[1:])]
@@ -129,7 +135,8 @@ def prefill_interference(run: Run) -> Finding | None:
         return None
     prompts = [r.prompt_tokens for r in done]
     long_tokens = LONG_PROMPT_TIMES_MEDIAN * float(np.median(prompts))
-    long_first_tokens = [(r.token_times_s[0], r.index, r.prompt_tokens) for r in done if r.prompt_tokens >= long_tokens]
+    long_first_tokens = [(r.token_times_s[0], r.index, r.prompt_tokens) for r in done
+                         if r.prompt_tokens >= long_tokens]
     # a stall is aligned when another request's long prompt finished prefilling during it
     aligned = [s for s in stalls if any(s[1] < t <= s[2] + median_gap and i != s[3] for t, i, _ in long_first_tokens)]
     fraction = len(aligned) / len(stalls)
@@ -138,15 +145,15 @@ def prefill_interference(run: Run) -> Finding | None:
     worst = max(g for g, *_ in stalls)
     longest = max(p for *_, p in long_first_tokens)
     return Finding("prefill_interference", "critical",
-                   f"prefill interference: {len(stalls)} token gaps stalled {stall_s * 1e3:.0f} ms or more (median gap "
-                   f"{median_gap * 1e3:.0f} ms, worst {worst * 1e3:.0f} ms), {_pct(fraction)} of them while a long prompt "
-                   f"(up to {longest} tokens) was prefilled; chunked prefill bounds them",
+                   f"prefill interference: {len(stalls)} token gaps stalled {stall_s * 1e3:.0f} ms or more "
+                   f"(median gap {median_gap * 1e3:.0f} ms, worst {worst * 1e3:.0f} ms), {_pct(fraction)} of them "
+                   f"while a long prompt (up to {longest} tokens) was prefilled; chunked prefill bounds them",
                    {"stalls": len(stalls), "aligned_fraction": fraction, "median_gap_ms": median_gap * 1e3,
                     "worst_gap_ms": worst * 1e3, "long_prompt_tokens": long_tokens})
 
 
 def head_of_line(run: Run) -> Finding | None:
-    done = [r for r in run.records if not r.is_warmup and r.ok and r.token_times_s and "queue_ms" in (r.server_timings or {})]
+    done = [r for r in run.completed() if "queue_ms" in (r.server_timings or {})]
     if len(done) < 4:
         return None
     prompts = np.array([r.prompt_tokens for r in done])
@@ -176,7 +183,8 @@ def decode_roofline(run: Run) -> Finding | None:
     overhead = point["bound"] == "memory" and point["bandwidth_fraction"] < LOW_BANDWIDTH_FRACTION
     message = roof["line"]
     if overhead:
-        message += "; far below the bandwidth ceiling: per-step overhead or small batches, not the hardware, set the pace"
+        message += ("; far below the bandwidth ceiling: per-step overhead or small batches, not the hardware, "
+                    "set the pace")
     elif point["bound"] == "memory":
         message += ": low compute use is expected here, more concurrency raises throughput"
     return Finding("decode_bound", "warning" if overhead else "info", message,
@@ -190,7 +198,7 @@ def prefix_cache_miss(run: Run) -> Finding | None:
         return None
     suffix = (workload.get("input_tokens") or {}).get("mean", 0)
     expected = workload["prefix_tokens"] / (workload["prefix_tokens"] + suffix)
-    timed = [r.server_timings for r in run.records if not r.is_warmup and r.ok and "cache_n" in (r.server_timings or {})]
+    timed = [r.server_timings for r in run.completed() if "cache_n" in (r.server_timings or {})]
     if timed:
         hit = sum(t["cache_n"] for t in timed) / max(sum(t.get("prompt_n", 0) for t in timed), 1)
         source = "the engine's per-request cache_n"
@@ -202,9 +210,9 @@ def prefix_cache_miss(run: Run) -> Finding | None:
     if hit >= PREFIX_HIT_FRACTION_OF_EXPECTED * expected:
         return None
     return Finding("prefix_cache_miss", "warning",
-                   f"prefix cache misses: {_pct(hit)} of prompt tokens came from the cache on a shared-prefix workload "
-                   f"where {_pct(expected)} could ({workload['prefix_tokens']} shared of ~{workload['prefix_tokens'] + suffix:.0f}); "
-                   f"is prefix caching on?", {"hit_fraction": hit, "expected_fraction": expected, "source": source})
+                   f"prefix cache misses: {_pct(hit)} of prompt tokens came from the cache on a shared-prefix "
+                   f"workload where {_pct(expected)} could ({workload['prefix_tokens']} shared of "
+                   f"~{workload['prefix_tokens'] + suffix:.0f}); is prefix caching on?", {"hit_fraction": hit, "expected_fraction": expected, "source": source})
 
 
 def client_bound(run: Run) -> Finding | None:

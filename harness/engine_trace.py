@@ -71,7 +71,8 @@ def chrome_trace(steps: list[dict]) -> dict:
                       "dur": max(min(s["forward_s"] * 1e6, dur), 0.001)})
         timed.append({"ph": "C", "pid": PID, "name": "batch", "ts": ts,
                       "args": {"prefill_tokens": s["prefill_tokens"], "decode_seqs": s["decode_seqs"]}})
-        timed.append({"ph": "C", "pid": PID, "name": "kv_blocks_used", "ts": ts, "args": {"blocks": s["kv_blocks_used"]}})
+        timed.append({"ph": "C", "pid": PID, "name": "kv_blocks_used", "ts": ts,
+                      "args": {"blocks": s["kv_blocks_used"]}})
         timed.append({"ph": "C", "pid": PID, "name": "requests", "ts": ts,
                       "args": {"running": s["running"], "waiting": s["waiting"]}})
         for name, key in (("preemption", "preemptions"), ("prefix_hit", "prefix_hit_tokens")):

@@ -73,8 +73,8 @@ def place(bytes_moved: float, flops: float, seconds: float, peak_flops: float, p
     bytes_per_s, flops_per_s = bytes_moved / seconds, flops / seconds
     intensity = flops / bytes_moved if bytes_moved else None
     ridge = peak_flops / peak_bytes_per_s
-    return {"bytes_per_s": bytes_per_s, "flops_per_s": flops_per_s, "bandwidth_fraction": bytes_per_s / peak_bytes_per_s,
-            "compute_fraction": flops_per_s / peak_flops, "intensity_flop_per_byte": intensity,
+    return {"bytes_per_s": bytes_per_s, "flops_per_s": flops_per_s,
+            "bandwidth_fraction": bytes_per_s / peak_bytes_per_s, "compute_fraction": flops_per_s / peak_flops, "intensity_flop_per_byte": intensity,
             "ridge_flop_per_byte": ridge, "seconds": seconds,
             "bound": "memory" if intensity is not None and intensity < ridge else "compute"}
 
