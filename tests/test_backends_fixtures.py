@@ -64,6 +64,12 @@ def test_bench_run_through_each_engine_format(tmp_path, kind, api, body_check, s
     run_info = json.loads((out / "run.json").read_text())
     assert run_info["backend"]["engine_version"] == f"{kind}-fixture"
     assert run_info["server_metrics"]["sampled"] is True
+    phases = json.loads((out / "summary.json").read_text())["phases_ms"]
+    if kind == "llamacpp":  # the replayed stream's own timings: prompt_ms is prefill, predicted_ms decode
+        assert phases["source"] == "per request: llamacpp, queue_derived"
+        assert phases["prefill"]["mean"] == pytest.approx(records[0].server_timings["prompt_ms"])
+    else:  # a fixed replayed page: the histograms do not move over the run, so no engine phases
+        assert phases["source"] is None and "queue" not in phases and phases["ttft_share"]["connect_send"] > 0
 
 
 def test_ollama_native_stream_and_no_prometheus_page(tmp_path):
