@@ -170,3 +170,29 @@ def test_ndjson_cut_and_error_lines():
         json_lines([b'{"response": "a", "done": false}\n{"respo'], [1])
     with pytest.raises(StreamError, match="server_error_event"):
         json_lines([b'{"error": "model not found"}\n'], [1])
+
+
+def test_sglang_version_falls_back_to_the_deprecated_route():
+    import json as _json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class OldSglang(BaseHTTPRequestHandler):  # a server from before /server_info
+        def do_GET(self):
+            found = self.path == "/get_server_info"
+            self.send_response(200 if found else 404)
+            self.end_headers()
+            if found:
+                self.wfile.write(_json.dumps({"version": "0.4.9"}).encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), OldSglang)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        assert load_backend("sglang").version(url) == "0.4.9"
+        assert load_backend("vllm").version(url) is None  # /version missing, no older route to ask
+    finally:
+        server.shutdown()
