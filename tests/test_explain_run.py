@@ -44,6 +44,12 @@ def test_engine_trace_is_valid_chrome_trace_json(traced_run):
     assert {e["name"] for e in steps} <= {"prefill", "decode", "mixed"} and "decode" in {e["name"] for e in steps}
     assert sum(e["args"]["prefill_tokens"] for e in steps) >= 12 * 40  # every prompt was prefilled in a traced step
     assert all(e["args"]["bytes_read"] > 0 and e["args"]["flops"] > 0 for e in steps)
+    # on the requests' clock: the engine's steps run between the first send and the last token
+    records = read_records(traced_run)
+    first_send = min(r.actual_send_s for r in records)
+    last_token = max(r.token_times_s[-1] for r in records)
+    assert all(first_send * 1e6 <= e["ts"] <= last_token * 1e6 for e in steps)
+    assert steps[0]["ts"] < min(r.token_times_s[0] for r in records) * 1e6
 
 
 def test_requests_carry_the_engines_own_timings(traced_run):
