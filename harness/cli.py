@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from backends import available, load_backend
+from harness.explain import explanation_lines
 from harness.launcher import BackendUnreachable
 from harness.results import ResultsError, default_output_dir, versions
 from harness.run import MIN_COMPLETED_SHARE, Reporter, RunResult, Terminated, client_bound_advice, \
@@ -210,6 +211,8 @@ def print_summary(summary: dict, out_dir: Path) -> None:
         stats = summary.get(key) or {}
         table.add_row(key.removesuffix("_ms"), *("-" if stats.get(c) is None else f"{stats[c]:.2f}" for c in cols))
     console.print(table)
+    for line in explanation_lines(summary):
+        console.print(line, markup=False)
 
 
 @app.command("backends")

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.explain import explain
 from harness.launcher import LaunchedBackend
 from harness.metrics import client_bound_reasons, summarize
 from harness.observers import RunObservers
@@ -171,6 +172,8 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
     elif stopped_by:
         summary["engine_exited"] = stopped_by
     summary["telemetry"] = observers.derived(outcome)
+    summary.update(explain(summary, outcome.records, writer.dir, observers.engine_steps(outcome),
+                           scenario.resolved_dict(), (outcome.t0_ns - t0_ns) / 1e9))  # phases_ms, roofline, diagnosis
     writer.write_summary(summary)
     return RunResult(writer.dir, summary, run_info, warnings)
 

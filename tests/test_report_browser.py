@@ -73,13 +73,19 @@ def open_in_chromium(html: Path, tmp_path: Path) -> dict:
 def test_run_and_sweep_report_renders_every_plot(tmp_path):
     from reports.report import write_report
 
-    a = write_run(tmp_path / "run-a", synthetic_records(seed=1), server_metrics=True, telemetry=True)
+    a = write_run(tmp_path / "run-a", synthetic_records(seed=1), server_metrics=True, telemetry=True, explain=True)
     b = write_run(tmp_path / "run-b", synthetic_records(seed=2, ttft_s=0.08, fail_every=12))
     sweep = write_sweep(tmp_path / "sweep")
     content = write_report([a, b, sweep], tmp_path / "report.html")
     result = open_in_chromium(tmp_path / "report.html", tmp_path)
     assert result["errors"] == [] and result["requests"] == []
-    assert len(result["plots"]) == len(content.figures) == 9
+    assert len(result["plots"]) == len(content.figures) == 11
+    headings = [heading for heading, _ in content.figures]
+    assert "Where TTFT goes" in headings and "Engine steps: run-a" in headings  # phase bars, step timeline
+    phase_plot = result["plots"][headings.index("Where TTFT goes")]
+    assert phase_plot["traces"] >= 7  # six parts of TTFT stacked, and decode
+    html = (tmp_path / "report.html").read_text()
+    assert "<h2>Diagnosis</h2>" in html and "queueing is 60% of TTFT" in html
     for plot, (heading, fig) in zip(result["plots"], content.figures):
         assert plot["svg"] >= 1, heading
         assert plot["traces"] >= len(fig.data), (heading, plot)  # every trace drawn
