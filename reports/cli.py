@@ -1,4 +1,4 @@
-"""The `bench report`, `bench gate` and `bench select` commands (registered in harness/cli.py).
+"""The `bench report`, `bench gate` and `bench select` commands (declared in pyproject.toml, group bench.commands).
 
 Exit codes: 0 fine, 1 the gate found a regression, 2 bad input (folder, rules file, option),
 5 `bench gate --strict` could not decide some metric (and none regressed).
