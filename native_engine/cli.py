@@ -22,6 +22,10 @@ def serve(
                                          help="Admit a new batch only when the running one has finished (for comparison)"),
     served_model_name: str = typer.Option("smollm2", help="Model name clients send and /v1/models lists"),
     blas_threads: int = typer.Option(0, help="OpenBLAS threads for matmuls (0: numpy's default, one per core)"),
+    speculative: str = typer.Option(None, help="Speculative decoding proposer: 'ngram' (prompt lookup); off when unset"),
+    num_speculative_tokens: int = typer.Option(4, help="With --speculative: tokens drafted and verified per step (k)"),
+    ngram_max: int = typer.Option(4, help="With --speculative ngram: longest suffix of the sequence looked up"),
+    ngram_min: int = typer.Option(2, help="With --speculative ngram: shortest suffix that counts as a match"),
 ) -> None:
     """Serve the built-in numpy engine: /v1/completions, /v1/chat/completions, /metrics, /health."""
     import asyncio
@@ -31,6 +35,7 @@ def serve(
     from native_engine.blas import set_blas_threads
     from native_engine.scheduler import SchedulerConfig
     from native_engine.server import start_server
+    from native_engine.spec_decode import SpeculativeConfig
 
     if blas_threads and set_blas_threads(blas_threads) is None:
         typer.echo("error: --blas-threads: numpy's BLAS is not an OpenBLAS this process can reach", err=True)
@@ -42,7 +47,9 @@ def serve(
             kv_cache_tokens=kv_cache_tokens, enable_prefix_caching=not no_prefix_caching,
             scheduler=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                       max_waiting=max_waiting, enable_chunked_prefill=not no_chunked_prefill,
-                                      static_batching=static_batching))
+                                      static_batching=static_batching),
+            speculative=SpeculativeConfig(speculative, num_speculative_tokens, ngram_max, ngram_min)
+            if speculative else None)
         engine = LLMEngine(config)
     except (ValueError, FileNotFoundError) as exc:
         typer.echo(f"error: {exc}", err=True)

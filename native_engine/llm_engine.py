@@ -21,9 +21,10 @@ from native_engine.gguf_model import ModelConfig, ModelWeights, load_gguf
 from native_engine.metrics import EngineMetrics
 from native_engine.model_files import resolve_model
 from native_engine.model_runner import ModelRunner, SeqChunk
-from native_engine.sampler import mask_stop_tokens, sample
+from native_engine.sampler import mask_stop_tokens, sample_with_drafts
 from native_engine.scheduler import QueueFullError, Scheduler, SchedulerConfig
 from native_engine.sequence import SamplingParams, Sequence
+from native_engine.spec_decode import NgramProposer, SpeculativeConfig
 from native_engine.tokenizer import IncrementalDetokenizer, Tokenizer
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,13 @@ class EngineConfig:
     kv_cache_tokens: int = 32768         # KV cache capacity (46 KB a token for SmolLM2); whole blocks
     enable_prefix_caching: bool = True
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    speculative: SpeculativeConfig | None = None   # None: no speculative decoding
+
+    def __post_init__(self):
+        k = self.speculative.num_speculative_tokens if self.speculative else 0
+        if k + 1 > self.scheduler.max_num_batched_tokens:
+            raise ValueError(f"--num-speculative-tokens: {k} drafts and the last token must fit one step's budget "
+                             f"(--max-num-batched-tokens {self.scheduler.max_num_batched_tokens})")
 
 
 @dataclass
@@ -75,6 +83,14 @@ class LoadedModel:
         return cls(config, weights, Tokenizer.from_gguf(path))
 
 
+def _merge_outputs(outs: list[RequestOutput]) -> RequestOutput:
+    """Several tokens of one sequence from one step (accepted drafts) as one output, as vLLM streams them."""
+    last = outs[-1]
+    return RequestOutput(last.request_id, [t for o in outs for t in o.new_token_ids], "".join(o.new_text for o in outs),
+                         last.finished, last.finish_reason, last.stop_reason, last.num_prompt_tokens,
+                         last.num_output_tokens, last.num_cached_tokens)
+
+
 class LLMEngine:
     def __init__(self, config: EngineConfig, loaded: "LoadedModel | None" = None):
         self.config = config
@@ -85,7 +101,9 @@ class LLMEngine:
         self.runner = ModelRunner(self.model_config, weights, num_kv_blocks=num_blocks,
                                   kv_block_size=config.kv_block_size)
         self.scheduler = Scheduler(config.scheduler, self.block_manager)
-        self.metrics = EngineMetrics(config.served_model_name)
+        spec = config.speculative
+        self.proposer = NgramProposer(spec) if spec else None
+        self.metrics = EngineMetrics(config.served_model_name, spec.num_speculative_tokens if spec else 0)
         # A sequence must fit in the whole cache on its own, or preemption could never make room.
         self.max_model_len = min(self.model_config.context_length, num_blocks * config.kv_block_size)
         self.eos_token_ids = set(self.tokenizer.eos_token_ids) | set(self.model_config.eos_token_ids)
@@ -134,32 +152,40 @@ class LLMEngine:
     # ---- one step -------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         self._drain_inbox()
+        if self.proposer:
+            self._propose_drafts()
         chunks = self.scheduler.schedule()
         if not chunks:
             self._record_step(0, 0, 0, 0)   # gauges still move after aborts
             return []
         sampling = [c.completes_prompt for c in chunks]
+        drafts = [c.seq.spec_token_ids[:c.num_draft_tokens] for c in chunks]
         seq_chunks = [
-            SeqChunk(token_ids=c.seq.token_ids[c.seq.num_computed_tokens:c.seq.num_computed_tokens + c.num_new_tokens],
-                     start_pos=c.seq.num_computed_tokens, block_table=c.seq.block_table, need_logits=s)
-            for c, s in zip(chunks, sampling)]
+            SeqChunk(token_ids=c.seq.token_ids[c.seq.num_computed_tokens:c.seq.num_computed_tokens + c.num_new_tokens] + d,
+                     start_pos=c.seq.num_computed_tokens, block_table=c.seq.block_table, need_logits=s,
+                     all_logits=bool(d))
+            for c, s, d in zip(chunks, sampling, drafts)]
         forward_start_s = time.perf_counter()
         logits = self.runner.forward(seq_chunks)
         self.last_forward_s = time.perf_counter() - forward_start_s   # the rest of a step is engine overhead
         kv_positions_read = 0
-        for c in chunks:
-            c.seq.num_computed_tokens += c.num_new_tokens
-            kv_positions_read += c.seq.num_computed_tokens
+        for c, d in zip(chunks, drafts):
+            # Draft positions hold KV only once accepted (below); until then the sequence ends before them.
+            c.seq.num_computed_tokens += c.num_new_tokens - len(d)
+            kv_positions_read += c.seq.num_computed_tokens + len(d)
             self.block_manager.cache_computed_blocks(c.seq)
         kv_bytes = kv_positions_read * self.runner.kv_bytes_per_token
         seqs = [c.seq for c, s in zip(chunks, sampling) if s]
-        mask_stop_tokens(logits, seqs, list(self.eos_token_ids))
-        next_ids = sample(logits, seqs).tolist()
+        drafts = [d for d, s in zip(drafts, sampling) if s]
+        row_seqs = [seq for seq, d in zip(seqs, drafts) for _ in range(1 + len(d))]
+        row_outputs = [seq.num_output_tokens + j for seq, d in zip(seqs, drafts) for j in range(1 + len(d))]
+        mask_stop_tokens(logits, row_seqs, list(self.eos_token_ids), row_outputs)
+        new_ids = sample_with_drafts(logits, seqs, drafts)
 
         now = time.perf_counter()
-        prompt_tokens = 0
+        prompt_tokens = generation_tokens = 0
         outputs = []
-        for seq, token_id in zip(seqs, next_ids):
+        for seq, draft, token_ids in zip(seqs, drafts, new_ids):
             if seq.first_token_s is None:
                 seq.first_token_s = now
                 prompt_tokens += seq.num_prompt_tokens
@@ -167,10 +193,31 @@ class LLMEngine:
             else:
                 self.metrics.inter_token_latency.observe(now - seq.last_token_s)
             seq.last_token_s = now
-            seq.token_ids.append(token_id)
-            outputs.append(self._process_token(seq, token_id, now))
-        self._record_step(prompt_tokens, len(seqs), max(self.runner.last_step_bytes_read - kv_bytes, 0), kv_bytes)
+            if draft:
+                self.metrics.record_draft(len(draft), len(token_ids) - 1)
+            outs = []
+            for token_id in token_ids:
+                seq.token_ids.append(token_id)
+                outs.append(self._process_token(seq, token_id, now))
+                if outs[-1].finished:
+                    break
+            generation_tokens += len(outs)
+            if draft and not outs[-1].finished:
+                # Keep the accepted drafts' KV; roll back over the rejected ones and free their blocks.
+                seq.num_computed_tokens += len(token_ids) - 1
+                self.block_manager.cache_computed_blocks(seq)
+                self.block_manager.trim(seq, seq.num_tokens)
+            outputs.append(outs[0] if len(outs) == 1 else _merge_outputs(outs))
+        self._record_step(prompt_tokens, generation_tokens, max(self.runner.last_step_bytes_read - kv_bytes, 0),
+                          kv_bytes)
         return outputs
+
+    def _propose_drafts(self) -> None:
+        """Drafts for the running sequences that decode next step (all others get none)."""
+        for seq in self.scheduler.running:
+            can_emit = min(seq.params.max_tokens - seq.num_output_tokens, self.max_model_len - seq.num_tokens)
+            decoding = seq.num_tokens - seq.num_computed_tokens == 1
+            seq.spec_token_ids = self.proposer.propose(seq.token_ids, can_emit - 1) if decoding and can_emit > 1 else []
 
     def _record_step(self, prompt_tokens: int, generation_tokens: int, weight_bytes: int, kv_bytes: int) -> None:
         bm = self.block_manager

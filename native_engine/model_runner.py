@@ -25,6 +25,7 @@ class SeqChunk:
     start_pos: int  # position of token_ids[0] == tokens of this sequence already in the KV cache
     block_table: list[int]  # physical KV block ids covering positions [0, start_pos + len(token_ids))
     need_logits: bool  # True for decode steps and the last prefill chunk
+    all_logits: bool = False  # with need_logits: a row for every token (speculative verification), not only the last
 
 
 @dataclass
@@ -141,7 +142,7 @@ class ModelRunner:
             else:
                 prefill.append((row, n, chunk.start_pos, table))
             if chunk.need_logits:
-                logit_rows.append(row + n - 1)
+                logit_rows.extend(range(row, row + n) if chunk.all_logits else (row + n - 1,))
             kv_read += end
             row += n
         tokens = np.concatenate([np.asarray(ch.token_ids, dtype=np.int64) for ch in chunks])
@@ -210,7 +211,8 @@ class ModelRunner:
 
     # -- the step -------------------------------------------------------------
     def forward(self, chunks: list[SeqChunk]) -> np.ndarray:
-        """fp32 logits [number of chunks with need_logits, vocab], in chunk order."""
+        """fp32 logits [rows, vocab], in chunk order: one row per chunk with need_logits, or one per
+        token of a chunk that also has all_logits."""
         c, w = self.config, self.weights
         if not chunks:
             raise ValueError("forward() needs at least one SeqChunk")
