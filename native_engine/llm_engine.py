@@ -99,7 +99,7 @@ class LLMEngine:
         num_blocks = config.kv_cache_tokens // max(config.kv_block_size, 1)
         self.block_manager = BlockManager(num_blocks, config.kv_block_size, config.enable_prefix_caching)
         self.runner = ModelRunner(self.model_config, weights, num_kv_blocks=num_blocks,
-                                  kv_block_size=config.kv_block_size)
+                                  kv_block_size=config.kv_block_size, few_rows_weights=config.speculative is not None)
         self.scheduler = Scheduler(config.scheduler, self.block_manager)
         spec = config.speculative
         self.proposer = NgramProposer(spec) if spec else None

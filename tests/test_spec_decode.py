@@ -86,13 +86,14 @@ def test_serve_rejects_k_out_of_range_at_startup():
 
 # ---- verification pass ------------------------------------------------------------------------
 def test_all_logits_rows_equal_one_token_steps(tiny):
+    """Verification rows (through the few-rows weight copies) equal the logits of one-token steps."""
     config, weights = tiny.config, tiny.weights
     ids = np.random.default_rng(0).integers(3, config.vocab_size, 11).tolist()
     table = list(range(4))[::-1]   # 16 positions in non-contiguous blocks; block 7 is the neighbour's
     stepwise = ModelRunner(config, weights, num_kv_blocks=8, kv_block_size=4)
     stepwise.forward([SeqChunk(ids[:7], 0, table, False)])
     expected = [stepwise.forward([SeqChunk([t], 7 + j, table, True)])[0] for j, t in enumerate(ids[7:])]
-    verify = ModelRunner(config, weights, num_kv_blocks=8, kv_block_size=4)
+    verify = ModelRunner(config, weights, num_kv_blocks=8, kv_block_size=4, few_rows_weights=True)
     verify.forward([SeqChunk(ids[:7], 0, table, False)])
     other = SeqChunk(ids[:3], 0, [7], True)   # a batch neighbour with one logits row
     rows = verify.forward([SeqChunk(ids[7:], 7, table, True, all_logits=True), other])
