@@ -206,6 +206,7 @@ def execute(scenario, writer, workers_option: str | None = None, console: Consol
     summary.update(client_bound=bool(reasons), client_bound_reasons=reasons, interrupted=outcome.interrupted,
                    workers=n_workers, token_count_method=plan.token_count_method)
     summary["telemetry"] = observers.derived(outcome)
+    summary["speculative"] = observers.speculative()
     writer.write_summary(summary)
     return summary
 
@@ -248,6 +249,9 @@ def print_summary(summary: dict, out_dir: Path) -> None:
     console.print(f"throughput {t['requests_per_s']:.2f} req/s, {t['output_tokens_per_s']:.1f} output tok/s, "
                   f"{t['total_tokens_per_s']:.1f} total tok/s; goodput {g['requests_per_s']:.2f} req/s "
                   f"({100 * g['fraction']:.1f}% meet {g['slo'] or 'no SLO'})")
+    if spec := summary.get("speculative"):
+        console.print(f"speculative decoding: {100 * spec['acceptance_rate']:.1f}% of drafted tokens accepted"
+                      + (f", {spec['mean_acceptance_length']:.2f} tokens a verification" if "drafts" in spec else ""))
     table = Table(title="latency (ms)")
     cols = ("mean", "p50", "p90", "p99", "p999", "max")
     table.add_column("metric")

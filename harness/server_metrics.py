@@ -7,7 +7,8 @@ under `bench:` names, whatever the engine calls it:
   running, waiting                 requests in the batch / queued
   kv_usage_fraction                0-1 of the KV cache in use
   prefix_cache_hit_rate            0-1; vLLM-style engines: hits/queries since start
-  preemptions, prompt_tokens, generation_tokens, spec_draft_tokens, spec_accepted_tokens  (counters)
+  preemptions, prompt_tokens, generation_tokens, spec_drafts, spec_draft_tokens, spec_accepted_tokens  (counters)
+  spec_acceptance_rate             0-1, where the engine reports it as a gauge (SGLang)
   read_bytes, flops                the engine's estimates (counters) where it offers them
   ttft_s_*, itl_s_*, tpot_s_*      engine-side histograms (_bucket with le, _sum, _count)
 Values are summed over label sets (one per model or GPU), except fractions, which are averaged.
@@ -37,12 +38,13 @@ SCHEMA = {  # engine's name without its prefix -> schema name
     "generation_tokens_total": "generation_tokens", "tokens_predicted_total": "generation_tokens",
     "spec_decode_num_draft_tokens_total": "spec_draft_tokens",
     "spec_decode_num_accepted_tokens_total": "spec_accepted_tokens",
+    "spec_decode_num_drafts_total": "spec_drafts", "spec_accept_rate": "spec_acceptance_rate",
     "estimated_read_bytes_per_gpu_total": "read_bytes", "weight_bytes_read_total": "read_bytes",
     "kv_bytes_read_total": "read_bytes", "estimated_flops_per_gpu_total": "flops",
 }
 HISTOGRAMS = {"time_to_first_token_seconds": "ttft_s", "inter_token_latency_seconds": "itl_s",
               "time_per_output_token_seconds": "tpot_s", "request_time_per_output_token_seconds": "tpot_s"}
-FRACTIONS = {"kv_usage_fraction", "prefix_cache_hit_rate"}
+FRACTIONS = {"kv_usage_fraction", "prefix_cache_hit_rate", "spec_acceptance_rate"}
 COLUMNS = ("t_s", "name", "value", "labels")
 
 
@@ -56,6 +58,23 @@ def engine_key(name: str) -> str | None:
 
 def format_labels(labels: dict) -> str:
     return ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+
+
+def speculative_summary(first: dict[str, float], last: dict[str, float]) -> dict:
+    """Speculative decoding over a run from the first and last scrape's bench: values: drafted and
+    accepted tokens and their ratio (vLLM, llama.cpp, native counters), or the engine's own rate
+    (SGLang's gauge, at the end). {} when the engine reported no speculation."""
+    def delta(name):
+        return last.get(f"bench:{name}", 0.0) - first.get(f"bench:{name}", 0.0)
+    drafted, accepted, drafts = delta("spec_draft_tokens"), delta("spec_accepted_tokens"), delta("spec_drafts")
+    if drafted > 0:
+        out = {"draft_tokens": int(drafted), "accepted_tokens": int(accepted), "acceptance_rate": accepted / drafted}
+        if drafts > 0:   # conventionally counting the target's own token, as vLLM logs it
+            out.update(drafts=int(drafts), mean_acceptance_length=1 + accepted / drafts)
+        return out
+    if "bench:spec_acceptance_rate" in last:
+        return {"acceptance_rate": last["bench:spec_acceptance_rate"]}
+    return {}
 
 
 def parse_page(text: str) -> tuple[list[tuple[str, float, str]], list[tuple[str, float, str]]]:
@@ -102,6 +121,8 @@ class ServerMetricsScraper(threading.Thread):
         self.last_error: str | None = None
         self.gave_up: str | None = None
         self.page_listeners: list = []  # f(t_ns, text) per page that arrived, on this thread
+        self.first_values: dict[str, float] = {}   # unlabelled bench: values of the first and last page
+        self.last_values: dict[str, float] = {}
 
     def run(self) -> None:
         with open(self.out_path, "w", newline="", encoding="utf-8") as f:
@@ -136,6 +157,8 @@ class ServerMetricsScraper(threading.Thread):
             self.last_error = f"{type(e).__name__}: {e}"
             return
         rows = [(round(t_s, 6), name, value, labels) for name, value, labels in raw + schema]
+        self.last_values = {name: value for name, value, labels in schema if not labels}
+        self.first_values = self.first_values or self.last_values
         writer.writerows(rows)
         self.rows += len(rows)
         for listener in self.page_listeners:

@@ -217,3 +217,49 @@ def test_greedy_output_identical_with_speculation_on_and_off_on_the_reference_pr
     assert on[-1].token_ids == off.token_ids
     assert passage[:40] in on[-1].text
     assert sum(metric(spec, "native:spec_decode_num_accepted_tokens_total").values()) >= 10
+
+
+# ---- the harness side ---------------------------------------------------------------------------
+def test_repeat_workload_prompts_hold_the_passage_to_copy():
+    from harness.scenario import Scenario
+    from harness.tokenizer_source import LocalTokenizer
+    from harness.workload import REPEAT_INSTRUCTION, build_plan
+    tokenizer = LocalTokenizer("smollm2")
+    scenario = Scenario.model_validate({
+        "name": "t", "backend": {"kind": "openai", "url": "http://127.0.0.1:9", "model": "smollm2"},
+        "workload": {"kind": "repeat", "input_tokens": 40, "output_tokens": 48}, "seed": 3,
+        "load": {"arrival": "closed", "concurrency": 1, "num_requests": 4, "warmup_requests": 0}})
+    plan = build_plan(scenario, tokenizer)
+    passages = []
+    for r in plan.requests:
+        assert r.prompt.startswith(REPEAT_INSTRUCTION) and r.prompt.endswith("\n\nRepeated text:")
+        assert r.prompt_tokens == len(tokenizer.encode(r.prompt)) and r.output_tokens == 48
+        passage = r.prompt[len(REPEAT_INSTRUCTION):-len("\n\nRepeated text:")]
+        assert len(tokenizer.encode(passage)) - tokenizer.added_tokens == 40
+        passages.append(passage)
+    assert len(set(passages)) == 4
+
+
+def page(drafts, drafted, accepted, prefix="native:"):
+    return "\n".join([
+        f"# TYPE {prefix}spec_decode_num_drafts counter", f'{prefix}spec_decode_num_drafts_total{{model_name="m"}} {drafts}',
+        f"# TYPE {prefix}spec_decode_num_draft_tokens counter",
+        f'{prefix}spec_decode_num_draft_tokens_total{{model_name="m"}} {drafted}',
+        f"# TYPE {prefix}spec_decode_num_accepted_tokens counter",
+        f'{prefix}spec_decode_num_accepted_tokens_total{{model_name="m"}} {accepted}', ""])
+
+
+def values(text):
+    from harness.server_metrics import parse_page
+    return {name: value for name, value, labels in parse_page(text)[1] if not labels}
+
+
+@pytest.mark.parametrize("prefix", ["native:", "vllm:", "llamacpp:"])
+def test_acceptance_over_the_run_comes_from_counter_differences(prefix):
+    from harness.server_metrics import speculative_summary
+    first, last = values(page(10, 40, 30, prefix)), values(page(60, 240, 130, prefix))
+    assert speculative_summary(first, last) == {"draft_tokens": 200, "accepted_tokens": 100, "acceptance_rate": 0.5,
+                                                "drafts": 50, "mean_acceptance_length": 3.0}
+    assert speculative_summary(last, last) == {}
+    sglang = values('# TYPE sglang:spec_accept_rate gauge\nsglang:spec_accept_rate{model_name="m"} 0.7\n')
+    assert speculative_summary({}, sglang) == {"acceptance_rate": 0.7}
