@@ -219,6 +219,34 @@ def test_greedy_output_identical_with_speculation_on_and_off_on_the_reference_pr
     assert sum(metric(spec, "native:spec_decode_num_accepted_tokens_total").values()) >= 10
 
 
+async def test_server_streams_accepted_runs_and_serves_the_spec_metrics(tiny):
+    import aiohttp
+
+    from native_engine.server import start_server
+    engine = engine_for(tiny, k=4)
+    runner, port = await start_server(engine, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{port}"
+    body = {"prompt": "the stream test", "max_tokens": 40, "temperature": 0, "ignore_eos": True}
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(url + "/v1/completions", json=body) as resp:
+                whole = (await resp.json())["choices"][0]["text"]
+            async with http.post(url + "/v1/completions", json={**body, "stream": True}) as resp:
+                events = [e[len("data: "):] for e in (await resp.text()).split("\n\n") if e]
+            async with http.get(url + "/metrics") as resp:
+                page = await resp.text()
+    finally:
+        await runner.cleanup()
+    chunks = [json.loads(e)["choices"][0]["text"] for e in events[:-1]]
+    assert "".join(chunks) == whole and events[-1] == "[DONE]"
+    assert len(chunks) < 40          # accepted drafts arrive several tokens to a chunk
+    for name in ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total",
+                 "spec_decode_num_accepted_tokens_total", "spec_decode_num_accepted_tokens_per_pos_total"):
+        assert f"native:{name}{{" in page
+    accepted = [line for line in page.splitlines() if line.startswith("native:spec_decode_num_accepted_tokens_total")]
+    assert float(accepted[0].rsplit(" ", 1)[1]) > 0
+
+
 # ---- the harness side ---------------------------------------------------------------------------
 def test_repeat_workload_prompts_hold_the_passage_to_copy():
     from harness.scenario import Scenario
