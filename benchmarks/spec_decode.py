@@ -43,14 +43,15 @@ def chat_prompts(model: LoadedModel, kind: str, n: int, input_tokens: int) -> li
             for r in plan.requests]
 
 
-def spec_counters(engine: LLMEngine) -> tuple[float, float]:
-    """(draft tokens, accepted tokens) so far; zeros without speculation."""
+def spec_counters(engine: LLMEngine) -> tuple[float, float, float]:
+    """(drafts, draft tokens, accepted tokens) so far, from /metrics' page; zeros without speculation."""
     values = {}
     for line in engine.metrics.render().decode().splitlines():
         if line.startswith("native:spec_decode_num_"):
             name, value = line.rsplit(" ", 1)
             values[name.split("{")[0]] = float(value)
-    return (values.get("native:spec_decode_num_draft_tokens_total", 0.0),
+    return (values.get("native:spec_decode_num_drafts_total", 0.0),
+            values.get("native:spec_decode_num_draft_tokens_total", 0.0),
             values.get("native:spec_decode_num_accepted_tokens_total", 0.0))
 
 
@@ -59,7 +60,7 @@ def decode_run(engine: LLMEngine, prompts: list[list[int]], params: SamplingPara
     for request_id, prompt in zip(ids, prompts):
         engine.add_request(request_id, prompt, params)
     tokens = {i: [] for i in ids}
-    drafted0, accepted0 = spec_counters(engine)
+    drafts0, drafted0, accepted0 = spec_counters(engine)
     steps = 0
     decode_start_s = None
     while engine.has_work():
@@ -69,10 +70,10 @@ def decode_run(engine: LLMEngine, prompts: list[list[int]], params: SamplingPara
         if decode_start_s is None and all(tokens.values()):
             decode_start_s, decode_steps0 = time.perf_counter(), steps
     elapsed_s = time.perf_counter() - decode_start_s
-    drafted, accepted = spec_counters(engine)
+    drafts, drafted, accepted = spec_counters(engine)
     decoded = sum(len(t) - 1 for t in tokens.values())
     return {"tokens": [tokens[i] for i in ids], "decode_tokens": decoded, "decode_s": elapsed_s,
-            "decode_steps": steps - decode_steps0, "draft_tokens": drafted - drafted0,
+            "decode_steps": steps - decode_steps0, "drafts": drafts - drafts0, "draft_tokens": drafted - drafted0,
             "accepted_tokens": accepted - accepted0}
 
 
@@ -118,13 +119,15 @@ def main() -> None:
             rate = {mode: sum(r["decode_tokens"] for r in rs) / sum(r["decode_s"] for r in rs)
                     for mode, rs in (("off", off), ("on", on))}
             drafted, accepted = sum(r["draft_tokens"] for r in on), sum(r["accepted_tokens"] for r in on)
+            drafts = sum(r["drafts"] for r in on)
             results.append({
                 "batch": batch, "workload": workload,
                 "decode_tok_s_off": round(rate["off"], 1), "decode_tok_s_on": round(rate["on"], 1),
                 "speedup_on_over_off": round(rate["on"] / rate["off"], 3),
                 "acceptance_rate": round(accepted / drafted, 3) if drafted else None,
-                "tokens_per_step_on": round(sum(r["decode_tokens"] for r in on) / sum(r["decode_steps"] for r in on)
-                                            / batch, 2),
+                # tokens a sequence gains per verification, the target's own one included (as vLLM logs it)
+                "mean_acceptance_length": round(1 + accepted / drafts, 2) if drafts else None,
+                "decode_steps_off": sum(r["decode_steps"] for r in off), "decode_steps_on": sum(r["decode_steps"] for r in on),
                 "greedy_output_identical": same,
                 "decode_tokens_per_run": off[0]["decode_tokens"]})
     print(json.dumps({"k": args.k, "ngram": [args.ngram_min, args.ngram_max], "reps": args.reps,
