@@ -203,6 +203,9 @@ def print_summary(summary: dict, out_dir: Path) -> None:
                   f"({100 * g['fraction']:.1f}% meet {g['slo'] or 'no SLO'})")
     if summary.get("token_count_method") == "approximate":
         console.print("[yellow]prompt token counts are approximate[/] (set backend.tokenizer for exact ones)")
+    if spec := summary.get("speculative"):
+        console.print(f"speculative decoding: {100 * spec['acceptance_rate']:.1f}% of drafted tokens accepted"
+                      + (f", {spec['mean_acceptance_length']:.2f} tokens a verification" if "drafts" in spec else ""))
     table = Table(title="latency (ms)")
     cols = ("mean", "p50", "p90", "p99", "p999", "max")
     table.add_column("metric")

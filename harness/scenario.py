@@ -190,8 +190,8 @@ WORKLOAD_ONLY_FIELDS = {
 
 
 class WorkloadConfig(Strict):
-    kind: Literal["random", "shared_prefix", "multi_turn", "file"] = "random"
-    input_tokens: TokenLength = Dist(dist="fixed", mean=256)  # shared_prefix: the unique suffix
+    kind: Literal["random", "shared_prefix", "multi_turn", "file", "repeat"] = "random"
+    input_tokens: TokenLength = Dist(dist="fixed", mean=256)  # shared_prefix: the unique suffix; repeat: the passage
     output_tokens: TokenLength = Dist(dist="fixed", mean=128)
     ignore_eos: bool = True
     num_groups: int | None = Field(default=None, ge=1, le=MAX_REQUESTS)

@@ -93,6 +93,23 @@ def format_labels(labels: dict) -> str:
     return ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
 
 
+def speculative_summary(first: dict[str, float], last: dict[str, float]) -> dict:
+    """Speculative decoding over a run from the first and last scrape's bench: values: drafted and
+    accepted tokens and their ratio (vLLM, llama.cpp, native counters), or the engine's own rate
+    (SGLang's gauge, at the end). {} when the engine reported no speculation."""
+    def delta(name):
+        return last.get(f"bench:{name}", 0.0) - first.get(f"bench:{name}", 0.0)
+    drafted, accepted, drafts = delta("spec_draft_tokens"), delta("spec_accepted_tokens"), delta("spec_drafts")
+    if drafted > 0:
+        out = {"draft_tokens": int(drafted), "accepted_tokens": int(accepted), "acceptance_rate": accepted / drafted}
+        if drafts > 0:   # conventionally counting the target's own token, as vLLM logs it
+            out.update(drafts=int(drafts), mean_acceptance_length=1 + accepted / drafts)
+        return out
+    if "bench:spec_accept_rate" in last:
+        return {"acceptance_rate": last["bench:spec_accept_rate"]}
+    return {}
+
+
 def parse_page(text: str) -> tuple[list[tuple[str, float, str]], list[tuple[str, float, str]]]:
     """(raw rows, schema rows), each (name, value, labels) from one Prometheus text page."""
     raw: list[tuple[str, float, str]] = []
@@ -159,6 +176,8 @@ class ServerMetricsScraper(threading.Thread):
         self.last_error: str | None = None
         self.gave_up: str | None = None
         self.page_listeners: list = []  # f(t_ns, text) per page that arrived, on this thread
+        self.first_values: dict[str, float] = {}   # unlabelled bench: values of the first and last page
+        self.last_values: dict[str, float] = {}
 
     def run(self) -> None:
         with open(self.out_path, "w", newline="", encoding="utf-8") as f:
@@ -192,6 +211,8 @@ class ServerMetricsScraper(threading.Thread):
             self.last_error = f"{type(e).__name__}: {e}"
             return
         rows = [(round(t_s, 6), name, value, labels) for name, value, labels in raw + schema]
+        self.last_values = {name: value for name, value, labels in schema if not labels}
+        self.first_values = self.first_values or self.last_values
         writer.writerows(rows)
         self.rows += len(rows)
         for listener in self.page_listeners:

@@ -109,6 +109,9 @@ def build_plan(scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
         output_tokens = [_answer_tokens(tokenizer, row) or int(o) for row, o in zip(rows, output_tokens)]
     elif workload.kind == "shared_prefix":
         prompts = _shared_prefix_prompts(scenario, tokenizer, n, length_rng, prompt_rng)
+    elif workload.kind == "repeat":
+        lengths = workload.input_tokens.sample(length_rng, n)
+        prompts = [_repeat_prompt(tokenizer, prompt_rng, int(k)) for k in lengths]
     elif schedule.trace_rows is not None:
         prompts = _trace_prompts(scenario, tokenizer, schedule.trace_rows, prompt_rng)
         output_tokens = [max(row.output_tokens, 1) for row in schedule.trace_rows]
@@ -136,6 +139,18 @@ def _shared_prefix_prompts(scenario, tokenizer, n, length_rng, prompt_rng) -> li
     suffix_lengths = workload.input_tokens.sample(length_rng, n)
     return [builder.random_text(prompt_rng, workload.prefix_tokens + int(k), prefix_ids=prefixes[g])
             for g, k in zip(groups, suffix_lengths)]
+
+
+REPEAT_INSTRUCTION = "Repeat the following text exactly, word for word.\n\nText:"
+
+
+def _repeat_prompt(tokenizer, prompt_rng, passage_tokens: int) -> tuple[str, int]:
+    """A prompt whose answer copies it: an instruction, a passage of random words, a cue to repeat
+    it. Where a `random` workload's answers share little with their prompts, these share most of
+    their tokens (what n-gram speculative decoding feeds on)."""
+    passage, _ = prompt_builder(tokenizer).random_text(prompt_rng, passage_tokens + tokenizer.added_tokens)
+    text = f"{REPEAT_INSTRUCTION}{passage}\n\nRepeated text:"
+    return text, prompt_tokens(tokenizer, text)
 
 
 def hash_block_ids(tokenizer: TokenizerSource, seed: int, hash_id: int, block_size: int) -> np.ndarray:

@@ -192,6 +192,16 @@ class BlockManager:
             self.cache.insert(seq, num_full)
         seq.num_keyed_blocks = num_full
 
+    def trim(self, seq: Sequence, num_tokens: int) -> None:
+        """Free the tail blocks of seq beyond those that cover num_tokens (speculative tokens that
+        were rejected). Such blocks were allocated fresh for this sequence and never keyed."""
+        keep = self.blocks_needed(num_tokens)
+        while len(seq.block_table) > keep:
+            block_id = seq.block_table.pop()
+            self.blocks[block_id].ref_count -= 1
+            if self.blocks[block_id].ref_count == 0:
+                self.free_block_ids.appendleft(block_id)
+
     def free(self, seq: Sequence) -> None:
         for block_id in reversed(seq.block_table):
             block = self.blocks[block_id]

@@ -30,6 +30,10 @@ def serve(
                                     help="Record every step's batch, duration, KV blocks, bytes and FLOPs (GET /step_trace)"),
     served_model_name: str = typer.Option("smollm2", help="Model name clients send and /v1/models lists"),
     blas_threads: int = typer.Option(0, help="OpenBLAS threads for matmuls (0: numpy's default, one per core)"),
+    speculative: str = typer.Option(None, help="Speculative decoding proposer: 'ngram' (prompt lookup); off when unset"),
+    num_speculative_tokens: int = typer.Option(4, help="With --speculative: tokens drafted and verified per step (k)"),
+    ngram_max: int = typer.Option(4, help="With --speculative ngram: longest suffix of the sequence looked up"),
+    ngram_min: int = typer.Option(2, help="With --speculative ngram: shortest suffix that counts as a match"),
 ) -> None:
     """Serve the built-in numpy engine: /v1/completions, /v1/chat/completions, /metrics, /health."""
     import asyncio
@@ -39,6 +43,7 @@ def serve(
     from native_engine.blas import set_blas_threads
     from native_engine.scheduler import SchedulerConfig
     from native_engine.server import start_server
+    from native_engine.spec_decode import SpeculativeConfig
 
     if blas_threads and set_blas_threads(blas_threads) is None:
         typer.echo("error: --blas-threads: numpy's BLAS is not an OpenBLAS this process can reach", err=True)
@@ -52,7 +57,9 @@ def serve(
             scheduler=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                       max_waiting=max_waiting, enable_chunked_prefill=not no_chunked_prefill,
                                       static_batching=static_batching, schedule_policy=schedule_policy,
-                                      schedule_aging_s=schedule_aging_s))
+                                      schedule_aging_s=schedule_aging_s),
+            speculative=SpeculativeConfig(speculative, num_speculative_tokens, ngram_max, ngram_min)
+            if speculative else None)
         engine = LLMEngine(config)
     except (ValueError, FileNotFoundError) as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -21,9 +21,10 @@ from native_engine.gguf_model import ModelConfig, ModelWeights, load_gguf
 from native_engine.metrics import EngineMetrics
 from native_engine.model_files import resolve_model
 from native_engine.model_runner import ModelRunner, SeqChunk
-from native_engine.sampler import mask_stop_tokens, sample
+from native_engine.sampler import mask_stop_tokens, sample_with_drafts
 from native_engine.scheduler import QueueFullError, Scheduler, SchedulerConfig
 from native_engine.sequence import SamplingParams, Sequence, SequenceStatus
+from native_engine.spec_decode import NgramProposer, SpeculativeConfig
 from native_engine.step_trace import StepTrace, step_flops
 from native_engine.tokenizer import IncrementalDetokenizer, Tokenizer
 
@@ -40,6 +41,13 @@ class EngineConfig:
     prefix_cache: str = "hash"           # "hash" (vLLM's hash chain) or "radix" (SGLang's radix tree)
     step_trace: bool = False             # keep a record of every step (GET /step_trace)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    speculative: SpeculativeConfig | None = None   # None: no speculative decoding
+
+    def __post_init__(self):
+        k = self.speculative.num_speculative_tokens if self.speculative else 0
+        if k + 1 > self.scheduler.max_num_batched_tokens:
+            raise ValueError(f"--num-speculative-tokens: {k} drafts and the last token must fit one step's budget "
+                             f"(--max-num-batched-tokens {self.scheduler.max_num_batched_tokens})")
 
 
 @dataclass
@@ -90,6 +98,14 @@ def request_timings(seq: Sequence) -> dict:
             "preemptions": seq.num_preemptions}
 
 
+def _merge_outputs(outs: list[RequestOutput]) -> RequestOutput:
+    """Several tokens of one sequence from one step (accepted drafts) as one output, as vLLM streams them."""
+    last = outs[-1]
+    return RequestOutput(last.request_id, [t for o in outs for t in o.new_token_ids], "".join(o.new_text for o in outs),
+                         last.finished, last.finish_reason, last.stop_reason, last.num_prompt_tokens,
+                         last.num_output_tokens, last.num_cached_tokens, last.timings)
+
+
 class LLMEngine:
     def __init__(self, config: EngineConfig, loaded: "LoadedModel | None" = None):
         self.config = config
@@ -99,9 +115,11 @@ class LLMEngine:
         self.block_manager = BlockManager(num_blocks, config.kv_block_size, config.enable_prefix_caching,
                                           config.prefix_cache)
         self.runner = ModelRunner(self.model_config, weights, num_kv_blocks=num_blocks,
-                                  kv_block_size=config.kv_block_size)
+                                  kv_block_size=config.kv_block_size, few_rows_weights=config.speculative is not None)
         self.scheduler = Scheduler(config.scheduler, self.block_manager)
-        self.metrics = EngineMetrics(config.served_model_name)
+        spec = config.speculative
+        self.proposer = NgramProposer(spec) if spec else None
+        self.metrics = EngineMetrics(config.served_model_name, spec.num_speculative_tokens if spec else 0)
         # A sequence must fit in the whole cache on its own, or preemption could never make room.
         self.max_model_len = min(self.model_config.context_length, num_blocks * config.kv_block_size)
         self.eos_token_ids = set(self.tokenizer.eos_token_ids) | set(self.model_config.eos_token_ids)
@@ -164,37 +182,46 @@ class LLMEngine:
         start_ns = time.perf_counter_ns()
         self._drain_inbox()
         seen_preemptions, seen_hits = self.scheduler.num_preemptions, self.block_manager.prefix_cache_hits_tokens
+        if self.proposer:
+            self._propose_drafts()
         chunks = self.scheduler.schedule()
         if not chunks:
             self._record_step(0, 0, 0, 0)   # gauges still move after aborts
             return []
         sampling = [c.completes_prompt for c in chunks]
+        drafts = [c.seq.spec_token_ids[:c.num_draft_tokens] for c in chunks]
         seq_chunks = [
-            SeqChunk(token_ids=c.seq.token_ids[c.seq.num_computed_tokens:c.seq.num_computed_tokens + c.num_new_tokens],
-                     start_pos=c.seq.num_computed_tokens, block_table=c.seq.block_table, need_logits=s)
-            for c, s in zip(chunks, sampling)]
+            SeqChunk(token_ids=c.seq.token_ids[c.seq.num_computed_tokens:c.seq.num_computed_tokens + c.num_new_tokens] + d,
+                     start_pos=c.seq.num_computed_tokens, block_table=c.seq.block_table, need_logits=s,
+                     all_logits=bool(d))
+            for c, s, d in zip(chunks, sampling, drafts)]
         is_decode = [c.num_new_tokens == 1 and c.seq.num_output_tokens > 0 for c in chunks]
         forward_start_s = time.perf_counter()
         logits = self.runner.forward(seq_chunks)
         self.last_forward_s = time.perf_counter() - forward_start_s   # the rest of a step is engine overhead
         kv_positions_read = 0
-        for c in chunks:
-            c.seq.num_computed_tokens += c.num_new_tokens
-            kv_positions_read += c.seq.num_computed_tokens
+        for c, d in zip(chunks, drafts):
+            # Draft positions hold KV only once accepted (below); until then the sequence ends before them.
+            c.seq.num_computed_tokens += c.num_new_tokens - len(d)
+            kv_positions_read += c.seq.num_computed_tokens + len(d)
             self.block_manager.cache_computed_blocks(c.seq)
         kv_bytes = kv_positions_read * self.runner.kv_bytes_per_token
         seqs = [c.seq for c, s in zip(chunks, sampling) if s]
         flops = step_flops(*self._flops_args, [(sc.start_pos, len(sc.token_ids)) for sc in seq_chunks], len(seqs))
+        drafts = [d for d, s in zip(drafts, sampling) if s]
         outputs = []
         try:
-            mask_stop_tokens(logits, seqs, list(self.eos_token_ids))
-            next_ids = sample(logits, seqs).tolist()
+            row_seqs = [seq for seq, d in zip(seqs, drafts) for _ in range(1 + len(d))]
+            row_outputs = [seq.num_output_tokens + j for seq, d in zip(seqs, drafts) for j in range(1 + len(d))]
+            mask_stop_tokens(logits, row_seqs, list(self.eos_token_ids), row_outputs)
+            new_ids = sample_with_drafts(logits, seqs, drafts)
         except Exception as exc:
-            outputs, seqs, next_ids = self._isolate_sampling_failure(exc, logits, chunks, sampling), [], []
+            outputs = self._isolate_sampling_failure(exc, logits, chunks, sampling, drafts)
+            seqs, drafts, new_ids = [], [], []
 
         now = time.perf_counter()
-        prompt_tokens = 0
-        for seq, token_id in zip(seqs, next_ids):
+        prompt_tokens = generation_tokens = 0
+        for seq, draft, token_ids in zip(seqs, drafts, new_ids):
             if seq.first_token_s is None:
                 seq.first_token_s = now
                 prompt_tokens += seq.num_prompt_tokens
@@ -202,12 +229,26 @@ class LLMEngine:
             else:
                 self.metrics.inter_token_latency.observe(now - seq.last_token_s)
             seq.last_token_s = now
-            seq.token_ids.append(token_id)
+            if draft:
+                self.metrics.record_draft(len(draft), len(token_ids) - 1)
             try:
-                outputs.append(self._process_token(seq, token_id, now))
+                outs = []
+                for token_id in token_ids:
+                    seq.token_ids.append(token_id)
+                    outs.append(self._process_token(seq, token_id, now))
+                    if outs[-1].finished:
+                        break
+                generation_tokens += len(outs)
+                if draft and not outs[-1].finished:
+                    # Keep the accepted drafts' KV; roll back over the rejected ones and free their blocks.
+                    seq.num_computed_tokens += len(token_ids) - 1
+                    self.block_manager.cache_computed_blocks(seq)
+                    self.block_manager.trim(seq, seq.num_tokens)
+                outputs.append(outs[0] if len(outs) == 1 else _merge_outputs(outs))
             except Exception as exc:
                 outputs.append(self._fail_sequence(seq, exc))
-        self._record_step(prompt_tokens, len(seqs), max(self.runner.last_step_bytes_read - kv_bytes, 0), kv_bytes, flops)
+        self._record_step(prompt_tokens, generation_tokens, max(self.runner.last_step_bytes_read - kv_bytes, 0),
+                          kv_bytes, flops)
         if self.step_trace is not None:
             bm = self.block_manager
             self.step_trace.record(  # in step_trace.FIELDS order
@@ -217,6 +258,13 @@ class LLMEngine:
                 bm.prefix_cache_hits_tokens - seen_hits, self.runner.last_step_bytes_read, flops,
                 len(self.scheduler.running), len(self.scheduler.waiting))
         return outputs
+
+    def _propose_drafts(self) -> None:
+        """Drafts for the running sequences that decode next step (all others get none)."""
+        for seq in self.scheduler.running:
+            can_emit = min(seq.params.max_tokens - seq.num_output_tokens, self.max_model_len - seq.num_tokens)
+            decoding = seq.num_tokens - seq.num_computed_tokens == 1
+            seq.spec_token_ids = self.proposer.propose(seq.token_ids, can_emit - 1) if decoding and can_emit > 1 else []
 
     # ---- failures: one request's fault ends only that request ---------------------------------
     def _fail_sequence(self, seq: Sequence, exc: Exception, traceback: bool = True) -> RequestOutput:
@@ -228,21 +276,26 @@ class LLMEngine:
         return RequestOutput(seq.request_id, [], "", True, "error", None, seq.num_prompt_tokens,
                              seq.num_output_tokens, seq.num_cached_tokens)
 
-    def _isolate_sampling_failure(self, exc: Exception, logits, chunks, sampling) -> list[RequestOutput]:
+    def _isolate_sampling_failure(self, exc: Exception, logits, chunks, sampling, drafts) -> list[RequestOutput]:
         """The batched mask/sample raised. Fail the rows that raise alone (tried on copies, with
         their generators restored) and step the others back, so the next step recomputes their last
-        chunk and samples again: sampling may have edited their logits in place."""
+        chunk and samples again: sampling may have edited their logits in place. A sequence with
+        drafts owns 1 + len(draft) consecutive rows."""
         outputs, sampled = [], [c for c, s in zip(chunks, sampling) if s]
-        for row, c in enumerate(sampled):
+        row = 0
+        for c, draft in zip(sampled, drafts):
+            rows = slice(row, row + 1 + len(draft))
+            row = rows.stop
             rng_state = c.seq.rng.bit_generator.state
             try:
-                mask_stop_tokens(logits[row:row + 1].copy(), [c.seq], list(self.eos_token_ids))
-                sample(logits[row:row + 1].copy(), [c.seq])
+                mask_stop_tokens(logits[rows].copy(), [c.seq] * (1 + len(draft)), list(self.eos_token_ids),
+                                 [c.seq.num_output_tokens + j for j in range(1 + len(draft))])
+                sample_with_drafts(logits[rows].copy(), [c.seq], [draft])
             except Exception as row_exc:
                 outputs.append(self._fail_sequence(c.seq, row_exc))
                 continue
             c.seq.rng.bit_generator.state = rng_state
-            c.seq.num_computed_tokens -= c.num_new_tokens
+            c.seq.num_computed_tokens -= c.num_new_tokens - len(draft)   # drafts were never counted computed
         if not outputs:   # no single row is at fault: the batch is, and each of its requests fails
             log.error("sampling failed for the whole batch", exc_info=exc)
             outputs = [self._fail_sequence(c.seq, exc, traceback=False) for c in sampled]

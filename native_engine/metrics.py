@@ -16,7 +16,7 @@ _REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30
 
 
 class EngineMetrics:
-    def __init__(self, model_name: str):
+    def __init__(self, model_name: str, num_speculative_tokens: int = 0):
         self.registry = CollectorRegistry()
         r, labels = self.registry, ["model_name"]
 
@@ -61,6 +61,15 @@ class EngineMetrics:
             _REQUEST_BUCKETS)
         self._seen_queries = self._seen_hits = self._seen_preemptions = 0
         self._seen_cached = self._seen_recomputed = 0
+        if num_speculative_tokens:   # as vLLM: the spec_decode family only when speculation is on
+            self.spec_decode_num_drafts = counter("spec_decode_num_drafts", "Number of spec decoding drafts.")
+            self.spec_decode_num_draft_tokens = counter("spec_decode_num_draft_tokens", "Number of draft tokens.")
+            self.spec_decode_num_accepted_tokens = counter("spec_decode_num_accepted_tokens",
+                                                           "Number of accepted tokens.")
+            per_pos = Counter("native:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
+                              ["model_name", "position"], registry=r)
+            self.spec_decode_num_accepted_tokens_per_pos = [per_pos.labels(model_name, str(pos))
+                                                            for pos in range(num_speculative_tokens)]
 
     def record_step(self, num_running: int, num_waiting: int, kv_usage: float, queries_tokens: int,
                     hits_tokens: int, num_preemptions: int, prompt_tokens: int, generation_tokens: int,
@@ -85,6 +94,14 @@ class EngineMetrics:
         self.prompt_tokens_cached.inc(cached_prompt_tokens - self._seen_cached)
         self.recomputed_prefill_tokens.inc(recomputed_tokens - self._seen_recomputed)
         self._seen_cached, self._seen_recomputed = cached_prompt_tokens, recomputed_tokens
+
+    def record_draft(self, num_draft_tokens: int, num_accepted_tokens: int) -> None:
+        """One verified draft: num_accepted_tokens of its num_draft_tokens were kept (bonus token not counted)."""
+        self.spec_decode_num_drafts.inc()
+        self.spec_decode_num_draft_tokens.inc(num_draft_tokens)
+        self.spec_decode_num_accepted_tokens.inc(num_accepted_tokens)
+        for pos in range(num_accepted_tokens):
+            self.spec_decode_num_accepted_tokens_per_pos[pos].inc()
 
     def record_finished(self, seq: Sequence, now_s: float) -> None:
         self.e2e_request_latency.observe(now_s - seq.arrival_s)

@@ -17,6 +17,12 @@ DECODE_GROUP_KEY_BYTES = 2 * 2**20  # gathered keys per batched decode attention
 # lm_head for batches: vocabulary rows per matmul. x @ [hidden, vocab] with few rows repacks all 113 MB of
 # the matrix; [vocab, hidden] @ x.T in slices whose result stays in L2 is 20-35% faster, bit for bit the same.
 LM_HEAD_SLICE_ROWS = 2048
+# Steps of a few tokens (a speculative verification chunk): x [n, in] @ W [in, out] with 2 <= n <= 16
+# costs 3x a matrix-vector product, since BLAS repacks all of W first; an [out, in] copy of W times x.T
+# in slices of ~256 KB, each repacked within cache, costs 1.2-1.6x (measured with one BLAS thread).
+FEW_ROWS_MAX = 16
+FEW_ROWS_SLICE_BYTES = 256 * 1024
+_LAYER_MATRICES = ("wqkv", "wo", "w_gate_up", "w_down")
 
 
 @dataclass
@@ -25,6 +31,7 @@ class SeqChunk:
     start_pos: int  # position of token_ids[0] == tokens of this sequence already in the KV cache
     block_table: list[int]  # physical KV block ids covering positions [0, start_pos + len(token_ids))
     need_logits: bool  # True for decode steps and the last prefill chunk
+    all_logits: bool = False  # with need_logits: a row for every token (speculative verification), not only the last
 
 
 @dataclass
@@ -80,7 +87,10 @@ def softmax_last_axis(scores: np.ndarray) -> np.ndarray:
 
 
 class ModelRunner:
-    def __init__(self, config: ModelConfig, weights: ModelWeights, num_kv_blocks: int, kv_block_size: int = 16):
+    def __init__(self, config: ModelConfig, weights: ModelWeights, num_kv_blocks: int, kv_block_size: int = 16,
+                 few_rows_weights: bool = False):
+        """few_rows_weights: keep [out, in] copies of the layer matrices (+430 MB for SmolLM2) so that
+        steps of 2..FEW_ROWS_MAX tokens run near matrix-vector speed (speculative decoding)."""
         if num_kv_blocks < 1 or kv_block_size < 1:
             raise ValueError(f"num_kv_blocks ({num_kv_blocks}) and kv_block_size ({kv_block_size}) must be >= 1")
         self.config = config
@@ -110,6 +120,19 @@ class ModelRunner:
         inv_freq = 1.0 / (c.rope_theta ** (np.arange(0, half, dtype=np.float64) * 2 / c.head_dim))
         angles = np.arange(c.context_length, dtype=np.float64)[:, None] * inv_freq[None, :]
         self.rope_rotation = np.exp(1j * angles).astype(np.complex64)  # [context, head_dim / 2]
+        self.layer_rows = [{name: np.ascontiguousarray(getattr(layer, name).T) for name in _LAYER_MATRICES}
+                           for layer in weights.layers] if few_rows_weights else None
+
+    def _matmul(self, x: np.ndarray, layer: int, name: str) -> np.ndarray:
+        """x @ the layer's matrix `name`, through the [out, in] copy in cache-sized slices for few rows."""
+        if self.layer_rows is None or not 2 <= len(x) <= FEW_ROWS_MAX:
+            return x @ getattr(self.weights.layers[layer], name)
+        rows = self.layer_rows[layer][name]
+        step = max(16, FEW_ROWS_SLICE_BYTES // (4 * rows.shape[1]) // 16 * 16)
+        out = np.empty((rows.shape[0], len(x)), dtype=np.float32)
+        for start in range(0, rows.shape[0], step):
+            np.matmul(rows[start:start + step], x.T, out=out[start:start + step])
+        return np.ascontiguousarray(out.T)
 
     # -- planning -------------------------------------------------------------
     def _plan(self, chunks: list[SeqChunk]) -> _StepPlan:
@@ -141,7 +164,7 @@ class ModelRunner:
             else:
                 prefill.append((row, n, chunk.start_pos, table))
             if chunk.need_logits:
-                logit_rows.append(row + n - 1)
+                logit_rows.extend(range(row, row + n) if chunk.all_logits else (row + n - 1,))
             kv_read += end
             row += n
         tokens = np.concatenate([np.asarray(ch.token_ids, dtype=np.int64) for ch in chunks])
@@ -210,7 +233,8 @@ class ModelRunner:
 
     # -- the step -------------------------------------------------------------
     def forward(self, chunks: list[SeqChunk]) -> np.ndarray:
-        """fp32 logits [number of chunks with need_logits, vocab], in chunk order."""
+        """fp32 logits [rows, vocab], in chunk order: one row per chunk with need_logits, or one per
+        token of a chunk that also has all_logits."""
         c, w = self.config, self.weights
         if not chunks:
             raise ValueError("forward() needs at least one SeqChunk")
@@ -219,7 +243,7 @@ class ModelRunner:
         n_tokens, q_dim, kv_dim = len(plan.tokens), c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
         slot_rows = (self.num_kv_blocks * self.kv_block_size, kv_dim)
         for i, layer in enumerate(w.layers):
-            qkv = rms_norm(x, layer.attn_norm, c.rms_eps) @ layer.wqkv
+            qkv = self._matmul(rms_norm(x, layer.attn_norm, c.rms_eps), i, "wqkv")
             # RoPE, in place: q and k heads sit side by side in qkv, their pairs (2i, 2i+1) are complex numbers
             qkv[:, :q_dim + kv_dim].reshape(n_tokens, -1, c.head_dim).view(np.complex64)[...] *= plan.rope
             q = qkv[:, :q_dim].reshape(n_tokens, c.n_heads, c.head_dim)
@@ -230,9 +254,9 @@ class ModelRunner:
                 attn[decode.rows] = self._decode_attention(i, q[decode.rows], decode)
             for row, n, start_pos, table in plan.prefill:
                 attn[row:row + n] = self._prefill_attention(i, q[row:row + n], start_pos, table)
-            x += attn @ layer.wo
-            gate_up = rms_norm(x, layer.ffn_norm, c.rms_eps) @ layer.w_gate_up
-            x += silu_times(gate_up[:, :c.ffn_size], gate_up[:, c.ffn_size:]) @ layer.w_down
+            x += self._matmul(attn, i, "wo")
+            gate_up = self._matmul(rms_norm(x, layer.ffn_norm, c.rms_eps), i, "w_gate_up")
+            x += self._matmul(silu_times(gate_up[:, :c.ffn_size], gate_up[:, c.ffn_size:]), i, "w_down")
         self.last_step_bytes_read = self.weight_bytes + plan.kv_positions_read * self.kv_bytes_per_token
         if not len(plan.logit_rows):
             self.last_step_bytes_read -= self.lm_head_bytes
@@ -244,9 +268,13 @@ class ModelRunner:
         if len(h) == 1:  # a matrix-vector product reads [hidden, vocab] fastest
             return h @ self.weights.lm_head
         logits = np.empty((len(h), self.config.vocab_size), dtype=np.float32)
-        slice_out = np.empty((LM_HEAD_SLICE_ROWS, len(h)), dtype=np.float32)
-        for start in range(0, self.config.vocab_size, LM_HEAD_SLICE_ROWS):
-            rows = self.lm_head_rows[start:start + LM_HEAD_SLICE_ROWS]
+        # few rows (with the few-rows copies, i.e. speculation on): slices repacked within cache, half the
+        # time for 5 rows; logits differ from the large slices' in the last bits (1e-5), so only then
+        few = self.layer_rows is not None and len(h) <= FEW_ROWS_MAX
+        step = FEW_ROWS_SLICE_BYTES // (4 * h.shape[1]) // 16 * 16 if few else LM_HEAD_SLICE_ROWS
+        slice_out = np.empty((step, len(h)), dtype=np.float32)
+        for start in range(0, self.config.vocab_size, step):
+            rows = self.lm_head_rows[start:start + step]
             out = slice_out[:len(rows)]
             np.matmul(rows, h.T, out=out)
             logits[:, start:start + len(rows)] = out.T

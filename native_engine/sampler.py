@@ -18,11 +18,16 @@ _CANDIDATE_FLOORS = (1e-3, 1e-6)
 _DRAW_BLOCK = 512
 
 
-def mask_stop_tokens(logits: np.ndarray, seqs: list[Sequence], eos_token_ids: list[int]) -> None:
-    """min_tokens: forbid EOS and stop tokens until a sequence has produced enough tokens."""
+def mask_stop_tokens(logits: np.ndarray, seqs: list[Sequence], eos_token_ids: list[int],
+                     num_output_tokens: list[int] | None = None) -> None:
+    """min_tokens: forbid EOS and stop tokens until a sequence has produced enough tokens.
+
+    num_output_tokens: the output count each row's token would follow, where a sequence has
+    several rows (speculative verification); default: each sequence's count now."""
     for row, seq in enumerate(seqs):
         p = seq.params
-        if p.min_tokens and seq.num_output_tokens < p.min_tokens:
+        done = seq.num_output_tokens if num_output_tokens is None else num_output_tokens[row]
+        if p.min_tokens and done < p.min_tokens:
             banned = list(p.stop_token_ids) + ([] if p.ignore_eos else list(eos_token_ids))
             logits[row, banned] = -np.inf
 
@@ -42,6 +47,11 @@ def sample(logits: np.ndarray, seqs: list[Sequence]) -> np.ndarray:
 
 def _sample_rows(logits: np.ndarray, seqs: list[Sequence]) -> np.ndarray:
     """Temperature, min_p, top_k/top_p, then one inverse-CDF draw per row; logits is overwritten."""
+    return _draw(_probabilities(logits, seqs), np.array([s.rng.random() for s in seqs]))
+
+
+def _probabilities(logits: np.ndarray, seqs: list[Sequence]) -> np.ndarray:
+    """Rows of unnormalised probabilities after temperature, min_p, top_k/top_p, in logits' memory."""
     temps = np.array([s.params.temperature for s in seqs], dtype=np.float32)
     probs = logits
     probs /= temps[:, None]
@@ -57,7 +67,7 @@ def _sample_rows(logits: np.ndarray, seqs: list[Sequence]) -> np.ndarray:
     truncated = np.flatnonzero((top_k > 0) | (top_p < 1.0))
     if truncated.size:
         probs[truncated] = _truncate(probs[truncated], top_k[truncated], top_p[truncated])
-    return _draw(probs, np.array([s.rng.random() for s in seqs]))
+    return probs
 
 
 def _draw(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -103,3 +113,50 @@ def _truncate(p: np.ndarray, top_k: np.ndarray, top_p: np.ndarray) -> np.ndarray
             row[row < kept[n_keep - 1]] = 0.0
             break
     return p
+
+
+# ---- speculative decoding: verify drafted tokens ----------------------------------------------
+def sample_with_drafts(logits: np.ndarray, seqs: list[Sequence], drafts: list[list[int]]) -> list[list[int]]:
+    """New tokens per sequence, where sequence i has 1 + len(drafts[i]) consecutive logits rows
+    (row j scores the token after draft j-1). Returns each sequence's accepted drafts followed by
+    one token of the target's own: the correction at the first rejection, or a bonus token after
+    the last draft. Greedy: a draft is kept while it equals the argmax, so the output is the
+    argmax chain exactly. Sampled: rejection sampling with the draft as a point mass q = 1{x}:
+    keep x with probability p(x), else draw from p with x removed (max(0, p - q) renormalised),
+    which leaves every emitted token distributed as the target's p (Leviathan et al., 2023)."""
+    if not any(drafts):
+        return [[int(t)] for t in sample(logits, seqs)]
+    starts = np.cumsum([0] + [1 + len(d) for d in drafts])
+    best = np.argmax(logits, axis=1)
+    sampled = [i for i, s in enumerate(seqs) if not s.params.greedy]
+    probs = None
+    if sampled:
+        rows = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in sampled])
+        row_seqs = [seqs[i] for i in sampled for _ in range(1 + len(drafts[i]))]
+        probs = _probabilities(logits[rows], row_seqs)
+        prob_start = dict(zip(sampled, np.cumsum([0] + [1 + len(drafts[i]) for i in sampled])))
+    out = []
+    for i, (seq, draft) in enumerate(zip(seqs, drafts)):
+        if seq.params.greedy:
+            target = best[starts[i]:starts[i + 1]]
+            n_ok = 0
+            while n_ok < len(draft) and draft[n_ok] == target[n_ok]:
+                n_ok += 1
+            out.append(list(draft[:n_ok]) + [int(target[n_ok])])
+        else:
+            out.append(verify_sampled(probs[prob_start[i]:prob_start[i] + 1 + len(draft)], draft, seq.rng))
+    return out
+
+
+def verify_sampled(probs: np.ndarray, draft: list[int], rng: np.random.Generator) -> list[int]:
+    """Rejection sampling of one sequence's drafts against rows of unnormalised target
+    probabilities (len(draft) + 1 rows); modifies probs."""
+    for j, x in enumerate(draft):
+        row = probs[j]
+        if rng.random() * row.sum(dtype=np.float64) < row[x]:
+            continue   # accepted with probability p(x)
+        row[x] = 0.0
+        if not row.any():   # p(x) was 1 within rounding: nothing else to draw; keep x
+            continue
+        return list(draft[:j]) + [int(_draw(row[None], np.array([rng.random()]))[0])]
+    return list(draft) + [int(_draw(probs[len(draft)][None], np.array([rng.random()]))[0])]

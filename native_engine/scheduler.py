@@ -62,7 +62,12 @@ class ScheduledChunk:
     @property
     def completes_prompt(self) -> bool:
         """After this chunk every known token has KV, so its logits give the next token."""
-        return self.seq.num_computed_tokens + self.num_new_tokens == self.seq.num_tokens
+        return self.seq.num_computed_tokens + self.num_new_tokens >= self.seq.num_tokens
+
+    @property
+    def num_draft_tokens(self) -> int:
+        """Speculative tokens at the end of this chunk (seq.spec_token_ids scheduled past the known ones)."""
+        return max(self.seq.num_computed_tokens + self.num_new_tokens - self.seq.num_tokens, 0)
 
 
 class QueueFullError(Exception):
@@ -95,7 +100,10 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            num_new = min(seq.num_tokens - seq.num_computed_tokens + len(seq.spec_token_ids), budget)
+            if seq.spec_token_ids and not self.block_manager.allocate(seq, num_new):
+                seq.spec_token_ids = []   # no room for the drafts: decode without them rather than preempt
+                num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
             while not self.block_manager.allocate(seq, num_new):
                 preempted = True
                 victim = self.running.pop()

@@ -81,6 +81,7 @@ class Sequence:
         self.text = ""                 # decoded output text (cut at a stop string)
         self.num_released_chars = 0    # text[:this] has gone to the client; the rest may hold a stop string
         self.detokenizer = None        # set by the engine
+        self.spec_token_ids: list[int] = []   # drafted tokens to verify in the next step (speculative decoding)
 
     @property
     def num_tokens(self) -> int:

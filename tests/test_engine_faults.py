@@ -9,7 +9,7 @@ import time
 import aiohttp
 import pytest
 
-from native_engine import llm_engine, server
+from native_engine import sampler, server
 from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
 from native_engine.sampler import sample
 from native_engine.sequence import SamplingParams
@@ -108,7 +108,7 @@ async def test_a_sequence_failing_in_sampling_ends_alone_and_the_others_are_unch
             raise IndexError("forced: index 1000000000 is out of bounds")
         return sample(logits, seqs)
 
-    monkeypatch.setattr(llm_engine, "sample", sample_failing_for_seed_99)
+    monkeypatch.setattr(sampler, "sample", sample_failing_for_seed_99)  # what the engine's sampling calls
     culprit = {**requests[3], "seed": 99}
     with caplog.at_level(logging.ERROR, logger="native_engine.llm_engine"):
         results = await asyncio.gather(*(stream(http, url, r) for r in requests[:3] + [culprit]))
