@@ -20,6 +20,8 @@ def serve(
     no_chunked_prefill: bool = typer.Option(False, "--no-chunked-prefill", help="Prefill each prompt whole in one step"),
     static_batching: bool = typer.Option(False, "--static-batching",
                                          help="Admit a new batch only when the running one has finished (for comparison)"),
+    no_jump_forward: bool = typer.Option(False, "--no-jump-forward",
+                                         help="Constrained requests: sample grammar-forced tokens one per step"),
     served_model_name: str = typer.Option("smollm2", help="Model name clients send and /v1/models lists"),
     blas_threads: int = typer.Option(0, help="OpenBLAS threads for matmuls (0: numpy's default, one per core)"),
 ) -> None:
@@ -40,6 +42,7 @@ def serve(
         config = EngineConfig(
             model=model, served_model_name=served_model_name, kv_block_size=block_size,
             kv_cache_tokens=kv_cache_tokens, enable_prefix_caching=not no_prefix_caching,
+            enable_jump_forward=not no_jump_forward,
             scheduler=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                       max_waiting=max_waiting, enable_chunked_prefill=not no_chunked_prefill,
                                       static_batching=static_batching))

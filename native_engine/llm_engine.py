@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from native_engine.block_manager import BlockManager
 from native_engine.gguf_model import ModelConfig, ModelWeights, load_gguf
+from native_engine.guided import GrammarError, GuidedDecoding
 from native_engine.metrics import EngineMetrics
 from native_engine.model_files import resolve_model
 from native_engine.model_runner import ModelRunner, SeqChunk
@@ -36,6 +37,7 @@ class EngineConfig:
     kv_block_size: int = 16
     kv_cache_tokens: int = 32768         # KV cache capacity (46 KB a token for SmolLM2); whole blocks
     enable_prefix_caching: bool = True
+    enable_jump_forward: bool = True     # constrained requests: append grammar-forced tokens in one step
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
 
@@ -86,6 +88,7 @@ class LLMEngine:
                                   kv_block_size=config.kv_block_size)
         self.scheduler = Scheduler(config.scheduler, self.block_manager)
         self.metrics = EngineMetrics(config.served_model_name)
+        self.guided = GuidedDecoding(self.tokenizer)
         # A sequence must fit in the whole cache on its own, or preemption could never make room.
         self.max_model_len = min(self.model_config.context_length, num_blocks * config.kv_block_size)
         self.eos_token_ids = set(self.tokenizer.eos_token_ids) | set(self.model_config.eos_token_ids)
@@ -121,8 +124,10 @@ class LLMEngine:
                 seq: Sequence = item
                 seq.detokenizer = IncrementalDetokenizer(self.tokenizer)
                 try:
+                    if seq.params.grammar is not None:
+                        self._start_grammar(seq)
                     self.scheduler.add(seq)
-                except QueueFullError:  # preemptions refilled the queue since add_request checked
+                except (QueueFullError, GrammarError):  # queue refilled by preemptions; grammar checked by the server
                     self._emit([RequestOutput(seq.request_id, [], "", True, "abort", None, seq.num_prompt_tokens, 0, 0)])
                     continue
                 self._seqs[seq.request_id] = seq
@@ -154,7 +159,9 @@ class LLMEngine:
         kv_bytes = kv_positions_read * self.runner.kv_bytes_per_token
         seqs = [c.seq for c, s in zip(chunks, sampling) if s]
         mask_stop_tokens(logits, seqs, list(self.eos_token_ids))
+        self.guided.mask_logits(logits, seqs)
         next_ids = sample(logits, seqs).tolist()
+        self.guided.accept(seqs, next_ids)
 
         now = time.perf_counter()
         prompt_tokens = 0
@@ -168,9 +175,41 @@ class LLMEngine:
                 self.metrics.inter_token_latency.observe(now - seq.last_token_s)
             seq.last_token_s = now
             seq.token_ids.append(token_id)
-            outputs.append(self._process_token(seq, token_id, now))
+            out = self._process_token(seq, token_id, now)
+            if seq.grammar_matcher is not None:
+                out = self._jump_forward(seq, out, now)
+            outputs.append(out)
         self._record_step(prompt_tokens, len(seqs), max(self.runner.last_step_bytes_read - kv_bytes, 0), kv_bytes)
         return outputs
+
+    def _start_grammar(self, seq: Sequence) -> None:
+        """The request's matcher; jump-forward appends what the grammar forces before the first
+        sampled token, so it is prefilled with the prompt (at least one token is left to sample)."""
+        seq.grammar_matcher = self.guided.matcher(seq.params.grammar)
+        if self.config.enable_jump_forward:
+            limit = min(seq.params.max_tokens, self.max_model_len - seq.num_tokens) - 1
+            for token_id in self.guided.forced_tokens(seq, limit):
+                seq.token_ids.append(token_id)
+                seq.text += seq.detokenizer.feed(token_id)
+                self.metrics.jump_forward_tokens.inc()
+
+    def _jump_forward(self, seq: Sequence, out: RequestOutput, now: float) -> RequestOutput:
+        """Append the tokens the grammar forces after this one; the next step computes their KV as
+        one chunk. The first output also carries the tokens forced before the first sample."""
+        if seq.first_token_s == now and seq.num_output_tokens > 1:
+            out.new_token_ids = seq.output_token_ids
+        if out.finished or not self.config.enable_jump_forward:
+            return out
+        limit = min(seq.params.max_tokens - seq.num_output_tokens, self.max_model_len - seq.num_tokens)
+        for token_id in self.guided.forced_tokens(seq, limit):
+            seq.token_ids.append(token_id)
+            self.metrics.jump_forward_tokens.inc()
+            more = self._process_token(seq, token_id, now)
+            more.new_token_ids, more.new_text = out.new_token_ids + more.new_token_ids, out.new_text + more.new_text
+            out = more
+            if out.finished:
+                break
+        return out
 
     def _record_step(self, prompt_tokens: int, generation_tokens: int, weight_bytes: int, kv_bytes: int) -> None:
         bm = self.block_manager

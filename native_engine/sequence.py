@@ -20,6 +20,7 @@ class SamplingParams:
     ignore_eos: bool = False
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
+    grammar: object | None = None  # native_engine.guided.Grammar: a JSON schema or regex the output must match
 
     def __post_init__(self):
         # Field names match the OpenAI request, so the server can pass these errors straight on.
@@ -75,6 +76,7 @@ class Sequence:
         self.text = ""                 # decoded output text (cut at a stop string)
         self.num_released_chars = 0    # text[:this] has gone to the client; the rest may hold a stop string
         self.detokenizer = None        # set by the engine
+        self.grammar_matcher = None    # llguidance matcher of a constrained request (set by the engine)
 
     @property
     def num_tokens(self) -> int:
