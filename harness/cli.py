@@ -134,6 +134,7 @@ def execute(scenario, writer, workers_option: str | None = None, console: Consol
     from harness.results import host_info, versions
     from harness.runner import Target
     from harness.scenario import ScenarioError
+    from harness.server_metrics import counter_deltas
     from harness.tokenizer_source import resolve_tokenizer
     from harness.workers import resolve_workers
     from harness.workload import build_plan
@@ -206,6 +207,7 @@ def execute(scenario, writer, workers_option: str | None = None, console: Consol
     summary.update(client_bound=bool(reasons), client_bound_reasons=reasons, interrupted=outcome.interrupted,
                    workers=n_workers, token_count_method=plan.token_count_method)
     summary["telemetry"] = observers.derived(outcome)
+    summary["engine_counters"] = counter_deltas(writer.dir / "server_metrics.csv")
     writer.write_summary(summary)
     return summary
 

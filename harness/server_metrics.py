@@ -9,6 +9,7 @@ under `bench:` names, whatever the engine calls it:
   prefix_cache_hit_rate            0-1; vLLM-style engines: hits/queries since start
   preemptions, prompt_tokens, generation_tokens, spec_draft_tokens, spec_accepted_tokens  (counters)
   read_bytes, flops                the engine's estimates (counters) where it offers them
+  jump_forward_tokens              output tokens a grammar forced, appended without sampling (counter)
   ttft_s_*, itl_s_*, tpot_s_*      engine-side histograms (_bucket with le, _sum, _count)
 Values are summed over label sets (one per model or GPU), except fractions, which are averaged.
 The scraper runs in its own thread with its own HTTP client, so it never delays request timing.
@@ -39,6 +40,7 @@ SCHEMA = {  # engine's name without its prefix -> schema name
     "spec_decode_num_accepted_tokens_total": "spec_accepted_tokens",
     "estimated_read_bytes_per_gpu_total": "read_bytes", "weight_bytes_read_total": "read_bytes",
     "kv_bytes_read_total": "read_bytes", "estimated_flops_per_gpu_total": "flops",
+    "jump_forward_tokens_total": "jump_forward_tokens",
 }
 HISTOGRAMS = {"time_to_first_token_seconds": "ttft_s", "inter_token_latency_seconds": "itl_s",
               "time_per_output_token_seconds": "tpot_s", "request_time_per_output_token_seconds": "tpot_s"}
@@ -52,6 +54,23 @@ def engine_key(name: str) -> str | None:
         if name.startswith(prefix):
             return name[len(prefix):]
     return None
+
+
+def counter_deltas(csv_path: str | Path, names: tuple[str, ...] = ("jump_forward_tokens",)) -> dict:
+    """How much each `bench:` counter grew between the first and the last scrape of the run
+    (warm-up requests included); counters the engine does not report are left out."""
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    try:
+        with open(csv_path, newline="", encoding="utf-8") as f:
+            for row in csv.DictReader(f):
+                key = row["name"].removeprefix("bench:")
+                if row["name"].startswith("bench:") and key in names:
+                    first.setdefault(key, float(row["value"]))
+                    last[key] = float(row["value"])
+    except FileNotFoundError:
+        return {}
+    return {key: last[key] - first[key] for key in last}
 
 
 def format_labels(labels: dict) -> str:
