@@ -12,6 +12,15 @@ engine in this process, once with jump-forward on and once off. For each mode it
 
 `--model tiny`: a random 2-layer model with SmolLM2's real vocabulary (fast; outputs are noise that
 still has to satisfy the grammar).
+
+Measured (2026-11-30, real SmolLM2, temperature 0.7, 2 shared cores with other agents' jobs):
+  200 structured + 20 unconstrained, load 13 -> 7 during the run: 200/200 valid with jump-forward on
+  and 200/200 off, all finished by the grammar ("stop"); unconstrained tokens identical to a run
+  alone 20/20 in both; steps per structured request 19.5 on vs 42.2 off (0.46x), 4754 forced
+  tokens (55% of 43.2 output tokens/request). Wall times not comparable (load fell during the run).
+  40 structured, on then off, twice (load 6-8): steps 19.8 vs 41.5 (0.48x); wall 232 vs 319 s and
+  180 vs 314 s (0.73x, 0.58x). Output tokens/request 43.6 on vs 41.4 off: forced text is tokenized
+  by llguidance, which cuts at boundaries where the model's own choice merges more bytes.
 """
 from __future__ import annotations
 
