@@ -21,6 +21,7 @@ from harness.observers import RunObservers
 from harness.results import ResultWriter, host_info, versions
 from harness.runner import Target, run_async, t0_ahead_ns
 from harness.scenario import Scenario, ScenarioError
+from harness.server_metrics import counter_deltas
 from harness.session import EngineSession, engine_session
 from harness.tokenizer_source import resolve_tokenizer
 from harness.workers import resolve_workers, run_plan
@@ -171,6 +172,7 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
         summary["engine_exited"] = stopped_by
     summary["telemetry"] = observers.derived(outcome)
     summary["speculative"] = observers.speculative()
+    summary["engine_counters"] = counter_deltas(writer.dir / "server_metrics.csv")
     summary.update(explain(summary, outcome.records, writer.dir, observers.engine_steps(outcome),
                            scenario.resolved_dict(), (outcome.t0_ns - t0_ns) / 1e9))  # phases_ms, roofline, diagnosis
     writer.write_summary(summary)

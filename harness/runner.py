@@ -305,8 +305,9 @@ class Runner:
                        need_answer: bool) -> tuple[RequestRecord, str, int]:
         rec = self._new_record(spec, due_ns)
         t = self.target
-        body = json.dumps(self.backend.request_body(t.api, t.model, spec.output_tokens, prompt=spec.prompt,
-                                                    messages=messages, ignore_eos=t.ignore_eos)).encode()
+        body = json.dumps({**self.backend.request_body(t.api, t.model, spec.output_tokens, prompt=spec.prompt,
+                                                       messages=messages, ignore_eos=t.ignore_eos),
+                           **(spec.extra_body or {})}).encode()
         try:
             if self._sem is not None:
                 wait_from = time.perf_counter_ns()

@@ -186,11 +186,12 @@ WORKLOAD_ONLY_FIELDS = {
     "num_groups": "shared_prefix", "prefix_tokens": "shared_prefix", "group_assignment": "shared_prefix",
     "turns": "multi_turn", "think_time_s": "multi_turn",
     "path": "file", "format": "file",
+    "schemas": "structured",
 }
 
 
 class WorkloadConfig(Strict):
-    kind: Literal["random", "shared_prefix", "multi_turn", "file", "repeat"] = "random"
+    kind: Literal["random", "shared_prefix", "multi_turn", "file", "repeat", "structured"] = "random"
     input_tokens: TokenLength = Dist(dist="fixed", mean=256)  # shared_prefix: the unique suffix; repeat: the passage
     output_tokens: TokenLength = Dist(dist="fixed", mean=128)
     ignore_eos: bool = True
@@ -201,11 +202,17 @@ class WorkloadConfig(Strict):
     think_time_s: Seconds = Dist(dist="fixed", mean=0.0)
     path: str | None = None
     format: Literal["auto", "jsonl", "sharegpt"] = "auto"
+    schemas: str | None = None  # structured: JSONL of {"schema", "prompt"?, "name"?}, one per request in turn
 
     @field_validator("path")
     @classmethod
     def _path_exists(cls, value: str | None, info: ValidationInfo) -> str | None:
         return _resolve_existing_file(value, info, "workload.path")
+
+    @field_validator("schemas")
+    @classmethod
+    def _schemas_exist(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return _resolve_existing_file(value, info, "workload.schemas")
 
     @model_validator(mode="after")
     def _fields_match_kind(self) -> "WorkloadConfig":
@@ -213,10 +220,14 @@ class WorkloadConfig(Strict):
             # Compared with the default, not "was it written", so a resolved_dict() validates again.
             if owner != self.kind and getattr(self, name) != type(self).model_fields[name].default:
                 raise ScenarioError(f"workload.{name}: only used when workload.kind is {owner} (kind is {self.kind})")
-        required = {"shared_prefix": ("num_groups", "prefix_tokens"), "multi_turn": ("turns",), "file": ("path",)}
+        required = {"shared_prefix": ("num_groups", "prefix_tokens"), "multi_turn": ("turns",), "file": ("path",),
+                    "structured": ("schemas",)}
         for name in required.get(self.kind, ()):
             if getattr(self, name) is None:
                 raise ScenarioError(f"workload.{name}: missing; workload.kind {self.kind} needs it")
+        if self.kind == "structured" and self.ignore_eos:
+            raise ScenarioError("workload.ignore_eos: set it to false for kind structured; the grammar decides "
+                                "where an answer ends, and output_tokens is only its upper bound")
         return self
 
 

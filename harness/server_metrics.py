@@ -11,6 +11,7 @@ under `bench:` names, whatever the engine calls it:
   preemptions, prompt_tokens, cached_prompt_tokens, generation_tokens, spec_draft_tokens,
   spec_accepted_tokens, spec_drafts (counters); spec_accept_rate, spec_accept_length (SGLang gauges)
   read_bytes, flops                the engine's estimates (counters) where it offers them
+  jump_forward_tokens              output tokens a grammar forced, appended without sampling (counter)
   ttft_s_*, itl_s_*, tpot_s_*, e2e_s_*, queue_s_*, prefill_s_*, decode_s_*
                                    engine-side histograms (_bucket with le, _sum, _count)
 Values are summed over label sets (one per model or GPU), except fractions, which are averaged.
@@ -64,6 +65,7 @@ SCHEMA = {  # engine's name without its prefix -> schema name
     "estimated_read_bytes_per_gpu_total": "read_bytes", "weight_bytes_read_total": "read_bytes",
     "kv_bytes_read_total": "read_bytes", "estimated_flops_per_gpu_total": "flops",
     "flops_total": "flops",
+    "jump_forward_tokens_total": "jump_forward_tokens",
 }
 # vLLM's num_requests_waiting_by_reason{reason=capacity|deferred}: one schema row per reason
 BY_REASON = {"num_requests_waiting_by_reason": "waiting"}
@@ -87,6 +89,23 @@ def engine_key(name: str) -> str | None:
         if name.startswith(prefix):
             return name[len(prefix):]
     return None
+
+
+def counter_deltas(csv_path: str | Path, names: tuple[str, ...] = ("jump_forward_tokens",)) -> dict:
+    """How much each `bench:` counter grew between the first and the last scrape of the run
+    (warm-up requests included); counters the engine does not report are left out."""
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    try:
+        with open(csv_path, newline="", encoding="utf-8") as f:
+            for row in csv.DictReader(f):
+                key = row["name"].removeprefix("bench:")
+                if row["name"].startswith("bench:") and key in names:
+                    first.setdefault(key, float(row["value"]))
+                    last[key] = float(row["value"])
+    except FileNotFoundError:
+        return {}
+    return {key: last[key] - first[key] for key in last}
 
 
 def format_labels(labels: dict) -> str:

@@ -38,6 +38,7 @@ class RequestSpec:
     turn_index: int = 0
     think_time_s: float = 0.0        # multi_turn turn > 0: wait after the previous turn's answer
     is_warmup: bool = False
+    extra_body: dict | None = None   # merged into the request body (structured: response_format)
 
 
 @dataclass
@@ -100,6 +101,7 @@ def build_plan(scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
     output_tokens = workload.output_tokens.sample(np.random.default_rng([scenario.seed, 5]), n)
     warnings: list[str] = []
     messages: list[list[dict] | None] = [None] * n
+    extra_bodies: list[dict | None] = [None] * n
     if workload.kind == "file":
         rows, warnings = _read_prompt_file(workload.path, workload.format, n)
         if any(row["messages"] is not None for row in rows) and scenario.backend.api != "chat":
@@ -107,6 +109,11 @@ def build_plan(scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
         prompts = [(row["prompt"], _count_tokens(tokenizer, row)) for row in rows]
         messages = [row["messages"] for row in rows]
         output_tokens = [_answer_tokens(tokenizer, row) or int(o) for row, o in zip(rows, output_tokens)]
+    elif workload.kind == "structured":
+        rows = _read_schema_file(workload.schemas, n)
+        prompts = [(row["prompt"], len(tokenizer.encode(row["prompt"]))) for row in rows]
+        extra_bodies = [{"response_format": {"type": "json_schema", "json_schema": {
+            "name": row["name"], "schema": row["schema"]}}} for row in rows]
     elif workload.kind == "shared_prefix":
         prompts = _shared_prefix_prompts(scenario, tokenizer, n, length_rng, prompt_rng)
     elif workload.kind == "repeat":
@@ -121,7 +128,7 @@ def build_plan(scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
     requests = [
         RequestSpec(index=i, prompt=text, messages=messages[i], prompt_tokens=count,
                     output_tokens=int(output_tokens[i]), intended_offset_s=schedule.offsets_s[i],
-                    is_warmup=i < schedule.warmup_slots)
+                    is_warmup=i < schedule.warmup_slots, extra_body=extra_bodies[i])
         for i, (text, count) in enumerate(prompts)
     ]
     return Plan(requests, tokenizer.method, schedule.duration_s, warnings)
@@ -211,6 +218,22 @@ def _answer_tokens(tokenizer: TokenizerSource, row: dict) -> int | None:
     if row["answer"] is not None:
         return answer_tokens(tokenizer, row["answer"])
     return row["output_tokens"]
+
+
+def _read_schema_file(path: str, n: int) -> list[dict]:
+    """n rows {name, prompt, schema}, cycling through the file's schemas."""
+    rows = []
+    for where, record in read_jsonl(path, "workload.schemas"):
+        schema = record.get("schema") if isinstance(record, dict) else None
+        if not isinstance(schema, dict):
+            raise ScenarioError(f"{where}: needs \"schema\": a JSON schema object (plus optional \"prompt\", \"name\")")
+        name, prompt = record.get("name", f"schema_{len(rows)}"), record.get("prompt")
+        rows.append({"name": str(name), "schema": schema,
+                     "prompt": prompt if isinstance(prompt, str) and prompt else
+                     f"Answer with a JSON object that follows this schema: {json.dumps(schema)}"})
+    if not rows:
+        raise ScenarioError(f"workload.schemas: {path}: no schemas")
+    return [rows[i % len(rows)] for i in range(n)]
 
 
 def _read_prompt_file(path: str, file_format: str, n: int) -> tuple[list[dict], list[str]]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from native_engine.block_manager import BlockManager
 from native_engine.gguf_model import ModelConfig, ModelWeights, load_gguf
+from native_engine.guided import GrammarError, GuidedDecoding
 from native_engine.metrics import EngineMetrics
 from native_engine.model_files import resolve_model
 from native_engine.model_runner import ModelRunner, SeqChunk
@@ -40,6 +41,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     prefix_cache: str = "hash"           # "hash" (vLLM's hash chain) or "radix" (SGLang's radix tree)
     step_trace: bool = False             # keep a record of every step (GET /step_trace)
+    enable_jump_forward: bool = True     # constrained requests: append grammar-forced tokens in one step
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     speculative: SpeculativeConfig | None = None   # None: no speculative decoding
 
@@ -120,6 +122,7 @@ class LLMEngine:
         spec = config.speculative
         self.proposer = NgramProposer(spec) if spec else None
         self.metrics = EngineMetrics(config.served_model_name, spec.num_speculative_tokens if spec else 0)
+        self.guided = GuidedDecoding(self.tokenizer)
         # A sequence must fit in the whole cache on its own, or preemption could never make room.
         self.max_model_len = min(self.model_config.context_length, num_blocks * config.kv_block_size)
         self.eos_token_ids = set(self.tokenizer.eos_token_ids) | set(self.model_config.eos_token_ids)
@@ -167,8 +170,10 @@ class LLMEngine:
                 seq: Sequence = item
                 seq.detokenizer = IncrementalDetokenizer(self.tokenizer)
                 try:
+                    if seq.params.grammar is not None:
+                        self._start_grammar(seq)
                     self.scheduler.add(seq)
-                except QueueFullError:  # preemptions refilled the queue since add_request checked
+                except (QueueFullError, GrammarError):  # queue refilled by preemptions; grammar checked by the server
                     self._emit([RequestOutput(seq.request_id, [], "", True, "abort", None, seq.num_prompt_tokens, 0, 0)])
                     continue
                 self._seqs[seq.request_id] = seq
@@ -214,7 +219,9 @@ class LLMEngine:
             row_seqs = [seq for seq, d in zip(seqs, drafts) for _ in range(1 + len(d))]
             row_outputs = [seq.num_output_tokens + j for seq, d in zip(seqs, drafts) for j in range(1 + len(d))]
             mask_stop_tokens(logits, row_seqs, list(self.eos_token_ids), row_outputs)
+            self.guided.mask_logits(logits, row_seqs)   # constrained sequences never have drafts
             new_ids = sample_with_drafts(logits, seqs, drafts)
+            self.guided.accept(seqs, [ids[0] for ids in new_ids])
         except Exception as exc:
             outputs = self._isolate_sampling_failure(exc, logits, chunks, sampling, drafts)
             seqs, drafts, new_ids = [], [], []
@@ -244,7 +251,10 @@ class LLMEngine:
                     seq.num_computed_tokens += len(token_ids) - 1
                     self.block_manager.cache_computed_blocks(seq)
                     self.block_manager.trim(seq, seq.num_tokens)
-                outputs.append(outs[0] if len(outs) == 1 else _merge_outputs(outs))
+                out = outs[0] if len(outs) == 1 else _merge_outputs(outs)
+                if seq.grammar_matcher is not None:
+                    out = self._jump_forward(seq, out, now)
+                outputs.append(out)
             except Exception as exc:
                 outputs.append(self._fail_sequence(seq, exc))
         self._record_step(prompt_tokens, generation_tokens, max(self.runner.last_step_bytes_read - kv_bytes, 0),
@@ -264,7 +274,37 @@ class LLMEngine:
         for seq in self.scheduler.running:
             can_emit = min(seq.params.max_tokens - seq.num_output_tokens, self.max_model_len - seq.num_tokens)
             decoding = seq.num_tokens - seq.num_computed_tokens == 1
-            seq.spec_token_ids = self.proposer.propose(seq.token_ids, can_emit - 1) if decoding and can_emit > 1 else []
+            drafting = decoding and can_emit > 1 and seq.grammar_matcher is None   # a grammar would have to mask drafts
+            seq.spec_token_ids = self.proposer.propose(seq.token_ids, can_emit - 1) if drafting else []
+
+    def _start_grammar(self, seq: Sequence) -> None:
+        """The request's matcher; jump-forward appends what the grammar forces before the first
+        sampled token, so it is prefilled with the prompt (at least one token is left to sample)."""
+        seq.grammar_matcher = self.guided.matcher(seq.params.grammar)
+        if self.config.enable_jump_forward:
+            limit = min(seq.params.max_tokens, self.max_model_len - seq.num_tokens) - 1
+            for token_id in self.guided.forced_tokens(seq, limit):
+                seq.token_ids.append(token_id)
+                seq.text += seq.detokenizer.feed(token_id)
+                self.metrics.jump_forward_tokens.inc()
+
+    def _jump_forward(self, seq: Sequence, out: RequestOutput, now: float) -> RequestOutput:
+        """Append the tokens the grammar forces after this one; the next step computes their KV as
+        one chunk. The first output also carries the tokens forced before the first sample."""
+        if seq.first_token_s == now and seq.num_output_tokens > 1:
+            out.new_token_ids = seq.token_ids[seq.num_prompt_tokens:]
+        if out.finished or not self.config.enable_jump_forward:
+            return out
+        limit = min(seq.params.max_tokens - seq.num_output_tokens, self.max_model_len - seq.num_tokens)
+        for token_id in self.guided.forced_tokens(seq, limit):
+            seq.token_ids.append(token_id)
+            self.metrics.jump_forward_tokens.inc()
+            more = self._process_token(seq, token_id, now)
+            more.new_token_ids, more.new_text = out.new_token_ids + more.new_token_ids, out.new_text + more.new_text
+            out = more
+            if out.finished:
+                break
+        return out
 
     # ---- failures: one request's fault ends only that request ---------------------------------
     def _fail_sequence(self, seq: Sequence, exc: Exception, traceback: bool = True) -> RequestOutput:

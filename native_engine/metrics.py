@@ -44,6 +44,8 @@ class EngineMetrics:
         self.weight_bytes_read = counter("weight_bytes_read", "Bytes of model weights read by forward passes.")
         self.kv_bytes_read = counter("kv_bytes_read", "Bytes of KV cache read by attention.")
         self.flops = counter("flops", "Floating-point operations done by forward passes.")
+        self.jump_forward_tokens = counter(
+            "jump_forward_tokens", "Output tokens a grammar forced, appended without sampling (jump-forward).")
         self.time_to_first_token = histogram(
             "time_to_first_token_seconds", "Histogram of time to first token in seconds.", _TTFT_BUCKETS)
         self.inter_token_latency = histogram(

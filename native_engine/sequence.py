@@ -25,6 +25,7 @@ class SamplingParams:
     ignore_eos: bool = False
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
+    grammar: object | None = None  # native_engine.guided.Grammar: a JSON schema or regex the output must match
 
     def __post_init__(self):
         # Field names match the OpenAI request, so the server can pass these errors straight on.
@@ -82,6 +83,7 @@ class Sequence:
         self.num_released_chars = 0    # text[:this] has gone to the client; the rest may hold a stop string
         self.detokenizer = None        # set by the engine
         self.spec_token_ids: list[int] = []   # drafted tokens to verify in the next step (speculative decoding)
+        self.grammar_matcher = None    # llguidance matcher of a constrained request (set by the engine)
 
     @property
     def num_tokens(self) -> int:

@@ -16,6 +16,7 @@ import uuid
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from native_engine.guided import Grammar, GrammarError, grammar_from_request
 from native_engine.llm_engine import LLMEngine, RequestOutput
 from native_engine.scheduler import QueueFullError
 from native_engine.sequence import SamplingParams
@@ -233,6 +234,17 @@ def sampling_params(body: dict, prompt_len: int, max_model_len: int, default_max
         raise RequestError(str(exc), str(exc).split(":")[0]) from None
 
 
+async def output_grammar(body: dict, engine: LLMEngine) -> Grammar | None:
+    """response_format / guided_json / guided_regex, compiled and started once to refuse what cannot run."""
+    try:
+        grammar = grammar_from_request(body)
+        if grammar is not None:
+            await asyncio.to_thread(engine.guided.check, grammar)   # off the loop: a large schema takes a while
+        return grammar
+    except GrammarError as exc:
+        raise RequestError(str(exc), exc.param) from None
+
+
 # ---- OpenAI response shapes -------------------------------------------------------------------
 def usage(out: RequestOutput) -> dict:
     return {"prompt_tokens": out.num_prompt_tokens, "total_tokens": out.num_prompt_tokens + out.num_output_tokens,
@@ -268,6 +280,7 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
             prompt_ids, prompt_field = await off_loop(prompt_ids_of_completion, body, engine), "prompt"
         params = sampling_params(body, len(prompt_ids), engine.max_model_len, None if chat else 16, prompt_field,
                                  engine.model_config.vocab_size)
+        params.grammar = await output_grammar(body, engine)
         streaming = typed(body, "stream", (bool,), False, "true or false")
         options = typed(body, "stream_options", (dict,), {}, "an object")
         include_usage = bool(options.get("include_usage", False))
@@ -393,7 +406,6 @@ def build_app(engine: LLMEngine) -> web.Application:
     app[NAME_KEY] = engine.config.served_model_name
 
     async def start_engine(app):
-        import asyncio
         engine.start(asyncio.get_running_loop())
 
     async def stop_engine(app):
