@@ -101,13 +101,11 @@ class PrefixTree:
                           and not any(tenant in c.last_used for c in n.children.values())]
                 if not leaves:
                     break
-                for leaf in sorted(leaves, key=lambda n: n.last_used[tenant]):
-                    del leaf.last_used[tenant]
-                    size -= len(leaf.text)
-                    if not leaf.last_used:
-                        self._drop(leaf)
-                    if size <= max_chars:
-                        break
+                leaf = min(leaves, key=lambda n: n.last_used[tenant])   # its parent may be the next leaf
+                del leaf.last_used[tenant]
+                size -= len(leaf.text)
+                if not leaf.last_used:
+                    self._drop(leaf)
             self.chars_of[tenant] = size
 
     def _nodes(self):

@@ -1,0 +1,218 @@
+"""The data-parallel router on 127.0.0.1: in front of tiny engines in this process (outputs, policies,
+metrics), and `serve --data-parallel` as real processes (a replica killed mid-load, nothing left behind)."""
+import asyncio
+import json
+import os
+import re
+import signal
+import sys
+import time
+
+import aiohttp
+import pytest
+
+from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
+from native_engine.router import Router, start_router
+from native_engine.routing import Policy
+from native_engine.server import start_server
+from native_engine.tiny_gguf import write_tiny_llama_gguf
+
+DOC = "Paged attention stores the key and value cache in fixed-size blocks shared between requests. " * 3
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    return write_tiny_llama_gguf(tmp_path_factory.mktemp("m") / "tiny.gguf", seed=0)
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_path):
+    return LoadedModel.load(str(tiny_path))
+
+
+@pytest.fixture
+async def deployment(tiny):
+    """start(policy, n): n tiny engines in this process behind a router; yields the router's URL and parts."""
+    runners, http = [], aiohttp.ClientSession()
+
+    async def start(policy="round_robin", n=2):
+        engines, urls = [], []
+        for _ in range(n):
+            engines.append(LLMEngine(EngineConfig(kv_cache_tokens=4096), tiny))
+            runner, port = await start_server(engines[-1], "127.0.0.1", 0)
+            runners.append(runner)
+            urls.append(f"http://127.0.0.1:{port}")
+        router = Router(urls, Policy(policy, [str(i) for i in range(n)]))
+        runner, port = await start_router(router)
+        runners.append(runner)
+        return f"http://127.0.0.1:{port}", router, engines, runners[-1 - n:-1]
+
+    yield start, http
+    await http.close()
+    for runner in reversed(runners):
+        await runner.cleanup()
+
+
+async def post(http, url, payload):
+    async with http.post(url, json=payload) as resp:
+        if resp.headers.get("Content-Type", "").startswith("text/event-stream"):
+            return resp.status, [line[6:] for line in (await resp.text()).split("\n\n") if line]
+        return resp.status, await resp.json()
+
+
+def streamed_text(events):
+    chunks = [json.loads(e) for e in events if e != "[DONE]"]
+    return "".join(c["choices"][0].get("text") or c["choices"][0].get("delta", {}).get("content") or ""
+                   for c in chunks if c.get("choices"))
+
+
+async def metric(http, url, name, **labels):
+    async with http.get(url + "/metrics") as resp:
+        text = await resp.text()
+    want = [f'{k}="{v}"' for k, v in labels.items()]
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith((name + "{", name + " ")) and all(w in line for w in want))
+
+
+async def test_greedy_outputs_through_the_router_equal_one_engines(deployment, tiny):
+    start, http = deployment
+    url, router, engines, _ = await start("round_robin", 2)
+    alone = LLMEngine(EngineConfig(kv_cache_tokens=4096), tiny)
+    single_runner, port = await start_server(alone, "127.0.0.1", 0)
+    single = f"http://127.0.0.1:{port}"
+    try:
+        for i in range(4):   # round robin: two on each replica
+            completion = {"prompt": f"{DOC} question {i}", "max_tokens": 6, "temperature": 0, "ignore_eos": True}
+            chat = {"messages": [{"role": "user", "content": f"hello {i}"}], "max_tokens": 6, "temperature": 0}
+            status, direct = await post(http, single + "/v1/completions", completion)
+            assert status == 200
+            status, routed = await post(http, url + "/v1/completions", completion)
+            assert status == 200 and routed["choices"][0]["text"] == direct["choices"][0]["text"]
+            status, events = await post(http, url + "/v1/completions", {**completion, "stream": True})
+            assert status == 200 and events[-1] == "[DONE]" and streamed_text(events) == direct["choices"][0]["text"]
+            _, direct_chat = await post(http, single + "/v1/chat/completions", chat)
+            status, events = await post(http, url + "/v1/chat/completions", {**chat, "stream": True})
+            assert streamed_text(events) == direct_chat["choices"][0]["message"]["content"]
+    finally:
+        await single_runner.cleanup()
+    assert await metric(http, url, "router_requests_total", replica="0") == 6
+    assert await metric(http, url, "router_requests_total", replica="1") == 6
+    assert await metric(http, url, "router_routing_decisions_total", reason="round_robin") == 12
+    # each replica really ran its share: 4 completions of 6 tokens and 2 chats
+    for engine in engines:
+        counts = re.findall(rb"native:time_to_first_token_seconds_count\{.*\} (\S+)", engine.metrics.render())
+        assert [float(c) for c in counts] == [6.0]
+
+
+async def test_other_endpoints_pass_through_and_errors_keep_their_status(deployment):
+    start, http = deployment
+    url, router, *_ = await start("least_load", 2)
+    async with http.get(url + "/v1/models") as resp:
+        assert resp.status == 200 and (await resp.json())["data"][0]["id"] == "smollm2"
+    status, tokens = await post(http, url + "/tokenize", {"prompt": "hello"})
+    assert status == 200 and tokens["count"] > 0
+    status, body = await post(http, url + "/v1/completions", {"prompt": "hi", "max_tokens": 0})
+    assert status == 400 and body["error"]["param"] == "max_tokens"
+    async with http.get(url + "/replicas") as resp:
+        listing = await resp.json()
+    assert listing["policy"] == "least_load" and [r["id"] for r in listing["replicas"]] == ["0", "1"]
+    assert all(r["up"] and r["url"].startswith("http://127.0.0.1:") for r in listing["replicas"])
+
+
+async def test_cache_aware_keeps_a_shared_document_on_one_replica(deployment):
+    start, http = deployment
+    url, router, engines, _ = await start("cache_aware", 2)
+    for i in range(6):
+        status, _ = await post(http, url + "/v1/completions", {"prompt": f"{DOC} question {i}", "max_tokens": 2})
+        assert status == 200
+    counts = [await metric(http, url, "router_requests_total", replica=r) for r in ("0", "1")]
+    assert sorted(counts) == [0, 6]
+    assert await metric(http, url, "router_routing_decisions_total", reason="cache_hit") == 5
+    assert await metric(http, url, "router_prefix_match_chars_sum") >= 5 * len(DOC)
+    busy = engines[counts.index(6)]
+    assert busy.block_manager.prefix_cache_hits_tokens > 0
+
+
+async def test_a_replica_gone_is_reported_and_new_requests_go_to_the_other(deployment):
+    start, http = deployment
+    url, router, engines, replica_runners = await start("round_robin", 2)
+    await replica_runners[0].cleanup()   # replica 0 stops listening
+    for i in range(4):
+        status, body = await post(http, url + "/v1/completions", {"prompt": f"q{i}", "max_tokens": 2})
+        assert status == 200, body
+    assert await metric(http, url, "router_replica_up", replica="0") == 0
+    assert await metric(http, url, "router_replica_up", replica="1") == 1
+    # found down by its /health probe or by a refused connection (then that request went to replica 1)
+    assert await metric(http, url, "router_requests_total", replica="1") == 4
+    async with http.get(url + "/health") as resp:
+        assert resp.status == 200
+    await replica_runners[1].cleanup()
+    status, body = await post(http, url + "/v1/completions", {"prompt": "q", "max_tokens": 2})
+    assert status == 503 and "no engine replica is up" in body["error"]["message"]
+    async with http.get(url + "/health") as resp:
+        assert resp.status == 503
+
+
+# ---- real processes -----------------------------------------------------------------------------
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_gone(pids, timeout_s=30.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.1)
+    return [p for p in pids if alive(p)]
+
+
+async def start_deployment(tiny_path, *flags):
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "native_engine", "serve", "--model", str(tiny_path), "--port", "0",
+        "--kv-cache-tokens", "4096", *flags, stdout=asyncio.subprocess.PIPE)
+    line = (await asyncio.wait_for(proc.stdout.readline(), timeout=120)).decode()
+    url = re.search(r"serving on (http://127\.0\.0\.1:\d+)", line).group(1)
+    return proc, url, [int(p) for p in re.findall(r"pid (\d+)", line)]
+
+
+@pytest.mark.faults
+async def test_replica_killed_mid_load_fails_its_streams_clearly_and_the_rest_carry_on(tiny_path):
+    proc, url, pids = await start_deployment(tiny_path, "--data-parallel", "2", "--router-policy", "round_robin")
+    try:
+        assert len(pids) == 2
+        async with aiohttp.ClientSession() as http:
+            long = {"prompt": "long", "max_tokens": 1500, "ignore_eos": True, "stream": True}
+            streams = [asyncio.create_task(post(http, url + "/v1/completions", long)) for _ in range(4)]
+            while await metric(http, url, "router_replica_requests_in_flight") < 4:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.3)
+            os.kill(pids[0], signal.SIGKILL)
+            results = await asyncio.wait_for(asyncio.gather(*streams), timeout=120)
+            errors = [json.loads(e[-2])["error"] for _, e in results if "error" in e[-2]]
+            assert len(errors) == 2 and all("replica 0" in e["message"] and e["code"] == 502 for e in errors)
+            assert all(e[-1] == "[DONE]" for _, e in results)
+            for i in range(4):   # new requests: all to replica 1
+                status, body = await post(http, url + "/v1/completions", {"prompt": f"after {i}", "max_tokens": 3})
+                assert status == 200, body
+            assert await metric(http, url, "router_replica_up", replica="0") == 0
+            assert await metric(http, url, "router_request_failures_total", replica="0", reason="mid_stream") == 2
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), timeout=60) == 0
+    assert wait_gone(pids) == []
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("how", ["SIGINT", "SIGKILL"])
+async def test_no_replica_outlives_the_deployment(tiny_path, how):
+    proc, url, pids = await start_deployment(tiny_path, "--data-parallel", "2")
+    async with aiohttp.ClientSession() as http:
+        async with http.get(url + "/health") as resp:
+            assert resp.status == 200
+    assert all(alive(p) for p in pids)
+    proc.send_signal(getattr(signal, how))   # SIGKILL: the replicas learn of it by PR_SET_PDEATHSIG only
+    await asyncio.wait_for(proc.wait(), timeout=60)
+    assert wait_gone(pids) == []
