@@ -31,6 +31,7 @@ class Backend:
     # class constants, not fields: subclasses override them by plain assignment
     ready_paths = ("/health", "/v1/models")  # the first that answers < 400 means ready
     metrics_path = "/metrics"  # Prometheus text page; None: the engine has none
+    replicas_path = None  # a router's list of its replicas ({"replicas": [{"id", "url"}]}), each scraped too
     version_path = None
     profile_paths = None  # (start, stop), POSTed around the measured window
     profile_hint = ""  # how to start the engine so those routes exist, for the warning when they are missing

@@ -95,9 +95,9 @@ async def test_greedy_outputs_through_the_router_equal_one_engines(deployment, t
             assert streamed_text(events) == direct_chat["choices"][0]["message"]["content"]
     finally:
         await single_runner.cleanup()
-    assert await metric(http, url, "router_requests_total", replica="0") == 6
-    assert await metric(http, url, "router_requests_total", replica="1") == 6
-    assert await metric(http, url, "router_routing_decisions_total", reason="round_robin") == 12
+    assert await metric(http, url, "native_router:requests_total", replica="0") == 6
+    assert await metric(http, url, "native_router:requests_total", replica="1") == 6
+    assert await metric(http, url, "native_router:routing_decisions_total", reason="round_robin") == 12
     # each replica really ran its share: 4 completions of 6 tokens and 2 chats
     for engine in engines:
         counts = re.findall(rb"native:time_to_first_token_seconds_count\{.*\} (\S+)", engine.metrics.render())
@@ -125,10 +125,10 @@ async def test_cache_aware_keeps_a_shared_document_on_one_replica(deployment):
     for i in range(6):
         status, _ = await post(http, url + "/v1/completions", {"prompt": f"{DOC} question {i}", "max_tokens": 2})
         assert status == 200
-    counts = [await metric(http, url, "router_requests_total", replica=r) for r in ("0", "1")]
+    counts = [await metric(http, url, "native_router:requests_total", replica=r) for r in ("0", "1")]
     assert sorted(counts) == [0, 6]
-    assert await metric(http, url, "router_routing_decisions_total", reason="cache_hit") == 5
-    assert await metric(http, url, "router_prefix_match_chars_sum") >= 5 * len(DOC)
+    assert await metric(http, url, "native_router:routing_decisions_total", reason="cache_hit") == 5
+    assert await metric(http, url, "native_router:prefix_match_chars_sum") >= 5 * len(DOC)
     busy = engines[counts.index(6)]
     assert busy.block_manager.prefix_cache_hits_tokens > 0
 
@@ -140,10 +140,10 @@ async def test_a_replica_gone_is_reported_and_new_requests_go_to_the_other(deplo
     for i in range(4):
         status, body = await post(http, url + "/v1/completions", {"prompt": f"q{i}", "max_tokens": 2})
         assert status == 200, body
-    assert await metric(http, url, "router_replica_up", replica="0") == 0
-    assert await metric(http, url, "router_replica_up", replica="1") == 1
+    assert await metric(http, url, "native_router:replica_up", replica="0") == 0
+    assert await metric(http, url, "native_router:replica_up", replica="1") == 1
     # found down by its /health probe or by a refused connection (then that request went to replica 1)
-    assert await metric(http, url, "router_requests_total", replica="1") == 4
+    assert await metric(http, url, "native_router:requests_total", replica="1") == 4
     async with http.get(url + "/health") as resp:
         assert resp.status == 200
     await replica_runners[1].cleanup()
@@ -186,7 +186,7 @@ async def test_replica_killed_mid_load_fails_its_streams_clearly_and_the_rest_ca
         async with aiohttp.ClientSession() as http:
             long = {"prompt": "long", "max_tokens": 1500, "ignore_eos": True, "stream": True}
             streams = [asyncio.create_task(post(http, url + "/v1/completions", long)) for _ in range(4)]
-            while await metric(http, url, "router_replica_requests_in_flight") < 4:
+            while await metric(http, url, "native_router:replica_requests_in_flight") < 4:
                 await asyncio.sleep(0.05)
             await asyncio.sleep(0.3)
             os.kill(pids[0], signal.SIGKILL)
@@ -197,8 +197,8 @@ async def test_replica_killed_mid_load_fails_its_streams_clearly_and_the_rest_ca
             for i in range(4):   # new requests: all to replica 1
                 status, body = await post(http, url + "/v1/completions", {"prompt": f"after {i}", "max_tokens": 3})
                 assert status == 200, body
-            assert await metric(http, url, "router_replica_up", replica="0") == 0
-            assert await metric(http, url, "router_request_failures_total", replica="0", reason="mid_stream") == 2
+            assert await metric(http, url, "native_router:replica_up", replica="0") == 0
+            assert await metric(http, url, "native_router:request_failures_total", replica="0", reason="mid_stream") == 2
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), timeout=60) == 0
@@ -206,13 +206,61 @@ async def test_replica_killed_mid_load_fails_its_streams_clearly_and_the_rest_ca
 
 
 @pytest.mark.faults
-@pytest.mark.parametrize("how", ["SIGINT", "SIGKILL"])
-async def test_no_replica_outlives_the_deployment(tiny_path, how):
+async def test_no_replica_outlives_the_deployment_even_if_killed(tiny_path):
     proc, url, pids = await start_deployment(tiny_path, "--data-parallel", "2")
     async with aiohttp.ClientSession() as http:
         async with http.get(url + "/health") as resp:
             assert resp.status == 200
     assert all(alive(p) for p in pids)
-    proc.send_signal(getattr(signal, how))   # SIGKILL: the replicas learn of it by PR_SET_PDEATHSIG only
+    proc.send_signal(signal.SIGKILL)   # the replicas learn of it by PR_SET_PDEATHSIG only
     await asyncio.wait_for(proc.wait(), timeout=60)
     assert wait_gone(pids) == []
+
+
+async def test_the_harness_scrapes_the_router_and_each_replica_with_its_label(deployment, tmp_path):
+    import csv
+
+    from backends.native import NativeBackend
+    from harness.server_metrics import ServerMetricsScraper
+
+    start, http = deployment
+    url, router, engines, replica_runners = await start("round_robin", 2)
+    for i in range(4):
+        assert (await post(http, url + "/v1/completions", {"prompt": f"{DOC} {i}", "max_tokens": 2}))[0] == 200
+    scraper = ServerMetricsScraper(url + "/metrics", time.perf_counter_ns(), tmp_path / "sm.csv", interval_s=0.1,
+                                   replicas_url=url + NativeBackend.replicas_path)
+    scraper.begin()
+    await asyncio.sleep(0.5)
+    status = await asyncio.to_thread(scraper.stop)
+    assert status["sampled"] and status["replicas"] == 2 and status["replica_failures"] == 0
+    with open(tmp_path / "sm.csv") as f:
+        rows = list(csv.DictReader(f))
+    last = {(r["name"], r["labels"]): float(r["value"]) for r in rows}
+    for replica in ("0", "1"):
+        assert last[("native_router:requests_total", f'replica="{replica}"')] == 2
+        assert last[("bench:prompt_tokens", f'replica="{replica}"')] > 0
+        assert any(n == "native:generation_tokens_total" and f'replica="{replica}"' in labels and v == 4
+                   for (n, labels), v in last.items())
+    # one time stamp per round for all replicas: a counter summed over a t_s is the deployment's total
+    per_t = {}
+    for r in rows:
+        if r["name"] == "bench:generation_tokens":
+            per_t.setdefault(r["t_s"], []).append(float(r["value"]))
+    assert per_t and all(len(v) == 2 and sum(v) == 8 for v in per_t.values())
+
+
+async def test_a_single_engine_has_no_replicas_to_scrape(tiny, tmp_path):
+    from harness.server_metrics import ServerMetricsScraper
+
+    runner, port = await start_server(LLMEngine(EngineConfig(kv_cache_tokens=1024), tiny), "127.0.0.1", 0)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        scraper = ServerMetricsScraper(url + "/metrics", time.perf_counter_ns(), tmp_path / "sm.csv", interval_s=0.1,
+                                       replicas_url=url + "/replicas")
+        scraper.begin()
+        await asyncio.sleep(0.3)
+        status = await asyncio.to_thread(scraper.stop)
+    finally:
+        await runner.cleanup()
+    assert status["sampled"] and "replicas" not in status and scraper.replica_pages == []
+    assert "replica=" not in (tmp_path / "sm.csv").read_text()
