@@ -22,6 +22,9 @@ from native_engine.routing import Policy, prompt_text
 log = logging.getLogger("native_engine.router")
 HEALTH_INTERVAL_S = 0.5
 HEALTH_TIMEOUT_S = 2.0
+# A busy replica may answer /health late (its engine thread holds the GIL between steps): down only
+# after this many slow or failed probes in a row; a refused connection (nothing listens) counts at once.
+DOWN_AFTER_FAILED_PROBES = 3
 MAX_BODY_BYTES = 4 * 2**20
 PASSED_HEADERS = ("Content-Type", "Retry-After", "Cache-Control")
 
@@ -32,6 +35,7 @@ class Replica:
     url: str
     up: bool = True
     in_flight: int = 0
+    failed_probes: int = 0
 
 
 class RouterMetrics:
@@ -86,14 +90,22 @@ class Router:
 
     async def watch_health(self) -> None:
         while True:
-            for r in list(self.replicas.values()):
-                try:
-                    async with self.http.get(r.url + "/health", timeout=aiohttp.ClientTimeout(HEALTH_TIMEOUT_S)) as resp:
-                        self.mark(r, resp.status == 200, f"/health answered {resp.status}")
-                except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-                    self.mark(r, False, f"/health: {type(exc).__name__}: {exc}")
+            await asyncio.gather(*(self.probe(r) for r in self.replicas.values()))
             self.policy.evict()
             await asyncio.sleep(HEALTH_INTERVAL_S)
+
+    async def probe(self, replica: Replica) -> None:
+        try:
+            async with self.http.get(replica.url + "/health", timeout=aiohttp.ClientTimeout(HEALTH_TIMEOUT_S)) as resp:
+                failure = None if resp.status == 200 else f"/health answered {resp.status}"
+        except aiohttp.ClientConnectorError as exc:
+            replica.failed_probes = DOWN_AFTER_FAILED_PROBES
+            failure = f"/health: {exc}"
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            failure = f"/health: {type(exc).__name__}: {exc}"
+        replica.failed_probes = replica.failed_probes + 1 if failure else 0
+        if failure is None or replica.failed_probes >= DOWN_AFTER_FAILED_PROBES:
+            self.mark(replica, failure is None, failure or "")
 
     # ---- generation ----------------------------------------------------------------------------
     async def generate(self, request: web.Request) -> web.StreamResponse:

@@ -264,3 +264,47 @@ async def test_a_single_engine_has_no_replicas_to_scrape(tiny, tmp_path):
         await runner.cleanup()
     assert status["sampled"] and "replicas" not in status and scraper.replica_pages == []
     assert "replica=" not in (tmp_path / "sm.csv").read_text()
+
+
+@pytest.mark.faults
+def test_bench_run_against_a_deployment_survives_a_killed_replica_and_leaves_no_process(tmp_path, tiny_path):
+    """`bench run` launching `serve --data-parallel 2`: replica 0 SIGKILLed mid-run, the run completes,
+    the lost requests are failures with a reason, per-replica metrics are scraped, nothing is left."""
+    import csv
+
+    from bench_process import bench_started
+    from harness.results import read_records
+
+    prompts = tmp_path / "prompts.jsonl"   # a file: random prompts would need a real vocabulary (slow to load)
+    prompts.write_text("".join(json.dumps({"prompt": f"{DOC} {i}", "output_tokens": 120}) + "\n" for i in range(16)))
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: dp\nbackend: {kind: native, launch: {args: [--model, '%s', --data-parallel, 2, --router-policy, "
+        "round_robin], ready_timeout_s: 120}}\n"
+        "workload: {kind: file, path: '%s'}\n"
+        "load: {arrival: poisson, rate: 20, num_requests: 16}\n"
+        "telemetry: {interval_ms: 200, gpu: false}\n" % (tiny_path, prompts))
+    out = tmp_path / "out"
+    proc = bench_started("run", scenario, "--output", out, "--allow-client-bound")
+    deadline = time.monotonic() + 120
+    pids = []
+    while time.monotonic() < deadline and not pids and proc.poll() is None:
+        log = (out / "engine.log").read_text() if (out / "engine.log").exists() else ""
+        pids = [int(p) for p in re.findall(r"pid (\d+)", log.split("serving on", 1)[-1].split("\n")[0])]
+        time.sleep(0.1)
+    while time.monotonic() < deadline and proc.poll() is None and not ((out / "requests.jsonl").exists()
+                                              and (out / "requests.jsonl").read_text().count("\n") >= 2):
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[1]
+    os.kill(pids[0], signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr
+    records = read_records(out)
+    assert len(records) == 16
+    failed = [r for r in records if not r.ok]
+    assert failed and all(r.error_reason == "server_error_event" and "replica 0" in r.error_detail for r in failed)
+    assert sum(r.ok for r in records) >= 8   # replica 1's, and those sent after the kill
+    with open(out / "server_metrics.csv") as f:
+        labels = {r["labels"] for r in csv.DictReader(f) if r["name"] == "bench:generation_tokens"}
+    assert labels >= {'replica="0"', 'replica="1"'}
+    assert wait_gone(pids) == []
