@@ -154,6 +154,20 @@ async def test_a_replica_gone_is_reported_and_new_requests_go_to_the_other(deplo
         assert resp.status == 503
 
 
+async def test_a_client_gone_mid_stream_aborts_its_request_on_the_replica(deployment):
+    start, http = deployment
+    url, router, engines, _ = await start("round_robin", 1)
+    async with http.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 1800, "ignore_eos": True,
+                                                        "stream": True}) as resp:
+        await resp.content.readline()   # the stream has started; then the client goes away
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (router.replicas["0"].in_flight or engines[0].scheduler.running):
+        await asyncio.sleep(0.05)
+    assert router.replicas["0"].in_flight == 0 and not engines[0].scheduler.running
+    generated = await metric(http, router.replicas["0"].url, "native:generation_tokens_total")
+    assert 0 < generated < 1800   # aborted, not run to the end
+
+
 # ---- real processes -----------------------------------------------------------------------------
 def alive(pid: int) -> bool:
     try:
