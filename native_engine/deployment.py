@@ -37,6 +37,7 @@ class ReplicaProcess:
     id: str
     process: subprocess.Popen
     url: str = ""
+    stopping: bool = False   # set when we stop it: its exit is then no news
 
 
 def replica_args(ctx: typer.Context) -> list[str]:
@@ -99,11 +100,13 @@ def relay_output(replica: ReplicaProcess) -> None:
         sys.stderr.write(f"[replica {replica.id}] {line}")
     code = replica.process.wait()
     how = f"signal {signal.Signals(-code).name}" if code < 0 else f"code {code}"
-    log.warning("replica %s (pid %d, %s) exited with %s", replica.id, replica.process.pid, replica.url, how)
+    log.log(logging.INFO if replica.stopping or code == 0 else logging.ERROR, "replica %s (pid %d, %s) exited with %s",
+            replica.id, replica.process.pid, replica.url, how)
 
 
 def stop_replicas(replicas: list[ReplicaProcess]) -> None:
     for r in replicas:
+        r.stopping = True
         if r.process.poll() is None:
             r.process.terminate()
     for r in replicas:
