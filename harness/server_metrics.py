@@ -63,7 +63,10 @@ def format_labels(labels: dict) -> str:
     return ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
 
 
-def parse_page(text: str, extra: dict | None = None) -> tuple[list[tuple[str, float, str]], list[tuple[str, float, str]]]:
+Rows = list[tuple[str, float, str]]
+
+
+def parse_page(text: str, extra: dict | None = None) -> tuple[Rows, Rows]:
     """(raw rows, schema rows), each (name, value, labels) from one Prometheus text page; `extra`
     labels (a replica's id) are added to every row."""
     extra = extra or {}

@@ -53,8 +53,8 @@ class RouterMetrics:
                                       "replica was sent before", registry=r,
                                       buckets=(0, 16, 64, 256, 1024, 4096, 16384, 65536))
         self.up = Gauge("native_router:replica_up", "1 while the replica answers, else 0", ["replica"], registry=r)
-        self.in_flight = Gauge("native_router:replica_requests_in_flight", "Requests in flight per replica", ["replica"],
-                               registry=r)
+        self.in_flight = Gauge("native_router:replica_requests_in_flight", "Requests in flight per replica",
+                               ["replica"], registry=r)
 
 
 class ReplicaFailed(Exception):
