@@ -31,7 +31,7 @@ def available() -> dict[str, str]:
     return found
 
 
-def load_backend(kind: str, eos_token_ids: tuple[int, ...] = ()):
+def load_backend(kind: str, eos_token_ids: tuple[int, ...] = (), profile: bool = False, step_trace: bool = False):
     """An instance of the backend named `kind`; ValueError naming backend.kind if none is."""
     known = available()
     if kind not in known:
@@ -39,4 +39,4 @@ def load_backend(kind: str, eos_token_ids: tuple[int, ...] = ()):
                          f"(a package adds one through the {GROUP!r} entry-point group)")
     module_name, _, attr = known[kind].partition(":")
     cls = getattr(importlib.import_module(module_name), attr)
-    return cls(eos_token_ids=tuple(eos_token_ids))
+    return cls(eos_token_ids=tuple(eos_token_ids), profile=profile, step_trace=step_trace)

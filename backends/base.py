@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from backends.http import http_get, http_post  # noqa: F401  (re-exported: backends use them from here)
 from backends.openai import CHAT, COMPLETIONS, ParsedStream, StreamError, build_request_body, parse_sse
@@ -21,9 +22,12 @@ NATIVE = "native"  # backend.api for an engine's own (non-OpenAI) generate endpo
 @dataclass
 class Backend:
     """The OpenAI-compatible dialect. `eos_token_ids`: only for engines that need them to force
-    the output length (llama-cpp-python's logit_bias)."""
+    the output length (llama-cpp-python's logit_bias). `profile`, `step_trace`: what the run asks
+    of an engine it launches (backend.profile, backend.trace); see launch_args()."""
 
     eos_token_ids: tuple[int, ...] = ()
+    profile: bool = False
+    step_trace: bool = False
 
     name = "openai"
     description = "any OpenAI-compatible server (/v1/completions, /v1/chat/completions)"
@@ -32,9 +36,12 @@ class Backend:
     ready_paths = ("/health", "/v1/models")  # the first that answers < 400 means ready
     metrics_path = "/metrics"  # Prometheus text page; None: the engine has none
     replicas_path = None  # a router's list of its replicas ({"replicas": [{"id", "url"}]}), each scraped too
+    metrics_hint = "set backend.metrics_url"  # what to do when the page is missing (404)
     version_path = None
+    old_version_path = None  # asked when version_path does not answer (an older server)
     profile_paths = None  # (start, stop), POSTed around the measured window
     profile_hint = ""  # how to start the engine so those routes exist, for the warning when they are missing
+    step_trace_path = None  # GET after the load: the engine's per-step trace (native engine only)
     keep_alive = True  # False: the engine closes a connection after each stream, so never reuse one
     forces_length = True  # honours workload.ignore_eos: every answer has exactly the planned length
 
@@ -67,17 +74,25 @@ class Backend:
         (the flag's spellings, value) pairs; a flag the user gives in launch.args wins."""
         return []
 
+    def launch_args(self, out_dir: Path, args: list[str]) -> list[str]:
+        """Flags added to the launch command line (default or launch.command + launch.args, given
+        as `args`) for what the run asks: a profiler directory, the step trace, metrics options."""
+        return []
+
     def after_ready(self, url: str, model: str, log) -> None:
         """Work once the server answers and before any load (Ollama pulls its model here)."""
 
     # --- probes ---------------------------------------------------------------------------
     def version(self, url: str, headers: dict | None = None) -> str | None:
         """The engine's version as it reports it, or None."""
-        if not self.version_path:
-            return None
-        try:
-            text = http_get(url + self.version_path, headers, timeout_s=2.0)
-        except OSError:
+        text = None
+        for path in (self.version_path, self.old_version_path):
+            if path and text is None:
+                try:
+                    text = http_get(url + path, headers, timeout_s=2.0)
+                except OSError:
+                    pass
+        if text is None:
             return None
         try:
             obj = json.loads(text)

@@ -1,9 +1,13 @@
 """llama.cpp: the real `llama-server`, and the llama-cpp-python server.
 
 llama-server: `ignore_eos` forces the length (it has no min_tokens); the final chunk always
-carries `usage` and `timings` (prompt_ms, predicted_ms, ...), the chat stream opens with a
-role-only delta and finishes on an empty trailing chunk. /health, /props (build_info), and
-/metrics with `llamacpp:` names only when started with --metrics. It closes the connection after
+carries `usage` and `timings` (cache_n, prompt_n, prompt_ms, predicted_n, predicted_ms: the
+request's prefill and decode, kept as server_timings and read by harness/phases.py), the chat
+stream opens with a role-only delta and finishes on an empty trailing chunk. /health, /props
+(build_info), and /metrics with `llamacpp:` names only when started with --metrics
+(tools/server/server-context.cpp): no KV-usage gauge any more (kv_cache_usage_ratio is gone);
+the prefix-cache rate comes from prompt_tokens_cached_total against prompt_tokens_total, which
+excludes cached tokens; n_tokens_max is a gauge (no _total). It closes the connection after
 each streamed answer, so the runner opens a new one per request (TTFT includes a loopback connect).
 
 llama-cpp-python (`python -m llama_cpp.server`): no ignore_eos, so the EOS tokens get a -inf
@@ -19,6 +23,7 @@ class LlamaServerBackend(Backend):
     name = "llamacpp"
     description = "llama.cpp's llama-server"
     version_path = "/props"
+    metrics_hint = "start llama-server with --metrics"
     # it answers "Keep-Alive" yet closes the connection after a streamed answer; a reused
     # connection then fails the next request ("Can not write request body")
     keep_alive = False

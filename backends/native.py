@@ -1,5 +1,12 @@
-"""The built-in numpy engine (native_engine): vLLM's dialect and metric names under `native:`."""
+"""The built-in numpy engine (native_engine): vLLM's dialect and metric names under `native:`.
+
+Its final stream chunk carries `timings` (queue_ms, prefill_ms, decode_ms, cache_n, preemptions:
+native_engine/llm_engine.py request_timings), kept as the record's server_timings. With
+backend.trace a launched engine gets --step-trace, and GET /step_trace gives every step.
+"""
 from __future__ import annotations
+
+from pathlib import Path
 
 from backends.base import Backend, python_module
 
@@ -7,8 +14,12 @@ from backends.base import Backend, python_module
 class NativeBackend(Backend):
     name = "native"
     description = "the built-in engine (python -m native_engine serve)"
+    step_trace_path = "/step_trace"
     replicas_path = "/replicas"   # `serve --data-parallel N`: the router lists its engine replicas there
 
     def launch_command(self, port: int, model: str) -> list[str]:
         # `model` is the served name here; the weights file goes in launch.args (--model PATH)
         return python_module("native_engine") + ["serve", "--host", "127.0.0.1", "--port", str(port)]
+
+    def launch_args(self, out_dir: Path, args: list[str]) -> list[str]:
+        return ["--step-trace"] if self.step_trace and "--step-trace" not in args else []

@@ -5,7 +5,11 @@ The length cap is `options.num_predict`; Ollama has no ignore_eos, so a model ma
 per line: `response` (generate) or `message.content` (chat) per token, then a last object with
 `done: true`, `done_reason`, `prompt_eval_count`, `eval_count` and the server's own durations
 in nanoseconds (`prompt_eval_duration`, `eval_duration`, `load_duration`, `total_duration`).
-No Prometheus page. Launch: `ollama serve` on OLLAMA_HOST, then POST /api/pull of the model
+Thinking models (on by default where the model supports it; docs/api.md, `think`) first stream
+their reasoning as `message.thinking` (chat) or `thinking` (generate): those tokens count in
+`eval_count` and arrive before any content, so they are tokens here too (the first one is the
+first token) and server_timings.thinking_tokens says how many there were; the text is only
+the answer. No Prometheus page. Launch: `ollama serve` on OLLAMA_HOST, then POST /api/pull of the model
 (what `ollama pull` does) and an empty generate that loads it (what `ollama run` does).
 """
 from __future__ import annotations
@@ -38,19 +42,26 @@ class OllamaBackend(Backend):
 
     def parse_stream(self, api, reads, read_times_ns) -> ParsedStream:
         out = ParsedStream()
-        pieces = []
+        pieces, thinking_tokens = [], 0
         for obj, t_ns in json_lines(reads, read_times_ns):
-            piece = (obj.get("message") or {}).get("content") if api == CHAT else obj.get("response")
-            if piece:
+            source = (obj.get("message") or {}) if api == CHAT else obj
+            piece = source.get("content") if api == CHAT else source.get("response")
+            thought = source.get("thinking")
+            if piece or thought:
                 out.token_times_ns.append(t_ns)
                 out.tokens_per_chunk.append(1)
+            if piece:
                 pieces.append(piece)
+            elif thought:
+                thinking_tokens += 1
             if obj.get("done"):
                 out.saw_done = True
                 out.finish_reason = obj.get("done_reason") or "stop"
                 out.usage_completion_tokens = obj.get("eval_count")
                 out.usage_prompt_tokens = obj.get("prompt_eval_count")
                 out.server_timings = {k.replace("duration", "s"): obj[k] / 1e9 for k in DURATIONS_NS if k in obj}
+                if thinking_tokens:
+                    out.server_timings["thinking_tokens"] = thinking_tokens
         out.text = "".join(pieces)
         return out
 

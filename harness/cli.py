@@ -1,5 +1,6 @@
-"""`bench`: parses the command line, calls the run pipeline (harness.run) or a report, prints, and maps
-errors to exit codes. It is the program's entry, the one module that wires every package's commands.
+"""`bench`: parses the command line, calls the run pipeline (harness.run), prints, and maps errors to
+exit codes. Commands of other packages (report, gate, select, serve) come from the `bench.commands`
+entry-point group in pyproject.toml, so the harness imports nothing from them.
 
 Exit codes: 0 ok; 1 the gate found a regression (only `bench gate`); 2 bad input (scenario, options,
 folders, files); 3 the client fell behind its schedule (client-bound); 4 the run failed or is
@@ -9,6 +10,7 @@ incomplete (engine unreachable or exited, fewer than half the requests completed
 from __future__ import annotations
 
 import json
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Optional
 
@@ -18,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from backends import available, load_backend
+from harness.explain import explanation_lines
 from harness.launcher import BackendUnreachable
 from harness.results import ResultsError, default_output_dir, versions
 from harness.run import MIN_COMPLETED_SHARE, Reporter, RunResult, Terminated, client_bound_advice, \
@@ -25,11 +28,10 @@ from harness.run import MIN_COMPLETED_SHARE, Reporter, RunResult, Terminated, cl
 from harness.scenario import ScenarioError, load_scenario
 from harness.sweep import capacity_line, run_sweep, sweep_kind
 from harness.tokenizer_source import TokenizerError
-from native_engine.cli import serve
-from reports.cli import gate, report, select
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_CLIENT_BOUND, EXIT_RUN_FAILED = 0, 1, 2, 3, 4
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
+COMMANDS_GROUP = "bench.commands"
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Benchmark LLM serving engines: replay an arrival process, measure TTFT/ITL/TPOT/E2E/goodput.",
@@ -173,7 +175,8 @@ def _sweep(scenario, out_dir: Path, workers: str | None, overwrite: bool, allow_
     console.print(f"results in {out_dir} (`bench report {out_dir}` draws the curves)")
     last = next((p for p in reversed(points) if p.result is not None), None)
     if last is not None and last.status != "completed":
-        console.print("[yellow]the points after it were not run (see sweep.json)[/]")
+        if points[-1] is not last:
+            console.print("[yellow]the points after it were not run (see sweep.json)[/]")
         raise typer.Exit(_verdict(last.result, allow_client_bound))
     if all(p.result is not None and p.result.mostly_failed for p in points):
         console.print("[bold red]run failed[/]: at every point fewer than half the requests completed")
@@ -209,6 +212,8 @@ def print_summary(summary: dict, out_dir: Path) -> None:
         stats = summary.get(key) or {}
         table.add_row(key.removesuffix("_ms"), *("-" if stats.get(c) is None else f"{stats[c]:.2f}" for c in cols))
     console.print(table)
+    for line in explanation_lines(summary):
+        console.print(line, markup=False)
 
 
 @app.command("backends")
@@ -226,10 +231,32 @@ def list_backends() -> None:
     Console().print(table)
 
 
-app.command("report")(report)
-app.command("gate")(gate)
-app.command("select")(select)
-app.command("serve")(serve)
+def add_declared_commands(app: typer.Typer, declared=None) -> None:
+    """Adds the commands declared in the `bench.commands` entry-point group (this project's report, gate,
+    select and serve; a third party's the same way). One that cannot be loaded, or that takes the name of
+    a command already there, stops `bench` with its name: a command must never vanish quietly."""
+    taken = {info.name or info.callback.__name__ for info in app.registered_commands}
+    taken |= {info.name for info in app.registered_groups}
+    for ep in sorted(entry_points(group=COMMANDS_GROUP) if declared is None else declared, key=lambda e: e.name):
+        where = f"{ep.value!r} (entry-point group {COMMANDS_GROUP!r})"
+        if ep.name in taken:
+            raise RuntimeError(f"bench command {ep.name!r} from {where}: a command of that name already exists")
+        try:
+            command = ep.load()
+        except Exception as e:
+            raise RuntimeError(f"bench command {ep.name!r} cannot be loaded from {where}: "
+                               f"{type(e).__name__}: {e}") from e
+        if isinstance(command, typer.Typer):  # a group of subcommands (`bench history add|show`)
+            app.add_typer(command, name=ep.name)
+        elif callable(command):
+            app.command(ep.name)(command)
+        else:
+            raise RuntimeError(f"bench command {ep.name!r} from {where} is a {type(command).__name__}, "
+                               "not a function or a typer.Typer")
+        taken.add(ep.name)
+
+
+add_declared_commands(app)
 
 
 if __name__ == "__main__":

@@ -196,6 +196,7 @@ def launch(backend, launch_config, url: str | None, model: str, log_path: Path,
     port = port or free_port()
     url = url or f"http://127.0.0.1:{port}"
     command = engine_command(backend, launch_config, port, model, sizing)
+    command += backend.launch_args(log_path.parent, command)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")
     log.write(f"$ {shlex.join(command)}\n".encode())

@@ -11,15 +11,15 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.explain import explain
 from harness.launcher import LaunchedBackend
 from harness.metrics import client_bound_reasons, summarize
 from harness.observers import RunObservers
 from harness.results import ResultWriter, host_info, versions
-from harness.runner import Target, run_async
+from harness.runner import Target, run_async, t0_ahead_ns
 from harness.scenario import Scenario, ScenarioError
 from harness.session import EngineSession, engine_session
 from harness.tokenizer_source import resolve_tokenizer
@@ -147,8 +147,7 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
                 "time_unit": "seconds from t0 (perf_counter_ns)"}
     writer.write_run_info(run_info)
     # t0 is fixed before the run so telemetry and server metrics share the requests' clock
-    lead_s = 0.3 if n_workers <= 1 else 3.0 + 0.5 * n_workers  # spawned workers take a while to start
-    t0_ns = time.perf_counter_ns() + int(lead_s * 1e9)
+    t0_ns = t0_ahead_ns(n_workers, spawn=True, connect=True)
     observers = RunObservers(scenario, engine, url, launched, t0_ns, writer.dir)
     warnings += observers.start()
     for warning in warnings:
@@ -171,6 +170,8 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
     elif stopped_by:
         summary["engine_exited"] = stopped_by
     summary["telemetry"] = observers.derived(outcome)
+    summary.update(explain(summary, outcome.records, writer.dir, observers.engine_steps(outcome),
+                           scenario.resolved_dict(), (outcome.t0_ns - t0_ns) / 1e9))  # phases_ms, roofline, diagnosis
     writer.write_summary(summary)
     return RunResult(writer.dir, summary, run_info, warnings)
 

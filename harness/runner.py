@@ -123,6 +123,24 @@ async def _note_request_written(session, ctx, params) -> None:
     rec.request_written_s = time.perf_counter_ns()  # made relative to t0 in _stream
 
 
+def t0_ahead_ns(workers: int, *, spawn: bool, connect: bool) -> int:
+    """The run's t0 (a perf_counter_ns value): now plus a lead for what must still happen before the first send.
+
+    The one rule for that lead, because t0 is fixed at three moments: by the run pipeline before the load
+    (so telemetry and server metrics share the requests' clock), by the parent once its spawned client
+    processes are all ready (if the first t0 is too close by then), and by a Runner given none. Too short a
+    lead makes the first requests late, which shows as schedule lag and can flag a run client-bound; too
+    long only idles. spawn: `workers` client processes are still to start (each imports the harness anew,
+    seconds on a loaded machine). connect: connections are still to be opened (by one process, or by
+    several sharing the cores)."""
+    lead_s = 0.02  # the event loop's first dispatch
+    if connect:
+        lead_s += 0.3 if workers <= 1 else 1.0
+    if spawn and workers > 1:
+        lead_s += 2.0 + 0.5 * workers
+    return time.perf_counter_ns() + int(lead_s * 1e9)
+
+
 class Runner:
     """Sends `requests` (RequestSpecs) on one timeline and records each as it finishes.
 
@@ -181,7 +199,7 @@ class Runner:
             if self.backend.keep_alive:  # else each request opens its own connection anyway
                 await self._open_connections(min(len(self.jobs), slots or 64))
             if self.t0_ns is None:
-                self.t0_ns = time.perf_counter_ns() + 20_000_000  # a little lead for the first sends
+                self.t0_ns = t0_ahead_ns(1, spawn=False, connect=False)  # connections are open
             ticker = asyncio.create_task(self._tick_loop_lag())
             self._digests: asyncio.Queue = asyncio.Queue()
             digester = asyncio.create_task(self._digester())

@@ -112,6 +112,7 @@ class BackendConfig(Strict):
     max_response_bytes: int = Field(default=DEFAULT_MAX_RESPONSE_BYTES, ge=1024, le=1 << 40, description="bytes")
     metrics_url: str | None = None  # the Prometheus page; default: url + the engine's metrics path
     profile: bool = False  # POST the engine's /start_profile and /stop_profile around the load (vLLM, SGLang)
+    trace: bool = False  # the engine's per-step trace into engine_trace.json (native engine: --step-trace)
     eos_token_ids: list[int] = []  # llama-cpp-python only: EOS ids to bias away when workload.ignore_eos
     tokenizer: str | None = None  # local tokenizer for prompt lengths: a GGUF, a HF folder/tokenizer.json or name
 

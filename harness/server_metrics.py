@@ -4,12 +4,15 @@ Columns `t_s,name,value,labels`: t_s in seconds from the run's t0 (the clock of 
 stamped when the page arrived. Each scrape writes the engine's samples under their own names
 (process_/python_/http_ noise and `_created` left out), then the same state in one schema
 under `bench:` names, whatever the engine calls it:
-  running, waiting                 requests in the batch / queued
+  running, waiting                 requests in the batch / queued (vLLM also waiting_capacity, waiting_deferred)
   kv_usage_fraction                0-1 of the KV cache in use
-  prefix_cache_hit_rate            0-1; vLLM-style engines: hits/queries since start
-  preemptions, prompt_tokens, generation_tokens, spec_draft_tokens, spec_accepted_tokens  (counters)
+  prefix_cache_hit_rate            0-1; vLLM-style engines: hits/queries since start; llama.cpp:
+                                   cached / (cached + computed) prompt tokens since start
+  preemptions, prompt_tokens, cached_prompt_tokens, generation_tokens, spec_draft_tokens,
+  spec_accepted_tokens, spec_drafts (counters); spec_accept_rate, spec_accept_length (SGLang gauges)
   read_bytes, flops                the engine's estimates (counters) where it offers them
-  ttft_s_*, itl_s_*, tpot_s_*      engine-side histograms (_bucket with le, _sum, _count)
+  ttft_s_*, itl_s_*, tpot_s_*, e2e_s_*, queue_s_*, prefill_s_*, decode_s_*
+                                   engine-side histograms (_bucket with le, _sum, _count)
 Values are summed over label sets (one per model or GPU), except fractions, which are averaged.
 Behind a router that lists its replicas (the backend's replicas_path: native's `serve --data-parallel`),
 each replica's page is scraped too and its rows, raw and `bench:`, carry a `replica="<id>"` label
@@ -29,25 +32,58 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from backends.http import request
 
-ENGINE_PREFIXES = ("vllm:", "sglang:", "native:", "native_router:", "llamacpp:", "tensorrt_llm:", "trtllm:", "trtllm_")
+# Names as each engine's current source defines them (checked 2026-11):
+#   vLLM          vllm/v1/metrics/loggers.py (PrometheusStatLogger), prefix `vllm:`
+#   SGLang        python/sglang/srt/metrics/collector.py (SchedulerMetricsCollector,
+#                 TokenizerMetricsCollector), prefix `sglang:`
+#   TensorRT-LLM  tensorrt_llm/metrics/collector.py (MetricsCollector), prefix `trtllm_` only
+#   llama.cpp     tools/server/server-context.cpp (handle_metrics), prefix `llamacpp:`
+#   native        native_engine/metrics.py: vLLM's names under `native:`; its router (native_engine/router.py)
+#                 `native_router:`
+ENGINE_PREFIXES = ("vllm:", "sglang:", "native:", "native_router:", "llamacpp:", "trtllm_")
 SCHEMA = {  # engine's name without its prefix -> schema name
+    # vLLM, TensorRT-LLM, native: num_requests_{running,waiting}; SGLang: num_{running,queue}_reqs;
+    # llama.cpp: requests_{processing,deferred}
     "num_requests_running": "running", "num_running_reqs": "running", "requests_processing": "running",
     "num_requests_waiting": "waiting", "num_queue_reqs": "waiting", "requests_deferred": "waiting",
-    "kv_cache_usage_perc": "kv_usage_fraction", "gpu_cache_usage_perc": "kv_usage_fraction",
-    "token_usage": "kv_usage_fraction", "kv_cache_usage_ratio": "kv_usage_fraction",
+    # vLLM v1: kv_cache_usage_perc (gpu_cache_usage_perc is gone); SGLang: token_usage;
+    # TensorRT-LLM: kv_cache_utilization (needs enable_iter_perf_stats); llama.cpp: none any more
+    "kv_cache_usage_perc": "kv_usage_fraction", "token_usage": "kv_usage_fraction",
     "kv_cache_utilization": "kv_usage_fraction",
+    # SGLang: cache_hit_rate; TensorRT-LLM: kv_cache_hit_rate; vLLM and llama.cpp: from counters below
     "cache_hit_rate": "prefix_cache_hit_rate", "kv_cache_hit_rate": "prefix_cache_hit_rate",
-    "num_preemptions_total": "preemptions", "num_retracted_reqs_total": "preemptions",
+    # vLLM: num_preemptions_total; SGLang: num_retracted_requests_total (a counter; the old gauge
+    # num_retracted_reqs is a per-interval value, not a total)
+    "num_preemptions_total": "preemptions", "num_retracted_requests_total": "preemptions",
     "prompt_tokens_total": "prompt_tokens",
     "generation_tokens_total": "generation_tokens", "tokens_predicted_total": "generation_tokens",
+    # prompt tokens served from the prefix cache: vLLM and llama.cpp prompt_tokens_cached_total,
+    # SGLang cached_tokens_total, TensorRT-LLM prompt_cached_tokens_total
+    "prompt_tokens_cached_total": "cached_prompt_tokens", "cached_tokens_total": "cached_prompt_tokens",
+    "prompt_cached_tokens_total": "cached_prompt_tokens",
+    # speculative decoding: vLLM and llama.cpp spec_decode_num_{draft,accepted}_tokens_total,
+    # TensorRT-LLM the same names (iteration stats); SGLang gauges of the current rate and length
     "spec_decode_num_draft_tokens_total": "spec_draft_tokens",
     "spec_decode_num_accepted_tokens_total": "spec_accepted_tokens",
+    "spec_decode_num_drafts_total": "spec_drafts",
+    "spec_accept_rate": "spec_accept_rate", "spec_accept_length": "spec_accept_length",
     "estimated_read_bytes_per_gpu_total": "read_bytes", "weight_bytes_read_total": "read_bytes",
     "kv_bytes_read_total": "read_bytes", "estimated_flops_per_gpu_total": "flops",
+    "flops_total": "flops",
 }
-HISTOGRAMS = {"time_to_first_token_seconds": "ttft_s", "inter_token_latency_seconds": "itl_s",
-              "time_per_output_token_seconds": "tpot_s", "request_time_per_output_token_seconds": "tpot_s"}
-FRACTIONS = {"kv_usage_fraction", "prefix_cache_hit_rate"}
+# vLLM's num_requests_waiting_by_reason{reason=capacity|deferred}: one schema row per reason
+BY_REASON = {"num_requests_waiting_by_reason": "waiting"}
+HISTOGRAMS = {
+    "time_to_first_token_seconds": "ttft_s", "inter_token_latency_seconds": "itl_s",
+    # vLLM v1: request_time_per_output_token_seconds; TensorRT-LLM still time_per_output_token_seconds
+    "time_per_output_token_seconds": "tpot_s", "request_time_per_output_token_seconds": "tpot_s",
+    "e2e_request_latency_seconds": "e2e_s",
+    # the phases (docs/metrics.md): vLLM, TensorRT-LLM and native request_{queue,prefill,decode}_time_seconds;
+    # SGLang only queue_time_seconds (its prefill is TTFT minus queue, see harness/phases.py)
+    "request_queue_time_seconds": "queue_s", "queue_time_seconds": "queue_s",
+    "request_prefill_time_seconds": "prefill_s", "request_decode_time_seconds": "decode_s",
+}
+FRACTIONS = {"kv_usage_fraction", "prefix_cache_hit_rate", "spec_accept_rate", "spec_accept_length"}
 COLUMNS = ("t_s", "name", "value", "labels")
 
 
@@ -70,9 +106,10 @@ def parse_page(text: str, extra: dict | None = None) -> tuple[Rows, Rows]:
     """(raw rows, schema rows), each (name, value, labels) from one Prometheus text page; `extra`
     labels (a replica's id) are added to every row."""
     extra = extra or {}
+    own = format_labels(extra)   # the labels of a schema row ("" but for a replica's page)
     raw: list[tuple[str, float, str]] = []
     sums: dict[tuple[str, str], list[float]] = {}
-    hits = queries = 0.0
+    hits = queries = llama_cached = llama_computed = 0.0
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             key = engine_key(sample.name)
@@ -80,18 +117,28 @@ def parse_page(text: str, extra: dict | None = None) -> tuple[Rows, Rows]:
                 continue
             raw.append((sample.name, sample.value, format_labels({**sample.labels, **extra})))
             if key in SCHEMA:
-                sums.setdefault((f"bench:{SCHEMA[key]}", format_labels(extra)), []).append(sample.value)
-            if key == "prefix_cache_hits_total":
+                sums.setdefault((f"bench:{SCHEMA[key]}", own), []).append(sample.value)
+            elif key in BY_REASON and "reason" in sample.labels:
+                sums.setdefault((f"bench:{BY_REASON[key]}_{sample.labels['reason']}", own), []).append(sample.value)
+            if key == "prefix_cache_hits_total":  # vLLM, native: tokens
                 hits += sample.value
             elif key == "prefix_cache_queries_total":
                 queries += sample.value
+            elif sample.name == "llamacpp:prompt_tokens_cached_total":
+                # llama.cpp: prompt_tokens_total excludes cached tokens ("excluding cached tokens")
+                llama_cached += sample.value
+            elif sample.name == "llamacpp:prompt_tokens_total":
+                llama_computed += sample.value
             for engine_name, schema_name in HISTOGRAMS.items():
                 suffix = key[len(engine_name):] if key.startswith(engine_name) else None
                 if suffix in ("_bucket", "_sum", "_count"):
                     le = format_labels({"le": sample.labels["le"], **extra} if suffix == "_bucket" else extra)
                     sums.setdefault((f"bench:{schema_name}{suffix}", le), []).append(sample.value)
-    if queries > 0 and ("bench:prefix_cache_hit_rate", format_labels(extra)) not in sums:
-        sums[("bench:prefix_cache_hit_rate", format_labels(extra))] = [hits / queries]
+    if ("bench:prefix_cache_hit_rate", own) not in sums:
+        if queries > 0:
+            sums[("bench:prefix_cache_hit_rate", own)] = [hits / queries]
+        elif llama_cached + llama_computed > 0:
+            sums[("bench:prefix_cache_hit_rate", own)] = [llama_cached / (llama_cached + llama_computed)]
     schema = []
     for (name, labels), values in sums.items():
         fraction = name.removeprefix("bench:") in FRACTIONS
@@ -99,15 +146,26 @@ def parse_page(text: str, extra: dict | None = None) -> tuple[Rows, Rows]:
     return raw, schema
 
 
+def read_schema(path: str | Path) -> dict[str, list[tuple[float, float]]]:
+    """{bench: name: [(t_s, value), ...]} from a server_metrics.csv (rows without labels)."""
+    series: dict[str, list[tuple[float, float]]] = {}
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            if row["name"].startswith("bench:") and not row["labels"]:
+                series.setdefault(row["name"], []).append((float(row["t_s"]), float(row["value"])))
+    return series
+
+
 class ServerMetricsScraper(threading.Thread):
     """scraper.start() ... scraper.stop() -> status for run.json. `url` None: nothing to scrape."""
 
     def __init__(self, url: str | None, t0_ns: int, out_path: str | Path, interval_s: float = 0.5,
                  timeout_s: float = 2.0, headers: dict | None = None, why_none: str = "",
-                 replicas_url: str | None = None):
+                 missing_page_hint: str = "set backend.metrics_url", replicas_url: str | None = None):
         super().__init__(name="server-metrics", daemon=True)
         self.url, self.t0_ns, self.interval_s, self.timeout_s = url, t0_ns, interval_s, timeout_s
         self.out_path, self.headers, self.why_none = Path(out_path), headers or {}, why_none
+        self.missing_page_hint = missing_page_hint
         self.stop_event = threading.Event()
         self.scrapes = self.failures = self.rows = 0
         self.last_error: str | None = None
@@ -141,7 +199,7 @@ class ServerMetricsScraper(threading.Thread):
                 self.failures += 1
                 self.last_error = f"HTTP {status}"
                 if status == 404 and self.rows == 0:
-                    self.gave_up = f"{self.url} answers 404: no Prometheus page there (set backend.metrics_url)"
+                    self.gave_up = f"{self.url} answers 404: no Prometheus page there ({self.missing_page_hint})"
                 return
             t_s = (arrived_ns - self.t0_ns) / 1e9
             text = body.decode("utf-8", errors="replace")

@@ -31,7 +31,7 @@ class EngineSession:
 def engine_for(scenario: Scenario) -> Backend:
     """The scenario's backend, checked against its API (a bad pairing is a scenario error)."""
     backend = scenario.backend
-    engine = load_backend(backend.kind, tuple(backend.eos_token_ids))
+    engine = load_backend(backend.kind, tuple(backend.eos_token_ids), backend.profile, backend.trace)
     try:
         engine.endpoint_path(backend.api)
     except ValueError as e:

@@ -35,8 +35,9 @@ def sweep_kind(scenario: Scenario) -> str:
 
 def run_sweep(scenario: Scenario, out_dir: Path, workers: str | None = None, overwrite: bool = False,
               reporter: Reporter | None = None) -> list[SweepPointStatus]:
-    """Runs every point against one engine. A point cut by a signal or by the engine's exit ends the
-    sweep (later points stay pending); an exception marks its point failed and goes on to the caller."""
+    """Runs every point against one engine. A point cut by a signal, by the engine's exit or with records
+    missing (incomplete) ends the sweep (later points stay pending); an exception marks its point failed
+    and goes on to the caller."""
     reporter = reporter or Reporter()
     kind = sweep_kind(scenario)
     points = [SweepPointStatus(i, v, point_dir_name(i, kind, v)) for i, v in enumerate(scenario.load.sweep)]
@@ -60,8 +61,9 @@ def run_sweep(scenario: Scenario, out_dir: Path, workers: str | None = None, ove
             finally:
                 save()
             result = point.result
-            point.status = ("failed" if result.engine_exit else "interrupted" if result.summary["interrupted"]
-                            else "completed")
+            # records missing (a lost client process) make a point as unusable as the engine's exit
+            point.status = ("failed" if result.engine_exit or result.incomplete_reasons
+                            else "interrupted" if result.summary["interrupted"] else "completed")
             point.client_bound = result.client_bound
             save()
             reporter.info(point_line(point, kind))

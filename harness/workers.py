@@ -21,13 +21,12 @@ from typing import Callable
 
 from harness.limits import MAX_WORKERS_PER_CORE
 from harness.results import RequestRecord
-from harness.runner import Runner, RunOutcome, Target, group_jobs, run_blocking
+from harness.runner import Runner, RunOutcome, Target, group_jobs, run_blocking, t0_ahead_ns
 
 # Planning figure for `auto`: streamed tokens/s given to one client process. One process
 # used 0.2-0.35 cores at 5,000-20,000 tokens/s in benchmarks/fidelity.py; its accuracy then
 # depends on getting that CPU promptly, so more processes only help with cores to spare.
 TOKENS_PER_S_PER_WORKER = 5000
-START_LEAD_S = 1.0  # from all workers ready to t0: time to open their connections
 WORKER_START_TIMEOUT_S = 120.0  # spawning imports the harness anew in each process
 
 
@@ -172,9 +171,9 @@ async def _run_processes(requests, target, concurrency, workers, on_record, stop
                 if not c.ready:  # its EOF follows; it is reported lost
                     c.process.kill()
         await receive_some()
-    earliest_ns = time.perf_counter_ns() + int(0.2 * 1e9)  # time to read t0 and open connections
-    if t0_ns is None or t0_ns < earliest_ns:
-        t0_ns = time.perf_counter_ns() + int(START_LEAD_S * 1e9)
+    soonest_ns = t0_ahead_ns(workers, spawn=False, connect=True)  # they still read t0 and open connections
+    if t0_ns is None or t0_ns < soonest_ns:
+        t0_ns = soonest_ns
     for c in crew:
         c.send(("go", t0_ns))
     stop_sent = False

@@ -27,6 +27,8 @@ def serve(
     no_chunked_prefill: bool = typer.Option(False, "--no-chunked-prefill", help="Prefill each prompt whole in one step"),
     static_batching: bool = typer.Option(False, "--static-batching",
                                          help="Admit a new batch only when the running one has finished (for comparison)"),
+    step_trace: bool = typer.Option(False, "--step-trace",
+                                    help="Record every step's batch, duration, KV blocks, bytes and FLOPs (GET /step_trace)"),
     served_model_name: str = typer.Option("smollm2", help="Model name clients send and /v1/models lists"),
     blas_threads: int = typer.Option(0, help="OpenBLAS threads for matmuls (0: numpy's default, one per core; "
                                              "with --data-parallel N: per replica, 0 shares the cores out)"),
@@ -59,7 +61,7 @@ def serve(
     try:
         config = EngineConfig(
             model=model, served_model_name=served_model_name, kv_block_size=block_size,
-            kv_cache_tokens=kv_cache_tokens, enable_prefix_caching=not no_prefix_caching,
+            kv_cache_tokens=kv_cache_tokens, enable_prefix_caching=not no_prefix_caching, step_trace=step_trace,
             prefix_cache=prefix_cache,
             scheduler=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                       max_waiting=max_waiting, enable_chunked_prefill=not no_chunked_prefill,

@@ -24,6 +24,7 @@ from native_engine.model_runner import ModelRunner, SeqChunk
 from native_engine.sampler import mask_stop_tokens, sample
 from native_engine.scheduler import QueueFullError, Scheduler, SchedulerConfig
 from native_engine.sequence import SamplingParams, Sequence, SequenceStatus
+from native_engine.step_trace import StepTrace, step_flops
 from native_engine.tokenizer import IncrementalDetokenizer, Tokenizer
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ class EngineConfig:
     kv_cache_tokens: int = 32768         # KV cache capacity (46 KB a token for SmolLM2); whole blocks
     enable_prefix_caching: bool = True
     prefix_cache: str = "hash"           # "hash" (vLLM's hash chain) or "radix" (SGLang's radix tree)
+    step_trace: bool = False             # keep a record of every step (GET /step_trace)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
 
@@ -51,6 +53,7 @@ class RequestOutput:
     num_prompt_tokens: int
     num_output_tokens: int
     num_cached_tokens: int
+    timings: dict | None = None  # on the finished output: where the request's time went (see request_timings)
 
 
 @dataclass
@@ -76,6 +79,17 @@ class LoadedModel:
         return cls(config, weights, Tokenizer.from_gguf(path))
 
 
+def request_timings(seq: Sequence) -> dict:
+    """Where a finished request's time went inside the engine, in ms, like llama.cpp's `timings`:
+    queue (arrival to first schedule), prefill (first schedule to first token), decode (first to
+    last token); a preempted request's re-prefill counts in decode, where the client waits for it."""
+    ms = lambda a, b: round((b - a) * 1e3, 3) if a is not None and b is not None else None  # noqa: E731
+    return {"queue_ms": ms(seq.arrival_s, seq.scheduled_s), "prefill_ms": ms(seq.scheduled_s, seq.first_token_s),
+            "decode_ms": ms(seq.first_token_s, seq.last_token_s), "prompt_n": seq.num_prompt_tokens,
+            "cache_n": seq.num_cached_tokens, "predicted_n": seq.num_output_tokens,
+            "preemptions": seq.num_preemptions}
+
+
 class LLMEngine:
     def __init__(self, config: EngineConfig, loaded: "LoadedModel | None" = None):
         self.config = config
@@ -99,6 +113,11 @@ class LLMEngine:
         self._emit = lambda outputs: None
         self._queues: dict[str, asyncio.Queue] = {}
         self.last_forward_s = 0.0
+        self.step_trace = StepTrace() if config.step_trace else None
+        c = self.model_config
+        self._lm_head_params = self.runner.lm_head_bytes // 4  # fp32 weights
+        self._flops_args = (self.runner.weight_bytes // 4 - self._lm_head_params, self._lm_head_params,
+                            c.n_layers, c.n_heads * c.head_dim)
 
     # ---- requests -------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
@@ -142,7 +161,9 @@ class LLMEngine:
 
     # ---- one step -------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
+        start_ns = time.perf_counter_ns()
         self._drain_inbox()
+        seen_preemptions, seen_hits = self.scheduler.num_preemptions, self.block_manager.prefix_cache_hits_tokens
         chunks = self.scheduler.schedule()
         if not chunks:
             self._record_step(0, 0, 0, 0)   # gauges still move after aborts
@@ -152,6 +173,7 @@ class LLMEngine:
             SeqChunk(token_ids=c.seq.token_ids[c.seq.num_computed_tokens:c.seq.num_computed_tokens + c.num_new_tokens],
                      start_pos=c.seq.num_computed_tokens, block_table=c.seq.block_table, need_logits=s)
             for c, s in zip(chunks, sampling)]
+        is_decode = [c.num_new_tokens == 1 and c.seq.num_output_tokens > 0 for c in chunks]
         forward_start_s = time.perf_counter()
         logits = self.runner.forward(seq_chunks)
         self.last_forward_s = time.perf_counter() - forward_start_s   # the rest of a step is engine overhead
@@ -162,6 +184,7 @@ class LLMEngine:
             self.block_manager.cache_computed_blocks(c.seq)
         kv_bytes = kv_positions_read * self.runner.kv_bytes_per_token
         seqs = [c.seq for c, s in zip(chunks, sampling) if s]
+        flops = step_flops(*self._flops_args, [(sc.start_pos, len(sc.token_ids)) for sc in seq_chunks], len(seqs))
         outputs = []
         try:
             mask_stop_tokens(logits, seqs, list(self.eos_token_ids))
@@ -184,7 +207,15 @@ class LLMEngine:
                 outputs.append(self._process_token(seq, token_id, now))
             except Exception as exc:
                 outputs.append(self._fail_sequence(seq, exc))
-        self._record_step(prompt_tokens, len(seqs), max(self.runner.last_step_bytes_read - kv_bytes, 0), kv_bytes)
+        self._record_step(prompt_tokens, len(seqs), max(self.runner.last_step_bytes_read - kv_bytes, 0), kv_bytes, flops)
+        if self.step_trace is not None:
+            bm = self.block_manager
+            self.step_trace.record(  # in step_trace.FIELDS order
+                start_ns, time.perf_counter_ns(), int(self.last_forward_s * 1e9),
+                [c.num_new_tokens for c, d in zip(chunks, is_decode) if not d], sum(is_decode),
+                bm.num_blocks - bm.num_free_blocks, self.scheduler.num_preemptions - seen_preemptions,
+                bm.prefix_cache_hits_tokens - seen_hits, self.runner.last_step_bytes_read, flops,
+                len(self.scheduler.running), len(self.scheduler.waiting))
         return outputs
 
     # ---- failures: one request's fault ends only that request ---------------------------------
@@ -217,12 +248,13 @@ class LLMEngine:
             outputs = [self._fail_sequence(c.seq, exc, traceback=False) for c in sampled]
         return outputs
 
-    def _record_step(self, prompt_tokens: int, generation_tokens: int, weight_bytes: int, kv_bytes: int) -> None:
+    def _record_step(self, prompt_tokens: int, generation_tokens: int, weight_bytes: int, kv_bytes: int,
+                     flops: int = 0) -> None:
         bm = self.block_manager
         self.metrics.record_step(
             len(self.scheduler.running), len(self.scheduler.waiting), bm.usage,
             bm.prefix_cache_queries_tokens, bm.prefix_cache_hits_tokens, self.scheduler.num_preemptions,
-            prompt_tokens, generation_tokens, weight_bytes, kv_bytes)
+            prompt_tokens, generation_tokens, weight_bytes, kv_bytes, flops)
         self.metrics.record_prefix_cache(self.scheduler.num_cached_prompt_tokens, bm.recomputed_prefill_tokens)
 
     def _process_token(self, seq: Sequence, token_id: int, now: float) -> RequestOutput:
@@ -260,7 +292,8 @@ class LLMEngine:
             self._seqs.pop(seq.request_id, None)
             self.metrics.record_finished(seq, now)
         return RequestOutput(seq.request_id, [token_id], new_text, finished, finish_reason, stop_reason,
-                             seq.num_prompt_tokens, seq.num_output_tokens, seq.num_cached_tokens)
+                             seq.num_prompt_tokens, seq.num_output_tokens, seq.num_cached_tokens,
+                             request_timings(seq) if finished else None)
 
     # ---- synchronous use ------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[Completion]:

@@ -43,6 +43,7 @@ class EngineMetrics:
         self.generation_tokens = counter("generation_tokens", "Number of generation tokens processed.")
         self.weight_bytes_read = counter("weight_bytes_read", "Bytes of model weights read by forward passes.")
         self.kv_bytes_read = counter("kv_bytes_read", "Bytes of KV cache read by attention.")
+        self.flops = counter("flops", "Floating-point operations done by forward passes.")
         self.time_to_first_token = histogram(
             "time_to_first_token_seconds", "Histogram of time to first token in seconds.", _TTFT_BUCKETS)
         self.inter_token_latency = histogram(
@@ -52,12 +53,18 @@ class EngineMetrics:
         self.request_queue_time = histogram(
             "request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
             _REQUEST_BUCKETS)
+        self.request_prefill_time = histogram(
+            "request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
+            _REQUEST_BUCKETS)
+        self.request_decode_time = histogram(
+            "request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
+            _REQUEST_BUCKETS)
         self._seen_queries = self._seen_hits = self._seen_preemptions = 0
         self._seen_cached = self._seen_recomputed = 0
 
     def record_step(self, num_running: int, num_waiting: int, kv_usage: float, queries_tokens: int,
                     hits_tokens: int, num_preemptions: int, prompt_tokens: int, generation_tokens: int,
-                    weight_bytes: int, kv_bytes: int) -> None:
+                    weight_bytes: int, kv_bytes: int, flops: int = 0) -> None:
         self.num_requests_running.set(num_running)
         self.num_requests_waiting.set(num_waiting)
         self.kv_cache_usage_perc.set(kv_usage)
@@ -71,6 +78,7 @@ class EngineMetrics:
         self.generation_tokens.inc(generation_tokens)
         self.weight_bytes_read.inc(weight_bytes)
         self.kv_bytes_read.inc(kv_bytes)
+        self.flops.inc(flops)
 
     def record_prefix_cache(self, cached_prompt_tokens: int, recomputed_tokens: int) -> None:
         """Running totals from the scheduler and block manager; the counters take the differences."""
@@ -82,6 +90,9 @@ class EngineMetrics:
         self.e2e_request_latency.observe(now_s - seq.arrival_s)
         if seq.scheduled_s is not None:
             self.request_queue_time.observe(seq.scheduled_s - seq.arrival_s)
+            if seq.first_token_s is not None:
+                self.request_prefill_time.observe(seq.first_token_s - seq.scheduled_s)
+                self.request_decode_time.observe(now_s - seq.first_token_s)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -308,6 +308,8 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
             if not out.new_text and not out.finished:
                 continue  # a token whose text is held back (partial UTF-8 or a possible stop string)
             chunk = {**head, "choices": [stream_choice(chat, out.new_text, out)]}
+            if out.finished and out.timings:  # like llama-server's `timings`: the engine's own account
+                chunk["timings"] = out.timings
             if out.finished and not include_usage:
                 chunk["system_fingerprint"] = SYSTEM_FINGERPRINT
             await response.write(sse(chunk))
@@ -372,6 +374,14 @@ async def detokenize(request: web.Request) -> web.Response:
     return web.json_response(dumps=compact_json, data={"prompt": engine.tokenizer.decode(tokens)})
 
 
+async def step_trace(request: web.Request) -> web.Response:
+    trace = request.app[ENGINE_KEY].step_trace
+    if trace is None:
+        return RequestError("the step trace is off; start the server with --step-trace", None, 404,
+                            "NotFoundError").response()
+    return web.json_response(dumps=compact_json, data=trace.as_dict())
+
+
 async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=request.app[ENGINE_KEY].metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -398,6 +408,7 @@ def build_app(engine: LLMEngine) -> web.Application:
     app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/detokenize", detokenize)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/step_trace", step_trace)
     return app
 
 

@@ -1,4 +1,4 @@
-"""The `bench report`, `bench gate` and `bench select` commands (registered in harness/cli.py).
+"""The `bench report`, `bench gate` and `bench select` commands (declared in pyproject.toml, group bench.commands).
 
 Exit codes: 0 fine, 1 the gate found a regression, 2 bad input (folder, rules file, option),
 5 `bench gate --strict` could not decide some metric (and none regressed).
@@ -11,38 +11,31 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 
 from harness.results import ResultsError
-
-console = Console(stderr=True)
-EXIT_BAD_INPUT = 2
+from reports.console import console, fail as _fail, warn as _warn
 
 
-def _fail(message: str) -> typer.Exit:
-    console.print(f"[bold red]error[/]: {message}", highlight=False)
-    return typer.Exit(EXIT_BAD_INPUT)
-
-
-def _warn(runs) -> None:
-    for run in runs:
-        for warning in run.warnings:
-            console.print(f"[yellow]warning[/]: {warning}", highlight=False)
-
-
-def report(run_dirs: List[Path] = typer.Argument(..., help="results folders (runs or sweeps); several are overlaid"),
+def report(run_dirs: List[Path] = typer.Argument(None, help="results folders (runs or sweeps); several are overlaid"),
            output: Path = typer.Option(Path("report.html"), "-o", "--output",
                                        help="HTML file; the Markdown summary goes beside it, same name with .md "
                                             "(report.html -> report.md)"),
            label: List[str] = typer.Option([], "--label", help="a name per folder, in order (default: folder names)"),
            attainment: float = typer.Option(0.9, "--attainment",
                                             help="share of requests that must meet the SLOs at a sweep point"),
+           history: Optional[Path] = typer.Option(None, "--history", help="instead: trends of a history file"),
+           rules: Optional[Path] = typer.Option(None, "--rules", help="with --history: gate rules (metrics, thresholds)"),
            ) -> None:
-    """Write one self-contained HTML report (offline) and a Markdown summary."""
+    """Write one self-contained HTML report (offline) and a Markdown summary; or, with --history, trend charts."""
     from reports.report import write_report
 
     if output.suffix.lower() != ".html":
         raise _fail(f"-o/--output: {output} should end in .html (the Markdown summary is written beside it as .md)")
+    if history is not None:
+        from reports.history_cli import report_history
+        return report_history(history, output, rules, run_dirs)
+    if not run_dirs:
+        raise _fail("RUN_DIRS: give results folders, or --history DB for the trend report")
     try:
         content = write_report(run_dirs, output, labels=label or None, attainment=attainment)
     except (ResultsError, ValueError) as e:
@@ -54,15 +47,26 @@ def report(run_dirs: List[Path] = typer.Argument(..., help="results folders (run
 
 
 def gate(baseline: Path = typer.Argument(..., help="baseline: a run folder, or a folder of run-N/ repeats"),
-         current: Path = typer.Argument(..., help="current: a run folder, or a folder of run-N/ repeats"),
+         current: Optional[Path] = typer.Argument(None, help="current: a run folder, or a folder of run-N/ repeats"),
          rules: Optional[Path] = typer.Option(None, "--rules", help="gate rules YAML (default: built-in, as ci/gate.yaml)"),
          summary_md: Optional[Path] = typer.Option(None, "--summary-md", help="also write the Markdown summary here"),
          strict: bool = typer.Option(False, "--strict", help="exit 5 when a metric is inconclusive (for CI)"),
+         history: Optional[Path] = typer.Option(None, "--history", help="judge CURRENT against this history file "
+                                                "(`bench history add`); BASELINE, if given, while it is short"),
+         last: int = typer.Option(20, "--last", min=2, help="with --history: the nights to compare against"),
+         min_history: int = typer.Option(10, "--min-history", min=2, help="with --history: nights it needs"),
          ) -> None:
     """Compare runs metric by metric; exit 1 on a significant regression beyond its threshold."""
     from reports import gate as g
     from reports.repeats import check_same_scenario, load_run_set
 
+    note = ""
+    if history is not None:
+        from reports.history_cli import gate_against_history
+        baseline, current = (None, baseline) if current is None else (baseline, current)
+        note = gate_against_history(history, current, rules, last, min_history, summary_md, baseline)
+    elif current is None:
+        raise _fail("CURRENT: missing; pass BASELINE CURRENT, or CURRENT --history DB")
     try:
         gate_rules = g.load_rules(rules)
         base, cur = load_run_set(baseline), load_run_set(current)
@@ -71,7 +75,7 @@ def gate(baseline: Path = typer.Argument(..., help="baseline: a run folder, or a
         raise _fail(str(e))
     _warn(base.runs + cur.runs)
     verdicts = g.compare(base, cur, gate_rules)
-    text = g.render_markdown(base, cur, verdicts, gate_rules)
+    text = note + g.render_markdown(base, cur, verdicts, gate_rules)
     typer.echo(text)
     if summary_md:
         summary_md.write_text(text, encoding="utf-8")

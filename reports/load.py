@@ -17,6 +17,7 @@ import pandas as pd
 from harness.metrics import active_slo, meets_slo, request_latency, summarize
 from harness.results import (RequestRecord, ResultsError, is_run_dir, parse_point_dir, point_dirs, read_json,
                              read_records, read_statuses)
+from harness.engine_trace import read_engine_trace
 
 REQUEST_COLUMNS = ["index", "intended_send_s", "actual_send_s", "send_s", "end_s", "ok", "error_reason",
                    "output_tokens", "prompt_tokens", "first_token_s", "ttft_s", "tpot_s", "e2e_s", "max_itl_s"]
@@ -35,6 +36,7 @@ class RunData:
     server_metrics: pd.DataFrame | None
     telemetry: pd.DataFrame | None
     warnings: list[str] = field(default_factory=list)  # lines skipped while reading, for the console
+    steps: list[dict] = field(default_factory=list)  # the engine's step trace (engine_trace.json), if any
 
     @property
     def slo(self) -> dict:
@@ -101,7 +103,8 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
             requests[col] = pd.to_numeric(requests[col], errors="coerce")
     return RunData(path, label or path.name, run_info, summary, records, requests,
                    np.asarray(itl, dtype=np.float64), np.sort(np.asarray(token_times, dtype=np.float64)),
-                   _read_csv(path / "server_metrics.csv"), _read_csv(path / "telemetry.csv"), warnings)
+                   _read_csv(path / "server_metrics.csv"), _read_csv(path / "telemetry.csv"), warnings,
+                   read_engine_trace(path / "engine_trace.json") if (path / "engine_trace.json").is_file() else [])
 
 
 def load_sweep(path: str | Path, label: str | None = None) -> Sweep:

@@ -20,6 +20,10 @@ def render_report_md(content) -> str:
     if content.summary_rows:
         out += ["## Summary", "", "Latencies in ms from each request's intended send time; goodput = completed "
                 "requests that met every SLO.", "", md_table(SUMMARY_COLUMNS, content.summary_rows), ""]
+    if content.diagnosis_rows:
+        out += ["## Diagnosis", "", md_table(["run", "severity", "finding"], content.diagnosis_rows), ""]
+    if content.roofline_rows:
+        out += ["## Roofline", "", md_table(["run", "placement"], content.roofline_rows), ""]
     for s in content.sweeps:
         unit = "req/s" if s.sweep.load_kind == "rate" else "in flight"
         out += [f"## Sweep: {s.sweep.label}", "",

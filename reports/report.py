@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reports.explain_figures import phase_bars, step_timeline
 from reports.figures import latency_cdfs, over_time, timeline
 from reports.html import render_report_html
 from reports.markdown import SUMMARY_COLUMNS, render_report_md
@@ -31,6 +32,8 @@ class ReportContent:
     context_rows: list[list[str]]
     figures: list = field(default_factory=list)  # (heading, plotly Figure)
     notes: list[str] = field(default_factory=list)
+    diagnosis_rows: list[list[str]] = field(default_factory=list)  # run, severity, finding (summary.json diagnosis)
+    roofline_rows: list[list[str]] = field(default_factory=list)  # run, the roofline line
 
 
 def fmt(value, digits: int = 1) -> str:
@@ -79,7 +82,14 @@ def build_report(paths, labels: list[str] | None = None, attainment: float = DEF
                             ("Throughput against latency", throughput_latency(sweeps))]
         content.figures += [(f"Latency distributions per point: {s.label}", latency_cdfs([p.run for p in s.points]))
                             for s in sweeps]
+    for run in runs:
+        content.diagnosis_rows += [[run.label, f["severity"], f["message"]] for f in run.summary.get("diagnosis") or ()]
+        if (run.summary.get("roofline") or {}).get("line"):
+            content.roofline_rows.append([run.label, run.summary["roofline"]["line"]])
     if runs:
+        bars = phase_bars(runs)
+        if bars is not None:
+            content.figures.append(("Where TTFT goes", bars))
         content.figures.append(("Latency distributions", latency_cdfs(runs)))
         content.figures.append(("Over time", over_time(runs)))
         for fig_name, make in (("Server metrics", server_metrics), ("Device telemetry", telemetry)):
@@ -87,6 +97,8 @@ def build_report(paths, labels: list[str] | None = None, attainment: float = DEF
             if fig is not None:
                 content.figures.append((fig_name, fig))
         content.figures += [(f"Timeline: {r.label}", timeline(r)) for r in runs[:MAX_TIMELINES]]
+        content.figures += [(f"Engine steps: {r.label}", fig) for r in runs[:MAX_TIMELINES]
+                            if (fig := step_timeline(r)) is not None]
         if len(runs) > MAX_TIMELINES:
             content.notes.append(f"Timelines are drawn for the first {MAX_TIMELINES} runs only.")
     for sw in sweeps:

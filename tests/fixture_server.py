@@ -36,7 +36,7 @@ def units(engine: str, api: str) -> tuple[list[bytes], str]:
     return [e + b"\n\n" for e in events if e.strip()], "text/event-stream"
 
 
-def build_app(engine: str, itl_s: float, log_path: Path | None) -> web.Application:
+def build_app(engine: str, itl_s: float, log_path: Path | None, llm_api_options: Path | None = None) -> web.Application:
     backend = load_backend(engine)
 
     def note(path: str, body) -> None:
@@ -79,7 +79,10 @@ def build_app(engine: str, itl_s: float, log_path: Path | None) -> web.Applicati
         app.router.add_get(path, ok)
     if backend.version_path:
         app.router.add_get(backend.version_path, version)
-    if backend.metrics_path:
+    # trtllm-serve mounts /prometheus/metrics only with return_perf_metrics: true in its options file
+    trtllm_without_page = engine == "trtllm" and not (
+        llm_api_options and "return_perf_metrics: true" in llm_api_options.read_text())
+    if backend.metrics_path and not trtllm_without_page:
         app.router.add_get(backend.metrics_path, metrics)
     for path in backend.profile_paths or ():
         app.router.add_post(path, profile)
@@ -97,9 +100,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--itl-ms", type=float, default=2.0)
     parser.add_argument("--log", type=Path, default=None)
+    parser.add_argument("--extra_llm_api_options", type=Path, default=None)  # trtllm-serve's YAML options
     args = parser.parse_args()
     print(f"PORT {args.port}", flush=True)
-    web.run_app(build_app(args.engine, args.itl_ms / 1000, args.log), host="127.0.0.1", port=args.port,
+    web.run_app(build_app(args.engine, args.itl_ms / 1000, args.log, args.extra_llm_api_options), host="127.0.0.1", port=args.port,
                 print=None, access_log=None)
 
 

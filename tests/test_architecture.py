@@ -1,17 +1,26 @@
 """The import graph of harness/, backends/, reports/ and native_engine/, read from the source (every
-import, also those inside functions): no module cycle, and the harness library never imports reports.
+import, also those inside functions): no module cycle, no package cycle, and no module of harness (its
+CLI included) imports reports. The commands of reports and native_engine reach `bench` through the
+`bench.commands` entry-point group instead (tested here too).
 
-`harness.cli` (and `harness.__main__`, which runs it) is the program's entry: the one module that wires
-every package's commands into `bench`, so it sits above all packages and nothing imports it.
+harness may import native_engine in two places, both lazily: its GGUF tokenizer (exact prompt lengths
+from a local GGUF file) and its BLAS read-bandwidth probe (host telemetry). native_engine imports nothing
+of the harness, so that edge stays one way.
 Run `python tests/test_architecture.py` to print the package graph.
 """
 import ast
 import sys
+from importlib.metadata import EntryPoint
 from pathlib import Path
+
+import pytest
+import typer
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("harness", "backends", "reports", "native_engine")
-ENTRY = {"harness.cli", "harness.__main__"}
+# the only modules of harness that import native_engine, and what they take from it
+HARNESS_USES_NATIVE_ENGINE = {"harness.tokenizer_source": {"native_engine.model_files", "native_engine.tokenizer"},
+                              "harness.telemetry.host": {"native_engine.blas"}}
 
 
 def module_name(path: Path) -> str:
@@ -63,7 +72,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def package_of(module: str) -> str:
-    return "bench (entry)" if module in ENTRY else module.split(".")[0]
+    return module.split(".")[0]
 
 
 def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
@@ -81,9 +90,39 @@ def test_packages_depend_one_way_and_harness_never_imports_reports():
     graph = import_graph()
     packages = package_graph(graph)
     assert find_cycle(packages) is None, f"package cycle: {find_cycle(packages)}"
-    assert "reports" not in packages["harness"]
-    assert not [m for m, ts in graph.items() if ENTRY & ts and m not in ENTRY], "nothing imports the entry"
-    assert packages["backends"] <= set() and packages["native_engine"] <= set()
+    harness_imports = {m: {t for t in ts if package_of(t) in ("reports", "native_engine")}
+                       for m, ts in graph.items() if package_of(m) == "harness"}
+    assert {m: ts for m, ts in harness_imports.items() if ts} == HARNESS_USES_NATIVE_ENGINE
+    assert packages["reports"] == {"harness"}
+    assert packages["backends"] == set() and packages["native_engine"] == set()
+
+
+def test_other_packages_commands_come_from_the_entry_point_group():
+    """report/gate/select/serve are in `bench` without harness importing them (an install older than the
+    `bench.commands` group lacks them: reinstall with `pip install -e .`)."""
+    from harness.cli import app
+    assert {"report", "gate", "select", "serve"} <= {info.name for info in app.registered_commands}
+    assert "history" in {info.name for info in app.registered_groups}
+
+
+def _declared(name: str, value: str) -> EntryPoint:
+    return EntryPoint(name=name, value=value, group="bench.commands")
+
+
+def test_a_declared_command_is_added_or_stops_bench_naming_it():
+    from harness.cli import add_declared_commands
+    cli = typer.Typer()
+    cli.command()(lambda: None)  # a first command, named "<lambda>"
+    add_declared_commands(cli, [_declared("tidy", "shutil:rmtree")])
+    assert [info.name for info in cli.registered_commands][-1] == "tidy"
+    for bad, why in ((_declared("ghost", "no_such_module_here:ghost"), "ModuleNotFoundError"),
+                     (_declared("gone", "shutil:no_such_function"), "AttributeError"),
+                     (_declared("plain", "shutil:__name__"), "not a function"),
+                     (_declared("tidy", "os:getcwd"), "already exists")):
+        with pytest.raises(RuntimeError) as error:
+            add_declared_commands(cli, [bad])
+        assert f"bench command {bad.name!r}" in str(error.value) and bad.value in str(error.value)
+        assert why in str(error.value)
 
 
 if __name__ == "__main__":
@@ -92,4 +131,4 @@ if __name__ == "__main__":
         print(f"{pkg} -> {', '.join(sorted(pkgs[pkg])) or '(nothing)'}")
     cycle = find_cycle(import_graph())
     print("module cycle:", " -> ".join(cycle) if cycle else "none")
-    sys.exit(1 if cycle or "reports" in pkgs["harness"] else 0)
+    sys.exit(1 if cycle or find_cycle(pkgs) or "reports" in pkgs["harness"] else 0)

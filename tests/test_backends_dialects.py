@@ -101,6 +101,34 @@ def test_sglang_generate_cumulative_text_and_meta_info(read_size):
     assert parsed.token_times_ns == sorted(parsed.token_times_ns)
 
 
+@pytest.mark.parametrize("read_size", [7, 4096])
+def test_sglang_generate_incremental_text(read_size):
+    # --incremental-streaming-output: each event's text is the new piece only
+    reads, times = split_reads(FIXTURES / "sglang_generate_incremental.sse", read_size)
+    parsed = load_backend("sglang").parse_stream(NATIVE, reads, times)
+    assert parsed.text == WORDS and parsed.tokens_per_chunk == [1] * 8
+
+
+def test_ollama_thinking_tokens_are_tokens_but_not_text():
+    reads, times = split_reads(FIXTURES / "ollama_chat_thinking.ndjson", 64)
+    parsed = load_backend("ollama").parse_stream("chat", reads, times)
+    assert parsed.text == WORDS  # the answer only
+    assert parsed.counted_tokens == 12 == parsed.usage_completion_tokens  # eval_count counts the thinking
+    assert parsed.server_timings["thinking_tokens"] == 4
+
+
+def test_launch_args_for_what_the_run_asks(tmp_path):
+    vllm = load_backend("vllm", profile=True)
+    args = vllm.launch_args(tmp_path, ["python", "-m", "vllm.entrypoints.openai.api_server"])
+    assert args[0] == "--profiler-config" and '"torch_profiler_dir"' in args[1]
+    assert load_backend("vllm").launch_args(tmp_path, []) == []  # no profile asked: no flag
+    trt = load_backend("trtllm")
+    args = trt.launch_args(tmp_path, ["trtllm-serve", "m"])
+    assert args[0] == "--extra_llm_api_options"
+    assert "return_perf_metrics: true" in open(args[1]).read() and "enable_iter_perf_stats: true" in open(args[1]).read()
+    assert trt.launch_args(tmp_path, ["trtllm-serve", "m", "--extra_llm_api_options", "mine.yaml"]) == []
+
+
 @pytest.mark.parametrize("kind, api, name, tokens, timings", [
     ("vllm", "completions", "vllm_completions", 16, False),
     ("vllm", "chat", "vllm_chat", None, False),
@@ -142,3 +170,29 @@ def test_ndjson_cut_and_error_lines():
         json_lines([b'{"response": "a", "done": false}\n{"respo'], [1])
     with pytest.raises(StreamError, match="server_error_event"):
         json_lines([b'{"error": "model not found"}\n'], [1])
+
+
+def test_sglang_version_falls_back_to_the_deprecated_route():
+    import json as _json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class OldSglang(BaseHTTPRequestHandler):  # a server from before /server_info
+        def do_GET(self):
+            found = self.path == "/get_server_info"
+            self.send_response(200 if found else 404)
+            self.end_headers()
+            if found:
+                self.wfile.write(_json.dumps({"version": "0.4.9"}).encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), OldSglang)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        assert load_backend("sglang").version(url) == "0.4.9"
+        assert load_backend("vllm").version(url) is None  # /version missing, no older route to ask
+    finally:
+        server.shutdown()

@@ -15,9 +15,9 @@ FIXTURE_SERVER = Path(__file__).parent / "fixture_server.py"
 
 
 def bench_run(tmp_path: Path, kind: str, api: str = "completions", extra_backend: str = "",
-              num_requests: int = 4, output: list | None = None) -> tuple[Path, list[dict]]:
+              num_requests: int = 4, output: list | None = None, extra_args: str = "") -> tuple[Path, list[dict]]:
     log = tmp_path / "requests_seen.jsonl"
-    command = f"{sys.executable} {FIXTURE_SERVER} --engine {kind} --port {{port}} --itl-ms 2 --log {log}"
+    command = f"{sys.executable} {FIXTURE_SERVER} --engine {kind} --port {{port}} --itl-ms 2 --log {log}{extra_args}"
     scenario = tmp_path / "s.yaml"
     scenario.write_text(
         f"name: fx\nbackend: {{kind: {kind}, api: {api}, model: smollm2, launch: {{command: '{command}', "
@@ -64,6 +64,12 @@ def test_bench_run_through_each_engine_format(tmp_path, kind, api, body_check, s
     run_info = json.loads((out / "run.json").read_text())
     assert run_info["backend"]["engine_version"] == f"{kind}-fixture"
     assert run_info["server_metrics"]["sampled"] is True
+    phases = json.loads((out / "summary.json").read_text())["phases_ms"]
+    if kind == "llamacpp":  # the replayed stream's own timings: prompt_ms is prefill, predicted_ms decode
+        assert phases["source"] == "per request: llamacpp, queue_derived"
+        assert phases["prefill"]["mean"] == pytest.approx(records[0].server_timings["prompt_ms"])
+    else:  # a fixed replayed page: the histograms do not move over the run, so no engine phases
+        assert phases["source"] is None and "queue" not in phases and phases["ttft_share"]["connect_send"] > 0
 
 
 def test_ollama_native_stream_and_no_prometheus_page(tmp_path):
@@ -90,3 +96,13 @@ def test_profiler_hooks_wrap_the_load(tmp_path):
     assert paths[1:-1] == ["/v1/completions"] * 2
     assert json.loads((out / "run.json").read_text())["profile"] == {"start_http_status": 200,
                                                                      "stop_http_status": 200}
+
+
+def test_trtllm_without_perf_metrics_says_why_there_is_no_page(tmp_path):
+    # the user's own options file wins, and it lacks return_perf_metrics: trtllm-serve mounts no page
+    options = tmp_path / "mine.yaml"
+    options.write_text("kv_cache_config:\n  enable_block_reuse: true\n")
+    out, _ = bench_run(tmp_path, "trtllm", "chat", extra_args=f" --extra_llm_api_options {options}")
+    status = json.loads((out / "run.json").read_text())["server_metrics"]
+    assert status["sampled"] is False
+    assert "404" in status["reason"] and "return_perf_metrics: true" in status["reason"]

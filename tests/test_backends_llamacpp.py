@@ -32,11 +32,13 @@ def _model() -> str:
 
 
 def test_bench_runs_llama_server_end_to_end(tmp_path):
-    path_env = f"{LLAMA_SERVER.parent}:{os.environ['PATH']}"  # the default command runs `llama-server` from PATH
+    # launch.program swaps the binary and keeps the default command; no -t/-c/-np: bench sizes the engine.
+    # --no-repack: a native build on an AMX CPU repacks Q4 weights for AMX tiles, whose first tile
+    # instruction dies with SIGILL inside this project's Firecracker VMs (tinygemm_kernel_amx)
     scenario = tmp_path / "s.yaml"
     scenario.write_text(
-        f"name: llamacpp-live\nbackend: {{kind: llamacpp, api: chat, model: '{_model()}', launch: {{env: {{PATH: '{path_env}'}}, "
-        "args: [-t, 2, -c, 2048, --parallel, 2], ready_timeout_s: 60}}\n"
+        f"name: llamacpp-live\nbackend: {{kind: llamacpp, api: chat, model: '{_model()}', "
+        f"launch: {{program: '{LLAMA_SERVER}', args: [--no-repack], ready_timeout_s: 60}}}}\n"
         "workload: {kind: random, input_tokens: 16, output_tokens: 12}\n"
         # closed loop reuses connections: llama-server closes each after its stream
         "load: {arrival: closed, concurrency: 2, num_requests: 6}\n"
@@ -51,7 +53,11 @@ def test_bench_runs_llama_server_end_to_end(tmp_path):
     # llama-server's own timings ride along in requests.jsonl, next to the client's view
     assert all(r.server_timings["predicted_n"] == 12 and r.server_timings["predicted_ms"] > 0 for r in records)
     log = (out / "engine.log").read_text()
-    assert "llama-server --host 127.0.0.1 --port" in log and "--metrics" in log
+    assert f"$ {LLAMA_SERVER} --host 127.0.0.1 --port" in log and "--metrics" in log
+    # sized for the run: threads = cores, a slot per request in flight, each slot 16 + 12 tokens rounded up to
+    # 256 (-c is all slots together); the server's own log confirms what it took
+    assert f" -t {os.cpu_count()} -np 2 -c 512" in log.splitlines()[0]
+    assert "n_slots = 2" in log and "n_ctx_slot = 256" in log, log
     with open(out / "server_metrics.csv") as f:
         rows = list(csv.DictReader(f))
     predicted = [float(r["value"]) for r in rows if r["name"] == "llamacpp:tokens_predicted_total"]

@@ -135,6 +135,34 @@ def test_a_killed_worker_marks_the_run_incomplete_and_exits_4(tmp_path):
     assert len(written) == 30 + lost["recorded"]  # the live worker finished all its share
 
 
+def test_a_sweep_point_with_a_killed_worker_is_failed_and_the_sweep_exits_4(tmp_path):
+    with GroundTruthProcess(GroundTruthConfig(ttft_ms=5, itl_ms=5)) as gt:
+        scenario = tmp_path / "s.yaml"
+        scenario.write_text(f"name: killsweep\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
+                            "workload: {kind: random, input_tokens: 8, output_tokens: 8}\n"
+                            "load: {arrival: constant, num_requests: 60, sweep: [40, 80]}\n"
+                            "telemetry: {interval_ms: 200, gpu: false}\n")
+        out = tmp_path / "out"
+        proc = bench_started("run", scenario, "--output", out, "--workers", "2", "--allow-client-bound")
+        requests_file = out / "point-000-rate-40" / "requests.jsonl"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (requests_file.exists()
+                                                   and requests_file.read_text().count("\n") >= 10):
+            time.sleep(0.05)
+        workers = _spawned_children(proc.pid)
+        assert len(workers) == 2, workers
+        os.kill(workers[1], signal.SIGKILL)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 4, stderr
+    assert "run incomplete" in stderr and "killed by SIGKILL" in stderr
+    assert "the points after it were not run" in stderr
+    summary = json.loads((out / "point-000-rate-40" / "summary.json").read_text())
+    assert summary["incomplete"] is True and summary["interrupted"] is False
+    manifest = json.loads((out / "sweep.json").read_text())
+    assert [p["status"] for p in manifest["points"]] == ["failed", "pending"]
+    assert not (out / "point-001-rate-80").exists()
+
+
 @pytest.mark.parametrize("override, message", [
     ("load.rate=.inf", "load.rate: inf is not valid: must be a finite number"),
     ("load.rate=0.000001", "load.rate: 1e-06 requests/s for 10 requests spans 1e+07 s, more than the limit"),

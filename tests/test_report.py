@@ -36,8 +36,10 @@ def synthetic_records(n=60, rate=4.0, ttft_s=0.05, itl_s=0.01, tokens=16, seed=0
     return records
 
 
-def write_run(path, records, slo=None, rate=4.0, kind="native", server_metrics=False, telemetry=False):
-    """A results folder as `bench run` leaves it."""
+def write_run(path, records, slo=None, rate=4.0, kind="native", server_metrics=False, telemetry=False,
+              explain=False):
+    """A results folder as `bench run` leaves it; `explain`: with the native engine's per-request
+    timings, phases_ms and diagnosis in summary.json, and an engine_trace.json."""
     slo = slo or {"ttft_ms": 200.0, "tpot_ms": 50.0}
     writer = ResultWriter(path)
     writer.write_run_info({"scenario": {"name": "synthetic", "backend": {"kind": kind, "url": "http://127.0.0.1:1"},
@@ -45,10 +47,25 @@ def write_run(path, records, slo=None, rate=4.0, kind="native", server_metrics=F
                            "versions": {"harness": "0.1.0"}, "host": {"hostname": "test"},
                            "backend": {"kind": kind, "model": "smollm2"}})
     for r in records:
+        if explain and r.ok:
+            ttft_ms = (r.token_times_s[0] - r.intended_send_s) * 1e3
+            r.server_timings = {"queue_ms": 0.6 * ttft_ms, "prefill_ms": 0.3 * ttft_ms, "decode_ms": 40.0,
+                                "cache_n": 0, "prompt_n": r.prompt_tokens, "preemptions": 0}
         writer.append(r)
     writer.close()
     summary = summarize(records, slo)
     summary.update(client_bound=False, client_bound_reasons=[], interrupted=False)
+    if explain:
+        from harness.diagnosis import Run, diagnose
+        from harness.engine_trace import write_engine_trace
+        from harness.phases import phases
+        summary["phases_ms"] = phases(records)
+        summary["diagnosis"] = diagnose(Run(summary, records))
+        steps = [{"t_s": 0.03 * k, "dur_s": 0.025, "forward_s": 0.02, "prefill_tokens": 64 if k % 10 == 0 else 0,
+                  "prefill_chunks": [64] if k % 10 == 0 else [], "decode_seqs": 1 + k % 4, "kv_blocks_used": 10 + k % 7,
+                  "preemptions": 0, "prefix_hit_tokens": 16 if k % 10 == 0 else 0, "bytes_read": 5e8,
+                  "flops": 1e9, "running": 1 + k % 4, "waiting": k % 3} for k in range(200)]
+        write_engine_trace(path / "engine_trace.json", steps)
     writer.write_summary(summary)
     end = max(r.end_s for r in records)
     if server_metrics:

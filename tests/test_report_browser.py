@@ -73,13 +73,19 @@ def open_in_chromium(html: Path, tmp_path: Path) -> dict:
 def test_run_and_sweep_report_renders_every_plot(tmp_path):
     from reports.report import write_report
 
-    a = write_run(tmp_path / "run-a", synthetic_records(seed=1), server_metrics=True, telemetry=True)
+    a = write_run(tmp_path / "run-a", synthetic_records(seed=1), server_metrics=True, telemetry=True, explain=True)
     b = write_run(tmp_path / "run-b", synthetic_records(seed=2, ttft_s=0.08, fail_every=12))
     sweep = write_sweep(tmp_path / "sweep")
     content = write_report([a, b, sweep], tmp_path / "report.html")
     result = open_in_chromium(tmp_path / "report.html", tmp_path)
     assert result["errors"] == [] and result["requests"] == []
-    assert len(result["plots"]) == len(content.figures) == 9
+    assert len(result["plots"]) == len(content.figures) == 11
+    headings = [heading for heading, _ in content.figures]
+    assert "Where TTFT goes" in headings and "Engine steps: run-a" in headings  # phase bars, step timeline
+    phase_plot = result["plots"][headings.index("Where TTFT goes")]
+    assert phase_plot["traces"] >= 7  # six parts of TTFT stacked, and decode
+    html = (tmp_path / "report.html").read_text()
+    assert "<h2>Diagnosis</h2>" in html and "queueing is 60% of TTFT" in html
     for plot, (heading, fig) in zip(result["plots"], content.figures):
         assert plot["svg"] >= 1, heading
         assert plot["traces"] >= len(fig.data), (heading, plot)  # every trace drawn
@@ -96,3 +102,28 @@ def test_selection_report_renders(tmp_path):
     result = open_in_chromium(tmp_path / "select.html", tmp_path)
     assert result["errors"] == [] and result["requests"] == []
     assert result["plots"] and all(p["svg"] >= 1 and p["traces"] >= 1 for p in result["plots"])
+
+
+def test_trend_report_renders_with_change_points_marked(tmp_path):
+    """`bench report --history`: a series with a 15% step at night 20, one panel per gate metric."""
+    import numpy as np
+
+    from reports.gate import load_rules
+    from reports.history import add_runs
+    from reports.trends import write_trend_report
+
+    rules = load_rules(None)
+    for k in range(26):
+        itl_s = 0.01 * (1.15 if k >= 20 else 1.0) * np.exp(np.random.default_rng(k).normal(0, 0.01))
+        run = write_run(tmp_path / f"night-{k:02d}", synthetic_records(n=40, itl_s=itl_s, seed=k))
+        add_runs(tmp_path / "h.db", [run], commit=f"{k:02d}abcdef", branch="main", rules=rules)
+    content = write_trend_report(tmp_path / "h.db", tmp_path / "trends.html", rules)
+    (row,) = content.rows  # one finding: the step, at the first commit after it
+    assert (row[1], row[4]) == ("tpot_p50", "20abcdef") and row[2].startswith("step +1")
+    result = open_in_chromium(tmp_path / "trends.html", tmp_path)
+    assert result["errors"] == [] and result["requests"] == []
+    assert len(result["plots"]) == len(content.figures) == 1
+    fig = content.figures[0][1]
+    assert result["plots"][0]["traces"] >= len(fig.data) and result["plots"][0]["svg"] >= 1
+    assert [s.line.dash for s in fig.layout.shapes] == ["dash"]  # the step, marked once
+    assert result["title"].startswith("Benchmark trends")

@@ -1,11 +1,12 @@
 """The runner against the ground-truth server (its own process, loopback): timing, counts, load shapes."""
 import statistics
+import time
 
 import pytest
 
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, errors_against_truth, fetch_stats, gt_request
 from harness.metrics import summarize
-from harness.runner import Runner, Target, run_blocking
+from harness.runner import Runner, Target, run_blocking, t0_ahead_ns
 
 TTFT_MS, ITL_MS, TOKENS = 50.0, 10.0, 32
 
@@ -103,3 +104,16 @@ def test_multi_turn_carries_history_and_waits_think_time(gt):
         sizes = [stats["records"][str(session * 3 + t)]["body_bytes"] for t in range(3)]
         # each turn re-sends the earlier user turns and the six-token answers
         assert sizes[1] - sizes[0] > len(" tok" * 6) and sizes[2] - sizes[1] > len(" tok" * 6)
+
+
+def test_t0_lead_covers_what_is_still_to_happen_before_the_first_send():
+    now_ns = time.perf_counter_ns()
+
+    def lead_s(workers, **left):
+        return (t0_ahead_ns(workers, **left) - now_ns) / 1e9
+    only_dispatch = lead_s(1, spawn=False, connect=False)
+    one_process = lead_s(1, spawn=True, connect=True)  # one process spawns nothing: it only connects
+    workers_ready = lead_s(4, spawn=False, connect=True)
+    assert 0 < only_dispatch < one_process < workers_ready < lead_s(2, spawn=True, connect=True) \
+        < lead_s(4, spawn=True, connect=True)
+    assert abs(one_process - lead_s(1, spawn=False, connect=True)) < 0.01

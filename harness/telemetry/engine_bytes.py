@@ -3,7 +3,7 @@
 Engines that count what their forward passes read let us compute memory-bandwidth
 utilisation (MBU) without hardware counters: bytes read per second / the memory's ceiling
 (reads only: decode is dominated by them, and the native engine counts nothing else).
-  native engine  native:weight_bytes_read_total + native:kv_bytes_read_total  (CPU: host ceiling)
+  native engine  native:weight_bytes_read_total + native:kv_bytes_read_total, native:flops_total  (CPU: host ceiling)
   vLLM, SGLang   <prefix>:estimated_{read,write}_bytes_per_gpu_total, <prefix>:estimated_flops_per_gpu_total
                  per GPU, averaged over label sets (one per engine); only with --enable-mfu-metrics,
                  and vLLM's CPU backend leaves them at 0 (then they count as not sampled)
@@ -24,7 +24,8 @@ from harness.telemetry.timeline import Unavailable
 
 # family -> {what: counters summed into it}
 ENGINE_COUNTERS = {
-    "native": {"read_bytes": ["native:weight_bytes_read_total", "native:kv_bytes_read_total"]},
+    "native": {"read_bytes": ["native:weight_bytes_read_total", "native:kv_bytes_read_total"],
+               "flops": ["native:flops_total"]},
     **{prefix: {"read_bytes": [f"{prefix}:estimated_read_bytes_per_gpu_total"],
                 "write_bytes": [f"{prefix}:estimated_write_bytes_per_gpu_total"],
                 "flops": [f"{prefix}:estimated_flops_per_gpu_total"]} for prefix in ("vllm", "sglang")},
