@@ -138,7 +138,6 @@ class Router:
         self.metrics.requests.labels(replica.id).inc()
         replica.in_flight += 1
         self.metrics.in_flight.labels(replica.id).inc()
-        response = None
         try:
             headers = {"Content-Type": request.headers.get("Content-Type", "application/json")}
             try:
@@ -158,19 +157,22 @@ class Router:
                 response = web.StreamResponse(status=upstream.status, headers=passed)
                 await response.prepare(request)
                 pending = b""
-                try:
-                    async for chunk in upstream.content.iter_any():
-                        pending += chunk
-                        whole, sep, pending = pending.rpartition(b"\n\n")
-                        if sep:   # only whole events: a cut-off one would read as malformed JSON
-                            await response.write(whole + sep)
-                except aiohttp.ClientError as exc:
-                    failed = ReplicaFailed(replica, exc, reached=True)
-                    self.metrics.failures.labels(replica.id, "mid_stream").inc()
-                    self.mark(replica, False, str(failed))
-                    event = {"error": {"message": f"{failed}; the stream was cut off", "type": "BadGatewayError",
-                                       "param": None, "code": 502}}
-                    await response.write(b"data: " + json.dumps(event).encode() + b"\n\ndata: [DONE]\n\n")
+                while True:
+                    try:   # only reading the replica is its failure; a failed write is the client's
+                        chunk = await upstream.content.readany()
+                    except aiohttp.ClientError as exc:
+                        failed = ReplicaFailed(replica, exc, reached=True)
+                        self.metrics.failures.labels(replica.id, "mid_stream").inc()
+                        self.mark(replica, False, str(failed))
+                        event = {"error": {"message": f"{failed}; the stream was cut off", "type": "BadGatewayError",
+                                           "param": None, "code": 502}}
+                        await response.write(b"data: " + json.dumps(event).encode() + b"\n\ndata: [DONE]\n\n")
+                        break
+                    if not chunk:
+                        break
+                    whole, sep, pending = (pending + chunk).rpartition(b"\n\n")
+                    if sep:   # only whole events: a cut-off one would read as malformed JSON
+                        await response.write(whole + sep)
                 await response.write_eof()
                 return response
         finally:
