@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from native_engine.router_metrics import RouterMetrics
 from native_engine.routing import Policy, prompt_text
 
 log = logging.getLogger("native_engine.router")
@@ -36,25 +37,6 @@ class Replica:
     up: bool = True
     in_flight: int = 0
     failed_probes: int = 0
-
-
-class RouterMetrics:
-    """Under `native_router:`, apart from the replicas' `native:` names; GET /replicas lists the replicas
-    so that a scraper can read each one's own page too (harness/server_metrics.py does)."""
-
-    def __init__(self) -> None:
-        self.registry = r = CollectorRegistry()
-        self.requests = Counter("native_router:requests", "Requests sent to each replica", ["replica"], registry=r)
-        self.failures = Counter("native_router:request_failures", "Requests a replica failed, by where it failed",
-                                ["replica", "reason"], registry=r)
-        self.decisions = Counter("native_router:routing_decisions", "Routing decisions by policy and reason",
-                                 ["policy", "reason"], registry=r)
-        self.prefix_match = Histogram("native_router:prefix_match_chars", "cache_aware: prompt characters the chosen "
-                                      "replica was sent before", registry=r,
-                                      buckets=(0, 16, 64, 256, 1024, 4096, 16384, 65536))
-        self.up = Gauge("native_router:replica_up", "1 while the replica answers, else 0", ["replica"], registry=r)
-        self.in_flight = Gauge("native_router:replica_requests_in_flight", "Requests in flight per replica",
-                               ["replica"], registry=r)
 
 
 class ReplicaFailed(Exception):
