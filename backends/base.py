@@ -35,6 +35,7 @@ class Backend:
     # class constants, not fields: subclasses override them by plain assignment
     ready_paths = ("/health", "/v1/models")  # the first that answers < 400 means ready
     metrics_path = "/metrics"  # Prometheus text page; None: the engine has none
+    replicas_path = None  # a router's list of its replicas ({"replicas": [{"id", "url"}]}), each scraped too
     metrics_hint = "set backend.metrics_url"  # what to do when the page is missing (404)
     version_path = None
     old_version_path = None  # asked when version_path does not answer (an older server)

@@ -15,6 +15,7 @@ class NativeBackend(Backend):
     name = "native"
     description = "the built-in engine (python -m native_engine serve)"
     step_trace_path = "/step_trace"
+    replicas_path = "/replicas"   # `serve --data-parallel N`: the router lists its engine replicas there
 
     def launch_command(self, port: int, model: str) -> list[str]:
         # `model` is the served name here; the weights file goes in launch.args (--model PATH)

@@ -22,10 +22,11 @@ class RunObservers:
         self.profile = backend.profile
         metrics_url = backend.metrics_url or engine.metrics_url(url)
         why_none = f"the {engine.name} engine has no Prometheus page; set backend.metrics_url if it has one"
+        replicas_url = url + engine.replicas_path if engine.replicas_path and metrics_url else None
         self.scraper = ServerMetricsScraper(metrics_url, t0_ns, out_dir / "server_metrics.csv",
                                             config.interval_ms / 1000, headers=self.headers, why_none=why_none,
                                             missing_page_hint=engine.metrics_hint if not backend.metrics_url
-                                            else "check backend.metrics_url")
+                                            else "check backend.metrics_url", replicas_url=replicas_url)
         self.recorder = TelemetryRecorder(config, t0_ns, out_dir, launched.pid if launched else None, metrics_url,
                                           engine_pages_fed=True)
         self.scraper.page_listeners.append(self.recorder.engine_page)  # one /metrics request per interval

@@ -15,14 +15,19 @@ under `bench:` names, whatever the engine calls it:
   ttft_s_*, itl_s_*, tpot_s_*, e2e_s_*, queue_s_*, prefill_s_*, decode_s_*
                                    engine-side histograms (_bucket with le, _sum, _count)
 Values are summed over label sets (one per model or GPU), except fractions, which are averaged.
+Behind a router that lists its replicas (the backend's replicas_path: native's `serve --data-parallel`),
+each replica's page is scraped too and its rows, raw and `bench:`, carry a `replica="<id>"` label
+(the router's own rows are its `native_router:` ones).
 The scraper runs in its own thread with its own HTTP client, so it never delays request timing.
 """
 from __future__ import annotations
 
 import csv
+import json
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlparse
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -34,8 +39,9 @@ from backends.http import request
 #                 TokenizerMetricsCollector), prefix `sglang:`
 #   TensorRT-LLM  tensorrt_llm/metrics/collector.py (MetricsCollector), prefix `trtllm_` only
 #   llama.cpp     tools/server/server-context.cpp (handle_metrics), prefix `llamacpp:`
-#   native        native_engine/metrics.py: vLLM's names under `native:`
-ENGINE_PREFIXES = ("vllm:", "sglang:", "native:", "llamacpp:", "trtllm_")
+#   native        native_engine/metrics.py: vLLM's names under `native:`; its router (native_engine/router.py)
+#                 `native_router:`
+ENGINE_PREFIXES = ("vllm:", "sglang:", "native:", "native_router:", "llamacpp:", "trtllm_")
 SCHEMA = {  # engine's name without its prefix -> schema name
     # vLLM, TensorRT-LLM, native: num_requests_{running,waiting}; SGLang: num_{running,queue}_reqs;
     # llama.cpp: requests_{processing,deferred}
@@ -129,8 +135,14 @@ def speculative_summary(first: dict[str, float], last: dict[str, float]) -> dict
     return {}
 
 
-def parse_page(text: str) -> tuple[list[tuple[str, float, str]], list[tuple[str, float, str]]]:
-    """(raw rows, schema rows), each (name, value, labels) from one Prometheus text page."""
+Rows = list[tuple[str, float, str]]
+
+
+def parse_page(text: str, extra: dict | None = None) -> tuple[Rows, Rows]:
+    """(raw rows, schema rows), each (name, value, labels) from one Prometheus text page; `extra`
+    labels (a replica's id) are added to every row."""
+    extra = extra or {}
+    own = format_labels(extra)   # the labels of a schema row ("" but for a replica's page)
     raw: list[tuple[str, float, str]] = []
     sums: dict[tuple[str, str], list[float]] = {}
     hits = queries = llama_cached = llama_computed = 0.0
@@ -139,11 +151,11 @@ def parse_page(text: str) -> tuple[list[tuple[str, float, str]], list[tuple[str,
             key = engine_key(sample.name)
             if key is None or sample.name.endswith("_created"):
                 continue
-            raw.append((sample.name, sample.value, format_labels(sample.labels)))
+            raw.append((sample.name, sample.value, format_labels({**sample.labels, **extra})))
             if key in SCHEMA:
-                sums.setdefault((f"bench:{SCHEMA[key]}", ""), []).append(sample.value)
+                sums.setdefault((f"bench:{SCHEMA[key]}", own), []).append(sample.value)
             elif key in BY_REASON and "reason" in sample.labels:
-                sums.setdefault((f"bench:{BY_REASON[key]}_{sample.labels['reason']}", ""), []).append(sample.value)
+                sums.setdefault((f"bench:{BY_REASON[key]}_{sample.labels['reason']}", own), []).append(sample.value)
             if key == "prefix_cache_hits_total":  # vLLM, native: tokens
                 hits += sample.value
             elif key == "prefix_cache_queries_total":
@@ -156,13 +168,13 @@ def parse_page(text: str) -> tuple[list[tuple[str, float, str]], list[tuple[str,
             for engine_name, schema_name in HISTOGRAMS.items():
                 suffix = key[len(engine_name):] if key.startswith(engine_name) else None
                 if suffix in ("_bucket", "_sum", "_count"):
-                    le = format_labels({"le": sample.labels["le"]}) if suffix == "_bucket" else ""
+                    le = format_labels({"le": sample.labels["le"], **extra} if suffix == "_bucket" else extra)
                     sums.setdefault((f"bench:{schema_name}{suffix}", le), []).append(sample.value)
-    if ("bench:prefix_cache_hit_rate", "") not in sums:
+    if ("bench:prefix_cache_hit_rate", own) not in sums:
         if queries > 0:
-            sums[("bench:prefix_cache_hit_rate", "")] = [hits / queries]
+            sums[("bench:prefix_cache_hit_rate", own)] = [hits / queries]
         elif llama_cached + llama_computed > 0:
-            sums[("bench:prefix_cache_hit_rate", "")] = [llama_cached / (llama_cached + llama_computed)]
+            sums[("bench:prefix_cache_hit_rate", own)] = [llama_cached / (llama_cached + llama_computed)]
     schema = []
     for (name, labels), values in sums.items():
         fraction = name.removeprefix("bench:") in FRACTIONS
@@ -185,7 +197,7 @@ class ServerMetricsScraper(threading.Thread):
 
     def __init__(self, url: str | None, t0_ns: int, out_path: str | Path, interval_s: float = 0.5,
                  timeout_s: float = 2.0, headers: dict | None = None, why_none: str = "",
-                 missing_page_hint: str = "set backend.metrics_url"):
+                 missing_page_hint: str = "set backend.metrics_url", replicas_url: str | None = None):
         super().__init__(name="server-metrics", daemon=True)
         self.url, self.t0_ns, self.interval_s, self.timeout_s = url, t0_ns, interval_s, timeout_s
         self.out_path, self.headers, self.why_none = Path(out_path), headers or {}, why_none
@@ -197,6 +209,9 @@ class ServerMetricsScraper(threading.Thread):
         self.page_listeners: list = []  # f(t_ns, text) per page that arrived, on this thread
         self.first_values: dict[str, float] = {}   # unlabelled bench: values of the first and last page
         self.last_values: dict[str, float] = {}
+        self.replicas_url = replicas_url
+        self.replica_pages: list[tuple[str, str]] | None = None  # (id, its metrics URL); None: not known yet
+        self.replica_failures = 0
 
     def run(self) -> None:
         with open(self.out_path, "w", newline="", encoding="utf-8") as f:
@@ -205,11 +220,13 @@ class ServerMetricsScraper(threading.Thread):
             while not self.stop_event.is_set():
                 started = time.monotonic()
                 self._scrape_once(writer)
+                self._scrape_replicas(writer)
                 f.flush()
                 if self.gave_up:
                     return
                 self.stop_event.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
             self._scrape_once(writer)  # the state right after the load
+            self._scrape_replicas(writer)
 
     def _scrape_once(self, writer) -> None:
         self.scrapes += 1
@@ -237,6 +254,40 @@ class ServerMetricsScraper(threading.Thread):
         for listener in self.page_listeners:
             listener(arrived_ns, text)
 
+    def _discover_replicas(self) -> list[tuple[str, str]]:
+        """The router's replicas, asked until it answers once; [] where there is no router (404)."""
+        if self.replica_pages is None and self.replicas_url:
+            try:
+                status, body = request(self.replicas_url, headers=self.headers, timeout_s=self.timeout_s)
+                if status == 404:
+                    self.replica_pages = []
+                elif status < 400:
+                    path = urlparse(self.url).path
+                    self.replica_pages = [(str(r["id"]), r["url"].rstrip("/") + path)
+                                          for r in json.loads(body)["replicas"]]
+            except Exception as e:  # not answering yet: ask again at the next scrape
+                self.last_error = f"{self.replicas_url}: {type(e).__name__}: {e}"
+        return self.replica_pages or []
+
+    def _scrape_replicas(self, writer) -> None:
+        """All replicas' rows get one time stamp (the last page's), so that summing a counter over
+        the rows of one t_s gives the deployment's total."""
+        rows = []
+        for replica, page_url in self._discover_replicas():
+            try:
+                status, body = request(page_url, headers=self.headers, timeout_s=self.timeout_s)
+                if status >= 400:
+                    raise OSError(f"HTTP {status}")
+                raw, schema = parse_page(body.decode("utf-8", errors="replace"), {"replica": replica})
+            except Exception as e:  # a replica that died costs its rows, never the run
+                self.replica_failures += 1
+                self.last_error = f"replica {replica} ({page_url}): {type(e).__name__}: {e}"
+                continue
+            rows += raw + schema
+        t_s = round((time.perf_counter_ns() - self.t0_ns) / 1e9, 6)
+        writer.writerows((t_s, name, value, labels) for name, value, labels in rows)
+        self.rows += len(rows)
+
     def begin(self) -> None:
         if self.url:
             self.start()
@@ -250,6 +301,8 @@ class ServerMetricsScraper(threading.Thread):
         status = {"sampled": self.rows > 0, "url": self.url, "scrapes": self.scrapes, "failures": self.failures}
         if self.rows == 0:
             status["reason"] = self.gave_up or f"every scrape failed; last: {self.last_error}"
-        elif self.failures:
+        elif self.failures or self.replica_failures:
             status["last_error"] = self.last_error
+        if self.replica_pages:
+            status.update(replicas=len(self.replica_pages), replica_failures=self.replica_failures)
         return status

