@@ -27,9 +27,15 @@ def serve(
     static_batching: bool = typer.Option(False, "--static-batching",
                                          help="Admit a new batch only when the running one has finished (for comparison)"),
     served_model_name: str = typer.Option("smollm2", help="Model name clients send and /v1/models lists"),
-    blas_threads: int = typer.Option(0, help="OpenBLAS threads for matmuls (0: numpy's default, one per core)"),
+    blas_threads: int = typer.Option(0, help="Threads for matmuls: OpenBLAS's under numpy, torch's under "
+                                             "--runtime torch (0: one per core)"),
+    runtime: str = typer.Option("numpy", help="Forward-step kernels: 'numpy' (fp32, the exact reference the "
+                                              "golden tests pin), 'torch' (the optional extra: int8/bf16 weights, "
+                                              "faster) or 'auto' (torch when installed)"),
+    dtype: str = typer.Option("int8", help="--runtime torch: weights as 'int8' (per-channel, fbgemm), 'bf16' "
+                                           "or 'fp32'"),
 ) -> None:
-    """Serve the built-in numpy engine: /v1/completions, /v1/chat/completions, /metrics, /health."""
+    """Serve the built-in engine: /v1/completions, /v1/chat/completions, /metrics, /health."""
     import asyncio
     import signal
 
@@ -46,7 +52,7 @@ def serve(
         config = EngineConfig(
             model=model, served_model_name=served_model_name, kv_block_size=block_size,
             kv_cache_tokens=kv_cache_tokens, enable_prefix_caching=not no_prefix_caching,
-            prefix_cache=prefix_cache,
+            prefix_cache=prefix_cache, runtime=runtime, dtype=dtype, threads=blas_threads,
             scheduler=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                       max_waiting=max_waiting, enable_chunked_prefill=not no_chunked_prefill,
                                       static_batching=static_batching, schedule_policy=schedule_policy,
@@ -62,7 +68,8 @@ def serve(
         for sig in (signal.SIGINT, signal.SIGTERM):
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)
         typer.echo(f"native_engine serving {served_model_name} on http://{host}:{bound_port} "
-                   f"(max_model_len {engine.max_model_len}, {engine.block_manager.num_blocks} KV blocks)")
+                   f"(max_model_len {engine.max_model_len}, {engine.block_manager.num_blocks} KV blocks, "
+                   f"{type(engine.runner).__name__} {getattr(engine.runner, 'dtype', 'fp32')})")
         await stop.wait()
         await runner.cleanup()
 

@@ -20,7 +20,8 @@ from native_engine.block_manager import BlockManager
 from native_engine.gguf_model import ModelConfig, ModelWeights, load_gguf
 from native_engine.metrics import EngineMetrics
 from native_engine.model_files import resolve_model
-from native_engine.model_runner import ModelRunner, SeqChunk
+from native_engine.model_runner import SeqChunk
+from native_engine.runtime import make_runner
 from native_engine.sampler import mask_stop_tokens, sample
 from native_engine.scheduler import QueueFullError, Scheduler, SchedulerConfig
 from native_engine.sequence import SamplingParams, Sequence, SequenceStatus
@@ -37,6 +38,9 @@ class EngineConfig:
     kv_cache_tokens: int = 32768         # KV cache capacity (46 KB a token for SmolLM2); whole blocks
     enable_prefix_caching: bool = True
     prefix_cache: str = "hash"           # "hash" (vLLM's hash chain) or "radix" (SGLang's radix tree)
+    runtime: str = "numpy"               # "numpy" (fp32 reference), "torch" or "auto"; see runtime.py
+    dtype: str = "int8"                  # torch's weights: "int8", "bf16" or "fp32"
+    threads: int = 0                     # torch's threads (0: one per core this process may use)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
 
@@ -84,8 +88,8 @@ class LLMEngine:
         num_blocks = config.kv_cache_tokens // max(config.kv_block_size, 1)
         self.block_manager = BlockManager(num_blocks, config.kv_block_size, config.enable_prefix_caching,
                                           config.prefix_cache)
-        self.runner = ModelRunner(self.model_config, weights, num_kv_blocks=num_blocks,
-                                  kv_block_size=config.kv_block_size)
+        self.runner = make_runner(self.model_config, weights, num_blocks, config.kv_block_size,
+                                  config.runtime, config.dtype, config.threads)
         self.scheduler = Scheduler(config.scheduler, self.block_manager)
         self.metrics = EngineMetrics(config.served_model_name)
         # A sequence must fit in the whole cache on its own, or preemption could never make room.
