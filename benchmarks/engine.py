@@ -266,7 +266,8 @@ def main() -> None:
         report["a_single_stream"] = single_stream(32 if q else 128, args.blas_threads)
         print(json.dumps({"a_single_stream": report["a_single_stream"]}), flush=True)
     runs = {"b_concurrency": lambda: concurrency_sweep([1, 8] if q else [1, 8, 32, 64], 32 if q else 128,
-                                                        args.llama_server or None),
+                                                        args.llama_server or None,
+                                                        tuple(args.runtimes.split(",")), args.dtype),
             "c_batching": lambda: batching_modes(8 if q else 64, 4 if q else 16, 48 if q else 192),
             "d_chunked_prefill": lambda: chunked_prefill(4 if q else 8, 2 if q else 4, 300 if q else 1200,
                                                          48 if q else 160),
