@@ -46,6 +46,8 @@ class Linear:
             with warnings.catch_warnings():  # torch 2.10+ marks qint8 tensors deprecated (torchao is the successor)
                 warnings.simplefilter("ignore", UserWarning)
                 quantized = torch.quantize_per_channel(weight, scales, zero_points, 0, torch.qint8)
+            # two copies of the int8 matrix (one read per step): fbgemm's packed layout for one row,
+            # a plain [in, out] one for torch._int_mm on batches
             self.packed = torch.ops.quantized.linear_prepack(quantized, None)
             self.int8_in_out = quantized.int_repr().t().contiguous()
             self.scales = scales.float()
@@ -61,7 +63,8 @@ class Linear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.dtype == "int8" and len(x) == 1:
-            # reduce_range=False: 8-bit activations; this CPU's VNNI int8 dot products do not saturate
+            # one row: fbgemm's per-tensor activation scale is a per-token one. reduce_range=False keeps 8-bit
+            # activations (exact with AVX-512 VNNI, as here; fbgemm's older AVX2 path can saturate)
             return torch.ops.quantized.linear_dynamic(x, self.packed, False)
         if self.dtype == "int8":
             # one activation scale per row (token): fbgemm's single scale for the whole batch let one
