@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import glob
+import importlib.util
 import json
 import os
 import subprocess
@@ -169,9 +170,13 @@ def summarize(results: list[dict]) -> dict:
 
 
 # ---- (b)-(e) -------------------------------------------------------------------------------
-async def concurrency_sweep(levels: list[int], output_tokens: int, llama_server_binary: str | None) -> dict:
-    """Total output tok/s at each level, and llama-server's on the same GGUF and jobs when it is built."""
-    engines = {"native": lambda: server("--max-num-seqs", str(max(levels)))}
+async def concurrency_sweep(levels: list[int], output_tokens: int, llama_server_binary: str | None,
+                            runtimes: tuple[str, ...] = ("numpy",), dtype: str = "int8") -> dict:
+    """Total output tok/s at each level for each native runtime ('native' is numpy, 'native_torch' torch),
+    and llama-server's on the same GGUF and jobs when it is built. One server runs at a time."""
+    engines = {("native" if rt == "numpy" else f"native_{rt}"):
+               (lambda rt=rt: server("--max-num-seqs", str(max(levels)), "--runtime", rt, "--dtype", dtype))
+               for rt in runtimes}
     if llama_server_binary:
         engines["llama_server"] = lambda: llama_server(llama_server_binary, max(levels))
     out = {}
@@ -184,7 +189,11 @@ async def concurrency_sweep(levels: list[int], output_tokens: int, llama_server_
     if llama_server_binary:
         best_llama = max(level["llama_server"]["output_tok_s"] for level in out.values())
         for level in out.values():
-            level["native_over_best_llama_server"] = round(level["native"]["output_tok_s"] / best_llama, 2)
+            for name in engines:
+                if name.startswith("native"):
+                    level[f"{name}_over_best_llama_server"] = round(level[name]["output_tok_s"] / best_llama, 2)
+                    level[f"{name}_over_llama_server"] = round(
+                        level[name]["output_tok_s"] / level["llama_server"]["output_tok_s"], 2)
     return out
 
 
@@ -245,6 +254,10 @@ def main() -> None:
     parser.add_argument("--llama-server", default=default_llama_server(),
                         help="llama-server binary for the side-by-side in (b); default: the cached build of "
                              "benchmarks/build_llama_server.sh, if any ('' to skip)")
+    parser.add_argument("--runtimes", default="numpy,torch" if importlib.util.find_spec("torch") else "numpy",
+                        help="native runtimes to compare in (b), comma-separated (default: numpy, and torch "
+                             "when installed)")
+    parser.add_argument("--dtype", default="int8", help="torch runtime's weights: int8, bf16 or fp32")
     args = parser.parse_args()
     SERVER_FLAGS.extend(["--blas-threads", str(args.blas_threads)])
     parts, q = set(args.only.split(",")), args.quick
@@ -253,7 +266,8 @@ def main() -> None:
         report["a_single_stream"] = single_stream(32 if q else 128, args.blas_threads)
         print(json.dumps({"a_single_stream": report["a_single_stream"]}), flush=True)
     runs = {"b_concurrency": lambda: concurrency_sweep([1, 8] if q else [1, 8, 32, 64], 32 if q else 128,
-                                                        args.llama_server or None),
+                                                        args.llama_server or None,
+                                                        tuple(args.runtimes.split(",")), args.dtype),
             "c_batching": lambda: batching_modes(8 if q else 64, 4 if q else 16, 48 if q else 192),
             "d_chunked_prefill": lambda: chunked_prefill(4 if q else 8, 2 if q else 4, 300 if q else 1200,
                                                          48 if q else 160),

