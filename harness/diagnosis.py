@@ -214,7 +214,9 @@ def prefix_cache_miss(run: Run) -> Finding | None:
     return Finding("prefix_cache_miss", "warning",
                    f"prefix cache misses: {_pct(hit)} of prompt tokens came from the cache on a shared-prefix "
                    f"workload where {_pct(expected)} could ({workload['prefix_tokens']} shared of "
-                   f"~{workload['prefix_tokens'] + suffix:.0f}); is prefix caching on?", {"hit_fraction": hit, "expected_fraction": expected, "source": source})
+                   f"~{workload['prefix_tokens'] + suffix:.0f}); is prefix caching on, and the shared prefix at least "
+                   f"one KV block (vLLM's CPU build caches whole 128-token blocks)?",
+                   {"hit_fraction": hit, "expected_fraction": expected, "source": source})
 
 
 def client_bound(run: Run) -> Finding | None:
