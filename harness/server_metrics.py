@@ -146,12 +146,16 @@ def parse_page(text: str, extra: dict | None = None) -> tuple[Rows, Rows]:
     raw: list[tuple[str, float, str]] = []
     sums: dict[tuple[str, str], list[float]] = {}
     hits = queries = llama_cached = llama_computed = 0.0
+    # the parser calls a counter's sample <family>_total even where the page writes it without (llama.cpp's
+    # llamacpp:n_tokens_max): the raw rows keep the name the engine wrote
+    written = {line.split("{", 1)[0].split(" ", 1)[0] for line in text.splitlines() if line[:1] not in ("", "#")}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            key = engine_key(sample.name)
-            if key is None or sample.name.endswith("_created"):
+            name = family.name if sample.name not in written and family.name in written else sample.name
+            key = engine_key(name)
+            if key is None or name.endswith("_created"):
                 continue
-            raw.append((sample.name, sample.value, format_labels({**sample.labels, **extra})))
+            raw.append((name, sample.value, format_labels({**sample.labels, **extra})))
             if key in SCHEMA:
                 sums.setdefault((f"bench:{SCHEMA[key]}", own), []).append(sample.value)
             elif key in BY_REASON and "reason" in sample.labels:

@@ -96,10 +96,11 @@ class LoadedModel:
 def request_timings(seq: Sequence) -> dict:
     """Where a finished request's time went inside the engine, in ms, like llama.cpp's `timings`:
     queue (arrival to first schedule), prefill (first schedule to first token), decode (first to
-    last token); a preempted request's re-prefill counts in decode, where the client waits for it."""
+    last token); a preempted request's re-prefill counts in decode, where the client waits for it.
+    prompt_n counts the prompt tokens computed, cached ones excluded (cache_n), as llama.cpp's do."""
     ms = lambda a, b: round((b - a) * 1e3, 3) if a is not None and b is not None else None  # noqa: E731
     return {"queue_ms": ms(seq.arrival_s, seq.scheduled_s), "prefill_ms": ms(seq.scheduled_s, seq.first_token_s),
-            "decode_ms": ms(seq.first_token_s, seq.last_token_s), "prompt_n": seq.num_prompt_tokens,
+            "decode_ms": ms(seq.first_token_s, seq.last_token_s), "prompt_n": seq.num_prompt_tokens - seq.num_cached_tokens,
             "cache_n": seq.num_cached_tokens, "predicted_n": seq.num_output_tokens,
             "preemptions": seq.num_preemptions}
 

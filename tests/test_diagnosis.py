@@ -121,12 +121,15 @@ def test_roofline_on_a_gpu_against_its_published_peaks():
 
 def test_prefix_cache_miss_on_a_shared_prefix_workload():
     scenario = {"workload": {"kind": "shared_prefix", "prefix_tokens": 512, "input_tokens": {"mean": 64}}}
-    def records(cache_n):
-        return [rec(i, i * 0.2, 0.3, timings={"queue_ms": 1.0, "prefill_ms": 5.0, "cache_n": cache_n, "prompt_n": 577})
-                for i in range(4)]
+    def records(cache_n):  # llama.cpp's timings: prompt_n is the tokens computed, the cached ones not counted
+        return [rec(i, i * 0.2, 0.3, timings={"queue_ms": 1.0, "prefill_ms": 5.0, "cache_n": cache_n,
+                                              "prompt_n": 576 - cache_n}) for i in range(4)]
     found = rules(run({}, records(0), scenario=scenario))["prefix_cache_miss"]
     assert "0% of prompt tokens came from the cache" in found["message"] and "89% could" in found["message"]
     assert "prefix_cache_miss" not in rules(run({}, records(512), scenario=scenario))
+    # 200 of 576 cached is 35%, under half the 89% possible: a miss, though cache_n / prompt_n would read 53%
+    found = rules(run({}, records(200), scenario=scenario))["prefix_cache_miss"]
+    assert found["evidence"]["hit_fraction"] == pytest.approx(200 / 576) and "35% of prompt tokens" in found["message"]
     assert "prefix_cache_miss" not in rules(run({}, records(0), scenario={"workload": {"kind": "random"}}))
 
 

@@ -60,6 +60,8 @@ def test_requests_carry_the_engines_own_timings(traced_run):
         assert {"queue_ms", "prefill_ms", "decode_ms", "cache_n", "preemptions"} <= set(t)
         ttft_ms = (r.token_times_s[0] - r.intended_send_s) * 1e3
         assert 0 <= t["queue_ms"] + t["prefill_ms"] <= ttft_ms  # the engine's part fits inside the client's TTFT
+        # as llama.cpp's: prompt_n counts the tokens computed, cache_n the ones reused; together the whole prompt
+        assert t["prompt_n"] + t["cache_n"] == r.prompt_tokens
 
 
 def test_summary_explains_the_run(traced_run):

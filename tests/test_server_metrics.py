@@ -28,8 +28,15 @@ def test_vllm_real_page():
 
 
 def test_llama_server_and_native_names():
+    raw, _ = parse_page((FIXTURES / "llamacpp_metrics.txt").read_text())
+    # a counter written without _total keeps the name the engine gave it, not the parser's <name>_total
+    names = {name for name, _, _ in raw}
+    assert "llamacpp:n_tokens_max" in names and "llamacpp:n_tokens_max_total" not in names
+    assert "llamacpp:n_decode_total" in names
     s = schema((FIXTURES / "llamacpp_metrics.txt").read_text())
     assert s["bench:generation_tokens"] == 1468 and s["bench:prompt_tokens"] == 125
+    # llama.cpp's prompt_tokens_total excludes the cached ones: 140 cached of 125 + 140; no KV usage gauge any more
+    assert s["bench:prefix_cache_hit_rate"] == pytest.approx(140 / 265) and "bench:kv_usage_fraction" not in s
     assert s["bench:running"] == 0 and s["bench:waiting"] == 0
     native = ('native:num_requests_running{model_name="m"} 2\n'
               'native:weight_bytes_read_total{model_name="m"} 100\nnative:kv_bytes_read_total{model_name="m"} 5\n'
