@@ -74,6 +74,14 @@ def saturation(run: Run) -> Finding | None:
     running = run.window_values("bench:running")
     evidence = {"queue_share_of_ttft": share, "waiting_samples_fraction": waiting_fraction,
                 "waiting_max": max(waiting, default=None), "running_max": max(running, default=None)}
+    if share is not None and waiting and max(waiting) == 0:
+        # Queue time with an empty queue gauge: requests waited for the running step to end (a step
+        # boundary), not for a slot in a full batch; that is slow steps, not saturation.
+        queue_ms, ttft_ms = phases["queue"]["mean"], phases["ttft"]["mean"]
+        return Finding("saturation", "info",
+                       f"step-boundary wait, not saturation: queueing is {_pct(share)} of TTFT (queue "
+                       f"{queue_ms:.0f} ms of mean TTFT {ttft_ms:.0f} ms) yet no request waited for a slot in "
+                       f"{len(waiting)} samples: new requests waited for the running step to end", evidence)
     if share is not None:
         queue_ms, ttft_ms = phases["queue"]["mean"], phases["ttft"]["mean"]
         main = share >= QUEUE_SHARE_MAIN and phases.get("main_ttft_part") == "queue"

@@ -40,6 +40,14 @@ def test_saturation_names_queueing_as_the_main_share_with_its_percentage():
     assert "saturation" not in rules(run(phases_summary(0.1), RECORDS, {"bench:waiting": [(0.5, 0), (1.0, 0)]}))
 
 
+
+def test_queue_time_with_an_empty_waiting_gauge_is_a_step_boundary_wait_not_saturation():
+    found = rules(run(phases_summary(0.32), RECORDS, {"bench:waiting": [(0.5, 0), (1.0, 0)]}))["saturation"]
+    assert found["severity"] == "info" and found["message"].startswith("step-boundary wait, not saturation")
+    assert "queueing is 32% of TTFT" in found["message"] and "saturated" not in found["message"]
+    one_waited = rules(run(phases_summary(0.32), RECORDS, {"bench:waiting": [(0.5, 1), (1.0, 0)]}))["saturation"]
+    assert one_waited["message"].startswith("saturated: queueing is 32% of TTFT")
+
 def test_batch_limit_when_running_is_stuck_and_kv_is_free():
     series = {"bench:running": [(t, 4) for t in (0.2, 0.6, 1.0, 1.4)], "bench:waiting": [(t, 6) for t in (0.2, 0.6, 1.0, 1.4)],
               "bench:kv_usage_fraction": [(t, 0.1) for t in (0.2, 0.6, 1.0, 1.4)]}
