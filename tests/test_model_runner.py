@@ -241,14 +241,6 @@ def test_set_blas_threads_returns_the_previous_count():
         set_blas_threads(before)
 
 
-@pytest.fixture
-def one_blas_thread():
-    """The 2 shared cores of CI: one BLAS thread avoids spin-waits on a descheduled partner."""
-    before = set_blas_threads(1)
-    yield
-    if before is not None:
-        set_blas_threads(before)
-
 
 @pytest.mark.slow
 def test_real_model_greedy_matches_reference(one_blas_thread):

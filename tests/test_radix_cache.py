@@ -3,19 +3,7 @@ counts, eviction of unreferenced leaves least recently released first, recompute
 import pytest
 
 from native_engine.block_manager import BlockManager
-from native_engine.sequence import SamplingParams, Sequence
-
-
-def make_seq(tokens, request_id="r"):
-    return Sequence(request_id, list(tokens), SamplingParams(max_tokens=4))
-
-
-def run_prefill(bm, seq):
-    cached = bm.find_cached_prefix(seq)
-    assert bm.allocate(seq, seq.num_tokens - len(cached) * bm.block_size, cached)
-    seq.num_computed_tokens = seq.num_tokens
-    bm.cache_computed_blocks(seq)
-    return cached
+from test_block_manager import make_seq, run_prefill  # the engine's allocate-then-compute, as there
 
 
 def radix(num_blocks, block_size=2):

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from native_engine.blas import set_blas_threads
 from native_engine.block_manager import BlockManager
 from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
 from native_engine.model_runner import ModelRunner, SeqChunk
@@ -188,14 +187,6 @@ def test_stop_token_inside_an_accepted_run_ends_the_output_there(tiny):
     assert capped.token_ids == full.token_ids[:9] and capped.finish_reason == "length"
     assert spec.block_manager.num_free_blocks == spec.block_manager.num_blocks
 
-
-@pytest.fixture
-def one_blas_thread():
-    """The 2 shared cores of CI: one BLAS thread avoids spin-waits on a descheduled partner."""
-    before = set_blas_threads(1)
-    yield
-    if before is not None:
-        set_blas_threads(before)
 
 
 @pytest.mark.slow

@@ -10,7 +10,6 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install -e '.[torch]'); "
                                             "these tests cover --runtime torch only")
 
-from native_engine.blas import set_blas_threads  # noqa: E402
 from native_engine.gguf_model import load_gguf  # noqa: E402
 from native_engine.model_runner import ModelRunner, SeqChunk  # noqa: E402
 from native_engine.tiny_gguf import write_tiny_llama_gguf  # noqa: E402
@@ -25,14 +24,6 @@ FIXTURE = Path(__file__).parent / "fixtures" / "reference_greedy.json"
 MIN_TOP1_AGREEMENT = {"int8": 0.80, "bf16": 0.95}
 MAX_PERPLEXITY_RATIO = {"int8": 1.05, "bf16": 1.02}
 
-
-@pytest.fixture
-def one_blas_thread():
-    """The 2 shared cores of CI: one thread avoids spin-waits on a descheduled partner."""
-    before = set_blas_threads(1)
-    yield
-    if before is not None:
-        set_blas_threads(before)
 
 
 @pytest.fixture(scope="module")
