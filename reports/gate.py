@@ -148,7 +148,7 @@ def judge(name: str, rule: MetricRule, baseline: RunSet, current: RunSet, rules:
     if min(b_min, c_min) < enough:
         return MetricVerdict(name, rule, "inconclusive",
                              note=f"too few samples in a run ({b_min} vs {c_min}; need {enough})", **sides)
-    needed = _samples_for_tail(rule.statistic, rules.min_tail_samples)
+    needed = samples_for_tail(rule.statistic, rules.min_tail_samples)
     if min(b_min, c_min) < needed:
         return MetricVerdict(name, rule, "inconclusive", note=f"{rule.statistic} needs >= {needed} samples per run "
                              f"to hold {rules.min_tail_samples} beyond it ({b_min} vs {c_min})", **sides)
@@ -161,12 +161,13 @@ def judge(name: str, rule: MetricRule, baseline: RunSet, current: RunSet, rules:
               if one_run_each else run_level_change(b_values, c_values, rules.confidence))
     except ValueError as e:
         return MetricVerdict(name, rule, "inconclusive", note=str(e), **sides)
-    verdict, note = _verdict(ch, rule, one_run_each)
+    verdict, note = verdict_for_change(ch, rule, one_run_each)
     return MetricVerdict(name, rule, verdict, ch.baseline, ch.current, ch.change, ch.ci_low, ch.ci_high, note,
                          **sides)
 
 
-def _verdict(ch: RelativeChange, rule: MetricRule, one_run_each: bool) -> tuple[str, str]:
+def verdict_for_change(ch: RelativeChange, rule: MetricRule, one_run_each: bool) -> tuple[str, str]:
+    """The gate's rule for one measured change; the history gate applies the same rule, not a copy."""
     sign = 1.0 if rule.better == "lower" else -1.0  # worse = sign * change > 0
     worse, lo, hi = sign * ch.change, *sorted((sign * ch.ci_low, sign * ch.ci_high))
     t = rule.threshold
@@ -188,7 +189,7 @@ def _spread(values: list[float]) -> float | None:
     return float(np.std(values, ddof=1)) if len(values) > 1 else None
 
 
-def _samples_for_tail(statistic: str, tail: int) -> int:
+def samples_for_tail(statistic: str, tail: int) -> int:
     if not statistic.startswith("p"):
         return 0
     beyond = 1 - float(statistic[1:]) / 100

@@ -20,7 +20,7 @@ import numpy as np
 
 from reports.changepoint import Finding, findings
 from reports.gate import GateRules, MetricRule, MetricVerdict, PER_REQUEST_SOURCES, WINDOW_SOURCES
-from reports.gate import _samples_for_tail, _verdict  # the gate's own rules, not a copy of them
+from reports.gate import samples_for_tail, verdict_for_change  # the gate's own rules, not a copy of them
 from reports.history import Night, batch_value, nights
 from reports.markdown import md_table
 from reports.repeats import RunSet, check_same_scenario, load_run_set
@@ -113,13 +113,13 @@ def judge_metric(name: str, rule: MetricRule, history: list[Night], now: Night, 
         result.verdict.verdict = "regression"  # the history had the samples; tonight lost them (failures)
         result.verdict.note = f"a current run has {have} samples, the history's runs >= {past}"
         return result
-    needed = max(enough, _samples_for_tail(rule.statistic, rules.min_tail_samples))
+    needed = max(enough, samples_for_tail(rule.statistic, rules.min_tail_samples))
     if have < needed or len(base) < 2:
         result.verdict.note = (f"a current run has {have} samples; {rule.statistic} needs >= {needed}" if have < needed
                                else f"{len(base)} night(s) since the last step: too few to compare against")
         return result
     ch = run_level_change(base, [now.values[key]], rules.confidence)
-    verdict, note = _verdict(ch, rule, one_run_each=False)
+    verdict, note = verdict_for_change(ch, rule, one_run_each=False)
     v = result.verdict
     v.verdict, v.note, v.baseline, v.current, v.change, v.ci_low, v.ci_high = (
         verdict, note, ch.baseline, ch.current, ch.change, ch.ci_low, ch.ci_high)
