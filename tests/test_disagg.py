@@ -2,6 +2,7 @@
 behind the coordinator (outputs equal the colocated engine's, the handoff's cost), the transfer file's
 checks, and `serve --disaggregate` as real processes (killed workers, nothing left behind)."""
 import asyncio
+import glob
 import json
 import math
 import os
@@ -242,3 +243,67 @@ async def test_no_worker_or_transfer_file_outlives_a_killed_coordinator(tiny_pat
     while os.path.exists(transfer_dir) and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     assert not os.path.exists(transfer_dir)
+
+
+@pytest.mark.faults
+def test_bench_run_on_a_disaggregated_deployment_records_the_handoff_and_ctrl_c_leaves_nothing(tmp_path, tiny_path):
+    """`bench run` launching `serve --disaggregate prefill=1,decode=1`, interrupted mid-run: the finished
+    requests carry the handoff's cost in their server timings, the workers are scraped with their role
+    in the replica label, and no process or transfer file is left."""
+    import csv
+
+    from bench_process import bench_started, interrupt_once_written
+    from harness.results import read_records
+
+    prompts = tmp_path / "prompts.jsonl"   # a file: random prompts would need a real vocabulary (slow to load)
+    prompts.write_text("".join(json.dumps({"prompt": f"{DOC} {i}", "output_tokens": 400}) + "\n" for i in range(40)))
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: pd\nbackend: {kind: native, launch: {args: [--model, '%s', --disaggregate, 'prefill=1,decode=1'], "
+        "ready_timeout_s: 120}}\n"
+        "workload: {kind: file, path: '%s'}\n"
+        "load: {arrival: poisson, rate: 4, num_requests: 40}\n"
+        "telemetry: {interval_ms: 200, gpu: false}\n" % (tiny_path, prompts))
+    out = tmp_path / "out"
+    transfer_dirs = set(glob.glob("/dev/shm/native-kv-*"))
+    proc = bench_started("run", scenario, "--output", out, "--allow-client-bound")
+    interrupt_once_written(proc, out / "requests.jsonl", 4, timeout_s=120)
+    assert proc.returncode != 0
+    log = (out / "engine.log").read_text()
+    pids = [int(p) for p in re.findall(r"pid (\d+)", re.search(r"serving on .*", log).group(0))]
+    assert len(pids) == 2 and wait_gone(pids) == []
+    assert set(glob.glob("/dev/shm/native-kv-*")) <= transfer_dirs
+    records = [r for r in read_records(out) if r.ok]
+    assert records and all(r.server_timings["kv_transfer_bytes"] > 0 and r.server_timings["kv_import_ms"] is not None
+                           for r in records)
+    with open(out / "server_metrics.csv") as f:
+        labels = {r["labels"] for r in csv.DictReader(f) if r["name"].startswith("native:kv_transfer_bytes")}
+    assert any('replica="prefill-0"' in label and "send" in label for label in labels), labels
+
+
+@pytest.mark.slow
+async def test_smollm2_disaggregated_greedy_output_equals_colocated(tmp_path, one_blas_thread):
+    """The real model: a prompt over several blocks and the prefill chunk, then one sharing its prefix."""
+    model = LoadedModel.load("smollm2")
+    runners, urls = [], []
+    engines = [LLMEngine(EngineConfig(kv_cache_tokens=2048, kv_transfer_dir=str(tmp_path)), model) for _ in range(2)]
+    for engine in [*engines, LLMEngine(EngineConfig(kv_cache_tokens=2048), model)]:
+        runner, port = await start_server(engine, "127.0.0.1", 0)
+        runners.append(runner)
+        urls.append(f"http://127.0.0.1:{port}")
+    runner, port = await start_router(Disaggregator(DisaggregationSpec(1, 1), urls[:2], str(tmp_path)))
+    runners.append(runner)
+    try:
+        async with aiohttp.ClientSession() as http:
+            for question in ("What do blocks hold?", "Why are blocks shared?"):
+                body = {"messages": [{"role": "user", "content": DOC * 6 + question}], "max_tokens": 12,
+                        "temperature": 0}
+                status, alone = await post(http, urls[2] + "/v1/chat/completions", body)
+                assert status == 200 and alone["usage"]["prompt_tokens"] > 256
+                status, events = await post(http, f"http://127.0.0.1:{port}/v1/chat/completions",
+                                            {**body, "stream": True})
+                assert status == 200 and streamed_text(events) == alone["choices"][0]["message"]["content"]
+        assert engines[0].block_manager.prefix_cache_hits_tokens > 0
+    finally:
+        for r in reversed(runners):
+            await r.cleanup()
