@@ -50,6 +50,8 @@ def serve(
     disaggregate: str = typer.Option(None, help="Prefill/decode disaggregation: 'prefill=P,decode=D' engine "
                                      "processes, prefill workers handing each prompt's KV to decode workers, "
                                      "behind a coordinator on --port (native_engine/disaggregation.py)"),
+    pin_cpus: bool = typer.Option(False, "--pin-cpus", help="--data-parallel / --disaggregate: each engine process "
+                                  "on a core of its own (taskset), in order, from the cores this process may use"),
     kv_transfer_dir: str = typer.Option(None, hidden=True, help="Set by --disaggregate for its workers: the "
                                         "directory KV handoff files go through"),
     runtime: str = typer.Option("numpy", help="Forward-step kernels: 'numpy' (fp32, the exact reference the "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import logging
 import os
 import re
@@ -32,7 +33,7 @@ log = logging.getLogger("native_engine.deployment")
 # The serve options that belong to the deployment, not to each replica.
 DEPLOYMENT_OPTIONS = {"host", "port", "data_parallel", "router_policy", "router_cache_threshold",
                       "router_balance_abs_threshold", "router_balance_rel_threshold", "blas_threads",
-                      "disaggregate", "kv_transfer_dir"}
+                      "disaggregate", "kv_transfer_dir", "pin_cpus"}
 READY_LINE = re.compile(r"serving .* on http://([0-9.]+):(\d+)")
 STOP_GRACE_S = 10.0
 PR_SET_PDEATHSIG = 1
@@ -63,8 +64,11 @@ def replica_args(ctx: typer.Context) -> list[str]:
     return args
 
 
-def die_with_parent() -> None:
-    """Runs in the child before exec: SIGTERM it when the router process dies, however it dies."""
+def die_with_parent(cpu: int | None = None) -> None:
+    """Runs in the child before exec: SIGTERM it when the router process dies, however it dies; with
+    cpu, the child and every thread it starts run on that core only (--pin-cpus)."""
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
     parent = os.getppid()
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -72,14 +76,19 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-def start_replicas(ids: list[str], engine_args: list[str], blas_threads: int) -> list[ReplicaProcess]:
-    """Starts all at once (they load the model in parallel), then waits for each to print its port."""
+def start_replicas(ids: list[str], engine_args: list[str], blas_threads: int,
+                   pin_cpus: bool = False) -> list[ReplicaProcess]:
+    """Starts all at once (they load the model in parallel), then waits for each to print its port.
+    pin_cpus: replica k on the k-th core this process may use (round the cores again past the last)."""
     replicas = []
-    for i in ids:
+    cores = sorted(os.sched_getaffinity(0)) if pin_cpus else []
+    for k, i in enumerate(ids):
+        cpu = cores[k % len(cores)] if cores else None
         command = [sys.executable, "-m", "native_engine", "serve", "--host", "127.0.0.1", "--port", "0",
                    "--blas-threads", str(blas_threads), *engine_args]
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   preexec_fn=die_with_parent if sys.platform == "linux" else None)
+                                   preexec_fn=functools.partial(die_with_parent, cpu)
+                                   if sys.platform == "linux" else None)
         replicas.append(ReplicaProcess(i, process))
     try:
         for r in replicas:
@@ -149,7 +158,7 @@ def serve_deployment(ctx: typer.Context) -> int:
         engine_args += ["--kv-transfer-dir", transfer_dir]
     try:
         try:
-            replicas = start_replicas(ids, engine_args, blas_threads)
+            replicas = start_replicas(ids, engine_args, blas_threads, p["pin_cpus"])
         except RuntimeError as exc:
             typer.echo(f"error: {exc}", err=True)
             return 1
@@ -170,13 +179,18 @@ def serve_deployment(ctx: typer.Context) -> int:
     return 0
 
 
+def pinned(pid: int) -> str:
+    cores = os.sched_getaffinity(pid) if sys.platform == "linux" else set()
+    return f", cpu {next(iter(cores))}" if len(cores) == 1 else ""
+
+
 async def run_front(front: Router | Disaggregator, what: str, host: str, port: int, replicas: list[ReplicaProcess],
                     blas_threads: int) -> None:
     runner, bound_port = await start_router(front, host, port)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    listing = ", ".join(f"{r.id}={r.url} (pid {r.process.pid})" for r in replicas)
+    listing = ", ".join(f"{r.id}={r.url} (pid {r.process.pid}{pinned(r.process.pid)})" for r in replicas)
     typer.echo(f"native_engine {what} serving on http://{host}:{bound_port} in front of "
                f"{len(replicas)} replicas, {blas_threads} BLAS threads each: {listing}")
     await stop.wait()

@@ -180,7 +180,7 @@ async def start_deployment(tiny_path, *flags):
         "--kv-cache-tokens", "4096", "--disaggregate", "prefill=1,decode=1", *flags, stdout=asyncio.subprocess.PIPE)
     line = (await asyncio.wait_for(proc.stdout.readline(), timeout=120)).decode()
     url = re.search(r"serving on (http://127\.0\.0\.1:\d+)", line).group(1)
-    pids = dict((role, int(pid)) for role, pid in re.findall(r"(\w+)-0=\S+ \(pid (\d+)\)", line))
+    pids = dict((role, int(pid)) for role, pid in re.findall(r"(\w+)-0=\S+ \(pid (\d+)", line))
     with open(f"/proc/{pids['decode']}/cmdline", "rb") as f:
         args = f.read().split(b"\0")
     return proc, url, pids, args[args.index(b"--kv-transfer-dir") + 1].decode()
@@ -232,7 +232,9 @@ async def test_killed_workers_fail_requests_clearly_and_stopping_leaves_nothing(
 
 @pytest.mark.faults
 async def test_no_worker_or_transfer_file_outlives_a_killed_coordinator(tiny_path):
-    proc, url, pids, transfer_dir = await start_deployment(tiny_path)
+    proc, url, pids, transfer_dir = await start_deployment(tiny_path, "--pin-cpus")
+    cores = sorted(os.sched_getaffinity(0))
+    assert [os.sched_getaffinity(pids[role]) for role in ("prefill", "decode")] == [{cores[0]}, {cores[1 % len(cores)]}]
     async with aiohttp.ClientSession() as http:
         assert (await post(http, url + "/v1/completions", {"prompt": DOC, "max_tokens": 2}))[0] == 200
     assert all(alive(p) for p in pids.values())
