@@ -27,6 +27,9 @@ VERSION = 1
 HEADER_ALIGN = 64
 _PREFIX = struct.Struct("<8sII")   # magic, version, header length
 SHAPE_FIELDS = ("n_layers", "n_kv_heads", "head_dim", "block_size")
+# What a prefill worker's answer reports that the decode worker's timings pass on (llm_engine.request_timings)
+HANDOFF_TIMINGS = ("queue_ms", "prefill_ms", "prompt_n", "cache_n", "kv_transfer_bytes", "kv_transfer_blocks",
+                   "kv_export_ms")
 
 
 class KVTransferError(ValueError):
@@ -124,6 +127,25 @@ def read_handoff(path: str, shape: dict) -> KVHandoff:
                               f"{offset + nbytes} (a truncated or foreign file)")
     data = np.memmap(path, dtype=np.float32, mode="r", offset=offset, shape=(2, *blocks_shape))
     return KVHandoff(prompt, int(header["first_token_id"]), header["rng_state"], data[0], data[1], nbytes)
+
+
+def receive_handoff(answer: dict, transfer_dir: str, shape: dict) -> tuple[KVHandoff, dict]:
+    """A decode worker's side: the prefill worker's KV named in its answer, mapped, and the timings it
+    reported. The file is deleted at once: the mapping keeps its pages until the engine has copied
+    them, and nothing is left behind, whatever happens to the request."""
+    name = answer["kv_file"]
+    if os.path.basename(name) != name or name.startswith("."):
+        raise KVTransferError(f"kv_file must be a file name in the transfer directory, got {name!r}")
+    path = os.path.join(transfer_dir, name)
+    start_s = time.perf_counter()
+    try:
+        handoff = read_handoff(path, shape)
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+    timings = {k: answer[k] for k in HANDOFF_TIMINGS if k in answer}
+    timings["kv_import_ms"] = (time.perf_counter() - start_s) * 1e3   # the engine adds its copy's time
+    return handoff, timings
 
 
 def import_blocks(runner, handoff: KVHandoff, block_ids: list[int], first_block: int = 0) -> None:

@@ -18,7 +18,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from native_engine.guided import Grammar, GrammarError, grammar_from_request
-from native_engine.kv_transfer import KVHandoff, KVTransferError, read_handoff
+from native_engine.kv_transfer import KVTransferError, cache_shape, receive_handoff
 from native_engine.llm_engine import LLMEngine, RequestOutput
 from native_engine.scheduler import QueueFullError
 from native_engine.sequence import SamplingParams
@@ -251,10 +251,6 @@ async def output_grammar(body: dict, engine: LLMEngine) -> Grammar | None:
 # The coordinator adds `kv_transfer` to the client's body: {"role": "prefill"} to run the prompt to its
 # first token and write its KV out; the prefill worker's answer (its `kv_transfer`: the file and the
 # prefill's timings) to continue the request from that KV on a decode worker.
-HANDOFF_TIMINGS = ("queue_ms", "prefill_ms", "prompt_n", "cache_n", "kv_transfer_bytes", "kv_transfer_blocks",
-                   "kv_export_ms")
-
-
 def kv_transfer_field(body: dict, engine: LLMEngine) -> dict | None:
     value = typed(body, "kv_transfer", (dict,), None, "an object")
     if value is not None and engine.config.kv_transfer_dir is None:
@@ -264,33 +260,6 @@ def kv_transfer_field(body: dict, engine: LLMEngine) -> dict | None:
         raise RequestError('kv_transfer must be {"role": "prefill"} or a prefill worker\'s kv_transfer answer '
                            '(with its kv_file)', "kv_transfer")
     return value
-
-
-def received_handoff(value: dict, engine: LLMEngine) -> tuple[KVHandoff, dict]:
-    """The prefill worker's KV, mapped, and the timings it reported. The file is deleted at once: the
-    mapping keeps its pages until the engine has copied them, and nothing is left behind."""
-    name = value["kv_file"]
-    if os.path.basename(name) != name or name.startswith("."):
-        raise RequestError(f"kv_transfer.kv_file must be a file name in the transfer directory, got {name!r}",
-                           "kv_transfer")
-    path = os.path.join(engine.config.kv_transfer_dir, name)
-    start_s = time.perf_counter()
-    try:
-        handoff = read_handoff(path, kv_cache_shape(engine))
-    except KVTransferError as exc:
-        raise RequestError(f"kv_transfer: {exc}", "kv_transfer") from None
-    finally:
-        if os.path.exists(path):
-            os.unlink(path)
-    timings = {k: value[k] for k in HANDOFF_TIMINGS if k in value}
-    timings["kv_import_ms"] = (time.perf_counter() - start_s) * 1e3   # the engine adds its copy's time
-    return handoff, timings
-
-
-def kv_cache_shape(engine: LLMEngine) -> dict:
-    c = engine.model_config
-    return {"n_layers": c.n_layers, "n_kv_heads": c.n_kv_heads, "head_dim": c.head_dim,
-            "block_size": engine.config.kv_block_size}
 
 
 # ---- OpenAI response shapes -------------------------------------------------------------------
@@ -324,7 +293,11 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
         check_unsupported(body)
         kv_transfer, handoff = kv_transfer_field(body, engine), {}
         if kv_transfer is not None and "kv_file" in kv_transfer:   # the prompt comes tokenized, with its KV
-            handoff["handoff"], handoff["handoff_timings"] = received_handoff(kv_transfer, engine)
+            try:
+                handoff["handoff"], handoff["handoff_timings"] = receive_handoff(
+                    kv_transfer, engine.config.kv_transfer_dir, cache_shape(engine.runner))
+            except KVTransferError as exc:
+                raise RequestError(f"kv_transfer: {exc}", "kv_transfer") from None
             prompt_ids, prompt_field = handoff["handoff"].prompt_token_ids, "messages" if chat else "prompt"
         elif chat:
             prompt_ids, prompt_field = await off_loop(chat_prompt_ids, body, engine), "messages"
