@@ -47,6 +47,13 @@ def serve(
     router_balance_abs_threshold: int = typer.Option(32, help="cache_aware: route by load alone when the busiest "
                                                               "replica has this many more requests in flight ..."),
     router_balance_rel_threshold: float = typer.Option(1.1, help="... and this many times the least busy one's"),
+    disaggregate: str = typer.Option(None, help="Prefill/decode disaggregation: 'prefill=P,decode=D' engine "
+                                     "processes, prefill workers handing each prompt's KV to decode workers, "
+                                     "behind a coordinator on --port (native_engine/disaggregation.py)"),
+    pin_cpus: bool = typer.Option(False, "--pin-cpus", help="--data-parallel / --disaggregate: each engine process "
+                                  "on a core of its own (taskset), in order, from the cores this process may use"),
+    kv_transfer_dir: str = typer.Option(None, hidden=True, help="Set by --disaggregate for its workers: the "
+                                        "directory KV handoff files go through"),
     runtime: str = typer.Option("numpy", help="Forward-step kernels: 'numpy' (fp32, the exact reference the "
                                               "golden tests pin), 'torch' (the optional extra: int8/bf16 weights, "
                                               "faster) or 'auto' (torch when installed)"),
@@ -54,10 +61,11 @@ def serve(
                                            "or 'fp32'"),
 ) -> None:
     """Serve the built-in engine: /v1/completions, /v1/chat/completions, /metrics, /health."""
-    if data_parallel > 1:
+    if data_parallel > 1 or disaggregate is not None:
         from native_engine.deployment import serve_deployment
         raise typer.Exit(serve_deployment(ctx))
     import asyncio
+    import shutil
     import signal
 
     from native_engine.llm_engine import EngineConfig, LLMEngine
@@ -76,7 +84,7 @@ def serve(
             kv_cache_tokens=kv_cache_tokens, enable_prefix_caching=not no_prefix_caching, step_trace=step_trace,
             prefix_cache=prefix_cache,
             enable_jump_forward=not no_jump_forward,
-            runtime=runtime, dtype=dtype, threads=blas_threads,
+            runtime=runtime, dtype=dtype, threads=blas_threads, kv_transfer_dir=kv_transfer_dir,
             scheduler=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                       max_waiting=max_waiting, enable_chunked_prefill=not no_chunked_prefill,
                                       static_batching=static_batching, schedule_policy=schedule_policy,
@@ -98,6 +106,8 @@ def serve(
                    f"{type(engine.runner).__name__} {getattr(engine.runner, 'dtype', 'fp32')})")
         await stop.wait()
         await runner.cleanup()
+        if kv_transfer_dir:   # a disaggregated deployment's worker: whichever process stops last leaves nothing
+            shutil.rmtree(kv_transfer_dir, ignore_errors=True)
 
     try:
         import uvloop

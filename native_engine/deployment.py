@@ -1,5 +1,7 @@
 """`bench serve --data-parallel N`: N engine processes (`python -m native_engine serve`, each with its
 own threads and KV cache, on free loopback ports) behind a router in this process, on one port.
+`--disaggregate prefill=P,decode=D`: P + D such processes behind a coordinator (disaggregation.py),
+sharing a KV transfer directory on /dev/shm that is removed when the deployment stops.
 
 No replica outlives this process: they stay in its process group (so the harness's launcher guard,
 which ends the group, ends them too), each asks the kernel for SIGTERM when its parent dies
@@ -9,24 +11,29 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass
 
 import typer
 
+from native_engine.disaggregation import DisaggregationSpec, Disaggregator
 from native_engine.router import Router, start_router
 from native_engine.routing import CacheAwareConfig, Policy
 
 log = logging.getLogger("native_engine.deployment")
 # The serve options that belong to the deployment, not to each replica.
 DEPLOYMENT_OPTIONS = {"host", "port", "data_parallel", "router_policy", "router_cache_threshold",
-                      "router_balance_abs_threshold", "router_balance_rel_threshold", "blas_threads"}
+                      "router_balance_abs_threshold", "router_balance_rel_threshold", "blas_threads",
+                      "disaggregate", "kv_transfer_dir", "pin_cpus"}
 READY_LINE = re.compile(r"serving .* on http://([0-9.]+):(\d+)")
 STOP_GRACE_S = 10.0
 PR_SET_PDEATHSIG = 1
@@ -57,8 +64,11 @@ def replica_args(ctx: typer.Context) -> list[str]:
     return args
 
 
-def die_with_parent() -> None:
-    """Runs in the child before exec: SIGTERM it when the router process dies, however it dies."""
+def die_with_parent(cpu: int | None = None) -> None:
+    """Runs in the child before exec: SIGTERM it when the router process dies, however it dies; with
+    cpu, the child and every thread it starts run on that core only (--pin-cpus)."""
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
     parent = os.getppid()
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -66,15 +76,20 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-def start_replicas(n: int, engine_args: list[str], blas_threads: int) -> list[ReplicaProcess]:
-    """Starts all N at once (they load the model in parallel), then waits for each to print its port."""
+def start_replicas(ids: list[str], engine_args: list[str], blas_threads: int,
+                   pin_cpus: bool = False) -> list[ReplicaProcess]:
+    """Starts all at once (they load the model in parallel), then waits for each to print its port.
+    pin_cpus: replica k on the k-th core this process may use (round the cores again past the last)."""
     replicas = []
-    for i in range(n):
+    cores = sorted(os.sched_getaffinity(0)) if pin_cpus else []
+    for k, i in enumerate(ids):
+        cpu = cores[k % len(cores)] if cores else None
         command = [sys.executable, "-m", "native_engine", "serve", "--host", "127.0.0.1", "--port", "0",
                    "--blas-threads", str(blas_threads), *engine_args]
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   preexec_fn=die_with_parent if sys.platform == "linux" else None)
-        replicas.append(ReplicaProcess(str(i), process))
+                                   preexec_fn=functools.partial(die_with_parent, cpu)
+                                   if sys.platform == "linux" else None)
+        replicas.append(ReplicaProcess(i, process))
     try:
         for r in replicas:
             seen = []
@@ -122,36 +137,61 @@ def serve_deployment(ctx: typer.Context) -> int:
     p = ctx.params
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    n = p["data_parallel"]
-    # One BLAS thread pool per replica: by default the cores are shared out, not each replica taking all.
-    blas_threads = p["blas_threads"] or max(1, (os.cpu_count() or 1) // n)
     try:
-        policy = Policy(p["router_policy"], [str(i) for i in range(n)], CacheAwareConfig(
+        spec = DisaggregationSpec.parse(p["disaggregate"]) if p["disaggregate"] is not None else None
+        if spec and p["data_parallel"] > 1:
+            raise ValueError("--disaggregate: give it or --data-parallel, not both (prefill=P,decode=D already "
+                             "says how many engine processes run)")
+        ids = spec.worker_ids() if spec else [str(i) for i in range(p["data_parallel"])]
+        policy = None if spec else Policy(p["router_policy"], ids, CacheAwareConfig(
             cache_threshold=p["router_cache_threshold"], balance_abs_threshold=p["router_balance_abs_threshold"],
             balance_rel_threshold=p["router_balance_rel_threshold"]))
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         return 2
+    # One BLAS thread pool per replica: by default the cores are shared out, not each replica taking all.
+    blas_threads = p["blas_threads"] or max(1, (os.cpu_count() or 1) // len(ids))
+    engine_args = replica_args(ctx)
+    transfer_dir = None
+    if spec:
+        transfer_dir = tempfile.mkdtemp(prefix="native-kv-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        engine_args += ["--kv-transfer-dir", transfer_dir]
     try:
-        replicas = start_replicas(n, replica_args(ctx), blas_threads)
-    except RuntimeError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        return 1
-    try:
-        asyncio.run(run_router(Router([r.url for r in replicas], policy), p["host"], p["port"], replicas,
-                               blas_threads))
+        try:
+            replicas = start_replicas(ids, engine_args, blas_threads, p["pin_cpus"])
+        except RuntimeError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            return 1
+        urls = [r.url for r in replicas]
+        if spec:
+            front = Disaggregator(spec, urls, transfer_dir)
+            front.pids = {r.id: r.process.pid for r in replicas}
+            what = f"coordinator (disaggregated, prefill={spec.prefill},decode={spec.decode})"
+        else:
+            front, what = Router(urls, policy), f"router ({policy.name})"
+        try:
+            asyncio.run(run_front(front, what, p["host"], p["port"], replicas, blas_threads))
+        finally:
+            stop_replicas(replicas)
     finally:
-        stop_replicas(replicas)
+        if transfer_dir:
+            shutil.rmtree(transfer_dir, ignore_errors=True)
     return 0
 
 
-async def run_router(router: Router, host: str, port: int, replicas: list[ReplicaProcess], blas_threads: int) -> None:
-    runner, bound_port = await start_router(router, host, port)
+def pinned(pid: int) -> str:
+    cores = os.sched_getaffinity(pid) if sys.platform == "linux" else set()
+    return f", cpu {next(iter(cores))}" if len(cores) == 1 else ""
+
+
+async def run_front(front: Router | Disaggregator, what: str, host: str, port: int, replicas: list[ReplicaProcess],
+                    blas_threads: int) -> None:
+    runner, bound_port = await start_router(front, host, port)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    listing = ", ".join(f"{r.id}={r.url} (pid {r.process.pid})" for r in replicas)
-    typer.echo(f"native_engine router ({router.policy.name}) serving on http://{host}:{bound_port} in front of "
+    listing = ", ".join(f"{r.id}={r.url} (pid {r.process.pid}{pinned(r.process.pid)})" for r in replicas)
+    typer.echo(f"native_engine {what} serving on http://{host}:{bound_port} in front of "
                f"{len(replicas)} replicas, {blas_threads} BLAS threads each: {listing}")
     await stop.wait()
     await runner.cleanup()

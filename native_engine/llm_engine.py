@@ -10,7 +10,9 @@ manager are only touched by one thread.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from native_engine.block_manager import BlockManager
 from native_engine.gguf_model import ModelConfig, ModelWeights, load_gguf
 from native_engine.guided import GrammarError, GuidedDecoding
+from native_engine.kv_transfer import KVHandoff, export_blocks, import_blocks
 from native_engine.metrics import EngineMetrics
 from native_engine.model_files import resolve_model
 from native_engine.model_runner import SeqChunk
@@ -48,6 +51,7 @@ class EngineConfig:
     threads: int = 0                     # torch's threads (0: one per core this process may use)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     speculative: SpeculativeConfig | None = None   # None: no speculative decoding
+    kv_transfer_dir: str | None = None   # a worker of a disaggregated deployment: KV files go here (kv_transfer.py)
 
     def __post_init__(self):
         k = self.speculative.num_speculative_tokens if self.speculative else 0
@@ -102,7 +106,7 @@ def request_timings(seq: Sequence) -> dict:
     return {"queue_ms": ms(seq.arrival_s, seq.scheduled_s), "prefill_ms": ms(seq.scheduled_s, seq.first_token_s),
             "decode_ms": ms(seq.first_token_s, seq.last_token_s), "prompt_n": seq.num_prompt_tokens - seq.num_cached_tokens,
             "cache_n": seq.num_cached_tokens, "predicted_n": seq.num_output_tokens,
-            "preemptions": seq.num_preemptions}
+            "preemptions": seq.num_preemptions, **seq.kv_transfer}
 
 
 def _merge_outputs(outs: list[RequestOutput]) -> RequestOutput:
@@ -127,7 +131,8 @@ class LLMEngine:
         self.scheduler = Scheduler(config.scheduler, self.block_manager)
         spec = config.speculative
         self.proposer = NgramProposer(spec) if spec else None
-        self.metrics = EngineMetrics(config.served_model_name, spec.num_speculative_tokens if spec else 0)
+        self.metrics = EngineMetrics(config.served_model_name, spec.num_speculative_tokens if spec else 0,
+                                     kv_transfer=config.kv_transfer_dir is not None)
         self.guided = GuidedDecoding(self.tokenizer)
         # A sequence must fit in the whole cache on its own, or preemption could never make room.
         self.max_model_len = min(self.model_config.context_length, num_blocks * config.kv_block_size)
@@ -147,18 +152,28 @@ class LLMEngine:
                             c.n_layers, c.n_heads * c.head_dim)
 
     # ---- requests -------------------------------------------------------------------------
-    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                    export_kv_to: str | None = None, handoff: KVHandoff | None = None,
+                    handoff_timings: dict | None = None) -> None:
         """Thread-safe. Raises QueueFullError when max_waiting requests are already waiting, and
-        ValueError for token ids outside the vocabulary (the server names the field first)."""
+        ValueError for token ids outside the vocabulary (the server names the field first).
+
+        Disaggregation: export_kv_to (a prefill worker's request) writes the prompt's KV there when the
+        request finishes; handoff (a decode worker's) starts the request from a prefill worker's KV and
+        first token, and its timings then report the prefill worker's phases (handoff_timings)."""
         vocab = self.model_config.vocab_size
         for name, ids in (("prompt", prompt_token_ids), ("stop_token_ids", params.stop_token_ids)):
             if any(not 0 <= t < vocab for t in ids):
                 raise ValueError(f"{name}: token ids must lie in [0, {vocab})")
         if not prompt_token_ids:
             raise ValueError("prompt: must hold at least one token")
+        if (export_kv_to or handoff) and self.config.kv_transfer_dir is None:
+            raise ValueError("kv_transfer_dir: a KV handoff needs the engine's transfer directory (serve --disaggregate)")
         if len(self.scheduler.waiting) + len(self._inbox) >= self.config.scheduler.max_waiting:
             raise QueueFullError(f"waiting queue is full ({self.config.scheduler.max_waiting} requests)")
-        self._inbox.append(("add", Sequence(request_id, list(prompt_token_ids), params)))
+        seq = Sequence(request_id, list(prompt_token_ids), params)
+        seq.export_kv_to, seq.handoff, seq.kv_transfer = export_kv_to, handoff, dict(handoff_timings or {})
+        self._inbox.append(("add", seq))
         self._wakeup.set()
 
     def abort_request(self, request_id: str) -> None:
@@ -178,8 +193,13 @@ class LLMEngine:
                 try:
                     if seq.params.grammar is not None:
                         self._start_grammar(seq)
+                    if seq.handoff is not None:
+                        self._seqs[seq.request_id] = seq
+                        self._emit([self._admit_handoff(seq)])
+                        continue
                     self.scheduler.add(seq)
                 except (QueueFullError, GrammarError):  # queue refilled by preemptions; grammar checked by the server
+                    self._seqs.pop(seq.request_id, None)
                     self._emit([RequestOutput(seq.request_id, [], "", True, "abort", None, seq.num_prompt_tokens, 0, 0)])
                     continue
                 self._seqs[seq.request_id] = seq
@@ -312,6 +332,60 @@ class LLMEngine:
                 break
         return out
 
+    # ---- disaggregation: the KV handoff between a prefill and a decode worker ----------------------
+    def _export_kv(self, seq: Sequence) -> None:
+        """A prefill worker's request finished with its first token: write the prompt's KV blocks out
+        before the blocks are freed (and, uncached, reused)."""
+        blocks = seq.block_table[:self.block_manager.blocks_needed(seq.num_prompt_tokens)]
+        cost = export_blocks(seq.export_kv_to, self.runner, blocks, seq.prompt_token_ids, seq.token_ids[-1],
+                             seq.rng.bit_generator.state)
+        self.metrics.record_kv_transfer("send", cost["bytes"], cost["blocks"], cost["seconds"])
+        seq.kv_transfer.update(kv_file=os.path.basename(seq.export_kv_to), kv_transfer_bytes=cost["bytes"],
+                               kv_transfer_blocks=cost["blocks"], kv_export_ms=round(cost["seconds"] * 1e3, 3))
+
+    def _admit_handoff(self, seq: Sequence) -> RequestOutput:
+        """A decode worker's request: the prompt's KV from the prefill worker goes into blocks of this
+        cache (past any prefix this cache already holds), then the prefill worker's first token is
+        processed here as if sampled here, so text, stop checks and finish are the colocated engine's.
+        Without room for the blocks, the request waits and is prefilled here, as a preempted one is."""
+        handoff, seq.handoff = seq.handoff, None
+        try:
+            return self._import_handoff(seq, handoff)
+        except QueueFullError:
+            raise
+        except Exception as exc:   # this request's handoff failed: only it ends
+            if seq in self.scheduler.running or seq in self.scheduler.waiting:
+                self.scheduler.finish(seq, "error")
+            elif seq.block_table:
+                self.block_manager.free(seq)
+            seq.status = SequenceStatus.FINISHED
+            return self._fail_sequence(seq, exc)
+
+    def _import_handoff(self, seq: Sequence, handoff: KVHandoff) -> RequestOutput:
+        start_s = time.perf_counter()
+        bm = self.block_manager
+        seq.rng.bit_generator.state = handoff.rng_state
+        cached = bm.find_cached_prefix(seq)
+        if bm.allocate(seq, seq.num_prompt_tokens - len(cached) * bm.block_size, cached):
+            import_blocks(self.runner, handoff, seq.block_table[len(cached):], first_block=len(cached))
+            seq.num_computed_tokens = seq.num_prompt_tokens
+            bm.cache_computed_blocks(seq)
+            seq.status = SequenceStatus.RUNNING
+            bisect.insort(self.scheduler.running, seq, key=lambda s: s.arrival_s)
+            seconds = time.perf_counter() - start_s
+            self.metrics.record_kv_transfer("receive", handoff.num_bytes, handoff.k_blocks.shape[1], seconds)
+            seq.kv_transfer["kv_import_ms"] = round(seq.kv_transfer.get("kv_import_ms", 0) + seconds * 1e3, 3)
+        else:
+            self.scheduler.add(seq)
+            seq.kv_transfer["kv_import_ms"] = None   # not imported: prefilled again here
+        now = time.perf_counter()
+        seq.scheduled_s = seq.first_token_s = seq.last_token_s = now
+        seq.num_cached_tokens = seq.kv_transfer.get("cache_n", 0)   # the prefill worker's hits, as usage reports
+        self.metrics.time_to_first_token.observe(now - seq.arrival_s)
+        self.metrics.generation_tokens.inc()
+        seq.token_ids.append(handoff.first_token_id)
+        return self._process_token(seq, handoff.first_token_id, now)
+
     # ---- failures: one request's fault ends only that request ---------------------------------
     def _fail_sequence(self, seq: Sequence, exc: Exception, traceback: bool = True) -> RequestOutput:
         log.error("request %s finished with finish_reason 'error': %s: %s", seq.request_id,
@@ -378,6 +452,8 @@ class LLMEngine:
         if finish_reason is None and (seq.num_output_tokens >= p.max_tokens or seq.num_tokens >= self.max_model_len):
             finish_reason = "length"
         finished = finish_reason is not None
+        if finished and seq.export_kv_to is not None:
+            self._export_kv(seq)
         if finished and not isinstance(stop_reason, str):  # a stop-string cut drops the rest anyway
             seq.text += seq.detokenizer.flush()
         # Hold back text that might be the start of a stop string until it is decided.
@@ -447,7 +523,8 @@ class LLMEngine:
             if queue is not None:
                 queue.put_nowait(out)
 
-    def open_stream(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> "RequestStream":
+    def open_stream(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                    **handoff) -> "RequestStream":
         """Start a request whose outputs arrive on the event loop; raises QueueFullError at once.
 
         Always close() the stream (try/finally): an unfinished one is aborted and its blocks freed.
@@ -455,7 +532,7 @@ class LLMEngine:
         queue: asyncio.Queue = asyncio.Queue()
         self._queues[request_id] = queue
         try:
-            self.add_request(request_id, prompt_token_ids, params)
+            self.add_request(request_id, prompt_token_ids, params, **handoff)
         except QueueFullError:
             self._queues.pop(request_id, None)
             raise

@@ -11,13 +11,15 @@ _TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.7
                  2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
 _ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
                 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+_KV_TRANSFER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
                     50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 
 
 class EngineMetrics:
-    def __init__(self, model_name: str, num_speculative_tokens: int = 0):
+    def __init__(self, model_name: str, num_speculative_tokens: int = 0, kv_transfer: bool = False):
         self.registry = CollectorRegistry()
+        self.model_name = model_name
         r, labels = self.registry, ["model_name"]
 
         def gauge(name, doc):
@@ -61,6 +63,19 @@ class EngineMetrics:
         self.request_decode_time = histogram(
             "request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
             _REQUEST_BUCKETS)
+        if kv_transfer:   # a worker of a disaggregated deployment: the KV handoff's cost, by direction
+            labels = ["model_name", "direction"]
+            self.kv_transfer = (
+                Counter("native:kv_transfer_bytes", "KV-cache bytes handed between prefill and decode workers.",
+                        labels, registry=r),
+                Counter("native:kv_transfer_blocks", "KV-cache blocks handed between prefill and decode workers.",
+                        labels, registry=r),
+                Histogram("native:kv_transfer_seconds", "Time to copy one prompt's KV blocks from the cache into "
+                          "the transfer file (send) or from it into the cache (receive).", labels,
+                          buckets=_KV_TRANSFER_BUCKETS, registry=r))
+            for family in self.kv_transfer:
+                for direction in ("send", "receive"):
+                    family.labels(model_name, direction)
         self._seen_queries = self._seen_hits = self._seen_preemptions = 0
         self._seen_cached = self._seen_recomputed = 0
         if num_speculative_tokens:   # as vLLM: the spec_decode family only when speculation is on
@@ -72,6 +87,14 @@ class EngineMetrics:
                               ["model_name", "position"], registry=r)
             self.spec_decode_num_accepted_tokens_per_pos = [per_pos.labels(model_name, str(pos))
                                                             for pos in range(num_speculative_tokens)]
+
+    def record_kv_transfer(self, direction: str, num_bytes: int, num_blocks: int, seconds: float) -> None:
+        """One prompt's KV handed off (kv_transfer.py): "send" on a prefill worker, "receive" on a decode worker."""
+        counted_bytes, counted_blocks, seconds_histogram = (m.labels(self.model_name, direction)
+                                                            for m in self.kv_transfer)
+        counted_bytes.inc(num_bytes)
+        counted_blocks.inc(num_blocks)
+        seconds_histogram.observe(seconds)
 
     def record_step(self, num_running: int, num_waiting: int, kv_usage: float, queries_tokens: int,
                     hits_tokens: int, num_preemptions: int, prompt_tokens: int, generation_tokens: int,

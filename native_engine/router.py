@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass
+from typing import Callable
 
 import aiohttp
 from aiohttp import web
@@ -46,8 +47,9 @@ class ReplicaFailed(Exception):
 
 
 class Router:
-    def __init__(self, replica_urls: list[str], policy: Policy) -> None:
-        self.replicas = {str(i): Replica(str(i), url.rstrip("/")) for i, url in enumerate(replica_urls)}
+    def __init__(self, replica_urls: list[str], policy: Policy, replica_ids: list[str] | None = None) -> None:
+        ids = replica_ids or [str(i) for i in range(len(replica_urls))]
+        self.replicas = {i: Replica(i, url.rstrip("/")) for i, url in zip(ids, replica_urls)}
         self.policy = policy
         self.metrics = RouterMetrics()
         self.http: aiohttp.ClientSession | None = None
@@ -116,7 +118,9 @@ class Router:
                     return error_response(502, f"{exc}; the request was lost with it", "BadGatewayError")
                 tried.add(replica.id)   # it never reached the replica: safe to send elsewhere
 
-    async def forward(self, request: web.Request, replica: Replica, raw: bytes) -> web.StreamResponse:
+    async def forward(self, request: web.Request, replica: Replica, raw: bytes,
+                      seen: Callable[[bytes], None] | None = None) -> web.StreamResponse:
+        """seen (disaggregation.py): called with the answer's body, or each run of whole SSE events, as passed on."""
         self.metrics.requests.labels(replica.id).inc()
         replica.in_flight += 1
         self.metrics.in_flight.labels(replica.id).inc()
@@ -135,6 +139,8 @@ class Router:
                         payload = await upstream.read()
                     except aiohttp.ClientError as exc:
                         raise ReplicaFailed(replica, exc, reached=True) from None
+                    if seen is not None:
+                        seen(payload)
                     return web.Response(status=upstream.status, body=payload, headers=passed)
                 response = web.StreamResponse(status=upstream.status, headers=passed)
                 await response.prepare(request)
@@ -154,6 +160,8 @@ class Router:
                         break
                     whole, sep, pending = (pending + chunk).rpartition(b"\n\n")
                     if sep:   # only whole events: a cut-off one would read as malformed JSON
+                        if seen is not None:
+                            seen(whole)
                         await response.write(whole + sep)
                 await response.write_eof()
                 return response

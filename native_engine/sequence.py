@@ -84,6 +84,11 @@ class Sequence:
         self.detokenizer = None        # set by the engine
         self.spec_token_ids: list[int] = []   # drafted tokens to verify in the next step (speculative decoding)
         self.grammar_matcher = None    # llguidance matcher of a constrained request (set by the engine)
+        # disaggregation (kv_transfer.py): where a prefill worker writes this prompt's KV, the KV a decode
+        # worker starts from, and the handoff's costs and prefill-side phases for the request's timings
+        self.export_kv_to: str | None = None
+        self.handoff = None
+        self.kv_transfer: dict = {}
 
     @property
     def num_tokens(self) -> int:

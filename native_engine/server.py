@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import time
 import uuid
 
@@ -17,6 +18,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from native_engine.guided import Grammar, GrammarError, grammar_from_request
+from native_engine.kv_transfer import KVTransferError, cache_shape, receive_handoff
 from native_engine.llm_engine import LLMEngine, RequestOutput
 from native_engine.scheduler import QueueFullError
 from native_engine.sequence import SamplingParams
@@ -245,6 +247,21 @@ async def output_grammar(body: dict, engine: LLMEngine) -> Grammar | None:
         raise RequestError(str(exc), exc.param) from None
 
 
+# ---- disaggregation: this server as a prefill or decode worker (native_engine/disaggregation.py) -------
+# The coordinator adds `kv_transfer` to the client's body: {"role": "prefill"} to run the prompt to its
+# first token and write its KV out; the prefill worker's answer (its `kv_transfer`: the file and the
+# prefill's timings) to continue the request from that KV on a decode worker.
+def kv_transfer_field(body: dict, engine: LLMEngine) -> dict | None:
+    value = typed(body, "kv_transfer", (dict,), None, "an object")
+    if value is not None and engine.config.kv_transfer_dir is None:
+        raise RequestError("kv_transfer is only for the workers of a disaggregated deployment (serve "
+                           "--disaggregate); leave it out", "kv_transfer")
+    if value is not None and value.get("role") != "prefill" and not isinstance(value.get("kv_file"), str):
+        raise RequestError('kv_transfer must be {"role": "prefill"} or a prefill worker\'s kv_transfer answer '
+                           '(with its kv_file)', "kv_transfer")
+    return value
+
+
 # ---- OpenAI response shapes -------------------------------------------------------------------
 def usage(out: RequestOutput) -> dict:
     return {"prompt_tokens": out.num_prompt_tokens, "total_tokens": out.num_prompt_tokens + out.num_output_tokens,
@@ -274,7 +291,15 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
         body = await read_json(request)
         check_model(body, served_name)
         check_unsupported(body)
-        if chat:
+        kv_transfer, handoff = kv_transfer_field(body, engine), {}
+        if kv_transfer is not None and "kv_file" in kv_transfer:   # the prompt comes tokenized, with its KV
+            try:
+                handoff["handoff"], handoff["handoff_timings"] = receive_handoff(
+                    kv_transfer, engine.config.kv_transfer_dir, cache_shape(engine.runner))
+            except KVTransferError as exc:
+                raise RequestError(f"kv_transfer: {exc}", "kv_transfer") from None
+            prompt_ids, prompt_field = handoff["handoff"].prompt_token_ids, "messages" if chat else "prompt"
+        elif chat:
             prompt_ids, prompt_field = await off_loop(chat_prompt_ids, body, engine), "messages"
         else:
             prompt_ids, prompt_field = await off_loop(prompt_ids_of_completion, body, engine), "prompt"
@@ -285,8 +310,14 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
         options = typed(body, "stream_options", (dict,), {}, "an object")
         include_usage = bool(options.get("include_usage", False))
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}"
+        if kv_transfer is not None and params.grammar is not None:
+            raise RequestError("kv_transfer: a constrained request (response_format, guided_*) is not handed off; "
+                               "send it whole to one worker", "kv_transfer")
+        if kv_transfer is not None and kv_transfer.get("role") == "prefill":
+            params.max_tokens = 1   # validated against the client's max_tokens above; the decode worker runs the rest
+            handoff["export_kv_to"] = os.path.join(engine.config.kv_transfer_dir, request_id + ".kv")
         try:
-            stream = engine.open_stream(request_id, prompt_ids, params)
+            stream = engine.open_stream(request_id, prompt_ids, params, **handoff)
         except QueueFullError as exc:
             raise RequestError(f"{exc}; retry later", None, status=503, err_type="ServiceUnavailableError") from None
     except RequestError as exc:
@@ -309,6 +340,10 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
                 choice = {"index": 0, "text": text, **{k: v for k, v in choice.items() if k != "index"},
                           "prompt_logprobs": None}
             head["object"] = "chat.completion" if chat else "text_completion"
+            if "export_kv_to" in handoff:   # a prefill worker's answer: where the KV is and what it cost
+                head["kv_transfer"] = last.timings
+            elif "handoff" in handoff:      # the coordinator reads the handoff's cost there (streams: last chunk)
+                head["timings"] = last.timings
             return web.json_response(dumps=compact_json, data={**head, "choices": [choice], "usage": usage(last),
                                       "system_fingerprint": SYSTEM_FINGERPRINT})
 
