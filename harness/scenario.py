@@ -111,6 +111,9 @@ class BackendConfig(Strict):
     # one answer is buffered whole until its stream ends: an endless one must fail, not eat the memory
     max_response_bytes: int = Field(default=DEFAULT_MAX_RESPONSE_BYTES, ge=1024, le=1 << 40, description="bytes")
     metrics_url: str | None = None  # the Prometheus page; default: url + the engine's metrics path
+    # each replica's own Prometheus page behind a router (replica name -> URL), scraped with a replica label;
+    # given, it replaces the router's own list (native's GET /replicas)
+    replica_metrics: dict[str, str] = {}
     profile: bool = False  # POST the engine's /start_profile and /stop_profile around the load (vLLM, SGLang)
     trace: bool = False  # the engine's per-step trace into engine_trace.json (native engine: --step-trace)
     eos_token_ids: list[int] = []  # llama-cpp-python only: EOS ids to bias away when workload.ignore_eos
@@ -141,6 +144,27 @@ class BackendConfig(Strict):
         if url is not None and not url.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https:// (e.g. http://127.0.0.1:8000/metrics)")
         return url
+
+    @field_validator("replica_metrics", mode="before")
+    @classmethod
+    def _names_as_text(cls, pages: Any) -> Any:
+        if not isinstance(pages, dict):
+            raise ScenarioError(f"backend.replica_metrics: {pages!r} is not valid: give a mapping of replica name "
+                                f"to its Prometheus page, e.g. {{replica-0: http://127.0.0.1:8001/metrics}}")
+        return {str(k): v for k, v in pages.items()}   # YAML reads `0: http://...` with an int key
+
+    @field_validator("replica_metrics")
+    @classmethod
+    def _replica_pages(cls, pages: dict[str, str]) -> dict[str, str]:
+        for name, url in pages.items():
+            # the name becomes a Prometheus label value (replica="<name>") in server_metrics.csv
+            if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name):
+                raise ScenarioError(f"backend.replica_metrics: replica name {name!r} is not valid; use letters, "
+                                    f"digits, '.', '_' and '-' (e.g. replica-0: http://127.0.0.1:8001/metrics)")
+            if not url.startswith(("http://", "https://")):
+                raise ScenarioError(f"backend.replica_metrics.{name}: {url!r} is not valid: give the replica's "
+                                    f"Prometheus page as an http(s) URL (e.g. http://127.0.0.1:8001/metrics)")
+        return pages
 
     @field_validator("url")
     @classmethod
