@@ -8,6 +8,8 @@ from reports.explain_figures import phase_bars, step_timeline
 from reports.figures import latency_cdfs, over_time, timeline
 from reports.html import render_report_html
 from reports.markdown import SUMMARY_COLUMNS, render_report_md
+from reports.replica_figures import replica_comparison, replica_load
+from reports.replicas import decision_rows, replica_rows, replica_view
 from reports.server_figures import server_metrics, telemetry
 from reports.load import RunData, Sweep, load_results
 from reports.sweep import DEFAULT_ATTAINMENT, SloCapacity, max_rate_meeting_slo
@@ -34,6 +36,9 @@ class ReportContent:
     notes: list[str] = field(default_factory=list)
     diagnosis_rows: list[list[str]] = field(default_factory=list)  # run, severity, finding (summary.json diagnosis)
     roofline_rows: list[list[str]] = field(default_factory=list)  # run, the roofline line
+    replica_rows: list[list[str]] = field(default_factory=list)  # a row per replica of each deployment run
+    decision_rows: list[list[str]] = field(default_factory=list)  # run, policy, reason, decisions
+    replica_notes: list[str] = field(default_factory=list)  # a sentence per deployment run: who served what
 
 
 def fmt(value, digits: int = 1) -> str:
@@ -96,6 +101,7 @@ def build_report(paths, labels: list[str] | None = None, attainment: float = DEF
             fig = make(runs)
             if fig is not None:
                 content.figures.append((fig_name, fig))
+        _add_replicas(content, runs)
         content.figures += [(f"Timeline: {r.label}", timeline(r)) for r in runs[:MAX_TIMELINES]]
         content.figures += [(f"Engine steps: {r.label}", fig) for r in runs[:MAX_TIMELINES]
                             if (fig := step_timeline(r)) is not None]
@@ -110,6 +116,18 @@ def build_report(paths, labels: list[str] | None = None, attainment: float = DEF
             content.notes.append(f"{label}: the client fell behind its schedule ("
                                  + "; ".join(run.summary.get("client_bound_reasons", [])) + "); latencies include client delay.")
     return content
+
+
+def _add_replicas(content: ReportContent, runs: list[RunData]) -> None:
+    """The per-replica table, sentences and plots, for the runs whose server metrics carry replica labels."""
+    views = [v for r in runs if (v := replica_view(r)) is not None]
+    if not views:
+        return
+    content.replica_rows = replica_rows(views)
+    content.decision_rows = decision_rows(views)
+    content.replica_notes = [v.imbalance() for v in views]
+    content.figures.append(("Replicas compared", replica_comparison(views)))
+    content.figures += [(f"Load per replica: {v.label}", replica_load(v)) for v in views[:MAX_TIMELINES]]
 
 
 def write_report(paths, out_html: Path, out_md: Path | None = None, labels: list[str] | None = None,
