@@ -73,7 +73,9 @@ def _run_one(scenario: Scenario, out: Path, workers, overwrite, reporter, status
     if scenario.load.sweep is not None:
         points = run_sweep(scenario, out, workers, overwrite, reporter)
         status.client_bound = any(p.client_bound for p in points)
-        status.status = "completed" if all(p.status == "completed" for p in points) else "failed"
+        statuses = {p.status for p in points}
+        status.status = ("completed" if statuses == {"completed"} else "interrupted" if "interrupted" in statuses
+                         else "failed")
         if status.status == "failed":
             status.reason = "; ".join(f"{p.dir} {p.status}" for p in points if p.status != "completed")
         return capacity_line(scenario, points)

@@ -102,7 +102,7 @@ def _hit_rate(rows: pd.DataFrame) -> tuple[float | None, pd.DataFrame]:
     return overall, pd.DataFrame({"t_s": per_interval.index, "value": per_interval.to_numpy()})
 
 
-def replica_view(run: RunData) -> ReplicaView | None:
+def replica_view(run: RunData, label: str | None = None) -> ReplicaView | None:
     frame = run.server_metrics
     if frame is None or "labels" not in frame:
         return None
@@ -134,7 +134,7 @@ def replica_view(run: RunData) -> ReplicaView | None:
         if all(v is not None for v in values) and sum(values) > 0:
             for s, v in zip(stats, values):
                 setattr(s, share, v / sum(values))
-    view = ReplicaView(run.label, stats, pd.concat(series, ignore_index=True))
+    view = ReplicaView(label or run.label, stats, pd.concat(series, ignore_index=True))
     decisions = frame[frame["name"] == "native_router:routing_decisions_total"]
     for labels, part in decisions.groupby("labels"):
         reason = REASON_LABEL.search(labels)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reports.candidates import expand_candidates
 from reports.explain_figures import phase_bars, step_timeline
 from reports.figures import latency_cdfs, over_time, timeline
 from reports.html import render_report_html
@@ -71,7 +72,8 @@ def context_row(run: RunData, label: str | None = None) -> list[str]:
 
 
 def build_report(paths, labels: list[str] | None = None, attainment: float = DEFAULT_ATTAINMENT) -> ReportContent:
-    runs, sweeps = load_results(paths, labels)
+    expanded = expand_candidates(paths, labels)   # a folder of candidates: each one its own sweep or run
+    runs, sweeps = load_results(expanded.paths, expanded.labels)
     sections = []
     for sw in sweeps:
         cap = max_rate_meeting_slo(sw.points, attainment=attainment)
@@ -101,12 +103,13 @@ def build_report(paths, labels: list[str] | None = None, attainment: float = DEF
             fig = make(runs)
             if fig is not None:
                 content.figures.append((fig_name, fig))
-        _add_replicas(content, runs)
         content.figures += [(f"Timeline: {r.label}", timeline(r)) for r in runs[:MAX_TIMELINES]]
         content.figures += [(f"Engine steps: {r.label}", fig) for r in runs[:MAX_TIMELINES]
                             if (fig := step_timeline(r)) is not None]
         if len(runs) > MAX_TIMELINES:
             content.notes.append(f"Timelines are drawn for the first {MAX_TIMELINES} runs only.")
+    _add_replicas(content, runs, sweeps)
+    content.notes += [f"Candidate left out: {why}." for why in expanded.left_out]
     for sw in sweeps:
         if sw.left_out:
             content.notes.append(f"{sw.label}: left out, not completed: {', '.join(sw.left_out)}.")
@@ -118,9 +121,11 @@ def build_report(paths, labels: list[str] | None = None, attainment: float = DEF
     return content
 
 
-def _add_replicas(content: ReportContent, runs: list[RunData]) -> None:
-    """The per-replica table, sentences and plots, for the runs whose server metrics carry replica labels."""
-    views = [v for r in runs if (v := replica_view(r)) is not None]
+def _add_replicas(content: ReportContent, runs: list[RunData], sweeps: list[Sweep]) -> None:
+    """The per-replica table, sentences and plots, for the runs (and sweep points) whose server metrics
+    carry replica labels."""
+    labelled = [(r.label, r) for r in runs] + [(f"{s.label} {p.run.label}", p.run) for s in sweeps for p in s.points]
+    views = [v for label, r in labelled if (v := replica_view(r, label)) is not None]
     if not views:
         return
     content.replica_rows = replica_rows(views)
