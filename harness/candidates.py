@@ -6,7 +6,7 @@ run or a sweep, into OUT/<name>/ with its own engine started and stopped, so no 
 share the CPU or the accelerators. candidates.json lists them with their status, rewritten as each
 starts and ends. A candidate whose engine does not start (a flag this engine lacks) is recorded
 `failed` with the reason, and the next one runs: one broken shape does not cost the others.
-`bench select OUT` ranks them (reports/select.py).
+`bench select OUT` ranks them (reports/select.py); candidates.json is harness/results.py's.
 """
 from __future__ import annotations
 
@@ -14,14 +14,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness.launcher import BackendUnreachable
-from harness.results import ResultsError, read_json, write_json
+from harness.results import CANDIDATES_MANIFEST, ResultsError, write_candidates
 from harness.run import Reporter, run_scenario
 from harness.scenario import Scenario
 from harness.sweep import capacity_line, run_sweep
 from harness.tokenizer_source import TokenizerError
-
-CANDIDATES_FILE = "candidates.json"
-
 
 @dataclass
 class CandidateStatus:
@@ -40,14 +37,13 @@ def run_candidates(scenario: Scenario, out_dir: Path, workers: str | None = None
     """Runs each candidate in turn; Ctrl-C or SIGTERM marks the running one interrupted and stops."""
     reporter = reporter or Reporter()
     out_dir = Path(out_dir)
-    if (out_dir / CANDIDATES_FILE).exists() and not overwrite:
-        raise ResultsError(f"--output: {out_dir} already holds candidates' results ({CANDIDATES_FILE}); choose a "
+    if (out_dir / CANDIDATES_MANIFEST).exists() and not overwrite:
+        raise ResultsError(f"--output: {out_dir} already holds candidates' results ({CANDIDATES_MANIFEST}); choose a "
                            f"new folder, or pass --overwrite to replace them")
     out_dir.mkdir(parents=True, exist_ok=True)
     pairs = scenario.candidate_scenarios()
     statuses = [CandidateStatus(c.name, c.name, list(c.launch_args), c.accelerators) for c, _ in pairs]
-    save = lambda: write_json(out_dir / CANDIDATES_FILE, {  # noqa: E731
-        "scenario": scenario.resolved_dict(), "candidates": [asdict(s) for s in statuses]})
+    save = lambda: write_candidates(out_dir, scenario.resolved_dict(), [asdict(s) for s in statuses])  # noqa: E731
     save()
     for status, (candidate, cand_scenario) in zip(statuses, pairs):
         status.status = "running"
@@ -87,7 +83,3 @@ def _run_one(scenario: Scenario, out: Path, workers, overwrite, reporter, status
     good = result.summary["goodput"]
     return f"goodput {good['requests_per_s']:.2f} req/s ({100 * good['fraction']:.0f}% within the SLOs)"
 
-
-def read_candidates(path: Path) -> list[dict]:
-    """The candidates of a folder written by run_candidates ([] for any other folder)."""
-    return read_json(Path(path) / CANDIDATES_FILE).get("candidates", [])

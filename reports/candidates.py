@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.candidates import read_candidates
-from harness.results import ResultsError
+from harness.results import ResultsError, read_candidates
 
 
 @dataclass
