@@ -178,10 +178,12 @@ def _recommend(ranking: list[EngineResult], sweeps: list[Sweep], slo: dict, atta
                "Measured on this hardware and these software versions: "
                + "; ".join(_where(sw) for sw in sweeps) + ".",
                "Cost assumes the accelerators are busy at that rate all hour; idle time raises the real cost."]
-    if ranking[0].cost_per_million_tokens is None and ranking[0].tokens_per_s_per_accelerator:
-        caveats.pop()   # no price, no cost
+    if all(e.cost_per_million_tokens is None for e in ranking):
+        caveats.pop()   # no price (or nothing met the SLOs): no cost to qualify
     if all(_cpu_only(sw) for sw in sweeps):
-        caveats.append("No GPU was seen in these runs (CPU only): \"per accelerator\" means per machine here, "
+        unit = ("per machine here, or per the accelerators (cores) a candidate declared"
+                if any("accelerators" in n for e in ranking for n in e.notes) else "per machine here")
+        caveats.append(f"No GPU was seen in these runs (CPU only): \"per accelerator\" means {unit}, "
                        "the price is the machine's, and on GPUs the engines can rank differently.")
     workloads = {repr(sw.points[0].run.run_info.get("scenario", {}).get("workload")) for sw in sweeps}
     if len(workloads) > 1:
