@@ -3,8 +3,9 @@ prefix cache fared, from server_metrics.csv rows labelled `replica="<id>"` (harn
 
 Counters are read as their increase from the first to the last scrape of the run (warm-ups
 included, as the scraper runs around the whole load): requests the router sent each replica
-(`native_router:requests_total`), output tokens each generated (`bench:generation_tokens`), the
-prefix-cache hit rate as hit / queried prompt tokens (`*:prefix_cache_{hits,queries}_total`, else
+(`native_router:requests_total`) and lost with it (`request_failures_total` but for refused
+connects, which the router sends elsewhere), output tokens each generated (`bench:generation_tokens`),
+the prefix-cache hit rate as hit / queried prompt tokens (`*:prefix_cache_{hits,queries}_total`, else
 cached / all prompt tokens), and the router's decisions by reason. Gauges (running, waiting, KV use)
 are summarised over the scrapes. A run without replica labels has no view (None).
 """
@@ -36,6 +37,7 @@ class ReplicaStats:
     peak_kv_fraction: float | None
     request_share: float | None = None
     token_share: float | None = None
+    lost: float | None = None  # requests that failed once this replica had them (a refused connect is rerouted)
 
 
 @dataclass
@@ -129,6 +131,10 @@ def replica_view(run: RunData, label: str | None = None) -> ReplicaView | None:
             part = rows[rows["name"] == name]
             series.append(pd.DataFrame({"t_s": part["t_s"], "value": part["value"], "replica": rid, "panel": panel}))
         series.append(hit_series.assign(replica=rid, panel="prefix-cache hit rate (per interval)"))
+    failed = frame[(frame["name"] == "native_router:request_failures_total")
+                   & frame["labels"].map(lambda labels: (REASON_LABEL.search(labels) or [0, ""])[1] != "connect")]
+    for s in stats if len(routed) else ():
+        s.lost = _growth(failed[failed["replica"] == s.replica], router_start) or 0.0
     for attr, share in (("requests", "request_share"), ("generation_tokens", "token_share")):
         values = [getattr(s, attr) for s in stats]
         if all(v is not None for v in values) and sum(values) > 0:
@@ -157,12 +163,13 @@ def replica_rows(views: list[ReplicaView]) -> list[list[str]]:
         for r in v.replicas:
             requests = "-" if r.requests is None else f"{r.requests:.0f} ({num(r.request_share, '.0%')})"
             tokens = "-" if r.generation_tokens is None else f"{r.generation_tokens:.0f} ({num(r.token_share, '.0%')})"
-            rows.append([v.label, r.replica, requests, tokens, num(r.hit_rate, ".2f"), num(r.mean_running, ".2f"),
-                         num(r.peak_waiting, ".0f"), num(r.peak_kv_fraction, ".2f")])
+            rows.append([v.label, r.replica, requests, num(r.lost, ".0f"), tokens, num(r.hit_rate, ".2f"),
+                         num(r.mean_running, ".2f"), num(r.peak_waiting, ".0f"), num(r.peak_kv_fraction, ".2f")])
     return rows
 
 
-REPLICA_COLUMNS = ("run", "replica", "requests routed (share)", "output tokens (share)", "prefix-cache hit rate",
+REPLICA_COLUMNS = ("run", "replica", "requests routed (share)", "lost there", "output tokens (share)",
+                   "prefix-cache hit rate",
                    "mean running", "peak waiting", "peak KV use")
 
 

@@ -25,6 +25,7 @@ def test_replica_counts_add_up_to_what_the_client_sent_and_received(run_dir):
     assert sum(view.decisions.values()) == len(records)
     assert sum(r.generation_tokens for r in view.replicas) == sum(r.output_tokens for r in records)
     assert sum(r.request_share for r in view.replicas) == pytest.approx(1.0)
+    assert sum(r.lost for r in view.replicas) == sum(not r.ok for r in records) == 0
     assert {"requests running", "requests waiting", "KV cache in use (fraction)"} <= set(view.series["panel"])
 
 
