@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from backends import available, load_backend
+from harness.candidates import run_candidates
 from harness.explain import explanation_lines
 from harness.launcher import BackendUnreachable
 from harness.results import ResultsError, default_output_dir, versions
@@ -118,6 +119,9 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
     resolved = _load(scenario, set_)
     try:
         out_dir = output or default_output_dir(resolved.name)
+        if resolved.candidates:
+            _candidates(resolved, out_dir, workers or None, overwrite, allow_client_bound)
+            return
         if resolved.load.sweep is not None:
             _sweep(resolved, out_dir, workers or None, overwrite, allow_client_bound)
             return
@@ -189,6 +193,27 @@ def _sweep(scenario, out_dir: Path, workers: str | None, overwrite: bool, allow_
                       + client_bound_advice(bound[0].result.summary["workers"]) + ".[/]")
         if not allow_client_bound:
             raise typer.Exit(EXIT_CLIENT_BOUND)
+
+
+def _candidates(scenario, out_dir: Path, workers: str | None, overwrite: bool, allow_client_bound: bool) -> None:
+    """`bench run` with candidates: each deployment in turn into OUT/<name>/, a line per candidate."""
+    try:
+        statuses = run_candidates(scenario, out_dir, workers, overwrite, ConsoleReporter())
+    except Terminated:
+        raise _fail("terminated", f"finished candidates stay in {out_dir} (see candidates.json)", EXIT_SIGTERM)
+    except KeyboardInterrupt:
+        raise _fail("interrupted", f"finished candidates stay in {out_dir} (see candidates.json)", EXIT_SIGINT)
+    slo = ",".join(f"{k}={v:g}" for k, v in scenario.slo.model_dump().items() if v is not None)
+    console.print(f"results in {out_dir}; compare them: bench select {out_dir}" + (f" --slo {slo}" if slo else ""))
+    if statuses and statuses[-1].status == "interrupted":
+        raise typer.Exit(EXIT_SIGINT)
+    if not any(s.status == "completed" for s in statuses):
+        raise _fail("run failed", "no candidate completed; see candidates.json for each one's reason", EXIT_RUN_FAILED)
+    bound = [s.name for s in statuses if s.client_bound]
+    if bound and not allow_client_bound:
+        console.print(f"[bold red on white] CLIENT-BOUND [/] [bold red]the client fell behind its own schedule in "
+                      f"{', '.join(bound)}; latencies there include client delay[/]")
+        raise typer.Exit(EXIT_CLIENT_BOUND)
 
 
 def print_summary(summary: dict, out_dir: Path) -> None:

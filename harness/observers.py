@@ -26,7 +26,8 @@ class RunObservers:
         self.scraper = ServerMetricsScraper(metrics_url, t0_ns, out_dir / "server_metrics.csv",
                                             config.interval_ms / 1000, headers=self.headers, why_none=why_none,
                                             missing_page_hint=engine.metrics_hint if not backend.metrics_url
-                                            else "check backend.metrics_url", replicas_url=replicas_url)
+                                            else "check backend.metrics_url", replicas_url=replicas_url,
+                                            replica_pages=list(backend.replica_metrics.items()))
         self.recorder = TelemetryRecorder(config, t0_ns, out_dir, launched.pid if launched else None, metrics_url,
                                           engine_pages_fed=True)
         self.scraper.page_listeners.append(self.recorder.engine_page)  # one /metrics request per interval

@@ -302,3 +302,18 @@ def read_statuses(out_dir: Path) -> dict[str, str]:
     manifest = read_json(Path(out_dir) / MANIFEST)
     points = manifest.get("points", [])
     return {p["dir"]: p["status"] for p in points if isinstance(p, dict) and "dir" in p and "status" in p}
+
+
+# --- candidates (harness/candidates.py) -------------------------------------------------------------
+
+CANDIDATES_MANIFEST = "candidates.json"
+
+
+def write_candidates(out_dir: Path, scenario: dict, candidates: list[dict]) -> None:
+    """candidates.json: the scenario and each candidate's {name, dir, launch_args, accelerators, status, ...}."""
+    write_json(out_dir / CANDIDATES_MANIFEST, {"scenario": scenario, "candidates": candidates})
+
+
+def read_candidates(path: Path) -> list[dict]:
+    """The candidates listed in a folder's candidates.json ([] for any other folder)."""
+    return read_json(Path(path) / CANDIDATES_MANIFEST).get("candidates", [])

@@ -78,6 +78,15 @@ class Strict(BaseModel):
 LAUNCH_PLACEHOLDERS = "{port}, {host}, {model}"
 
 
+def numbers_as_text(value: Any) -> Any:
+    """YAML reads `--port, 8000` or `OMP_NUM_THREADS: 2` as ints; command lines and environments are text."""
+    def as_text(v: Any) -> Any:
+        return str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+    if isinstance(value, dict):
+        return {k: as_text(v) for k, v in value.items()}
+    return [as_text(v) for v in value] if isinstance(value, list) else value
+
+
 class LaunchConfig(Strict):
     """How the harness starts the engine itself; empty means the backend's default command.
     `command` replaces the whole command line (it must place {port}); `program` replaces only the
@@ -92,12 +101,7 @@ class LaunchConfig(Strict):
     @field_validator("args", "env", mode="before")
     @classmethod
     def _numbers_as_text(cls, value: Any) -> Any:
-        # YAML reads `--port, 8000` or `OMP_NUM_THREADS: 2` as ints; command lines and environments are text.
-        def as_text(v: Any) -> Any:
-            return str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
-        if isinstance(value, dict):
-            return {k: as_text(v) for k, v in value.items()}
-        return [as_text(v) for v in value] if isinstance(value, list) else value
+        return numbers_as_text(value)
 
 
 class BackendConfig(Strict):
@@ -111,6 +115,9 @@ class BackendConfig(Strict):
     # one answer is buffered whole until its stream ends: an endless one must fail, not eat the memory
     max_response_bytes: int = Field(default=DEFAULT_MAX_RESPONSE_BYTES, ge=1024, le=1 << 40, description="bytes")
     metrics_url: str | None = None  # the Prometheus page; default: url + the engine's metrics path
+    # each replica's own Prometheus page behind a router (replica name -> URL), scraped with a replica label;
+    # given, it replaces the router's own list (native's GET /replicas)
+    replica_metrics: dict[str, str] = {}
     profile: bool = False  # POST the engine's /start_profile and /stop_profile around the load (vLLM, SGLang)
     trace: bool = False  # the engine's per-step trace into engine_trace.json (native engine: --step-trace)
     eos_token_ids: list[int] = []  # llama-cpp-python only: EOS ids to bias away when workload.ignore_eos
@@ -141,6 +148,27 @@ class BackendConfig(Strict):
         if url is not None and not url.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https:// (e.g. http://127.0.0.1:8000/metrics)")
         return url
+
+    @field_validator("replica_metrics", mode="before")
+    @classmethod
+    def _names_as_text(cls, pages: Any) -> Any:
+        if not isinstance(pages, dict):
+            raise ScenarioError(f"backend.replica_metrics: {pages!r} is not valid: give a mapping of replica name "
+                                f"to its Prometheus page, e.g. {{replica-0: http://127.0.0.1:8001/metrics}}")
+        return {str(k): v for k, v in pages.items()}   # YAML reads `0: http://...` with an int key
+
+    @field_validator("replica_metrics")
+    @classmethod
+    def _replica_pages(cls, pages: dict[str, str]) -> dict[str, str]:
+        for name, url in pages.items():
+            # the name becomes a Prometheus label value (replica="<name>") in server_metrics.csv
+            if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name):
+                raise ScenarioError(f"backend.replica_metrics: replica name {name!r} is not valid; use letters, "
+                                    f"digits, '.', '_' and '-' (e.g. replica-0: http://127.0.0.1:8001/metrics)")
+            if not url.startswith(("http://", "https://")):
+                raise ScenarioError(f"backend.replica_metrics.{name}: {url!r} is not valid: give the replica's "
+                                    f"Prometheus page as an http(s) URL (e.g. http://127.0.0.1:8001/metrics)")
+        return pages
 
     @field_validator("url")
     @classmethod
@@ -336,6 +364,32 @@ class SloConfig(Strict):
     e2e_ms: float | None = Field(default=None, gt=0, description="milliseconds")
 
 
+FOLDER_SAFE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+class Candidate(Strict):
+    """One deployment `bench run` compares with the others on the same workload, load and SLOs
+    (harness/candidates.py): the scenario with `launch_args` added to backend.launch.args."""
+
+    name: str  # names its folder, OUT/<name>/, and its row in `bench select`
+    launch_args: list[str] = []  # e.g. [--data-parallel, 2, --router-policy, cache_aware]
+    # accelerators the deployment occupies, for `bench select`'s per-accelerator figures (2 for 2 x DP on GPUs)
+    accelerators: int = Field(default=1, ge=1, le=4096)
+
+    @field_validator("launch_args", mode="before")
+    @classmethod
+    def _numbers_as_text(cls, value: Any) -> Any:
+        return numbers_as_text(value)
+
+    @field_validator("name")
+    @classmethod
+    def _folder_safe(cls, name: str) -> str:
+        if not re.match(FOLDER_SAFE, name):
+            raise ValueError("must start with a letter or digit and hold only letters, digits, '.', '_' and '-' "
+                             "(it names the candidate's results folder), e.g. 2xDP-cache_aware")
+        return name
+
+
 class Scenario(Strict):
     name: str
     backend: BackendConfig
@@ -344,12 +398,13 @@ class Scenario(Strict):
     slo: SloConfig = SloConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     seed: int = Field(default=0, ge=0)  # numpy's seed sequences take no negative numbers
+    candidates: list[Candidate] = []  # deployments to compare, each run in turn (`bench select` ranks them)
 
     @field_validator("name")
     @classmethod
     def _folder_safe_name(cls, name: str) -> str:
         # the name becomes results/<name>-<time>/: a '/' or a leading '.' could put it anywhere
-        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name):
+        if not re.match(FOLDER_SAFE, name):
             raise ValueError("must start with a letter or digit and hold only letters, digits, '.', '_' and '-' "
                              "(it names the results folder)")
         return name
@@ -359,7 +414,25 @@ class Scenario(Strict):
         if self.workload.kind == "multi_turn" and self.load.arrival == "trace":
             raise ScenarioError("load.arrival: trace does not combine with workload.kind multi_turn; "
                                 "use constant, poisson, gamma or closed")
+        if self.candidates:
+            if self.backend.launch is None:
+                raise ScenarioError("candidates: each candidate is a deployment bench starts with its launch_args, "
+                                    "so the backend needs backend.launch (e.g. `launch: {}`), not only backend.url")
+            names = [c.name for c in self.candidates]
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise ScenarioError(f"candidates: the name {twice[0]!r} is given twice; each candidate needs its own "
+                                    f"name (it names its results folder)")
         return self
+
+    def candidate_scenarios(self) -> list[tuple[Candidate, "Scenario"]]:
+        """Each candidate with the scenario it runs: its launch_args after backend.launch.args."""
+        out = []
+        for c in self.candidates:
+            launch = self.backend.launch.model_copy(update={"args": [*self.backend.launch.args, *c.launch_args]})
+            backend = self.backend.model_copy(update={"launch": launch})
+            out.append((c, self.model_copy(update={"backend": backend, "candidates": []})))
+        return out
 
     def sweep_points(self) -> list["Scenario"]:
         """One scenario per load.sweep value, that value as its load.rate (load.concurrency when closed)."""

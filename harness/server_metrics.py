@@ -15,9 +15,11 @@ under `bench:` names, whatever the engine calls it:
   ttft_s_*, itl_s_*, tpot_s_*, e2e_s_*, queue_s_*, prefill_s_*, decode_s_*
                                    engine-side histograms (_bucket with le, _sum, _count)
 Values are summed over label sets (one per model or GPU), except fractions, which are averaged.
-Behind a router that lists its replicas (the backend's replicas_path: native's `serve --data-parallel`),
-each replica's page is scraped too and its rows, raw and `bench:`, carry a `replica="<id>"` label
-(the router's own rows are its `native_router:` ones).
+Behind a router, each replica's page is scraped too and its rows, raw and `bench:`, carry a
+`replica="<id>"` label (the router's own rows are its `native_router:` ones). The replicas are
+backend.replica_metrics where the scenario names them (any engine behind any router), else those the
+router lists (the backend's replicas_path: native's `serve --data-parallel`). A router without a page of
+its own (404) leaves only the replicas' rows.
 The scraper runs in its own thread with its own HTTP client, so it never delays request timing.
 """
 from __future__ import annotations
@@ -201,7 +203,8 @@ class ServerMetricsScraper(threading.Thread):
 
     def __init__(self, url: str | None, t0_ns: int, out_path: str | Path, interval_s: float = 0.5,
                  timeout_s: float = 2.0, headers: dict | None = None, why_none: str = "",
-                 missing_page_hint: str = "set backend.metrics_url", replicas_url: str | None = None):
+                 missing_page_hint: str = "set backend.metrics_url", replicas_url: str | None = None,
+                 replica_pages: list[tuple[str, str]] | None = None):
         super().__init__(name="server-metrics", daemon=True)
         self.url, self.t0_ns, self.interval_s, self.timeout_s = url, t0_ns, interval_s, timeout_s
         self.out_path, self.headers, self.why_none = Path(out_path), headers or {}, why_none
@@ -214,7 +217,8 @@ class ServerMetricsScraper(threading.Thread):
         self.first_values: dict[str, float] = {}   # unlabelled bench: values of the first and last page
         self.last_values: dict[str, float] = {}
         self.replicas_url = replicas_url
-        self.replica_pages: list[tuple[str, str]] | None = None  # (id, its metrics URL); None: not known yet
+        # (id, its metrics URL); None: not known yet (asked of the router at replicas_url)
+        self.replica_pages: list[tuple[str, str]] | None = replica_pages or None
         self.replica_failures = 0
 
     def run(self) -> None:
@@ -226,13 +230,15 @@ class ServerMetricsScraper(threading.Thread):
                 self._scrape_once(writer)
                 self._scrape_replicas(writer)
                 f.flush()
-                if self.gave_up:
+                if self.gave_up and not self.replica_pages:
                     return
                 self.stop_event.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
             self._scrape_once(writer)  # the state right after the load
             self._scrape_replicas(writer)
 
     def _scrape_once(self, writer) -> None:
+        if self.url is None or self.gave_up:   # only the replicas' pages (backend.replica_metrics)
+            return
         self.scrapes += 1
         try:
             status, body = request(self.url, headers=self.headers, timeout_s=self.timeout_s)
@@ -293,12 +299,12 @@ class ServerMetricsScraper(threading.Thread):
         self.rows += len(rows)
 
     def begin(self) -> None:
-        if self.url:
+        if self.url or self.replica_pages:
             self.start()
 
     def stop(self) -> dict:
         """Stops the thread; returns {"sampled": bool, ...} with the reason when nothing was sampled."""
-        if not self.url:
+        if not self.url and not self.replica_pages:
             return {"sampled": False, "reason": self.why_none or "no metrics URL"}
         self.stop_event.set()
         self.join(self.timeout_s + 5)
@@ -306,7 +312,7 @@ class ServerMetricsScraper(threading.Thread):
         if self.rows == 0:
             status["reason"] = self.gave_up or f"every scrape failed; last: {self.last_error}"
         elif self.failures or self.replica_failures:
-            status["last_error"] = self.last_error
+            status["last_error"] = self.gave_up or self.last_error
         if self.replica_pages:
             status.update(replicas=len(self.replica_pages), replica_failures=self.replica_failures)
         return status

@@ -82,22 +82,27 @@ def gate(baseline: Path = typer.Argument(..., help="baseline: a run folder, or a
     raise typer.Exit(g.exit_code(verdicts, strict))
 
 
-def select(results: List[Path] = typer.Argument(..., help="one results folder (sweep or run) per engine"),
-           slo: str = typer.Option(..., "--slo", help="SLO limits in ms, e.g. ttft_ms=500,tpot_ms=50"),
-           gpu_cost_per_hour: float = typer.Option(..., "--gpu-cost-per-hour", help="price of one accelerator-hour"),
+def select(results: List[Path] = typer.Argument(..., help="one results folder (sweep or run) per engine, or a "
+                                                "folder of candidates (`bench run` of a scenario with candidates:)"),
+           slo: str = typer.Option("", "--slo", help="SLO limits in ms, e.g. ttft_ms=500,tpot_ms=50 (default: the "
+                                   "SLOs the runs were made with, when they share them)"),
+           gpu_cost_per_hour: Optional[float] = typer.Option(None, "--gpu-cost-per-hour",
+                                                             help="price of one accelerator-hour (without it: ranked "
+                                                                  "by output tokens/s per accelerator)"),
            accelerators: int = typer.Option(1, "--accelerators", help="accelerators each engine ran on"),
            label: List[str] = typer.Option([], "--label", help="an engine name per folder, in order"),
            attainment: float = typer.Option(0.9, "--attainment", help="share of requests that must meet the SLOs"),
            output: Path = typer.Option(Path("selection.html"), "-o", "--output",
                                        help="HTML file; the Markdown goes beside it, same name with .md"),
            ) -> None:
-    """Engine-selection report: capacity within SLOs, tokens/s per accelerator, cost per million tokens."""
+    """Engine or deployment selection: capacity within SLOs, tokens/s per accelerator, cost per million tokens,
+    a ranking and why."""
     from reports.select import parse_slo, write_selection
 
     if output.suffix.lower() != ".html":
         raise _fail(f"-o/--output: {output} should end in .html (the Markdown is written beside it as .md)")
     try:
-        sel = write_selection(results, output, slo=parse_slo(slo), gpu_cost_per_hour=gpu_cost_per_hour,
+        sel = write_selection(results, output, slo=parse_slo(slo) if slo else None, gpu_cost_per_hour=gpu_cost_per_hour,
                               accelerators=accelerators, labels=label or None, attainment=attainment)
     except (ResultsError, ValueError) as e:
         raise _fail(str(e))

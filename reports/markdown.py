@@ -1,6 +1,8 @@
 """Markdown rendering: the same tables as the HTML report, for PR comments and CI summaries."""
 from __future__ import annotations
 
+from reports.replicas import REPLICA_COLUMNS
+
 SUMMARY_COLUMNS = ("run", "completed", "failed", "req/s", "output tok/s", "goodput req/s", "goodput %",
                    "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "TPOT p50", "TPOT p99", "E2E p50", "E2E p99")
 
@@ -24,6 +26,12 @@ def render_report_md(content) -> str:
         out += ["## Diagnosis", "", md_table(["run", "severity", "finding"], content.diagnosis_rows), ""]
     if content.roofline_rows:
         out += ["## Roofline", "", md_table(["run", "placement"], content.roofline_rows), ""]
+    if content.replica_rows:
+        out += ["## Replicas", "", "Over each run, warm-ups included (the router's and each replica's own counters).",
+                "", *[f"- {note}" for note in content.replica_notes], "",
+                md_table(REPLICA_COLUMNS, content.replica_rows), ""]
+        if content.decision_rows:
+            out += [md_table(["run", "policy", "reason", "routing decisions"], content.decision_rows), ""]
     for s in content.sweeps:
         unit = "req/s" if s.sweep.load_kind == "rate" else "in flight"
         out += [f"## Sweep: {s.sweep.label}", "",

@@ -4,10 +4,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reports.candidates import expand_candidates
 from reports.explain_figures import phase_bars, step_timeline
 from reports.figures import latency_cdfs, over_time, timeline
 from reports.html import render_report_html
 from reports.markdown import SUMMARY_COLUMNS, render_report_md
+from reports.replica_figures import replica_comparison, replica_load
+from reports.replicas import decision_rows, replica_rows, replica_view
 from reports.server_figures import server_metrics, telemetry
 from reports.load import RunData, Sweep, load_results
 from reports.sweep import DEFAULT_ATTAINMENT, SloCapacity, max_rate_meeting_slo
@@ -34,6 +37,9 @@ class ReportContent:
     notes: list[str] = field(default_factory=list)
     diagnosis_rows: list[list[str]] = field(default_factory=list)  # run, severity, finding (summary.json diagnosis)
     roofline_rows: list[list[str]] = field(default_factory=list)  # run, the roofline line
+    replica_rows: list[list[str]] = field(default_factory=list)  # a row per replica of each deployment run
+    decision_rows: list[list[str]] = field(default_factory=list)  # run, policy, reason, decisions
+    replica_notes: list[str] = field(default_factory=list)  # a sentence per deployment run: who served what
 
 
 def fmt(value, digits: int = 1) -> str:
@@ -66,7 +72,8 @@ def context_row(run: RunData, label: str | None = None) -> list[str]:
 
 
 def build_report(paths, labels: list[str] | None = None, attainment: float = DEFAULT_ATTAINMENT) -> ReportContent:
-    runs, sweeps = load_results(paths, labels)
+    expanded = expand_candidates(paths, labels)   # a folder of candidates: each one its own sweep or run
+    runs, sweeps = load_results(expanded.paths, expanded.labels)
     sections = []
     for sw in sweeps:
         cap = max_rate_meeting_slo(sw.points, attainment=attainment)
@@ -101,6 +108,8 @@ def build_report(paths, labels: list[str] | None = None, attainment: float = DEF
                             if (fig := step_timeline(r)) is not None]
         if len(runs) > MAX_TIMELINES:
             content.notes.append(f"Timelines are drawn for the first {MAX_TIMELINES} runs only.")
+    _add_replicas(content, runs, sweeps)
+    content.notes += [f"Candidate left out: {why}." for why in expanded.left_out]
     for sw in sweeps:
         if sw.left_out:
             content.notes.append(f"{sw.label}: left out, not completed: {', '.join(sw.left_out)}.")
@@ -110,6 +119,20 @@ def build_report(paths, labels: list[str] | None = None, attainment: float = DEF
             content.notes.append(f"{label}: the client fell behind its schedule ("
                                  + "; ".join(run.summary.get("client_bound_reasons", [])) + "); latencies include client delay.")
     return content
+
+
+def _add_replicas(content: ReportContent, runs: list[RunData], sweeps: list[Sweep]) -> None:
+    """The per-replica table, sentences and plots, for the runs (and sweep points) whose server metrics
+    carry replica labels."""
+    labelled = [(r.label, r) for r in runs] + [(f"{s.label} {p.run.label}", p.run) for s in sweeps for p in s.points]
+    views = [v for label, r in labelled if (v := replica_view(r, label)) is not None]
+    if not views:
+        return
+    content.replica_rows = replica_rows(views)
+    content.decision_rows = decision_rows(views)
+    content.replica_notes = [v.imbalance() for v in views]
+    content.figures.append(("Replicas compared", replica_comparison(views)))
+    content.figures += [(f"Load per replica: {v.label}", replica_load(v)) for v in views[:MAX_TIMELINES]]
 
 
 def write_report(paths, out_html: Path, out_md: Path | None = None, labels: list[str] | None = None,

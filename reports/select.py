@@ -1,26 +1,32 @@
-"""`bench select`: which engine to buy time for, from sweeps of each engine under one workload.
+"""`bench select`: which engine or deployment to buy time for, from sweeps of each under one workload.
 
-Per engine: the highest request rate at which the SLOs still hold (from its sweep), the output
-tokens/s per accelerator there, and the cost per million output tokens if the accelerators
-run at that rate all hour. The recommendation is the cheapest per token among the engines
-that met the SLOs at all, with the caveats that bound it.
+Per engine: the highest request rate at which the SLOs still hold (from its sweep: the goodput), the
+output tokens/s per accelerator there, and, given a price, the cost per million output tokens if the
+accelerators run at that rate all hour. The ranking is by cost per token, or without a price by output
+tokens/s per accelerator within the SLOs; engines that never met them come last. Each gets a line on
+why (select_why.py). A folder of `candidates:` (harness/candidates.py) stands for its deployments, each
+with the accelerators it declared; the SLOs default to the ones the runs were made with.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import plotly.graph_objects as go
 
+from harness.metrics import active_slo
+from reports.candidates import expand_candidates
 from reports.figures import LAYOUT, color
 from reports.html import render
 from reports.load import Sweep, SweepPoint, load_results
 from reports.markdown import md_table
 from reports.sweep import DEFAULT_ATTAINMENT, SloCapacity, max_rate_meeting_slo
+from reports.select_why import why
 from reports.sweep_figures import goodput_fraction_vs_load, throughput_latency
 
 SLO_KEYS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
-COLUMNS = ("engine", "backend", "highest rate within SLOs", "output tok/s per accelerator",
+COLUMNS = ("rank", "engine", "backend", "highest rate within SLOs", "output tok/s per accelerator",
            "$ per 1M output tokens", "sweep points", "notes")
 
 
@@ -34,6 +40,7 @@ class EngineResult:
     points: int
     load_kind: str  # "rate" or "concurrency": what the sweep varied
     notes: list[str] = field(default_factory=list)
+    why: str = ""  # latencies where it passed, the SLO it missed first, the replicas' shares
 
     def capacity_text(self) -> str:
         cap = self.capacity
@@ -48,14 +55,18 @@ class EngineResult:
 class Selection:
     slo: dict
     attainment: float
-    gpu_cost_per_hour: float
+    gpu_cost_per_hour: float | None
     accelerators: int
     engines: list[EngineResult]
     sweeps: list[Sweep]
     recommendation: str
     caveats: list[str]
+    ranking: list[str] = field(default_factory=list)  # engine labels, best first
+    left_out: list[str] = field(default_factory=list)  # candidates that did not complete, with why
 
     def price_text(self) -> str:
+        if self.gpu_cost_per_hour is None:
+            return "No price given: ranked by output tokens/s per accelerator within the SLOs."
         if all(_cpu_only(sw) for sw in self.sweeps):
             return f"Machine price ${self.gpu_cost_per_hour:g}/hour (CPU only, no accelerator), 1 machine per engine."
         return f"Accelerator price ${self.gpu_cost_per_hour:g}/hour, {self.accelerators} per engine."
@@ -88,24 +99,49 @@ def as_sweep(run) -> Sweep:
     return Sweep(run.path, run.label, kind, [SweepPoint(float(value), run)])
 
 
-def select(paths, slo: dict, gpu_cost_per_hour: float, accelerators: int = 1, labels: list[str] | None = None,
-           attainment: float = DEFAULT_ATTAINMENT) -> Selection:
-    if gpu_cost_per_hour <= 0:
+def select(paths, slo: dict | None = None, gpu_cost_per_hour: float | None = None, accelerators: int = 1,
+           labels: list[str] | None = None, attainment: float = DEFAULT_ATTAINMENT) -> Selection:
+    if gpu_cost_per_hour is not None and gpu_cost_per_hour <= 0:
         raise ValueError("--gpu-cost-per-hour: must be > 0 (the price of one accelerator-hour, e.g. 2.5)")
     if accelerators < 1:
         raise ValueError("--accelerators: must be >= 1 (accelerators each engine ran on)")
-    runs, sweeps = load_results(paths, labels)
+    expanded = expand_candidates(paths, labels)
+    runs, sweeps = load_results(expanded.paths, expanded.labels)
     sweeps = sweeps + [as_sweep(r) for r in runs]
-    engines = [_engine(sw, slo, gpu_cost_per_hour, accelerators, attainment) for sw in sweeps]
-    recommendation, caveats = _recommend(engines, sweeps, slo, attainment)
-    return Selection(slo, attainment, gpu_cost_per_hour, accelerators, engines, sweeps, recommendation, caveats)
+    slo = slo or runs_slo(sweeps)
+    engines = [_engine(sw, slo, gpu_cost_per_hour, expanded.accelerators.get(sw.label, accelerators), attainment)
+               for sw in sweeps]
+    ranking = rank(engines)
+    recommendation, caveats = _recommend(ranking, sweeps, slo, attainment)
+    if expanded.left_out:
+        caveats.insert(0, "Not compared, as they did not complete: " + "; ".join(expanded.left_out) + ".")
+    return Selection(slo, attainment, gpu_cost_per_hour, accelerators, engines, sweeps, recommendation, caveats,
+                     [e.label for e in ranking], expanded.left_out)
+
+
+def runs_slo(sweeps: list[Sweep]) -> dict:
+    """The SLOs the runs were made with, when they all agree (the comparison needs one set)."""
+    slos = {json.dumps(active_slo(sw.points[0].run.slo), sort_keys=True) for sw in sweeps}
+    if len(slos) != 1 or slos == {"{}"}:
+        raise ValueError("--slo: missing, and the runs do not share one set of SLOs to compare them at "
+                         f"({' vs '.join(sorted(slos))}); give them, e.g. --slo ttft_ms=500,tpot_ms=50")
+    return json.loads(slos.pop())
+
+
+def rank(engines: list[EngineResult]) -> list[EngineResult]:
+    """Best first: cheapest per token (or, without a price, most output tokens/s per accelerator within the
+    SLOs); the engines that never met the SLOs after them, in the order given."""
+    usable = [e for e in engines if e.tokens_per_s_per_accelerator]
+    usable.sort(key=lambda e: e.cost_per_million_tokens if e.cost_per_million_tokens is not None
+                else -e.tokens_per_s_per_accelerator)
+    return usable + [e for e in engines if e not in usable]
 
 
 def _engine(sw: Sweep, slo, cost_per_hour, accelerators, attainment) -> EngineResult:
     cap = max_rate_meeting_slo(sw.points, slo, attainment)
     info = sw.points[0].run.run_info.get("backend", {})
     tok_s = cap.output_tokens_per_s / accelerators if cap.output_tokens_per_s else None
-    cost = cost_per_hour / (tok_s * 3600) * 1e6 if tok_s else None
+    cost = cost_per_hour / (tok_s * 3600) * 1e6 if tok_s and cost_per_hour else None
     notes = []
     if cap.status == "at_least":
         notes.append("every tested load met the SLOs: the real limit is higher")
@@ -115,8 +151,10 @@ def _engine(sw: Sweep, slo, cost_per_hour, accelerators, attainment) -> EngineRe
     if bound:
         notes.append(bound)
     model = _file_name(str(info.get("model", "?")))  # a GGUF path reads as its file name
+    if accelerators != 1:
+        notes.append(f"{accelerators} accelerators")
     return EngineResult(sw.label, f"{info.get('kind', '?')} ({model})", cap, tok_s, cost,
-                        len(sw.points), sw.load_kind, notes)
+                        len(sw.points), sw.load_kind, notes, why(sw, cap, slo, attainment))
 
 
 def _client_bound_note(sw: Sweep, cap: SloCapacity) -> str | None:
@@ -133,38 +171,48 @@ def _client_bound_note(sw: Sweep, cap: SloCapacity) -> str | None:
     return f"the client fell behind at {loads}, past the capacity (those points do not move it)"
 
 
-def _recommend(engines: list[EngineResult], sweeps: list[Sweep], slo: dict, attainment: float):
+def _recommend(ranking: list[EngineResult], sweeps: list[Sweep], slo: dict, attainment: float):
     slo_text = ", ".join(f"{k.removesuffix('_ms').upper()} ≤ {v:g} ms" for k, v in slo.items())
     caveats = [f"Measured for this workload only (the scenarios of these runs), at SLOs {slo_text} for "
                f"{attainment:.0%} of requests; another prompt/output length mix or arrival pattern can change the order.",
                "Measured on this hardware and these software versions: "
                + "; ".join(_where(sw) for sw in sweeps) + ".",
                "Cost assumes the accelerators are busy at that rate all hour; idle time raises the real cost."]
+    if all(e.cost_per_million_tokens is None for e in ranking):
+        caveats.pop()   # no price (or nothing met the SLOs): no cost to qualify
     if all(_cpu_only(sw) for sw in sweeps):
-        caveats.append("No GPU was seen in these runs (CPU only): \"per accelerator\" means per machine here, "
+        unit = ("per machine here, or per the accelerators (cores) a candidate declared"
+                if any("accelerators" in n for e in ranking for n in e.notes) else "per machine here")
+        caveats.append(f"No GPU was seen in these runs (CPU only): \"per accelerator\" means {unit}, "
                        "the price is the machine's, and on GPUs the engines can rank differently.")
     workloads = {repr(sw.points[0].run.run_info.get("scenario", {}).get("workload")) for sw in sweeps}
     if len(workloads) > 1:
         caveats.insert(0, "WARNING: the engines were run with different workloads; the comparison is not like for like.")
-    usable = sorted((e for e in engines if e.cost_per_million_tokens), key=lambda e: e.cost_per_million_tokens)
+    usable = [e for e in ranking if e.tokens_per_s_per_accelerator]
     if not usable:
         return f"No engine met the SLOs ({slo_text}) at any tested load; relax the SLOs or test lower loads.", caveats
     best = usable[0]
+    priced = best.cost_per_million_tokens is not None
     unit = "req/s" if best.load_kind == "rate" else "requests in flight"
     text = (f"Choose {best.label}: within {slo_text} it sustains {best.capacity.describe(unit)} at "
-            f"{best.tokens_per_s_per_accelerator:,.1f} output tokens/s per accelerator, "
-            f"${best.cost_per_million_tokens:,.2f} per million output tokens")
+            f"{best.tokens_per_s_per_accelerator:,.1f} output tokens/s per accelerator"
+            + (f", ${best.cost_per_million_tokens:,.2f} per million output tokens" if priced else ""))
     if len(usable) > 1:
         runner_up = usable[1]
-        ratio = runner_up.cost_per_million_tokens / best.cost_per_million_tokens
+        ratio = (runner_up.cost_per_million_tokens / best.cost_per_million_tokens if priced
+                 else best.tokens_per_s_per_accelerator / runner_up.tokens_per_s_per_accelerator)
+        better = "cheaper per token than" if priced else "the output tokens/s within the SLOs of"
         if ratio < 1.1:
-            text += f", within 10% of {runner_up.label}'s cost per token: a rerun could swap them, so weigh other factors"
-        elif runner_up.capacity.status == "at_least":  # its limit is above its sweep: its cost is an upper bound
-            text += (f", up to {ratio:.1f}× cheaper per token than {runner_up.label} (which never missed the SLOs "
+            what = "cost per token" if priced else "output tokens/s"
+            text += f", within 10% of {runner_up.label}'s {what}: a rerun could swap them, so weigh other factors"
+        elif runner_up.capacity.status == "at_least":  # its limit is above its sweep: its figure is a bound
+            text += (f", up to {ratio:.1f}× {better} {runner_up.label} (which never missed the SLOs "
                      f"in its sweep, so it may do better)")
         else:
-            text += f", {ratio:.1f}× cheaper per token than {runner_up.label}"
-    missed = [e.label for e in engines if e.cost_per_million_tokens is None]
+            text += f", {ratio:.1f}× {better} {runner_up.label}"
+    if best.why:
+        text += f" ({best.why})"
+    missed = [e.label for e in ranking if not e.tokens_per_s_per_accelerator]
     if missed:
         text += f"; {', '.join(missed)} did not meet the SLOs at any tested load"
     if best.capacity.status == "at_least":
@@ -210,11 +258,19 @@ def _cpu_only(sw: Sweep) -> bool:
 
 
 def rows(sel: Selection) -> list[list[str]]:
+    """The table, best first."""
     def money(x):
         return "n/a" if x is None else f"${x:,.2f}"
-    return [[e.label, e.backend, e.capacity_text(),
+    by_label = {e.label: e for e in sel.engines}
+    return [[str(i), e.label, e.backend, e.capacity_text(),
              "n/a" if e.tokens_per_s_per_accelerator is None else f"{e.tokens_per_s_per_accelerator:,.1f}",
-             money(e.cost_per_million_tokens), str(e.points), "; ".join(e.notes)] for e in sel.engines]
+             money(e.cost_per_million_tokens), str(e.points), "; ".join(e.notes)]
+            for i, e in enumerate((by_label[label] for label in sel.ranking), start=1)]
+
+
+def why_lines(sel: Selection) -> list[str]:
+    by_label = {e.label: e for e in sel.engines}
+    return [f"{label}: {by_label[label].why}" for label in sel.ranking if by_label[label].why]
 
 
 def cost_figure(sel: Selection) -> go.Figure:
@@ -229,7 +285,8 @@ def cost_figure(sel: Selection) -> go.Figure:
 def render_markdown(sel: Selection) -> str:
     head = [f"# Engine selection: {', '.join(e.label for e in sel.engines)}", "", f"**Recommendation.** {sel.recommendation}",
             "", sel.price_text(), "",
-            md_table(COLUMNS, rows(sel)), "", "## Caveats", ""]
+            md_table(COLUMNS, rows(sel)), "", "## Why", "", *[f"- {line}" for line in why_lines(sel)],
+            "", "## Caveats", ""]
     return "\n".join(head + [f"- {c}" for c in sel.caveats] + [""])
 
 
@@ -242,6 +299,6 @@ def write_selection(paths, out_html: Path, out_md: Path | None = None, **kwargs)
     out_html = Path(out_html)
     out_html.parent.mkdir(parents=True, exist_ok=True)
     out_html.write_text(render("select.html.j2", figures, title="Engine selection", sel=sel, columns=COLUMNS,
-                               rows=rows(sel)), encoding="utf-8")
+                               rows=rows(sel), why=why_lines(sel)), encoding="utf-8")
     (Path(out_md) if out_md else out_html.with_suffix(".md")).write_text(render_markdown(sel), encoding="utf-8")
     return sel

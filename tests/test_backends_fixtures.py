@@ -106,3 +106,45 @@ def test_trtllm_without_perf_metrics_says_why_there_is_no_page(tmp_path):
     status = json.loads((out / "run.json").read_text())["server_metrics"]
     assert status["sampled"] is False
     assert "404" in status["reason"] and "return_perf_metrics: true" in status["reason"]
+
+
+def test_replica_pages_named_in_the_scenario_are_scraped_with_their_label(tmp_path):
+    """A vLLM-style deployment behind some router: backend.replica_metrics names each replica's page
+    (here replays of real vLLM and SGLang pages), scraped beside the router's own."""
+    import subprocess
+    import time
+    import urllib.request
+
+    from harness.launcher import free_port
+
+    replicas = {}
+    procs = []
+    try:
+        for name, engine in (("r0", "vllm"), ("r1", "sglang")):
+            port = free_port()
+            procs.append(subprocess.Popen([sys.executable, str(FIXTURE_SERVER), "--engine", engine, "--port",
+                                           str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            replicas[name] = f"http://127.0.0.1:{port}/metrics"
+        for url in replicas.values():
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    urllib.request.urlopen(url, timeout=1).read()
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, f"{url} never answered"
+                    time.sleep(0.1)
+        pages = ", ".join(f"{k}: '{v}'" for k, v in replicas.items())
+        out, _ = bench_run(tmp_path, "vllm", extra_backend=f", replica_metrics: {{{pages}}}")
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=10)
+    with open(out / "server_metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    last = {(r["name"], r["labels"]): float(r["value"]) for r in rows}
+    assert last[("bench:generation_tokens", "")] == 56             # the router's own page (vLLM replay)
+    assert last[("bench:generation_tokens", 'replica="r0"')] == 56   # vLLM's page
+    assert last[("bench:kv_usage_fraction", 'replica="r1"')] == 0.25  # SGLang's token_usage
+    assert any(name == "sglang:num_running_reqs" and 'replica="r1"' in labels for name, labels in last)
+    assert json.loads((out / "run.json").read_text())["server_metrics"]["replicas"] == 2

@@ -127,3 +127,17 @@ def test_trend_report_renders_with_change_points_marked(tmp_path):
     assert result["plots"][0]["traces"] >= len(fig.data) and result["plots"][0]["svg"] >= 1
     assert [s.line.dash for s in fig.layout.shapes] == ["dash"]  # the step, marked once
     assert result["title"].startswith("Benchmark trends")
+
+
+def test_report_of_two_deployments_draws_the_replicas(tmp_path):
+    """The recorded cache_aware and round_robin deployment runs (tests/fixtures/deployment)."""
+    from reports.report import write_report
+
+    fixtures = Path(__file__).parent / "fixtures" / "deployment"
+    content = write_report([fixtures / "cache_aware", fixtures / "round_robin"], tmp_path / "deploy.html")
+    result = open_in_chromium(tmp_path / "deploy.html", tmp_path)
+    assert result["errors"] == [] and result["requests"] == []
+    headings = [heading for heading, _ in content.figures]
+    for heading in ("Replicas compared", "Load per replica: cache_aware", "Load per replica: round_robin"):
+        plot = result["plots"][headings.index(heading)]
+        assert plot["svg"] >= 1 and plot["traces"] >= len(dict(content.figures)[heading].data), heading

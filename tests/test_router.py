@@ -329,3 +329,10 @@ def test_bench_run_against_a_deployment_survives_a_killed_replica_and_leaves_no_
         labels = {r["labels"] for r in csv.DictReader(f) if r["name"] == "bench:generation_tokens"}
     assert labels >= {'replica="0"', 'replica="1"'}
     assert wait_gone(pids) == []
+    # the report's per-replica view: the requests the router lost with replica 0 are those the client saw fail
+    from reports.load import load_run
+    from reports.replicas import replica_view
+    view = replica_view(load_run(out))
+    by = {r.replica: r for r in view.replicas}
+    assert by["0"].lost == len(failed) and by["1"].lost == 0
+    assert by["0"].requests + by["1"].requests >= len(records)

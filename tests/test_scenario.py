@@ -81,6 +81,11 @@ def test_quickstart_is_small_and_starts_the_native_engine():
     (["load.workers=0"], "load.workers: 0 is not valid: must be auto or a whole number of client processes >= 1"),
     (["load.workers=many"], "load.workers: 'many' is not valid: must be auto or a whole number"),
     (["slo.ttft_ms=-5"], "slo.ttft_ms: -5 is not valid: must be > 0 milliseconds"),
+    (["backend.replica_metrics={0: '127.0.0.1:8001/metrics'}"],
+     "backend.replica_metrics.0: '127.0.0.1:8001/metrics' is not valid: give the replica's Prometheus page as an http"),
+    (["backend.replica_metrics={'replica 0': 'http://127.0.0.1:8001/metrics'}"],
+     "backend.replica_metrics: replica name 'replica 0' is not valid; use letters, digits"),
+    (["backend.replica_metrics=[http://127.0.0.1:8001/metrics]"], "give a mapping of replica name to its Prometheus page"),
 ])
 def test_bad_values_name_the_path_the_value_and_the_fix(tmp_path, overrides, expected):
     assert expected in error_of(tmp_path, overrides)

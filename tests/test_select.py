@@ -6,7 +6,7 @@ import typer
 from typer.testing import CliRunner
 
 from reports.cli import report as report_command, select as select_command
-from reports.select import parse_slo, select, write_selection
+from reports.select import parse_slo, rows, select, write_selection
 from test_report import synthetic_records, write_run, write_sweep
 
 SLO = {"ttft_ms": 200.0, "tpot_ms": 50.0}
@@ -144,3 +144,30 @@ def test_client_bound_note_says_whether_the_capacity_rests_on_those_points(tmp_p
     (engine,) = select([fast], slo=SLO, gpu_cost_per_hour=1.0).engines
     assert engine.notes == ["the client fell behind at rate 1, 16, which the capacity rests on: rerun with "
                             "--workers or on a quieter machine"]
+
+
+def test_without_a_price_the_ranking_follows_goodput_per_accelerator_at_the_runs_slos(tmp_path):
+    """Sweeps whose TTFT passes the SLO up to 6, 4 and 2 req/s: ranked by what they sustain within it,
+    at the SLOs the runs were made with; a second accelerator halves a candidate's per-accelerator figure."""
+    sweeps = [write_sweep(tmp_path / name, rates=(1, 3, 5, 7, 9), capacity_rps=cap, seed=i)
+              for i, (name, cap) in enumerate((("two", 2), ("six", 6), ("four", 4)))]
+    sel = select(sweeps)
+    assert sel.slo == SLO and sel.gpu_cost_per_hour is None
+    assert sel.ranking == ["six", "four", "two"]
+    by = {e.label: e for e in sel.engines}
+    assert by["six"].capacity.offered_load > by["four"].capacity.offered_load > by["two"].capacity.offered_load
+    assert all(e.cost_per_million_tokens is None for e in sel.engines)
+    assert sel.recommendation.startswith("Choose six:") and "the output tokens/s within the SLOs of four" in sel.recommendation
+    assert "first missed at 7 req/s, on TTFT" in by["six"].why and "at 5 req/s: TTFT p90" in by["six"].why
+    assert [row[:2] for row in rows(sel)] == [["1", "six"], ["2", "four"], ["3", "two"]]
+    assert not any(c.startswith("Cost assumes") for c in sel.caveats)
+    # the same runs judged at another SLO than they were made with
+    assert select(sweeps, slo={"ttft_ms": 1.0}).recommendation.startswith("No engine met the SLOs")
+
+
+def test_runs_made_at_different_slos_need_one_given(tmp_path):
+    a = write_run(tmp_path / "a", synthetic_records(rate=4.0), rate=4.0)
+    b = write_run(tmp_path / "b", synthetic_records(rate=4.0), slo={"ttft_ms": 100.0}, rate=4.0)
+    with pytest.raises(ValueError, match="--slo: missing, and the runs do not share one set of SLOs"):
+        select([a, b])
+    assert select([a, b], slo=SLO).slo == SLO

@@ -103,3 +103,25 @@ def test_scraper_gives_up_on_404_and_says_why(page_server, tmp_path):
     assert status["sampled"] is False and "404" in status["reason"] and status["scrapes"] == 1
     none = ServerMetricsScraper(None, 0, tmp_path / "x.csv", why_none="ollama has no Prometheus page").stop()
     assert none == {"sampled": False, "reason": "ollama has no Prometheus page"}
+
+
+def test_named_replica_pages_are_scraped_even_where_the_router_has_no_page(page_server, tmp_path):
+    """backend.replica_metrics: a router without /metrics (404) still leaves each replica's rows, labelled."""
+    pages = [("a", page_server + "/metrics"), ("b", page_server + "/metrics")]
+    scraper = ServerMetricsScraper(page_server + "/nope", time.perf_counter_ns(), tmp_path / "sm.csv", 0.05,
+                                   replica_pages=pages)
+    scraper.begin()
+    time.sleep(0.3)
+    status = scraper.stop()
+    with open(tmp_path / "sm.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r["name"] == "bench:running"]
+    assert status["sampled"] and status["replicas"] == 2 and "404" in status["last_error"]
+    assert {r["labels"] for r in rows} == {'replica="a"', 'replica="b"'}
+    assert len(rows) >= 4 and scraper.scrapes == 1   # the router's page was asked once, then left alone
+    only_replicas = ServerMetricsScraper(None, time.perf_counter_ns(), tmp_path / "r.csv", 0.05, replica_pages=pages)
+    only_replicas.begin()
+    time.sleep(0.15)
+    assert only_replicas.stop()["sampled"]
+    with open(tmp_path / "r.csv") as f:
+        labels = {r["labels"] for r in csv.DictReader(f) if r["name"] == "bench:running"}
+    assert labels == {'replica="a"', 'replica="b"'}
