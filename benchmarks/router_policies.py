@@ -15,12 +15,27 @@ Measured 2026-11-30 (tiny model, defaults: 5 documents x 6 questions, load avera
   cache_aware  hit rate 0.81  requests per replica 18 / 12
 (0.81 is the ceiling here: each document's first request misses; under round_robin each document is
 computed once on each replica. An even --docs lines round_robin up with the documents by chance.)
+
+--trace: latency too, each policy a whole `bench run` of scenarios/router_<policy>.yaml (the real model,
+2 replica processes behind the router, the multi-turn chat trace scenarios/traces/chat_sessions.jsonl),
+the policies interleaved and their order reversed every other round, the load average read around each
+run. Figures from the run's summary.json (TTFT) and server_metrics.csv (each replica's prefix-cache hits /
+queries and requests routed to it); "ms/computed token" is the engines' prefill time per prompt token
+not served from cache (from the records' server timings), which tells how contended the cores were.
+
+  flock /work/wt/measure.lock python benchmarks/router_policies.py --trace [--rounds 2] [--out DIR]
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import csv
+import json
+import os
 import re
+import statistics
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -76,14 +91,85 @@ async def run_policy(policy: str, loaded: LoadedModel, prompts: list[str], max_t
     return {"hit_rate": hits / queries if queries else 0.0, "spread": spread}
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_trace_policy(policy: str, out_dir: Path) -> dict:
+    """One `bench run` of scenarios/router_<policy>.yaml; its figures, read back from the results folder."""
+    load_before = os.getloadavg()[0]
+    proc = subprocess.run([sys.executable, "-m", "harness", "run", f"scenarios/router_{policy}.yaml", "--output",
+                           str(out_dir), "--overwrite", "--allow-client-bound"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=900)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench run of {policy} exited with {proc.returncode}:\n{proc.stderr[-3000:]}")
+    summary = json.loads((out_dir / "summary.json").read_text())
+    last = {}   # (name, labels) -> the last scrape's value: the deployment started with the run
+    with open(out_dir / "server_metrics.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            last[(row["name"], row["labels"])] = float(row["value"])
+
+    def per_replica(name: str) -> dict[str, float]:
+        out = {}
+        for (n, labels), value in last.items():
+            found = re.search(r'replica="(\w+)"', labels)
+            if n == name and found:
+                out[found.group(1)] = out.get(found.group(1), 0.0) + value
+        return out
+    hits, queries = per_replica("native:prefix_cache_hits_total"), per_replica("native:prefix_cache_queries_total")
+    routed = per_replica("native_router:requests_total")
+    records = [json.loads(line) for line in (out_dir / "requests.jsonl").read_text().splitlines() if line]
+    timings = [r["server_timings"] for r in records if r.get("server_timings")]
+    computed = sum(t["prompt_n"] - t["cache_n"] for t in timings)
+    return {"policy": policy, "ttft_p50_ms": summary["ttft_ms"]["p50"], "ttft_p99_ms": summary["ttft_ms"]["p99"],
+            "completed": summary["requests"]["completed"], "failed": summary["requests"]["failed"],
+            "hit_rate": sum(hits.values()) / sum(queries.values()),
+            "replica_hit_rate": {r: hits[r] / queries[r] for r in sorted(queries) if queries[r]},
+            "routed": {r: int(v) for r, v in sorted(routed.items())},
+            "ms_per_computed_token": sum(t["prefill_ms"] for t in timings) / max(computed, 1),
+            "load_before": load_before, "load_after": os.getloadavg()[0]}
+
+
+def trace_main(rounds: int, policies: list[str], out: Path) -> None:
+    results = []
+    for r in range(rounds):
+        order = policies if r % 2 == 0 else policies[::-1]   # drift in the machine's load falls on each in turn
+        for policy in order:
+            result = run_trace_policy(policy, out / f"round{r}-{policy}")
+            results.append(result)
+            print(f"round {r} {policy:12s} TTFT p50 {result['ttft_p50_ms']:6.0f} ms  p99 {result['ttft_p99_ms']:6.0f} ms"
+                  f"  hit rate {result['hit_rate']:.2f} (per replica "
+                  f"{' / '.join(f'{v:.2f}' for v in result['replica_hit_rate'].values())})  routed "
+                  f"{' / '.join(map(str, result['routed'].values()))}  {result['completed']} ok {result['failed']} "
+                  f"failed  {result['ms_per_computed_token']:.1f} ms/computed token  load "
+                  f"{result['load_before']:.1f}->{result['load_after']:.1f}", flush=True)
+    (out / "router_policies.json").write_text(json.dumps(results, indent=2))
+    print("medians over rounds:")
+    for policy in policies:
+        mine = [x for x in results if x["policy"] == policy]
+        print(f"  {policy:12s} TTFT p50 {statistics.median(x['ttft_p50_ms'] for x in mine):6.0f} ms  "
+              f"p99 {statistics.median(x['ttft_p99_ms'] for x in mine):6.0f} ms  "
+              f"hit rate {statistics.median(x['hit_rate'] for x in mine):.2f}")
+    if {"round_robin", "cache_aware"} <= set(policies):
+        ratios = [c["ttft_p50_ms"] / r["ttft_p50_ms"] for r, c in zip(
+            [x for x in results if x["policy"] == "round_robin"], [x for x in results if x["policy"] == "cache_aware"])]
+        print(f"cache_aware / round_robin TTFT p50, per round: {', '.join(f'{x:.2f}' for x in ratios)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trace", action="store_true", help="bench run of scenarios/router_<policy>.yaml per policy")
+    parser.add_argument("--rounds", type=int, default=2, help="--trace: runs of each policy, interleaved")
+    parser.add_argument("--policies", default=",".join(POLICIES), help="--trace: comma-separated")
+    parser.add_argument("--out", type=Path, default=None, help="--trace: results folder (default: a temporary one)")
     parser.add_argument("--docs", type=int, default=5)
     parser.add_argument("--questions", type=int, default=6)
     parser.add_argument("--doc-chars", type=int, default=1200)
     parser.add_argument("--max-tokens", type=int, default=4)
     parser.add_argument("--model", default=None, help="a GGUF path or 'smollm2' (default: a tiny random model)")
     args = parser.parse_args()
+    if args.trace:
+        trace_main(args.rounds, args.policies.split(","), args.out or Path(tempfile.mkdtemp(prefix="router-")))
+        return
     model = args.model or str(write_tiny_llama_gguf(Path(tempfile.mkdtemp()) / "tiny.gguf", seed=0))
     loaded = LoadedModel.load(model)
     prompts = [f"{document(d, args.doc_chars)}\nQuestion {q}: what is said about item {q}?"

@@ -27,6 +27,7 @@ from harness.results import ResultsError, default_output_dir, versions
 from harness.run import MIN_COMPLETED_SHARE, Reporter, RunResult, Terminated, client_bound_advice, \
     raise_on_sigterm, run_scenario
 from harness.scenario import ScenarioError, load_scenario
+from harness.session_trace import SessionTraceConfig, write_session_trace
 from harness.sweep import capacity_line, run_sweep, sweep_kind
 from harness.tokenizer_source import TokenizerError
 
@@ -242,6 +243,32 @@ def print_summary(summary: dict, out_dir: Path) -> None:
     console.print(table)
     for line in explanation_lines(summary):
         console.print(line, markup=False)
+
+
+@app.command("make-trace")
+def make_trace(out: Path = typer.Argument(..., help="the JSONL file to write (Mooncake format)"),
+               sessions: int = typer.Option(12, help="chat sessions"),
+               turns: int = typer.Option(4, help="turns per session; each resends the history"),
+               block_tokens: int = typer.Option(16, help="tokens per hash_id block (the scenario's "
+                                                         "load.trace_block_size)"),
+               system_blocks: int = typer.Option(2, help="system prompt blocks shared by every session (0: none)"),
+               user_blocks: tuple[int, int] = typer.Option((3, 6), help="a user message: MIN MAX blocks"),
+               output_tokens: tuple[int, int] = typer.Option((12, 24), help="an answer: MIN MAX tokens"),
+               session_gap_s: float = typer.Option(3.0, help="mean seconds between session starts"),
+               think_time_s: tuple[float, float] = typer.Option((10.0, 18.0), help="MIN MAX seconds between turns"),
+               seed: int = typer.Option(0, help="same seed and options: the same file")) -> None:
+    """Write a Mooncake trace of interleaved multi-turn chat sessions (turn k extends turn k-1's hash_ids)."""
+    config = SessionTraceConfig(sessions, turns, block_tokens, system_blocks, user_blocks, output_tokens,
+                                session_gap_s, think_time_s, seed)
+    try:
+        rows = write_session_trace(config, out)
+    except ValueError as e:
+        raise _fail("error", str(e), EXIT_BAD_INPUT)
+    span_s = rows[-1]["timestamp"] / 1000
+    console.print(f"{len(rows)} requests ({sessions} sessions x {turns} turns) over {span_s:.1f} s, prompts of "
+                  f"{min(r['input_length'] for r in rows)}-{max(r['input_length'] for r in rows)} tokens, "
+                  f"written to {out}; replay it with load.arrival: trace, load.trace_block_size: {block_tokens}",
+                  highlight=False)
 
 
 @app.command("backends")
