@@ -22,6 +22,7 @@ from rich.table import Table
 from backends import available, load_backend
 from harness.explain import explanation_lines
 from harness.launcher import BackendUnreachable
+from harness.ray_shards import DistributedError
 from harness.results import ResultsError, default_output_dir, versions
 from harness.run import MIN_COMPLETED_SHARE, Reporter, RunResult, Terminated, client_bound_advice, \
     raise_on_sigterm, run_scenario
@@ -112,10 +113,12 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
         allow_client_bound: bool = typer.Option(False, "--allow-client-bound",
                                                 help="exit 0 even if the client fell behind its schedule"),
         workers: str = typer.Option("", "--workers", help="client processes: auto or N (overrides load.workers)"),
+        ray: str = typer.Option("", "--ray", help="send the load from a Ray cluster's nodes, one client actor each: "
+                                "auto (the cluster running here) or its address (sets load.ray; needs the ray extra)"),
         ) -> None:
     """Replay the scenario's load against its backend and write results (exit codes: `bench --help`)."""
     raise_on_sigterm()
-    resolved = _load(scenario, set_)
+    resolved = _load(scenario, set_ + ([f"load.ray={ray}"] if ray else []))
     try:
         out_dir = output or default_output_dir(resolved.name)
         if resolved.load.sweep is not None:
@@ -125,7 +128,7 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
                               reporter=ConsoleReporter())
     except (ScenarioError, ResultsError) as e:
         raise _fail("error", str(e), EXIT_BAD_INPUT)
-    except (BackendUnreachable, TokenizerError) as e:
+    except (BackendUnreachable, TokenizerError, DistributedError) as e:
         raise _fail("run failed", str(e), EXIT_RUN_FAILED)
     except Terminated:
         raise _fail("terminated", "SIGTERM before any request was sent; the engine was stopped", EXIT_SIGTERM)
@@ -165,7 +168,7 @@ def _sweep(scenario, out_dir: Path, workers: str | None, overwrite: bool, allow_
     """`bench run` with load.sweep: every point into OUT/point-NNN-.../, a line per point, then the capacity."""
     try:
         points = run_sweep(scenario, out_dir, workers, overwrite, ConsoleReporter())
-    except (BackendUnreachable, TokenizerError) as e:
+    except (BackendUnreachable, TokenizerError, DistributedError) as e:
         raise _fail("run failed", f"{e}; finished points stay in {out_dir}", EXIT_RUN_FAILED)
     except Terminated:
         raise _fail("terminated", f"finished points stay in {out_dir} (see sweep.json)", EXIT_SIGTERM)

@@ -55,7 +55,8 @@ def resolve_workers(option, requests: list, concurrency: int | None, duration_hi
     return n
 
 
-def _share(total: int | None, n: int, w: int) -> int | None:
+def concurrency_share(total: int | None, n: int, w: int) -> int | None:
+    """Shard w's part of a concurrency cap split over n client processes."""
     if total is None:
         return None
     return total // n + (1 if w < total % n else 0)
@@ -63,11 +64,14 @@ def _share(total: int | None, n: int, w: int) -> int | None:
 
 async def run_plan(requests: list, target: Target, concurrency: int | None, workers: int,
                    on_record: Callable[[RequestRecord], None], stop: asyncio.Event,
-                   dispatch_until_s: float | None = None, t0_ns: int | None = None) -> RunOutcome:
+                   dispatch_until_s: float | None = None, t0_ns: int | None = None, crew=None) -> RunOutcome:
     """t0_ns: the run's clock origin (perf_counter_ns), picked by the caller so other recorders
     share it; with several workers it moves later if they were not all started by then.
+    crew: a harness.ray_shards.RayCrew, started, to send the load from a Ray cluster's nodes instead.
     The outcome's incomplete_reasons say what is missing: a worker that died, records never written."""
-    if workers <= 1:
+    if crew is not None:
+        outcome = await crew.run(target, on_record, stop, dispatch_until_s, t0_ns)
+    elif workers <= 1:
         outcome = await Runner(target, requests, concurrency, on_record, t0_ns=t0_ns, stop=stop,
                                dispatch_until_s=dispatch_until_s).run()
     else:
@@ -135,7 +139,7 @@ async def _run_processes(requests, target, concurrency, workers, on_record, stop
         mine = [spec for job in jobs[w::workers] for spec in job]
         parent_end, child_end = ctx.Pipe()
         p = ctx.Process(target=_worker_main, daemon=True,
-                        args=(w, mine, target, _share(concurrency, workers, w), dispatch_until_s, child_end))
+                        args=(w, mine, target, concurrency_share(concurrency, workers, w), dispatch_until_s, child_end))
         p.start()
         child_end.close()  # the worker holds the only other end, so its death reads as EOF here
         crew.append(_Worker(w, p, parent_end, len(mine)))
