@@ -3,6 +3,9 @@
 The module starts the cluster once (Ray takes 10-30 s to start on two busy cores): a head and a second
 node, each `ray start --block` with --num-cpus 1 in a session of its own, on free ports and a temp dir of
 its own, so stopping it (SIGTERM, then SIGKILL for what is left of that session) touches nothing else.
+Ray binds the host's own address even when given 127.0.0.1 (ray/_private/services.py
+resolve_ip_for_localhost; its loopback-only switch refuses a second node), so its control ports listen
+there; the load itself goes to the ground-truth server on 127.0.0.1.
 Skipped with its reason when the ray extra is not installed. The clock estimator's own tests need no Ray.
 """
 import json
@@ -18,8 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from bench_process import bench_started, interrupt_once_written
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 from harness.clock_offset import measure_offset
+from harness.ray_shards import DistributedError
 from harness.run import run_scenario
 from harness.scenario import load_scenario
 
@@ -179,3 +184,34 @@ def test_a_killed_node_actor_leaves_a_complete_correctly_counted_run(ray_cluster
     assert summary["requests"]["completed"] + summary["requests"]["failed"] == 200
     assert summary["failures"].get("actor_lost") == len(lost) and not summary["incomplete"]
     assert any("was lost" in w for w in result.warnings)
+
+
+def test_a_clock_known_less_precisely_than_the_bound_refuses_the_run(ray_cluster, tmp_path):
+    with GroundTruthProcess(GroundTruthConfig(ttft_ms=20, itl_ms=10)) as gt:
+        # a round trip through Ray takes far more than 2 microseconds, so no node can meet a ±1 µs bound
+        scn = _scenario(tmp_path, gt.url, ray_cluster, "arrival: constant, rate: 40, num_requests: 20",
+                        ", ray_max_clock_uncertainty_ms: 0.001")
+        with pytest.raises(DistributedError, match=r"load.ray_max_clock_uncertainty_ms: the clock of node \S+ "
+                                                   r".* is known only to ±[0-9.]+ ms .* above the bound of 0.001 ms"):
+            run_scenario(scn, tmp_path / "out")
+    assert (tmp_path / "out" / "requests.jsonl").read_text() == ""  # refused before any request was sent
+
+
+@pytest.mark.slow
+def test_ctrl_c_of_the_driver_keeps_every_record_received(ray_cluster, tmp_path):
+    with GroundTruthProcess(GroundTruthConfig(ttft_ms=20, itl_ms=10)) as gt:
+        path = tmp_path / "s.yaml"
+        path.write_text(f"name: ray\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
+                        "workload: {kind: random, input_tokens: 8, output_tokens: 8}\n"
+                        "load: {arrival: constant, rate: 40, num_requests: 400, ray_max_clock_uncertainty_ms: 5}\n"
+                        "telemetry: {interval_ms: 500, gpu: false}\n")
+        out = tmp_path / "out"
+        proc = bench_started("run", path, "--output", out, "--ray", ray_cluster, "--allow-client-bound")
+        stderr = interrupt_once_written(proc, out / "requests.jsonl", 40, timeout_s=120)
+    assert proc.returncode == 130, stderr
+    summary = json.loads((out / "summary.json").read_text())
+    records = _records(out)
+    assert summary["interrupted"] and 40 <= len(records) < 400
+    assert summary["requests"]["completed"] + summary["requests"]["failed"] == len(records)
+    assert sum(n["recorded"] for n in summary["ray_nodes"]) == len(records)
+    assert len(json.loads((out / "run.json").read_text())["ray"]["nodes"]) == 2
