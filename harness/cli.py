@@ -24,11 +24,11 @@ from harness.explain import explanation_lines
 from harness.launcher import BackendUnreachable
 from harness.ray_shards import DistributedError
 from harness.results import ResultsError, default_output_dir, versions
-from harness.run import MIN_COMPLETED_SHARE, Reporter, RunResult, Terminated, client_bound_advice, \
-    raise_on_sigterm, run_scenario
+from harness.run import MIN_COMPLETED_SHARE, Reporter, RunResult, Terminated, raise_on_sigterm, run_scenario
 from harness.scenario import ScenarioError, load_scenario
 from harness.sweep import capacity_line, run_sweep, sweep_kind
 from harness.tokenizer_source import TokenizerError
+from harness.workers import client_bound_advice
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_CLIENT_BOUND, EXIT_RUN_FAILED = 0, 1, 2, 3, 4
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
@@ -159,9 +159,14 @@ def _verdict(result: RunResult, allow_client_bound: bool) -> int:
     if result.client_bound:
         console.print("[bold red on white] CLIENT-BOUND [/] [bold red]the client fell behind its own schedule: "
                       + "; ".join(result.summary["client_bound_reasons"]) + ". Latencies include client delay; "
-                      + client_bound_advice(result.summary["workers"]) + ".[/]")
+                      + _advice(result) + ".[/]")
         return EXIT_OK if allow_client_bound else EXIT_CLIENT_BOUND
     return EXIT_OK
+
+
+def _advice(result: RunResult) -> str:
+    cpu_count = result.run_info.get("host", {}).get("cpu_count")
+    return client_bound_advice(result.summary, cpu_count) + "; or pass --allow-client-bound to accept this"
 
 
 def _sweep(scenario, out_dir: Path, workers: str | None, overwrite: bool, allow_client_bound: bool) -> None:
@@ -189,7 +194,7 @@ def _sweep(scenario, out_dir: Path, workers: str | None, overwrite: bool, allow_
         loads = ", ".join(f"{p.offered_load:g}" for p in bound)
         console.print(f"[bold red on white] CLIENT-BOUND [/] [bold red]the client fell behind its own schedule at "
                       f"{sweep_kind(scenario)} {loads}; latencies there include client delay; "
-                      + client_bound_advice(bound[0].result.summary["workers"]) + ".[/]")
+                      + _advice(bound[0].result) + ".[/]")
         if not allow_client_bound:
             raise typer.Exit(EXIT_CLIENT_BOUND)
 

@@ -192,7 +192,8 @@ class RayCrew:
             await asyncio.sleep(POLL_S)
         loop_lag = [lag for s in self.shards for lag in (s.finished or {}).get("loop_lag_s", [])]
         interrupted = stop.is_set() or any((s.finished or {}).get("interrupted") for s in self.shards)
-        return RunOutcome(records, loop_lag, t0_ns, interrupted)
+        cpu_s = sum((s.finished or {}).get("cpu_s", 0.0) for s in self.shards)
+        return RunOutcome(records, loop_lag, t0_ns, interrupted, client_cpu_s=cpu_s)
 
     async def _poll(self, shard: Shard) -> tuple[list, dict | None, str | None]:
         ray = _ray()

@@ -177,7 +177,7 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
     summary = summarize(outcome.records, scenario.slo.model_dump(), outcome.loop_lag_s)
     reasons = client_bound_reasons(summary)
     summary.update(client_bound=bool(reasons), client_bound_reasons=reasons, interrupted=outcome.interrupted,
-                   workers=n_workers, token_count_method=plan.token_count_method, **outcome.completeness())
+                   workers=n_workers, client_cpu_s=outcome.client_cpu_s, token_count_method=plan.token_count_method, **outcome.completeness())
     if crew:
         summary["ray_nodes"] = crew.node_counts()
     if stopped_by in ("SIGINT", "SIGTERM"):
@@ -233,12 +233,3 @@ async def _load(plan, target: Target, concurrency, n_workers: int, writer: Resul
                 signal.signal(sig, handler)
     return outcome, (stopped_by[0] if stopped_by else None)
 
-
-def client_bound_advice(workers: int, cpu_count: int | None = None) -> str:
-    """What to do about a client-bound run: more client processes only help with cores to spare."""
-    cpu_count = cpu_count or os.cpu_count() or 1
-    if workers < cpu_count - 1:
-        return "use --workers (up to {}), lower the load, or pass --allow-client-bound to accept this".format(
-            cpu_count - 1)
-    return (f"this machine has {cpu_count} cores and the client already uses {workers} process(es), so --workers "
-            f"cannot help: lower the load, run bench on a machine with more cores, or pass --allow-client-bound")
