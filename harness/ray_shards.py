@@ -31,7 +31,8 @@ from harness.workers import concurrency_share
 
 POLL_S = 0.2
 SILENT_ACTOR_S = 30.0  # a poll unanswered this long: the actor (or its node) is taken for lost
-ACTOR_START_TIMEOUT_S = 120.0  # placing actors and shipping them the harness's code
+ACTOR_START_TIMEOUT_S = 120.0
+CONNECT_TIMEOUT_S = 5.0  # placing actors and shipping them the harness's code
 INSTALL_HINT = "install the extra: pip install -e '.[ray]' (or pip install 'ray>=2.9')"
 
 
@@ -243,6 +244,7 @@ def start_crew(address: str, requests: list, concurrency: int | None, max_uncert
     ray = _ray()
     owns_ray = not ray.is_initialized()
     if owns_ray:
+        _check_reachable(address)
         import backends
         import harness
         code = [str(Path(m.__file__).parent) for m in (harness, backends)]  # every node runs this very code
@@ -268,6 +270,19 @@ def start_crew(address: str, requests: list, concurrency: int | None, max_uncert
         crew.close()
         raise
     return crew
+
+
+def _check_reachable(address: str) -> None:
+    """A host:port that does not answer fails now: Ray itself retries a dead address for minutes."""
+    host, _, port = address.rpartition(":")
+    if address == "auto" or "://" in address or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as e:
+        raise DistributedError(f"load.ray: nothing answers at {address!r} ({e.strerror or e}); give the address "
+                               f"`ray start --head` printed (host:port of its GCS), or auto for the cluster running "
+                               f"here") from None
 
 
 def _place(ray, crew: RayCrew, requests: list, concurrency: int | None) -> None:

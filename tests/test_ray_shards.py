@@ -215,3 +215,13 @@ def test_ctrl_c_of_the_driver_keeps_every_record_received(ray_cluster, tmp_path)
     assert summary["requests"]["completed"] + summary["requests"]["failed"] == len(records)
     assert sum(n["recorded"] for n in summary["ray_nodes"]) == len(records)
     assert len(json.loads((out / "run.json").read_text())["ray"]["nodes"]) == 2
+
+
+def test_an_address_where_no_cluster_answers_fails_fast_naming_the_field(tmp_path):
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
+    with GroundTruthProcess(GroundTruthConfig(ttft_ms=20, itl_ms=10)) as gt:
+        scn = _scenario(tmp_path, gt.url, f"127.0.0.1:{_free_port()}", "arrival: constant, rate: 40, num_requests: 4")
+        started = time.monotonic()
+        with pytest.raises(DistributedError, match=r"load.ray: nothing answers at '127.0.0.1:\d+' .*auto"):
+            run_scenario(scn, tmp_path / "out")
+    assert time.monotonic() - started < 30  # Ray alone would retry the dead address for minutes
