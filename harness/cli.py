@@ -23,13 +23,14 @@ from backends import available, load_backend
 from harness.candidates import run_candidates
 from harness.explain import explanation_lines
 from harness.launcher import BackendUnreachable
+from harness.ray_shards import DistributedError
 from harness.results import ResultsError, default_output_dir, versions
-from harness.run import MIN_COMPLETED_SHARE, Reporter, RunResult, Terminated, client_bound_advice, \
-    raise_on_sigterm, run_scenario
+from harness.run import MIN_COMPLETED_SHARE, Reporter, RunResult, Terminated, raise_on_sigterm, run_scenario
 from harness.scenario import ScenarioError, load_scenario
 from harness.session_trace import SessionTraceConfig, write_session_trace
 from harness.sweep import capacity_line, run_sweep, sweep_kind
 from harness.tokenizer_source import TokenizerError
+from harness.workers import client_bound_advice
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_CLIENT_BOUND, EXIT_RUN_FAILED = 0, 1, 2, 3, 4
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
@@ -114,10 +115,12 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
         allow_client_bound: bool = typer.Option(False, "--allow-client-bound",
                                                 help="exit 0 even if the client fell behind its schedule"),
         workers: str = typer.Option("", "--workers", help="client processes: auto or N (overrides load.workers)"),
+        ray: str = typer.Option("", "--ray", help="send the load from a Ray cluster's nodes, one client actor each: "
+                                "auto (the cluster running here) or its address (sets load.ray; needs the ray extra)"),
         ) -> None:
     """Replay the scenario's load against its backend and write results (exit codes: `bench --help`)."""
     raise_on_sigterm()
-    resolved = _load(scenario, set_)
+    resolved = _load(scenario, set_ + ([f"load.ray={ray}"] if ray else []))
     try:
         out_dir = output or default_output_dir(resolved.name)
         if resolved.candidates:
@@ -130,7 +133,7 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
                               reporter=ConsoleReporter())
     except (ScenarioError, ResultsError) as e:
         raise _fail("error", str(e), EXIT_BAD_INPUT)
-    except (BackendUnreachable, TokenizerError) as e:
+    except (BackendUnreachable, TokenizerError, DistributedError) as e:
         raise _fail("run failed", str(e), EXIT_RUN_FAILED)
     except Terminated:
         raise _fail("terminated", "SIGTERM before any request was sent; the engine was stopped", EXIT_SIGTERM)
@@ -161,16 +164,21 @@ def _verdict(result: RunResult, allow_client_bound: bool) -> int:
     if result.client_bound:
         console.print("[bold red on white] CLIENT-BOUND [/] [bold red]the client fell behind its own schedule: "
                       + "; ".join(result.summary["client_bound_reasons"]) + ". Latencies include client delay; "
-                      + client_bound_advice(result.summary["workers"]) + ".[/]")
+                      + _advice(result) + ".[/]")
         return EXIT_OK if allow_client_bound else EXIT_CLIENT_BOUND
     return EXIT_OK
+
+
+def _advice(result: RunResult) -> str:
+    cpu_count = result.run_info.get("host", {}).get("cpu_count")
+    return client_bound_advice(result.summary, cpu_count) + "; or pass --allow-client-bound to accept this"
 
 
 def _sweep(scenario, out_dir: Path, workers: str | None, overwrite: bool, allow_client_bound: bool) -> None:
     """`bench run` with load.sweep: every point into OUT/point-NNN-.../, a line per point, then the capacity."""
     try:
         points = run_sweep(scenario, out_dir, workers, overwrite, ConsoleReporter())
-    except (BackendUnreachable, TokenizerError) as e:
+    except (BackendUnreachable, TokenizerError, DistributedError) as e:
         raise _fail("run failed", f"{e}; finished points stay in {out_dir}", EXIT_RUN_FAILED)
     except Terminated:
         raise _fail("terminated", f"finished points stay in {out_dir} (see sweep.json)", EXIT_SIGTERM)
@@ -191,7 +199,7 @@ def _sweep(scenario, out_dir: Path, workers: str | None, overwrite: bool, allow_
         loads = ", ".join(f"{p.offered_load:g}" for p in bound)
         console.print(f"[bold red on white] CLIENT-BOUND [/] [bold red]the client fell behind its own schedule at "
                       f"{sweep_kind(scenario)} {loads}; latencies there include client delay; "
-                      + client_bound_advice(bound[0].result.summary["workers"]) + ".[/]")
+                      + _advice(bound[0].result) + ".[/]")
         if not allow_client_bound:
             raise typer.Exit(EXIT_CLIENT_BOUND)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from contextlib import ExitStack, closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from harness.explain import explain
 from harness.launcher import LaunchedBackend
 from harness.metrics import client_bound_reasons, summarize
 from harness.observers import RunObservers
+from harness.ray_shards import start_crew
 from harness.results import ResultWriter, host_info, versions
 from harness.runner import Target, run_async, t0_ahead_ns
 from harness.scenario import Scenario, ScenarioError
@@ -106,17 +108,15 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, *, workers: str | None
     used as is and left running; without one, the scenario's engine is started (or probed) and stopped."""
     reporter = reporter or Reporter()
     writer = ResultWriter(out_dir, overwrite)  # refuses a folder holding a run before anything starts
-    try:
-        if session is not None:
-            return _run(scenario, writer, session, workers, reporter)
-        with engine_session(scenario, writer.dir / "engine.log", reporter.info) as own:
-            return _run(scenario, writer, own, workers, reporter)
-    finally:
-        writer.close()
+    with ExitStack() as cleanup:  # undone in reverse: Ray's client actors, the engine, the results file
+        cleanup.callback(writer.close)
+        if session is None:
+            session = cleanup.enter_context(engine_session(scenario, writer.dir / "engine.log", reporter.info))
+        return _run(scenario, writer, session, workers, reporter, cleanup)
 
 
 def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, workers: str | None,
-         reporter: Reporter) -> RunResult:
+         reporter: Reporter, cleanup: ExitStack) -> RunResult:
     backend, load, engine, url = scenario.backend, scenario.load, session.engine, session.url
     warnings: list[str] = []
     if scenario.workload.ignore_eos and not engine.forces_length:
@@ -136,6 +136,11 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
                                     os.cpu_count() or 1)
     except ValueError as e:
         raise ScenarioError(str(e)) from None
+    crew = None
+    if load.ray:  # one client actor per node; refused here when a node's clock is not known well enough
+        crew = cleanup.enter_context(closing(start_crew(load.ray, plan.requests, load.concurrency,
+                                                        load.ray_max_clock_uncertainty_ms / 1e3)))
+        n_workers = len(crew.shards)
     launched = session.launched
     target = Target(url, backend.api, backend.model, backend.request_timeout_s, dict(backend.headers),
                     scenario.workload.ignore_eos, backend.kind, tuple(backend.eos_token_ids),
@@ -146,26 +151,35 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
                             "engine_pid": launched.pid if launched else None},
                 "token_count_method": plan.token_count_method, "tokenizer": tokenizer.name, "workers": n_workers,
                 "time_unit": "seconds from t0 (perf_counter_ns)"}
+    if crew:
+        run_info["ray"] = crew.describe()
     writer.write_run_info(run_info)
     # t0 is fixed before the run so telemetry and server metrics share the requests' clock
-    t0_ns = t0_ahead_ns(n_workers, spawn=True, connect=True)
+    t0_ns = t0_ahead_ns(n_workers, spawn=crew is None, connect=True)
     observers = RunObservers(scenario, engine, url, launched, t0_ns, writer.dir)
     warnings += observers.start()
     for warning in warnings:
         reporter.warning(warning)
     try:
         outcome, stopped_by = run_async(_load(plan, target, load.concurrency, n_workers, writer, reporter, t0_ns,
-                                              launched))
+                                              launched, crew))
     finally:
         run_info.update(observers.stop())
     run_info["t0_perf_counter_ns"] = outcome.t0_ns
     if outcome.t0_ns != t0_ns:
         run_info["telemetry_t0_offset_s"] = (outcome.t0_ns - t0_ns) / 1e9  # workers started late
+    if crew:
+        run_info["ray"] = crew.describe()  # now with each node's counts
+        for line in crew.lost_lines():
+            reporter.warning(line)
+            warnings.append(line)
     writer.write_run_info(run_info)
     summary = summarize(outcome.records, scenario.slo.model_dump(), outcome.loop_lag_s)
     reasons = client_bound_reasons(summary)
     summary.update(client_bound=bool(reasons), client_bound_reasons=reasons, interrupted=outcome.interrupted,
-                   workers=n_workers, token_count_method=plan.token_count_method, **outcome.completeness())
+                   workers=n_workers, client_cpu_s=outcome.client_cpu_s, token_count_method=plan.token_count_method, **outcome.completeness())
+    if crew:
+        summary["ray_nodes"] = crew.node_counts()
     if stopped_by in ("SIGINT", "SIGTERM"):
         summary["interrupted_by"] = stopped_by
     elif stopped_by:
@@ -180,7 +194,7 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
 
 
 async def _load(plan, target: Target, concurrency, n_workers: int, writer: ResultWriter, reporter: Reporter,
-                t0_ns: int, launched: LaunchedBackend | None):
+                t0_ns: int, launched: LaunchedBackend | None, crew=None):
     """Sends the plan; SIGINT, SIGTERM or the launched engine's exit stop it. Returns (outcome, what stopped it)."""
     stop = asyncio.Event()
     stopped_by: list[str] = []
@@ -208,7 +222,7 @@ async def _load(plan, target: Target, concurrency, n_workers: int, writer: Resul
     reporter.start_requests(len(plan.requests))
     try:
         outcome = await run_plan(plan.requests, target, concurrency, n_workers, on_record, stop, plan.duration_s,
-                                 t0_ns=t0_ns)
+                                 t0_ns=t0_ns, crew=crew)
     finally:
         reporter.end_requests()
         if watcher:
@@ -219,12 +233,3 @@ async def _load(plan, target: Target, concurrency, n_workers: int, writer: Resul
                 signal.signal(sig, handler)
     return outcome, (stopped_by[0] if stopped_by else None)
 
-
-def client_bound_advice(workers: int, cpu_count: int | None = None) -> str:
-    """What to do about a client-bound run: more client processes only help with cores to spare."""
-    cpu_count = cpu_count or os.cpu_count() or 1
-    if workers < cpu_count - 1:
-        return "use --workers (up to {}), lower the load, or pass --allow-client-bound to accept this".format(
-            cpu_count - 1)
-    return (f"this machine has {cpu_count} cores and the client already uses {workers} process(es), so --workers "
-            f"cannot help: lower the load, run bench on a machine with more cores, or pass --allow-client-bound")

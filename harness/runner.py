@@ -52,6 +52,7 @@ class RunOutcome:
     t0_ns: int
     interrupted: bool
     lost_workers: list[dict] = field(default_factory=list)  # client processes that died (harness.workers)
+    client_cpu_s: float | None = None  # CPU the client processes used while sending (harness.workers)
     incomplete_reasons: list[str] = field(default_factory=list)  # why records are missing (harness.workers)
 
     def completeness(self) -> dict:

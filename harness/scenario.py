@@ -275,6 +275,9 @@ class LoadConfig(Strict):
     max_requests: int = Field(default=2000, ge=1, le=MAX_REQUESTS, description="requests")  # plan cap with duration_s
     warmup_requests: int = Field(default=0, ge=0, le=MAX_REQUESTS)
     workers: Literal["auto"] | int = "auto"  # client processes sending the load; auto sizes by token rate
+    # a Ray cluster to send the load from, one client actor per node (harness.ray_shards): auto or its address
+    ray: str | None = None
+    ray_max_clock_uncertainty_ms: float = Field(default=1.0, gt=0, le=1000, description="ms")
     sweep: list[float] | None = None  # requests/s (open arrivals) or requests in flight (closed), one point each
 
     @field_validator("workers", mode="before")

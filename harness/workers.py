@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import multiprocessing as mp
+import os
 import queue
 import signal
 import threading
@@ -55,7 +56,29 @@ def resolve_workers(option, requests: list, concurrency: int | None, duration_hi
     return n
 
 
-def _share(total: int | None, n: int, w: int) -> int | None:
+def client_bound_advice(summary: dict, cpu_count: int | None) -> str:
+    """What can help a client-bound run (summary.json's), on a client machine of `cpu_count` cores: more
+    processes only where a core is spare (auto leaves one for the rest), else fewer streams per process."""
+    workers, nodes = summary.get("workers") or 1, len(summary.get("ray_nodes") or [])
+    streams = (summary.get("concurrency") or {}).get("max")
+    each = f" (up to {math.ceil(streams / workers)} each in this run)" if streams else ""
+    cpu_s, window_s = summary.get("client_cpu_s"), summary.get("window_s")
+    used = f"; the client used {cpu_s / window_s:.2f} cores on average" if cpu_s and window_s else ""
+    if nodes:
+        return (f"the load already ran on {nodes} Ray node(s), one client process each{used}: add nodes so each "
+                f"holds fewer streams{each}, or lower the load")
+    cpu_count = cpu_count or os.cpu_count() or 1
+    spare = max(1, cpu_count - 1)
+    if workers < spare:
+        return f"use --workers {spare} (up to one per core but one, here {cpu_count} cores){used}, or lower the load"
+    return (f"more client processes cannot help: this machine has {cpu_count} core(s) and the client already uses "
+            f"{workers} process(es){used}. Give each process fewer streams{each} (lower load.concurrency or "
+            f"load.rate), run bench on a machine with more cores, or spread the load over several machines with "
+            f"--ray (pip install -e '.[ray]')")
+
+
+def concurrency_share(total: int | None, n: int, w: int) -> int | None:
+    """Shard w's part of a concurrency cap split over n client processes."""
     if total is None:
         return None
     return total // n + (1 if w < total % n else 0)
@@ -63,13 +86,18 @@ def _share(total: int | None, n: int, w: int) -> int | None:
 
 async def run_plan(requests: list, target: Target, concurrency: int | None, workers: int,
                    on_record: Callable[[RequestRecord], None], stop: asyncio.Event,
-                   dispatch_until_s: float | None = None, t0_ns: int | None = None) -> RunOutcome:
+                   dispatch_until_s: float | None = None, t0_ns: int | None = None, crew=None) -> RunOutcome:
     """t0_ns: the run's clock origin (perf_counter_ns), picked by the caller so other recorders
     share it; with several workers it moves later if they were not all started by then.
+    crew: a harness.ray_shards.RayCrew, started, to send the load from a Ray cluster's nodes instead.
     The outcome's incomplete_reasons say what is missing: a worker that died, records never written."""
-    if workers <= 1:
+    if crew is not None:
+        outcome = await crew.run(target, on_record, stop, dispatch_until_s, t0_ns)
+    elif workers <= 1:
+        cpu_start = time.process_time()
         outcome = await Runner(target, requests, concurrency, on_record, t0_ns=t0_ns, stop=stop,
                                dispatch_until_s=dispatch_until_s).run()
+        outcome.client_cpu_s = time.process_time() - cpu_start
     else:
         outcome = await _run_processes(requests, target, concurrency, workers, on_record, stop, dispatch_until_s,
                                        t0_ns)
@@ -135,15 +163,15 @@ async def _run_processes(requests, target, concurrency, workers, on_record, stop
         mine = [spec for job in jobs[w::workers] for spec in job]
         parent_end, child_end = ctx.Pipe()
         p = ctx.Process(target=_worker_main, daemon=True,
-                        args=(w, mine, target, _share(concurrency, workers, w), dispatch_until_s, child_end))
+                        args=(w, mine, target, concurrency_share(concurrency, workers, w), dispatch_until_s, child_end))
         p.start()
         child_end.close()  # the worker holds the only other end, so its death reads as EOF here
         crew.append(_Worker(w, p, parent_end, len(mine)))
     loop = asyncio.get_running_loop()
-    records, loop_lag, interrupted = [], [], False
+    records, loop_lag, interrupted, cpu_s = [], [], False, 0.0
 
     async def receive_some() -> None:
-        nonlocal interrupted
+        nonlocal interrupted, cpu_s
         open_conns = [c.conn for c in crew if not c.closed]
         readable = await loop.run_in_executor(None, wait_for_connections, open_conns, 0.2)
         for worker in crew:
@@ -162,6 +190,7 @@ async def _run_processes(requests, target, concurrency, workers, on_record, stop
                 else:  # done
                     worker.done = True
                     loop_lag.extend(payload["loop_lag_s"])
+                    cpu_s += payload["cpu_s"]
                     interrupted |= payload["interrupted"]
 
     start_deadline = time.monotonic() + WORKER_START_TIMEOUT_S
@@ -189,7 +218,7 @@ async def _run_processes(requests, target, concurrency, workers, on_record, stop
         if not c.done:
             lost.append({"worker": c.index, "pid": c.process.pid, "exit": c.exit_description(),
                          "exitcode": c.process.exitcode, "planned": c.planned, "recorded": c.recorded})
-    return RunOutcome(records, loop_lag, t0_ns, interrupted or stop.is_set(), lost_workers=lost)
+    return RunOutcome(records, loop_lag, t0_ns, interrupted or stop.is_set(), lost_workers=lost, client_cpu_s=cpu_s)
 
 
 def _worker_main(w, requests, target, concurrency, dispatch_until_s, conn: Connection) -> None:
@@ -205,6 +234,7 @@ def _worker_main(w, requests, target, concurrency, dispatch_until_s, conn: Conne
     outbox.put(("ready", w))
     try:
         _, t0_ns = conn.recv()  # ("go", t0)
+        cpu_start = time.process_time()
     except EOFError:  # the parent is gone
         return
 
@@ -220,6 +250,7 @@ def _worker_main(w, requests, target, concurrency, dispatch_until_s, conn: Conne
                       t0_ns=t0_ns, stop=stop, dispatch_until_s=dispatch_until_s)
 
     outcome = run_blocking(make_runner)
-    outbox.put(("done", {"worker": w, "loop_lag_s": outcome.loop_lag_s, "interrupted": outcome.interrupted}))
+    outbox.put(("done", {"worker": w, "loop_lag_s": outcome.loop_lag_s, "interrupted": outcome.interrupted,
+                         "cpu_s": time.process_time() - cpu_start}))
     outbox.put(None)
     feeder.join()

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from harness.workers import client_bound_advice
+
 
 class HistoryError(Exception):
     """A history file or a run that cannot be used; the message says why and what to do."""
@@ -76,8 +78,13 @@ def check_complete(path: Path) -> None:
         raise HistoryError(f"{path}: interrupted (Ctrl-C): {req.get('completed', '?')} requests completed of the "
                            f"planned load; its figures are not comparable, run it again")
     if summary.get("client_bound"):
+        try:
+            cpu_count = json.loads((path / "run.json").read_text(encoding="utf-8")).get("host", {}).get("cpu_count")
+        except ValueError:
+            cpu_count = None
         raise HistoryError(f"{path}: client-bound (" + "; ".join(summary.get("client_bound_reasons") or []) +
-                           "): its latencies include client delay; run it again with --workers or a lower load")
+                           "): its latencies include client delay; run it again: "
+                           + client_bound_advice(summary, cpu_count))
     lines = sum(1 for line in (path / "requests.jsonl").open(encoding="utf-8") if line.strip())
     expected = req.get("measured", 0) + req.get("warmup", 0)
     if lines != expected:

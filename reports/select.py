@@ -15,8 +15,12 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+<<<<<<< HEAD
 from harness.metrics import active_slo
 from reports.candidates import expand_candidates
+=======
+from harness.workers import client_bound_advice
+>>>>>>> raydist
 from reports.figures import LAYOUT, color
 from reports.html import render
 from reports.load import Sweep, SweepPoint, load_results
@@ -160,14 +164,17 @@ def _engine(sw: Sweep, slo, cost_per_hour, accelerators, attainment) -> EngineRe
 def _client_bound_note(sw: Sweep, cap: SloCapacity) -> str | None:
     """Where the client fell behind, and whether the capacity rests on those points (the ones up to
     the first that failed) or lies below them."""
-    bound = [p.offered_load for p in sw.points if p.run.summary.get("client_bound")]
-    if not bound:
+    bound_points = [p for p in sw.points if p.run.summary.get("client_bound")]
+    if not bound_points:
         return None
+    bound = [p.offered_load for p in bound_points]
     first_fail = next((p.offered_load for p in sorted(sw.points, key=lambda p: p.offered_load)
                        if cap.offered_load is None or p.offered_load > cap.offered_load), None)
     loads = f"{sw.load_kind} {', '.join(f'{x:g}' for x in bound)}"
     if first_fail is None or min(bound) <= first_fail:
-        return f"the client fell behind at {loads}, which the capacity rests on: rerun with --workers or on a quieter machine"
+        run = bound_points[0].run
+        advice = client_bound_advice(run.summary, run.run_info.get("host", {}).get("cpu_count"))
+        return f"the client fell behind at {loads}, which the capacity rests on: rerun on a quieter machine, or {advice}"
     return f"the client fell behind at {loads}, past the capacity (those points do not move it)"
 
 

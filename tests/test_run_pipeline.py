@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 
 from backends import load_backend
-from groundtruth_server import GroundTruthConfig, GroundTruthProcess
+from groundtruth_server import GroundTruthConfig, GroundTruthProcess, gt_request
 from harness.launcher import engine_command
 from harness.results import ResultsError, read_records
-from harness.run import Reporter, client_bound_advice, run_scenario
+from harness.run import Reporter, run_scenario
 from harness.scenario import LaunchConfig, ScenarioError, load_scenario
 from harness.session import engine_sizing
 from harness.tokenizer_source import ApproximateTokenizer, LocalTokenizer, TokenizerError, resolve_tokenizer
 from harness.workload import build_plan
+from harness.workers import client_bound_advice, resolve_workers
 
 
 @pytest.fixture(scope="module")
@@ -172,10 +173,18 @@ def test_launch_program_replaces_only_the_program_and_llama_server_is_sized_for_
     assert mine.count("-c") == 1 and mine[mine.index("-c") + 1] == "2048"
 
 
-def test_client_bound_advice_does_not_suggest_workers_without_spare_cores():
-    assert "use --workers (up to 15)" in client_bound_advice(workers=2, cpu_count=16)
-    said = client_bound_advice(workers=1, cpu_count=2)
-    assert "--workers cannot help" in said and "2 cores" in said and "lower the load" in said
+def test_client_bound_advice_suggests_workers_only_where_a_core_is_spare():
+    summary = {"workers": 2, "concurrency": {"max": 512}, "client_cpu_s": 9.0, "window_s": 10.0}
+    assert client_bound_advice(summary, cpu_count=16).startswith("use --workers 15 (up to one per core but one")
+    # a 2-core machine: auto already chose 1 process (one core stays for the rest), so no --workers advice
+    reqs = [gt_request(i, i * 0.001, 99) for i in range(1001)]  # ~99,000 tokens/s: many processes' worth
+    assert resolve_workers("auto", reqs, None, None, cpu_count=2) == 1
+    said = client_bound_advice({**summary, "workers": 1}, cpu_count=2)
+    assert "--workers" not in said and "more client processes cannot help" in said and "2 core(s)" in said
+    assert "fewer streams (up to 512 each in this run)" in said and "more cores" in said and "--ray" in said
+    assert "the client used 0.90 cores on average" in said
+    on_ray = client_bound_advice({**summary, "ray_nodes": [{}, {}]}, cpu_count=2)
+    assert "2 Ray node(s)" in on_ray and "add nodes" in on_ray and "--workers" not in on_ray
 
 
 def test_scenarios_that_would_misplace_the_engine_or_the_results_are_refused(tmp_path):
