@@ -7,7 +7,8 @@ by the harness (`harness.run.run_scenario` on a scenario, so the figures are the
 client-side token arrival times) with SmolLM2-135M on numpy:
   colocated-chunked  one engine on both cores, --colocated-threads BLAS threads (default 1), chunked
                      prefill (256-token steps)
-  colocated-whole    the same, each prompt prefilled in one step (--no-chunked-prefill)
+  colocated-whole    the same, each prompt prefilled whole in one step beside the decodes
+                     (--no-chunked-prefill --max-num-batched-tokens 2048)
   disaggregated      `--disaggregate prefill=1,decode=1 --pin-cpus`: prefill worker on core 0, decode
                      worker on core 1, one BLAS thread each
 The same 2 cores are open to each. The colocated engine gets one BLAS thread by default: its HTTP
@@ -41,7 +42,10 @@ from harness.scenario import load_scenario
 COMMON = ["--kv-cache-tokens", "8192"]
 DEPLOYMENTS = {
     "colocated-chunked": ["--max-num-batched-tokens", "256"],
-    "colocated-whole": ["--no-chunked-prefill"],
+    # without chunking a prompt over the step budget only runs in a step of its own, after every running
+    # stream has finished (it starved for 130 s in a first try); a budget over the longest prompt lets
+    # it run whole beside the decodes, as vLLM's does with max_num_batched_tokens >= max_model_len
+    "colocated-whole": ["--no-chunked-prefill", "--max-num-batched-tokens", "2048"],
     "disaggregated": ["--disaggregate", "prefill=1,decode=1", "--pin-cpus"],
 }
 STREAM_PROMPT_TOKENS = 64
@@ -95,9 +99,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--streams", type=int, default=6)
-    ap.add_argument("--stream-tokens", type=int, default=300)
+    ap.add_argument("--stream-tokens", type=int, default=120)
     ap.add_argument("--long-prompts", default="500,900,1200,1500")
-    ap.add_argument("--gap-s", type=float, default=2.5)
+    ap.add_argument("--gap-s", type=float, default=2.0)
     ap.add_argument("--colocated-threads", type=int, default=1, help="BLAS threads of the colocated engine")
     ap.add_argument("--out", default=None, help="folder for the runs (default: a temporary one)")
     a = ap.parse_args()

@@ -184,7 +184,9 @@ class LLMEngine:
     def has_work(self) -> bool:
         return bool(self._inbox) or self.scheduler.has_work()
 
-    def _drain_inbox(self) -> None:
+    def _drain_inbox(self) -> list[RequestOutput]:
+        """Applies adds and aborts; returns the first outputs of handed-off requests (their first token)."""
+        admitted = []
         while self._inbox:
             kind, item = self._inbox.popleft()
             if kind == "add":
@@ -195,7 +197,7 @@ class LLMEngine:
                         self._start_grammar(seq)
                     if seq.handoff is not None:
                         self._seqs[seq.request_id] = seq
-                        self._emit([self._admit_handoff(seq)])
+                        admitted.append(self._admit_handoff(seq))
                         continue
                     self.scheduler.add(seq)
                 except (QueueFullError, GrammarError):  # queue refilled by preemptions; grammar checked by the server
@@ -207,18 +209,19 @@ class LLMEngine:
                 seq = self._seqs.pop(item, None)
                 if seq is not None:
                     self.scheduler.finish(seq, "abort")
+        return admitted
 
     # ---- one step -------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         start_ns = time.perf_counter_ns()
-        self._drain_inbox()
+        admitted = self._drain_inbox()
         seen_preemptions, seen_hits = self.scheduler.num_preemptions, self.block_manager.prefix_cache_hits_tokens
         if self.proposer:
             self._propose_drafts()
         chunks = self.scheduler.schedule()
         if not chunks:
             self._record_step(0, 0, 0, 0)   # gauges still move after aborts
-            return []
+            return admitted
         sampling = [c.completes_prompt for c in chunks]
         drafts = [c.seq.spec_token_ids[:c.num_draft_tokens] for c in chunks]
         seq_chunks = [
@@ -293,7 +296,7 @@ class LLMEngine:
                 bm.num_blocks - bm.num_free_blocks, self.scheduler.num_preemptions - seen_preemptions,
                 bm.prefix_cache_hits_tokens - seen_hits, self.runner.last_step_bytes_read, flops,
                 len(self.scheduler.running), len(self.scheduler.waiting))
-        return outputs
+        return admitted + outputs
 
     def _propose_drafts(self) -> None:
         """Drafts for the running sequences that decode next step (all others get none)."""

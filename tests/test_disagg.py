@@ -309,3 +309,37 @@ async def test_smollm2_disaggregated_greedy_output_equals_colocated(tmp_path, on
     finally:
         for r in reversed(runners):
             await r.cleanup()
+
+
+def test_the_decode_engine_holds_the_prefill_engines_kv_bit_for_bit(tiny, tmp_path):
+    """Engine level, no HTTP: the blocks copied in are the prefill engine's, also past a prefix the decode
+    engine already held, and generate-style stepping continues as the colocated engine does."""
+    from native_engine.sequence import SamplingParams
+
+    prefill, decode, colocated = (LLMEngine(EngineConfig(kv_cache_tokens=CACHE_TOKENS, kv_transfer_dir=str(tmp_path)),
+                                            tiny) for _ in range(3))
+    shape = cache_shape(decode.runner)
+    for i, prompt in enumerate([DOC * 2 + "first", DOC * 2 + "second"]):   # the second shares 10+ blocks
+        ids = prefill.tokenizer.encode(prompt, add_special=True)
+        path = str(tmp_path / f"{i}.kv")
+        prefill.add_request(f"p{i}", ids, SamplingParams(max_tokens=1, temperature=0, ignore_eos=True),
+                            export_kv_to=path)
+        while not any(o.finished for o in prefill.step()):
+            pass
+        handoff = read_handoff(path, shape)
+        decode.add_request(f"d{i}", ids, SamplingParams(max_tokens=6, temperature=0, ignore_eos=True),
+                           handoff=handoff)
+        first = decode.step()   # admits the handoff (its first token), then decodes the next one
+        seq = decode._seqs[f"d{i}"]
+        blocks = seq.block_table[:len(handoff.k_blocks[0])]
+        for layer in range(shape["n_layers"]):
+            for j, block in enumerate(blocks):
+                n = min(16, len(ids) - 16 * j)   # the last block holds the prompt's tail (and later tokens)
+                assert (decode.runner.k_cache[layer, block, :n] == handoff.k_blocks[layer, j, :n]).all()
+                assert (decode.runner.v_cache[layer, block, :n] == handoff.v_blocks[layer, j, :n]).all()
+        tokens = [t for o in first for t in o.new_token_ids]
+        while f"d{i}" in decode._seqs:
+            tokens += [t for o in decode.step() for t in o.new_token_ids]
+        want = colocated.generate([ids], SamplingParams(max_tokens=6, temperature=0, ignore_eos=True))[0]
+        assert tokens == want.token_ids
+    assert decode.block_manager.prefix_cache_hits_tokens >= 10 * 16   # the second import skipped its held prefix
