@@ -125,7 +125,7 @@ def runs_slo(sweeps: list[Sweep]) -> dict:
     if len(slos) != 1 or slos == {"{}"}:
         raise ValueError("--slo: missing, and the runs do not share one set of SLOs to compare them at "
                          f"({' vs '.join(sorted(slos))}); give them, e.g. --slo ttft_ms=500,tpot_ms=50")
-    return json.loads(slos.pop())
+    return active_slo(sweeps[0].points[0].run.slo)   # in the order the scenario wrote them
 
 
 def rank(engines: list[EngineResult]) -> list[EngineResult]:
@@ -211,7 +211,7 @@ def _recommend(ranking: list[EngineResult], sweeps: list[Sweep], slo: dict, atta
         else:
             text += f", {ratio:.1f}× {better} {runner_up.label}"
     if best.why:
-        text += f" ({best.why})"
+        text += f"; {best.why}"
     missed = [e.label for e in ranking if not e.tokens_per_s_per_accelerator]
     if missed:
         text += f"; {', '.join(missed)} did not meet the SLOs at any tested load"

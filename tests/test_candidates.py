@@ -48,7 +48,7 @@ def test_each_candidate_runs_in_turn_and_select_ranks_them_by_measured_goodput(t
     statuses = run_candidates(load_scenario(path), out, reporter=Reporter())
     assert [(s.name, s.status) for s in statuses] == [("serial", "completed"), ("2xDP-rr", "completed"),
                                                      ("1P1D", "failed")]
-    assert "exited" in statuses[2].reason
+    assert "exited" in statuses[2].reason and "No such option: --no-such-deployment-flag" in statuses[2].reason
     manifest = json.loads((out / "candidates.json").read_text())
     assert [c["status"] for c in manifest["candidates"]] == ["completed", "completed", "failed"]
     run_json = json.loads(next((out / "2xDP-rr").glob("point-*/run.json")).read_text())
