@@ -21,7 +21,7 @@ from reports.figures import LAYOUT, color
 from reports.html import render
 from reports.load import Sweep, SweepPoint, load_results
 from reports.markdown import md_table
-from reports.sweep import DEFAULT_ATTAINMENT, SloCapacity, max_rate_meeting_slo
+from reports.sweep import DEFAULT_ATTAINMENT, SloCapacity, max_rate_meeting_slo, point_goodput
 from reports.select_why import why
 from reports.sweep_figures import goodput_fraction_vs_load, throughput_latency
 
@@ -41,6 +41,7 @@ class EngineResult:
     load_kind: str  # "rate" or "concurrency": what the sweep varied
     notes: list[str] = field(default_factory=list)
     why: str = ""  # latencies where it passed, the SLO it missed first, the replicas' shares
+    lowest_load_goodput: float = 0.0  # share within the SLOs at its lowest load: orders those that never met them
 
     def capacity_text(self) -> str:
         cap = self.capacity
@@ -130,11 +131,11 @@ def runs_slo(sweeps: list[Sweep]) -> dict:
 
 def rank(engines: list[EngineResult]) -> list[EngineResult]:
     """Best first: cheapest per token (or, without a price, most output tokens/s per accelerator within the
-    SLOs); the engines that never met the SLOs after them, in the order given."""
+    SLOs); the engines that never met the SLOs after them, most requests within the SLOs at their lowest load first."""
     usable = [e for e in engines if e.tokens_per_s_per_accelerator]
     usable.sort(key=lambda e: e.cost_per_million_tokens if e.cost_per_million_tokens is not None
                 else -e.tokens_per_s_per_accelerator)
-    return usable + [e for e in engines if e not in usable]
+    return usable + sorted((e for e in engines if e not in usable), key=lambda e: -e.lowest_load_goodput)
 
 
 def _engine(sw: Sweep, slo, cost_per_hour, accelerators, attainment) -> EngineResult:
@@ -154,7 +155,8 @@ def _engine(sw: Sweep, slo, cost_per_hour, accelerators, attainment) -> EngineRe
     if accelerators != 1:
         notes.append(f"{accelerators} accelerators")
     return EngineResult(sw.label, f"{info.get('kind', '?')} ({model})", cap, tok_s, cost,
-                        len(sw.points), sw.load_kind, notes, why(sw, cap, slo, attainment))
+                        len(sw.points), sw.load_kind, notes, why(sw, cap, slo, attainment),
+                        point_goodput(min(sw.points, key=lambda p: p.offered_load), slo))
 
 
 def _client_bound_note(sw: Sweep, cap: SloCapacity) -> str | None:

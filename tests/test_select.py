@@ -194,3 +194,12 @@ def test_a_candidates_folder_stands_for_its_deployments_each_with_its_accelerato
     assert sel.ranking == ["one-engine", "two-replicas"] and "2 accelerators" in by["two-replicas"].notes
     assert sel.left_out == ["1P1D: failed (No such option: --disaggregate)"]
     assert sel.caveats[0] == "Not compared, as they did not complete: 1P1D: failed (No such option: --disaggregate)."
+
+
+def test_engines_that_never_met_the_slos_rank_by_their_share_within_them_at_the_lowest_load(tmp_path):
+    worse = write_run(tmp_path / "worse", synthetic_records(rate=4.0, ttft_s=0.25, seed=1), rate=4.0)
+    better = write_run(tmp_path / "better", synthetic_records(rate=4.0, ttft_s=0.2, seed=2), rate=4.0)
+    sel = select([worse, better], slo={"ttft_ms": 220.0})
+    by = {e.label: e for e in sel.engines}
+    assert by["better"].lowest_load_goodput > by["worse"].lowest_load_goodput
+    assert all(e.capacity.status == "none" for e in sel.engines) and sel.ranking == ["better", "worse"]
