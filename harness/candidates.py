@@ -52,7 +52,7 @@ def run_candidates(scenario: Scenario, out_dir: Path, workers: str | None = None
         try:
             status.line = _run_one(cand_scenario, out_dir / status.dir, workers, overwrite, reporter, status)
         except (BackendUnreachable, TokenizerError) as e:
-            status.status, status.reason = "failed", str(e).splitlines()[0]
+            status.status, status.reason = "failed", short_reason(str(e))
             reporter.warning(f"candidate {candidate.name} failed: {e}")
         except BaseException:
             status.status = "interrupted"
@@ -83,3 +83,10 @@ def _run_one(scenario: Scenario, out: Path, workers, overwrite, reporter, status
     good = result.summary["goodput"]
     return f"goodput {good['requests_per_s']:.2f} req/s ({100 * good['fraction']:.0f}% within the SLOs)"
 
+
+def short_reason(message: str) -> str:
+    """The error's first line and, where it quotes the engine's log, that log's last words (typer's
+    "No such option: --disaggregate" out of its box)."""
+    lines = [line.strip(" │╭╰─╮╯") for line in message.splitlines()]
+    first, last = lines[0], next((line for line in reversed(lines[1:]) if line), "")
+    return f"{first.removesuffix(' ends with:').removesuffix(';')}: {last}" if last else first

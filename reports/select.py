@@ -25,7 +25,7 @@ from reports.figures import LAYOUT, color
 from reports.html import render
 from reports.load import Sweep, SweepPoint, load_results
 from reports.markdown import md_table
-from reports.sweep import DEFAULT_ATTAINMENT, SloCapacity, max_rate_meeting_slo
+from reports.sweep import DEFAULT_ATTAINMENT, SloCapacity, max_rate_meeting_slo, point_goodput
 from reports.select_why import why
 from reports.sweep_figures import goodput_fraction_vs_load, throughput_latency
 
@@ -45,6 +45,7 @@ class EngineResult:
     load_kind: str  # "rate" or "concurrency": what the sweep varied
     notes: list[str] = field(default_factory=list)
     why: str = ""  # latencies where it passed, the SLO it missed first, the replicas' shares
+    lowest_load_goodput: float = 0.0  # share within the SLOs at its lowest load: orders those that never met them
 
     def capacity_text(self) -> str:
         cap = self.capacity
@@ -129,16 +130,16 @@ def runs_slo(sweeps: list[Sweep]) -> dict:
     if len(slos) != 1 or slos == {"{}"}:
         raise ValueError("--slo: missing, and the runs do not share one set of SLOs to compare them at "
                          f"({' vs '.join(sorted(slos))}); give them, e.g. --slo ttft_ms=500,tpot_ms=50")
-    return json.loads(slos.pop())
+    return active_slo(sweeps[0].points[0].run.slo)   # in the order the scenario wrote them
 
 
 def rank(engines: list[EngineResult]) -> list[EngineResult]:
     """Best first: cheapest per token (or, without a price, most output tokens/s per accelerator within the
-    SLOs); the engines that never met the SLOs after them, in the order given."""
+    SLOs); the engines that never met the SLOs after them, most requests within the SLOs at their lowest load first."""
     usable = [e for e in engines if e.tokens_per_s_per_accelerator]
     usable.sort(key=lambda e: e.cost_per_million_tokens if e.cost_per_million_tokens is not None
                 else -e.tokens_per_s_per_accelerator)
-    return usable + [e for e in engines if e not in usable]
+    return usable + sorted((e for e in engines if e not in usable), key=lambda e: -e.lowest_load_goodput)
 
 
 def _engine(sw: Sweep, slo, cost_per_hour, accelerators, attainment) -> EngineResult:
@@ -158,7 +159,8 @@ def _engine(sw: Sweep, slo, cost_per_hour, accelerators, attainment) -> EngineRe
     if accelerators != 1:
         notes.append(f"{accelerators} accelerators")
     return EngineResult(sw.label, f"{info.get('kind', '?')} ({model})", cap, tok_s, cost,
-                        len(sw.points), sw.load_kind, notes, why(sw, cap, slo, attainment))
+                        len(sw.points), sw.load_kind, notes, why(sw, cap, slo, attainment),
+                        point_goodput(min(sw.points, key=lambda p: p.offered_load), slo))
 
 
 def _client_bound_note(sw: Sweep, cap: SloCapacity) -> str | None:
@@ -218,7 +220,7 @@ def _recommend(ranking: list[EngineResult], sweeps: list[Sweep], slo: dict, atta
         else:
             text += f", {ratio:.1f}× {better} {runner_up.label}"
     if best.why:
-        text += f" ({best.why})"
+        text += f"; {best.why}"
     missed = [e.label for e in ranking if not e.tokens_per_s_per_accelerator]
     if missed:
         text += f"; {', '.join(missed)} did not meet the SLOs at any tested load"

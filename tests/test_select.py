@@ -175,3 +175,35 @@ def test_runs_made_at_different_slos_need_one_given(tmp_path):
     with pytest.raises(ValueError, match="--slo: missing, and the runs do not share one set of SLOs"):
         select([a, b])
     assert select([a, b], slo=SLO).slo == SLO
+
+
+def test_a_candidates_folder_stands_for_its_deployments_each_with_its_accelerators(tmp_path):
+    """candidates.json (harness/candidates.py): completed candidates by name, per-accelerator figures with
+    the accelerators each declared, a failed one named in the caveats."""
+    from harness.results import write_candidates
+
+    out = tmp_path / "shapes"
+    write_sweep(out / "two-replicas", rates=(1, 3, 5, 7, 9), capacity_rps=6)
+    write_sweep(out / "one-engine", rates=(1, 3, 5, 7, 9), capacity_rps=4, seed=3)
+    write_candidates(out, {}, [
+        {"name": "two-replicas", "dir": "two-replicas", "status": "completed", "accelerators": 2},
+        {"name": "one-engine", "dir": "one-engine", "status": "completed", "accelerators": 1},
+        {"name": "1P1D", "dir": "1P1D", "status": "failed", "reason": "No such option: --disaggregate"}])
+    sel = select([out])
+    by = {e.label: e for e in sel.engines}
+    # two replicas sustain more in all, but less per accelerator than one engine
+    assert by["two-replicas"].capacity.output_tokens_per_s > by["one-engine"].capacity.output_tokens_per_s
+    assert by["two-replicas"].tokens_per_s_per_accelerator == pytest.approx(
+        by["two-replicas"].capacity.output_tokens_per_s / 2)
+    assert sel.ranking == ["one-engine", "two-replicas"] and "2 accelerators" in by["two-replicas"].notes
+    assert sel.left_out == ["1P1D: failed (No such option: --disaggregate)"]
+    assert sel.caveats[0] == "Not compared, as they did not complete: 1P1D: failed (No such option: --disaggregate)."
+
+
+def test_engines_that_never_met_the_slos_rank_by_their_share_within_them_at_the_lowest_load(tmp_path):
+    worse = write_run(tmp_path / "worse", synthetic_records(rate=4.0, ttft_s=0.25, seed=1), rate=4.0)
+    better = write_run(tmp_path / "better", synthetic_records(rate=4.0, ttft_s=0.2, seed=2), rate=4.0)
+    sel = select([worse, better], slo={"ttft_ms": 220.0})
+    by = {e.label: e for e in sel.engines}
+    assert by["better"].lowest_load_goodput > by["worse"].lowest_load_goodput
+    assert all(e.capacity.status == "none" for e in sel.engines) and sel.ranking == ["better", "worse"]
