@@ -94,14 +94,18 @@ async def run_policy(policy: str, loaded: LoadedModel, prompts: list[str], max_t
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_trace_policy(policy: str, out_dir: Path) -> dict:
-    """One `bench run` of scenarios/router_<policy>.yaml; its figures, read back from the results folder."""
-    load_before = os.getloadavg()[0]
-    proc = subprocess.run([sys.executable, "-m", "harness", "run", f"scenarios/router_{policy}.yaml", "--output",
-                           str(out_dir), "--overwrite", "--allow-client-bound"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=900)
+def start_bench_run(policy: str, out_dir: Path) -> subprocess.Popen:
+    """`bench run scenarios/router_<policy>.yaml` (it launches its own deployment), left running."""
+    return subprocess.Popen([sys.executable, "-m", "harness", "run", f"scenarios/router_{policy}.yaml", "--output",
+                             str(out_dir), "--overwrite", "--allow-client-bound"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def finish_bench_run(policy: str, out_dir: Path, proc: subprocess.Popen, load_before: float) -> dict:
+    """Waits for the run; its figures, read back from the results folder."""
+    _, stderr = proc.communicate(timeout=900)
     if proc.returncode != 0:
-        raise SystemExit(f"bench run of {policy} exited with {proc.returncode}:\n{proc.stderr[-3000:]}")
+        raise SystemExit(f"bench run of {policy} exited with {proc.returncode}:\n{stderr[-3000:]}")
     summary = json.loads((out_dir / "summary.json").read_text())
     last = {}   # (name, labels) -> the last scrape's value: the deployment started with the run
     with open(out_dir / "server_metrics.csv", newline="") as f:
@@ -119,7 +123,7 @@ def run_trace_policy(policy: str, out_dir: Path) -> dict:
     routed = per_replica("native_router:requests_total")
     records = [json.loads(line) for line in (out_dir / "requests.jsonl").read_text().splitlines() if line]
     timings = [r["server_timings"] for r in records if r.get("server_timings")]
-    computed = sum(t["prompt_n"] - t["cache_n"] for t in timings)
+    computed = sum(t["prompt_n"] for t in timings)   # prompt_n leaves out the cached tokens (cache_n)
     return {"policy": policy, "ttft_p50_ms": summary["ttft_ms"]["p50"], "ttft_p99_ms": summary["ttft_ms"]["p99"],
             "completed": summary["requests"]["completed"], "failed": summary["requests"]["failed"],
             "hit_rate": sum(hits.values()) / sum(queries.values()),
@@ -129,19 +133,23 @@ def run_trace_policy(policy: str, out_dir: Path) -> dict:
             "load_before": load_before, "load_after": os.getloadavg()[0]}
 
 
-def trace_main(rounds: int, policies: list[str], out: Path) -> None:
+def trace_main(rounds: int, policies: list[str], out: Path, together: bool) -> None:
     results = []
     for r in range(rounds):
         order = policies if r % 2 == 0 else policies[::-1]   # drift in the machine's load falls on each in turn
-        for policy in order:
-            result = run_trace_policy(policy, out / f"round{r}-{policy}")
-            results.append(result)
-            print(f"round {r} {policy:12s} TTFT p50 {result['ttft_p50_ms']:6.0f} ms  p99 {result['ttft_p99_ms']:6.0f} ms"
-                  f"  hit rate {result['hit_rate']:.2f} (per replica "
-                  f"{' / '.join(f'{v:.2f}' for v in result['replica_hit_rate'].values())})  routed "
-                  f"{' / '.join(map(str, result['routed'].values()))}  {result['completed']} ok {result['failed']} "
-                  f"failed  {result['ms_per_computed_token']:.1f} ms/computed token  load "
-                  f"{result['load_before']:.1f}->{result['load_after']:.1f}", flush=True)
+        batches = [order] if together else [[policy] for policy in order]
+        for batch in batches:
+            load_before = os.getloadavg()[0]
+            started = [(policy, start_bench_run(policy, out / f"round{r}-{policy}")) for policy in batch]
+            for policy, proc in started:
+                result = finish_bench_run(policy, out / f"round{r}-{policy}", proc, load_before)
+                results.append(result)
+                print(f"round {r} {policy:12s} TTFT p50 {result['ttft_p50_ms']:6.0f} ms  p99 "
+                      f"{result['ttft_p99_ms']:6.0f} ms  hit rate {result['hit_rate']:.2f} (per replica "
+                      f"{' / '.join(f'{v:.2f}' for v in result['replica_hit_rate'].values())})  routed "
+                      f"{' / '.join(map(str, result['routed'].values()))}  {result['completed']} ok "
+                      f"{result['failed']} failed  {result['ms_per_computed_token']:.1f} ms/computed token  "
+                      f"load {result['load_before']:.1f}->{result['load_after']:.1f}", flush=True)
     (out / "router_policies.json").write_text(json.dumps(results, indent=2))
     print("medians over rounds:")
     for policy in policies:
@@ -161,6 +169,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="--trace: runs of each policy, interleaved")
     parser.add_argument("--policies", default=",".join(POLICIES), help="--trace: comma-separated")
     parser.add_argument("--out", type=Path, default=None, help="--trace: results folder (default: a temporary one)")
+    parser.add_argument("--together", action="store_true",
+                        help="--trace: a round's policies run at the same time (each its own deployment), so a "
+                             "change in the machine's load hits them alike; they also share the cores")
     parser.add_argument("--docs", type=int, default=5)
     parser.add_argument("--questions", type=int, default=6)
     parser.add_argument("--doc-chars", type=int, default=1200)
@@ -168,7 +179,8 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="a GGUF path or 'smollm2' (default: a tiny random model)")
     args = parser.parse_args()
     if args.trace:
-        trace_main(args.rounds, args.policies.split(","), args.out or Path(tempfile.mkdtemp(prefix="router-")))
+        trace_main(args.rounds, args.policies.split(","), args.out or Path(tempfile.mkdtemp(prefix="router-")),
+                   args.together)
         return
     model = args.model or str(write_tiny_llama_gguf(Path(tempfile.mkdtemp()) / "tiny.gguf", seed=0))
     loaded = LoadedModel.load(model)
