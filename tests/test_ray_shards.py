@@ -143,7 +143,9 @@ def test_two_nodes_run_256_streams_with_per_node_counts_adding_up(ray_cluster, t
     records = _records(tmp_path / "out")
     assert len(records) == 512 == len({r["index"] for r in records})
     assert result.summary["requests"]["completed"] == 512 and not result.summary["incomplete"]
-    assert result.summary["concurrency"]["max"] == 256  # the two nodes' streams overlapped on one timeline
+    # more streams in flight at once than one node's actor holds (128): both nodes' streams overlapped on one
+    # timeline (all 256 need each actor to open its 128 on time, which a busy 2-core machine does not promise)
+    assert 128 < result.summary["concurrency"]["max"] <= 256
     assert sum(n["recorded"] for n in result.summary["ray_nodes"]) == 512
 
 
