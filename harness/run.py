@@ -26,7 +26,7 @@ from harness.scenario import Scenario, ScenarioError
 from harness.server_metrics import counter_deltas
 from harness.session import EngineSession, engine_session
 from harness.tokenizer_source import resolve_tokenizer
-from harness.workers import resolve_workers, run_plan
+from harness.workers import resolve_workers, run_plan, workers_needed
 from harness.workload import build_plan
 
 MIN_COMPLETED_SHARE = 0.5  # a run where fewer measured requests completed is a failed run (exit 4)
@@ -178,6 +178,7 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
     reasons = client_bound_reasons(summary)
     summary.update(client_bound=bool(reasons), client_bound_reasons=reasons, interrupted=outcome.interrupted,
                    workers=n_workers, client_cpu_s=outcome.client_cpu_s, token_count_method=plan.token_count_method,
+                   workers_needed=workers_needed(plan.requests, load.concurrency, plan.duration_s),
                    **outcome.completeness())
     if crew:
         summary["ray_nodes"] = crew.node_counts()
