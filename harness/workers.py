@@ -67,7 +67,7 @@ def client_bound_advice(summary: dict, cpu_count: int | None) -> str:
     streams = (summary.get("concurrency") or {}).get("max")
     each = f" (up to {math.ceil(streams / workers)} each in this run)" if streams else ""
     cpu_s, window_s = summary.get("client_cpu_s"), summary.get("window_s")
-    used = f"; the client used {cpu_s / window_s:.2f} cores on average" if cpu_s and window_s else ""
+    used = f"; its processes used {cpu_s / window_s:.2f} cores in all on average" if cpu_s and window_s else ""
     needed = summary.get("workers_needed") or 0
     if needed > workers:
         used += (f"; this load needs about {needed} client processes ({TOKENS_PER_S_PER_WORKER:,} streamed "

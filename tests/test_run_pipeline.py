@@ -184,7 +184,7 @@ def test_client_bound_advice_suggests_workers_only_where_a_core_is_spare():
     assert "--workers" not in said and "more client processes cannot help" in said and "2 core(s)" in said
     assert "this load needs about 20 client processes (5,000 streamed tokens/s each)" in said
     assert "fewer streams (up to 512 each in this run)" in said and "more cores" in said and "--ray" in said
-    assert "the client used 0.90 cores on average" in said
+    assert "its processes used 0.90 cores in all on average" in said
     on_ray = client_bound_advice({**summary, "ray_nodes": [{}, {}]}, cpu_count=2)
     assert "2 Ray node(s)" in on_ray and "add nodes" in on_ray and "--workers" not in on_ray
 
