@@ -10,29 +10,28 @@ Records come back by polling: every POLL_S the driver asks each actor for the re
 last ask and hands them to the one writer (harness.results) as they arrive. Polling, not a ray.util.queue:
 a queue is one more actor (a process that can die, a hop more), while a poll that fails says exactly which
 actor died and which of its records the driver already holds. Its planned requests without a record are
-then counted failed (reason actor_lost) and the run goes on. Ray is an optional extra, imported only here
-and only when a run asks for it.
+then counted failed (reason actor_lost) and the run goes on. The node side is harness.ray_actor. Ray is an
+optional extra, imported only once a run asks for it.
 """
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
-import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.clock_offset import ClockOffset, measure_offset
+from harness.ray_actor import ShardActor
 from harness.results import RequestRecord
-from harness.runner import Runner, RunOutcome, group_jobs, run_blocking
+from harness.runner import RunOutcome, group_jobs, t0_ahead_ns
 from harness.workers import concurrency_share
 
 POLL_S = 0.2
 SILENT_ACTOR_S = 30.0  # a poll unanswered this long: the actor (or its node) is taken for lost
-ACTOR_START_TIMEOUT_S = 120.0
-CONNECT_TIMEOUT_S = 5.0  # placing actors and shipping them the harness's code
+DEFAULT_MAX_CLOCK_UNCERTAINTY_MS = 1.0  # load.ray_max_clock_uncertainty_ms unset; a Ray round trip here: ~0.7 ms
+ACTOR_START_TIMEOUT_S = 120.0  # placing actors and shipping them the harness's code
+CONNECT_TIMEOUT_S = 5.0  # a GCS address that does not accept a TCP connection by then is not a cluster
 INSTALL_HINT = "install the extra: pip install -e '.[ray]' (or pip install 'ray>=2.9')"
 
 
@@ -46,58 +45,6 @@ def _ray():
     except ImportError:
         raise DistributedError(f"load.ray: Ray is not installed; {INSTALL_HINT}") from None
     return ray
-
-
-class ShardActor:
-    """Runs on a node (as a Ray actor): one Runner on its shard, records kept until the driver takes them."""
-
-    def __init__(self) -> None:
-        self._records: deque = deque()
-        self._finished: dict | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._stop_asked = False
-
-    def where(self) -> dict:
-        import ray
-        return {"pid": os.getpid(), "host": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id()}
-
-    def wall_clock_ns(self) -> int:
-        return time.time_ns()
-
-    def start(self, requests, target, concurrency, dispatch_until_s, t0_wall_ns: int) -> None:
-        """t0_wall_ns: the run's t0 on this node's wall clock (the driver's t0 plus the measured offset)."""
-        t0_ns = time.perf_counter_ns() + (t0_wall_ns - time.time_ns())
-        threading.Thread(target=self._run, args=(requests, target, concurrency, dispatch_until_s, t0_ns),
-                         daemon=True).start()
-
-    def _run(self, requests, target, concurrency, dispatch_until_s, t0_ns: int) -> None:
-        def make_runner() -> Runner:
-            self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-            if self._stop_asked:
-                self._stop.set()
-            return Runner(target, requests, concurrency, self._records.append, t0_ns=t0_ns, stop=self._stop,
-                          dispatch_until_s=dispatch_until_s)
-        cpu_start = time.process_time()
-        try:
-            outcome = run_blocking(make_runner)
-            self._finished = {"loop_lag_s": outcome.loop_lag_s, "interrupted": outcome.interrupted,
-                              "cpu_s": time.process_time() - cpu_start}
-        except BaseException as e:  # reported to the driver, which counts the shard's missing records
-            self._finished = {"error": f"the runner failed: {type(e).__name__}: {e}"}
-
-    def take(self) -> tuple[list[RequestRecord], dict | None]:
-        """The records finished since the last call, and the runner's end once every record is taken."""
-        finished = self._finished  # read first: once it is set, every record is already in the deque
-        taken = []
-        while self._records:
-            taken.append(self._records.popleft())
-        return taken, finished
-
-    def stop(self) -> None:
-        self._stop_asked = True
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
 
 
 @dataclass
@@ -159,7 +106,9 @@ class RayCrew:
 
     async def run(self, target, on_record, stop: asyncio.Event, dispatch_until_s: float | None,
                   t0_ns: int) -> RunOutcome:
-        """t0_ns: the driver's perf_counter_ns at t0; its wall-clock reading at that instant is sent out."""
+        """t0_ns: the driver's perf_counter_ns at t0 (later if that leaves the actors too little time to open their
+        connections); its wall-clock reading at that instant is what the actors get."""
+        t0_ns = max(t0_ns, t0_ahead_ns(len(self.shards), spawn=False, connect=True))
         self.t0_wall_ns = time.time_ns() + (t0_ns - time.perf_counter_ns())
         for s in self.shards:
             s.actor.start.remote(s.requests, target, s.concurrency, dispatch_until_s,
@@ -238,9 +187,10 @@ class RayCrew:
             ray.shutdown()
 
 
-def start_crew(address: str, requests: list, concurrency: int | None, max_uncertainty_s: float,
+def start_crew(address: str, requests: list, concurrency: int | None, max_uncertainty_ms: float | None = None,
                exchanges: int = 32) -> RayCrew:
     """Connects, places one actor per node with a CPU, measures each clock; DistributedError when it cannot."""
+    max_uncertainty_s = (max_uncertainty_ms or DEFAULT_MAX_CLOCK_UNCERTAINTY_MS) / 1e3
     ray = _ray()
     owns_ray = not ray.is_initialized()
     if owns_ray:

@@ -26,7 +26,7 @@ from harness.scenario import Scenario, ScenarioError
 from harness.server_metrics import counter_deltas
 from harness.session import EngineSession, engine_session
 from harness.tokenizer_source import resolve_tokenizer
-from harness.workers import resolve_workers, run_plan
+from harness.workers import resolve_workers, run_plan, workers_needed
 from harness.workload import build_plan
 
 MIN_COMPLETED_SHARE = 0.5  # a run where fewer measured requests completed is a failed run (exit 4)
@@ -139,7 +139,7 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
     crew = None
     if load.ray:  # one client actor per node; refused here when a node's clock is not known well enough
         crew = cleanup.enter_context(closing(start_crew(load.ray, plan.requests, load.concurrency,
-                                                        load.ray_max_clock_uncertainty_ms / 1e3)))
+                                                        load.ray_max_clock_uncertainty_ms)))
         n_workers = len(crew.shards)
     launched = session.launched
     target = Target(url, backend.api, backend.model, backend.request_timeout_s, dict(backend.headers),
@@ -177,7 +177,9 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
     summary = summarize(outcome.records, scenario.slo.model_dump(), outcome.loop_lag_s)
     reasons = client_bound_reasons(summary)
     summary.update(client_bound=bool(reasons), client_bound_reasons=reasons, interrupted=outcome.interrupted,
-                   workers=n_workers, client_cpu_s=outcome.client_cpu_s, token_count_method=plan.token_count_method, **outcome.completeness())
+                   workers=n_workers, client_cpu_s=outcome.client_cpu_s, token_count_method=plan.token_count_method,
+                   workers_needed=workers_needed(plan.requests, load.concurrency, plan.duration_s),
+                   **outcome.completeness())
     if crew:
         summary["ray_nodes"] = crew.node_counts()
     if stopped_by in ("SIGINT", "SIGTERM"):
@@ -232,4 +234,3 @@ async def _load(plan, target: Target, concurrency, n_workers: int, writer: Resul
             if handler is not None:  # remove_signal_handler leaves the default, not what was there
                 signal.signal(sig, handler)
     return outcome, (stopped_by[0] if stopped_by else None)
-

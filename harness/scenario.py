@@ -277,7 +277,8 @@ class LoadConfig(Strict):
     workers: Literal["auto"] | int = "auto"  # client processes sending the load; auto sizes by token rate
     # a Ray cluster to send the load from, one client actor per node (harness.ray_shards): auto or its address
     ray: str | None = None
-    ray_max_clock_uncertainty_ms: float = Field(default=1.0, gt=0, le=1000, description="ms")
+    # unset: harness.ray_shards.DEFAULT_MAX_CLOCK_UNCERTAINTY_MS (None, so runs from before the option compare equal)
+    ray_max_clock_uncertainty_ms: float | None = Field(default=None, gt=0, le=1000, description="ms")
     sweep: list[float] | None = None  # requests/s (open arrivals) or requests in flight (closed), one point each
 
     @field_validator("workers", mode="before")

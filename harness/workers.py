@@ -31,18 +31,22 @@ TOKENS_PER_S_PER_WORKER = 5000
 WORKER_START_TIMEOUT_S = 120.0  # spawning imports the harness anew in each process
 
 
+def workers_needed(requests: list, concurrency: int | None, duration_hint_s: float | None) -> int:
+    """Client processes the plan needs: one per TOKENS_PER_S_PER_WORKER streamed tokens/s (closed loop: per 256
+    streams), whatever the cores."""
+    offsets = [r.intended_offset_s for r in requests if r.intended_offset_s is not None]
+    tokens = sum(r.output_tokens for r in requests)
+    span_s = (max(offsets) - min(offsets)) if len(offsets) > 1 else (duration_hint_s or 0.0)
+    if span_s > 0:
+        return max(1, math.ceil(tokens / span_s / TOKENS_PER_S_PER_WORKER))
+    return max(1, math.ceil((concurrency or 1) / 256))
+
+
 def resolve_workers(option, requests: list, concurrency: int | None, duration_hint_s: float | None,
                     cpu_count: int) -> int:
-    """`auto`: one process per TOKENS_PER_S_PER_WORKER streamed tokens/s, leaving one core free."""
+    """`auto`: the processes the plan needs (workers_needed), at most one per core but one."""
     if option is None or option == "auto":
-        offsets = [r.intended_offset_s for r in requests if r.intended_offset_s is not None]
-        tokens = sum(r.output_tokens for r in requests)
-        span_s = (max(offsets) - min(offsets)) if len(offsets) > 1 else (duration_hint_s or 0.0)
-        if span_s > 0:
-            need = math.ceil(tokens / span_s / TOKENS_PER_S_PER_WORKER)
-        else:  # closed loop: one process per 256 streams
-            need = math.ceil((concurrency or 1) / 256)
-        return max(1, min(need, max(1, cpu_count - 1)))
+        return min(workers_needed(requests, concurrency, duration_hint_s), max(1, cpu_count - 1))
     try:
         n = int(option)
     except (TypeError, ValueError):
@@ -63,7 +67,11 @@ def client_bound_advice(summary: dict, cpu_count: int | None) -> str:
     streams = (summary.get("concurrency") or {}).get("max")
     each = f" (up to {math.ceil(streams / workers)} each in this run)" if streams else ""
     cpu_s, window_s = summary.get("client_cpu_s"), summary.get("window_s")
-    used = f"; the client used {cpu_s / window_s:.2f} cores on average" if cpu_s and window_s else ""
+    used = f"; its processes used {cpu_s / window_s:.2f} cores in all on average" if cpu_s and window_s else ""
+    needed = summary.get("workers_needed") or 0
+    if needed > workers:
+        used += (f"; this load needs about {needed} client processes ({TOKENS_PER_S_PER_WORKER:,} streamed "
+                 f"tokens/s each)")
     if nodes:
         return (f"the load already ran on {nodes} Ray node(s), one client process each{used}: add nodes so each "
                 f"holds fewer streams{each}, or lower the load")

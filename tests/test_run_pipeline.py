@@ -18,7 +18,7 @@ from harness.scenario import LaunchConfig, ScenarioError, load_scenario
 from harness.session import engine_sizing
 from harness.tokenizer_source import ApproximateTokenizer, LocalTokenizer, TokenizerError, resolve_tokenizer
 from harness.workload import build_plan
-from harness.workers import client_bound_advice, resolve_workers
+from harness.workers import client_bound_advice, resolve_workers, workers_needed
 
 
 @pytest.fixture(scope="module")
@@ -178,11 +178,13 @@ def test_client_bound_advice_suggests_workers_only_where_a_core_is_spare():
     assert client_bound_advice(summary, cpu_count=16).startswith("use --workers 15 (up to one per core but one")
     # a 2-core machine: auto already chose 1 process (one core stays for the rest), so no --workers advice
     reqs = [gt_request(i, i * 0.001, 99) for i in range(1001)]  # ~99,000 tokens/s: many processes' worth
-    assert resolve_workers("auto", reqs, None, None, cpu_count=2) == 1
-    said = client_bound_advice({**summary, "workers": 1}, cpu_count=2)
+    assert workers_needed(reqs, None, None) == 20 and resolve_workers("auto", reqs, None, None, cpu_count=2) == 1
+    assert resolve_workers("auto", reqs, None, None, cpu_count=64) == 20  # auto takes what it needs where it can
+    said = client_bound_advice({**summary, "workers": 1, "workers_needed": 20}, cpu_count=2)
     assert "--workers" not in said and "more client processes cannot help" in said and "2 core(s)" in said
+    assert "this load needs about 20 client processes (5,000 streamed tokens/s each)" in said
     assert "fewer streams (up to 512 each in this run)" in said and "more cores" in said and "--ray" in said
-    assert "the client used 0.90 cores on average" in said
+    assert "its processes used 0.90 cores in all on average" in said
     on_ray = client_bound_advice({**summary, "ray_nodes": [{}, {}]}, cpu_count=2)
     assert "2 Ray node(s)" in on_ray and "add nodes" in on_ray and "--workers" not in on_ray
 
