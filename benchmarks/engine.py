@@ -1,14 +1,17 @@
 """Side-by-side measurements of the built-in engine (native_engine), printed as a JSON report.
 
-  (a) single-stream decode tok/s next to the memory-bandwidth roofline measured in the same run
-  (b) total output tok/s through the HTTP server at 1, 8, 32, 64 concurrent streams, next to llama.cpp's
-      llama-server on the same GGUF and jobs (benchmarks/build_llama_server.sh builds it)
+  (a) single-stream decode tok/s next to the memory-bandwidth roofline measured in the same run, and the
+      engine's own overhead per step at batch 64, for each runtime (numpy, torch:int8, torch:bf16)
+  (b) total output tok/s through the HTTP server at 1, 8, 32, 64 concurrent streams for each runtime, side by
+      side with llama.cpp's llama-server on the same GGUF, jobs and threads (benchmarks/build_llama_server.sh
+      builds it): all servers up, all but the measured one paused, turns interleaved per level
   (c) continuous vs static batching on mixed output lengths
   (d) chunked prefill on/off: ITL p99 of running streams while long prompts arrive
   (e) prefix caching on/off: TTFT on a shared-prefix workload
 
 Servers run as subprocesses (`python -m native_engine serve`) so the client's event loop does
-not share a GIL with the engine. Run: python benchmarks/engine.py [--only a,b] [--quick]
+not share a GIL with the engine. Run (timings: under the shared lock):
+  flock /work/wt/measure.lock python benchmarks/engine.py [--only a,b] [--quick] [--threads 2]
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import glob
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -40,7 +44,7 @@ def text_of(n_words: int, offset: int = 0) -> str:
 
 
 # ---- (a) in-process single stream vs roofline ----------------------------------------------
-def single_stream(output_tokens: int, blas_threads: int) -> dict:
+def single_stream(output_tokens: int, blas_threads: int, runtime: str = "numpy") -> dict:
     from native_engine.llm_engine import EngineConfig, LLMEngine
     from native_engine.blas import measure_read_bandwidth_gbs, set_blas_threads
     from native_engine.sequence import SamplingParams
@@ -48,7 +52,8 @@ def single_stream(output_tokens: int, blas_threads: int) -> dict:
     if blas_threads:
         set_blas_threads(blas_threads)
 
-    engine = LLMEngine(EngineConfig(kv_cache_tokens=4096))
+    runtime, _, dtype = runtime.partition(":")
+    engine = LLMEngine(EngineConfig(kv_cache_tokens=4096, runtime=runtime, dtype=dtype or "int8", threads=blas_threads))
     prompt = engine.tokenizer.encode(text_of(20))
     engine.generate([prompt], SamplingParams(max_tokens=4, temperature=0.0))  # warm up
     engine.add_request("a", prompt, SamplingParams(max_tokens=output_tokens, temperature=0.0, ignore_eos=True))
@@ -87,37 +92,45 @@ def single_stream(output_tokens: int, blas_threads: int) -> dict:
 async def server(*flags: str):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "native_engine", "serve", "--port", str(port), *SERVER_FLAGS, *flags],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                            stdout=subprocess.PIPE, text=True)   # stderr: a failed start says why
     try:
         proc.stdout.readline()   # the "serving on" line: model loaded, socket bound
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", proc
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGCONT)   # a paused process cannot act on SIGTERM
+    proc.terminate()
+    proc.wait(timeout=30)
 
 
 @contextlib.asynccontextmanager
-async def llama_server(binary: str, parallel: int):
+async def llama_server(binary: str, parallel: int, threads: int):
     """llama.cpp's server on the same GGUF, with continuous batching over `parallel` slots."""
     from native_engine.model_files import resolve_model
 
     port = free_port()
     proc = subprocess.Popen([binary, "-m", str(resolve_model("smollm2")), "--host", "127.0.0.1", "--port", str(port),
-                             "--parallel", str(parallel), "--cont-batching", "-t", "2", "-c", str(512 * parallel),
-                             "-a", "smollm2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--parallel", str(parallel), "--cont-batching", "-t", str(threads),
+                             "-c", str(512 * parallel), "-a", "smollm2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as http:
             for _ in range(600):                          # /health answers 503 while the model loads
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{binary} exited with status {proc.returncode} before it was healthy")
                 with contextlib.suppress(aiohttp.ClientError):
                     async with http.get(url + "/health") as resp:
                         if resp.status == 200:
                             break
                 await asyncio.sleep(0.1)
-        yield url
+        yield url, proc
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop(proc)
 
 
 async def stream_request(http: aiohttp.ClientSession, url: str, prompt: str, max_tokens: int,
@@ -171,30 +184,48 @@ def summarize(results: list[dict]) -> dict:
 
 # ---- (b)-(e) -------------------------------------------------------------------------------
 async def concurrency_sweep(levels: list[int], output_tokens: int, llama_server_binary: str | None,
-                            runtimes: tuple[str, ...] = ("numpy",), dtype: str = "int8") -> dict:
-    """Total output tok/s at each level for each native runtime ('native' is numpy, 'native_torch' torch),
-    and llama-server's on the same GGUF and jobs when it is built. One server runs at a time."""
-    engines = {("native" if rt == "numpy" else f"native_{rt}"):
-               (lambda rt=rt: server("--max-num-seqs", str(max(levels)), "--runtime", rt, "--dtype", dtype))
-               for rt in runtimes}
+                            runtimes: tuple[str, ...] = ("numpy",), threads: int = 2) -> dict:
+    """Total output tok/s at each level for each native runtime ('numpy', or 'torch:int8' style names) and
+    llama-server's on the same GGUF, jobs and threads. All servers start at once, all paused (SIGSTOP) but
+    the one measured; at each level each engine runs in turn (the order rotates per level), so machine
+    load from elsewhere falls on all of them alike."""
+    starts = {}
+    for name in runtimes:
+        runtime, _, dtype = name.partition(":")
+        flags = ["--max-num-seqs", str(max(levels)), "--runtime", runtime, "--dtype", dtype or "int8",
+                 "--kv-cache-tokens", "16384"]   # room for 64 streams; the default's 1.5 GB x 3 servers is not needed
+        starts[f"native_{runtime}" + (f"_{dtype}" if dtype else "")] = lambda flags=flags: server(*flags)
     if llama_server_binary:
-        engines["llama_server"] = lambda: llama_server(llama_server_binary, max(levels))
-    out = {}
-    for name, start in engines.items():
-        async with start() as url:
-            await run_clients(url, [(text_of(8), 4)], 1)    # warm up
-            for n in levels:
-                jobs = [(text_of(20, offset=i), output_tokens) for i in range(n)]
+        starts["llama_server"] = lambda: llama_server(llama_server_binary, max(levels), threads)
+    out = {"uptime_before": uptime()}
+    async with contextlib.AsyncExitStack() as stack:
+        engines = {}
+        for name, start in starts.items():
+            url, proc = await stack.enter_async_context(start())
+            await run_clients(url, [(text_of(8), 4)], 1)    # warm up, then wait paused
+            os.kill(proc.pid, signal.SIGSTOP)
+            engines[name] = (url, proc)
+        for k, n in enumerate(levels):
+            jobs = [(text_of(20, offset=i), output_tokens) for i in range(n)]
+            names = list(engines)
+            for name in names[k % len(names):] + names[:k % len(names)]:
+                url, proc = engines[name]
+                os.kill(proc.pid, signal.SIGCONT)
+                await run_clients(url, [(text_of(8), 2)], 1)   # woken and serving
                 out.setdefault(f"streams_{n}", {})[name] = summarize(await run_clients(url, jobs, n))
+                os.kill(proc.pid, signal.SIGSTOP)
+    out["uptime_after"] = uptime()
     if llama_server_binary:
-        best_llama = max(level["llama_server"]["output_tok_s"] for level in out.values())
-        for level in out.values():
-            for name in engines:
-                if name.startswith("native"):
-                    level[f"{name}_over_best_llama_server"] = round(level[name]["output_tok_s"] / best_llama, 2)
-                    level[f"{name}_over_llama_server"] = round(
-                        level[name]["output_tok_s"] / level["llama_server"]["output_tok_s"], 2)
+        for key, level in out.items():
+            if key.startswith("streams_"):
+                llama = level["llama_server"]["output_tok_s"]
+                level["tok_s_over_llama_server"] = {name: round(level[name]["output_tok_s"] / llama, 2)
+                                                    for name in engines if name != "llama_server"}
     return out
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
 async def batching_modes(n_requests: int, concurrency: int, max_output_tokens: int) -> dict:
@@ -202,7 +233,7 @@ async def batching_modes(n_requests: int, concurrency: int, max_output_tokens: i
     jobs = [(text_of(20, offset=i), int(rng.integers(8, max_output_tokens))) for i in range(n_requests)]
     out = {}
     for name, flags in (("continuous", ()), ("static", ("--static-batching",))):
-        async with server("--max-num-seqs", str(concurrency), *flags) as url:
+        async with server("--max-num-seqs", str(concurrency), *flags) as (url, _):
             out[name] = summarize(await run_clients(url, jobs, concurrency))
     out["continuous_over_static_tok_s"] = round(out["continuous"]["output_tok_s"] / out["static"]["output_tok_s"], 2)
     return out
@@ -211,7 +242,7 @@ async def batching_modes(n_requests: int, concurrency: int, max_output_tokens: i
 async def chunked_prefill(n_running: int, n_long: int, long_words: int, running_tokens: int) -> dict:
     out = {}
     for name, flags in (("chunked", ()), ("whole", ("--no-chunked-prefill", "--max-num-batched-tokens", "4096"))):
-        async with server(*flags) as url:
+        async with server(*flags) as (url, _):
             async with aiohttp.ClientSession() as http:
                 started = []
                 running = [asyncio.create_task(stream_request(http, url, text_of(10, i), running_tokens, started))
@@ -233,41 +264,45 @@ async def prefix_caching(n_requests: int, prefix_words: int) -> dict:
     jobs = [(f"{prefix} question {i}: {text_of(6, i)}", 8) for i in range(n_requests)]
     out = {}
     for name, flags in (("on", ()), ("off", ("--no-prefix-caching",))):
-        async with server(*flags) as url:
+        async with server(*flags) as (url, _):
             out[name] = summarize(await run_clients(url, jobs, 2))
     out["ttft_p50_off_over_on"] = round(out["off"]["ttft_p50_ms"] / out["on"]["ttft_p50_ms"], 2)
     return out
 
 
 def default_llama_server() -> str:
+    """$LLAMA_SERVER, else a cached build (a -noamx one first: the AMX build dies of SIGILL where the
+    kernel does not grant AMX)."""
+    if os.environ.get("LLAMA_SERVER"):
+        return os.environ["LLAMA_SERVER"]
     found = glob.glob(os.path.expanduser("~/.cache/llm-serving-bench/llama-server-*/bin/llama-server"))
-    return sorted(found)[-1] if found else ""
+    return sorted(found, key=lambda path: ("noamx" in path, path))[-1] if found else ""
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="a,b,c,d,e", help="comma-separated parts to run")
     parser.add_argument("--quick", action="store_true", help="smaller workloads, for a smoke run")
-    parser.add_argument("--blas-threads", type=int, default=0,
-                        help="OpenBLAS threads of the engine (0: numpy's default, one per core; 1 is far "
-                             "steadier when other processes compete for the cores)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                        help="threads of every server in (b)-(e): OpenBLAS's (numpy), torch's, llama-server's -t "
+                             "(default: one per core)")
     parser.add_argument("--llama-server", default=default_llama_server(),
                         help="llama-server binary for the side-by-side in (b); default: the cached build of "
                              "benchmarks/build_llama_server.sh, if any ('' to skip)")
-    parser.add_argument("--runtimes", default="numpy,torch" if importlib.util.find_spec("torch") else "numpy",
-                        help="native runtimes to compare in (b), comma-separated (default: numpy, and torch "
-                             "when installed)")
-    parser.add_argument("--dtype", default="int8", help="torch runtime's weights: int8, bf16 or fp32")
+    parser.add_argument("--runtimes", default="numpy,torch:int8,torch:bf16" if importlib.util.find_spec("torch")
+                        else "numpy", help="native runtimes to compare in (a) and (b), comma-separated, torch as "
+                                           "torch:DTYPE (default: numpy, and torch int8 and bf16 when installed)")
     args = parser.parse_args()
-    SERVER_FLAGS.extend(["--blas-threads", str(args.blas_threads)])
+    SERVER_FLAGS.extend(["--blas-threads", str(args.threads)])
     parts, q = set(args.only.split(",")), args.quick
     report = {}
     if "a" in parts:
-        report["a_single_stream"] = single_stream(32 if q else 128, args.blas_threads)
+        report["a_single_stream"] = {name: single_stream(32 if q else 128, args.threads, name)
+                                     for name in args.runtimes.split(",")}
         print(json.dumps({"a_single_stream": report["a_single_stream"]}), flush=True)
     runs = {"b_concurrency": lambda: concurrency_sweep([1, 8] if q else [1, 8, 32, 64], 32 if q else 128,
                                                         args.llama_server or None,
-                                                        tuple(args.runtimes.split(",")), args.dtype),
+                                                        tuple(args.runtimes.split(",")), args.threads),
             "c_batching": lambda: batching_modes(8 if q else 64, 4 if q else 16, 48 if q else 192),
             "d_chunked_prefill": lambda: chunked_prefill(4 if q else 8, 2 if q else 4, 300 if q else 1200,
                                                          48 if q else 160),

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# GPU telemetry check, < 5 minutes: the recorder samples NVML + GPM for ~30 s while a known
-# workload (idle / 4 GiB copies / bf16 matmuls / idle, with torch+CUDA) runs, then prints the
-# series and PASS/FAIL per check. Outputs go to $OUT (or ./gpu_check_out): telemetry.csv and
-# nvml_recorded.json (a real replay fixture for tests/test_telemetry_gpu.py).
-# Usage: benchmarks/gpu_check.sh [--interval-ms 500] [--out DIR]
+# GPU check for a device machine, < 10 minutes, no network needed (torch with CUDA preinstalled):
+#  1. telemetry: the recorder samples NVML + GPM for ~30 s while a known workload (idle / 4 GiB copies /
+#     bf16 matmuls / idle) runs; prints the series and PASS/FAIL per check (benchmarks/gpu_check.py).
+#  2. the built-in engine on CUDA: decode step time with and without CUDA graphs at batch 1, 8, 64
+#     (benchmarks/gpu_native.py steps).
+#  3. `bench run scenarios/native_cuda.yaml` (torch runtime on CUDA, GPU telemetry live), then checks its
+#     DRAM-bandwidth and tensor-activity series are nonzero while requests ran (gpu_native.py telemetry).
+# Outputs go to $OUT (or ./gpu_check_out): telemetry.csv, nvml_recorded.json (a real replay fixture for
+# tests/test_telemetry_gpu.py), cuda_steps.json, bench_run/. Exit status: the first failing part's.
+# Usage: benchmarks/gpu_check.sh [--interval-ms 500]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python}"
@@ -28,4 +33,16 @@ PY
 ) || fail "$reason"
 echo "gpu_check: $reason"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,power.limit,clocks.max.memory --format=csv || true
-exec timeout 280 "$PYTHON" benchmarks/gpu_check.py "$@"
+OUT_DIR="${OUT:-gpu_check_out}"
+mkdir -p "$OUT_DIR"
+status=0
+timeout 120 "$PYTHON" benchmarks/gpu_check.py --out "$OUT_DIR" "$@" || status=$?
+echo "== native engine on CUDA: step time with and without CUDA graphs"
+timeout 180 "$PYTHON" benchmarks/gpu_native.py steps "$OUT_DIR" || status=${status/#0/$?}
+echo "== bench run scenarios/native_cuda.yaml (GPU telemetry live)"
+if timeout 200 "$PYTHON" -m harness run scenarios/native_cuda.yaml --output "$OUT_DIR/bench_run" --overwrite; then
+  "$PYTHON" benchmarks/gpu_native.py telemetry "$OUT_DIR/bench_run" || status=${status/#0/$?}
+else
+  echo "gpu_check: FAILED: bench run of scenarios/native_cuda.yaml"; status=${status/#0/1}
+fi
+exit "$status"

@@ -57,8 +57,11 @@ def serve(
     runtime: str = typer.Option("numpy", help="Forward-step kernels: 'numpy' (fp32, the exact reference the "
                                               "golden tests pin), 'torch' (the optional extra: int8/bf16 weights, "
                                               "faster) or 'auto' (torch when installed)"),
-    dtype: str = typer.Option("int8", help="--runtime torch: weights as 'int8' (per-channel, fbgemm), 'bf16' "
+    dtype: str = typer.Option("int8", help="--runtime torch: weights as 'int8' (per-channel; CPU only), 'bf16' "
                                            "or 'fp32'"),
+    device: str = typer.Option("cpu", help="--runtime torch: 'cpu', 'cuda' or 'auto' (cuda when torch sees a GPU)"),
+    cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
+                                     help="On CUDA: replay captured graphs for decode steps"),
 ) -> None:
     """Serve the built-in engine: /v1/completions, /v1/chat/completions, /metrics, /health."""
     if data_parallel > 1 or disaggregate is not None:
@@ -84,7 +87,8 @@ def serve(
             kv_cache_tokens=kv_cache_tokens, enable_prefix_caching=not no_prefix_caching, step_trace=step_trace,
             prefix_cache=prefix_cache,
             enable_jump_forward=not no_jump_forward,
-            runtime=runtime, dtype=dtype, threads=blas_threads, kv_transfer_dir=kv_transfer_dir,
+            runtime=runtime, dtype=dtype, threads=blas_threads, device=device, cuda_graphs=cuda_graphs,
+            kv_transfer_dir=kv_transfer_dir,
             scheduler=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                       max_waiting=max_waiting, enable_chunked_prefill=not no_chunked_prefill,
                                       static_batching=static_batching, schedule_policy=schedule_policy,
@@ -103,7 +107,8 @@ def serve(
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)
         typer.echo(f"native_engine serving {served_model_name} on http://{host}:{bound_port} "
                    f"(max_model_len {engine.max_model_len}, {engine.block_manager.num_blocks} KV blocks, "
-                   f"{type(engine.runner).__name__} {getattr(engine.runner, 'dtype', 'fp32')})")
+                   f"{type(engine.runner).__name__} {getattr(engine.runner, 'dtype', 'fp32')} "
+                   f"{getattr(engine.runner, 'device', 'cpu')})")
         await stop.wait()
         await runner.cleanup()
         if kv_transfer_dir:   # a disaggregated deployment's worker: whichever process stops last leaves nothing

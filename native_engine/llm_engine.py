@@ -49,6 +49,8 @@ class EngineConfig:
     runtime: str = "numpy"               # "numpy" (fp32 reference), "torch" or "auto"; see runtime.py
     dtype: str = "int8"                  # torch's weights: "int8", "bf16" or "fp32"
     threads: int = 0                     # torch's threads (0: one per core this process may use)
+    device: str = "cpu"                  # torch's device: "cpu", "cuda" or "auto" (cuda when torch sees a GPU)
+    cuda_graphs: bool = True             # on CUDA: replay captured graphs for decode steps (off: launch each kernel)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     speculative: SpeculativeConfig | None = None   # None: no speculative decoding
     kv_transfer_dir: str | None = None   # a worker of a disaggregated deployment: KV files go here (kv_transfer.py)
@@ -126,7 +128,7 @@ class LLMEngine:
         self.block_manager = BlockManager(num_blocks, config.kv_block_size, config.enable_prefix_caching,
                                           config.prefix_cache)
         self.runner = make_runner(self.model_config, weights, num_blocks, config.kv_block_size,
-                                  config.runtime, config.dtype, config.threads,
+                                  config.runtime, config.dtype, config.threads, config.device, config.cuda_graphs,
                                   few_rows_weights=config.speculative is not None)
         self.scheduler = Scheduler(config.scheduler, self.block_manager)
         spec = config.speculative

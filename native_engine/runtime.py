@@ -30,14 +30,18 @@ def resolve_runtime(runtime: str) -> str:
 
 
 def make_runner(config: ModelConfig, weights: ModelWeights, num_kv_blocks: int, kv_block_size: int,
-                runtime: str = "numpy", dtype: str = "int8", threads: int = 0, few_rows_weights: bool = False):
-    """A ModelRunner (numpy fp32, exact reference) or a TorchModelRunner (weights in `dtype`).
+                runtime: str = "numpy", dtype: str = "int8", threads: int = 0, device: str = "cpu",
+                cuda_graphs: bool = True, few_rows_weights: bool = False):
+    """A ModelRunner (numpy fp32, exact reference) or a TorchModelRunner (weights in `dtype`, on `device`).
     few_rows_weights (numpy only): keep transposed layer weights for speculative verification chunks."""
     if dtype not in TORCH_DTYPES:
         raise ValueError(f"dtype {dtype!r}: choose one of {', '.join(TORCH_DTYPES)} (used by runtime torch)")
     if resolve_runtime(runtime) == "torch":
         from native_engine.torch_runner import TorchModelRunner  # torch is imported only here
-        return TorchModelRunner(config, weights, num_kv_blocks, kv_block_size, dtype=dtype, threads=threads)
+        return TorchModelRunner(config, weights, num_kv_blocks, kv_block_size, dtype=dtype, threads=threads,
+                                device=device, cuda_graphs=cuda_graphs)
+    if device != "cpu":
+        raise ValueError(f"device {device!r} needs --runtime torch; the numpy runtime runs on the CPU only")
     from native_engine.model_runner import ModelRunner
     return ModelRunner(config, weights, num_kv_blocks=num_kv_blocks, kv_block_size=kv_block_size,
                        few_rows_weights=few_rows_weights)

@@ -43,7 +43,8 @@ def test_with_torch_auto_is_torch(monkeypatch):
 
 
 def test_only_the_torch_runner_imports_torch_at_module_level():
-    """torch is an optional extra: importing any other module must work without it."""
+    """torch is an optional extra: importing any other module must work without it (the runner's own
+    modules, torch_*.py, are imported only by runtime.make_runner for --runtime torch)."""
     offenders = set()
     for package in ("harness", "backends", "reports", "native_engine"):
         for path in (ROOT / package).rglob("*.py"):
@@ -52,4 +53,11 @@ def test_only_the_torch_runner_imports_torch_at_module_level():
                          else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
                 if any(n == "torch" or n.startswith("torch.") for n in names):
                     offenders.add(str(path.relative_to(ROOT)))
-    assert offenders == {"native_engine/torch_runner.py"}
+    assert offenders == {"native_engine/torch_runner.py", "native_engine/torch_linear.py",
+                         "native_engine/torch_cuda_graphs.py"}
+
+
+def test_numpy_runtime_refuses_a_gpu_device(tmp_path):
+    config, weights = load_gguf(write_tiny_llama_gguf(tmp_path / "tiny.gguf", seed=1))
+    with pytest.raises(ValueError, match="device 'cuda' needs --runtime torch"):
+        runtime.make_runner(config, weights, 8, 4, runtime="numpy", device="cuda")

