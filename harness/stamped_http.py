@@ -83,7 +83,7 @@ class _Exchange:
         self.error_body_bytes = error_body_bytes
         self.kernel_now = self.loop_now = 0
         self.close_delimited = True  # no Content-Length, not chunked: the body ends when the connection does
-        self.complete = False
+        self.complete = self.keep_alive = False
 
     # --- httptools callbacks ---
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -92,6 +92,7 @@ class _Exchange:
 
     def on_headers_complete(self) -> None:
         self.out.status = self.parser.get_status_code()
+        self.keep_alive = self.parser.should_keep_alive()  # asked after the message it is always False
 
     def on_body(self, body: bytes) -> None:
         out = self.out
@@ -198,7 +199,7 @@ class StampedClient:
         except BaseException:
             self._discard(conn)
             raise
-        if self.keep_alive and exchange.complete and exchange.parser.should_keep_alive():
+        if self.keep_alive and exchange.complete and exchange.keep_alive:
             self._idle.append(conn)
         else:
             self._discard(conn)
