@@ -130,6 +130,18 @@ def _loads_one(payload: bytes):
 
 def sse_payloads(reads: list[bytes], read_times_ns: list[int], out: ParsedStream) -> tuple[list, list]:
     """The data payload of each event with the arrival time of the read that completed it."""
+    payloads, times = [], []
+    # The common case first: each read is one `data: {...}` event (a server's write, read in time);
+    # from the first read that is not, the whole rest goes through the general parse below.
+    first = 0
+    for data, t_ns in zip(reads, read_times_ns):
+        if not (data.startswith(b"data: {") and data.find(b"\n") == len(data) - 2 and data.endswith(b"\n\n")):
+            break
+        payloads.append(data[6:-2])
+        times.append(t_ns)
+        first += 1
+    if first:
+        reads, read_times_ns = reads[first:], read_times_ns[first:]
     raw = b"".join(reads)
     crlf = b"\r\n" in raw
     read_ends, pos = [], 0  # where each read ends in the (CRLF-normalised) whole stream
@@ -138,7 +150,6 @@ def sse_payloads(reads: list[bytes], read_times_ns: list[int], out: ParsedStream
         read_ends.append(pos)
     if crlf:
         raw = raw.replace(b"\r\n", b"\n")
-    payloads, times = [], []
     read_i, start = 0, 0
     while True:
         sep = raw.find(b"\n\n", start)

@@ -5,14 +5,22 @@ really wrote each chunk; the error is measured minus that truth, per request (TT
 gap (ITL). Open arrivals (default) are spaced so that `concurrency` streams are in flight;
 `--arrival closed` runs N workers back to back (streams then start and end in bursts).
 
+Token stamps (`--stamps`): `kernel` runs the stamped client (harness/stamped_http.py), whose records
+hold the kernel's receive time and the loop's time of every chunk, so both are judged in the same run
+(rows `kernel` and `kernel:loop`); `loop` runs the aiohttp path. Several are interleaved per level.
+`--pin` puts the server on core 0 at real-time priority (chrt -f) and the client on core 1.
+
     python benchmarks/fidelity.py                      # 1, 16, 64, 128, 256
     python benchmarks/fidelity.py --concurrency 1 16 64 256 1024 --workers 2
+    python benchmarks/fidelity.py --arrival closed --tokens 128 --concurrency 64 256 512 1024 --pin \
+        --stamps kernel loop
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
 import resource
 import sys
 import time
@@ -20,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent.parent / "tests")]
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, errors_against_truth, fetch_stats, gt_request  # noqa: E402
 
 from harness.metrics import summarize  # noqa: E402
@@ -54,8 +62,20 @@ def steady_concurrency(records, stream_s: float) -> float:
     return float(np.mean([np.count_nonzero((sends <= t) & (ends > t)) for t in grid]))
 
 
+def run_local(reqs, target: Target, cap: int | None, workers: int):
+    """The load from this machine's client processes (harness.workers)."""
+    async def go():
+        return await run_plan(reqs, target, cap, workers, lambda rec: None, asyncio.Event())
+    import uvloop
+    return uvloop.run(go())
+
+
+# How the load is generated: a distributed mode (Ray) adds its runner here, same signature and outcome
+LOAD_MODES = {"local": run_local}
+
+
 def measure(url: str, concurrency: int, rounds: int, tokens: int, workers: int, ttft_ms: float,
-            itl_ms: float, arrival: str) -> dict:
+            itl_ms: float, arrival: str, stamps: str = "auto", mode: str = "local") -> list[dict]:
     n = max(concurrency * rounds, 32)
     stream_s = (ttft_ms + (tokens - 1) * itl_ms) / 1e3
     if arrival == "closed":  # streams start and end together: the client sees bursts
@@ -65,19 +85,35 @@ def measure(url: str, concurrency: int, rounds: int, tokens: int, workers: int, 
     fetch_stats(url)  # clear the server's records
     cpu0, wall0, wait0 = _cpu_s(), time.perf_counter(), _runqueue_wait_s()
 
-    async def go():
-        cap = concurrency if arrival == "closed" else None
-        return await run_plan(reqs, Target(url), cap, workers, lambda rec: None, asyncio.Event())
-    import uvloop
-    out = uvloop.run(go())
+    out = LOAD_MODES[mode](reqs, Target(url, stamps=stamps), concurrency if arrival == "closed" else None, workers)
     wall_s, cpu_s, wait_s = time.perf_counter() - wall0, _cpu_s() - cpu0, _runqueue_wait_s() - wait0
     stats = fetch_stats(url)
-    err = errors_against_truth(out.records, out.t0_ns, stats["records"])
+    sources = {r.stamp_source for r in out.records if r.ok}
+    rows = [_row(out, stats, False, ("kernel" if sources == {"kernel"} else "loop") + f"/{stamps}", concurrency,
+                 workers, arrival, itl_ms, stream_s, wall_s, cpu_s, wait_s)]
+    if sources == {"kernel"}:  # the loop's stamps of the same chunks, same run
+        rows.append(_row(out, stats, True, "kernel:loop", concurrency, workers, arrival, itl_ms, stream_s, wall_s,
+                         cpu_s, wait_s))
+    return rows
+
+
+def shared_stamp_fraction(records) -> float:
+    """Token chunks whose stamp is the previous chunk's: they came in one read (an upper bound for the first)."""
+    shared = total = 0
+    for r in records:
+        shared += sum(a == b for a, b in zip(r.token_times_s, r.token_times_s[1:]))
+        total += max(0, len(r.token_times_s) - 1)
+    return shared / total if total else 0.0
+
+
+def _row(out, stats, loop_stamps, stamps, concurrency, workers, arrival, itl_ms, stream_s, wall_s, cpu_s, wait_s):
+    err = errors_against_truth(out.records, out.t0_ns, stats["records"], loop_stamps)
     summary = summarize(out.records, {}, out.loop_lag_s)
     client_part = np.add(err["send_lag_ms"], err["first_delivery_ms"])
     ttft_err, itl_err = np.asarray(err["ttft_err_ms"]), np.asarray(err["itl_err_ms"])
+    ok = [r for r in out.records if r.ok]
     return {
-        "concurrency": concurrency, "workers": workers, "arrival": arrival,
+        "stamps": stamps, "concurrency": concurrency, "workers": workers, "arrival": arrival,
         "nominal_tokens_per_s": concurrency * 1e3 / itl_ms,
         "streamed_tokens_per_s": summary["throughput"]["output_tokens_per_s"],
         "achieved_concurrency_mean": summary["concurrency"]["mean"],
@@ -94,6 +130,10 @@ def measure(url: str, concurrency: int, rounds: int, tokens: int, workers: int, 
         "server_lateness_mean_ms": stats["lateness_ms"]["mean"], "server_lateness_p99_ms": stats["lateness_ms"]["p99"],
         "send_lag_p99_ms": summary["client_lag_ms"]["p99"], "loop_lag_p99_ms": summary["event_loop_lag_ms"]["p99"],
         "client_cpu_cores": cpu_s / wall_s, "wall_s": wall_s,
+        "client_cpu_us_per_token": cpu_s / max(1, sum(r.output_tokens for r in ok)) * 1e6,
+        "send_to_written_mean_ms": float(np.mean([(r.request_written_s - r.actual_send_s) * 1e3 for r in ok
+                                                   if r.request_written_s is not None] or [np.nan])),
+        "shared_stamp_fraction": shared_stamp_fraction(ok),
         "client_cpu_wait_ms_per_s": wait_s / wall_s * 1e3,  # runnable, no core free (workers not counted)
         "client_bound": bool(client_bound_reasons(summary)),
     }
@@ -136,13 +176,15 @@ def machine_floor_ms(samples: int = 500, gap_s: float = 0.005) -> dict:
     return {"p50": float(np.percentile(lat, 50)), "p99": float(np.percentile(lat, 99)), "max": float(lat.max())}
 
 
-COLUMNS = [("concurrency", "conc", "{:d}"), ("streamed_tokens_per_s", "tok/s", "{:.0f}"),
+COLUMNS = [("stamps", "stamps", "{}"), ("concurrency", "conc", "{:d}"), ("streamed_tokens_per_s", "tok/s", "{:.0f}"),
            ("steady_concurrency_mean", "in flight", "{:.1f}"),
            ("ttft_err_mean_ms", "TTFT err mean", "{:+.2f}"), ("ttft_err_p99_ms", "TTFT err p99", "{:+.2f}"),
            ("ttft_client_part_mean_ms", "client part", "{:+.2f}"), ("server_read_mean_ms", "server read", "{:.2f}"),
            ("itl_err_mean_ms", "ITL err mean", "{:+.3f}"), ("itl_err_p99_ms", "|ITL err| p99", "{:.2f}"),
            ("delivery_p99_ms", "delivery p99", "{:.2f}"), ("client_cpu_cores", "client CPU", "{:.2f}"),
            ("client_cpu_wait_ms_per_s", "CPU wait ms/s", "{:.0f}"),
+           ("client_cpu_us_per_token", "CPU us/token", "{:.1f}"), ("send_to_written_mean_ms", "send->written", "{:.3f}"),
+           ("shared_stamp_fraction", "shared stamps", "{:.3f}"),
            ("server_lateness_mean_ms", "srv late mean", "{:.2f}"), ("server_lateness_p99_ms", "srv late p99", "{:.2f}"),
            ("client_bound", "client-bound", "{}")]
 
@@ -164,15 +206,28 @@ def main() -> None:
                    help="open: evenly spaced arrivals keep `concurrency` streams in flight; closed: N workers")
     p.add_argument("--ttft-ms", type=float, default=50.0)
     p.add_argument("--itl-ms", type=float, default=10.0)
+    p.add_argument("--stamps", nargs="+", choices=["auto", "kernel", "loop"], default=["auto"],
+                   help="kernel: the stamped client (kernel and loop stamps of one run); loop: aiohttp; interleaved")
+    p.add_argument("--mode", choices=sorted(LOAD_MODES), default="local", help="how the load is generated")
+    p.add_argument("--pin", action="store_true",
+                   help="server on core 0 at real-time priority (chrt -f 50), the client on core 1 (Linux, root)")
     p.add_argument("--json", type=Path, help="also write the rows here")
     args = p.parse_args()
+    prefix = ()
+    if args.pin:
+        prefix = ("chrt", "-f", "50", "taskset", "-c", "0")
+        os.sched_setaffinity(0, {1})
     floors = [machine_floor_ms()]
     rows = []
-    with GroundTruthProcess(GroundTruthConfig(args.ttft_ms, args.itl_ms)) as gt:
+    uptimes = [_loadavg()]
+    with GroundTruthProcess(GroundTruthConfig(args.ttft_ms, args.itl_ms), prefix) as gt:
         for c in args.concurrency:
-            rows.append(measure(gt.url, c, args.rounds, args.tokens, args.workers, args.ttft_ms, args.itl_ms,
-                                args.arrival))
-            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+            for stamps in args.stamps:
+                for row in measure(gt.url, c, args.rounds, args.tokens, args.workers, args.ttft_ms, args.itl_ms,
+                                   args.arrival, stamps, args.mode):
+                    rows.append(row)
+                    print(json.dumps(row), file=sys.stderr, flush=True)
+    uptimes.append(_loadavg())
     floors.append(machine_floor_ms())
     print(f"\nground truth: TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms, {args.tokens} tokens/request, "
           f"{args.arrival} arrivals, {args.rounds} rounds, {args.workers} client process(es); errors are measured minus what "
@@ -182,7 +237,8 @@ def main() -> None:
     for when, floor in zip(("before", "after"), floors):
         print(f"machine floor {when} (bare loopback socket, one way, two processes): p50 {floor['p50']:.2f} ms, "
               f"p99 {floor['p99']:.2f} ms, max {floor['max']:.2f} ms")
-    print(f"load average {_loadavg()}")
+    print(f"load average before {uptimes[0]}, after {uptimes[1]}" + (" (server pinned to core 0, real-time; client "
+                                                                       "core 1)" if args.pin else ""))
     if args.json:
         args.json.write_text(json.dumps({"floor_ms": floors, "rows": rows}, indent=2))
 

@@ -30,6 +30,10 @@ class RequestRecord:
     actual_send_s: float | None = None  # the client started sending
     request_written_s: float | None = None  # the HTTP library finished writing the request
     token_times_s: list[float] = field(default_factory=list)  # arrival of each token-bearing chunk
+    # where token_times_s comes from: "kernel" (the socket's receive time of the read, SO_TIMESTAMPNS) or
+    # "loop" (when the event loop returned the read); with kernel, token_loop_times_s holds the loop's times
+    stamp_source: str = "loop"
+    token_loop_times_s: list[float] = field(default_factory=list)
     tokens_per_chunk: list[int] = field(default_factory=list)
     end_s: float | None = None  # stream closed or failure noticed
     status: str = "ok"  # "ok" | "failed"

@@ -25,6 +25,7 @@ from harness.runner import Target, run_async, t0_ahead_ns
 from harness.scenario import Scenario, ScenarioError
 from harness.server_metrics import counter_deltas
 from harness.session import EngineSession, engine_session
+from harness.stamped_http import choose_stamps
 from harness.tokenizer_source import resolve_tokenizer
 from harness.workers import resolve_workers, run_plan, workers_needed
 from harness.workload import build_plan
@@ -144,11 +145,18 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
     launched = session.launched
     target = Target(url, backend.api, backend.model, backend.request_timeout_s, dict(backend.headers),
                     scenario.workload.ignore_eos, backend.kind, tuple(backend.eos_token_ids),
-                    backend.max_response_bytes)
+                    backend.max_response_bytes, backend.stamps)
+    try:
+        stamps, stamps_fallback = choose_stamps(backend.stamps, url)
+    except ValueError as e:
+        raise ScenarioError(str(e)) from None
+    if stamps_fallback and backend.stamps == "auto":
+        reporter.info(f"token times from the event loop, not the kernel: {stamps_fallback}")
     run_info = {"scenario": scenario.resolved_dict(), "versions": versions(), "host": host_info(),
                 "backend": {"kind": backend.kind, "url": url, "model": backend.model, "api": backend.api,
                             "launched": launched is not None, "engine_version": engine.version(url, backend.headers),
                             "engine_pid": launched.pid if launched else None},
+                "stamps": {"setting": backend.stamps, "used": stamps, "why_not_kernel": stamps_fallback},
                 "token_count_method": plan.token_count_method, "tokenizer": tokenizer.name, "workers": n_workers,
                 "time_unit": "seconds from t0 (perf_counter_ns)"}
     if crew:

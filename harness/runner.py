@@ -3,7 +3,8 @@
 Every request has an intended send time on one timeline (t0 + offset). Latency counts from
 that time, wrk2-style, so a server that makes the client queue cannot hide it (no
 coordinated omission). The hot path only stamps perf_counter_ns() and keeps the bytes;
-SSE parsing happens after the stream has ended.
+SSE parsing happens after the stream has ended. Reads carry the kernel's receive time where it can
+(harness/stamped_http.py, backend.stamps), else the loop's time on the aiohttp path.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from backends import load_backend
 from backends.openai import StreamError
 from harness.limits import DEFAULT_MAX_RESPONSE_BYTES, MAX_TOKENS_PER_REQUEST
 from harness.results import RequestRecord
+from harness.stamped_http import HttpStreamError, StampedClient, choose_stamps, too_large_detail
 
 LOOP_TICK_S = 0.005
 INTERRUPT_GRACE_S = 3.0
@@ -43,6 +45,7 @@ class Target:
     kind: str = "openai"  # the backend dialect (backends.available())
     eos_token_ids: tuple[int, ...] = ()
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES  # one answer's bytes, all buffered until it ends
+    stamps: str = "auto"  # kernel | loop | auto: where token arrival times come from (harness/stamped_http.py)
 
 
 @dataclass
@@ -120,8 +123,37 @@ def group_jobs(requests) -> list[list]:
 
 async def _note_request_written(session, ctx, params) -> None:
     """aiohttp has written (a chunk of) the request body: the request is on the wire."""
-    rec = ctx.trace_request_ctx
+    rec, written = ctx.trace_request_ctx
     rec.request_written_s = time.perf_counter_ns()  # made relative to t0 in _stream
+    written()
+
+
+class SendGate:
+    """Bookkeeping (parsing, the record's writing) waits while a request is being sent, so in a closed loop
+    the next request is on the wire before the previous one's record is made."""
+
+    def __init__(self):
+        self.sending = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def begin(self) -> Callable[[], None]:
+        """A new send; call what it returns once the request is written (or failed); more calls do nothing."""
+        self.sending += 1
+        self._idle.clear()
+        ended = False
+
+        def end() -> None:
+            nonlocal ended
+            if not ended:
+                ended = True
+                self.sending -= 1
+                if not self.sending:
+                    self._idle.set()
+        return end
+
+    async def idle(self) -> None:
+        await self._idle.wait()
 
 
 def t0_ahead_ns(workers: int, *, spawn: bool, connect: bool) -> int:
@@ -168,6 +200,9 @@ class Runner:
         self.backend = load_backend(target.kind, target.eos_token_ids)
         self._url = yarl.URL(target.url.rstrip("/") + self.backend.endpoint_path(target.api))  # parsed once, not per request
         self._headers = {"Content-Type": "application/json", "Accept-Encoding": "identity", **target.headers}
+        self.stamps, self.stamps_fallback = choose_stamps(target.stamps, target.url)
+        self._client: StampedClient | None = None
+        self._gate = SendGate()
 
     async def run(self) -> RunOutcome:
         # A full (oldest-generation) collection walks every record kept so far and stalls the
@@ -197,8 +232,15 @@ class Runner:
                                          read_bufsize=1 << 22, auto_decompress=False,
                                          cookie_jar=aiohttp.DummyCookieJar(), trace_configs=[written]) as session:
             self._session = session
+            if self.stamps == "kernel":
+                self._client = StampedClient(self.target.url, self._url.raw_path_qs, self._headers,
+                                             self.backend.keep_alive, self.target.max_response_bytes,
+                                             ERROR_BODY_BYTES)
             if self.backend.keep_alive:  # else each request opens its own connection anyway
-                await self._open_connections(min(len(self.jobs), slots or 64))
+                if self._client is not None:
+                    await self._client.open_connections(min(len(self.jobs), slots or 64))
+                else:
+                    await self._open_connections(min(len(self.jobs), slots or 64))
             if self.t0_ns is None:
                 self.t0_ns = t0_ahead_ns(1, spawn=False, connect=False)  # connections are open
             ticker = asyncio.create_task(self._tick_loop_lag())
@@ -212,6 +254,8 @@ class Runner:
             interrupted = await self._wait(workers)
             await self._digests.join()  # every finished stream gets its record
             digester.cancel()
+            if self._client is not None:
+                self._client.close()
         ticker.cancel()
         return RunOutcome(self.records, self.loop_lag_s, self.t0_ns, interrupted)
 
@@ -332,6 +376,7 @@ class Runner:
         """Parses finished streams one per loop turn, so a chunk never waits behind many parses."""
         while True:
             rec, asked_tokens, reads, times, answer = await self._digests.get()
+            await self._gate.idle()  # a request being sent goes first
             try:
                 text = self._digest(rec, asked_tokens, reads, times) if rec.ok else ""
             except Exception as e:  # a parser bug must cost one record, not hang the run
@@ -342,23 +387,55 @@ class Runner:
             self._digests.task_done()
             await asyncio.sleep(0)
 
-    async def _stream(self, rec: RequestRecord, body: bytes) -> tuple[list[bytes], list[int], int]:
-        """Sends one request and keeps each read with its arrival time; failures go into rec."""
+    async def _stream(self, rec: RequestRecord, body: bytes) -> tuple[list[bytes], tuple, int]:
+        """Sends one request and keeps each read with its arrival times (kernel or None, loop); failures go
+        into rec."""
         rec.actual_send_s = (time.perf_counter_ns() - self.t0_ns) / 1e9
-        reads, times, end_ns = await self._send_and_read(rec, body)
+        written = self._gate.begin()
+        try:
+            if self._client is not None:
+                reads, times, end_ns = await self._send_and_read_stamped(rec, body, written)
+            else:
+                reads, loop_times, end_ns = await self._send_and_read(rec, body, written)
+                times = (None, loop_times)
+                rec.stamp_source = "loop"
+        finally:
+            written()
         rec.end_s = (end_ns - self.t0_ns) / 1e9
         if rec.request_written_s is not None:
             rec.request_written_s = (rec.request_written_s - self.t0_ns) / 1e9
         return reads, times, end_ns
 
-    async def _send_and_read(self, rec: RequestRecord, body: bytes) -> tuple[list[bytes], list[int], int]:
+    async def _send_and_read_stamped(self, rec: RequestRecord, body: bytes, written) -> tuple[list[bytes], tuple, int]:
+        """The stamped client's path: each body piece with the kernel's and the loop's time of its read."""
+        try:
+            async with asyncio.timeout(self.target.request_timeout_s):
+                resp = await self._client.post(body, written)
+        except TimeoutError:
+            rec.fail("timeout", f"no complete answer within request_timeout_s={self.target.request_timeout_s}")
+            return [], (None, []), time.perf_counter_ns()
+        except HttpStreamError as e:
+            rec.fail(e.reason, e.detail)
+            return [], (None, []), time.perf_counter_ns()
+        rec.request_written_s = resp.written_ns
+        rec.http_status = resp.status
+        rec.stamp_source = "loop" if resp.unstamped_reads else "kernel"
+        end_ns = resp.loop_ns[-1] if resp.loop_ns else time.perf_counter_ns()  # the last read, not the wake-up
+        if resp.status >= 400:
+            detail = b"".join(resp.pieces)[:ERROR_BODY_BYTES].decode("utf-8", "replace")
+            rec.fail(http_failure_reason(resp.status), f"HTTP {resp.status}: {detail}")
+            return [], (None, []), end_ns
+        kernel = resp.kernel_ns if rec.stamp_source == "kernel" else None
+        return resp.pieces, (kernel, resp.loop_ns), end_ns
+
+    async def _send_and_read(self, rec: RequestRecord, body: bytes, written) -> tuple[list[bytes], list[int], int]:
         reads: list[bytes] = []
         times: list[int] = []
         clock = time.perf_counter_ns
         try:
             async with asyncio.timeout(self.target.request_timeout_s):
                 async with self._session.post(self._url, data=body, headers=self._headers,
-                                              trace_request_ctx=rec) as resp:
+                                              trace_request_ctx=(rec, written)) as resp:
                     rec.http_status = resp.status
                     if resp.status >= 400:
                         detail = (await read_at_most(resp.content, ERROR_BODY_BYTES)).decode("utf-8", "replace")
@@ -375,9 +452,7 @@ class Runner:
                         times.append(now)
                         budget -= len(data)
                         if budget < 0:  # leaving the block closes the connection: the rest is never read
-                            rec.fail("response_too_large", f"the answer passed backend.max_response_bytes="
-                                     f"{self.target.max_response_bytes} bytes; raise it if the engine really "
-                                     "sends that much")
+                            rec.fail("response_too_large", too_large_detail(self.target.max_response_bytes))
                             reads.clear()
                             times.clear()
                             break
@@ -391,13 +466,18 @@ class Runner:
             rec.fail("client_error", f"{type(e).__name__}: {e}")
         return reads, times, clock()
 
-    def _digest(self, rec: RequestRecord, asked_tokens: int, reads: list[bytes], times: list[int]) -> str:
-        try:
-            parsed = self.backend.parse_stream(self.target.api, reads, times)
+    def _digest(self, rec: RequestRecord, asked_tokens: int, reads: list[bytes], times: tuple) -> str:
+        kernel_ns, loop_ns = times
+        try:  # each event carries the index of the read that completed it, then that read's stamps
+            parsed = self.backend.parse_stream(self.target.api, reads, range(len(reads)))
         except StreamError as e:
             rec.fail(e.reason, e.detail)
             return ""
+        read_of_chunk = parsed.token_times_ns
+        parsed.token_times_ns = [(kernel_ns or loop_ns)[i] for i in read_of_chunk]
         rec.take_stream(parsed, self.t0_ns)
+        if kernel_ns is not None:
+            rec.token_loop_times_s = [(loop_ns[i] - self.t0_ns) / 1e9 for i in read_of_chunk]
         problem = answer_problem(rec, asked_tokens, self.target.ignore_eos and self.backend.forces_length)
         if rec.ok and problem is not None:
             rec.fail(*problem)

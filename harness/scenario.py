@@ -29,6 +29,7 @@ from backends import available, load_backend
 from harness.distributions import Dist, dist_from_yaml
 from harness.limits import (MAX_CONCURRENCY, MAX_RATE_PER_S, MAX_REQUESTS, MAX_SCHEDULE_S,
                             MAX_TOKENS_PER_REQUEST, DEFAULT_MAX_RESPONSE_BYTES)
+from harness.stamped_http import choose_stamps
 from harness.telemetry import TelemetryConfig
 
 DEFAULT_NUM_REQUESTS = 100  # used when neither load.num_requests nor load.duration_s is given
@@ -114,6 +115,9 @@ class BackendConfig(Strict):
     headers: dict[str, str] = {}
     # one answer is buffered whole until its stream ends: an endless one must fail, not eat the memory
     max_response_bytes: int = Field(default=DEFAULT_MAX_RESPONSE_BYTES, ge=1024, le=1 << 40, description="bytes")
+    # token arrival times: the kernel's receive time of each read (Linux, http://), or when the event loop got
+    # round to it (aiohttp; TLS, other systems); auto takes kernel where it can (harness/stamped_http.py)
+    stamps: Literal["auto", "kernel", "loop"] = "auto"
     metrics_url: str | None = None  # the Prometheus page; default: url + the engine's metrics path
     # each replica's own Prometheus page behind a router (replica name -> URL), scraped with a replica label;
     # given, it replaces the router's own list (native's GET /replicas)
@@ -197,6 +201,11 @@ class BackendConfig(Strict):
     def _url_or_launch(self) -> "BackendConfig":
         if self.url is None and self.launch is None:
             raise ScenarioError("backend.url: missing; give the engine's URL, or `launch: {}` to start it")
+        if self.stamps == "kernel" and self.url is not None:
+            try:
+                choose_stamps(self.stamps, self.url)
+            except ValueError as e:
+                raise ScenarioError(str(e)) from None
         launch = self.launch
         if launch is not None and launch.command and launch.program:
             raise ScenarioError("backend.launch.program: give either launch.command (the whole command line) or "

@@ -282,8 +282,9 @@ class _Http(asyncio.Protocol):
 class GroundTruthProcess:
     """Runs the server in its own process (so it keeps its own time); a context manager."""
 
-    def __init__(self, config: GroundTruthConfig = GroundTruthConfig()):
+    def __init__(self, config: GroundTruthConfig = GroundTruthConfig(), prefix: tuple[str, ...] = ()):
         self.config = config
+        self.prefix = list(prefix)  # e.g. chrt -f 50 taskset -c 0: its own core at real-time priority
         self.proc = None
         self.port = None
 
@@ -291,7 +292,7 @@ class GroundTruthProcess:
         c = self.config
         args = [sys.executable, __file__, "--port", "0", "--ttft-ms", str(c.ttft_ms), "--itl-ms", str(c.itl_ms),
                 "--tokens-per-chunk", str(c.tokens_per_chunk)] + ([] if c.keep_alive else ["--close"])
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(self.prefix + args, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         if not line.startswith("PORT "):
             self.proc.kill()
@@ -355,7 +356,7 @@ def fetch_stats(url: str) -> dict:
         return json.loads(resp.read())
 
 
-def errors_against_truth(records, t0_ns: int, server_records: dict) -> dict:
+def errors_against_truth(records, t0_ns: int, server_records: dict, loop_stamps: bool = False) -> dict:
     """Measured minus true, in ms, per request (TTFT) and per gap (ITL per chunk).
 
     The TTFT error splits into the client's send lag (intended send to request written),
@@ -364,7 +365,8 @@ def errors_against_truth(records, t0_ns: int, server_records: dict) -> dict:
     every chunk's). Send lag and the way back are the client's; server_read is the server's.
 
     Truth is what the server really did: TTFT from receiving the request to its first
-    write, gaps between its writes. Both clocks are perf_counter_ns (CLOCK_MONOTONIC),
+    write, gaps between its writes. loop_stamps: judge the loop's stamps of kernel-stamped records
+    (token_loop_times_s) instead of token_times_s. Both clocks are perf_counter_ns (CLOCK_MONOTONIC),
     shared across processes on Linux.
     """
     by_index = {r.index: r for r in records if r.ok}
@@ -372,9 +374,10 @@ def errors_against_truth(records, t0_ns: int, server_records: dict) -> dict:
     for rid, srv in server_records.items():
         rec = by_index.get(int(rid))
         writes = srv["write_ns"]
-        if rec is None or len(rec.token_times_s) != len(writes):
+        times = rec.token_loop_times_s if rec is not None and loop_stamps else getattr(rec, "token_times_s", [])
+        if rec is None or len(times) != len(writes):
             continue
-        got = [t0_ns + round(t * 1e9) for t in rec.token_times_s]
+        got = [t0_ns + round(t * 1e9) for t in times]
         intended_ns = t0_ns + round(rec.intended_send_s * 1e9)
         true_ttft.append((writes[0] - srv["recv_ns"]) / 1e6)
         ttft_err.append((got[0] - intended_ns) / 1e6 - true_ttft[-1])

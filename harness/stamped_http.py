@@ -1,0 +1,269 @@
+"""A small HTTP/1.1 streaming client whose reads carry the kernel's receive time.
+
+Why its own client: aiohttp reads through the event loop's transport, which calls recv(), so the
+only time the client can stamp is when the coroutine resumes, after the loop got round to it. On
+Linux a socket with SO_TIMESTAMPNS hands recvmsg() the time its bytes reached the socket, so a busy
+loop delays the reading, not the stamp. This client reads with recvmsg() from a plain non-blocking
+socket (loop.add_reader) and leaves HTTP to httptools (llhttp, Node's C parser: status, headers,
+chunked decoding, bad chunk sizes), one parser per response. Plain http:// only: TLS
+(and every OS without SO_TIMESTAMPNS) uses the aiohttp path (backend.stamps, harness/runner.py).
+
+What one stamp can say (benchmarks/rx_timestamp_probe.py): a TCP recvmsg() returns one stamp, that of
+the newest segment it read, and a segment that arrives while unread data waits is merged into it
+(tcp_try_coalesce keeps the newer time). So reads are not bounded to one SSE event: once two events
+wait in one socket, no read size can give the older one its own time. Each read is taken whole; an
+event gets the stamp of the read that completed it, exact when it was the newest segment of that
+read and an upper bound otherwise (events that share a stamp show it in requests.jsonl).
+"""
+from __future__ import annotations
+
+import asyncio
+import socket
+import platform
+import struct
+import sys
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import httptools
+
+# Python's socket module does not name it; 35 on Linux x86 and the asm-generic architectures (arm64,
+# riscv), where its struct timespec is two 64-bit integers on 64-bit builds
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux")
+                         and platform.machine() in ("x86_64", "aarch64", "riscv64") else None)
+ANCILLARY_BYTES = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # one struct timespec
+READ_BYTES = 1 << 16
+
+
+class HttpStreamError(Exception):
+    """A request that got no complete answer; `reason` is the record's failure category."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason, self.detail = reason, detail
+
+
+def too_large_detail(max_bytes: int) -> str:
+    return (f"the answer passed backend.max_response_bytes={max_bytes} bytes; raise it if the engine really "
+            "sends that much")
+
+
+def kernel_stamps_unavailable(url: str) -> str | None:
+    """Why reads to `url` cannot carry kernel stamps here, or None when they can."""
+    if SO_TIMESTAMPNS is None or not sys.platform.startswith("linux"):
+        return f"{sys.platform} has no SO_TIMESTAMPNS receive timestamps"
+    if urlsplit(url).scheme != "http":
+        return "TLS (https): the stamped client speaks plain HTTP only"
+    return None
+
+
+@dataclass
+class StampedResponse:
+    """One answer: the decoded body piece by piece, each with the kernel and loop stamps of the read that
+    brought it (perf_counter_ns; kernel_ns is the loop stamp where a read had no kernel stamp)."""
+    status: int = 0
+    pieces: list[bytes] = field(default_factory=list)
+    kernel_ns: list[int] = field(default_factory=list)
+    loop_ns: list[int] = field(default_factory=list)
+    written_ns: int = 0  # the whole request was handed to the kernel
+    reads: int = 0
+    unstamped_reads: int = 0
+
+
+class _Exchange:
+    """httptools' callbacks for one response, and the read loop that feeds it."""
+
+    def __init__(self, conn: "_Connection", max_bytes: int, error_body_bytes: int):
+        self.conn = conn
+        self.parser = httptools.HttpResponseParser(self)
+        self.out = StampedResponse()
+        self.done: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.budget = self.max_bytes = max_bytes
+        self.error_body_bytes = error_body_bytes
+        self.kernel_now = self.loop_now = 0
+        self.close_delimited = True  # no Content-Length, not chunked: the body ends when the connection does
+        self.complete = self.keep_alive = False
+
+    # --- httptools callbacks ---
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() in (b"content-length", b"transfer-encoding"):
+            self.close_delimited = False
+
+    def on_headers_complete(self) -> None:
+        self.out.status = self.parser.get_status_code()
+        self.keep_alive = self.parser.should_keep_alive()  # asked after the message it is always False
+
+    def on_body(self, body: bytes) -> None:
+        out = self.out
+        out.pieces.append(body)
+        out.kernel_ns.append(self.kernel_now)
+        out.loop_ns.append(self.loop_now)
+        self.budget -= len(body)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+    # --- reading ---
+    def on_readable(self) -> None:
+        """The hot path: one recvmsg, two clock reads, the parser; nothing else."""
+        try:
+            data, ancillary, _, _ = self.conn.sock.recvmsg(READ_BYTES, ANCILLARY_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            return self._end(HttpStreamError("stream_cut", f"reading the response failed: {e}"))
+        self.loop_now = loop_ns = time.perf_counter_ns()
+        out = self.out
+        out.reads += 1
+        if ancillary:
+            # the kernel stamps CLOCK_REALTIME; the run's timeline is perf_counter (CLOCK_MONOTONIC)
+            sec, nsec = struct.unpack_from("qq", ancillary[0][2])
+            self.kernel_now = min(loop_ns, sec * 1_000_000_000 + nsec - (time.time_ns() - loop_ns))
+        else:
+            self.kernel_now = loop_ns
+            out.unstamped_reads += data != b""
+        if not data:
+            if self.close_delimited and out.status:
+                self.complete = True
+                return self._end(None)
+            return self._end(HttpStreamError("stream_cut", f"the server closed the connection after {out.reads - 1} "
+                                             "reads, before the response's end"))
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            return self._end(HttpStreamError("malformed_http", "the server asked to upgrade the connection"))
+        except httptools.HttpParserError as e:
+            return self._end(HttpStreamError("malformed_http", f"not a valid HTTP/1.1 response: {e}"))
+        if self.complete:
+            self._end(None)
+        elif self.budget < 0 and out.status < 400:
+            self._end(HttpStreamError("response_too_large", too_large_detail(self.max_bytes)))
+        elif out.status >= 400 and sum(map(len, out.pieces)) >= self.error_body_bytes:
+            self._end(None)  # the head of an error body is all that is kept; it may never end
+
+    def _end(self, error: HttpStreamError | None) -> None:
+        if not self.done.done():
+            self.done.set_exception(error) if error else self.done.set_result(self.out)
+
+
+class _Connection:
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+
+
+class StampedClient:
+    """Keep-alive connections to one http:// server; `request` sends one request and reads its answer."""
+
+    def __init__(self, url: str, path: str, headers: dict, keep_alive: bool = True,
+                 max_response_bytes: int = 1 << 26, error_body_bytes: int = 300):
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self.keep_alive, self.max_response_bytes, self.error_body_bytes = keep_alive, max_response_bytes, error_body_bytes
+        # every request is a POST to one path: the head is built once, the length added per request
+        lines = [f"POST {path} HTTP/1.1", f"Host: {parts.netloc}"] + (["Connection: close"] if not keep_alive else [])
+        lines += [f"{k}: {v}" for k, v in headers.items() if k.lower() not in ("host", "content-length", "connection")]
+        self._head = ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
+        self._idle: list[_Connection] = []
+        self._open: set[_Connection] = set()
+
+    async def open_connections(self, count: int) -> None:
+        """Connects before t0 so TCP handshakes stay out of the first measurements."""
+        conns = await asyncio.gather(*(self._connect() for _ in range(count)), return_exceptions=True)
+        self._idle += [c for c in conns if isinstance(c, _Connection)]
+
+    async def post(self, body: bytes, on_written=None) -> StampedResponse:
+        """POSTs `body` and returns the whole answer. `on_written()` is called as soon as the
+        request is with the kernel, before this coroutine yields to any other task when a connection is idle.
+        Raises HttpStreamError (connect_error, stream_cut, malformed_http, response_too_large)."""
+        data = b"%s%d\r\n\r\n%s" % (self._head, len(body), body)
+        conn = self._take_idle() or await self._connect_or_fail()
+        loop = asyncio.get_running_loop()
+        exchange = _Exchange(conn, self.max_response_bytes, self.error_body_bytes)
+        fd = conn.sock.fileno()
+        try:
+            try:
+                sent = conn.sock.send(data)
+                if sent < len(data):  # a long prompt: the rest when the socket has room
+                    await loop.sock_sendall(conn.sock, data[sent:])
+            except OSError as e:
+                raise HttpStreamError("stream_cut", f"sending the request failed: {e}") from None
+            exchange.out.written_ns = time.perf_counter_ns()
+            if on_written is not None:
+                on_written()
+            loop.add_reader(fd, exchange.on_readable)
+            try:
+                out = await exchange.done
+            finally:
+                loop.remove_reader(fd)
+        except BaseException:
+            self._discard(conn)
+            raise
+        if self.keep_alive and exchange.complete and exchange.keep_alive:
+            self._idle.append(conn)
+        else:
+            self._discard(conn)
+        return out
+
+    def close(self) -> None:
+        for conn in list(self._open):
+            self._discard(conn)
+
+    def _take_idle(self) -> _Connection | None:
+        while self._idle:
+            conn = self._idle.pop()
+            try:  # an idle connection the server closed reads as EOF (or reset) here, before any send
+                alive = conn.sock.recv(1, socket.MSG_PEEK) != b""
+            except (BlockingIOError, InterruptedError):
+                alive = True
+            except OSError:
+                alive = False
+            if alive:
+                return conn
+            self._discard(conn)
+        return None
+
+    async def _connect_or_fail(self) -> _Connection:
+        try:
+            return await self._connect()
+        except OSError as e:
+            raise HttpStreamError("connect_error", f"cannot connect to {self.host}:{self.port}: {e}") from None
+
+    async def _connect(self) -> _Connection:
+        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)  # before any byte arrives
+        except OSError:
+            pass  # its reads come without a stamp: unstamped_reads, and the record says loop
+        try:
+            await asyncio.get_running_loop().sock_connect(sock, (self.host, self.port))
+        except BaseException:
+            sock.close()
+            raise
+        conn = _Connection(sock)
+        self._open.add(conn)
+        return conn
+
+    def _discard(self, conn: _Connection) -> None:
+        self._open.discard(conn)
+        conn.sock.close()
+
+
+STAMPS = ("auto", "kernel", "loop")
+
+
+def choose_stamps(setting: str, url: str) -> tuple[str, str | None]:
+    """backend.stamps -> ("kernel" | "loop", why kernel stamps are not used). `kernel` where they cannot
+    be had is an error naming the fix; `auto` falls back to the loop's stamps (aiohttp) and says why."""
+    if setting not in STAMPS:
+        raise ValueError(f"backend.stamps: {setting!r} is not valid: use auto, kernel or loop")
+    if setting == "loop":
+        return "loop", "backend.stamps: loop"
+    why_not = kernel_stamps_unavailable(url)
+    if why_not is None:
+        return "kernel", None
+    if setting == "kernel":
+        raise ValueError(f"backend.stamps: kernel is not available here ({why_not}); use auto or loop")
+    return "loop", why_not

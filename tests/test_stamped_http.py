@@ -1,0 +1,157 @@
+"""Kernel receive stamps (harness/stamped_http.py): present, never later than the loop's, right when the loop
+is late; the fallback is chosen and said; the closed loop sends before its bookkeeping; bad HTTP fails one
+request with its reason. Loopback servers only; timing asserted as relations, never absolute times."""
+import asyncio
+import importlib.util
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+
+from groundtruth_server import (GroundTruthConfig, GroundTruthProcess, GroundTruthServer, errors_against_truth,
+                                fetch_stats, gt_request)
+from harness import stamped_http
+from harness.results import ResultWriter, read_records
+from harness.runner import Runner, Target
+from harness.scenario import ScenarioError, load_scenario
+
+pytestmark = pytest.mark.skipif(stamped_http.kernel_stamps_unavailable("http://x") is not None,
+                                reason="no kernel receive stamps on this system")
+
+
+async def _run_in_process(requests, concurrency=None, on_record=None, **target):
+    server = GroundTruthServer(GroundTruthConfig(ttft_ms=5, itl_ms=2))
+    port = await server.start()
+    try:
+        return await Runner(Target(f"http://127.0.0.1:{port}", **target), requests, concurrency,
+                            on_record=on_record).run()
+    finally:
+        await server.stop_listening()
+
+
+async def test_each_chunk_has_a_kernel_stamp_no_later_than_the_loops_and_requests_jsonl_keeps_both(tmp_path):
+    writer = ResultWriter(tmp_path)
+    out = await _run_in_process([gt_request(i, 0.003 * i, 12) for i in range(6)], on_record=writer.append,
+                                stamps="kernel")
+    writer.close()
+    on_disk = read_records(tmp_path)
+    assert len(on_disk) == 6
+    for rec in on_disk:
+        assert rec.ok and rec.stamp_source == "kernel"
+        assert len(rec.token_times_s) == len(rec.token_loop_times_s) == 12
+        assert all(k <= lp for k, lp in zip(rec.token_times_s, rec.token_loop_times_s))
+        assert rec.token_times_s == sorted(rec.token_times_s)
+        assert rec.actual_send_s <= rec.request_written_s < rec.token_times_s[0]
+    assert [r.to_json() for r in sorted(out.records, key=lambda r: r.index)] == [
+        r.to_json() for r in sorted(on_disk, key=lambda r: r.index)]
+
+
+def test_a_blocked_loop_moves_the_loop_stamps_not_the_kernel_stamps():
+    """The loop is blocked 12 ms every 31 ms while tokens come every 20 ms: shorter than a token gap, so the
+    kernel's stamp of each chunk survives (a longer block merges two chunks into one stamp, see the module)."""
+    async def blocking_load(url):
+        loop = asyncio.get_running_loop()
+
+        def block():
+            time.sleep(0.012)
+            loop.call_later(0.031, block)
+        loop.call_later(0.031, block)
+        return await Runner(Target(url, stamps="kernel"), [gt_request(i, 0.013 * i, 24) for i in range(4)]).run()
+
+    with GroundTruthProcess(GroundTruthConfig(ttft_ms=30, itl_ms=20)) as gt:
+        fetch_stats(gt.url)
+        out = asyncio.run(blocking_load(gt.url))
+        truth = fetch_stats(gt.url)["records"]
+    assert all(r.ok and r.stamp_source == "kernel" for r in out.records)
+    kernel = errors_against_truth(out.records, out.t0_ns, truth)
+    loop = errors_against_truth(out.records, out.t0_ns, truth, loop_stamps=True)
+    assert len(kernel["itl_err_ms"]) == len(loop["itl_err_ms"]) == 4 * 23
+    kernel_p90 = statistics.quantiles([abs(e) for e in kernel["itl_err_ms"]], n=10)[-1]
+    loop_p90 = statistics.quantiles([abs(e) for e in loop["itl_err_ms"]], n=10)[-1]
+    assert loop_p90 > 4 * kernel_p90, (kernel_p90, loop_p90)
+    # every chunk: the kernel saw it no later than the loop did, and no earlier than the server wrote it
+    assert all(d >= 0 for d in kernel["delivery_ms"])
+    assert statistics.median(kernel["delivery_ms"]) < statistics.median(loop["delivery_ms"])
+
+
+async def test_without_kernel_stamps_auto_falls_back_to_the_loop_and_says_why(monkeypatch):
+    monkeypatch.setattr(stamped_http, "SO_TIMESTAMPNS", None)
+    out = await _run_in_process([gt_request(i, 0.0, 4) for i in range(3)], stamps="auto")
+    assert all(r.ok and r.stamp_source == "loop" and not r.token_loop_times_s for r in out.records)
+    assert stamped_http.choose_stamps("auto", "http://127.0.0.1:1") == (
+        "loop", "linux has no SO_TIMESTAMPNS receive timestamps")
+    with pytest.raises(ValueError, match="backend.stamps: kernel is not available here"):
+        Runner(Target("http://127.0.0.1:1", stamps="kernel"), [])
+
+
+def test_tls_takes_the_loop_path_and_kernel_stamps_asked_over_tls_name_the_field(tmp_path):
+    assert stamped_http.choose_stamps("auto", "https://engine:443")[0] == "loop"
+    assert "TLS" in stamped_http.choose_stamps("auto", "https://engine:443")[1]
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: tls\nbackend: {kind: openai, url: 'https://127.0.0.1:8443', stamps: kernel}\n")
+    with pytest.raises(ScenarioError, match=r"backend.stamps: kernel is not available here \(TLS"):
+        load_scenario(scenario)
+
+
+async def test_a_socket_that_refuses_the_option_is_stamped_by_the_loop(monkeypatch):
+    monkeypatch.setattr(stamped_http, "SO_TIMESTAMPNS", 9999)  # no such option: setsockopt fails
+    out = await _run_in_process([gt_request(0, 0.0, 4)], stamps="kernel")
+    assert out.records[0].ok and out.records[0].stamp_source == "loop" and not out.records[0].token_loop_times_s
+
+
+@pytest.mark.parametrize("stamps", ["kernel", "loop"])
+async def test_closed_loop_sends_the_next_request_before_the_previous_ones_bookkeeping(stamps):
+    """A record writer that takes 40 ms: the next request's send -> written stays as short as the first's."""
+    def slow_writer(rec):
+        time.sleep(0.04)
+    out = await _run_in_process([gt_request(i, None, 4) for i in range(5)], concurrency=1, on_record=slow_writer,
+                                stamps=stamps)
+    recs = sorted(out.records, key=lambda r: r.intended_send_s)
+    assert all(r.ok for r in recs)
+    send_to_written = [r.request_written_s - r.actual_send_s for r in recs]
+    assert max(send_to_written[1:]) < 0.25 * 0.04, send_to_written  # a record's writing never sits in a send
+    # and the next send is due when the previous stream ended, not when its record was written
+    assert all(b.intended_send_s == a.end_s for a, b in zip(recs, recs[1:]))
+
+
+EVENT = b'data: {"choices":[{"text":"a"}]}\n\n'
+BAD_RESPONSES = {
+    "bad_chunk_size": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\ndata: {}\r\n", "malformed_http"),
+    "early_close": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(EVENT), EVENT),
+                    "stream_cut"),
+    "short_body": (b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\ndata: [DONE]\n\n", "stream_cut"),
+    "not_http": (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", "malformed_http"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_RESPONSES))
+async def test_a_malformed_response_fails_its_request_with_the_reason(case):
+    answer, reason = BAD_RESPONSES[case]
+
+    async def serve(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(answer)
+        await writer.drain()
+        writer.close()
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    async with server:
+        out = await Runner(Target(url, stamps="kernel", request_timeout_s=5), [gt_request(0, 0.0, 4)]).run()
+    rec = out.records[0]
+    assert rec.error_reason == reason, rec
+    assert rec.error_detail and "Traceback" not in rec.error_detail
+
+
+def test_the_probe_sees_one_stamp_per_read_and_merged_segments():
+    """What the read design rests on (benchmarks/rx_timestamp_probe.py): three segments read late in one
+    recvmsg carry the newest one's time; read one by one, the merged segments still share that time."""
+    path = Path(__file__).parents[1] / "benchmarks" / "rx_timestamp_probe.py"
+    spec = importlib.util.spec_from_file_location("rx_timestamp_probe", path)
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    late_reads = probe.late_reads
+    sent, whole = late_reads(one_by_one=False)
+    assert len(whole) == 1 and abs(whole[0] - sent[-1]) < abs(whole[0] - sent[0])
+    sent, each = late_reads(one_by_one=True)
+    assert len(each) == 3 and each[0] > sent[0] + (sent[1] - sent[0]) / 2  # not the first segment's own time
