@@ -82,7 +82,8 @@ def _split(replicas: list[ReplicaStats]) -> str:
     if all(abs(share - even) <= EVEN_SPLIT_TOLERANCE for _, share in shares):
         return f"{what} were split evenly ({' / '.join(f'{share:.0%}' for _, share in shares)})"
     top, share = max(shares, key=lambda x: x[1])
-    return f"replica {top} {'served' if by_requests else 'generated'} {share:.0%} of {what} (an even split is {even:.0%})"
+    served = "served" if by_requests else "generated"
+    return f"replica {top} {served} {share:.0%} of {what} (an even split is {even:.0%})"
 
 
 def replica_id(labels: str) -> str | None:
