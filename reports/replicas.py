@@ -21,6 +21,7 @@ from reports.load import RunData
 REPLICA_LABEL = re.compile(r'(?:^|,)replica="([^"]*)"')
 REASON_LABEL = re.compile(r'(?:^|,)reason="([^"]*)"')
 POLICY_LABEL = re.compile(r'(?:^|,)policy="([^"]*)"')
+ROLE = re.compile(r"^(.+)-\d+$")  # `prefill-0`: role `prefill`; `0`: no role
 EVEN_SPLIT_TOLERANCE = 0.1  # a replica's share this far from 1/N still reads as an even split
 GAUGES = {"bench:running": "requests running", "bench:waiting": "requests waiting",
           "bench:kv_usage_fraction": "KV cache in use (fraction)"}
@@ -49,24 +50,40 @@ class ReplicaView:
     decisions: dict[str, float] = field(default_factory=dict)  # reason -> routing decisions over the run
 
     def imbalance(self) -> str:
-        """One sentence: who served what share (requests, else output tokens) and each one's hit rate."""
-        by_requests = all(r.request_share is not None for r in self.replicas)
-        shares = [(r.replica, r.request_share if by_requests else r.token_share) for r in self.replicas]
-        what = "requests" if by_requests else "output tokens"
-        even = 1 / len(self.replicas)
-        text = f"{self.label}: "
-        if any(s is None for _, s in shares):
-            text += f"the replicas reported no {what}"
-        elif all(abs(s - even) <= EVEN_SPLIT_TOLERANCE for _, s in shares):
-            text += f"{what} were split evenly ({' / '.join(f'{s:.0%}' for _, s in shares)})"
+        """One sentence: who served what share (requests, else output tokens) and each one's hit rate.
+        Replicas named by role (`prefill-0`, `decode-0`: P/D disaggregation, where every request passes
+        one of each) are compared within their role."""
+        roles: dict[str, list[ReplicaStats]] = {}
+        for r in self.replicas:
+            named = ROLE.match(r.replica)
+            roles.setdefault(named.group(1) if named else "", []).append(r)
+        if len(roles) > 1:
+            single = [members[0].replica for members in roles.values() if len(members) == 1]
+            parts = ([f"one replica per role ({', '.join(single)})"] if len(single) == len(roles) else
+                     [f"{role}: {_split(members)}" for role, members in roles.items() if len(members) > 1])
         else:
-            top, share = max(shares, key=lambda x: x[1])
-            served = "served" if by_requests else "generated"
-            text += f"replica {top} {served} {share:.0%} of {what} (an even split is {even:.0%})"
+            parts = [_split(self.replicas)]
         rates = [f"{r.hit_rate:.2f} on replica {r.replica}" for r in self.replicas if r.hit_rate is not None]
         if rates:
-            text += "; prefix-cache hit rate " + ", ".join(rates)
-        return text + "."
+            parts.append("prefix-cache hit rate " + ", ".join(rates))
+        return f"{self.label}: " + "; ".join(parts) + "."
+
+
+def _split(replicas: list[ReplicaStats]) -> str:
+    """How requests (else output tokens) were shared among these replicas."""
+    by_requests = all(r.requests is not None for r in replicas)
+    values = [(r.replica, r.requests if by_requests else r.generation_tokens) for r in replicas]
+    what = "requests" if by_requests else "output tokens"
+    total = sum(v for _, v in values if v is not None)
+    if any(v is None for _, v in values) or total <= 0:
+        return f"the replicas reported no {what}"
+    shares = [(rid, v / total) for rid, v in values]
+    even = 1 / len(shares)
+    if all(abs(share - even) <= EVEN_SPLIT_TOLERANCE for _, share in shares):
+        return f"{what} were split evenly ({' / '.join(f'{share:.0%}' for _, share in shares)})"
+    top, share = max(shares, key=lambda x: x[1])
+    served = "served" if by_requests else "generated"
+    return f"replica {top} {served} {share:.0%} of {what} (an even split is {even:.0%})"
 
 
 def replica_id(labels: str) -> str | None:

@@ -66,3 +66,17 @@ def test_a_run_without_replica_labels_has_no_replica_section(tmp_path):
     assert replica_view(load_run(single)) is None
     content = build_report([single])
     assert not content.replica_rows and not any(h.startswith("Replicas") for h, _ in content.figures)
+
+
+def test_prefill_and_decode_replicas_are_told_apart_by_role():
+    """1 prefill + 1 decode (P/D disaggregation, a recorded run): every request passes both, so neither
+    'served a share': the sentence says one replica per role, and each one's count is every request."""
+    run_dir = FIXTURES / "pd_1p1d"
+    view = replica_view(load_run(run_dir))
+    records = read_records(run_dir)
+    assert [r.replica for r in view.replicas] == ["decode-0", "prefill-0"]
+    assert all(r.requests == len(records) for r in view.replicas)
+    by = {r.replica: r for r in view.replicas}
+    assert by["decode-0"].generation_tokens == sum(r.output_tokens for r in records)
+    assert by["prefill-0"].generation_tokens == len(records)   # the prefill replica samples each first token
+    assert "one replica per role (decode-0, prefill-0)" in view.imbalance() and "split evenly" not in view.imbalance()
