@@ -211,12 +211,16 @@ def main() -> None:
     p.add_argument("--mode", choices=sorted(LOAD_MODES), default="local", help="how the load is generated")
     p.add_argument("--pin", action="store_true",
                    help="server on core 0 at real-time priority (chrt -f 50), the client on core 1 (Linux, root)")
+    p.add_argument("--client-rt", action="store_true",
+                   help="with --pin: the client at real-time priority too (chrt -f 40), out of other processes' way")
     p.add_argument("--json", type=Path, help="also write the rows here")
     args = p.parse_args()
     prefix = ()
     if args.pin:
         prefix = ("chrt", "-f", "50", "taskset", "-c", "0")
         os.sched_setaffinity(0, {1})
+        if args.client_rt:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(40))
     floors = [machine_floor_ms()]
     rows = []
     uptimes = [_loadavg()]
@@ -238,7 +242,7 @@ def main() -> None:
         print(f"machine floor {when} (bare loopback socket, one way, two processes): p50 {floor['p50']:.2f} ms, "
               f"p99 {floor['p99']:.2f} ms, max {floor['max']:.2f} ms")
     print(f"load average before {uptimes[0]}, after {uptimes[1]}" + (" (server pinned to core 0, real-time; client "
-                                                                       "core 1)" if args.pin else ""))
+          f"core 1{', real-time' if args.client_rt else ''})" if args.pin else ""))
     if args.json:
         args.json.write_text(json.dumps({"floor_ms": floors, "rows": rows}, indent=2))
 
