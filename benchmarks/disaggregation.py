@@ -11,6 +11,7 @@ client-side token arrival times) with SmolLM2-135M on numpy:
                      (--no-chunked-prefill --max-num-batched-tokens 2048)
   disaggregated      `--disaggregate prefill=1,decode=1 --pin-cpus`: prefill worker on core 0, decode
                      worker on core 1, one BLAS thread each
+  disaggregated-floating  the same without --pin-cpus (both workers may run on either core)
 The same 2 cores are open to each. The colocated engine gets one BLAS thread by default: its HTTP
 thread still has the other core, and with two BLAS threads on 2 cores that other programs share,
 OpenBLAS's threads spin waiting for a descheduled partner (a smoke run at load ~5 had the colocated
@@ -47,6 +48,8 @@ DEPLOYMENTS = {
     # it run whole beside the decodes, as vLLM's does with max_num_batched_tokens >= max_model_len
     "colocated-whole": ["--no-chunked-prefill", "--max-num-batched-tokens", "2048"],
     "disaggregated": ["--disaggregate", "prefill=1,decode=1", "--pin-cpus"],
+    # the same without taskset: on a machine other programs load, a pinned worker waits for its one core
+    "disaggregated-floating": ["--disaggregate", "prefill=1,decode=1"],
 }
 STREAM_PROMPT_TOKENS = 64
 BLOCK = 16   # trace_block_size: each hash id one block of distinct tokens, so no prompt shares a prefix
@@ -65,7 +68,7 @@ def write_trace(path: Path, streams: int, stream_tokens: int, long_prompts: list
 
 
 def write_scenario(path: Path, name: str, trace: Path, colocated_threads: int) -> None:
-    threads = [] if name == "disaggregated" else ["--blas-threads", str(colocated_threads)]
+    threads = [] if name.startswith("disaggregated") else ["--blas-threads", str(colocated_threads)]
     args = ", ".join(json.dumps(a) for a in COMMON + DEPLOYMENTS[name] + threads)
     path.write_text(
         f"name: {name}\n"
@@ -87,11 +90,14 @@ def figures(run_dir: Path) -> dict:
            "itl_p50_ms": float(np.percentile(itl_ms, 50)), "itl_p99_ms": float(np.percentile(itl_ms, 99)),
            "itl_max_ms": float(itl_ms.max()), "ttft_long_mean_ms": float(ttft_ms.mean()),
            "ttft_long_max_ms": float(ttft_ms.max())}
-    handoffs = [r.server_timings for r in longs if "kv_transfer_bytes" in r.server_timings]
-    if handoffs:
+    if any("kv_transfer_bytes" in r.server_timings for r in longs):
+        # handoff_ms: what the client waited past the prefill worker's queue and prefill: the copies, the
+        # HTTP hops, and the decode worker's next step boundary
         out["kv_per_long_prompt"] = [{"prompt_tokens": t["prompt_n"] + t["cache_n"], "bytes": t["kv_transfer_bytes"],
-                                      "export_ms": t["kv_export_ms"], "import_ms": t["kv_import_ms"]}
-                                     for t in handoffs]
+                                      "export_ms": t["kv_export_ms"], "import_ms": t["kv_import_ms"],
+                                      "handoff_ms": round(ttft - t["queue_ms"] - t["prefill_ms"], 1)}
+                                     for t, ttft in zip((r.server_timings for r in longs), ttft_ms)
+                                     if "kv_transfer_bytes" in t]
     return out
 
 
@@ -135,11 +141,12 @@ def main() -> None:
         p99 = np.median([r["itl_p99_ms"] for r in results[name]]) / base["itl_p99_ms"]
         ttft = np.median([r["ttft_long_mean_ms"] for r in results[name]]) / base["ttft_long_mean_ms"]
         print(f"  {name:20} ITL p99 x{p99:.2f}, TTFT(long) mean x{ttft:.2f} of colocated-chunked (per-round medians)")
-    print("\nKV handoff per long prompt (disaggregated, every round):")
-    for r in results["disaggregated"]:
+    print("\nKV handoff per long prompt (both disaggregated deployments, every round; handoff = TTFT - the "
+          "prefill worker's queue and prefill):")
+    for r in results["disaggregated"] + results["disaggregated-floating"]:
         for kv in r.get("kv_per_long_prompt", []):
             print(f"  {kv['prompt_tokens']:5d} tokens  {kv['bytes'] / 2**20:6.1f} MiB  export {kv['export_ms']:6.1f} ms  "
-                  f"import {kv['import_ms']:6.1f} ms")
+                  f"import {kv['import_ms']:6.1f} ms  handoff {kv['handoff_ms']:6.0f} ms")
     (out / "figures.json").write_text(json.dumps({"uptime": uptime, "results": results}, indent=1))
 
 
