@@ -26,8 +26,9 @@ not served from cache (from the records' server timings), which tells how conten
   flock /work/wt/measure.lock python benchmarks/router_policies.py --trace [--rounds 2] [--together] [--out DIR]
 
 Measured 2026-11-30 on the 2 shared cores (other agents' builds and tests running: load average 3-15):
-  prefix-cache hit rate (hits / queries in tokens, both replicas; per replica within 0.03 of it, every run):
-    round_robin 0.42, least_load 0.43-0.44, cache_aware 0.62 (one replica holding everything: 0.64)
+  prefix-cache hit rate (hits / queries in tokens) overall and per replica, the same in every run:
+    round_robin 0.42 (0.43 / 0.41), least_load 0.43-0.44 (0.48 / 0.37, 0.41 / 0.45),
+    cache_aware 0.62 (0.63 / 0.62); one replica holding every session would reach 0.64
   --together --rounds 3 --policies round_robin,cache_aware (same machine load for both), TTFT p50 / p99 ms:
     round 0  round_robin 21850 / 42082   cache_aware  9236 / 18797   load 7.0->15.4
     round 1  round_robin 12455 / 25733   cache_aware  5042 /  9637   load 15.4->13
