@@ -40,9 +40,14 @@ Measured 2026-11-30 on the 2 shared cores (other agents' builds and tests runnin
   computed token (how slow the contended cores were):
     round 0  round_robin 1404 (9.9)   least_load 1200 (8.7)   cache_aware 2319 (19.0)
     round 1  cache_aware 2805 (24.5)  least_load 4209 (26.6)  round_robin 9908 (46.9)
-  Run one after another, the machine's load moved more between runs than the policy changes the work
-  (cache_aware computes 35% fewer prompt tokens: 4656 vs 7152), so those pairs do not decide it alone;
-  at equal load (--together, and round 1 above) cache_aware's TTFT p50 is 0.3-0.6 of round_robin's.
+  again, --rounds 2 --policies round_robin,cache_aware, TTFT p50 / p99 ms (prefill ms per computed token):
+    round 0  round_robin 2546 / 8172 (16.2)   cache_aware 1262 / 3807 (12.0)   load 2.6->6.8
+    round 1  cache_aware 2133 / 5270 (18.8)   round_robin 1636 / 5849 (11.1)   load 6.8->5.9
+  Run one after another, the machine's speed moved more between runs than the policy changes the work
+  (cache_aware computes 35% fewer prompt tokens: 4656 vs 7152): in each of the 2 of 4 sequential pairs
+  where cache_aware's p50 lost, its run had the slower cores (1.7-1.9x the ms per computed token).
+  At equal load (--together) cache_aware's TTFT p50 was 0.40-0.58 of round_robin's in 3 of 3 rounds;
+  its TTFT p99 was below round_robin's in all 7 pairs above.
   --together holds 4 replicas at once (~2.4 GB each with the default 32768-token KV cache).
 """
 from __future__ import annotations
