@@ -134,7 +134,7 @@ class RayCrew:
                     keep(s, rec)
                 if error or (finished and "error" in finished):
                     s.lost = error or finished["error"]
-                    for rec in self._lost_records(s, t0_ns, dispatch_until_s):
+                    for rec in self._lost_records(s, t0_ns, dispatch_until_s, stop.is_set()):
                         s.counted_lost += 1
                         keep(s, rec)
                 elif finished:
@@ -158,14 +158,15 @@ class RayCrew:
             return [], None, f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
 
     @staticmethod
-    def _lost_records(shard: Shard, t0_ns: int, dispatch_until_s: float | None) -> list[RequestRecord]:
-        """A failed record for each request planned on a lost actor that has none (past a duration's end: not planned)."""
+    def _lost_records(shard: Shard, t0_ns: int, dispatch_until_s: float | None, stopped: bool) -> list[RequestRecord]:
+        """A failed record for each request planned on a lost actor that has none. Not planned: those due after a
+        duration's end, or (open loop) after the loss once the run was being stopped anyway."""
         lost_at_s = (time.perf_counter_ns() - t0_ns) / 1e9
+        cutoff_s = lost_at_s if stopped else dispatch_until_s
         out = []
         for spec in shard.requests:
             offset = spec.intended_offset_s
-            if spec.index in shard.recorded or (dispatch_until_s is not None and offset is not None
-                                                and offset > dispatch_until_s):
+            if spec.index in shard.recorded or (cutoff_s is not None and offset is not None and offset > cutoff_s):
                 continue
             rec = RequestRecord(index=spec.index, intended_send_s=lost_at_s if offset is None else offset,
                                 prompt_tokens=spec.prompt_tokens, is_warmup=spec.is_warmup,

@@ -10,6 +10,7 @@ Skipped with its reason when the ray extra is not installed. The clock estimator
 """
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -111,6 +112,7 @@ def ray_cluster():
     finally:
         for proc in reversed(started):
             _stop(proc)
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _scenario(tmp_path: Path, url: str, address: str, load: str, extra: str = ""):
