@@ -184,11 +184,12 @@ def summarize(results: list[dict]) -> dict:
 
 # ---- (b)-(e) -------------------------------------------------------------------------------
 async def concurrency_sweep(levels: list[int], output_tokens: int, llama_server_binary: str | None,
-                            runtimes: tuple[str, ...] = ("numpy",), threads: int = 2) -> dict:
+                            runtimes: tuple[str, ...] = ("numpy",), threads: int = 2, rounds: int = 3) -> dict:
     """Total output tok/s at each level for each native runtime ('numpy', or 'torch:int8' style names) and
     llama-server's on the same GGUF, jobs and threads. All servers start at once, all paused (SIGSTOP) but
-    the one measured; at each level each engine runs in turn (the order rotates per level), so machine
-    load from elsewhere falls on all of them alike."""
+    the one measured. At each level every engine takes `rounds` short turns, round-robin (the order
+    rotating), so load from elsewhere on the shared cores falls on all alike; tok/s is over all turns,
+    and each ratio to llama-server is the median of the per-round ratios (robust to load swings)."""
     starts = {}
     for name in runtimes:
         runtime, _, dtype = name.partition(":")
@@ -197,7 +198,7 @@ async def concurrency_sweep(levels: list[int], output_tokens: int, llama_server_
         starts[f"native_{runtime}" + (f"_{dtype}" if dtype else "")] = lambda flags=flags: server(*flags)
     if llama_server_binary:
         starts["llama_server"] = lambda: llama_server(llama_server_binary, max(levels), threads)
-    out = {"uptime_before": uptime()}
+    out = {"uptime_before": uptime(), "rounds": rounds, "output_tokens_per_request": output_tokens}
     async with contextlib.AsyncExitStack() as stack:
         engines = {}
         for name, start in starts.items():
@@ -205,23 +206,40 @@ async def concurrency_sweep(levels: list[int], output_tokens: int, llama_server_
             await run_clients(url, [(text_of(8), 4)], 1)    # warm up, then wait paused
             os.kill(proc.pid, signal.SIGSTOP)
             engines[name] = (url, proc)
-        for k, n in enumerate(levels):
+        names = list(engines)
+        for n in levels:
             jobs = [(text_of(20, offset=i), output_tokens) for i in range(n)]
-            names = list(engines)
-            for name in names[k % len(names):] + names[:k % len(names)]:
-                url, proc = engines[name]
-                os.kill(proc.pid, signal.SIGCONT)
-                await run_clients(url, [(text_of(8), 2)], 1)   # woken and serving
-                out.setdefault(f"streams_{n}", {})[name] = summarize(await run_clients(url, jobs, n))
-                os.kill(proc.pid, signal.SIGSTOP)
+            per_round: list[dict[str, float]] = []
+            results: dict[str, list] = {name: [] for name in names}
+            for r in range(rounds):
+                tok_s = {}
+                for name in names[r % len(names):] + names[:r % len(names)]:
+                    url, proc = engines[name]
+                    os.kill(proc.pid, signal.SIGCONT)
+                    await run_clients(url, [(text_of(8), 2)], 1)   # woken and serving
+                    got = await run_clients(url, jobs, n)
+                    os.kill(proc.pid, signal.SIGSTOP)
+                    results[name].append(got)
+                    tok_s[name] = summarize(got)["output_tok_s"]
+                per_round.append(tok_s)
+            level = {name: summarize_rounds(results[name]) for name in names}
+            level["tok_s_per_round"] = per_round
+            if "llama_server" in engines:
+                level["tok_s_over_llama_server"] = {
+                    name: round(float(np.median([t[name] / t["llama_server"] for t in per_round])), 2)
+                    for name in names if name != "llama_server"}
+            out[f"streams_{n}"] = level
+            print(json.dumps({f"streams_{n}": level}), flush=True)
     out["uptime_after"] = uptime()
-    if llama_server_binary:
-        for key, level in out.items():
-            if key.startswith("streams_"):
-                llama = level["llama_server"]["output_tok_s"]
-                level["tok_s_over_llama_server"] = {name: round(level[name]["output_tok_s"] / llama, 2)
-                                                    for name in engines if name != "llama_server"}
     return out
+
+
+def summarize_rounds(rounds: list[list[dict]]) -> dict:
+    """summarize() over all turns, tok/s as all tokens over the turns' summed spans (pauses between excluded)."""
+    merged = summarize([r for turn in rounds for r in turn])
+    span_s = sum(max(r["end"] for r in turn) - min(r["start"] for r in turn) for turn in rounds)
+    merged["output_tok_s"] = round(sum(r["tokens"] for turn in rounds for r in turn) / span_s, 1)
+    return merged
 
 
 def uptime() -> str:
@@ -292,6 +310,7 @@ def main() -> None:
     parser.add_argument("--runtimes", default="numpy,torch:int8,torch:bf16" if importlib.util.find_spec("torch")
                         else "numpy", help="native runtimes to compare in (a) and (b), comma-separated, torch as "
                                            "torch:DTYPE (default: numpy, and torch int8 and bf16 when installed)")
+    parser.add_argument("--rounds", type=int, default=3, help="(b): turns of each engine per level")
     args = parser.parse_args()
     SERVER_FLAGS.extend(["--blas-threads", str(args.threads)])
     parts, q = set(args.only.split(",")), args.quick
@@ -300,9 +319,10 @@ def main() -> None:
         report["a_single_stream"] = {name: single_stream(32 if q else 128, args.threads, name)
                                      for name in args.runtimes.split(",")}
         print(json.dumps({"a_single_stream": report["a_single_stream"]}), flush=True)
-    runs = {"b_concurrency": lambda: concurrency_sweep([1, 8] if q else [1, 8, 32, 64], 32 if q else 128,
+    runs = {"b_concurrency": lambda: concurrency_sweep([1, 8] if q else [1, 8, 32, 64], 16 if q else 64,
                                                         args.llama_server or None,
-                                                        tuple(args.runtimes.split(",")), args.threads),
+                                                        tuple(args.runtimes.split(",")), args.threads,
+                                                        2 if q else args.rounds),
             "c_batching": lambda: batching_modes(8 if q else 64, 4 if q else 16, 48 if q else 192),
             "d_chunked_prefill": lambda: chunked_prefill(4 if q else 8, 2 if q else 4, 300 if q else 1200,
                                                          48 if q else 160),

@@ -36,13 +36,14 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,pow
 OUT_DIR="${OUT:-gpu_check_out}"
 mkdir -p "$OUT_DIR"
 status=0
-timeout 120 "$PYTHON" benchmarks/gpu_check.py --out "$OUT_DIR" "$@" || status=$?
+keep_first() { [ "$status" -ne 0 ] || status=$1; }   # the exit status is the first failing part's
+timeout 120 "$PYTHON" benchmarks/gpu_check.py --out "$OUT_DIR" "$@" || keep_first $?
 echo "== native engine on CUDA: step time with and without CUDA graphs"
-timeout 180 "$PYTHON" benchmarks/gpu_native.py steps "$OUT_DIR" || status=${status/#0/$?}
+timeout 180 "$PYTHON" benchmarks/gpu_native.py steps "$OUT_DIR" || keep_first $?
 echo "== bench run scenarios/native_cuda.yaml (GPU telemetry live)"
 if timeout 200 "$PYTHON" -m harness run scenarios/native_cuda.yaml --output "$OUT_DIR/bench_run" --overwrite; then
-  "$PYTHON" benchmarks/gpu_native.py telemetry "$OUT_DIR/bench_run" || status=${status/#0/$?}
+  "$PYTHON" benchmarks/gpu_native.py telemetry "$OUT_DIR/bench_run" || keep_first $?
 else
-  echo "gpu_check: FAILED: bench run of scenarios/native_cuda.yaml"; status=${status/#0/1}
+  echo "gpu_check: FAILED: bench run of scenarios/native_cuda.yaml"; keep_first 1
 fi
 exit "$status"

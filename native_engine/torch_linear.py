@@ -3,7 +3,8 @@
 int8 weights are symmetric per output channel. Which kernel reads them depends on the rows of x:
 few rows (decode at low concurrency) go through torch's weight-only kernel (bf16 activations, the
 int8 matrix read once: memory-bound, as a matrix-vector product is); many rows quantize activations
-per token too and run torch._int_mm (VNNI/AMX on CPUs: compute-bound, int8 x int8 is fastest).
+per token too and run torch._int_mm (VNNI/AMX on CPUs: compute-bound, int8 x int8 is fastest), except
+a matrix whose inputs carry outlier channels (ffn_down), which takes a bf16 copy for many rows.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ WEIGHT_ONLY_MAX_ROWS = 4
 class Linear:
     """y = x @ W for x [n, in] fp32 -> [n, out] fp32, W given as numpy [in, out] and stored in `dtype`."""
 
-    def __init__(self, w_in_out: np.ndarray, dtype: str, device: str = "cpu"):
+    def __init__(self, w_in_out: np.ndarray, dtype: str, device: str = "cpu", outlier_inputs: bool = False):
         if dtype not in DTYPES:
             raise ValueError(f"dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
         weight = torch.from_numpy(np.ascontiguousarray(w_in_out.T)).to(device)  # [out, in], as torch's kernels take
@@ -33,6 +34,9 @@ class Linear:
             self.scales = scales
             self.scales_bf16 = scales.to(torch.bfloat16)
             self.nbytes = weight.numel() + 4 * weight.shape[0]
+            # inputs with outlier channels (ffn_down's) lose too much as int8 activations: many-row steps
+            # take a bf16 copy of the matrix instead (2 bytes a weight more; still fast on batches)
+            self.many_rows_bf16 = weight.to(torch.bfloat16) if outlier_inputs else None
         elif dtype == "bf16":
             self.weight = weight.to(torch.bfloat16)
             self.nbytes = 2 * weight.numel()
@@ -43,6 +47,8 @@ class Linear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.dtype == "int8" and len(x) <= WEIGHT_ONLY_MAX_ROWS:
             return torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16), self.int8_out_in, self.scales_bf16).float()
+        if self.dtype == "int8" and self.many_rows_bf16 is not None:
+            return F.linear(x.to(torch.bfloat16), self.many_rows_bf16).float()
         if self.dtype == "int8":
             # one activation scale per row (token): one scale for the whole batch let one token's outlier
             # channels flatten every other token (top-1 agreement fell to 61%)

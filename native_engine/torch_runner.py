@@ -50,7 +50,7 @@ class _Layer:
         self.wo = Linear(layer.wo, dtype, device)
         self.ffn_norm = torch.tensor(layer.ffn_norm, device=device)
         self.w_gate_up = Linear(layer.w_gate_up, dtype, device)
-        self.w_down = Linear(layer.w_down, dtype, device)
+        self.w_down = Linear(layer.w_down, dtype, device, outlier_inputs=True)
 
     def matrix_bytes(self) -> int:
         return 4 * (len(self.attn_norm) + len(self.ffn_norm)) + sum(

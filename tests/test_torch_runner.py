@@ -20,11 +20,12 @@ from native_engine.torch_runner import TorchModelRunner  # noqa: E402
 BLOCK = 4
 FIXTURE = Path(__file__).parent / "fixtures" / "reference_greedy.json"
 # Quality bounds against the fp32 reference, teacher-forced over the fixture's 326 positions (prompts and
-# greedy continuations; the latter hold many near-ties). Measured with torch 2.13.0: int8 86.8% top-1 and
-# perplexity 0.993x (steps of many rows: int8 activations per token, _int_mm), int8 through the weight-only
-# kernel of few-row steps 96.0% and 0.975x (bf16 activations), bf16 98.8% and 1.004x. int8 weights are per
-# output channel (not llama.cpp's blocks of 32), and ffn_down's input carries outlier channels: that is where
-# most of the int8-activation loss comes from.
+# greedy continuations; the latter hold many near-ties). Measured with torch 2.13.0: int8 88.7% top-1 and
+# perplexity 0.947x (steps of many rows: int8 activations per token through _int_mm, ffn_down in bf16),
+# int8 through the weight-only kernel of few-row steps 96.0% and 0.975x (bf16 activations), bf16 98.8% and
+# 1.004x. int8 weights are per output channel (not llama.cpp's blocks of 32); int8 activations are where
+# most of the loss comes from (ffn_down's input carries outlier channels: int8 there flipped a first token
+# whose reference margin was 0.7 logits).
 MIN_TOP1_AGREEMENT = {"int8": 0.80, "int8-weight-only": 0.90, "bf16": 0.95}
 MAX_PERPLEXITY_RATIO = {"int8": 1.05, "int8-weight-only": 1.02, "bf16": 1.02}
 
