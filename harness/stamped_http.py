@@ -107,6 +107,8 @@ class _Exchange:
     # --- reading ---
     def on_readable(self) -> None:
         """The hot path: one recvmsg, two clock reads, the parser; nothing else."""
+        if self.done.done():  # answered; the reader goes when the request's task resumes
+            return
         try:
             data, ancillary, _, _ = self.conn.sock.recvmsg(READ_BYTES, ANCILLARY_BYTES)
         except (BlockingIOError, InterruptedError):
