@@ -235,7 +235,7 @@ class Runner:
             if self.stamps == "kernel":
                 self._client = StampedClient(self.target.url, self._url.raw_path_qs, self._headers,
                                              self.backend.keep_alive, self.target.max_response_bytes,
-                                             ERROR_BODY_BYTES)
+                                             ERROR_BODY_BYTES, self.target.request_timeout_s)
             if self.backend.keep_alive:  # else each request opens its own connection anyway
                 if self._client is not None:
                     await self._client.open_connections(min(len(self.jobs), slots or 64))
@@ -409,11 +409,7 @@ class Runner:
     async def _send_and_read_stamped(self, rec: RequestRecord, body: bytes, written) -> tuple[list[bytes], tuple, int]:
         """The stamped client's path: each body piece with the kernel's and the loop's time of its read."""
         try:
-            async with asyncio.timeout(self.target.request_timeout_s):
-                resp = await self._client.post(body, written)
-        except TimeoutError:
-            rec.fail("timeout", f"no complete answer within request_timeout_s={self.target.request_timeout_s}")
-            return [], (None, []), time.perf_counter_ns()
+            resp = await self._client.post(body, written)
         except HttpStreamError as e:
             rec.fail(e.reason, e.detail)
             return [], (None, []), time.perf_counter_ns()

@@ -74,8 +74,8 @@ class StampedResponse:
 class _Exchange:
     """httptools' callbacks for one response, and the read loop that feeds it."""
 
-    def __init__(self, conn: "_Connection", max_bytes: int, error_body_bytes: int):
-        self.conn = conn
+    def __init__(self, conn: "_Connection", clock: "ClockOffset", max_bytes: int, error_body_bytes: int):
+        self.conn, self.clock = conn, clock
         self.parser = httptools.HttpResponseParser(self)
         self.out = StampedResponse()
         self.done: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -107,6 +107,8 @@ class _Exchange:
     # --- reading ---
     def on_readable(self) -> None:
         """The hot path: one recvmsg, two clock reads, the parser; nothing else."""
+        if self.done.done():  # answered; the reader goes when the request's task resumes
+            return
         try:
             data, ancillary, _, _ = self.conn.sock.recvmsg(READ_BYTES, ANCILLARY_BYTES)
         except (BlockingIOError, InterruptedError):
@@ -119,7 +121,7 @@ class _Exchange:
         if ancillary:
             # the kernel stamps CLOCK_REALTIME; the run's timeline is perf_counter (CLOCK_MONOTONIC)
             sec, nsec = struct.unpack_from("qq", ancillary[0][2])
-            self.kernel_now = min(loop_ns, sec * 1_000_000_000 + nsec - (time.time_ns() - loop_ns))
+            self.kernel_now = min(loop_ns, sec * 1_000_000_000 + nsec - self.clock.realtime_minus_monotonic_ns)
         else:
             self.kernel_now = loop_ns
             out.unstamped_reads += data != b""
@@ -147,16 +149,46 @@ class _Exchange:
             self.done.set_exception(error) if error else self.done.set_result(self.out)
 
 
+class ClockOffset:
+    """CLOCK_REALTIME − CLOCK_MONOTONIC, measured between two monotonic reads a few µs apart (a process
+    preempted between its clock reads would otherwise shift every stamp by the preemption)."""
+
+    def __init__(self):
+        self.realtime_minus_monotonic_ns = 0
+        self.measure()
+
+    def measure(self, tries: int = 5) -> None:
+        best = None
+        for _ in range(tries):
+            before = time.perf_counter_ns()
+            real = time.time_ns()
+            after = time.perf_counter_ns()
+            if best is None or after - before < best[0]:
+                best = (after - before, real - (before + after) // 2)
+        self.realtime_minus_monotonic_ns = best[1]
+
+
 class _Connection:
+    """One socket, read through one callback for its whole life (registering a reader per request cost more
+    than the request's send); between requests a readable socket means the server closed it."""
+
     def __init__(self, sock: socket.socket):
         self.sock = sock
+        self.exchange: _Exchange | None = None
+        self.dead = False
+
+    def on_readable(self) -> None:
+        if self.exchange is not None:
+            return self.exchange.on_readable()
+        self.dead = True  # idle: an EOF, a reset or stray bytes; never reused
+        asyncio.get_running_loop().remove_reader(self.sock.fileno())
 
 
 class StampedClient:
-    """Keep-alive connections to one http:// server; `request` sends one request and reads its answer."""
+    """Keep-alive connections to one http:// server; `post` sends one request and reads its answer."""
 
     def __init__(self, url: str, path: str, headers: dict, keep_alive: bool = True,
-                 max_response_bytes: int = 1 << 26, error_body_bytes: int = 300):
+                 max_response_bytes: int = 1 << 26, error_body_bytes: int = 300, timeout_s: float = 600.0):
         parts = urlsplit(url)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
         self.keep_alive, self.max_response_bytes, self.error_body_bytes = keep_alive, max_response_bytes, error_body_bytes
@@ -166,6 +198,11 @@ class StampedClient:
         self._head = ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
         self._idle: list[_Connection] = []
         self._open: set[_Connection] = set()
+        # one sweeper for every request's deadline: a timer per request cost as much as its send
+        self.timeout_s = timeout_s
+        self._deadlines: dict[_Exchange, int] = {}
+        self._sweeper: asyncio.Task | None = None
+        self.clock = ClockOffset()
 
     async def open_connections(self, count: int) -> None:
         """Connects before t0 so TCP handshakes stay out of the first measurements."""
@@ -173,29 +210,35 @@ class StampedClient:
         self._idle += [c for c in conns if isinstance(c, _Connection)]
 
     async def post(self, body: bytes, on_written=None) -> StampedResponse:
-        """POSTs `body` and returns the whole answer. `on_written()` is called as soon as the
+        """POSTs `body` and returns the whole answer within timeout_s. `on_written()` is called as soon as the
         request is with the kernel, before this coroutine yields to any other task when a connection is idle.
-        Raises HttpStreamError (connect_error, stream_cut, malformed_http, response_too_large)."""
+        Raises HttpStreamError (connect_error, timeout, stream_cut, malformed_http, response_too_large)."""
         data = b"%s%d\r\n\r\n%s" % (self._head, len(body), body)
+        deadline_ns = time.perf_counter_ns() + int(self.timeout_s * 1e9)
         conn = self._take_idle() or await self._connect_or_fail()
-        loop = asyncio.get_running_loop()
-        exchange = _Exchange(conn, self.max_response_bytes, self.error_body_bytes)
-        fd = conn.sock.fileno()
+        exchange = _Exchange(conn, self.clock, self.max_response_bytes, self.error_body_bytes)
+        self._deadlines[exchange] = deadline_ns
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
         try:
             try:
                 sent = conn.sock.send(data)
                 if sent < len(data):  # a long prompt: the rest when the socket has room
-                    await loop.sock_sendall(conn.sock, data[sent:])
+                    await asyncio.wait_for(asyncio.get_running_loop().sock_sendall(conn.sock, data[sent:]),
+                                           max(0.0, (deadline_ns - time.perf_counter_ns()) / 1e9))
             except OSError as e:
                 raise HttpStreamError("stream_cut", f"sending the request failed: {e}") from None
+            except TimeoutError:
+                raise HttpStreamError("timeout", self._timeout_detail()) from None
             exchange.out.written_ns = time.perf_counter_ns()
             if on_written is not None:
                 on_written()
-            loop.add_reader(fd, exchange.on_readable)
+            conn.exchange = exchange
             try:
                 out = await exchange.done
             finally:
-                loop.remove_reader(fd)
+                conn.exchange = None
+                del self._deadlines[exchange]
         except BaseException:
             self._discard(conn)
             raise
@@ -206,26 +249,37 @@ class StampedClient:
         return out
 
     def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         for conn in list(self._open):
             self._discard(conn)
+
+    def _timeout_detail(self) -> str:
+        return f"no complete answer within request_timeout_s={self.timeout_s:g}"
+
+    async def _sweep(self) -> None:
+        tick_s = min(0.05, self.timeout_s / 10)
+        while True:
+            await asyncio.sleep(tick_s)
+            self.clock.measure()  # follows NTP's slewing of CLOCK_REALTIME
+            now = time.perf_counter_ns()
+            for exchange in [e for e, due in self._deadlines.items() if due <= now]:
+                exchange._end(HttpStreamError("timeout", self._timeout_detail()))
 
     def _take_idle(self) -> _Connection | None:
         while self._idle:
             conn = self._idle.pop()
-            try:  # an idle connection the server closed reads as EOF (or reset) here, before any send
-                alive = conn.sock.recv(1, socket.MSG_PEEK) != b""
-            except (BlockingIOError, InterruptedError):
-                alive = True
-            except OSError:
-                alive = False
-            if alive:
+            if not conn.dead:
                 return conn
             self._discard(conn)
         return None
 
     async def _connect_or_fail(self) -> _Connection:
         try:
-            return await self._connect()
+            async with asyncio.timeout(self.timeout_s):
+                return await self._connect()
+        except TimeoutError:
+            raise HttpStreamError("timeout", self._timeout_detail()) from None
         except OSError as e:
             raise HttpStreamError("connect_error", f"cannot connect to {self.host}:{self.port}: {e}") from None
 
@@ -237,19 +291,23 @@ class StampedClient:
             sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)  # before any byte arrives
         except OSError:
             pass  # its reads come without a stamp: unstamped_reads, and the record says loop
+        loop = asyncio.get_running_loop()
         try:
-            await asyncio.get_running_loop().sock_connect(sock, (self.host, self.port))
+            await loop.sock_connect(sock, (self.host, self.port))
         except BaseException:
             sock.close()
             raise
         conn = _Connection(sock)
+        loop.add_reader(sock.fileno(), conn.on_readable)
         self._open.add(conn)
         return conn
 
     def _discard(self, conn: _Connection) -> None:
-        self._open.discard(conn)
-        conn.sock.close()
-
+        if conn in self._open:
+            self._open.discard(conn)
+            if not conn.dead:
+                asyncio.get_running_loop().remove_reader(conn.sock.fileno())
+            conn.sock.close()
 
 STAMPS = ("auto", "kernel", "loop")
 
