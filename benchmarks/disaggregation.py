@@ -145,7 +145,8 @@ def main() -> None:
           "prefill worker's queue and prefill):")
     for r in results["disaggregated"] + results["disaggregated-floating"]:
         for kv in r.get("kv_per_long_prompt", []):
-            print(f"  {kv['prompt_tokens']:5d} tokens  {kv['bytes'] / 2**20:6.1f} MiB  export {kv['export_ms']:6.1f} ms  "
+            print(f"  {kv['prompt_tokens']:5d} tokens  {kv['bytes'] / 2**20:6.1f} MiB  "
+                  f"export {kv['export_ms']:6.1f} ms  "
                   f"import {kv['import_ms']:6.1f} ms  handoff {kv['handoff_ms']:6.0f} ms")
     (out / "figures.json").write_text(json.dumps({"uptime": uptime, "results": results}, indent=1))
 

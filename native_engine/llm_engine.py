@@ -170,7 +170,8 @@ class LLMEngine:
         if not prompt_token_ids:
             raise ValueError("prompt: must hold at least one token")
         if (export_kv_to or handoff) and self.config.kv_transfer_dir is None:
-            raise ValueError("kv_transfer_dir: a KV handoff needs the engine's transfer directory (serve --disaggregate)")
+            raise ValueError("kv_transfer_dir: a KV handoff needs the engine's transfer directory "
+                             "(serve --disaggregate)")
         if len(self.scheduler.waiting) + len(self._inbox) >= self.config.scheduler.max_waiting:
             raise QueueFullError(f"waiting queue is full ({self.config.scheduler.max_waiting} requests)")
         seq = Sequence(request_id, list(prompt_token_ids), params)

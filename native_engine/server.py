@@ -314,7 +314,7 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
             raise RequestError("kv_transfer: a constrained request (response_format, guided_*) is not handed off; "
                                "send it whole to one worker", "kv_transfer")
         if kv_transfer is not None and kv_transfer.get("role") == "prefill":
-            params.max_tokens = 1   # validated against the client's max_tokens above; the decode worker runs the rest
+            params.max_tokens = 1   # the client's max_tokens was checked above; the decode worker runs the rest
             handoff["export_kv_to"] = os.path.join(engine.config.kv_transfer_dir, request_id + ".kv")
         try:
             stream = engine.open_stream(request_id, prompt_ids, params, **handoff)
