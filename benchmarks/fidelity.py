@@ -14,6 +14,8 @@ hold the kernel's receive time and the loop's time of every chunk, so both are j
     python benchmarks/fidelity.py --concurrency 1 16 64 256 1024 --workers 2
     python benchmarks/fidelity.py --arrival closed --tokens 128 --concurrency 64 256 512 1024 --pin \
         --stamps kernel loop
+    ray start --head --num-cpus 1 && ray start --address 127.0.0.1:6379 --num-cpus 1 \
+        && python benchmarks/fidelity.py --mode ray --arrival closed --concurrency 64 256   # then: ray stop
 """
 from __future__ import annotations
 
@@ -70,8 +72,20 @@ def run_local(reqs, target: Target, cap: int | None, workers: int):
     return uvloop.run(go())
 
 
-# How the load is generated: a distributed mode (Ray) adds its runner here, same signature and outcome
-LOAD_MODES = {"local": run_local}
+def run_ray(reqs, target: Target, cap: int | None, workers: int):
+    """The load from one client actor per node of a running Ray cluster (harness.ray_shards), the same path as
+    `bench run --ray`: its address from RAY_ADDRESS (default auto: the cluster started on this machine with
+    `ray start --head`, plus `ray start --address ...` for a second node). `workers` does not apply."""
+    from harness.ray_shards import start_crew
+    crew = start_crew(os.environ.get("RAY_ADDRESS", "auto"), reqs, cap)
+    try:
+        return asyncio.run(crew.run(target, lambda rec: None, asyncio.Event(), None, time.perf_counter_ns()))
+    finally:
+        crew.close()
+
+
+# How the load is generated: this machine's client processes, or the actors of a Ray cluster
+LOAD_MODES = {"local": run_local, "ray": run_ray}
 
 
 def measure(url: str, concurrency: int, rounds: int, tokens: int, workers: int, ttft_ms: float,
