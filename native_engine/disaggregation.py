@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import Counter, Histogram
 
-from native_engine.router import MAX_BODY_BYTES, Replica, ReplicaFailed, Router, error_response
+from native_engine.router import Replica, ReplicaFailed, Router, error_response
 from native_engine.routing import Policy
 
 GRAMMAR_FIELDS = ("response_format", "guided_json", "guided_regex")
@@ -138,15 +138,4 @@ class Disaggregator:
 
     def build_app(self) -> web.Application:
         """The router's endpoints, with generation and the worker listing the coordinator's own."""
-        router = self.router
-        app = web.Application(client_max_size=MAX_BODY_BYTES)
-        app.cleanup_ctx.append(router._lifetime)   # its client session and health probes
-        for path in ("/v1/completions", "/v1/chat/completions"):
-            app.router.add_post(path, self.generate)
-        for path in ("/tokenize", "/detokenize"):
-            app.router.add_post(path, router.to_any)
-        app.router.add_get("/v1/models", router.to_any)
-        app.router.add_get("/health", router.health)
-        app.router.add_get("/replicas", self.list_workers)
-        app.router.add_get("/metrics", router.render_metrics)
-        return app
+        return self.router.build_app(generate=self.generate, list_replicas=self.list_workers)

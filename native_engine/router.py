@@ -191,16 +191,18 @@ class Router:
     async def render_metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    def build_app(self) -> web.Application:
+    def build_app(self, generate=None, list_replicas=None) -> web.Application:
+        """The router's endpoints; a coordinator over the same machinery (disaggregation) brings its own
+        generation and replica listing."""
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.cleanup_ctx.append(self._lifetime)
         for path in ("/v1/completions", "/v1/chat/completions"):
-            app.router.add_post(path, self.generate)
+            app.router.add_post(path, generate or self.generate)
         for path in ("/tokenize", "/detokenize"):
             app.router.add_post(path, self.to_any)
         app.router.add_get("/v1/models", self.to_any)
         app.router.add_get("/health", self.health)
-        app.router.add_get("/replicas", self.list_replicas)
+        app.router.add_get("/replicas", list_replicas or self.list_replicas)
         app.router.add_get("/metrics", self.render_metrics)
         return app
 

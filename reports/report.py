@@ -8,7 +8,7 @@ from reports.candidates import expand_candidates
 from reports.explain_figures import phase_bars, step_timeline
 from reports.figures import latency_cdfs, over_time, timeline
 from reports.html import render_report_html
-from reports.markdown import SUMMARY_COLUMNS, render_report_md
+from reports.markdown import render_report_md
 from reports.replica_figures import replica_comparison, replica_load
 from reports.replicas import decision_rows, replica_rows, replica_view
 from reports.server_figures import server_metrics, telemetry

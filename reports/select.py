@@ -15,12 +15,9 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-<<<<<<< HEAD
 from harness.metrics import active_slo
-from reports.candidates import expand_candidates
-=======
 from harness.workers import client_bound_advice
->>>>>>> raydist
+from reports.candidates import expand_candidates
 from reports.figures import LAYOUT, color
 from reports.html import render
 from reports.load import Sweep, SweepPoint, load_results

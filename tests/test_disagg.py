@@ -20,21 +20,10 @@ from native_engine.kv_transfer import KVTransferError, block_bytes, cache_shape,
 from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
 from native_engine.router import start_router
 from native_engine.server import start_server
-from native_engine.tiny_gguf import write_tiny_llama_gguf
 from test_router import alive, metric, post, streamed_text, wait_gone
 
 DOC = "Paged attention stores the key and value cache in fixed-size blocks shared between requests. " * 3
 CACHE_TOKENS = 4096
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    return write_tiny_llama_gguf(tmp_path_factory.mktemp("m") / "tiny.gguf", seed=0)
-
-
-@pytest.fixture(scope="module")
-def tiny(tiny_path):
-    return LoadedModel.load(str(tiny_path))
 
 
 @pytest.fixture

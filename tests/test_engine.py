@@ -7,7 +7,6 @@ import pytest
 from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
 from native_engine.scheduler import SchedulerConfig
 from native_engine.sequence import SamplingParams
-from native_engine.tiny_gguf import write_tiny_llama_gguf
 
 TEXT = ("Paged attention stores the key and value cache in fixed-size blocks, so memory is allocated on demand "
         "and shared between requests with a common prefix. Continuous batching admits new requests at every "
@@ -24,11 +23,6 @@ def engine_for(loaded, kv_cache_tokens=4096, prefix_caching=True, **scheduler):
 @pytest.fixture(scope="module")
 def smollm2():
     return LoadedModel.load("smollm2")
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return LoadedModel.load(str(write_tiny_llama_gguf(tmp_path_factory.mktemp("m") / "tiny.gguf", seed=0)))
 
 
 @pytest.mark.slow

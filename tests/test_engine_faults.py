@@ -10,20 +10,14 @@ import aiohttp
 import pytest
 
 from native_engine import sampler, server
-from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
+from native_engine.llm_engine import EngineConfig, LLMEngine
 from native_engine.sampler import sample
 from native_engine.sequence import SamplingParams
 from native_engine.server import start_server
-from native_engine.tiny_gguf import write_tiny_llama_gguf
 
 pytestmark = pytest.mark.faults
 HOT = 8.0   # the tiny model's logits are very peaked; sample hot to get varied tokens
 POISON = {"prompt": "hi", "max_tokens": 4, "min_tokens": 2, "stop_token_ids": [1000000000]}
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return LoadedModel.load(str(write_tiny_llama_gguf(tmp_path_factory.mktemp("m") / "tiny.gguf", seed=0)))
 
 
 @pytest.fixture

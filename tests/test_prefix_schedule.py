@@ -5,15 +5,9 @@ import pytest
 from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
 from native_engine.scheduler import SchedulerConfig
 from native_engine.sequence import SamplingParams
-from native_engine.tiny_gguf import write_tiny_llama_gguf
 
 BLOCK = 4
 PREFIX = {g: list(range(base, base + 4 * BLOCK)) for g, base in (("A", 10), ("B", 40), ("C", 70))}
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return LoadedModel.load(str(write_tiny_llama_gguf(tmp_path_factory.mktemp("m") / "tiny.gguf", seed=0)))
 
 
 @pytest.mark.parametrize("prefix_cache", ["hash", "radix"])

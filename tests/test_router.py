@@ -12,23 +12,12 @@ import urllib.request
 import aiohttp
 import pytest
 
-from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
+from native_engine.llm_engine import EngineConfig, LLMEngine
 from native_engine.router import Router, start_router
 from native_engine.routing import Policy
 from native_engine.server import start_server
-from native_engine.tiny_gguf import write_tiny_llama_gguf
 
 DOC = "Paged attention stores the key and value cache in fixed-size blocks shared between requests. " * 3
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    return write_tiny_llama_gguf(tmp_path_factory.mktemp("m") / "tiny.gguf", seed=0)
-
-
-@pytest.fixture(scope="module")
-def tiny(tiny_path):
-    return LoadedModel.load(str(tiny_path))
 
 
 @pytest.fixture

@@ -5,17 +5,12 @@ import json
 import aiohttp
 import pytest
 
-from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
+from native_engine.llm_engine import EngineConfig, LLMEngine
 from native_engine.scheduler import SchedulerConfig
 from native_engine.server import start_server
 from native_engine.tiny_gguf import write_tiny_llama_gguf
 
 HOT = 8.0   # the tiny model's logits are very peaked; sample hot to get varied tokens
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return LoadedModel.load(str(write_tiny_llama_gguf(tmp_path_factory.mktemp("m") / "tiny.gguf", seed=0)))
 
 
 class Served:

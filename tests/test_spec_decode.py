@@ -16,14 +16,8 @@ from native_engine.sampler import sample_with_drafts
 from native_engine.scheduler import SchedulerConfig
 from native_engine.sequence import SamplingParams, Sequence
 from native_engine.spec_decode import SpeculativeConfig, propose_ngram
-from native_engine.tiny_gguf import write_tiny_llama_gguf
 
 FIXTURE = Path(__file__).parent / "fixtures" / "reference_greedy.json"
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return LoadedModel.load(str(write_tiny_llama_gguf(tmp_path_factory.mktemp("m") / "tiny.gguf", seed=0)))
 
 
 def engine_for(loaded, k=None, kv_cache_tokens=4096, **scheduler):
