@@ -143,6 +143,8 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
                                     os.cpu_count() or 1, capacity)
     except ValueError as e:
         raise ScenarioError(str(e)) from None
+    if (workers or load.workers) == "auto" and not load.ray:
+        reporter.info(f"workers: auto chose {n_workers} client process(es) ({capacity.describe()})")
     crew = None
     if load.ray:  # one client actor per node; refused here when a node's clock is not known well enough
         crew = cleanup.enter_context(closing(start_crew(load.ray, plan.requests, load.concurrency,

@@ -66,12 +66,13 @@ def client_bound_advice(summary: dict, cpu_count: int | None) -> str:
     each = f" (up to {math.ceil(streams / workers)} each in this run)" if streams else ""
     cpu_s, window_s = summary.get("client_cpu_s"), summary.get("window_s")
     used = f"; its processes used {cpu_s / window_s:.2f} cores in all on average" if cpu_s and window_s else ""
-    needed = summary.get("workers_needed") or 0
+    needed, sizing = summary.get("workers_needed") or 0, summary.get("workers_sizing") or {}
+    each_takes = (sizing.get("describe") or
+                  f"{PLANNING_FIGURE.tokens_per_s_per_worker:,.0f} streamed tokens/s each, a planning figure")
     if needed > workers:
-        sizing = summary.get("workers_sizing") or {}
-        each_takes = (sizing.get("describe") or
-                      f"{PLANNING_FIGURE.tokens_per_s_per_worker:,.0f} streamed tokens/s each, a planning figure")
         used += f"; this load needs about {needed} client processes ({each_takes})"
+    elif sizing.get("source") == "measured":  # what this machine's client was measured to take
+        used += f"; a client process here plans {each_takes}"
     if nodes:
         return (f"the load already ran on {nodes} Ray node(s), one client process each{used}: add nodes so each "
                 f"holds fewer streams{each}, or lower the load")

@@ -7,7 +7,7 @@ import pytest
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, gt_request
 from harness.client_capacity import (CAPACITY_FILE_ENV, KEEP_LAST, PLANNING_FIGURE, WORKER_CPU_SHARE, capacity_file,
                                      load_capacity, machine_key, record_capacity)
-from harness.run import run_scenario, sizing_info
+from harness.run import Reporter, run_scenario, sizing_info
 from harness.scenario import load_scenario
 from harness.workers import client_bound_advice, resolve_workers, workers_needed
 
@@ -26,7 +26,10 @@ def test_a_run_records_its_client_capacity_and_the_next_auto_sizes_from_it(gt, t
     path.write_text(f"name: cap\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
                     "workload: {kind: random, input_tokens: 8, output_tokens: 64}\n"
                     "load: {arrival: closed, concurrency: 16, num_requests: 160, workers: auto}\n")
-    first = run_scenario(load_scenario(path), tmp_path / "one")
+    reporter = Reporter()
+    first = run_scenario(load_scenario(path), tmp_path / "one", reporter=reporter)
+    assert "workers: auto chose 1 client process(es) (5,000 streamed tokens/s each, a planning figure)" in \
+        reporter.lines
     assert first.run_info["workers_sizing"]["source"] == "planning figure" and first.run_info["workers"] == 1
     measured = first.summary["client_capacity_measured"]
     assert measured["tokens"] == 160 * 64 and measured["cpu_s"] == pytest.approx(
@@ -66,6 +69,8 @@ def test_auto_follows_the_stored_capacity_per_client_path_over_the_last_runs(tmp
     advice = client_bound_advice({"workers": 1, "workers_needed": 25, "workers_sizing": sizing_info(slow)}, 2)
     assert "25 client processes (4,000 streamed tokens/s each: 0.4 of a core at the 10,000 tokens per CPU-second " \
            f"measured here over {KEEP_LAST} run(s))" in advice and "--workers" not in advice
+    enough = client_bound_advice({"workers": 1, "workers_needed": 1, "workers_sizing": sizing_info(slow)}, 2)
+    assert "a client process here plans 4,000 streamed tokens/s each: 0.4 of a core at the 10,000" in enough
 
 
 @pytest.mark.parametrize("content, said", [("{not json", "cannot be read"),
