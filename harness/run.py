@@ -15,6 +15,7 @@ from contextlib import ExitStack, closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.client_capacity import ClientCapacity, load_capacity, record_capacity
 from harness.explain import explain
 from harness.launcher import LaunchedBackend
 from harness.metrics import client_bound_reasons, summarize
@@ -133,10 +134,17 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
     else:
         reporter.info(f"prompt lengths counted by {tokenizer.name} ({plan.token_count_method})")
     try:
-        n_workers = resolve_workers(workers or load.workers, plan.requests, load.concurrency, plan.duration_s,
-                                    os.cpu_count() or 1)
+        stamps, stamps_fallback = choose_stamps(backend.stamps, url)
     except ValueError as e:
         raise ScenarioError(str(e)) from None
+    capacity = load_capacity(stamps, warnings)  # this machine's client, measured by earlier runs
+    try:
+        n_workers = resolve_workers(workers or load.workers, plan.requests, load.concurrency, plan.duration_s,
+                                    os.cpu_count() or 1, capacity)
+    except ValueError as e:
+        raise ScenarioError(str(e)) from None
+    if (workers or load.workers) == "auto" and not load.ray:
+        reporter.info(f"workers: auto chose {n_workers} client process(es) ({capacity.describe()})")
     crew = None
     if load.ray:  # one client actor per node; refused here when a node's clock is not known well enough
         crew = cleanup.enter_context(closing(start_crew(load.ray, plan.requests, load.concurrency,
@@ -146,10 +154,6 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
     target = Target(url, backend.api, backend.model, backend.request_timeout_s, dict(backend.headers),
                     scenario.workload.ignore_eos, backend.kind, tuple(backend.eos_token_ids),
                     backend.max_response_bytes, backend.stamps)
-    try:
-        stamps, stamps_fallback = choose_stamps(backend.stamps, url)
-    except ValueError as e:
-        raise ScenarioError(str(e)) from None
     if stamps_fallback and backend.stamps == "auto":
         reporter.info(f"token times from the event loop, not the kernel: {stamps_fallback}")
     run_info = {"scenario": scenario.resolved_dict(), "versions": versions(), "host": host_info(),
@@ -158,6 +162,7 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
                             "engine_pid": launched.pid if launched else None},
                 "stamps": {"setting": backend.stamps, "used": stamps, "why_not_kernel": stamps_fallback},
                 "token_count_method": plan.token_count_method, "tokenizer": tokenizer.name, "workers": n_workers,
+                "workers_sizing": sizing_info(capacity),
                 "time_unit": "seconds from t0 (perf_counter_ns)"}
     if crew:
         run_info["ray"] = crew.describe()
@@ -186,10 +191,17 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
     reasons = client_bound_reasons(summary)
     summary.update(client_bound=bool(reasons), client_bound_reasons=reasons, interrupted=outcome.interrupted,
                    workers=n_workers, client_cpu_s=outcome.client_cpu_s, token_count_method=plan.token_count_method,
-                   workers_needed=workers_needed(plan.requests, load.concurrency, plan.duration_s),
-                   **outcome.completeness())
-    if crew:
+                   workers_needed=workers_needed(plan.requests, load.concurrency, plan.duration_s, capacity),
+                   workers_sizing=sizing_info(capacity), **outcome.completeness())
+    if crew:  # Ray's client processes ran on other machines: no measurement of this one's client
         summary["ray_nodes"] = crew.node_counts()
+    else:
+        late: list[str] = []
+        summary["client_capacity_measured"] = record_capacity(
+            stamps, sum(r.output_tokens for r in outcome.records), outcome.client_cpu_s, str(writer.dir), late)
+        for line in late:
+            reporter.warning(line)
+            warnings.append(line)
     if stopped_by in ("SIGINT", "SIGTERM"):
         summary["interrupted_by"] = stopped_by
     elif stopped_by:
@@ -201,6 +213,13 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
                            scenario.resolved_dict(), (outcome.t0_ns - t0_ns) / 1e9))  # phases_ms, roofline, diagnosis
     writer.write_summary(summary)
     return RunResult(writer.dir, summary, run_info, warnings)
+
+
+def sizing_info(capacity: ClientCapacity) -> dict:
+    """What `workers: auto` took as one client process's share, and where that figure came from."""
+    return {"source": capacity.source, "tokens_per_s_per_worker": round(capacity.tokens_per_s_per_worker),
+            "tokens_per_cpu_s": capacity.tokens_per_cpu_s and round(capacity.tokens_per_cpu_s),
+            "measurements": capacity.measurements, "file": capacity.file, "describe": capacity.describe()}
 
 
 async def _load(plan, target: Target, concurrency, n_workers: int, writer: ResultWriter, reporter: Reporter,

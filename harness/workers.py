@@ -20,33 +20,31 @@ from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for_connections
 from typing import Callable
 
+from harness.client_capacity import PLANNING_FIGURE, ClientCapacity
 from harness.limits import MAX_WORKERS_PER_CORE
 from harness.results import RequestRecord
 from harness.runner import Runner, RunOutcome, Target, group_jobs, run_blocking, t0_ahead_ns
 
-# Planning figure for `auto`: streamed tokens/s given to one client process. One process
-# used 0.2-0.35 cores at 5,000-20,000 tokens/s in benchmarks/fidelity.py; its accuracy then
-# depends on getting that CPU promptly, so more processes only help with cores to spare.
-TOKENS_PER_S_PER_WORKER = 5000
 WORKER_START_TIMEOUT_S = 120.0  # spawning imports the harness anew in each process
 
 
-def workers_needed(requests: list, concurrency: int | None, duration_hint_s: float | None) -> int:
-    """Client processes the plan needs: one per TOKENS_PER_S_PER_WORKER streamed tokens/s (closed loop: per 256
-    streams), whatever the cores."""
+def workers_needed(requests: list, concurrency: int | None, duration_hint_s: float | None,
+                   capacity: ClientCapacity = PLANNING_FIGURE) -> int:
+    """Client processes the plan needs: one per `capacity` (harness.client_capacity) of streamed tokens/s
+    (closed loop: per 256 streams), whatever the cores. More processes only help with cores to spare."""
     offsets = [r.intended_offset_s for r in requests if r.intended_offset_s is not None]
     tokens = sum(r.output_tokens for r in requests)
     span_s = (max(offsets) - min(offsets)) if len(offsets) > 1 else (duration_hint_s or 0.0)
     if span_s > 0:
-        return max(1, math.ceil(tokens / span_s / TOKENS_PER_S_PER_WORKER))
+        return max(1, math.ceil(tokens / span_s / capacity.tokens_per_s_per_worker))
     return max(1, math.ceil((concurrency or 1) / 256))
 
 
 def resolve_workers(option, requests: list, concurrency: int | None, duration_hint_s: float | None,
-                    cpu_count: int) -> int:
+                    cpu_count: int, capacity: ClientCapacity = PLANNING_FIGURE) -> int:
     """`auto`: the processes the plan needs (workers_needed), at most one per core but one."""
     if option is None or option == "auto":
-        return min(workers_needed(requests, concurrency, duration_hint_s), max(1, cpu_count - 1))
+        return min(workers_needed(requests, concurrency, duration_hint_s, capacity), max(1, cpu_count - 1))
     try:
         n = int(option)
     except (TypeError, ValueError):
@@ -68,10 +66,13 @@ def client_bound_advice(summary: dict, cpu_count: int | None) -> str:
     each = f" (up to {math.ceil(streams / workers)} each in this run)" if streams else ""
     cpu_s, window_s = summary.get("client_cpu_s"), summary.get("window_s")
     used = f"; its processes used {cpu_s / window_s:.2f} cores in all on average" if cpu_s and window_s else ""
-    needed = summary.get("workers_needed") or 0
+    needed, sizing = summary.get("workers_needed") or 0, summary.get("workers_sizing") or {}
+    each_takes = (sizing.get("describe") or
+                  f"{PLANNING_FIGURE.tokens_per_s_per_worker:,.0f} streamed tokens/s each, a planning figure")
     if needed > workers:
-        used += (f"; this load needs about {needed} client processes ({TOKENS_PER_S_PER_WORKER:,} streamed "
-                 f"tokens/s each)")
+        used += f"; this load needs about {needed} client processes ({each_takes})"
+    elif sizing.get("source") == "measured":  # what this machine's client was measured to take
+        used += f"; a client process here plans {each_takes}"
     if nodes:
         return (f"the load already ran on {nodes} Ray node(s), one client process each{used}: add nodes so each "
                 f"holds fewer streams{each}, or lower the load")

@@ -4,6 +4,15 @@ import pytest
 from native_engine.blas import set_blas_threads
 
 
+@pytest.fixture(autouse=True)
+def own_client_capacity_file(tmp_path_factory, monkeypatch):
+    """Runs record their client's capacity (harness.client_capacity): a test's go to a file of its own, never
+    to the user's cache, and no earlier run's measurement sizes a test's `workers: auto`."""
+    path = tmp_path_factory.mktemp("capacity") / "client_capacity.json"
+    monkeypatch.setenv("BENCH_CLIENT_CAPACITY_FILE", str(path))
+    return path
+
+
 @pytest.fixture
 def one_blas_thread():
     """The 2 shared cores of CI: one BLAS thread avoids spin-waits on a descheduled partner."""

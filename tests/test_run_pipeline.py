@@ -182,7 +182,7 @@ def test_client_bound_advice_suggests_workers_only_where_a_core_is_spare():
     assert resolve_workers("auto", reqs, None, None, cpu_count=64) == 20  # auto takes what it needs where it can
     said = client_bound_advice({**summary, "workers": 1, "workers_needed": 20}, cpu_count=2)
     assert "--workers" not in said and "more client processes cannot help" in said and "2 core(s)" in said
-    assert "this load needs about 20 client processes (5,000 streamed tokens/s each)" in said
+    assert "this load needs about 20 client processes (5,000 streamed tokens/s each, a planning figure)" in said
     assert "fewer streams (up to 512 each in this run)" in said and "more cores" in said and "--ray" in said
     assert "its processes used 0.90 cores in all on average" in said
     on_ray = client_bound_advice({**summary, "ray_nodes": [{}, {}]}, cpu_count=2)

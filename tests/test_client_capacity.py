@@ -1,0 +1,104 @@
+"""The client's measured capacity (harness/client_capacity.py): a real run records it, the next `workers: auto`
+sizes from it, and a file that cannot be read is a warning and the planning figure, never a crash."""
+import json
+
+import pytest
+
+from groundtruth_server import GroundTruthConfig, GroundTruthProcess, gt_request
+from harness.client_capacity import (CAPACITY_FILE_ENV, KEEP_LAST, PLANNING_FIGURE, WORKER_CPU_SHARE, capacity_file,
+                                     load_capacity, machine_key, record_capacity)
+from harness.run import Reporter, run_scenario, sizing_info
+from harness.scenario import load_scenario
+from harness.workers import client_bound_advice, resolve_workers, workers_needed
+
+# ~99,000 streamed tokens/s planned: 1,001 requests of 99 tokens over one second
+BUSY_PLAN = [gt_request(i, i * 0.001, 99) for i in range(1001)]
+
+
+@pytest.fixture(scope="module")
+def gt():
+    with GroundTruthProcess(GroundTruthConfig(ttft_ms=2, itl_ms=0.5)) as server:
+        yield server
+
+
+def test_a_run_records_its_client_capacity_and_the_next_auto_sizes_from_it(gt, tmp_path, own_client_capacity_file):
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: cap\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
+                    "workload: {kind: random, input_tokens: 8, output_tokens: 64}\n"
+                    "load: {arrival: closed, concurrency: 16, num_requests: 160, workers: auto}\n")
+    reporter = Reporter()
+    first = run_scenario(load_scenario(path), tmp_path / "one", reporter=reporter)
+    assert "workers: auto chose 1 client process(es) (5,000 streamed tokens/s each, a planning figure)" in \
+        reporter.lines
+    assert first.run_info["workers_sizing"]["source"] == "planning figure" and first.run_info["workers"] == 1
+    measured = first.summary["client_capacity_measured"]
+    assert measured["tokens"] == 160 * 64 and measured["cpu_s"] == pytest.approx(
+        first.summary["client_cpu_s"], abs=1e-4)
+    stored = json.loads(own_client_capacity_file.read_text())["machines"]
+    client = first.run_info["stamps"]["used"]
+    assert stored[machine_key(client)]["measurements"] == [measured]
+    second = run_scenario(load_scenario(path), tmp_path / "two")
+    sizing = second.run_info["workers_sizing"]
+    assert sizing["source"] == "measured" and sizing["measurements"] == 1
+    assert sizing["tokens_per_cpu_s"] == round(measured["tokens"] / measured["cpu_s"])
+    assert sizing["file"] == str(own_client_capacity_file) and second.summary["workers_sizing"] == sizing
+    assert len(json.loads(own_client_capacity_file.read_text())["machines"][machine_key(client)]["measurements"]) == 2
+
+
+def test_auto_follows_the_stored_capacity_per_client_path_over_the_last_runs(tmp_path):
+    warnings = []
+    record_capacity("loop", 50_000, 1.0, "r1", warnings)  # 50,000 tokens per CPU-second: 20,000 tokens/s a process
+    capacity = load_capacity("loop", warnings)
+    assert capacity.tokens_per_s_per_worker == pytest.approx(50_000 * WORKER_CPU_SHARE)
+    assert workers_needed(BUSY_PLAN, None, None, capacity) == 5  # 99,099 tokens/s / 20,000
+    assert resolve_workers("auto", BUSY_PLAN, None, None, cpu_count=64, capacity=capacity) == 5
+    assert resolve_workers("auto", BUSY_PLAN, None, None, cpu_count=4, capacity=capacity) == 3  # one core kept
+    assert resolve_workers("auto", BUSY_PLAN, None, None, cpu_count=64) == 20  # the planning figure: 5,000 each
+    record_capacity("loop", 450_000, 1.0, "r2", warnings)  # pooled: 500,000 tokens in 2 CPU-seconds
+    faster = load_capacity("loop", warnings)
+    assert faster.tokens_per_cpu_s == pytest.approx(250_000) and faster.measurements == 2
+    assert resolve_workers("auto", BUSY_PLAN, None, None, cpu_count=64, capacity=faster) == 1
+    assert load_capacity("kernel", warnings) is PLANNING_FIGURE  # the other client path has no measurement yet
+    assert record_capacity("loop", 10, 0.001, "tiny", warnings) is None  # too little CPU to mean anything
+    for i in range(KEEP_LAST):
+        record_capacity("loop", 10_000, 1.0, f"slow{i}", warnings)
+    slow = load_capacity("loop", warnings)  # only the last KEEP_LAST runs count
+    assert slow.tokens_per_cpu_s == pytest.approx(10_000) and slow.measurements == KEEP_LAST
+    assert resolve_workers("auto", BUSY_PLAN, None, None, cpu_count=64, capacity=slow) == 25
+    assert warnings == []
+    advice = client_bound_advice({"workers": 1, "workers_needed": 25, "workers_sizing": sizing_info(slow)}, 2)
+    assert "25 client processes (4,000 streamed tokens/s each: 0.4 of a core at the 10,000 tokens per CPU-second " \
+           f"measured here over {KEEP_LAST} run(s))" in advice and "--workers" not in advice
+    enough = client_bound_advice({"workers": 1, "workers_needed": 1, "workers_sizing": sizing_info(slow)}, 2)
+    assert "a client process here plans 4,000 streamed tokens/s each: 0.4 of a core at the 10,000" in enough
+
+
+@pytest.mark.parametrize("content, said", [("{not json", "cannot be read"),
+                                           ('{"format": 99, "machines": {}}', "is not in format 1"),
+                                           ('[1, 2]', "is not in format 1")])
+def test_a_capacity_file_that_is_not_ours_is_a_warning_and_the_planning_figure(own_client_capacity_file, content,
+                                                                               said):
+    own_client_capacity_file.write_text(content)
+    warnings = []
+    assert load_capacity("loop", warnings) is PLANNING_FIGURE
+    assert len(warnings) == 1 and str(own_client_capacity_file) in warnings[0] and said in warnings[0]
+    assert "delete the file" in warnings[0]
+    assert record_capacity("loop", 50_000, 1.0, "r", warnings)["tokens_per_cpu_s"] == 50_000
+    assert own_client_capacity_file.read_text() == content  # someone's file is never overwritten
+    assert "is not kept" in warnings[1]
+
+
+def test_malformed_measurements_are_a_warning_too(own_client_capacity_file):
+    own_client_capacity_file.write_text(json.dumps(
+        {"format": 1, "machines": {machine_key("loop"): {"measurements": [{"tokens": "many"}]}}}))
+    warnings = []
+    assert load_capacity("loop", warnings) is PLANNING_FIGURE and "malformed measurements" in warnings[0]
+
+
+def test_the_environment_variable_moves_the_file(tmp_path, monkeypatch):
+    elsewhere = tmp_path / "a" / "b" / "capacity.json"
+    monkeypatch.setenv(CAPACITY_FILE_ENV, str(elsewhere))
+    record_capacity("kernel", 30_000, 0.5, "r", [])
+    assert capacity_file() == elsewhere and load_capacity("kernel", []).tokens_per_cpu_s == pytest.approx(60_000)
+    monkeypatch.delenv(CAPACITY_FILE_ENV)
+    assert capacity_file().parts[-3:] == (".cache", "llm-serving-bench", "client_capacity.json")
