@@ -29,6 +29,9 @@ from harness.stamped_http import HttpStreamError, StampedClient, choose_stamps, 
 LOOP_TICK_S = 0.005
 INTERRUPT_GRACE_S = 3.0
 ERROR_BODY_BYTES = 300  # of a 4xx/5xx body, kept as the failure's detail
+# First turns whose request bytes are built before t0 (~10 µs each, so a closed loop's wave of sends is not
+# slowed by JSON encoding); the bound keeps a huge plan from eating t0's lead. Later ones are built at send time.
+PREBUILT_REQUESTS = 8192
 # An answer that ended on its own (or on max_tokens); abort, error, cancelled... are cut answers.
 COMPLETE_FINISH_REASONS = {"stop", "length", "tool_calls", "function_call"}
 
@@ -107,6 +110,15 @@ async def sleep_until(due_ns: int) -> None:
         await asyncio.sleep(rem / 1e9)
     while time.perf_counter_ns() < due_ns:
         await asyncio.sleep(0)
+
+
+def own_messages(spec) -> list[dict]:
+    return spec.messages or [{"role": "user", "content": spec.prompt or ""}]
+
+
+def turn_messages(history: list[dict], spec) -> list | None:
+    """A turn's chat messages: the session so far plus its own; None for a lone prompt."""
+    return history + own_messages(spec) if (history or spec.messages is not None) else None
 
 
 def group_jobs(requests) -> list[list]:
@@ -203,6 +215,7 @@ class Runner:
         self.stamps, self.stamps_fallback = choose_stamps(target.stamps, target.url)
         self._client: StampedClient | None = None
         self._gate = SendGate()
+        self._prebuilt: dict[int, bytes] = {}  # spec.index -> request bytes of a first turn, built before t0
 
     async def run(self) -> RunOutcome:
         # A full (oldest-generation) collection walks every record kept so far and stalls the
@@ -241,6 +254,8 @@ class Runner:
                     await self._client.open_connections(min(len(self.jobs), slots or 64))
                 else:
                     await self._open_connections(min(len(self.jobs), slots or 64))
+            for job in self.jobs[:PREBUILT_REQUESTS]:  # a first turn has no history: its bytes are known now
+                self._prebuilt[job[0].index] = self._request_bytes(job[0], turn_messages([], job[0]))
             if self.t0_ns is None:
                 self.t0_ns = t0_ahead_ns(1, spawn=False, connect=False)  # connections are open
             ticker = asyncio.create_task(self._tick_loop_lag())
@@ -322,8 +337,7 @@ class Runner:
                 await sleep_until(due_ns)
                 if self.stop.is_set():
                     return prev_end_ns
-            own = spec.messages or [{"role": "user", "content": spec.prompt or ""}]
-            messages = history + own if (history or spec.messages is not None) else None
+            messages = turn_messages(history, spec)
             last_turn = n == len(turns) - 1
             rec, answer, prev_end_ns = await self._request(spec, due_ns, messages, need_answer=not last_turn)
             if last_turn:
@@ -334,7 +348,7 @@ class Runner:
                     skipped.fail("previous_turn_failed", f"turn {spec.turn_index} failed: {rec.error_reason}")
                     self._finish(skipped)
                 return prev_end_ns
-            history = (messages or own) + [{"role": "assistant", "content": answer}]
+            history = (messages or own_messages(spec)) + [{"role": "assistant", "content": answer}]
         return prev_end_ns
 
     def _new_record(self, spec, due_ns: int) -> RequestRecord:
@@ -348,11 +362,9 @@ class Runner:
 
     async def _request(self, spec, due_ns: int, messages: list | None,
                        need_answer: bool) -> tuple[RequestRecord, str, int]:
+        # a first turn's bytes were built before t0; a later turn's depend on the answers so far
+        body = self._prebuilt.pop(spec.index, None) or self._request_bytes(spec, messages)
         rec = self._new_record(spec, due_ns)
-        t = self.target
-        body = json.dumps({**self.backend.request_body(t.api, t.model, spec.output_tokens, prompt=spec.prompt,
-                                                       messages=messages, ignore_eos=t.ignore_eos),
-                           **(spec.extra_body or {})}).encode()
         try:
             if self._sem is not None:
                 wait_from = time.perf_counter_ns()
@@ -371,6 +383,14 @@ class Runner:
         answer = asyncio.get_running_loop().create_future()
         self._digests.put_nowait((rec, spec.output_tokens, reads, times, answer))
         return rec, (await asyncio.shield(answer) if need_answer else ""), end_ns
+
+    def _request_bytes(self, spec, messages: list | None) -> bytes:
+        """What is sent for one turn: the JSON body, with its HTTP head on the stamped client's path."""
+        t = self.target
+        body = json.dumps({**self.backend.request_body(t.api, t.model, spec.output_tokens, prompt=spec.prompt,
+                                                       messages=messages, ignore_eos=t.ignore_eos),
+                           **(spec.extra_body or {})}).encode()
+        return self._client.request_bytes(body) if self._client is not None else body
 
     async def _digester(self) -> None:
         """Parses finished streams one per loop turn, so a chunk never waits behind many parses."""
