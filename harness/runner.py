@@ -32,6 +32,11 @@ ERROR_BODY_BYTES = 300  # of a 4xx/5xx body, kept as the failure's detail
 # First turns whose request bytes are built before t0 (~10 µs each, so a closed loop's wave of sends is not
 # slowed by JSON encoding); the bound keeps a huge plan from eating t0's lead. Later ones are built at send time.
 PREBUILT_REQUESTS = 8192
+# A finished stream's parsing waits until no stream has ended for QUIET_NS: a closed loop's streams end in waves,
+# each end sending the next request at once, and a parse (~0.1 ms per 100 tokens) between two of those sends is
+# send lag. It waits at most DEFER_NS, so records still come out under a steady stream of ends (open loops).
+QUIET_NS = 1_000_000
+DEFER_NS = 100_000_000
 # An answer that ended on its own (or on max_tokens); abort, error, cancelled... are cut answers.
 COMPLETE_FINISH_REASONS = {"stop", "length", "tool_calls", "function_call"}
 
@@ -119,6 +124,16 @@ def own_messages(spec) -> list[dict]:
 def turn_messages(history: list[dict], spec) -> list | None:
     """A turn's chat messages: the session so far plus its own; None for a lone prompt."""
     return history + own_messages(spec) if (history or spec.messages is not None) else None
+
+
+def collect_young() -> None:
+    """What the automatic collector would do for the young generations, at a moment the caller chose."""
+    threshold0, threshold1, _ = gc.get_threshold()
+    count0, count1, _ = gc.get_count()
+    if count1 >= threshold1:
+        gc.collect(1)
+    elif count0 >= threshold0:
+        gc.collect(0)
 
 
 def group_jobs(requests) -> list[list]:
@@ -216,17 +231,19 @@ class Runner:
         self._client: StampedClient | None = None
         self._gate = SendGate()
         self._prebuilt: dict[int, bytes] = {}  # spec.index -> request bytes of a first turn, built before t0
+        self._last_end_ns = 0  # when the latest stream ended (perf_counter_ns)
 
     async def run(self) -> RunOutcome:
-        # A full (oldest-generation) collection walks every record kept so far and stalls the
-        # loop for tens of ms on long runs; young generations still catch short-lived cycles.
-        thresholds = gc.get_threshold()
+        # No automatic collection during the run: a full (oldest-generation) one walks every record kept so far
+        # and stalls the loop for tens of ms on long runs, and even a young one (~1 ms at 512 streams) lands
+        # wherever allocation crosses its threshold, often in the middle of a closed loop's wave of sends. The
+        # digester collects the young generations instead, between parses (collect_young).
         gc.collect()
-        gc.set_threshold(thresholds[0], thresholds[1], 1 << 30)
+        gc.disable()
         try:
             return await self._run()
         finally:
-            gc.set_threshold(*thresholds)
+            gc.enable()
 
     async def _run(self) -> RunOutcome:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -263,7 +280,9 @@ class Runner:
             digester = asyncio.create_task(self._digester())
             if closed_loop:
                 it = iter(self.jobs)
-                workers = [asyncio.create_task(self._closed_worker(it)) for _ in range(slots)]
+                start = asyncio.Event()
+                workers = [asyncio.create_task(self._closed_worker(it, start)) for _ in range(slots)]
+                workers.append(asyncio.create_task(self._start_at_t0(start)))
             else:
                 workers = [asyncio.create_task(self._dispatch_open())]
             interrupted = await self._wait(workers)
@@ -313,9 +332,16 @@ class Runner:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def _closed_worker(self, jobs) -> None:
+    async def _start_at_t0(self, start: asyncio.Event) -> None:
+        """Starts a closed loop's workers with one timer, not one each. A uvloop timer wakes at the millisecond
+        tick after it is due, so it is set early and the rest is waited by yielding."""
+        await sleep_until(self.t0_ns - 1_500_000)
+        await sleep_until(self.t0_ns)
+        start.set()
+
+    async def _closed_worker(self, jobs, start: asyncio.Event) -> None:
         due_ns = self.t0_ns
-        await sleep_until(due_ns)
+        await start.wait()
         for job in jobs:
             if self.stop.is_set() or self._past_end(due_ns):
                 return
@@ -381,8 +407,13 @@ class Runner:
         # Parsing waits in the digester's queue, so the next send (closed loop) and the
         # other streams' reads go first; only a next turn has to wait for the answer.
         answer = asyncio.get_running_loop().create_future()
-        self._digests.put_nowait((rec, spec.output_tokens, reads, times, answer))
+        self._digests.put_nowait((rec, spec.output_tokens, reads, times, answer, need_answer, end_ns))
         return rec, (await asyncio.shield(answer) if need_answer else ""), end_ns
+
+    def _streams_still_ending(self, end_ns: int) -> bool:
+        """Whether the parse of a stream that ended at end_ns should wait (QUIET_NS, DEFER_NS)."""
+        now_ns = time.perf_counter_ns()
+        return now_ns - self._last_end_ns < QUIET_NS and now_ns - end_ns < DEFER_NS
 
     def _request_bytes(self, spec, messages: list | None) -> bytes:
         """What is sent for one turn: the JSON body, with its HTTP head on the stamped client's path."""
@@ -395,7 +426,10 @@ class Runner:
     async def _digester(self) -> None:
         """Parses finished streams one per loop turn, so a chunk never waits behind many parses."""
         while True:
-            rec, asked_tokens, reads, times, answer = await self._digests.get()
+            rec, asked_tokens, reads, times, answer, need_answer, end_ns = await self._digests.get()
+            # a next turn waits for this answer (its wait would be its send lag): it goes at once
+            while not need_answer and self._streams_still_ending(end_ns):
+                await asyncio.sleep(QUIET_NS / 1e9)
             await self._gate.idle()  # a request being sent goes first
             try:
                 text = self._digest(rec, asked_tokens, reads, times) if rec.ok else ""
@@ -405,6 +439,7 @@ class Runner:
             self._finish(rec)
             answer.set_result(text)
             self._digests.task_done()
+            collect_young()
             await asyncio.sleep(0)
 
     async def _stream(self, rec: RequestRecord, body: bytes) -> tuple[list[bytes], tuple, int]:
@@ -422,6 +457,7 @@ class Runner:
         finally:
             written()
         rec.end_s = (end_ns - self.t0_ns) / 1e9
+        self._last_end_ns = max(self._last_end_ns, end_ns)
         if rec.request_written_s is not None:
             rec.request_written_s = (rec.request_written_s - self.t0_ns) / 1e9
         return reads, times, end_ns
