@@ -389,16 +389,16 @@ class Runner:
     async def _request(self, spec, due_ns: int, messages: list | None,
                        need_answer: bool) -> tuple[RequestRecord, str, int]:
         # a first turn's bytes were built before t0; a later turn's depend on the answers so far
-        body = self._prebuilt.pop(spec.index, None) or self._request_bytes(spec, messages)
+        payload = self._prebuilt.pop(spec.index, None) or self._request_bytes(spec, messages)
         rec = self._new_record(spec, due_ns)
         try:
             if self._sem is not None:
                 wait_from = time.perf_counter_ns()
                 async with self._sem:
                     rec.cap_wait_s = (time.perf_counter_ns() - wait_from) / 1e9
-                    reads, times, end_ns = await self._stream(rec, body)
+                    reads, times, end_ns = await self._stream(rec, payload)
             else:
-                reads, times, end_ns = await self._stream(rec, body)
+                reads, times, end_ns = await self._stream(rec, payload)
         except asyncio.CancelledError:
             rec.fail("interrupted", "stopped by Ctrl-C before the stream ended")
             rec.end_s = (time.perf_counter_ns() - self.t0_ns) / 1e9
@@ -442,16 +442,16 @@ class Runner:
             collect_young()
             await asyncio.sleep(0)
 
-    async def _stream(self, rec: RequestRecord, body: bytes) -> tuple[list[bytes], tuple, int]:
+    async def _stream(self, rec: RequestRecord, payload: bytes) -> tuple[list[bytes], tuple, int]:
         """Sends one request and keeps each read with its arrival times (kernel or None, loop); failures go
         into rec."""
         rec.actual_send_s = (time.perf_counter_ns() - self.t0_ns) / 1e9
         written = self._gate.begin()
         try:
             if self._client is not None:
-                reads, times, end_ns = await self._send_and_read_stamped(rec, body, written)
+                reads, times, end_ns = await self._send_and_read_stamped(rec, payload, written)
             else:
-                reads, loop_times, end_ns = await self._send_and_read(rec, body, written)
+                reads, loop_times, end_ns = await self._send_and_read(rec, payload, written)
                 times = (None, loop_times)
                 rec.stamp_source = "loop"
         finally:
@@ -462,10 +462,10 @@ class Runner:
             rec.request_written_s = (rec.request_written_s - self.t0_ns) / 1e9
         return reads, times, end_ns
 
-    async def _send_and_read_stamped(self, rec: RequestRecord, body: bytes, written) -> tuple[list[bytes], tuple, int]:
+    async def _send_and_read_stamped(self, rec: RequestRecord, request: bytes, written) -> tuple[list[bytes], tuple, int]:
         """The stamped client's path: each body piece with the kernel's and the loop's time of its read."""
         try:
-            resp = await self._client.post(body, written)
+            resp = await self._client.post(request, written)
         except HttpStreamError as e:
             rec.fail(e.reason, e.detail)
             return [], (None, []), time.perf_counter_ns()
