@@ -29,6 +29,14 @@ from harness.stamped_http import HttpStreamError, StampedClient, choose_stamps, 
 LOOP_TICK_S = 0.005
 INTERRUPT_GRACE_S = 3.0
 ERROR_BODY_BYTES = 300  # of a 4xx/5xx body, kept as the failure's detail
+# First turns whose request bytes are built before t0 (~10 µs each, so a closed loop's wave of sends is not
+# slowed by JSON encoding); the bound keeps a huge plan from eating t0's lead. Later ones are built at send time.
+PREBUILT_REQUESTS = 8192
+# A finished stream's parsing waits until no stream has ended for QUIET_NS: a closed loop's streams end in waves,
+# each end sending the next request at once, and a parse (~0.1 ms per 100 tokens) between two of those sends is
+# send lag. It waits at most DEFER_NS, so records still come out under a steady stream of ends (open loops).
+QUIET_NS = 1_000_000
+DEFER_NS = 100_000_000
 # An answer that ended on its own (or on max_tokens); abort, error, cancelled... are cut answers.
 COMPLETE_FINISH_REASONS = {"stop", "length", "tool_calls", "function_call"}
 
@@ -107,6 +115,25 @@ async def sleep_until(due_ns: int) -> None:
         await asyncio.sleep(rem / 1e9)
     while time.perf_counter_ns() < due_ns:
         await asyncio.sleep(0)
+
+
+def own_messages(spec) -> list[dict]:
+    return spec.messages or [{"role": "user", "content": spec.prompt or ""}]
+
+
+def turn_messages(history: list[dict], spec) -> list | None:
+    """A turn's chat messages: the session so far plus its own; None for a lone prompt."""
+    return history + own_messages(spec) if (history or spec.messages is not None) else None
+
+
+def collect_young() -> None:
+    """What the automatic collector would do for the young generations, at a moment the caller chose."""
+    threshold0, threshold1, _ = gc.get_threshold()
+    count0, count1, _ = gc.get_count()
+    if count1 >= threshold1:
+        gc.collect(1)
+    elif count0 >= threshold0:
+        gc.collect(0)
 
 
 def group_jobs(requests) -> list[list]:
@@ -203,17 +230,20 @@ class Runner:
         self.stamps, self.stamps_fallback = choose_stamps(target.stamps, target.url)
         self._client: StampedClient | None = None
         self._gate = SendGate()
+        self._prebuilt: dict[int, bytes] = {}  # spec.index -> request bytes of a first turn, built before t0
+        self._last_end_ns = 0  # when the latest stream ended (perf_counter_ns)
 
     async def run(self) -> RunOutcome:
-        # A full (oldest-generation) collection walks every record kept so far and stalls the
-        # loop for tens of ms on long runs; young generations still catch short-lived cycles.
-        thresholds = gc.get_threshold()
+        # No automatic collection during the run: a full (oldest-generation) one walks every record kept so far
+        # and stalls the loop for tens of ms on long runs, and even a young one (~1 ms at 512 streams) lands
+        # wherever allocation crosses its threshold, often in the middle of a closed loop's wave of sends. The
+        # digester collects the young generations instead, between parses (collect_young).
         gc.collect()
-        gc.set_threshold(thresholds[0], thresholds[1], 1 << 30)
+        gc.disable()
         try:
             return await self._run()
         finally:
-            gc.set_threshold(*thresholds)
+            gc.enable()
 
     async def _run(self) -> RunOutcome:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -241,6 +271,8 @@ class Runner:
                     await self._client.open_connections(min(len(self.jobs), slots or 64))
                 else:
                     await self._open_connections(min(len(self.jobs), slots or 64))
+            for job in self.jobs[:PREBUILT_REQUESTS]:  # a first turn has no history: its bytes are known now
+                self._prebuilt[job[0].index] = self._request_bytes(job[0], turn_messages([], job[0]))
             if self.t0_ns is None:
                 self.t0_ns = t0_ahead_ns(1, spawn=False, connect=False)  # connections are open
             ticker = asyncio.create_task(self._tick_loop_lag())
@@ -248,7 +280,9 @@ class Runner:
             digester = asyncio.create_task(self._digester())
             if closed_loop:
                 it = iter(self.jobs)
-                workers = [asyncio.create_task(self._closed_worker(it)) for _ in range(slots)]
+                start = asyncio.Event()
+                workers = [asyncio.create_task(self._closed_worker(it, start)) for _ in range(slots)]
+                workers.append(asyncio.create_task(self._start_at_t0(start)))
             else:
                 workers = [asyncio.create_task(self._dispatch_open())]
             interrupted = await self._wait(workers)
@@ -298,9 +332,16 @@ class Runner:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def _closed_worker(self, jobs) -> None:
+    async def _start_at_t0(self, start: asyncio.Event) -> None:
+        """Starts a closed loop's workers with one timer, not one each. A uvloop timer wakes at the millisecond
+        tick after it is due, so it is set early and the rest is waited by yielding."""
+        await sleep_until(self.t0_ns - 1_500_000)
+        await sleep_until(self.t0_ns)
+        start.set()
+
+    async def _closed_worker(self, jobs, start: asyncio.Event) -> None:
         due_ns = self.t0_ns
-        await sleep_until(due_ns)
+        await start.wait()
         for job in jobs:
             if self.stop.is_set() or self._past_end(due_ns):
                 return
@@ -322,8 +363,7 @@ class Runner:
                 await sleep_until(due_ns)
                 if self.stop.is_set():
                     return prev_end_ns
-            own = spec.messages or [{"role": "user", "content": spec.prompt or ""}]
-            messages = history + own if (history or spec.messages is not None) else None
+            messages = turn_messages(history, spec)
             last_turn = n == len(turns) - 1
             rec, answer, prev_end_ns = await self._request(spec, due_ns, messages, need_answer=not last_turn)
             if last_turn:
@@ -334,7 +374,7 @@ class Runner:
                     skipped.fail("previous_turn_failed", f"turn {spec.turn_index} failed: {rec.error_reason}")
                     self._finish(skipped)
                 return prev_end_ns
-            history = (messages or own) + [{"role": "assistant", "content": answer}]
+            history = (messages or own_messages(spec)) + [{"role": "assistant", "content": answer}]
         return prev_end_ns
 
     def _new_record(self, spec, due_ns: int) -> RequestRecord:
@@ -348,19 +388,17 @@ class Runner:
 
     async def _request(self, spec, due_ns: int, messages: list | None,
                        need_answer: bool) -> tuple[RequestRecord, str, int]:
+        # a first turn's bytes were built before t0; a later turn's depend on the answers so far
+        payload = self._prebuilt.pop(spec.index, None) or self._request_bytes(spec, messages)
         rec = self._new_record(spec, due_ns)
-        t = self.target
-        body = json.dumps({**self.backend.request_body(t.api, t.model, spec.output_tokens, prompt=spec.prompt,
-                                                       messages=messages, ignore_eos=t.ignore_eos),
-                           **(spec.extra_body or {})}).encode()
         try:
             if self._sem is not None:
                 wait_from = time.perf_counter_ns()
                 async with self._sem:
                     rec.cap_wait_s = (time.perf_counter_ns() - wait_from) / 1e9
-                    reads, times, end_ns = await self._stream(rec, body)
+                    reads, times, end_ns = await self._stream(rec, payload)
             else:
-                reads, times, end_ns = await self._stream(rec, body)
+                reads, times, end_ns = await self._stream(rec, payload)
         except asyncio.CancelledError:
             rec.fail("interrupted", "stopped by Ctrl-C before the stream ended")
             rec.end_s = (time.perf_counter_ns() - self.t0_ns) / 1e9
@@ -369,13 +407,29 @@ class Runner:
         # Parsing waits in the digester's queue, so the next send (closed loop) and the
         # other streams' reads go first; only a next turn has to wait for the answer.
         answer = asyncio.get_running_loop().create_future()
-        self._digests.put_nowait((rec, spec.output_tokens, reads, times, answer))
+        self._digests.put_nowait((rec, spec.output_tokens, reads, times, answer, need_answer, end_ns))
         return rec, (await asyncio.shield(answer) if need_answer else ""), end_ns
+
+    def _streams_still_ending(self, end_ns: int) -> bool:
+        """Whether the parse of a stream that ended at end_ns should wait (QUIET_NS, DEFER_NS)."""
+        now_ns = time.perf_counter_ns()
+        return now_ns - self._last_end_ns < QUIET_NS and now_ns - end_ns < DEFER_NS
+
+    def _request_bytes(self, spec, messages: list | None) -> bytes:
+        """What is sent for one turn: the JSON body, with its HTTP head on the stamped client's path."""
+        t = self.target
+        body = json.dumps({**self.backend.request_body(t.api, t.model, spec.output_tokens, prompt=spec.prompt,
+                                                       messages=messages, ignore_eos=t.ignore_eos),
+                           **(spec.extra_body or {})}).encode()
+        return self._client.request_bytes(body) if self._client is not None else body
 
     async def _digester(self) -> None:
         """Parses finished streams one per loop turn, so a chunk never waits behind many parses."""
         while True:
-            rec, asked_tokens, reads, times, answer = await self._digests.get()
+            rec, asked_tokens, reads, times, answer, need_answer, end_ns = await self._digests.get()
+            # a next turn waits for this answer (its wait would be its send lag): it goes at once
+            while not need_answer and self._streams_still_ending(end_ns):
+                await asyncio.sleep(QUIET_NS / 1e9)
             await self._gate.idle()  # a request being sent goes first
             try:
                 text = self._digest(rec, asked_tokens, reads, times) if rec.ok else ""
@@ -385,31 +439,33 @@ class Runner:
             self._finish(rec)
             answer.set_result(text)
             self._digests.task_done()
+            collect_young()
             await asyncio.sleep(0)
 
-    async def _stream(self, rec: RequestRecord, body: bytes) -> tuple[list[bytes], tuple, int]:
+    async def _stream(self, rec: RequestRecord, payload: bytes) -> tuple[list[bytes], tuple, int]:
         """Sends one request and keeps each read with its arrival times (kernel or None, loop); failures go
         into rec."""
         rec.actual_send_s = (time.perf_counter_ns() - self.t0_ns) / 1e9
         written = self._gate.begin()
         try:
             if self._client is not None:
-                reads, times, end_ns = await self._send_and_read_stamped(rec, body, written)
+                reads, times, end_ns = await self._send_and_read_stamped(rec, payload, written)
             else:
-                reads, loop_times, end_ns = await self._send_and_read(rec, body, written)
+                reads, loop_times, end_ns = await self._send_and_read(rec, payload, written)
                 times = (None, loop_times)
                 rec.stamp_source = "loop"
         finally:
             written()
         rec.end_s = (end_ns - self.t0_ns) / 1e9
+        self._last_end_ns = max(self._last_end_ns, end_ns)
         if rec.request_written_s is not None:
             rec.request_written_s = (rec.request_written_s - self.t0_ns) / 1e9
         return reads, times, end_ns
 
-    async def _send_and_read_stamped(self, rec: RequestRecord, body: bytes, written) -> tuple[list[bytes], tuple, int]:
+    async def _send_and_read_stamped(self, rec: RequestRecord, request: bytes, written) -> tuple[list[bytes], tuple, int]:
         """The stamped client's path: each body piece with the kernel's and the loop's time of its read."""
         try:
-            resp = await self._client.post(body, written)
+            resp = await self._client.post(request, written)
         except HttpStreamError as e:
             rec.fail(e.reason, e.detail)
             return [], (None, []), time.perf_counter_ns()

@@ -209,39 +209,48 @@ class StampedClient:
         conns = await asyncio.gather(*(self._connect() for _ in range(count)), return_exceptions=True)
         self._idle += [c for c in conns if isinstance(c, _Connection)]
 
-    async def post(self, body: bytes, on_written=None) -> StampedResponse:
-        """POSTs `body` and returns the whole answer within timeout_s. `on_written()` is called as soon as the
-        request is with the kernel, before this coroutine yields to any other task when a connection is idle.
-        Raises HttpStreamError (connect_error, timeout, stream_cut, malformed_http, response_too_large)."""
-        data = b"%s%d\r\n\r\n%s" % (self._head, len(body), body)
-        deadline_ns = time.perf_counter_ns() + int(self.timeout_s * 1e9)
+    def request_bytes(self, body: bytes) -> bytes:
+        """The whole HTTP request for `body`, ready for `post`: built before t0 where the plan allows."""
+        return b"%s%d\r\n\r\n%s" % (self._head, len(body), body)
+
+    async def post(self, request: bytes, on_written=None) -> StampedResponse:
+        """Sends `request` (from request_bytes) and returns the whole answer within timeout_s. `on_written()` is
+        called as soon as the request is with the kernel, before this coroutine yields to any other task when a
+        connection is idle. Raises HttpStreamError (connect_error, timeout, stream_cut, malformed_http,
+        response_too_large)."""
+        start_ns = time.perf_counter_ns()
         conn = self._take_idle() or await self._connect_or_fail()
+        # on an idle connection the send is all that comes before the request is on the wire; the exchange that
+        # reads the answer is made after it, which is still before any read since nothing yields in between
+        try:
+            sent = conn.sock.send(request)
+            if sent < len(request):  # a long prompt: the rest when the socket has room
+                await asyncio.wait_for(asyncio.get_running_loop().sock_sendall(conn.sock, request[sent:]),
+                                       max(0.0, self.timeout_s - (time.perf_counter_ns() - start_ns) / 1e9))
+        except BaseException as e:
+            self._discard(conn)
+            if isinstance(e, TimeoutError):  # an OSError too: asked first
+                raise HttpStreamError("timeout", self._timeout_detail()) from None
+            if isinstance(e, OSError):
+                raise HttpStreamError("stream_cut", f"sending the request failed: {e}") from None
+            raise
+        written_ns = time.perf_counter_ns()
+        if on_written is not None:
+            on_written()
         exchange = _Exchange(conn, self.clock, self.max_response_bytes, self.error_body_bytes)
-        self._deadlines[exchange] = deadline_ns
+        exchange.out.written_ns = written_ns
+        self._deadlines[exchange] = start_ns + int(self.timeout_s * 1e9)
         if self._sweeper is None:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        conn.exchange = exchange
         try:
-            try:
-                sent = conn.sock.send(data)
-                if sent < len(data):  # a long prompt: the rest when the socket has room
-                    await asyncio.wait_for(asyncio.get_running_loop().sock_sendall(conn.sock, data[sent:]),
-                                           max(0.0, (deadline_ns - time.perf_counter_ns()) / 1e9))
-            except OSError as e:
-                raise HttpStreamError("stream_cut", f"sending the request failed: {e}") from None
-            except TimeoutError:
-                raise HttpStreamError("timeout", self._timeout_detail()) from None
-            exchange.out.written_ns = time.perf_counter_ns()
-            if on_written is not None:
-                on_written()
-            conn.exchange = exchange
-            try:
-                out = await exchange.done
-            finally:
-                conn.exchange = None
-                del self._deadlines[exchange]
+            out = await exchange.done
         except BaseException:
             self._discard(conn)
             raise
+        finally:
+            conn.exchange = None
+            del self._deadlines[exchange]
         if self.keep_alive and exchange.complete and exchange.keep_alive:
             self._idle.append(conn)
         else:

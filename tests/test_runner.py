@@ -6,7 +6,7 @@ import pytest
 
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, errors_against_truth, fetch_stats, gt_request
 from harness.metrics import summarize
-from harness.runner import Runner, Target, run_blocking, t0_ahead_ns
+from harness.runner import Runner, Target, collect_young, run_blocking, t0_ahead_ns
 
 TTFT_MS, ITL_MS, TOKENS = 50.0, 10.0, 32
 
@@ -117,3 +117,33 @@ def test_t0_lead_covers_what_is_still_to_happen_before_the_first_send():
     assert 0 < only_dispatch < one_process < workers_ready < lead_s(2, spawn=True, connect=True) \
         < lead_s(4, spawn=True, connect=True)
     assert abs(one_process - lead_s(1, spawn=False, connect=True)) < 0.01
+
+
+def test_collect_young_frees_cycles_that_the_disabled_collector_left():
+    import gc
+    import weakref
+
+    class Node:
+        pass
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        freed = []
+        for _ in range(gc.get_threshold()[0] + 10):  # past the young threshold, as a run's allocations get
+            node = Node()
+            node.self = node
+            weakref.finalize(node, freed.append, 1)
+        del node
+        assert freed == []  # a cycle outlives its last name while the collector is off
+        collect_young()
+        assert len(freed) == gc.get_threshold()[0] + 10
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def test_a_run_turns_the_automatic_collector_back_on(gt):
+    import gc
+    assert gc.isenabled()
+    out, _ = _run(gt.url, [gt_request(i, None, 2) for i in range(3)], concurrency=2)
+    assert len(out.records) == 3 and gc.isenabled()

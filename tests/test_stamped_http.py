@@ -2,6 +2,7 @@
 is late; the fallback is chosen and said; the closed loop sends before its bookkeeping; bad HTTP fails one
 request with its reason. Loopback servers only; timing asserted as relations, never absolute times."""
 import asyncio
+import json
 import importlib.util
 import statistics
 import time
@@ -13,7 +14,7 @@ from groundtruth_server import (GroundTruthConfig, GroundTruthProcess, GroundTru
                                 fetch_stats, gt_request)
 from harness import stamped_http
 from harness.results import ResultWriter, read_records
-from harness.runner import Runner, Target
+from harness.runner import Runner, Target, turn_messages
 from harness.scenario import ScenarioError, load_scenario
 
 pytestmark = pytest.mark.skipif(stamped_http.kernel_stamps_unavailable("http://x") is not None,
@@ -155,3 +156,51 @@ def test_the_probe_sees_one_stamp_per_read_and_merged_segments():
     assert len(whole) == 1 and abs(whole[0] - sent[-1]) < abs(whole[0] - sent[0])
     sent, each = late_reads(one_by_one=True)
     assert len(each) == 3 and each[0] > sent[0] + (sent[1] - sent[0]) / 2  # not the first segment's own time
+
+
+async def _capturing_server(seen: list[bytes]):
+    """Keeps every request's raw bytes; answers each with a one-token chat stream ("hi")."""
+    events = (b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n'
+              b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],'
+              b'"usage":{"prompt_tokens":1,"completion_tokens":1}}\n\ndata: [DONE]\n\n')
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(events), events)
+
+    async def serve(reader, writer):
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                  if line.lower().startswith(b"content-length")))
+                seen.append(head + await reader.readexactly(length))
+                writer.write(answer)
+        except asyncio.IncompleteReadError:  # the client closed its connection
+            writer.close()
+    return await asyncio.start_server(serve, "127.0.0.1", 0)
+
+
+@pytest.mark.parametrize("stamps", ["kernel", "loop"])
+async def test_first_turns_built_before_t0_are_the_bytes_built_at_send_time_and_later_turns_carry_the_answer(stamps):
+    seen: list[bytes] = []
+    server = await _capturing_server(seen)
+    port = server.sockets[0].getsockname()[1]
+    lone = [gt_request(i, None, 4, chat=True) for i in range(2)]
+    session = [gt_request(i, None, 4, chat=True) for i in (2, 3)]
+    for turn, spec in enumerate(session):
+        spec.session_id, spec.turn_index = 7, turn
+    runner = Runner(Target(f"http://127.0.0.1:{port}", api="chat", stamps=stamps), lone + session, 2)
+    try:
+        out = await runner.run()
+    finally:
+        server.close()
+    assert sorted(r.index for r in out.records if r.ok) == [0, 1, 2, 3]
+    assert runner._prebuilt == {}  # every first turn was sent from its prebuilt bytes
+    by_turn = {}  # its own (last) message -> what was on the wire: the whole request, or the body for aiohttp
+    for raw in seen:
+        body = raw.split(b"\r\n\r\n", 1)[1]
+        by_turn[json.loads(body)["messages"][-1]["content"]] = raw if stamps == "kernel" else body
+    for spec in lone + session[:1]:  # a prebuilt first turn is what the send-time path builds
+        assert by_turn[spec.messages[0]["content"]] == runner._request_bytes(spec, turn_messages([], spec))
+    later = json.loads(by_turn[session[1].messages[0]["content"]].split(b"\r\n\r\n")[-1])
+    assert later["messages"] == [*session[0].messages, {"role": "assistant", "content": "hi"}, *session[1].messages]
+    assert len(seen) == 4
