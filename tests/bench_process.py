@@ -20,13 +20,19 @@ def bench_started(*args) -> subprocess.Popen:
     return subprocess.Popen([*BENCH, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def interrupt_once_written(proc: subprocess.Popen, requests_file: Path, n_lines: int, timeout_s: float = 60) -> str:
-    """Ctrl-C for a running `bench` once requests_file holds n_lines records (or timeout_s passed);
-    returns its stderr after it exits."""
+def wait_until_written(requests_file: Path, n_lines: int, timeout_s: float = 60) -> bool:
+    """Waits until a running bench's requests_file holds n_lines records; False if timeout_s passed first."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if requests_file.exists() and requests_file.read_text().count("\n") >= n_lines:
-            break
+            return True
         time.sleep(0.05)
+    return False
+
+
+def interrupt_once_written(proc: subprocess.Popen, requests_file: Path, n_lines: int, timeout_s: float = 60) -> str:
+    """Ctrl-C for a running `bench` once requests_file holds n_lines records (or timeout_s passed);
+    returns its stderr after it exits."""
+    wait_until_written(requests_file, n_lines, timeout_s)
     proc.send_signal(signal.SIGINT)
     return proc.communicate(timeout=timeout_s)[1]

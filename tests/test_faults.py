@@ -7,12 +7,11 @@ Marked `faults` (`pytest -m faults` runs just these); they are fast and run in t
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
-from bench_process import bench, bench_started
+from bench_process import bench, bench_started, wait_until_written
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, GroundTruthServer, gt_request
 from harness.limits import MAX_TOKENS_PER_REQUEST
 from harness.metrics import summarize
@@ -115,12 +114,9 @@ def test_a_killed_worker_marks_the_run_incomplete_and_exits_4(tmp_path):
         out = tmp_path / "out"
         proc = bench_started("run", scenario, "--output", out, "--workers", "2", "--allow-client-bound")
         requests_file = out / "requests.jsonl"
-        deadline = time.monotonic() + 60
         # 36 of 60 written: each worker has 30, so the one killed below has recorded some (a worker may
         # start its share later than the other) and, 1.2 s before the end, not all
-        while time.monotonic() < deadline and not (requests_file.exists()
-                                                   and requests_file.read_text().count("\n") >= 36):
-            time.sleep(0.05)
+        wait_until_written(requests_file, 36)
         workers = _spawned_children(proc.pid)
         assert len(workers) == 2, workers
         os.kill(workers[1], signal.SIGKILL)
@@ -147,10 +143,7 @@ def test_a_sweep_point_with_a_killed_worker_is_failed_and_the_sweep_exits_4(tmp_
         out = tmp_path / "out"
         proc = bench_started("run", scenario, "--output", out, "--workers", "2", "--allow-client-bound")
         requests_file = out / "point-000-rate-40" / "requests.jsonl"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (requests_file.exists()
-                                                   and requests_file.read_text().count("\n") >= 10):
-            time.sleep(0.05)
+        wait_until_written(requests_file, 10)
         workers = _spawned_children(proc.pid)
         assert len(workers) == 2, workers
         os.kill(workers[1], signal.SIGKILL)

@@ -391,10 +391,8 @@ def test_no_process_of_a_launched_deployment_outlives_bench_run(tmp_path, tiny_p
         router = int(f.read().rsplit(")", 1)[1].split()[1])   # the replicas' parent, leader of their group
     assert router in family and os.getpgid(router) == router == os.getpgid(pids[0])
     if sig is not None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not ((out / "requests.jsonl").exists()
-                                                   and (out / "requests.jsonl").read_text().count("\n") >= 2):
-            time.sleep(0.05)
+        from bench_process import wait_until_written
+        wait_until_written(out / "requests.jsonl", 2)
         assert proc.poll() is None
         proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=120)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from bench_process import bench, bench_started
+from bench_process import bench, bench_started, wait_until_written
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 from harness.cli import app
 from harness.results import read_records
@@ -28,13 +28,8 @@ def launched_scenario(tmp_path, num_requests=400) -> Path:
 
 
 def wait_for_records(out: Path, n: int, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        f = out / "requests.jsonl"
-        if f.exists() and f.read_text().count("\n") >= n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"fewer than {n} records after {timeout_s} s")
+    if not wait_until_written(out / "requests.jsonl", n, timeout_s):
+        raise AssertionError(f"fewer than {n} records after {timeout_s} s")
 
 
 def engine_pid(out: Path) -> int:
