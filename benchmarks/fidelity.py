@@ -137,8 +137,13 @@ def _row(out, stats, loop_stamps, stamps, concurrency, workers, arrival, itl_ms,
         "compared": len(ttft_err),
         "ttft_err_mean_ms": float(ttft_err.mean()), "ttft_err_p99_ms": float(np.percentile(ttft_err, 99)),
         "ttft_client_part_mean_ms": float(client_part.mean()),
-        "server_read_mean_ms": float(np.mean(err["server_read_ms"])),
+        "way_in_mean_ms": float(np.mean(err["way_in_ms"])),
+        "server_queue_mean_ms": float(np.mean(err["server_queue_ms"])),
         "delivery_p99_ms": float(np.percentile(err["delivery_ms"], 99)),
+        # a closed loop's first wave (all due at t0) apart from the later sends (each due when its stream's previous
+        # request ended)
+        "send_lag_first_wave_mean_ms": _mean_send_lag_ms([r for r in ok if r.intended_send_s == 0.0]),
+        "send_lag_later_mean_ms": _mean_send_lag_ms([r for r in ok if r.intended_send_s != 0.0]),
         "itl_err_mean_ms": float(itl_err.mean()), "itl_err_p99_ms": float(np.percentile(np.abs(itl_err), 99)),
         "measured_ttft_mean_ms": summary["ttft_ms"]["mean"], "measured_itl_p99_ms": summary["itl_ms"]["p99"],
         "server_lateness_mean_ms": stats["lateness_ms"]["mean"], "server_lateness_p99_ms": stats["lateness_ms"]["p99"],
@@ -151,6 +156,12 @@ def _row(out, stats, loop_stamps, stamps, concurrency, workers, arrival, itl_ms,
         "client_cpu_wait_ms_per_s": wait_s / wall_s * 1e3,  # runnable, no core free (workers not counted)
         "client_bound": bool(client_bound_reasons(summary)),
     }
+
+
+def _mean_send_lag_ms(records) -> float:
+    """Intended send -> request written, mean over `records` (nan for none)."""
+    lags = [(r.request_written_s - r.intended_send_s) * 1e3 for r in records if r.request_written_s is not None]
+    return float(np.mean(lags)) if lags else float("nan")
 
 
 _FLOOR_RECEIVER = """
@@ -193,7 +204,9 @@ def machine_floor_ms(samples: int = 500, gap_s: float = 0.005) -> dict:
 COLUMNS = [("stamps", "stamps", "{}"), ("concurrency", "conc", "{:d}"), ("streamed_tokens_per_s", "tok/s", "{:.0f}"),
            ("steady_concurrency_mean", "in flight", "{:.1f}"),
            ("ttft_err_mean_ms", "TTFT err mean", "{:+.2f}"), ("ttft_err_p99_ms", "TTFT err p99", "{:+.2f}"),
-           ("ttft_client_part_mean_ms", "client part", "{:+.2f}"), ("server_read_mean_ms", "server read", "{:.2f}"),
+           ("ttft_client_part_mean_ms", "client part", "{:+.2f}"), ("way_in_mean_ms", "way in", "{:.3f}"),
+           ("server_queue_mean_ms", "srv read queue", "{:.2f}"),
+           ("send_lag_first_wave_mean_ms", "send lag 1st wave", "{:.2f}"), ("send_lag_later_mean_ms", "send lag later", "{:.2f}"),
            ("itl_err_mean_ms", "ITL err mean", "{:+.3f}"), ("itl_err_p99_ms", "|ITL err| p99", "{:.2f}"),
            ("delivery_p99_ms", "delivery p99", "{:.2f}"), ("client_cpu_cores", "client CPU", "{:.2f}"),
            ("client_cpu_wait_ms_per_s", "CPU wait ms/s", "{:.0f}"),

@@ -118,10 +118,9 @@ class _Exchange:
         self.loop_now = loop_ns = time.perf_counter_ns()
         out = self.out
         out.reads += 1
-        if ancillary:
-            # the kernel stamps CLOCK_REALTIME; the run's timeline is perf_counter (CLOCK_MONOTONIC)
-            sec, nsec = struct.unpack_from("qq", ancillary[0][2])
-            self.kernel_now = min(loop_ns, sec * 1_000_000_000 + nsec - self.clock.realtime_minus_monotonic_ns)
+        kernel_ns = self.clock.monotonic_ns(ancillary, loop_ns)
+        if kernel_ns is not None:
+            self.kernel_now = kernel_ns
         else:
             self.kernel_now = loop_ns
             out.unstamped_reads += data != b""
@@ -166,6 +165,14 @@ class ClockOffset:
             if best is None or after - before < best[0]:
                 best = (after - before, real - (before + after) // 2)
         self.realtime_minus_monotonic_ns = best[1]
+
+    def monotonic_ns(self, ancillary: list, read_ns: int) -> int | None:
+        """A recvmsg's SO_TIMESTAMPNS stamp (CLOCK_REALTIME) on the perf_counter_ns timeline (CLOCK_MONOTONIC),
+        never after read_ns, the moment of the read; None when the read carried no stamp."""
+        if not ancillary:
+            return None
+        sec, nsec = struct.unpack_from("qq", ancillary[0][2])
+        return min(read_ns, sec * 1_000_000_000 + nsec - self.realtime_minus_monotonic_ns)
 
 
 class _Connection:

@@ -1,10 +1,12 @@
 """A ground-truth OpenAI streaming server: it streams an exact, known schedule.
 
-Written at the asyncio Protocol level so it keeps time itself: each request gets its
-first token TTFT ms after it arrived, then one token every ITL ms (k tokens per chunk
+Written on plain non-blocking sockets under asyncio so it keeps time itself: each request gets
+its first token TTFT ms after it read it, then one token every ITL ms (k tokens per chunk
 every k*ITL ms). One timer serves all streams (a heap of due times), so the server
 stays cheap at hundreds of streams. It records when it really wrote each chunk, which is
-the truth the harness is compared against (GET /stats), and how late it was.
+the truth the harness is compared against (GET /stats), and how late it was, and when each
+request reached it: the kernel's receive stamp (SO_TIMESTAMPNS, read with recvmsg) of the request's
+last bytes as well as its own read time, which a busy single-threaded server takes later.
 
 Per-request controls go in the prompt as `[gt key=value ...]`: id (to match records),
 ttft_ms, itl_ms, k, and fail=http_500|http_429|http_400|cut_after_N|malformed_json|
@@ -21,10 +23,16 @@ import asyncio
 import heapq
 import json
 import re
+import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
+
+if str(Path(__file__).resolve().parents[1]) not in sys.path:  # run standalone: the harness is one folder up
+    sys.path.append(str(Path(__file__).resolve().parents[1]))
+from harness.stamped_http import ANCILLARY_BYTES, SO_TIMESTAMPNS, ClockOffset  # noqa: E402
 
 _DIRECTIVE = re.compile(rb"\[gt ([^\]]*)\]")
 
@@ -42,6 +50,76 @@ class _Stream:
                  "write_ns", "fail", "prompt_tokens", "rid")
 
 
+class _Socket:
+    """One accepted connection on a plain non-blocking socket, read with recvmsg so each read carries the kernel's
+    receive time (an asyncio transport reads with recv and cannot); writes as a transport does: send at once,
+    buffer the rest until the socket has room, close after the buffer is out."""
+
+    def __init__(self, server: "GroundTruthServer", sock: socket.socket):
+        self.server, self.sock, self.fd = server, sock, sock.fileno()
+        self.proto = _Http(server, self)
+        self.pending = b""
+        self.closing = False
+
+    def on_readable(self) -> None:
+        try:
+            data, ancillary, _, _ = self.sock.recvmsg(65536, ANCILLARY_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            return self._lost()
+        if not data:
+            return self._lost()
+        read_ns = time.perf_counter_ns()
+        kernel_ns = self.server.clock.monotonic_ns(ancillary, read_ns)
+        self.proto.data_received(data, read_ns if kernel_ns is None else kernel_ns)
+
+    def write(self, data: bytes) -> None:
+        if self.closing or self.fd < 0:
+            return
+        if not self.pending:
+            try:
+                data = data[self.sock.send(data):]
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                return self._lost()
+            if not data:
+                return
+            asyncio.get_running_loop().add_writer(self.fd, self._flush)
+        self.pending += data
+
+    def _flush(self) -> None:
+        try:
+            self.pending = self.pending[self.sock.send(self.pending):]
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            return self._lost()
+        if not self.pending:
+            asyncio.get_running_loop().remove_writer(self.fd)
+            if self.closing:
+                self._lost()
+
+    def is_closing(self) -> bool:
+        return self.closing or self.fd < 0
+
+    def close(self) -> None:
+        self.closing = True
+        if not self.pending:
+            self._lost()
+
+    def _lost(self) -> None:
+        if self.fd < 0:
+            return
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self.fd)
+        loop.remove_writer(self.fd)
+        self.sock.close()
+        self.fd = -1
+        self.server.connections.discard(self.proto)
+
+
 class GroundTruthServer:
     def __init__(self, config: GroundTruthConfig):
         self.config = config
@@ -52,20 +130,42 @@ class GroundTruthServer:
         self.lateness_ns: list[int] = []
         self.records: dict[str, dict] = {}
         self.connections: set = set()
-        self.server: asyncio.AbstractServer | None = None
+        self.listener: socket.socket | None = None
+        self.clock = ClockOffset()  # the kernel's receive stamps onto perf_counter_ns, as the stamped client does
+        self._clock_measured_ns = 0
 
     async def start(self, port: int = 0) -> int:
-        loop = asyncio.get_running_loop()
-        self.server = await loop.create_server(lambda: _Http(self), "127.0.0.1", port)
-        return self.server.sockets[0].getsockname()[1]
+        self.listener = socket.create_server(("127.0.0.1", port), backlog=4096)
+        self.listener.setblocking(False)
+        asyncio.get_running_loop().add_reader(self.listener.fileno(), self._accept)
+        return self.listener.getsockname()[1]
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return  # e.g. out of file descriptors: the client sees its connect fail
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if SO_TIMESTAMPNS is not None:
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+                except OSError:
+                    pass  # its requests' kernel time is then the time it read them
+            conn = _Socket(self, sock)
+            self.connections.add(conn.proto)
+            asyncio.get_running_loop().add_reader(conn.fd, conn.on_readable)
 
     async def stop_listening(self, drop_connections: bool = True) -> None:
         """Later connects are refused; with drop_connections, open ones are closed too."""
-        self.server.close()
+        asyncio.get_running_loop().remove_reader(self.listener.fileno())
+        self.listener.close()
         if drop_connections:
             for proto in list(self.connections):
                 proto.transport.close()
-        await self.server.wait_closed()
 
     # --- scheduling: one timer for every stream ---
     def add_stream(self, s: _Stream) -> None:
@@ -139,14 +239,19 @@ class GroundTruthServer:
         return s.first_due_ns + (s.sent // s.k) * s.itl_ns * s.k
 
     # --- requests ---
-    def handle(self, proto: "_Http", method: str, path: str, body: bytes) -> None:
+    def handle(self, proto: "_Http", method: str, path: str, body: bytes, kernel_ns: int) -> None:
+        """kernel_ns: when the request's last bytes reached the socket (the kernel's stamp), before this
+        single-threaded server got round to reading them."""
         if method == "GET" and path in ("/health", "/v1/models"):
             return proto.respond(200, {"status": "ok", "data": [{"id": "groundtruth"}]})
         if method == "GET" and path == "/stats":
             return proto.respond(200, self.pop_stats())
         if method != "POST" or path not in ("/v1/completions", "/v1/chat/completions"):
             return proto.respond(404, {"error": {"message": f"no route {method} {path}"}})
-        recv_ns = time.perf_counter_ns()
+        recv_ns = time.perf_counter_ns()  # its own schedule starts when it read the request
+        if recv_ns - self._clock_measured_ns > 50_000_000:  # follows NTP's slewing of CLOCK_REALTIME
+            self.clock.measure()
+            self._clock_measured_ns = recv_ns
         try:
             req = json.loads(body)
         except ValueError:
@@ -169,7 +274,8 @@ class GroundTruthServer:
         s.write_ns = []
         s.rid = opts.get("id")
         if s.rid is not None and len(self.records) < 200_000:
-            self.records[s.rid] = {"recv_ns": recv_ns, "write_ns": s.write_ns, "k": s.k, "body_bytes": len(body)}
+            self.records[s.rid] = {"recv_ns": recv_ns, "recv_kernel_ns": kernel_ns, "write_ns": s.write_ns, "k": s.k,
+                                   "body_bytes": len(body)}
         proto.start_stream(s.chat, status=500 if fail == "endless_500" else 200)
         if fail != "stall":
             self.add_stream(s)
@@ -225,22 +331,15 @@ def _final_events(s: _Stream) -> bytes:
             b"data: [DONE]\n\n" % (finish.encode(), usage.encode()))
 
 
-class _Http(asyncio.Protocol):
+class _Http:
     """Just enough HTTP/1.1: Content-Length bodies in, chunked SSE or JSON out."""
 
-    def __init__(self, server: GroundTruthServer):
+    def __init__(self, server: GroundTruthServer, transport: _Socket):
         self.server = server
         self.buf = b""
-        self.transport = None
-
-    def connection_made(self, transport):
         self.transport = transport
-        self.server.connections.add(self)
 
-    def connection_lost(self, exc):
-        self.server.connections.discard(self)
-
-    def data_received(self, data: bytes) -> None:
+    def data_received(self, data: bytes, kernel_ns: int) -> None:
         self.buf += data
         head_end = self.buf.find(b"\r\n\r\n")
         if head_end < 0:
@@ -256,7 +355,7 @@ class _Http(asyncio.Protocol):
         body = self.buf[head_end + 4:head_end + 4 + length]
         self.buf = self.buf[head_end + 4 + length:]
         method, path = head[0].split(" ")[:2]
-        self.server.handle(self, method, path.split("?")[0], body)
+        self.server.handle(self, method, path.split("?")[0], body, kernel_ns)
 
     def _conn_header(self) -> bytes:
         return b"keep-alive" if self.server.config.keep_alive else b"close"
@@ -359,18 +458,19 @@ def fetch_stats(url: str) -> dict:
 def errors_against_truth(records, t0_ns: int, server_records: dict, loop_stamps: bool = False) -> dict:
     """Measured minus true, in ms, per request (TTFT) and per gap (ITL per chunk).
 
-    The TTFT error splits into the client's send lag (intended send to request written),
-    the request's way into the server (server_read: written to the server reading it) and
-    the first token's way back (first_delivery: server write to client stamp; delivery:
-    every chunk's). Send lag and the way back are the client's; server_read is the server's.
+    Truth is what the server really did: TTFT from the request reaching it (the kernel's receive stamp of its
+    last bytes) to its first write, gaps between its writes. The TTFT error splits into the client's send lag
+    (intended send to request written), the request's way in (written to the server's kernel stamp) and the
+    first token's way back (first_delivery: server write to client stamp; delivery: every chunk's). Apart,
+    not in the error: server_queue, how long the single-threaded server left a request in its socket before
+    reading it (its read time starts its own schedule, so that wait is in the true TTFT).
 
-    Truth is what the server really did: TTFT from receiving the request to its first
-    write, gaps between its writes. loop_stamps: judge the loop's stamps of kernel-stamped records
-    (token_loop_times_s) instead of token_times_s. Both clocks are perf_counter_ns (CLOCK_MONOTONIC),
-    shared across processes on Linux.
+    loop_stamps: judge the loop's stamps of kernel-stamped records (token_loop_times_s) instead of
+    token_times_s. Both clocks are perf_counter_ns (CLOCK_MONOTONIC), shared across processes on Linux.
     """
     by_index = {r.index: r for r in records if r.ok}
-    ttft_err, itl_err, true_ttft, send_lag, first_delivery, delivery, server_read = [], [], [], [], [], [], []
+    ttft_err, itl_err, true_ttft, send_lag, first_delivery, delivery = [], [], [], [], [], []
+    way_in, server_queue = [], []
     for rid, srv in server_records.items():
         rec = by_index.get(int(rid))
         writes = srv["write_ns"]
@@ -379,15 +479,17 @@ def errors_against_truth(records, t0_ns: int, server_records: dict, loop_stamps:
             continue
         got = [t0_ns + round(t * 1e9) for t in times]
         intended_ns = t0_ns + round(rec.intended_send_s * 1e9)
-        true_ttft.append((writes[0] - srv["recv_ns"]) / 1e6)
+        arrived_ns = srv["recv_kernel_ns"]
+        true_ttft.append((writes[0] - arrived_ns) / 1e6)
         ttft_err.append((got[0] - intended_ns) / 1e6 - true_ttft[-1])
         # until the request is on the wire (written), else until the client started sending it
         sent_s = rec.request_written_s if rec.request_written_s is not None else rec.actual_send_s
         send_lag.append((sent_s - rec.intended_send_s) * 1e3)
-        server_read.append((srv["recv_ns"] - (t0_ns + round(sent_s * 1e9))) / 1e6)
+        way_in.append((arrived_ns - (t0_ns + round(sent_s * 1e9))) / 1e6)
+        server_queue.append((srv["recv_ns"] - arrived_ns) / 1e6)
         first_delivery.append((got[0] - writes[0]) / 1e6)
         itl_err += [((b - a) - (wb - wa)) / 1e6 for a, b, wa, wb in zip(got, got[1:], writes, writes[1:])]
         delivery += [(g - w) / 1e6 for g, w in zip(got, writes)]
     return {"ttft_err_ms": ttft_err, "itl_err_ms": itl_err, "true_ttft_ms": true_ttft,
             "send_lag_ms": send_lag, "first_delivery_ms": first_delivery, "delivery_ms": delivery,
-            "server_read_ms": server_read}
+            "way_in_ms": way_in, "server_queue_ms": server_queue}
