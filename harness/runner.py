@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import json
 import re
 import resource
@@ -231,6 +232,7 @@ class Runner:
         self._client: StampedClient | None = None
         self._gate = SendGate()
         self._prebuilt: dict[int, bytes] = {}  # spec.index -> request bytes of a first turn, built before t0
+        self._sent_in_wave: dict[int, object] = {}  # spec.index -> the stamped client's exchange of a request sent at t0
         self._last_end_ns = 0  # when the latest stream ended (perf_counter_ns)
 
     async def run(self) -> RunOutcome:
@@ -280,9 +282,10 @@ class Runner:
             digester = asyncio.create_task(self._digester())
             if closed_loop:
                 it = iter(self.jobs)
+                firsts = list(itertools.islice(it, slots))
                 start = asyncio.Event()
-                workers = [asyncio.create_task(self._closed_worker(it, start)) for _ in range(slots)]
-                workers.append(asyncio.create_task(self._start_at_t0(start)))
+                workers = [asyncio.create_task(self._closed_worker(job, it, start)) for job in firsts]
+                workers.append(asyncio.create_task(self._start_at_t0(start, [job[0] for job in firsts])))
             else:
                 workers = [asyncio.create_task(self._dispatch_open())]
             interrupted = await self._wait(workers)
@@ -332,22 +335,39 @@ class Runner:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def _start_at_t0(self, start: asyncio.Event) -> None:
+    async def _start_at_t0(self, start: asyncio.Event, first_turns: list) -> None:
         """Starts a closed loop's workers with one timer, not one each. A uvloop timer wakes at the millisecond
-        tick after it is due, so it is set early and the rest is waited by yielding."""
+        tick after it is due, so it is set early and the rest is waited by yielding.
+
+        On the stamped client the first wave (every worker's first request, all due at t0) is sent from here, in
+        one tight loop (StampedClient.send_wave): sent by the workers, each send waited for the workers resumed
+        before it and their records, and the last one went out twice as late."""
+        wave = []
+        if self._client is not None:
+            for spec in first_turns:  # ready before t0
+                if spec.index not in self._prebuilt:
+                    self._prebuilt[spec.index] = self._request_bytes(spec, turn_messages([], spec))
+                wave.append(self._prebuilt[spec.index])
         await sleep_until(self.t0_ns - 1_500_000)
         await sleep_until(self.t0_ns)
+        if wave and not self.stop.is_set() and not self._past_end(self.t0_ns):
+            for spec, exchange in zip(first_turns, self._client.send_wave(wave)):
+                if exchange is not None:  # else its worker connects and sends it
+                    self._sent_in_wave[spec.index] = exchange
         start.set()
 
-    async def _closed_worker(self, jobs, start: asyncio.Event) -> None:
+    async def _closed_worker(self, job: list, jobs, start: asyncio.Event) -> None:
+        """Runs `job`, then the next of the shared `jobs` as each ends."""
         due_ns = self.t0_ns
         await start.wait()
-        for job in jobs:
-            if self.stop.is_set() or self._past_end(due_ns):
+        while job is not None:
+            # a request already sent in the first wave is run to its end whatever happened since
+            if job[0].index not in self._sent_in_wave and (self.stop.is_set() or self._past_end(due_ns)):
                 return
             # the next request is due when the previous one ended: client work in between
             # (parsing, bookkeeping) shows up as send lag instead of being hidden
             due_ns = await self._run_job(job, due_ns)
+            job = next(jobs, None)
 
     def _past_end(self, ns: int) -> bool:
         return self.dispatch_until_s is not None and ns > self.t0_ns + self.dispatch_until_s * 1e9
@@ -390,6 +410,7 @@ class Runner:
                        need_answer: bool) -> tuple[RequestRecord, str, int]:
         # a first turn's bytes were built before t0; a later turn's depend on the answers so far
         payload = self._prebuilt.pop(spec.index, None) or self._request_bytes(spec, messages)
+        sent = self._sent_in_wave.pop(spec.index, None)
         rec = self._new_record(spec, due_ns)
         try:
             if self._sem is not None:
@@ -398,7 +419,7 @@ class Runner:
                     rec.cap_wait_s = (time.perf_counter_ns() - wait_from) / 1e9
                     reads, times, end_ns = await self._stream(rec, payload)
             else:
-                reads, times, end_ns = await self._stream(rec, payload)
+                reads, times, end_ns = await self._stream(rec, payload, sent)
         except asyncio.CancelledError:
             rec.fail("interrupted", "stopped by Ctrl-C before the stream ended")
             rec.end_s = (time.perf_counter_ns() - self.t0_ns) / 1e9
@@ -442,14 +463,14 @@ class Runner:
             collect_young()
             await asyncio.sleep(0)
 
-    async def _stream(self, rec: RequestRecord, payload: bytes) -> tuple[list[bytes], tuple, int]:
-        """Sends one request and keeps each read with its arrival times (kernel or None, loop); failures go
-        into rec."""
-        rec.actual_send_s = (time.perf_counter_ns() - self.t0_ns) / 1e9
+    async def _stream(self, rec: RequestRecord, payload: bytes, sent=None) -> tuple[list[bytes], tuple, int]:
+        """Sends one request (or, given the exchange `sent` of a wave, finishes what its send began) and keeps
+        each read with its arrival times (kernel or None, loop); failures go into rec."""
+        rec.actual_send_s = ((time.perf_counter_ns() if sent is None else sent.start_ns) - self.t0_ns) / 1e9
         written = self._gate.begin()
         try:
             if self._client is not None:
-                reads, times, end_ns = await self._send_and_read_stamped(rec, payload, written)
+                reads, times, end_ns = await self._send_and_read_stamped(rec, payload, written, sent)
             else:
                 reads, loop_times, end_ns = await self._send_and_read(rec, payload, written)
                 times = (None, loop_times)
@@ -462,10 +483,11 @@ class Runner:
             rec.request_written_s = (rec.request_written_s - self.t0_ns) / 1e9
         return reads, times, end_ns
 
-    async def _send_and_read_stamped(self, rec: RequestRecord, request: bytes, written) -> tuple[list[bytes], tuple, int]:
+    async def _send_and_read_stamped(self, rec: RequestRecord, request: bytes, written,
+                                     sent=None) -> tuple[list[bytes], tuple, int]:
         """The stamped client's path: each body piece with the kernel's and the loop's time of its read."""
         try:
-            resp = await self._client.post(request, written)
+            resp = await self._client.post(request, written, sent)
         except HttpStreamError as e:
             rec.fail(e.reason, e.detail)
             return [], (None, []), time.perf_counter_ns()

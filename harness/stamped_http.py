@@ -82,6 +82,9 @@ class _Exchange:
         self.budget = self.max_bytes = max_bytes
         self.error_body_bytes = error_body_bytes
         self.kernel_now = self.loop_now = 0
+        self.start_ns = 0  # the request's send began (perf_counter_ns)
+        self.unsent = b""  # what a first send left for when the socket has room
+        self.send_error: OSError | None = None
         self.close_delimited = True  # no Content-Length, not chunked: the body ends when the connection does
         self.complete = self.keep_alive = False
 
@@ -220,37 +223,60 @@ class StampedClient:
         """The whole HTTP request for `body`, ready for `post`: built before t0 where the plan allows."""
         return b"%s%d\r\n\r\n%s" % (self._head, len(body), body)
 
-    async def post(self, request: bytes, on_written=None) -> StampedResponse:
-        """Sends `request` (from request_bytes) and returns the whole answer within timeout_s. `on_written()` is
-        called as soon as the request is with the kernel, before this coroutine yields to any other task when a
-        connection is idle. Raises HttpStreamError (connect_error, timeout, stream_cut, malformed_http,
-        response_too_large)."""
-        start_ns = time.perf_counter_ns()
-        conn = self._take_idle() or await self._connect_or_fail()
-        # on an idle connection the send is all that comes before the request is on the wire; the exchange that
-        # reads the answer is made after it, which is still before any read since nothing yields in between
+    def send_wave(self, requests: list[bytes]) -> list["_Exchange | None"]:
+        """Sends every request of a wave (all due now) on idle connections, one after another in one tight loop:
+        nothing but the send and its two clock reads sits between two sends, and each request's exchange (its
+        parser, deadline, reader) is made after the whole wave is on the wire, before anything can be read.
+        Returns per request its exchange, for post(request, sent=exchange), or None where no idle connection was
+        left (post then connects). A failed send fails only its own request, when post is called."""
+        clock = time.perf_counter_ns
+        take_idle = self._take_idle
+        sends = []
+        for request in requests:
+            conn = take_idle()
+            if conn is None:
+                sends.append(None)
+                continue
+            start_ns = clock()
+            try:
+                sent = conn.sock.send(request)
+            except OSError as e:
+                sent = e
+            sends.append((conn, start_ns, sent, clock()))
+        return [None if s is None else self._exchange(request, *s) for request, s in zip(requests, sends)]
+
+    async def post(self, request: bytes, on_written=None, sent: "_Exchange | None" = None) -> StampedResponse:
+        """Sends `request` (from request_bytes) and returns the whole answer within timeout_s; with `sent`, the
+        exchange send_wave made for it, only what its send left. `on_written()` is called as soon as the request
+        is with the kernel, before this coroutine yields to any other task when a connection is idle. Raises
+        HttpStreamError (connect_error, timeout, stream_cut, malformed_http, response_too_large)."""
+        exchange = sent
+        if exchange is None:
+            start_ns = time.perf_counter_ns()
+            conn = self._take_idle() or await self._connect_or_fail()
+            # on an idle connection the send is all that comes before the request is on the wire; the exchange that
+            # reads the answer is made after it, which is still before any read since nothing yields in between
+            try:
+                n = conn.sock.send(request)
+            except OSError as e:
+                n = e
+            exchange = self._exchange(request, conn, start_ns, n, time.perf_counter_ns())
+        conn = exchange.conn
         try:
-            sent = conn.sock.send(request)
-            if sent < len(request):  # a long prompt: the rest when the socket has room
-                await asyncio.wait_for(asyncio.get_running_loop().sock_sendall(conn.sock, request[sent:]),
-                                       max(0.0, self.timeout_s - (time.perf_counter_ns() - start_ns) / 1e9))
-        except BaseException as e:
-            self._discard(conn)
-            if isinstance(e, TimeoutError):  # an OSError too: asked first
-                raise HttpStreamError("timeout", self._timeout_detail()) from None
-            if isinstance(e, OSError):
-                raise HttpStreamError("stream_cut", f"sending the request failed: {e}") from None
-            raise
-        written_ns = time.perf_counter_ns()
-        if on_written is not None:
-            on_written()
-        exchange = _Exchange(conn, self.clock, self.max_response_bytes, self.error_body_bytes)
-        exchange.out.written_ns = written_ns
-        self._deadlines[exchange] = start_ns + int(self.timeout_s * 1e9)
-        if self._sweeper is None:
-            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
-        conn.exchange = exchange
-        try:
+            if exchange.send_error is not None:
+                raise HttpStreamError("stream_cut", f"sending the request failed: {exchange.send_error}")
+            if exchange.unsent:  # a long prompt: the rest when the socket has room
+                left_s = self.timeout_s - (time.perf_counter_ns() - exchange.start_ns) / 1e9
+                try:
+                    await asyncio.wait_for(asyncio.get_running_loop().sock_sendall(conn.sock, exchange.unsent),
+                                           max(0.0, left_s))
+                except TimeoutError:  # an OSError too: asked first
+                    raise HttpStreamError("timeout", self._timeout_detail()) from None
+                except OSError as e:
+                    raise HttpStreamError("stream_cut", f"sending the request failed: {e}") from None
+                exchange.out.written_ns = time.perf_counter_ns()
+            if on_written is not None:
+                on_written()
             out = await exchange.done
         except BaseException:
             self._discard(conn)
@@ -263,6 +289,21 @@ class StampedClient:
         else:
             self._discard(conn)
         return out
+
+    def _exchange(self, request: bytes, conn: _Connection, start_ns: int, sent: int | OSError,
+                  written_ns: int) -> _Exchange:
+        """What reads the answer to a request whose first send returned `sent` (bytes, or the error)."""
+        exchange = _Exchange(conn, self.clock, self.max_response_bytes, self.error_body_bytes)
+        exchange.start_ns, exchange.out.written_ns = start_ns, written_ns
+        if isinstance(sent, OSError):
+            exchange.send_error = sent
+        elif sent < len(request):
+            exchange.unsent = request[sent:]
+        self._deadlines[exchange] = start_ns + int(self.timeout_s * 1e9)
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        conn.exchange = exchange
+        return exchange
 
     def close(self) -> None:
         if self._sweeper is not None:
