@@ -232,7 +232,9 @@ class Runner:
         self._client: StampedClient | None = None
         self._gate = SendGate()
         self._prebuilt: dict[int, bytes] = {}  # spec.index -> request bytes of a first turn, built before t0
-        self._sent_in_wave: dict[int, object] = {}  # spec.index -> the stamped client's exchange of a request sent at t0
+        # spec.index -> (spec, due_ns, the stamped client's exchange) of a first turn sent before its worker took it up:
+        # in a closed loop's first wave, or the moment the worker's previous answer ended
+        self._sent_early: dict[int, tuple] = {}
         self._last_end_ns = 0  # when the latest stream ended (perf_counter_ns)
 
     async def run(self) -> RunOutcome:
@@ -321,6 +323,12 @@ class Runner:
         for task in list(self._tasks) + workers:
             task.cancel()
         await asyncio.gather(done_all, return_exceptions=True)
+        for spec, due_ns, _ in self._sent_early.values():  # sent, but its worker was cancelled before taking it up
+            rec = self._new_record(spec, due_ns)
+            rec.fail("interrupted", "stopped by Ctrl-C before the stream ended")
+            rec.end_s = (time.perf_counter_ns() - self.t0_ns) / 1e9
+            self._finish(rec)
+        self._sent_early.clear()
         return True
 
     async def _dispatch_open(self) -> None:
@@ -342,38 +350,52 @@ class Runner:
         On the stamped client the first wave (every worker's first request, all due at t0) is sent from here, in
         one tight loop (StampedClient.send_wave): sent by the workers, each send waited for the workers resumed
         before it and their records, and the last one went out twice as late."""
-        wave = []
-        if self._client is not None:
-            for spec in first_turns:  # ready before t0
-                if spec.index not in self._prebuilt:
-                    self._prebuilt[spec.index] = self._request_bytes(spec, turn_messages([], spec))
-                wave.append(self._prebuilt[spec.index])
+        wave = [self._first_turn_bytes(spec) for spec in first_turns] if self._client is not None else []
         await sleep_until(self.t0_ns - 1_500_000)
         await sleep_until(self.t0_ns)
         if wave and not self.stop.is_set() and not self._past_end(self.t0_ns):
             for spec, exchange in zip(first_turns, self._client.send_wave(wave)):
                 if exchange is not None:  # else its worker connects and sends it
-                    self._sent_in_wave[spec.index] = exchange
+                    self._sent_early[spec.index] = (spec, self.t0_ns, exchange)
         start.set()
 
     async def _closed_worker(self, job: list, jobs, start: asyncio.Event) -> None:
-        """Runs `job`, then the next of the shared `jobs` as each ends."""
+        """Runs `job`, then the next of the shared `jobs` as each ends.
+
+        The next job is due when the previous one ended: client work in between (parsing, bookkeeping) shows
+        up as send lag instead of being hidden. On the stamped client its first request is sent in the very
+        read that completed the previous answer (send_next), before this task resumes: the answers of a closed
+        loop's streams end together, and resumed one by one, each waited for every task resumed before it."""
         due_ns = self.t0_ns
+        chained: list = []
+
+        def send_next(answer) -> None:
+            if self.stop.is_set() or self._past_end(answer.end_ns):
+                return
+            following = next(jobs, None)
+            if following is None:
+                return
+            chained.append(following)
+            spec = following[0]
+            exchange = self._client.send_wave([self._first_turn_bytes(spec)])[0]
+            if exchange is not None:  # else this worker connects and sends it
+                self._sent_early[spec.index] = (spec, answer.end_ns, exchange)
+
+        then = send_next if self._client is not None else None
         await start.wait()
         while job is not None:
-            # a request already sent in the first wave is run to its end whatever happened since
-            if job[0].index not in self._sent_in_wave and (self.stop.is_set() or self._past_end(due_ns)):
+            # a request already sent is run to its end whatever happened since
+            if job[0].index not in self._sent_early and (self.stop.is_set() or self._past_end(due_ns)):
                 return
-            # the next request is due when the previous one ended: client work in between
-            # (parsing, bookkeeping) shows up as send lag instead of being hidden
-            due_ns = await self._run_job(job, due_ns)
-            job = next(jobs, None)
+            due_ns = await self._run_job(job, due_ns, then)
+            job = chained.pop() if chained else next(jobs, None)
 
     def _past_end(self, ns: int) -> bool:
         return self.dispatch_until_s is not None and ns > self.t0_ns + self.dispatch_until_s * 1e9
 
-    async def _run_job(self, turns: list, first_due_ns: int) -> int:
-        """Runs a request or a session's turns; returns when (perf_counter_ns) the last one ended."""
+    async def _run_job(self, turns: list, first_due_ns: int, then=None) -> int:
+        """Runs a request or a session's turns; returns when (perf_counter_ns) the last one ended. `then`: the
+        stamped client calls it with the last turn's answer as it completes."""
         history: list[dict] = []
         due_ns = first_due_ns
         for n, spec in enumerate(turns):
@@ -385,7 +407,8 @@ class Runner:
                     return prev_end_ns
             messages = turn_messages(history, spec)
             last_turn = n == len(turns) - 1
-            rec, answer, prev_end_ns = await self._request(spec, due_ns, messages, need_answer=not last_turn)
+            rec, answer, prev_end_ns = await self._request(spec, due_ns, messages, need_answer=not last_turn,
+                                                           then=then if last_turn else None)
             if last_turn:
                 break
             if not rec.ok:
@@ -406,11 +429,11 @@ class Runner:
         self.records.append(rec)
         self.on_record(rec)
 
-    async def _request(self, spec, due_ns: int, messages: list | None,
-                       need_answer: bool) -> tuple[RequestRecord, str, int]:
+    async def _request(self, spec, due_ns: int, messages: list | None, need_answer: bool,
+                       then=None) -> tuple[RequestRecord, str, int]:
         # a first turn's bytes were built before t0; a later turn's depend on the answers so far
         payload = self._prebuilt.pop(spec.index, None) or self._request_bytes(spec, messages)
-        sent = self._sent_in_wave.pop(spec.index, None)
+        sent = self._sent_early.pop(spec.index, (None, None, None))[2]
         rec = self._new_record(spec, due_ns)
         try:
             if self._sem is not None:
@@ -419,7 +442,7 @@ class Runner:
                     rec.cap_wait_s = (time.perf_counter_ns() - wait_from) / 1e9
                     reads, times, end_ns = await self._stream(rec, payload)
             else:
-                reads, times, end_ns = await self._stream(rec, payload, sent)
+                reads, times, end_ns = await self._stream(rec, payload, sent, then)
         except asyncio.CancelledError:
             rec.fail("interrupted", "stopped by Ctrl-C before the stream ended")
             rec.end_s = (time.perf_counter_ns() - self.t0_ns) / 1e9
@@ -435,6 +458,13 @@ class Runner:
         """Whether the parse of a stream that ended at end_ns should wait (QUIET_NS, DEFER_NS)."""
         now_ns = time.perf_counter_ns()
         return now_ns - self._last_end_ns < QUIET_NS and now_ns - end_ns < DEFER_NS
+
+    def _first_turn_bytes(self, spec) -> bytes:
+        """A first turn's request bytes, built before t0 where they could be; kept for its _request to take."""
+        payload = self._prebuilt.get(spec.index)
+        if payload is None:
+            payload = self._prebuilt[spec.index] = self._request_bytes(spec, turn_messages([], spec))
+        return payload
 
     def _request_bytes(self, spec, messages: list | None) -> bytes:
         """What is sent for one turn: the JSON body, with its HTTP head on the stamped client's path."""
@@ -463,14 +493,14 @@ class Runner:
             collect_young()
             await asyncio.sleep(0)
 
-    async def _stream(self, rec: RequestRecord, payload: bytes, sent=None) -> tuple[list[bytes], tuple, int]:
+    async def _stream(self, rec: RequestRecord, payload: bytes, sent=None, then=None) -> tuple[list[bytes], tuple, int]:
         """Sends one request (or, given the exchange `sent` of a wave, finishes what its send began) and keeps
         each read with its arrival times (kernel or None, loop); failures go into rec."""
         rec.actual_send_s = ((time.perf_counter_ns() if sent is None else sent.start_ns) - self.t0_ns) / 1e9
         written = self._gate.begin()
         try:
             if self._client is not None:
-                reads, times, end_ns = await self._send_and_read_stamped(rec, payload, written, sent)
+                reads, times, end_ns = await self._send_and_read_stamped(rec, payload, written, sent, then)
             else:
                 reads, loop_times, end_ns = await self._send_and_read(rec, payload, written)
                 times = (None, loop_times)
@@ -483,18 +513,18 @@ class Runner:
             rec.request_written_s = (rec.request_written_s - self.t0_ns) / 1e9
         return reads, times, end_ns
 
-    async def _send_and_read_stamped(self, rec: RequestRecord, request: bytes, written,
-                                     sent=None) -> tuple[list[bytes], tuple, int]:
+    async def _send_and_read_stamped(self, rec: RequestRecord, request: bytes, written, sent=None,
+                                     then=None) -> tuple[list[bytes], tuple, int]:
         """The stamped client's path: each body piece with the kernel's and the loop's time of its read."""
         try:
-            resp = await self._client.post(request, written, sent)
+            resp = await self._client.post(request, written, sent, then)
         except HttpStreamError as e:
             rec.fail(e.reason, e.detail)
             return [], (None, []), time.perf_counter_ns()
         rec.request_written_s = resp.written_ns
         rec.http_status = resp.status
         rec.stamp_source = "loop" if resp.unstamped_reads else "kernel"
-        end_ns = resp.loop_ns[-1] if resp.loop_ns else time.perf_counter_ns()  # the last read, not the wake-up
+        end_ns = resp.end_ns  # the last read, not the wake-up
         if resp.status >= 400:
             detail = b"".join(resp.pieces)[:ERROR_BODY_BYTES].decode("utf-8", "replace")
             rec.fail(http_failure_reason(resp.status), f"HTTP {resp.status}: {detail}")

@@ -24,6 +24,7 @@ import struct
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 from urllib.parse import urlsplit
 
 import httptools
@@ -67,6 +68,7 @@ class StampedResponse:
     kernel_ns: list[int] = field(default_factory=list)
     loop_ns: list[int] = field(default_factory=list)
     written_ns: int = 0  # the whole request was handed to the kernel
+    end_ns: int = 0  # the loop's time of the read that completed the answer
     reads: int = 0
     unstamped_reads: int = 0
 
@@ -74,8 +76,9 @@ class StampedResponse:
 class _Exchange:
     """httptools' callbacks for one response, and the read loop that feeds it."""
 
-    def __init__(self, conn: "_Connection", clock: "ClockOffset", max_bytes: int, error_body_bytes: int):
-        self.conn, self.clock = conn, clock
+    def __init__(self, conn: "_Connection", clock: "ClockOffset", max_bytes: int, error_body_bytes: int,
+                 answered: Callable[["_Exchange"], None]):
+        self.conn, self.clock, self.answered = conn, clock, answered
         self.parser = httptools.HttpResponseParser(self)
         self.out = StampedResponse()
         self.done: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -85,6 +88,7 @@ class _Exchange:
         self.start_ns = 0  # the request's send began (perf_counter_ns)
         self.unsent = b""  # what a first send left for when the socket has room
         self.send_error: OSError | None = None
+        self.then: Callable[[StampedResponse], None] | None = None  # post's `then`
         self.close_delimited = True  # no Content-Length, not chunked: the body ends when the connection does
         self.complete = self.keep_alive = False
 
@@ -148,7 +152,12 @@ class _Exchange:
 
     def _end(self, error: HttpStreamError | None) -> None:
         if not self.done.done():
-            self.done.set_exception(error) if error else self.done.set_result(self.out)
+            if error:
+                self.done.set_exception(error)
+            else:
+                self.out.end_ns = self.loop_now
+                self.done.set_result(self.out)
+                self.answered(self)
 
 
 class ClockOffset:
@@ -245,11 +254,14 @@ class StampedClient:
             sends.append((conn, start_ns, sent, clock()))
         return [None if s is None else self._exchange(request, *s) for request, s in zip(requests, sends)]
 
-    async def post(self, request: bytes, on_written=None, sent: "_Exchange | None" = None) -> StampedResponse:
+    async def post(self, request: bytes, on_written=None, sent: "_Exchange | None" = None,
+                   then: Callable[[StampedResponse], None] | None = None) -> StampedResponse:
         """Sends `request` (from request_bytes) and returns the whole answer within timeout_s; with `sent`, the
         exchange send_wave made for it, only what its send left. `on_written()` is called as soon as the request
-        is with the kernel, before this coroutine yields to any other task when a connection is idle. Raises
-        HttpStreamError (connect_error, timeout, stream_cut, malformed_http, response_too_large)."""
+        is with the kernel, before this coroutine yields to any other task when a connection is idle. `then(answer)`
+        is called in the read that completes the answer, its connection already idle again, before this coroutine
+        resumes (a closed loop sends its next request there). Raises HttpStreamError (connect_error, timeout,
+        stream_cut, malformed_http, response_too_large)."""
         exchange = sent
         if exchange is None:
             start_ns = time.perf_counter_ns()
@@ -262,6 +274,7 @@ class StampedClient:
                 n = e
             exchange = self._exchange(request, conn, start_ns, n, time.perf_counter_ns())
         conn = exchange.conn
+        exchange.then = then
         try:
             if exchange.send_error is not None:
                 raise HttpStreamError("stream_cut", f"sending the request failed: {exchange.send_error}")
@@ -277,23 +290,32 @@ class StampedClient:
                 exchange.out.written_ns = time.perf_counter_ns()
             if on_written is not None:
                 on_written()
-            out = await exchange.done
+            return await exchange.done
         except BaseException:
-            self._discard(conn)
+            if conn.exchange is exchange:  # else it was answered, and its connection may carry another request now
+                self._discard(conn)
             raise
         finally:
-            conn.exchange = None
-            del self._deadlines[exchange]
+            if conn.exchange is exchange:
+                conn.exchange = None
+            self._deadlines.pop(exchange, None)
+
+    def _answered(self, exchange: _Exchange) -> None:
+        """An answer is whole: its connection is idle again at once, then its `then` runs."""
+        conn = exchange.conn
+        conn.exchange = None
+        self._deadlines.pop(exchange, None)
         if self.keep_alive and exchange.complete and exchange.keep_alive:
             self._idle.append(conn)
         else:
             self._discard(conn)
-        return out
+        if exchange.then is not None:
+            exchange.then(exchange.out)
 
     def _exchange(self, request: bytes, conn: _Connection, start_ns: int, sent: int | OSError,
                   written_ns: int) -> _Exchange:
         """What reads the answer to a request whose first send returned `sent` (bytes, or the error)."""
-        exchange = _Exchange(conn, self.clock, self.max_response_bytes, self.error_body_bytes)
+        exchange = _Exchange(conn, self.clock, self.max_response_bytes, self.error_body_bytes, self._answered)
         exchange.start_ns, exchange.out.written_ns = start_ns, written_ns
         if isinstance(sent, OSError):
             exchange.send_error = sent
