@@ -2,8 +2,10 @@
 
 A closed loop starts its N streams at t0 together, so the last request of that wave is sent
 N sends after the first: (last written − first written) / (N − 1) is the whole per-request send path
-(record, body, post, task switch) with nothing else going on. The ground-truth server runs in its own
-process with a long TTFT so no answer arrives during the wave.
+(StampedClient.send_wave: one tight loop of sends, each request's bookkeeping after the wave) with nothing
+else going on. The ground-truth server runs in its own process with a long TTFT so no answer arrives
+during the wave. To compare two versions, run each checkout's copy of this file in turn (it imports the
+harness next to it).
 
     flock /work/wt/measure.lock python benchmarks/send_cost.py --streams 512 --pin
 """

@@ -204,3 +204,128 @@ async def test_first_turns_built_before_t0_are_the_bytes_built_at_send_time_and_
     later = json.loads(by_turn[session[1].messages[0]["content"]].split(b"\r\n\r\n")[-1])
     assert later["messages"] == [*session[0].messages, {"role": "assistant", "content": "hi"}, *session[1].messages]
     assert len(seen) == 4
+
+
+def _gt_post(index: int, tokens: int = 1) -> bytes:
+    body = json.dumps({"model": "m", "prompt": f"request [gt id={index}]", "max_tokens": tokens}).encode()
+    return b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+async def _until_recorded(server: GroundTruthServer, rid: str) -> dict:
+    for _ in range(500):
+        if rid in server.records:
+            return server.records[rid]
+        await asyncio.sleep(0.002)
+    raise AssertionError(f"the server never read request {rid}")
+
+
+async def test_the_ground_truth_server_keeps_the_kernels_arrival_apart_from_its_late_read():
+    """A request that waits in the socket while the server's loop is blocked for 20 ms keeps its arrival time (the
+    kernel's stamp), read 20 ms later; one read at once by an idle server has the two close together."""
+    import socket
+    server = GroundTruthServer(GroundTruthConfig(ttft_ms=1, itl_ms=1))
+    port = await server.start()
+    block_ns = 20_000_000
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as idle, socket.create_connection(("127.0.0.1", port)) as busy:
+            idle.sendall(_gt_post(1))
+            quiet = await _until_recorded(server, "1")
+            sent_ns = time.perf_counter_ns()
+            busy.sendall(_gt_post(2))  # the server cannot read it until this callback returns
+            after_send_ns = time.perf_counter_ns()
+            time.sleep(block_ns / 1e9)
+            late = await _until_recorded(server, "2")
+    finally:
+        await server.stop_listening()
+    assert quiet["recv_kernel_ns"] <= quiet["recv_ns"] and late["recv_kernel_ns"] <= late["recv_ns"]
+    assert sent_ns <= late["recv_kernel_ns"] <= after_send_ns  # arrived during the send: loopback's receive path
+    assert late["recv_ns"] - late["recv_kernel_ns"] >= block_ns
+    assert quiet["recv_ns"] - quiet["recv_kernel_ns"] < block_ns / 4
+
+
+async def _open_client(port: int, connections: int) -> stamped_http.StampedClient:
+    client = stamped_http.StampedClient(f"http://127.0.0.1:{port}", "/v1/completions", {}, timeout_s=5)
+    await client.open_connections(connections)
+    return client
+
+
+async def test_a_wave_writes_every_request_in_order_and_a_send_that_fails_fails_only_its_own():
+    import socket
+    server = GroundTruthServer(GroundTruthConfig(ttft_ms=1, itl_ms=1))
+    port = await server.start()
+    client = await _open_client(port, 4)
+    try:
+        broken = client._idle[-2]  # the second one the wave takes
+        broken.sock.shutdown(socket.SHUT_WR)  # its send fails (EPIPE)
+        requests = [client.request_bytes(_gt_post(i, 2).split(b"\r\n\r\n", 1)[1]) for i in range(5)]
+        wave = client.send_wave(requests)
+        assert wave[4] is None  # four connections: the fifth request waits for post to connect
+        sent = [e for e in wave if e is not None]
+        assert len({id(e.conn) for e in sent}) == 4
+        for a, b in zip(sent, sent[1:]):  # each its own times, one after the other
+            assert a.start_ns <= a.out.written_ns <= b.start_ns <= b.out.written_ns
+        answers = await asyncio.gather(*(client.post(r, sent=e) for r, e in zip(requests, wave)),
+                                       return_exceptions=True)
+    finally:
+        client.close()
+        await server.stop_listening()
+    failed = [i for i, a in enumerate(answers) if isinstance(a, Exception)]
+    assert failed == [1], answers
+    assert answers[1].reason == "stream_cut" and "sending the request failed" in answers[1].detail
+    assert all(answers[i].status == 200 and answers[i].end_ns >= answers[i].written_ns for i in (0, 2, 3, 4))
+    assert sorted(server.records) == ["0", "2", "3", "4"]
+    for i in (0, 2, 3):  # the kernel took each wave request during its own send
+        assert wave[i].start_ns <= server.records[str(i)]["recv_kernel_ns"] <= wave[i].out.written_ns
+
+
+async def test_then_runs_in_the_read_that_ends_the_answer_with_its_connection_idle_again():
+    server = GroundTruthServer(GroundTruthConfig(ttft_ms=1, itl_ms=1))
+    port = await server.start()
+    client = await _open_client(port, 1)
+    events, chained = [], []
+    first, second = (client.request_bytes(_gt_post(i, 3).split(b"\r\n\r\n", 1)[1]) for i in range(2))
+
+    def then(answer):  # what a closed loop does: the next request, at once, on the freed connection
+        events.append("then")
+        chained.extend(client.send_wave([second]))
+    try:
+        conn = client._idle[0]
+        answer = await client.post(first, then=then)
+        events.append("post returned")
+        assert chained[0] is not None and chained[0].conn is conn
+        assert answer.end_ns <= chained[0].start_ns
+        again = await client.post(second, sent=chained[0])
+    finally:
+        client.close()
+        await server.stop_listening()
+    assert events == ["then", "post returned"]
+    assert again.status == 200 and sorted(server.records) == ["0", "1"]
+
+
+async def test_a_closed_loops_requests_are_each_recorded_with_their_own_times_and_a_broken_connection_costs_one(
+        monkeypatch):
+    """Eight streams, 24 requests: the first wave all due at t0, each with its own send and written times; every
+    later request due when its stream's previous one ended. One connection broken at t0 fails its request
+    alone, with its reason."""
+    import socket
+    send_wave = stamped_http.StampedClient.send_wave
+
+    def break_one_first(self, requests):
+        if len(requests) > 1:  # the first wave, not a stream's next request
+            self._idle[-3].sock.shutdown(socket.SHUT_WR)  # the wave's third send fails (EPIPE)
+        return send_wave(self, requests)
+    monkeypatch.setattr(stamped_http.StampedClient, "send_wave", break_one_first)
+    out = await _run_in_process([gt_request(i, None, 4) for i in range(24)], concurrency=8, stamps="kernel")
+    assert len(out.records) == 24
+    failed = [r for r in out.records if not r.ok]
+    assert len(failed) == 1 and failed[0].error_reason == "stream_cut", failed
+    assert "sending the request failed" in failed[0].error_detail and failed[0].intended_send_s == 0.0
+    wave = sorted((r for r in out.records if r.intended_send_s == 0.0), key=lambda r: r.actual_send_s)
+    assert len(wave) == 8
+    sent_ok = [r for r in wave if r.ok]
+    for a, b in zip(sent_ok, sent_ok[1:]):
+        assert a.actual_send_s <= a.request_written_s <= b.actual_send_s
+    ends = {r.end_s for r in out.records}
+    later = [r for r in out.records if r.intended_send_s != 0.0]
+    assert len(later) == 16 and all(r.ok and r.intended_send_s in ends for r in later)
+    assert all(r.intended_send_s <= r.actual_send_s <= r.request_written_s for r in later)
