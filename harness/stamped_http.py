@@ -204,7 +204,8 @@ class _Connection:
 
 
 class StampedClient:
-    """Keep-alive connections to one http:// server; `post` sends one request and reads its answer."""
+    """Keep-alive connections to one http:// server; `post` sends one request and reads its answer, `send_wave`
+    sends many that are due at once (post then reads each)."""
 
     def __init__(self, url: str, path: str, headers: dict, keep_alive: bool = True,
                  max_response_bytes: int = 1 << 26, error_body_bytes: int = 300, timeout_s: float = 600.0):
