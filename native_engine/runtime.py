@@ -1,4 +1,4 @@
-"""Which kernels run the forward step: the numpy fp32 reference or torch (int8/bf16 weights, optional extra).
+"""Which kernels run the forward step: the numpy fp32 reference or torch (int4/int8/bf16 weights, optional extra).
 
 Everything above the runner (scheduler, block manager, sampler, server) is the same for both;
 the runner only has to take SeqChunks and return fp32 logits.
@@ -10,7 +10,7 @@ import importlib.util
 from native_engine.gguf_model import ModelConfig, ModelWeights
 
 RUNTIMES = ("numpy", "torch", "auto")
-TORCH_DTYPES = ("int8", "bf16", "fp32")
+TORCH_DTYPES = ("int4", "int8", "bf16", "fp32")
 
 
 def torch_available() -> bool:

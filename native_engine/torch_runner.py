@@ -18,8 +18,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from native_engine import gguf_q4
 from native_engine.gguf_model import ModelConfig, ModelWeights
 from native_engine.model_runner import ModelRunner, SeqChunk
+from native_engine.torch_int4 import Int4Linear
 from native_engine.torch_linear import DTYPES, Linear
 
 DEVICES = ("cpu", "cuda", "auto")
@@ -44,11 +46,17 @@ def resolve_device(device: str) -> str:
 
 
 class _Layer:
-    def __init__(self, layer, dtype: str, device: str):
+    def __init__(self, weights: ModelWeights, index: int, dtype: str, device: str):
+        layer = weights.layers[index]
         self.attn_norm = torch.tensor(layer.attn_norm, device=device)
+        self.ffn_norm = torch.tensor(layer.ffn_norm, device=device)
+        if dtype == "int4":  # the file's own 4-bit blocks
+            blocks = gguf_q4.layer_matrices(weights, index)
+            self.wqkv, self.wo, self.w_gate_up, self.w_down = (
+                Int4Linear(blocks[name]) for name in ("wqkv", "wo", "w_gate_up", "w_down"))
+            return
         self.wqkv = Linear(layer.wqkv, dtype, device)
         self.wo = Linear(layer.wo, dtype, device)
-        self.ffn_norm = torch.tensor(layer.ffn_norm, device=device)
         self.w_gate_up = Linear(layer.w_gate_up, dtype, device)
         self.w_down = Linear(layer.w_down, dtype, device, outlier_inputs=True)
 
@@ -69,15 +77,17 @@ class TorchModelRunner:
             raise ValueError(f"num_kv_blocks ({num_kv_blocks}) and kv_block_size ({kv_block_size}) must be >= 1")
         if dtype not in DTYPES:
             raise ValueError(f"dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
-        if dtype == "int8" and device != "cpu":  # checked before resolving: the same answer with or without a GPU
-            raise ValueError("dtype 'int8' runs on CPUs only (oneDNN/fbgemm kernels); use --dtype bf16 on CUDA")
+        if dtype in ("int4", "int8") and device != "cpu":  # checked before resolving: same answer with or without a GPU
+            raise ValueError(f"dtype {dtype!r} runs on CPUs only (torch's CPU kernels); use --dtype bf16 on CUDA")
         self.device = device = resolve_device(device)
         torch.set_num_threads(threads or cpu_threads())
         self.config, self.num_kv_blocks, self.kv_block_size, self.dtype = config, num_kv_blocks, kv_block_size, dtype
         c = config
-        self.layers = [_Layer(layer, dtype, device) for layer in weights.layers]
+        self.layers = [_Layer(weights, i, dtype, device) for i in range(c.n_layers)]
         self.output_norm = torch.tensor(weights.output_norm, device=device)
-        self.lm_head = Linear(weights.lm_head, dtype, device)
+        # int4: the lm_head (SmolLM2's tied embedding, Q8_0 in the file) stays 8-bit, bf16 for many rows
+        self.lm_head = (Linear(weights.lm_head, "int8", device, outlier_inputs=True) if dtype == "int4"
+                        else Linear(weights.lm_head, dtype, device))
         tied = np.may_share_memory(weights.token_embedding, weights.lm_head)
         rows = np.ascontiguousarray(weights.lm_head.T) if tied else np.ascontiguousarray(weights.token_embedding)
         self.embedding = torch.from_numpy(rows).to(device)  # fp32: a few rows are looked up a step
@@ -117,13 +127,18 @@ class TorchModelRunner:
         return out.reshape(n, c.n_heads * c.head_dim)
 
     def _one_decode_attention(self, layer: int, q: torch.Tensor, blocks: torch.Tensor, context: int):
-        """One sequence alone (batch 1): its keys sliced to its context, no mask."""
+        """One sequence alone (batch 1): its keys sliced to its context, no mask. On one thread: SDPA
+        splits its 3 KV heads across threads, and the hand-off costs more than the work (16 us on one
+        thread, 35 to 700 us on two of a shared 2-core machine)."""
         c = self.config
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
         keys = self.k_cache[layer].index_select(0, blocks).view(1, -1, c.n_kv_heads, c.head_dim)[:, :context]
         values = self.v_cache[layer].index_select(0, blocks).view(1, -1, c.n_kv_heads, c.head_dim)[:, :context]
         out = F.scaled_dot_product_attention(q.view(1, c.n_kv_heads, -1, c.head_dim), keys.transpose(1, 2),
                                              values.transpose(1, 2), scale=self.attn_scale)
-        return out.reshape(1, c.n_heads * c.head_dim)
+        torch.set_num_threads(threads)
+        return out.view(1, c.n_heads * c.head_dim)
 
     def _prefill_attention(self, layer: int, q: torch.Tensor, start_pos: int, table: np.ndarray):
         c, bs = self.config, self.kv_block_size
@@ -141,25 +156,28 @@ class TorchModelRunner:
     # -- the step -------------------------------------------------------------------
     def layers_forward(self, tokens: torch.Tensor, rope: torch.Tensor, slots: torch.Tensor, attend) -> torch.Tensor:
         """Hidden states [n_tokens, hidden] after every layer; attend(layer, q) -> attention output.
-        Only tensors go in and out, so a CUDA graph can capture it (torch_cuda_graphs.py)."""
+        Only tensors go in and out, so a CUDA graph can capture it (torch_cuda_graphs.py).
+        The residual stream x stays fp32; matmul outputs stay in their kernel's dtype (bf16 for the
+        quantized ones) where the next op takes them as they are (x + out upcasts in the add itself,
+        silu(gate) * up feeds ffn_down in bf16), which saves a conversion op per matmul at batch 1."""
         c = self.config
         n_tokens, q_dim, kv_dim = len(tokens), c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
         slot_rows = ((self.num_kv_blocks + 1) * self.kv_block_size, kv_dim)
         x = self.embedding.index_select(0, tokens)
         for i, layer in enumerate(self.layers):
-            qkv = layer.wqkv(F.rms_norm(x, (c.hidden_size,), layer.attn_norm, c.rms_eps))
+            qkv = layer.wqkv(F.rms_norm(x, (c.hidden_size,), layer.attn_norm, c.rms_eps)).float()
             # RoPE: q and k heads side by side, their pairs (2i, 2i+1) as complex numbers, as in model_runner
-            qk = torch.view_as_complex(qkv[:, :q_dim + kv_dim].reshape(n_tokens, -1, c.head_dim // 2, 2))
+            qk = torch.view_as_complex(qkv[:, :q_dim + kv_dim].view(n_tokens, -1, c.head_dim // 2, 2))
             qk = torch.view_as_real(qk * rope).view(n_tokens, q_dim + kv_dim)
             self.k_cache[i].view(slot_rows).index_copy_(0, slots, qk[:, q_dim:])
             self.v_cache[i].view(slot_rows).index_copy_(0, slots, qkv[:, q_dim + kv_dim:])
             x = x + layer.wo(attend(i, qk[:, :q_dim].view(n_tokens, c.n_heads, c.head_dim)))
             gate_up = layer.w_gate_up(F.rms_norm(x, (c.hidden_size,), layer.ffn_norm, c.rms_eps))
-            x = x + layer.w_down(F.silu(gate_up[:, :c.ffn_size]) * gate_up[:, c.ffn_size:])
+            x = x + layer.w_down(F.silu(gate_up[:, :c.ffn_size]).mul_(gate_up[:, c.ffn_size:]))
         return x
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(F.rms_norm(x, (self.config.hidden_size,), self.output_norm, self.config.rms_eps))
+        return self.lm_head(F.rms_norm(x, (self.config.hidden_size,), self.output_norm, self.config.rms_eps)).float()
 
     @torch.inference_mode()
     def forward(self, chunks: list[SeqChunk]) -> np.ndarray:
@@ -173,14 +191,15 @@ class TorchModelRunner:
             found = self.cuda_decode.run(chunks)
             if found is not None:
                 return found
-        groups = [(self._tensor(g.rows), self._tensor(g.blocks), self._tensor(g.key_bias)) for g in plan.decode_groups]
-        if len(chunks) == 1 and groups:  # batch 1: no mask, no scatter into an output buffer
-            context = chunks[0].start_pos + 1
-            blocks = groups[0][1][0]
+        if len(plan.tokens) == 1 and plan.decode_groups:  # batch 1: no mask, no output buffer, 4 small tensors
+            blocks, context = self._tensor(plan.decode_groups[0].blocks[0]), chunks[0].start_pos + 1
 
             def attend(i, q):
                 return self._one_decode_attention(i, q, blocks, context)
         else:
+            groups = [(self._tensor(g.rows), self._tensor(g.blocks), self._tensor(g.key_bias))
+                      for g in plan.decode_groups]
+
             def attend(i, q):
                 out = torch.empty((len(q), c.n_heads * c.head_dim), device=self.device)
                 for rows, blocks, key_bias in groups:
@@ -192,4 +211,6 @@ class TorchModelRunner:
         if not len(plan.logit_rows):
             self.last_step_bytes_read -= self.lm_head_bytes
             return np.zeros((0, c.vocab_size), dtype=np.float32)
-        return self.logits(x.index_select(0, self._tensor(plan.logit_rows))).cpu().numpy()
+        if len(plan.logit_rows) < len(x):
+            x = x.index_select(0, self._tensor(plan.logit_rows))
+        return self.logits(x).cpu().numpy()
