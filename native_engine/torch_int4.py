@@ -10,6 +10,7 @@ take a bf16 copy of the same dequantized weights.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -21,15 +22,17 @@ INT4_MAX_ROWS = 4
 
 
 class Int4Linear:
-    """y = x @ W.T for x [n, in] -> [n, out] bf16 (as torch_linear.Linear's), W given as Q4_1 blocks [out, in]."""
+    """y = x @ W.T for x [n, in] -> [n, out] bf16 (as torch_linear.Linear's): few rows through the 4-bit
+    kernel from Q4_1 blocks [out, in], many rows through a bf16 copy of w_out_in, the same weights in fp32
+    [out, in] (gguf_model's, equal to the blocks dequantized)."""
 
-    def __init__(self, matrix: Q4Matrix):
+    def __init__(self, matrix: Q4Matrix, w_out_in: np.ndarray):
         q = torch.from_numpy(matrix.q.astype("int32"))
         self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)  # [out, in / 2] uint8
         scale = torch.from_numpy(matrix.scale.astype("float32"))
         zero = torch.from_numpy(matrix.minimum.astype("float32")) + 8 * scale
         self.scales_and_zeros = torch.stack([scale.t(), zero.t()], dim=-1).to(torch.bfloat16).contiguous()
-        self.many_rows_bf16 = torch.from_numpy(matrix.dequantize()).to(torch.bfloat16)  # [out, in]
+        self.many_rows_bf16 = torch.from_numpy(np.ascontiguousarray(w_out_in)).to(torch.bfloat16)
         n_out, n_in = matrix.q.shape
         self.nbytes = n_out * n_in // 2 + 4 * n_out * (n_in // BLOCK)  # what a few-row step reads
 

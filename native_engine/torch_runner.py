@@ -53,7 +53,7 @@ class _Layer:
         if dtype == "int4":  # the file's own 4-bit blocks
             blocks = gguf_q4.layer_matrices(weights, index)
             self.wqkv, self.wo, self.w_gate_up, self.w_down = (
-                Int4Linear(blocks[name]) for name in ("wqkv", "wo", "w_gate_up", "w_down"))
+                Int4Linear(blocks[name], getattr(layer, name).T) for name in ("wqkv", "wo", "w_gate_up", "w_down"))
             return
         self.wqkv = Linear(layer.wqkv, dtype, device)
         self.wo = Linear(layer.wo, dtype, device)
@@ -85,7 +85,8 @@ class TorchModelRunner:
         c = config
         self.layers = [_Layer(weights, i, dtype, device) for i in range(c.n_layers)]
         self.output_norm = torch.tensor(weights.output_norm, device=device)
-        # int4: the lm_head (SmolLM2's tied embedding, Q8_0 in the file) stays 8-bit, bf16 for many rows
+        # int4: the lm_head (SmolLM2's tied embedding, Q8_0 in the file) stays 8-bit (in 4 bits, quantized
+        # by us, top-1 agreement of few-row steps fell from 97.5% to 85.3%), bf16 for many rows
         self.lm_head = (Linear(weights.lm_head, "int8", device, outlier_inputs=True) if dtype == "int4"
                         else Linear(weights.lm_head, dtype, device))
         tied = np.may_share_memory(weights.token_embedding, weights.lm_head)
