@@ -127,17 +127,23 @@ class TorchModelRunner:
             attn_mask=key_bias, scale=self.attn_scale)
         return out.reshape(n, c.n_heads * c.head_dim)
 
-    def _one_decode_attention(self, layer: int, q: torch.Tensor, blocks: torch.Tensor, context: int):
-        """One sequence alone (batch 1): its keys sliced to its context, no mask. On one thread: SDPA
-        splits its 3 KV heads across threads, and the hand-off costs more than the work (16 us on one
-        thread, 35 to 700 us on two of a shared 2-core machine)."""
+    def _one_decode_attention(self, layer: int, q: torch.Tensor, blocks: torch.Tensor | slice, context: int):
+        """One sequence alone (batch 1): its keys sliced to its context, no mask. blocks: its block table,
+        or as a slice when the blocks are consecutive (the usual case: the block manager hands out free
+        blocks in order), so the keys are a view of the cache and nothing is gathered.
+        On one thread: SDPA splits its 3 KV heads across threads, and the hand-off costs more than the
+        work (16 us on one thread, 35 to 700 us on two of a shared 2-core machine)."""
         c = self.config
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
-        keys = self.k_cache[layer].index_select(0, blocks).view(1, -1, c.n_kv_heads, c.head_dim)[:, :context]
-        values = self.v_cache[layer].index_select(0, blocks).view(1, -1, c.n_kv_heads, c.head_dim)[:, :context]
-        out = F.scaled_dot_product_attention(q.view(1, c.n_kv_heads, -1, c.head_dim), keys.transpose(1, 2),
-                                             values.transpose(1, 2), scale=self.attn_scale)
+        if isinstance(blocks, slice):
+            keys, values = self.k_cache[layer, blocks], self.v_cache[layer, blocks]
+        else:
+            keys, values = self.k_cache[layer].index_select(0, blocks), self.v_cache[layer].index_select(0, blocks)
+        keys = keys.view(1, -1, c.n_kv_heads, c.head_dim)[:, :context].transpose(1, 2)
+        values = values.view(1, -1, c.n_kv_heads, c.head_dim)[:, :context].transpose(1, 2)
+        out = F.scaled_dot_product_attention(q.view(1, c.n_kv_heads, -1, c.head_dim), keys, values,
+                                             scale=self.attn_scale)
         torch.set_num_threads(threads)
         return out.view(1, c.n_heads * c.head_dim)
 
@@ -193,7 +199,9 @@ class TorchModelRunner:
             if found is not None:
                 return found
         if len(plan.tokens) == 1 and plan.decode_groups:  # batch 1: no mask, no output buffer, 4 small tensors
-            blocks, context = self._tensor(plan.decode_groups[0].blocks[0]), chunks[0].start_pos + 1
+            table, context = plan.decode_groups[0].blocks[0], chunks[0].start_pos + 1
+            consecutive = table[-1] - table[0] == len(table) - 1 and np.all(np.diff(table) == 1)
+            blocks = slice(int(table[0]), int(table[-1]) + 1) if consecutive else self._tensor(table)
 
             def attend(i, q):
                 return self._one_decode_attention(i, q, blocks, context)

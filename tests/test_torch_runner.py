@@ -74,6 +74,16 @@ def test_paged_steps_match_the_numpy_runner(tiny, dtype, atol):
         np.testing.assert_allclose(got, expected, rtol=0, atol=atol)
 
 
+@pytest.mark.parametrize("table", [[3, 4, 5, 6], [6, 3, 5, 4]], ids=["consecutive blocks", "scattered blocks"])
+def test_one_sequence_decoding_alone_matches_the_numpy_runner(tiny, table):
+    """Batch 1 reads its keys as a view of the cache when its blocks are consecutive, else gathers them."""
+    config, weights = tiny
+    reference, runner = ModelRunner(config, weights, 8, BLOCK), TorchModelRunner(config, weights, 8, BLOCK, dtype="fp32")
+    steps = [[SeqChunk(list(range(10, 23)), 0, table, True)]] + [[SeqChunk([40 + k], 13 + k, table, True)] for k in range(3)]
+    for chunks in steps:
+        np.testing.assert_allclose(runner.forward(chunks), reference.forward(chunks), rtol=0, atol=1e-4)
+
+
 def test_weights_are_stored_smaller_and_the_cache_only_gets_its_slots(tiny):
     config, weights = tiny
     sizes = {d: TorchModelRunner(config, weights, 8, BLOCK, dtype=d).weight_bytes for d in DTYPES}
