@@ -3,10 +3,12 @@
     flock /work/wt/measure.lock python benchmarks/torch_step.py                     # batch 1, int4 and int8, 2 threads
     python benchmarks/torch_step.py --dtype int4 --batch 1 --batch 8 --batch 64 --threads 1
     python benchmarks/torch_step.py --dtype int4 --profile                         # where a batch-1 step goes
+    python benchmarks/torch_step.py --dtype int4 --dtype int4-kernel --batch 4 --batch 8   # INT4_MAX_ROWS
 
 Dtypes are interleaved step by step (one step of each in turn), so a load change on the shared machine
 hits them alike: compare the figures of one run. Each batch is that many sequences decoding one token
-at context --context (copies of one prefilled context).
+at context --context (copies of one prefilled context). int4-kernel is int4 with every step through the
+4-bit kernel (torch_int4.INT4_MAX_ROWS lifted): where it loses to int4's bf16 copy sets that threshold.
 """
 from __future__ import annotations
 
@@ -24,11 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from native_engine.gguf_model import load_gguf  # noqa: E402
 from native_engine.model_files import resolve_model  # noqa: E402
 from native_engine.model_runner import SeqChunk  # noqa: E402
+from native_engine import torch_int4  # noqa: E402
 
 BLOCK = 16
 
 
-def decode_steps(runner, batch: int, context: int):
+def decode_steps(runner, batch: int, context: int, int4_max_rows: int | None = None):
     """A function running one decode step of `batch` sequences at position `context` (cache prefilled)."""
     per_seq = -(-(context + 1) // BLOCK)
     source = list(range(per_seq))
@@ -39,7 +42,14 @@ def decode_steps(runner, batch: int, context: int):
         runner.k_cache[:, table] = runner.k_cache[:, source]
         runner.v_cache[:, table] = runner.v_cache[:, source]
     chunks = [SeqChunk([1000 + j], context, table, True) for j, table in enumerate(tables)]
-    return lambda: runner.forward(chunks)
+
+    def step():
+        default, torch_int4.INT4_MAX_ROWS = torch_int4.INT4_MAX_ROWS, int4_max_rows or torch_int4.INT4_MAX_ROWS
+        try:
+            return runner.forward(chunks)
+        finally:
+            torch_int4.INT4_MAX_ROWS = default
+    return step
 
 
 def main() -> None:
@@ -57,10 +67,12 @@ def main() -> None:
     dtypes, batches = args.dtype or ["int4", "int8"], args.batch or [1]
     config, weights = load_gguf(resolve_model("smollm2"))
     blocks = (max(batches) + 2) * -(-(args.context + 1) // BLOCK)
-    runners = {d: TorchModelRunner(config, weights, blocks, BLOCK, dtype=d, threads=args.threads) for d in dtypes}
+    runners = {d: TorchModelRunner(config, weights, blocks, BLOCK, dtype=d.split("-")[0], threads=args.threads)
+               for d in dtypes}
     report = {"threads": args.threads, "context": args.context, "load_before": os.getloadavg()[0], "steps": {}}
     for batch in batches:
-        steps = {d: decode_steps(runner, batch, args.context) for d, runner in runners.items()}
+        steps = {d: decode_steps(runner, batch, args.context, 10**6 if d == "int4-kernel" else None)
+                 for d, runner in runners.items()}
         times = {d: [] for d in dtypes}
         for _ in range(3):
             for step in steps.values():
