@@ -18,7 +18,7 @@ from native_engine.gguf_q4 import BLOCK, Q4Matrix
 
 # Above this many rows the bf16 copy wins. Whole decode steps of SmolLM2 on a 2-core AVX-512 Xeon, 2 threads
 # (benchmarks/torch_step.py --dtype int4 --dtype int4-kernel --batch 8 --batch 16): 8 rows 37.3 ms through
-# the 4-bit kernel vs 45.3 through bf16, 16 rows 60.0 vs 55.0 (at 1, 2 and 4 rows they tie within noise).
+# the 4-bit kernel vs 45.3 through bf16, 16 rows 60.0 vs 55.0.
 INT4_MAX_ROWS = 8
 
 
