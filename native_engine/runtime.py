@@ -30,7 +30,7 @@ def resolve_runtime(runtime: str) -> str:
 
 
 def make_runner(config: ModelConfig, weights: ModelWeights, num_kv_blocks: int, kv_block_size: int,
-                runtime: str = "numpy", dtype: str = "int8", threads: int = 0, device: str = "cpu",
+                runtime: str = "numpy", dtype: str = "int4", threads: int = 0, device: str = "cpu",
                 cuda_graphs: bool = True, few_rows_weights: bool = False):
     """A ModelRunner (numpy fp32, exact reference) or a TorchModelRunner (weights in `dtype`, on `device`).
     few_rows_weights (numpy only): keep transposed layer weights for speculative verification chunks."""

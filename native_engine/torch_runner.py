@@ -18,11 +18,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from native_engine import gguf_q4
 from native_engine.gguf_model import ModelConfig, ModelWeights
 from native_engine.model_runner import ModelRunner, SeqChunk
-from native_engine.torch_int4 import Int4Linear
-from native_engine.torch_linear import DTYPES, Linear
+from native_engine.torch_linear import DTYPES, LayerMatrices, lm_head_matrix
 
 DEVICES = ("cpu", "cuda", "auto")
 
@@ -45,26 +43,6 @@ def resolve_device(device: str) -> str:
     return device
 
 
-class _Layer:
-    def __init__(self, weights: ModelWeights, index: int, dtype: str, device: str):
-        layer = weights.layers[index]
-        self.attn_norm = torch.tensor(layer.attn_norm, device=device)
-        self.ffn_norm = torch.tensor(layer.ffn_norm, device=device)
-        if dtype == "int4":  # the file's own 4-bit blocks
-            blocks = gguf_q4.layer_matrices(weights, index)
-            self.wqkv, self.wo, self.w_gate_up, self.w_down = (
-                Int4Linear(blocks[name], getattr(layer, name).T) for name in ("wqkv", "wo", "w_gate_up", "w_down"))
-            return
-        self.wqkv = Linear(layer.wqkv, dtype, device)
-        self.wo = Linear(layer.wo, dtype, device)
-        self.w_gate_up = Linear(layer.w_gate_up, dtype, device)
-        self.w_down = Linear(layer.w_down, dtype, device, outlier_inputs=True)
-
-    def matrix_bytes(self) -> int:
-        return 4 * (len(self.attn_norm) + len(self.ffn_norm)) + sum(
-            m.nbytes for m in (self.wqkv, self.wo, self.w_gate_up, self.w_down))
-
-
 class TorchModelRunner:
     # The step plan (checks, slots, RoPE rows, decode groups) is ModelRunner's, read off this object's
     # config, kv_block_size, num_kv_blocks and rope_rotation: one planning code for both runtimes.
@@ -72,7 +50,7 @@ class TorchModelRunner:
     _decode_groups = ModelRunner._decode_groups
 
     def __init__(self, config: ModelConfig, weights: ModelWeights, num_kv_blocks: int, kv_block_size: int = 16,
-                 dtype: str = "int8", threads: int = 0, device: str = "cpu", cuda_graphs: bool = True):
+                 dtype: str = "int4", threads: int = 0, device: str = "cpu", cuda_graphs: bool = True):
         if num_kv_blocks < 1 or kv_block_size < 1:
             raise ValueError(f"num_kv_blocks ({num_kv_blocks}) and kv_block_size ({kv_block_size}) must be >= 1")
         if dtype not in DTYPES:
@@ -83,12 +61,9 @@ class TorchModelRunner:
         torch.set_num_threads(threads or cpu_threads())
         self.config, self.num_kv_blocks, self.kv_block_size, self.dtype = config, num_kv_blocks, kv_block_size, dtype
         c = config
-        self.layers = [_Layer(weights, i, dtype, device) for i in range(c.n_layers)]
+        self.layers = [LayerMatrices(weights, i, dtype, device) for i in range(c.n_layers)]
         self.output_norm = torch.tensor(weights.output_norm, device=device)
-        # int4: the lm_head (SmolLM2's tied embedding, Q8_0 in the file) stays 8-bit (in 4 bits, quantized
-        # by us, top-1 agreement of few-row steps fell from 97.5% to 85.3%), bf16 for many rows
-        self.lm_head = (Linear(weights.lm_head, "int8", device, outlier_inputs=True) if dtype == "int4"
-                        else Linear(weights.lm_head, dtype, device))
+        self.lm_head = lm_head_matrix(weights, dtype, device)
         tied = np.may_share_memory(weights.token_embedding, weights.lm_head)
         rows = np.ascontiguousarray(weights.lm_head.T) if tied else np.ascontiguousarray(weights.token_embedding)
         self.embedding = torch.from_numpy(rows).to(device)  # fp32: a few rows are looked up a step
