@@ -53,8 +53,8 @@ def test_only_the_torch_runner_imports_torch_at_module_level():
                          else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
                 if any(n == "torch" or n.startswith("torch.") for n in names):
                     offenders.add(str(path.relative_to(ROOT)))
-    assert offenders == {"native_engine/torch_runner.py", "native_engine/torch_linear.py", "native_engine/torch_int4.py",
-                         "native_engine/torch_cuda_graphs.py"}
+    assert offenders == {"native_engine/torch_runner.py", "native_engine/torch_linear.py",
+                         "native_engine/torch_int4.py", "native_engine/torch_cuda_graphs.py"}
 
 
 def test_numpy_runtime_refuses_a_gpu_device(tmp_path):
