@@ -78,8 +78,10 @@ def test_paged_steps_match_the_numpy_runner(tiny, dtype, atol):
 def test_one_sequence_decoding_alone_matches_the_numpy_runner(tiny, table):
     """Batch 1 reads its keys as a view of the cache when its blocks are consecutive, else gathers them."""
     config, weights = tiny
-    reference, runner = ModelRunner(config, weights, 8, BLOCK), TorchModelRunner(config, weights, 8, BLOCK, dtype="fp32")
-    steps = [[SeqChunk(list(range(10, 23)), 0, table, True)]] + [[SeqChunk([40 + k], 13 + k, table, True)] for k in range(3)]
+    reference = ModelRunner(config, weights, 8, BLOCK)
+    runner = TorchModelRunner(config, weights, 8, BLOCK, dtype="fp32")
+    steps = [[SeqChunk(list(range(10, 23)), 0, table, True)]]
+    steps += [[SeqChunk([40 + k], 13 + k, table, True)] for k in range(3)]
     for chunks in steps:
         np.testing.assert_allclose(runner.forward(chunks), reference.forward(chunks), rtol=0, atol=1e-4)
 
