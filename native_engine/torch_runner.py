@@ -58,7 +58,8 @@ class TorchModelRunner:
         if dtype in ("int4", "int8") and device != "cpu":  # checked before resolving: same answer with or without a GPU
             raise ValueError(f"dtype {dtype!r} runs on CPUs only (torch's CPU kernels); use --dtype bf16 on CUDA")
         self.device = device = resolve_device(device)
-        torch.set_num_threads(threads or cpu_threads())
+        self.threads = threads or cpu_threads()
+        torch.set_num_threads(self.threads)
         self.config, self.num_kv_blocks, self.kv_block_size, self.dtype = config, num_kv_blocks, kv_block_size, dtype
         c = config
         self.layers = [LayerMatrices(weights, i, dtype, device) for i in range(c.n_layers)]
@@ -71,6 +72,9 @@ class TorchModelRunner:
         cache_shape = (c.n_layers, num_kv_blocks + 1, kv_block_size, c.n_kv_heads, c.head_dim)
         self.k_cache = torch.zeros(cache_shape, dtype=torch.float32, device=device)  # zeros: pages touched now
         self.v_cache = torch.zeros(cache_shape, dtype=torch.float32, device=device)
+        kv_dim = c.n_kv_heads * c.head_dim  # each layer's cache as rows of slots, for the step's writes
+        self.k_slots, self.v_slots = ([layer.view(-1, kv_dim) for layer in cache]
+                                      for cache in (self.k_cache, self.v_cache))
         self.kv_cache_bytes = 2 * self.k_cache.numel() * 4
         self.kv_bytes_per_token = 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4
         self.lm_head_bytes = self.lm_head.nbytes
@@ -102,25 +106,34 @@ class TorchModelRunner:
             attn_mask=key_bias, scale=self.attn_scale)
         return out.reshape(n, c.n_heads * c.head_dim)
 
-    def _one_decode_attention(self, layer: int, q: torch.Tensor, blocks: torch.Tensor | slice, context: int):
-        """One sequence alone (batch 1): its keys sliced to its context, no mask. blocks: its block table,
-        or as a slice when the blocks are consecutive (the usual case: the block manager hands out free
-        blocks in order), so the keys are a view of the cache and nothing is gathered.
+    def _one_decode_attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor):
+        """One sequence alone (batch 1): keys and values [1, n_kv_heads, context, head_dim], no mask.
         On one thread: SDPA splits its 3 KV heads across threads, and the hand-off costs more than the
         work (16 us on one thread, 35 to 700 us on two of a shared 2-core machine)."""
         c = self.config
-        threads = torch.get_num_threads()
         torch.set_num_threads(1)
-        if isinstance(blocks, slice):
-            keys, values = self.k_cache[layer, blocks], self.v_cache[layer, blocks]
-        else:
-            keys, values = self.k_cache[layer].index_select(0, blocks), self.v_cache[layer].index_select(0, blocks)
-        keys = keys.view(1, -1, c.n_kv_heads, c.head_dim)[:, :context].transpose(1, 2)
-        values = values.view(1, -1, c.n_kv_heads, c.head_dim)[:, :context].transpose(1, 2)
         out = F.scaled_dot_product_attention(q.view(1, c.n_kv_heads, -1, c.head_dim), keys, values,
                                              scale=self.attn_scale)
-        torch.set_num_threads(threads)
+        torch.set_num_threads(self.threads)
         return out.view(1, c.n_heads * c.head_dim)
+
+    def _one_sequence_kv(self, table: np.ndarray, context: int):
+        """Per layer, (keys, values) of one sequence as SDPA takes them. Consecutive blocks (the usual case:
+        the block manager hands out free blocks in order) are a view of the cache for all layers at once,
+        made once a step; others are gathered layer by layer."""
+        c = self.config
+
+        def heads_first(cache):  # [..., blocks, block_size, kv_heads, head_dim] -> [..., 1, kv_heads, context, head_dim]
+            # a view, never a copy: this step's own keys are written into the cache after it is made
+            rows = cache.view(*cache.shape[:-4], 1, -1, c.n_kv_heads, c.head_dim)
+            return rows[..., :context, :, :].transpose(-3, -2)
+        if table[-1] - table[0] == len(table) - 1 and np.all(np.diff(table) == 1):
+            blocks = slice(int(table[0]), int(table[-1]) + 1)
+            keys, values = heads_first(self.k_cache[:, blocks]), heads_first(self.v_cache[:, blocks])
+            return lambda i: (keys[i], values[i])
+        blocks = self._tensor(table)
+        return lambda i: (heads_first(self.k_cache[i].index_select(0, blocks)),
+                          heads_first(self.v_cache[i].index_select(0, blocks)))
 
     def _prefill_attention(self, layer: int, q: torch.Tensor, start_pos: int, table: np.ndarray):
         c, bs = self.config, self.kv_block_size
@@ -144,15 +157,14 @@ class TorchModelRunner:
         silu(gate) * up feeds ffn_down in bf16), which saves a conversion op per matmul at batch 1."""
         c = self.config
         n_tokens, q_dim, kv_dim = len(tokens), c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
-        slot_rows = ((self.num_kv_blocks + 1) * self.kv_block_size, kv_dim)
         x = self.embedding.index_select(0, tokens)
         for i, layer in enumerate(self.layers):
             qkv = layer.wqkv(F.rms_norm(x, (c.hidden_size,), layer.attn_norm, c.rms_eps)).float()
             # RoPE: q and k heads side by side, their pairs (2i, 2i+1) as complex numbers, as in model_runner
             qk = torch.view_as_complex(qkv[:, :q_dim + kv_dim].view(n_tokens, -1, c.head_dim // 2, 2))
             qk = torch.view_as_real(qk * rope).view(n_tokens, q_dim + kv_dim)
-            self.k_cache[i].view(slot_rows).index_copy_(0, slots, qk[:, q_dim:])
-            self.v_cache[i].view(slot_rows).index_copy_(0, slots, qkv[:, q_dim + kv_dim:])
+            self.k_slots[i].index_copy_(0, slots, qk[:, q_dim:])
+            self.v_slots[i].index_copy_(0, slots, qkv[:, q_dim + kv_dim:])
             x = x + layer.wo(attend(i, qk[:, :q_dim].view(n_tokens, c.n_heads, c.head_dim)))
             gate_up = layer.w_gate_up(F.rms_norm(x, (c.hidden_size,), layer.ffn_norm, c.rms_eps))
             x = x + layer.w_down(F.silu(gate_up[:, :c.ffn_size]).mul_(gate_up[:, c.ffn_size:]))
@@ -174,12 +186,10 @@ class TorchModelRunner:
             if found is not None:
                 return found
         if len(plan.tokens) == 1 and plan.decode_groups:  # batch 1: no mask, no output buffer, 4 small tensors
-            table, context = plan.decode_groups[0].blocks[0], chunks[0].start_pos + 1
-            consecutive = table[-1] - table[0] == len(table) - 1 and np.all(np.diff(table) == 1)
-            blocks = slice(int(table[0]), int(table[-1]) + 1) if consecutive else self._tensor(table)
+            kv = self._one_sequence_kv(plan.decode_groups[0].blocks[0], chunks[0].start_pos + 1)
 
             def attend(i, q):
-                return self._one_decode_attention(i, q, blocks, context)
+                return self._one_decode_attention(q, *kv(i))
         else:
             groups = [(self._tensor(g.rows), self._tensor(g.blocks), self._tensor(g.key_bias))
                       for g in plan.decode_groups]
