@@ -1,10 +1,10 @@
-"""The forward step of model_runner.py in torch: weights kept int8 (or bf16), same paged KV cache, CPU or CUDA.
+"""The forward step of model_runner.py in torch: weights kept int4/int8 (or bf16), same paged KV cache, CPU or CUDA.
 
 Same interface as ModelRunner (forward over SeqChunks -> fp32 logits as numpy) and the same step plan:
 validation, KV slots, RoPE lookup and decode groups come from ModelRunner's own planning code, so
 both runtimes read exactly the same blocks. What differs is the kernels: the weight matmuls are
-torch_linear.Linear (int8, bf16 or fp32), and attention is torch's scaled_dot_product_attention over
-the blocks of each sequence only (an index_select of its block table, never the whole cache).
+torch_linear.py's (int4: the GGUF's own Q4_1 blocks, torch_int4.py), and attention is torch's
+scaled_dot_product_attention over the blocks of each sequence only (gathered, or viewed, never the whole cache).
 On CUDA, decode-only steps replay CUDA graphs (torch_cuda_graphs.py) unless turned off.
 
 `pip install -e '.[torch]'` (or `pip install torch`, CPU build) installs torch.
