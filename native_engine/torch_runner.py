@@ -123,7 +123,7 @@ class TorchModelRunner:
         made once a step; others are gathered layer by layer."""
         c = self.config
 
-        def heads_first(cache):  # [..., blocks, block_size, kv_heads, head_dim] -> [..., 1, kv_heads, context, head_dim]
+        def heads_first(cache):  # [..., blocks, block, kv_heads, dim] -> [..., 1, kv_heads, context, dim]
             # a view, never a copy: this step's own keys are written into the cache after it is made
             rows = cache.view(*cache.shape[:-4], 1, -1, c.n_kv_heads, c.head_dim)
             return rows[..., :context, :, :].transpose(-3, -2)
