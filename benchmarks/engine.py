@@ -1,7 +1,7 @@
 """Side-by-side measurements of the built-in engine (native_engine), printed as a JSON report.
 
   (a) single-stream decode tok/s next to the memory-bandwidth roofline measured in the same run, and the
-      engine's own overhead per step at batch 64, for each runtime (numpy, torch:int8, torch:bf16)
+      engine's own overhead per step at batch 64, for each runtime (numpy, torch:int4, torch:int8, torch:bf16)
   (b) total output tok/s through the HTTP server at 1, 8, 32, 64 concurrent streams for each runtime, side by
       side with llama.cpp's llama-server on the same GGUF, jobs and threads (benchmarks/build_llama_server.sh
       builds it): all servers up, all but the measured one paused, turns interleaved per level
@@ -53,7 +53,7 @@ def single_stream(output_tokens: int, blas_threads: int, runtime: str = "numpy")
         set_blas_threads(blas_threads)
 
     runtime, _, dtype = runtime.partition(":")
-    engine = LLMEngine(EngineConfig(kv_cache_tokens=4096, runtime=runtime, dtype=dtype or "int8", threads=blas_threads))
+    engine = LLMEngine(EngineConfig(kv_cache_tokens=4096, runtime=runtime, dtype=dtype or "int4", threads=blas_threads))
     prompt = engine.tokenizer.encode(text_of(20))
     engine.generate([prompt], SamplingParams(max_tokens=4, temperature=0.0))  # warm up
     engine.add_request("a", prompt, SamplingParams(max_tokens=output_tokens, temperature=0.0, ignore_eos=True))
@@ -193,7 +193,7 @@ async def concurrency_sweep(levels: list[int], output_tokens: int, llama_server_
     starts = {}
     for name in runtimes:
         runtime, _, dtype = name.partition(":")
-        flags = ["--max-num-seqs", str(max(levels)), "--runtime", runtime, "--dtype", dtype or "int8",
+        flags = ["--max-num-seqs", str(max(levels)), "--runtime", runtime, "--dtype", dtype or "int4",
                  "--kv-cache-tokens", "16384"]   # room for 64 streams; the default's 1.5 GB x 3 servers is not needed
         starts[f"native_{runtime}" + (f"_{dtype}" if dtype else "")] = lambda flags=flags: server(*flags)
     if llama_server_binary:
@@ -307,9 +307,10 @@ def main() -> None:
     parser.add_argument("--llama-server", default=default_llama_server(),
                         help="llama-server binary for the side-by-side in (b); default: the cached build of "
                              "benchmarks/build_llama_server.sh, if any ('' to skip)")
-    parser.add_argument("--runtimes", default="numpy,torch:int8,torch:bf16" if importlib.util.find_spec("torch")
-                        else "numpy", help="native runtimes to compare in (a) and (b), comma-separated, torch as "
-                                           "torch:DTYPE (default: numpy, and torch int8 and bf16 when installed)")
+    parser.add_argument("--runtimes", default="numpy,torch:int4,torch:int8,torch:bf16"
+                        if importlib.util.find_spec("torch") else "numpy",
+                        help="native runtimes to compare in (a) and (b), comma-separated, torch as torch:DTYPE "
+                             "(default: numpy, and torch int4, int8 and bf16 when installed)")
     parser.add_argument("--rounds", type=int, default=3, help="(b): turns of each engine per level")
     args = parser.parse_args()
     SERVER_FLAGS.extend(["--blas-threads", str(args.threads)])

@@ -55,10 +55,10 @@ def serve(
     kv_transfer_dir: str = typer.Option(None, hidden=True, help="Set by --disaggregate for its workers: the "
                                         "directory KV handoff files go through"),
     runtime: str = typer.Option("numpy", help="Forward-step kernels: 'numpy' (fp32, the exact reference the "
-                                              "golden tests pin), 'torch' (the optional extra: int8/bf16 weights, "
+                                              "golden tests pin), 'torch' (the optional extra: int4/int8/bf16 weights, "
                                               "faster) or 'auto' (torch when installed)"),
-    dtype: str = typer.Option("int8", help="--runtime torch: weights as 'int8' (per-channel; CPU only), 'bf16' "
-                                           "or 'fp32'"),
+    dtype: str = typer.Option("int4", help="--runtime torch: weights as 'int4' (the GGUF's own Q4_1 blocks; CPU "
+                                           "only), 'int8' (per-channel; CPU only), 'bf16' (use it on CUDA) or 'fp32'"),
     device: str = typer.Option("cpu", help="--runtime torch: 'cpu', 'cuda' or 'auto' (cuda when torch sees a GPU)"),
     cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
                                      help="On CUDA: replay captured graphs for decode steps"),

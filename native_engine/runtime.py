@@ -1,4 +1,4 @@
-"""Which kernels run the forward step: the numpy fp32 reference or torch (int8/bf16 weights, optional extra).
+"""Which kernels run the forward step: the numpy fp32 reference or torch (int4/int8/bf16 weights, optional extra).
 
 Everything above the runner (scheduler, block manager, sampler, server) is the same for both;
 the runner only has to take SeqChunks and return fp32 logits.
@@ -10,7 +10,7 @@ import importlib.util
 from native_engine.gguf_model import ModelConfig, ModelWeights
 
 RUNTIMES = ("numpy", "torch", "auto")
-TORCH_DTYPES = ("int8", "bf16", "fp32")
+TORCH_DTYPES = ("int4", "int8", "bf16", "fp32")
 
 
 def torch_available() -> bool:
@@ -30,7 +30,7 @@ def resolve_runtime(runtime: str) -> str:
 
 
 def make_runner(config: ModelConfig, weights: ModelWeights, num_kv_blocks: int, kv_block_size: int,
-                runtime: str = "numpy", dtype: str = "int8", threads: int = 0, device: str = "cpu",
+                runtime: str = "numpy", dtype: str = "int4", threads: int = 0, device: str = "cpu",
                 cuda_graphs: bool = True, few_rows_weights: bool = False):
     """A ModelRunner (numpy fp32, exact reference) or a TorchModelRunner (weights in `dtype`, on `device`).
     few_rows_weights (numpy only): keep transposed layer weights for speculative verification chunks."""

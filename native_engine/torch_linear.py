@@ -1,4 +1,4 @@
-"""The weight matrices of the torch runtime: y = x @ W kept int8 or bf16 (or fp32), on CPU or CUDA.
+"""The weight matrices of the torch runtime: y = x @ W kept int8 or bf16 (or fp32, or int4: torch_int4.py).
 
 int8 weights are symmetric per output channel. Which kernel reads them depends on the rows of x:
 few rows (decode at low concurrency) go through torch's weight-only kernel (bf16 activations, the
@@ -12,18 +12,24 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-DTYPES = ("int8", "bf16", "fp32")
+from native_engine import gguf_q4
+from native_engine.gguf_model import ModelWeights
+from native_engine.torch_int4 import Int4Linear
+
+DTYPES = ("int4", "int8", "bf16", "fp32")  # int4: the GGUF's Q4_1 blocks, torch_int4.py
 # Above this many rows _int_mm wins (measured on a 2-core AVX-512/AMX Xeon, one thread, SmolLM2's
 # matrices: at 8 rows weight-only 0.93 ms per layer vs bf16 0.62; at 64 rows _int_mm 0.75 vs 9.6).
 WEIGHT_ONLY_MAX_ROWS = 4
 
 
 class Linear:
-    """y = x @ W for x [n, in] fp32 -> [n, out] fp32, W given as numpy [in, out] and stored in `dtype`."""
+    """y = x @ W for x [n, in] -> [n, out], W given as numpy [in, out] and stored in `dtype`.
+    y comes in its kernel's dtype (bf16 from the bf16 and int8 weight-only kernels, else fp32): callers
+    add it to fp32 residuals (the add upcasts) or cast it, and a bf16 y feeds the next bf16 kernel as is."""
 
     def __init__(self, w_in_out: np.ndarray, dtype: str, device: str = "cpu", outlier_inputs: bool = False):
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+        if dtype not in DTYPES[1:]:
+            raise ValueError(f"dtype {dtype!r}: choose one of {', '.join(DTYPES[1:])} (int4 is torch_int4.Int4Linear)")
         weight = torch.from_numpy(np.ascontiguousarray(w_in_out.T)).to(device)  # [out, in], as torch's kernels take
         self.dtype = dtype
         if dtype == "int8":
@@ -46,16 +52,47 @@ class Linear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.dtype == "int8" and len(x) <= WEIGHT_ONLY_MAX_ROWS:
-            return torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16), self.int8_out_in, self.scales_bf16).float()
+            return torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16), self.int8_out_in, self.scales_bf16)
         if self.dtype == "int8" and self.many_rows_bf16 is not None:
-            return F.linear(x.to(torch.bfloat16), self.many_rows_bf16).float()
+            return F.linear(x.to(torch.bfloat16), self.many_rows_bf16)
         if self.dtype == "int8":
             # one activation scale per row (token): one scale for the whole batch let one token's outlier
             # channels flatten every other token (top-1 agreement fell to 61%)
+            x = x.float()
             x_scales = x.abs().amax(dim=1, keepdim=True).div_(127.0).clamp_min_(1e-12)
             x_int8 = torch.round(x / x_scales).to(torch.int8)
             out = torch._int_mm(x_int8, self.int8_in_out).float()
             return out.mul_(x_scales).mul_(self.scales)
         if self.dtype == "bf16":
-            return F.linear(x.to(torch.bfloat16), self.weight).float()
+            return F.linear(x.to(torch.bfloat16), self.weight)
         return F.linear(x, self.weight)
+
+
+class LayerMatrices:
+    """One layer's norms and matrices in `dtype` (int4: the file's Q4_1 blocks, torch_int4.py)."""
+
+    def __init__(self, weights: ModelWeights, index: int, dtype: str, device: str):
+        layer = weights.layers[index]
+        self.attn_norm = torch.tensor(layer.attn_norm, device=device)
+        self.ffn_norm = torch.tensor(layer.ffn_norm, device=device)
+        if dtype == "int4":  # the file's own 4-bit blocks
+            blocks = gguf_q4.layer_matrices(weights, index)
+            self.wqkv, self.wo, self.w_gate_up, self.w_down = (
+                Int4Linear(blocks[name], getattr(layer, name).T) for name in ("wqkv", "wo", "w_gate_up", "w_down"))
+            return
+        self.wqkv = Linear(layer.wqkv, dtype, device)
+        self.wo = Linear(layer.wo, dtype, device)
+        self.w_gate_up = Linear(layer.w_gate_up, dtype, device)
+        self.w_down = Linear(layer.w_down, dtype, device, outlier_inputs=True)
+
+    def matrix_bytes(self) -> int:
+        return 4 * (len(self.attn_norm) + len(self.ffn_norm)) + sum(
+            m.nbytes for m in (self.wqkv, self.wo, self.w_gate_up, self.w_down))
+
+
+def lm_head_matrix(weights: ModelWeights, dtype: str, device: str) -> Linear:
+    """int4: the lm_head (SmolLM2's tied embedding, Q8_0 in the file) stays int8, bf16 for many rows (in 4 bits
+    of our own quantizing, top-1 agreement of few-row steps fell from 97.5% to 85.3%)."""
+    if dtype == "int4":
+        return Linear(weights.lm_head, "int8", device, outlier_inputs=True)
+    return Linear(weights.lm_head, dtype, device)

@@ -26,8 +26,8 @@ def test_unknown_runtime_names_the_choices():
 
 def test_unknown_dtype_names_the_choices(tmp_path):
     config, weights = load_gguf(write_tiny_llama_gguf(tmp_path / "tiny.gguf", seed=1))
-    with pytest.raises(ValueError, match="dtype 'int4'.*int8, bf16, fp32"):
-        runtime.make_runner(config, weights, 8, 4, runtime="numpy", dtype="int4")
+    with pytest.raises(ValueError, match="dtype 'int3'.*int4, int8, bf16, fp32"):
+        runtime.make_runner(config, weights, 8, 4, runtime="numpy", dtype="int3")
 
 
 def test_without_torch_auto_is_numpy_and_torch_says_how_to_install(monkeypatch):
@@ -54,7 +54,7 @@ def test_only_the_torch_runner_imports_torch_at_module_level():
                 if any(n == "torch" or n.startswith("torch.") for n in names):
                     offenders.add(str(path.relative_to(ROOT)))
     assert offenders == {"native_engine/torch_runner.py", "native_engine/torch_linear.py",
-                         "native_engine/torch_cuda_graphs.py"}
+                         "native_engine/torch_int4.py", "native_engine/torch_cuda_graphs.py"}
 
 
 def test_numpy_runtime_refuses_a_gpu_device(tmp_path):

