@@ -1,0 +1,221 @@
+"""The built-in engine's time outside the model's forward pass, per decode step, at 1 and 64 streams.
+
+Two views, per source tree (compare two: `--trees /work/main,.`, run side by side, turns interleaved)
+and per runtime (greedy, ignore_eos, so every step is a decode of the whole batch):
+  in_process  engine.step() in a loop in a child process; overhead = step time - runner.forward time
+              (median over decode steps): scheduling, block manager, sampling, detokenizing, stop checks,
+              metrics, the step trace.
+  http        the real server (`python -m native_engine serve --step-trace`, a subprocess of that tree),
+              streamed to by this process (aiohttp, the closed loop of benchmarks/engine.py):
+              itl_ms        the client's mean interval between a stream's token chunks
+              forward_ms    the server's own forward time per step (its step trace, same steps)
+              outside_ms    itl_ms - forward_ms: everything else a token waits for, end to end
+              in_step_ms    step - forward inside the server (as in_process, under the server's load)
+              between_ms    from one step's end to the next one's start (the engine thread's loop, emit)
+              loop_cpu_ms   CPU time of the server's main thread (the asyncio loop: SSE encoding, socket
+                            writes, queue hand-offs) per step, read from /proc
+All servers are up at once, all paused (SIGSTOP) but the measured one, the order rotating per round.
+The machine's 2 cores are shared with other work: compare trees within one run, not across runs.
+
+  flock /work/wt/measure.lock python benchmarks/engine_overhead.py --trees /work/main,. [--rounds 3]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import aiohttp
+import numpy as np
+
+PROMPT_IDS = [1, 9690, 28, 314, 253, 1345, 2777, 30]   # 8 tokens; the text of the HTTP prompt is below
+PROMPT_TEXT = "Tell me a long story about a little robot"
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+# ---- in process (a child per tree, so each imports its own native_engine) ----------------------
+def in_process(runtime: str, streams: dict[int, int], threads: int) -> dict:
+    """streams: output tokens per stream at each number of streams."""
+    from native_engine.llm_engine import EngineConfig, LLMEngine
+    from native_engine.sequence import SamplingParams
+
+    runtime, _, dtype = runtime.partition(":")
+    engine = LLMEngine(EngineConfig(kv_cache_tokens=16384, runtime=runtime, dtype=dtype or "int8", threads=threads))
+    engine.generate([PROMPT_IDS], SamplingParams(max_tokens=4, temperature=0.0))   # warm up
+    out = {}
+    for n, tokens in streams.items():
+        params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
+        for i in range(n):
+            engine.add_request(f"s{n}-{i}", PROMPT_IDS[:-1] + [100 + i], params)
+        while engine.scheduler.waiting or any(s.num_output_tokens == 0 for s in engine.scheduler.running):
+            engine.step()                      # prefill every stream first
+        step_s, forward_s = [], []
+        while engine.has_work():
+            start = time.perf_counter()
+            engine.step()
+            step_s.append(time.perf_counter() - start)
+            forward_s.append(engine.last_forward_s)
+        step_s, forward_s = step_s[:-1], forward_s[:-1]   # the last step finishes every request: not typical
+        out[f"streams_{n}"] = {"forward_ms": ms(statistics.median(forward_s)),
+                               "overhead_ms": ms(statistics.median(np.subtract(step_s, forward_s)))}
+    return out
+
+
+def ms(seconds: float) -> float:
+    return round(seconds * 1e3, 3)
+
+
+def in_process_child(tree: str, runtime: str, streams: dict[int, int], threads: int) -> dict:
+    code = (f"import sys, json; sys.path.insert(0, {os.path.abspath(tree)!r}); sys.path.insert(1, {HERE!r}); "
+            f"import engine_overhead as b; print(json.dumps(b.in_process({runtime!r}, {streams!r}, {threads})))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+# ---- through the HTTP server ------------------------------------------------------------------
+@contextlib.asynccontextmanager
+async def server(tree: str, runtime: str, threads: int):
+    runtime, _, dtype = runtime.partition(":")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "native_engine", "serve", "--port", str(port), "--runtime", runtime,
+                             "--dtype", dtype or "int8", "--blas-threads", str(threads), "--step-trace",
+                             "--kv-cache-tokens", "16384"], cwd=tree, stdout=subprocess.PIPE, text=True)
+    try:
+        proc.stdout.readline()   # "serving on ...": loaded and bound
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+async def stream(http: aiohttp.ClientSession, url: str, max_tokens: int, i: int) -> tuple[int, int, int]:
+    """(first chunk's arrival, last token's arrival (the finish chunk), completion tokens); perf_counter_ns,
+    the step trace's clock. Chunks are not tokens (text held back), so the interval is per token from usage."""
+    body = {"prompt": f"{PROMPT_TEXT} number {i}", "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True}}
+    first_ns = last_ns = tokens = 0
+    async with http.post(url + "/v1/completions", json=body) as resp:
+        assert resp.status == 200, await resp.text()
+        async for line in resp.content:
+            if not line.startswith(b"data: {"):
+                continue
+            now_ns = time.perf_counter_ns()
+            event = json.loads(line[6:])
+            if event["choices"]:
+                first_ns = first_ns or now_ns
+                if event["choices"][0]["finish_reason"] is not None:
+                    last_ns = now_ns
+            if event.get("usage"):
+                tokens = event["usage"]["completion_tokens"]
+    return first_ns, last_ns, tokens
+
+
+def main_thread_cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/task/{pid}/schedstat") as f:   # ns on a CPU, waiting, timeslices
+        return int(f.read().split()[0]) / 1e9
+
+
+async def http_turn(url: str, pid: int, n: int, tokens: int) -> dict:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as http:
+        await stream(http, url, 2, 0)                     # woken and serving
+        async with http.get(url + "/step_trace") as resp:
+            seen = (await resp.json())["steps"]
+        cpu0 = main_thread_cpu_s(pid)
+        arrivals = await asyncio.gather(*[stream(http, url, tokens, i) for i in range(n)])
+        cpu1 = main_thread_cpu_s(pid)
+        async with http.get(url + "/step_trace") as resp:
+            trace = await resp.json()
+    fields = trace["fields"]
+    col = {name: fields.index(name) for name in ("start_ns", "end_ns", "forward_ns", "prefill_chunks", "decode_seqs")}
+    steps = trace["steps"][len(seen):]
+    itl_s, forward_s = [], []
+    for first_ns, last_ns, count in arrivals:   # each stream against the steps that ran while it decoded
+        itl_s.append((last_ns - first_ns) / (count - 1) / 1e9)
+        forward_s.append(np.mean([s[col["forward_ns"]] for s in steps if first_ns < s[col["end_ns"]] <= last_ns]) / 1e9)
+    decode = [s for s in steps if s[col["decode_seqs"]] == n and not s[col["prefill_chunks"]]]
+    return {"itl_ms": ms(np.mean(itl_s)), "forward_ms": ms(np.mean(forward_s)),
+            "outside_ms": ms(np.mean(np.subtract(itl_s, forward_s))),
+            "in_step_ms": ms(np.median([s[col["end_ns"]] - s[col["start_ns"]] - s[col["forward_ns"]]
+                                        for s in decode]) / 1e9),
+            "between_ms": ms(np.median([b[col["start_ns"]] - a[col["end_ns"]] for a, b in zip(decode, decode[1:])])
+                             / 1e9),
+            "loop_cpu_ms": ms((cpu1 - cpu0) / max(len(steps), 1))}
+
+
+async def http_side_by_side(trees: list[str], runtimes: list[str], streams: list[int], tokens: dict[int, int],
+                            threads: int, rounds: int) -> dict:
+    results: dict[str, dict[int, list[dict]]] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        servers = {}
+        for tree in trees:
+            for runtime in runtimes:
+                url, proc = await stack.enter_async_context(server(tree, runtime, threads))
+                async with aiohttp.ClientSession() as http:
+                    await stream(http, url, 4, 0)
+                os.kill(proc.pid, signal.SIGSTOP)
+                servers[f"{tree} {runtime}"] = (url, proc)
+                results[f"{tree} {runtime}"] = {n: [] for n in streams}
+        names = list(servers)
+        for r in range(rounds):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                url, proc = servers[name]
+                os.kill(proc.pid, signal.SIGCONT)
+                for n in streams:
+                    turn = await http_turn(url, proc.pid, n, tokens[n])
+                    results[name][n].append(turn)
+                    print(json.dumps({"round": r + 1, "server": name, "streams": n, **turn}), flush=True)
+                os.kill(proc.pid, signal.SIGSTOP)
+    return {name: {f"streams_{n}": {k: round(float(np.median([t[k] for t in turns])), 3) for k in turns[0]}
+                   for n, turns in per_n.items()} for name, per_n in results.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trees", default=".", help="source trees to compare, comma-separated (e.g. /work/main,.)")
+    parser.add_argument("--runtimes", default="torch:int8,numpy", help="comma-separated; torch as torch:DTYPE")
+    parser.add_argument("--streams", default="1,64")
+    parser.add_argument("--tokens", default="128,32", help="output tokens per stream, one per --streams level")
+    parser.add_argument("--threads", type=int, default=2, help="torch's / OpenBLAS's threads (llama-server: -t 2)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", default="in_process,http")
+    args = parser.parse_args()
+    trees, runtimes = args.trees.split(","), args.runtimes.split(",")
+    streams = [int(s) for s in args.streams.split(",")]
+    tokens = dict(zip(streams, (int(t) for t in args.tokens.split(","))))
+    report = {"uptime_before": uptime()}
+    if "in_process" in args.only:
+        runs: dict[str, list[dict]] = {f"{t} {r}": [] for t in trees for r in runtimes}
+        for k in range(args.rounds):
+            for name in list(runs)[k % len(runs):] + list(runs)[:k % len(runs)]:
+                tree, runtime = name.split(" ")
+                runs[name].append(in_process_child(tree, runtime, tokens, args.threads))
+                print(json.dumps({"round": k + 1, "in_process": name, **runs[name][-1]}), flush=True)
+        report["in_process"] = {name: {level: {key: round(float(np.median([t[level][key] for t in turns])), 3)
+                                               for key in turns[0][level]} for level in turns[0]}
+                                for name, turns in runs.items()}
+    if "http" in args.only:
+        report["http"] = asyncio.run(http_side_by_side(trees, runtimes, streams, tokens, args.threads, args.rounds))
+    report["uptime_after"] = uptime()
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
