@@ -14,6 +14,8 @@ and per runtime (greedy, ignore_eos, so every step is a decode of the whole batc
               between_ms    from one step's end to the next one's start (the engine thread's loop, emit)
               loop_cpu_ms   CPU time of the server's main thread (the asyncio loop: SSE encoding, socket
                             writes, queue hand-offs) per step, read from /proc
+              step_end_to_client_ms  median time from the end of the step that made a token to its chunk's
+                            arrival at the client (is a token held until the next step? then ~ a forward)
 All servers are up at once, all paused (SIGSTOP) but the measured one, the order rotating per round.
 The machine's 2 cores are shared with other work: compare trees within one run, not across runs.
 
@@ -22,6 +24,7 @@ The machine's 2 cores are shared with other work: compare trees within one run, 
 from __future__ import annotations
 
 import argparse
+import bisect
 import asyncio
 import contextlib
 import json
@@ -106,12 +109,13 @@ async def server(tree: str, runtime: str, threads: int):
         proc.wait(timeout=30)
 
 
-async def stream(http: aiohttp.ClientSession, url: str, max_tokens: int, i: int) -> tuple[int, int, int]:
-    """(first chunk's arrival, last token's arrival (the finish chunk), completion tokens); perf_counter_ns,
-    the step trace's clock. Chunks are not tokens (text held back), so the interval is per token from usage."""
+async def stream(http: aiohttp.ClientSession, url: str, max_tokens: int, i: int) -> tuple[list[int], int]:
+    """Arrivals of the chunks that carry a choice (perf_counter_ns, the step trace's clock; the last one is
+    the finish chunk, the last token's) and the completion's tokens. Chunks are not tokens (text can be held
+    back), so intervals are taken per token from usage."""
     body = {"prompt": f"{PROMPT_TEXT} number {i}", "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True,
             "stream": True, "stream_options": {"include_usage": True}}
-    first_ns = last_ns = tokens = 0
+    arrivals, tokens = [], 0
     async with http.post(url + "/v1/completions", json=body) as resp:
         assert resp.status == 200, await resp.text()
         async for line in resp.content:
@@ -120,12 +124,10 @@ async def stream(http: aiohttp.ClientSession, url: str, max_tokens: int, i: int)
             now_ns = time.perf_counter_ns()
             event = json.loads(line[6:])
             if event["choices"]:
-                first_ns = first_ns or now_ns
-                if event["choices"][0]["finish_reason"] is not None:
-                    last_ns = now_ns
+                arrivals.append(now_ns)
             if event.get("usage"):
                 tokens = event["usage"]["completion_tokens"]
-    return first_ns, last_ns, tokens
+    return arrivals, tokens
 
 
 def main_thread_cpu_s(pid: int) -> float:
@@ -146,10 +148,14 @@ async def http_turn(url: str, pid: int, n: int, tokens: int) -> dict:
     fields = trace["fields"]
     col = {name: fields.index(name) for name in ("start_ns", "end_ns", "forward_ns", "prefill_chunks", "decode_seqs")}
     steps = trace["steps"][len(seen):]
-    itl_s, forward_s = [], []
-    for first_ns, last_ns, count in arrivals:   # each stream against the steps that ran while it decoded
+    ends_ns = sorted(s[col["end_ns"]] for s in steps)
+    itl_s, forward_s, emit_s = [], [], []
+    for chunk_ns, count in arrivals:   # each stream against the steps that ran while it decoded
+        first_ns, last_ns = chunk_ns[0], chunk_ns[-1]
         itl_s.append((last_ns - first_ns) / (count - 1) / 1e9)
         forward_s.append(np.mean([s[col["forward_ns"]] for s in steps if first_ns < s[col["end_ns"]] <= last_ns]) / 1e9)
+        # from the end of the step that made a token to its chunk at the client (the latest step end before it)
+        emit_s += [(t - ends_ns[bisect.bisect_right(ends_ns, t) - 1]) / 1e9 for t in chunk_ns]
     decode = [s for s in steps if s[col["decode_seqs"]] == n and not s[col["prefill_chunks"]]]
     return {"itl_ms": ms(np.mean(itl_s)), "forward_ms": ms(np.mean(forward_s)),
             "outside_ms": ms(np.mean(np.subtract(itl_s, forward_s))),
@@ -157,7 +163,7 @@ async def http_turn(url: str, pid: int, n: int, tokens: int) -> dict:
                                         for s in decode]) / 1e9),
             "between_ms": ms(np.median([b[col["start_ns"]] - a[col["end_ns"]] for a, b in zip(decode, decode[1:])])
                              / 1e9),
-            "loop_cpu_ms": ms((cpu1 - cpu0) / max(len(steps), 1))}
+            "loop_cpu_ms": ms((cpu1 - cpu0) / max(len(steps), 1)), "step_end_to_client_ms": ms(np.median(emit_s))}
 
 
 async def http_side_by_side(trees: list[str], runtimes: list[str], streams: list[int], tokens: dict[int, int],

@@ -225,14 +225,18 @@ class LLMEngine:
         if not chunks:
             self._record_step(0, 0, 0, 0)   # gauges still move after aborts
             return admitted
-        sampling = [c.completes_prompt for c in chunks]
-        drafts = [c.seq.spec_token_ids[:c.num_draft_tokens] for c in chunks]
-        seq_chunks = [
-            SeqChunk(token_ids=c.seq.token_ids[c.seq.num_computed_tokens:c.seq.num_computed_tokens + c.num_new_tokens] + d,
-                     start_pos=c.seq.num_computed_tokens, block_table=c.seq.block_table, need_logits=s,
-                     all_logits=bool(d))
-            for c, s, d in zip(chunks, sampling, drafts)]
-        is_decode = [c.num_new_tokens == 1 and c.seq.num_output_tokens > 0 for c in chunks]
+        # One pass over the batch (this runs every step, for every sequence): what ScheduledChunk's
+        # completes_prompt and num_draft_tokens say, and the chunk the runner computes.
+        sampling, drafts, seq_chunks, is_decode = [], [], [], []
+        for c in chunks:
+            seq, start, end = c.seq, c.seq.num_computed_tokens, c.seq.num_computed_tokens + c.num_new_tokens
+            known = len(seq.token_ids)
+            draft = seq.spec_token_ids[:end - known] if end > known else []
+            sampling.append(end >= known)
+            drafts.append(draft)
+            seq_chunks.append(SeqChunk(seq.token_ids[start:end] + draft if draft else seq.token_ids[start:end], start,
+                                       seq.block_table, end >= known, bool(draft)))
+            is_decode.append(c.num_new_tokens == 1 and known > seq.num_prompt_tokens)
         forward_start_s = time.perf_counter()
         logits = self.runner.forward(seq_chunks)
         self.last_forward_s = time.perf_counter() - forward_start_s   # the rest of a step is engine overhead
@@ -248,9 +252,12 @@ class LLMEngine:
         drafts = [d for d, s in zip(drafts, sampling) if s]
         outputs = []
         try:
-            row_seqs = [seq for seq, d in zip(seqs, drafts) for _ in range(1 + len(d))]
-            row_outputs = [seq.num_output_tokens + j for seq, d in zip(seqs, drafts) for j in range(1 + len(d))]
-            mask_stop_tokens(logits, row_seqs, list(self.eos_token_ids), row_outputs)
+            row_seqs, row_outputs = seqs, None   # one logits row a sequence, unless it has drafts
+            if any(drafts):
+                row_seqs = [seq for seq, d in zip(seqs, drafts) for _ in range(1 + len(d))]
+                row_outputs = [seq.num_output_tokens + j for seq, d in zip(seqs, drafts) for j in range(1 + len(d))]
+            if any(seq.params.min_tokens for seq in seqs):
+                mask_stop_tokens(logits, row_seqs, list(self.eos_token_ids), row_outputs)
             self.guided.mask_logits(logits, row_seqs)   # constrained sequences never have drafts
             new_ids = sample_with_drafts(logits, seqs, drafts)
             self.guided.accept(seqs, [ids[0] for ids in new_ids])
@@ -448,14 +455,14 @@ class LLMEngine:
             old_len = len(seq.text)
             seq.text += seq.detokenizer.feed(token_id)
             if p.stop:
-                longest = max(map(len, p.stop))
-                start = max(0, old_len - longest + 1)
+                start = max(0, old_len - p.longest_stop + 1)
                 hits = [(i, s) for s in p.stop if (i := seq.text.find(s, start)) >= 0]
                 if hits:
                     cut, stop_reason = min(hits)
                     seq.text = seq.text[:cut]
                     finish_reason = "stop"
-        if finish_reason is None and (seq.num_output_tokens >= p.max_tokens or seq.num_tokens >= self.max_model_len):
+        num_tokens = len(seq.token_ids)
+        if finish_reason is None and (num_tokens - seq.num_prompt_tokens >= p.max_tokens or num_tokens >= self.max_model_len):
             finish_reason = "length"
         finished = finish_reason is not None
         if finished and seq.export_kv_to is not None:
@@ -463,7 +470,7 @@ class LLMEngine:
         if finished and not isinstance(stop_reason, str):  # a stop-string cut drops the rest anyway
             seq.text += seq.detokenizer.flush()
         # Hold back text that might be the start of a stop string until it is decided.
-        hold = 0 if finished or not p.stop else max(map(len, p.stop)) - 1
+        hold = 0 if finished or not p.stop else p.longest_stop - 1
         release_to = max(seq.num_released_chars, len(seq.text) - hold)
         new_text = seq.text[seq.num_released_chars:release_to]
         seq.num_released_chars = release_to
@@ -473,7 +480,7 @@ class LLMEngine:
             self._seqs.pop(seq.request_id, None)
             self.metrics.record_finished(seq, now)
         return RequestOutput(seq.request_id, [token_id], new_text, finished, finish_reason, stop_reason,
-                             seq.num_prompt_tokens, seq.num_output_tokens, seq.num_cached_tokens,
+                             seq.num_prompt_tokens, num_tokens - seq.num_prompt_tokens, seq.num_cached_tokens,
                              request_timings(seq) if finished else None)
 
     # ---- synchronous use ------------------------------------------------------------------
