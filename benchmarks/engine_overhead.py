@@ -82,7 +82,8 @@ def ms(seconds: float) -> float:
 def in_process_child(tree: str, runtime: str, streams: dict[int, int], threads: int) -> dict:
     code = (f"import sys, json; sys.path.insert(0, {os.path.abspath(tree)!r}); sys.path.insert(1, {HERE!r}); "
             f"import engine_overhead as b; print(json.dumps(b.in_process({runtime!r}, {streams!r}, {threads})))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, text=True, check=True,
+                          timeout=600)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -198,9 +199,9 @@ def main() -> None:
     parser.add_argument("--trees", default=".", help="source trees to compare, comma-separated (e.g. /work/main,.)")
     parser.add_argument("--runtimes", default="torch:int8,numpy", help="comma-separated; torch as torch:DTYPE")
     parser.add_argument("--streams", default="1,64")
-    parser.add_argument("--tokens", default="128,32", help="output tokens per stream, one per --streams level")
+    parser.add_argument("--tokens", default="64,16", help="output tokens per stream, one per --streams level")
     parser.add_argument("--threads", type=int, default=2, help="torch's / OpenBLAS's threads (llama-server: -t 2)")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--only", default="in_process,http")
     args = parser.parse_args()
     trees, runtimes = args.trees.split(","), args.runtimes.split(",")
