@@ -20,6 +20,30 @@ All servers are up at once, all paused (SIGSTOP) but the measured one, the order
 The machine's 2 cores are shared with other work: compare trees within one run, not across runs.
 
   flock /work/wt/measure.lock python benchmarks/engine_overhead.py --trees /work/main,. [--rounds 3]
+
+Measured 2026-11-30, 2 shared cores (load average 0.9 before, 2.2 after; other sessions were busy),
+--threads 2, defaults (64 tokens at 1 stream, 16 at 64), medians of 2 interleaved rounds; "before" is main
+at 3a4224f, "after" this branch. All figures in ms.
+  in process, step - forward      torch int8: 1 stream 0.31 -> 0.26   64 streams 1.57 -> 1.35
+                                  numpy:      1 stream 0.25 -> 0.24   64 streams 2.18 -> 2.12
+  http, torch int8, 1 stream      before: itl 30.0, forward 29.7, outside 0.34 (in step 0.28, between 0.04),
+                                          loop CPU 0.25 a token, step end to client 0.79
+                                  after:  itl 23.0, forward 22.7, outside 0.30 (0.25, 0.04), loop 0.22, 0.63
+  http, torch int8, 64 streams    before: outside 1.97 a step (in step 1.59), loop CPU 2.58, to client 3.36
+                                  after:  outside 2.09 (in step 1.88), loop CPU 2.27, to client 2.89
+  http, numpy, 1 / 64 streams     before: outside 0.53 / 2.42;  after: 0.36 / 2.79
+The forward time swung 2x between turns (load), and the HTTP figures with it: differences under ~0.3 ms
+there are noise. With the forward replaced by stored logits (a probe, same engine code, 5 turns each,
+alternating): 1 stream 0.043 -> 0.036 ms a step, 64 streams 1.24 -> 1.00 ms.
+What the time is: at 64 streams about half of the in-step time is np.argmax over the [64, 49152] fp32 logits
+(12.6 MB, memory-bound, 0.5-1 ms); the rest is Python a sequence (~8 us: schedule, detokenize, stop checks,
+one RequestOutput, the ITL histogram). At 1 stream the argmax of a row written by torch's threads on the
+other core costs 40-75 us (7 us once in cache); the other ~0.2 ms is the step's Python after the forward
+evicted its caches. The event loop's ~35 us a token at 64 streams is mostly the socket send; at 1 stream its
+0.22 ms is mostly the send that wakes the client (~0.13 ms). A token is not held until the next step: it
+reaches the client 0.6-0.8 ms after its step ends at 1 stream, 3-5 ms at 64 (the loop waits for the GIL
+while the engine thread runs the next step's Python: schedule and the runner's plan). Not engine overhead but
+inside forward_ms: the runner's _plan costs ~1.8 ms a step at 64 streams (0.02 ms at 1).
 """
 from __future__ import annotations
 

@@ -225,18 +225,15 @@ class LLMEngine:
         if not chunks:
             self._record_step(0, 0, 0, 0)   # gauges still move after aborts
             return admitted
-        # One pass over the batch (this runs every step, for every sequence): what ScheduledChunk's
-        # completes_prompt and num_draft_tokens say, and the chunk the runner computes.
-        sampling, drafts, seq_chunks, is_decode = [], [], [], []
+        sampling, drafts, seq_chunks, is_decode = [], [], [], []   # one pass over the batch: it runs every step
         for c in chunks:
-            seq, start, end = c.seq, c.seq.num_computed_tokens, c.seq.num_computed_tokens + c.num_new_tokens
-            known = len(seq.token_ids)
-            draft = seq.spec_token_ids[:end - known] if end > known else []
-            sampling.append(end >= known)
+            seq, start, samples = c.seq, c.seq.num_computed_tokens, c.completes_prompt
+            draft = seq.spec_token_ids[:c.num_draft_tokens] if seq.spec_token_ids else []
+            known = seq.token_ids[start:start + c.num_new_tokens]
+            sampling.append(samples)
             drafts.append(draft)
-            seq_chunks.append(SeqChunk(seq.token_ids[start:end] + draft if draft else seq.token_ids[start:end], start,
-                                       seq.block_table, end >= known, bool(draft)))
-            is_decode.append(c.num_new_tokens == 1 and known > seq.num_prompt_tokens)
+            seq_chunks.append(SeqChunk(known + draft if draft else known, start, seq.block_table, samples, bool(draft)))
+            is_decode.append(c.num_new_tokens == 1 and seq.num_output_tokens > 0)
         forward_start_s = time.perf_counter()
         logits = self.runner.forward(seq_chunks)
         self.last_forward_s = time.perf_counter() - forward_start_s   # the rest of a step is engine overhead
@@ -252,12 +249,9 @@ class LLMEngine:
         drafts = [d for d, s in zip(drafts, sampling) if s]
         outputs = []
         try:
-            row_seqs, row_outputs = seqs, None   # one logits row a sequence, unless it has drafts
-            if any(drafts):
-                row_seqs = [seq for seq, d in zip(seqs, drafts) for _ in range(1 + len(d))]
-                row_outputs = [seq.num_output_tokens + j for seq, d in zip(seqs, drafts) for j in range(1 + len(d))]
-            if any(seq.params.min_tokens for seq in seqs):
-                mask_stop_tokens(logits, row_seqs, list(self.eos_token_ids), row_outputs)
+            row_seqs = [seq for seq, d in zip(seqs, drafts) for _ in range(1 + len(d))]
+            row_outputs = [seq.num_output_tokens + j for seq, d in zip(seqs, drafts) for j in range(1 + len(d))]
+            mask_stop_tokens(logits, row_seqs, list(self.eos_token_ids), row_outputs)
             self.guided.mask_logits(logits, row_seqs)   # constrained sequences never have drafts
             new_ids = sample_with_drafts(logits, seqs, drafts)
             self.guided.accept(seqs, [ids[0] for ids in new_ids])
