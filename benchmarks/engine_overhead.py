@@ -33,8 +33,8 @@ at 3a4224f, "after" this branch. All figures in ms.
                                   after:  outside 2.09 (in step 1.88), loop CPU 2.27, to client 2.89
   http, numpy, 1 / 64 streams     before: outside 0.53 / 2.42;  after: 0.36 / 2.79
 The forward time swung 2x between turns (load), and the HTTP figures with it: differences under ~0.3 ms
-there are noise. With the forward replaced by stored logits (a probe, same engine code, 5 turns each,
-alternating): 1 stream 0.043 -> 0.036 ms a step, 64 streams 1.24 -> 1.00 ms.
+there are noise. With the forward replaced by stored logits (a probe, same engine code, 3 turns each,
+alternating): 1 stream 0.043 -> 0.036 ms a step, 64 streams 1.21-1.29 -> 1.00-1.11 ms.
 What the time is: at 64 streams about half of the in-step time is np.argmax over the [64, 49152] fp32 logits
 (12.6 MB, memory-bound, 0.5-1 ms); the rest is Python a sequence (~8 us: schedule, detokenize, stop checks,
 one RequestOutput, the ITL histogram). At 1 stream the argmax of a row written by torch's threads on the
