@@ -147,6 +147,8 @@ class BlockManager:
         num_cached = len(cached_block_ids)
         total_tokens = seq.num_computed_tokens + num_cached * self.block_size + num_new_tokens
         num_new_blocks = self.blocks_needed(total_tokens) - len(seq.block_table) - num_cached
+        if num_new_blocks <= 0 and not num_cached and seq.block_table:
+            return True   # most decode steps: the token fits the last block
         reclaimed = sum(1 for b in cached_block_ids if self.blocks[b].ref_count == 0)
         if num_new_blocks > self.num_free_blocks - reclaimed:
             return False

@@ -225,14 +225,15 @@ class LLMEngine:
         if not chunks:
             self._record_step(0, 0, 0, 0)   # gauges still move after aborts
             return admitted
-        sampling = [c.completes_prompt for c in chunks]
-        drafts = [c.seq.spec_token_ids[:c.num_draft_tokens] for c in chunks]
-        seq_chunks = [
-            SeqChunk(token_ids=c.seq.token_ids[c.seq.num_computed_tokens:c.seq.num_computed_tokens + c.num_new_tokens] + d,
-                     start_pos=c.seq.num_computed_tokens, block_table=c.seq.block_table, need_logits=s,
-                     all_logits=bool(d))
-            for c, s, d in zip(chunks, sampling, drafts)]
-        is_decode = [c.num_new_tokens == 1 and c.seq.num_output_tokens > 0 for c in chunks]
+        sampling, drafts, seq_chunks, is_decode = [], [], [], []   # one pass over the batch: it runs every step
+        for c in chunks:
+            seq, start, samples = c.seq, c.seq.num_computed_tokens, c.completes_prompt
+            draft = seq.spec_token_ids[:c.num_draft_tokens] if seq.spec_token_ids else []
+            known = seq.token_ids[start:start + c.num_new_tokens]
+            sampling.append(samples)
+            drafts.append(draft)
+            seq_chunks.append(SeqChunk(known + draft if draft else known, start, seq.block_table, samples, bool(draft)))
+            is_decode.append(c.num_new_tokens == 1 and seq.num_output_tokens > 0)
         forward_start_s = time.perf_counter()
         logits = self.runner.forward(seq_chunks)
         self.last_forward_s = time.perf_counter() - forward_start_s   # the rest of a step is engine overhead
@@ -448,14 +449,14 @@ class LLMEngine:
             old_len = len(seq.text)
             seq.text += seq.detokenizer.feed(token_id)
             if p.stop:
-                longest = max(map(len, p.stop))
-                start = max(0, old_len - longest + 1)
+                start = max(0, old_len - p.longest_stop + 1)
                 hits = [(i, s) for s in p.stop if (i := seq.text.find(s, start)) >= 0]
                 if hits:
                     cut, stop_reason = min(hits)
                     seq.text = seq.text[:cut]
                     finish_reason = "stop"
-        if finish_reason is None and (seq.num_output_tokens >= p.max_tokens or seq.num_tokens >= self.max_model_len):
+        num_tokens = len(seq.token_ids)
+        if finish_reason is None and (num_tokens - seq.num_prompt_tokens >= p.max_tokens or num_tokens >= self.max_model_len):
             finish_reason = "length"
         finished = finish_reason is not None
         if finished and seq.export_kv_to is not None:
@@ -463,7 +464,7 @@ class LLMEngine:
         if finished and not isinstance(stop_reason, str):  # a stop-string cut drops the rest anyway
             seq.text += seq.detokenizer.flush()
         # Hold back text that might be the start of a stop string until it is decided.
-        hold = 0 if finished or not p.stop else max(map(len, p.stop)) - 1
+        hold = 0 if finished or not p.stop else p.longest_stop - 1
         release_to = max(seq.num_released_chars, len(seq.text) - hold)
         new_text = seq.text[seq.num_released_chars:release_to]
         seq.num_released_chars = release_to
@@ -473,7 +474,7 @@ class LLMEngine:
             self._seqs.pop(seq.request_id, None)
             self.metrics.record_finished(seq, now)
         return RequestOutput(seq.request_id, [token_id], new_text, finished, finish_reason, stop_reason,
-                             seq.num_prompt_tokens, seq.num_output_tokens, seq.num_cached_tokens,
+                             seq.num_prompt_tokens, num_tokens - seq.num_prompt_tokens, seq.num_cached_tokens,
                              request_timings(seq) if finished else None)
 
     # ---- synchronous use ------------------------------------------------------------------

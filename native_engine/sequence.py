@@ -49,6 +49,11 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    @property
+    def longest_stop(self) -> int:
+        """Characters of the longest stop string (0: none); that many minus one are held back while streaming."""
+        return max(map(len, self.stop), default=0)
+
 
 class SequenceStatus(enum.Enum):
     WAITING = "waiting"

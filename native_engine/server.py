@@ -285,6 +285,28 @@ def sse(payload) -> bytes:
     return b"data: " + (payload if isinstance(payload, bytes) else compact_json(payload).encode()) + b"\n\n"
 
 
+class TokenEvents:
+    """SSE events of one request's stream. An unfinished output's event is the same bytes as sse() of its
+    whole chunk, built once per request with a marker where the text goes, so a token encodes only its
+    text (the stream's hot path: one event a token, for every stream, on the event loop)."""
+    _MARKER = "\x00text\x00"
+
+    def __init__(self, head: dict, chat: bool):
+        self.head, self.chat = head, chat
+        unfinished = RequestOutput("", [], "", False, None, None, 0, 0, 0)
+        event = self.chunk_event(unfinished, self._MARKER)
+        marker = compact_json(self._MARKER).encode()
+        self._parts = event.split(marker) if event.count(marker) == 1 else None   # None: the marker is in head
+
+    def chunk_event(self, out: RequestOutput, text: str, **extra) -> bytes:
+        return sse({**self.head, "choices": [stream_choice(self.chat, text, out)], **extra})
+
+    def token_event(self, out: RequestOutput) -> bytes:
+        if self._parts is None or out.finished or out.stop_reason is not None:
+            return self.chunk_event(out, out.new_text)
+        return compact_json(out.new_text).encode().join(self._parts)
+
+
 async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
     engine, served_name = request.app[ENGINE_KEY], request.app[NAME_KEY]
     try:
@@ -352,16 +374,18 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
         if chat:
             first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
             await response.write(sse({**head, "choices": [first], "prompt_token_ids": None, "prompt_text": None}))
+        events = TokenEvents(head, chat)
         async for out in stream:
             if not out.new_text and not out.finished:
                 continue  # a token whose text is held back (partial UTF-8 or a possible stop string)
-            chunk = {**head, "choices": [stream_choice(chat, out.new_text, out)]}
-            if out.finished and out.timings:  # like llama-server's `timings`: the engine's own account
-                chunk["timings"] = out.timings
-            if out.finished and not include_usage:
-                chunk["system_fingerprint"] = SYSTEM_FINGERPRINT
-            await response.write(sse(chunk))
-            if out.finished and include_usage:
+            if not out.finished:
+                await response.write(events.token_event(out))
+                continue
+            extra = {"timings": out.timings} if out.timings else {}  # like llama-server's: the engine's own account
+            if not include_usage:
+                extra["system_fingerprint"] = SYSTEM_FINGERPRINT
+            await response.write(events.chunk_event(out, out.new_text, **extra))
+            if include_usage:
                 await response.write(sse({**head, "choices": [], "usage": usage(out),
                                           "system_fingerprint": SYSTEM_FINGERPRINT}))
         await response.write(sse(b"[DONE]"))

@@ -20,7 +20,7 @@ SLO = {"ttft_ms": 500.0}
 def scenario_file(tmp_path, candidates: str, extra: str = "") -> str:
     model = write_tiny_llama_gguf(tmp_path / "tiny.gguf", seed=0)
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"doc {i % 2}: {DOC} question {i}", "output_tokens": 96}) + "\n"
+    prompts.write_text("".join(json.dumps({"prompt": f"doc {i % 2}: {DOC} question {i}", "output_tokens": 192}) + "\n"
                                for i in range(24)))
     path = tmp_path / "s.yaml"
     path.write_text(

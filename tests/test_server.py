@@ -252,3 +252,21 @@ async def test_metrics_page_has_vllm_names_under_native_prefix(serve):
     assert await s.metric("native:weight_bytes_read_total") >= 3 * s.engine.runner.weight_bytes * 0.9
     assert await s.metric("native:kv_bytes_read_total") > 0
     assert await s.metric("native:e2e_request_latency_seconds_count") == 1
+
+
+@pytest.mark.parametrize("chat", [False, True])
+@pytest.mark.parametrize("model", ["smollm2", "odd \x00text\x00 \"name\""])
+def test_token_events_are_the_bytes_of_the_whole_chunk(chat, model):
+    """A token's event is built from a per-request template; it must equal sse() of the chunk dict for any
+    text (quotes, escapes, non-ASCII, a marker-like string), and a head that holds the marker falls back."""
+    from native_engine.llm_engine import RequestOutput
+    from native_engine.server import TokenEvents, sse, stream_choice
+
+    head = {"id": "cmpl-1", "object": "chat.completion.chunk" if chat else "text_completion", "created": 7,
+            "model": model}
+    events = TokenEvents(head, chat)
+    for text in ["hi", " \"quoted\" \\ back", "line\nbreak\ttab", "é漢字 🙂", "\x00text\x00", "\u2028"]:
+        out = RequestOutput("cmpl-1", [5], text, False, None, None, 3, 1, 0)
+        assert events.token_event(out) == sse({**head, "choices": [stream_choice(chat, text, out)]})
+    done = RequestOutput("cmpl-1", [5], "end", True, "stop", "</s>", 3, 2, 0)
+    assert events.token_event(done) == sse({**head, "choices": [stream_choice(chat, "end", done)]})
