@@ -47,7 +47,7 @@ class EngineConfig:
     step_trace: bool = False             # keep a record of every step (GET /step_trace)
     enable_jump_forward: bool = True     # constrained requests: append grammar-forced tokens in one step
     runtime: str = "numpy"               # "numpy" (fp32 reference), "torch" or "auto"; see runtime.py
-    dtype: str = "int8"                  # torch's weights: "int8", "bf16" or "fp32"
+    dtype: str = "int4"                  # torch's weights: "int4" (the GGUF's Q4_1 blocks), "int8", "bf16" or "fp32"
     threads: int = 0                     # torch's threads (0: one per core this process may use)
     device: str = "cpu"                  # torch's device: "cpu", "cuda" or "auto" (cuda when torch sees a GPU)
     cuda_graphs: bool = True             # on CUDA: replay captured graphs for decode steps (off: launch each kernel)
