@@ -111,6 +111,14 @@ def measure(url: str, concurrency: int, rounds: int, tokens: int, workers: int, 
     return rows
 
 
+def _end_read_lag_ms(records) -> float:
+    """Mean time from the last token's arrival (kernel stamp) to the client reading it (loop stamp); nan without
+    kernel stamps."""
+    lags = [(r.token_loop_times_s[-1] - r.token_times_s[-1]) * 1e3 for r in records
+            if r.stamp_source == "kernel" and r.token_times_s and r.token_loop_times_s]
+    return float(np.mean(lags)) if lags else float("nan")
+
+
 def shared_stamp_fraction(records) -> float:
     """Token chunks whose stamp is the previous chunk's: they came in one read (an upper bound for the first)."""
     shared = total = 0
@@ -144,6 +152,9 @@ def _row(out, stats, loop_stamps, stamps, concurrency, workers, arrival, itl_ms,
         # request ended)
         "send_lag_first_wave_mean_ms": _mean_send_lag_ms([r for r in ok if r.intended_send_s == 0.0]),
         "send_lag_later_mean_ms": _mean_send_lag_ms([r for r in ok if r.intended_send_s != 0.0]),
+        # a closed loop's next request is due when the client read the previous answer's end (the loop's time), so
+        # the client's lateness in reading it lowers the offered load instead of showing as send lag: shown here
+        "end_read_lag_mean_ms": _end_read_lag_ms(ok),
         "itl_err_mean_ms": float(itl_err.mean()), "itl_err_p99_ms": float(np.percentile(np.abs(itl_err), 99)),
         "measured_ttft_mean_ms": summary["ttft_ms"]["mean"], "measured_itl_p99_ms": summary["itl_ms"]["p99"],
         "server_lateness_mean_ms": stats["lateness_ms"]["mean"], "server_lateness_p99_ms": stats["lateness_ms"]["p99"],
@@ -207,6 +218,7 @@ COLUMNS = [("stamps", "stamps", "{}"), ("concurrency", "conc", "{:d}"), ("stream
            ("ttft_client_part_mean_ms", "client part", "{:+.2f}"), ("way_in_mean_ms", "way in", "{:.3f}"),
            ("server_queue_mean_ms", "srv read queue", "{:.2f}"),
            ("send_lag_first_wave_mean_ms", "send lag 1st wave", "{:.2f}"), ("send_lag_later_mean_ms", "send lag later", "{:.2f}"),
+           ("end_read_lag_mean_ms", "end read lag", "{:.2f}"),
            ("itl_err_mean_ms", "ITL err mean", "{:+.3f}"), ("itl_err_p99_ms", "|ITL err| p99", "{:.2f}"),
            ("delivery_p99_ms", "delivery p99", "{:.2f}"), ("client_cpu_cores", "client CPU", "{:.2f}"),
            ("client_cpu_wait_ms_per_s", "CPU wait ms/s", "{:.0f}"),
