@@ -156,7 +156,8 @@ def main() -> None:
 
     config, weights = load_gguf(resolve_model("smollm2"))
     per_seq = -(-(args.context + 1) // KV_BLOCK)
-    runner = TorchModelRunner(config, weights, max(2 * per_seq, args.whole_step_blocks), KV_BLOCK, dtype="int4", threads=args.threads)
+    runner = TorchModelRunner(config, weights, max(2 * per_seq, args.whole_step_blocks), KV_BLOCK, dtype="int4",
+                              threads=args.threads)
     prompt = np.random.default_rng(0).integers(100, 40000, args.context).tolist()
     table = list(range(per_seq))
     runner.forward([SeqChunk(prompt, 0, table, False)])
