@@ -145,7 +145,8 @@ def main() -> None:
     parser.add_argument("--whole-step-blocks", type=int, default=0,
                         help="also compile the whole step over block tables padded to this many blocks")
     parser.add_argument("--profile", action="store_true", help="print torch.profiler's top ops after timing")
-    parser.add_argument("--skip-guards", action="store_true", help="set_stance(skip_guard_eval_unsafe=True)")
+    parser.add_argument("--skip-guards", action="store_true",
+                        help="set_stance(skip_guard_eval_unsafe=True); fails with --whole-step-blocks")
     args = parser.parse_args()
     import torch
     import torch._inductor.config as inductor_config
