@@ -31,7 +31,8 @@ int4 (Q4_1 blocks), 2 threads, context 128, steps interleaved in one process (me
   Compile time: parts 12.2 s cold (2.9-5.4 s with inductor's on-disk cache warm; 13.3 s with cpp_wrapper),
   whole step 46.6 s cold (3.4 s warm), 97.3 s cold with --cpp-wrapper. Outputs: the real-arithmetic RoPE
   equals the complex form exactly (max |logit diff| 0.0); compiled vs eager max |logit diff| 0.125 on
-  logits up to 27.9 (bf16 rounding of fused rms_norm), same argmax. Inductor keeps _weight_int4pack_mm_for_cpu as an extern call (as it must).
+  logits up to 27.9 (bf16 rounding of fused rms_norm), same argmax. Inductor keeps
+  _weight_int4pack_mm_for_cpu as an extern call (as it must).
 Why: the per-layer parts are 60 compiled calls a step, and each call's dynamo guard check + Python
 wrapper cost more than the ~10 eager ops it replaces. The whole-step graph has one call but still runs
 ~190 small fused C++ kernels + 120 int4 matmuls + 30 SDPAs from its Python wrapper, and its attention
