@@ -28,6 +28,8 @@ int4 (Q4_1 blocks), 2 threads, context 128, steps interleaved in one process (me
   load 2.0-2.6, --inductor-threads 1 --whole-step-blocks 16 --cpp-wrapper:
                                                   eager 19.02 / 13.97, compiled parts 21.68 / 16.39,
                                                   compiled whole step 15.59 / 13.10 (the only config ahead)
+  load 1.7, same again (on-disk cache warm, 60 steps): eager 14.05 / 12.80, compiled parts 15.43 / 14.49,
+                                                  compiled whole step 13.12 / 12.14
   Compile time: parts 12.2 s cold (2.9-5.4 s with inductor's on-disk cache warm; 13.3 s with cpp_wrapper),
   whole step 46.6 s cold (3.4 s warm), 97.3 s cold with --cpp-wrapper. Outputs: the real-arithmetic RoPE
   equals the complex form exactly (max |logit diff| 0.0); compiled vs eager max |logit diff| 0.125 on
@@ -37,8 +39,8 @@ Why: the per-layer parts are 60 compiled calls a step, and each call's dynamo gu
 wrapper cost more than the ~10 eager ops it replaces. The whole-step graph has one call but still runs
 ~190 small fused C++ kernels + 120 int4 matmuls + 30 SDPAs from its Python wrapper, and its attention
 runs over the padded context on 2 threads (eager runs batch-1 SDPA on 1 thread): a tie with eager in
-Python. With inductor's C++ wrapper (no Python between kernels) the whole step is ~6% faster best-to-best
-(13.1 vs 14.0 ms), far from the <= 9 ms target, and compiles for 97 s per context bucket: not wired in.
+Python. With inductor's C++ wrapper (no Python between kernels) the whole step is ~5-7% faster
+(13.1 vs 14.0 ms median in the quieter run), far from the <= 9 ms target, and compiles for 97 s per context bucket: not wired in.
 """
 from __future__ import annotations
 
