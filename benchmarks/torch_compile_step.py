@@ -40,7 +40,8 @@ wrapper cost more than the ~10 eager ops it replaces. The whole-step graph has o
 ~190 small fused C++ kernels + 120 int4 matmuls + 30 SDPAs from its Python wrapper, and its attention
 runs over the padded context on 2 threads (eager runs batch-1 SDPA on 1 thread): a tie with eager in
 Python. With inductor's C++ wrapper (no Python between kernels) the whole step is ~5-7% faster
-(13.1 vs 14.0 ms median in the quieter run), far from the <= 9 ms target, and compiles for 97 s per context bucket: not wired in.
+(13.1 vs 14.0 ms median in the quieter run), far from the <= 9 ms target, and compiles for 97 s per
+context bucket: not wired in.
 """
 from __future__ import annotations
 
