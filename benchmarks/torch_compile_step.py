@@ -91,7 +91,6 @@ def make_layer_parts(config):
 def compiled_step(runner, pre, post):
     """forward() of one single-token chunk with the layer parts given (compiled or not): fp32 logits numpy."""
     import torch
-    c = runner.config
 
     @torch.inference_mode()
     def forward(chunk: SeqChunk):
