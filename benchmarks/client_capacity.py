@@ -2,7 +2,7 @@
 against the ground-truth server, kernel-stamped client and aiohttp interleaved, each run's tokens per CPU-second
 and the pooled figure `workers: auto` would size from.
 
-    flock /work/wt/measure.lock python benchmarks/client_capacity.py --concurrency 64 --rounds 2
+    flock /work/wt/measure.lock python benchmarks/client_capacity.py --concurrency 256 --rounds 2
 
 The capacity file is a temporary one unless --record (then the user's cache, or BENCH_CLIENT_CAPACITY_FILE):
 with --record this is a calibration that later runs on this machine size from.
@@ -18,14 +18,14 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent.parent / "tests")]
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess  # noqa: E402
 
-from harness.client_capacity import CAPACITY_FILE_ENV, WORKER_CPU_SHARE, load_capacity  # noqa: E402
+from harness.client_capacity import CAPACITY_FILE_ENV, MIN_BUSY_CORES, WORKER_CPU_SHARE, load_capacity  # noqa: E402
 from harness.run import run_scenario  # noqa: E402
 from harness.scenario import load_scenario  # noqa: E402
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--concurrency", type=int, default=256)  # a busy client: see MIN_BUSY_CORES
     p.add_argument("--requests", type=int, default=256)
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--itl-ms", type=float, default=10.0)
@@ -46,11 +46,18 @@ def main() -> None:
                                 f"num_requests: {args.requests}, workers: 1}}\n")
                 result = run_scenario(load_scenario(path), work / f"{stamps}{r}")
                 m, s = result.summary["client_capacity_measured"], result.summary
+                if m is None:
+                    print(f"{stamps:6s} round {r}: not kept, the client used {s['client_cpu_s']:.2f} CPU-s over "
+                          f"{s['window_s']:.1f} s (under {MIN_BUSY_CORES:g} of a core): more --concurrency", flush=True)
+                    continue
                 print(f"{stamps:6s} round {r}: {m['tokens']:,} tokens, {m['cpu_s']:.2f} CPU-s over "
                       f"{s['window_s']:.1f} s ({s['throughput']['output_tokens_per_s']:,.0f} tokens/s): "
                       f"{m['tokens_per_cpu_s']:,.0f} tokens per CPU-second", flush=True)
     for stamps in args.stamps:
         capacity = load_capacity(stamps, [])
+        if capacity.tokens_per_cpu_s is None:
+            print(f"{stamps}: no run kept: `workers: auto` stays on the planning figure")
+            continue
         print(f"{stamps}: pooled {capacity.tokens_per_cpu_s:,.0f} tokens per CPU-second over {capacity.measurements} "
               f"run(s) -> auto plans {capacity.tokens_per_s_per_worker:,.0f} tokens/s per process "
               f"({WORKER_CPU_SHARE:g} of a core)")

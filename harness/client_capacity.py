@@ -21,6 +21,10 @@ CAPACITY_FILE_ENV = "BENCH_CLIENT_CAPACITY_FILE"
 FORMAT = 1
 KEEP_LAST = 5  # measurements per machine and client path; older ones are dropped
 MIN_CPU_S = 0.05  # below this a run's CPU time is mostly timer noise and fixed costs
+# A client busy less than this share of a core spends its CPU mostly on fixed costs (telemetry scrapes, the
+# progress display, timers), not on tokens: the README's quickstart (42 tokens/s, 0.05 of a core) measured
+# ~900 tokens per CPU-second where 64 streams measure ~38,000. Such a run says nothing of the client's capacity.
+MIN_BUSY_CORES = 0.2
 # Headroom: the share of a core one process is planned to use. benchmarks/fidelity.py met the TTFT and ITL
 # targets with one process up to ~25,000 tokens/s, at ~16 us/token: about 0.4 of a core; past that, events
 # queue behind each other and send lag grows (docs/metrics.md, "Kernel and loop stamps side by side").
@@ -100,9 +104,11 @@ def load_capacity(client: str, warnings: list[str]) -> ClientCapacity:
     return ClientCapacity(per_cpu_s * WORKER_CPU_SHARE, "measured", per_cpu_s, len(kept), str(path))
 
 
-def record_capacity(client: str, tokens: int, cpu_s: float | None, run_dir: str, warnings: list[str]) -> dict | None:
-    """Adds one run's measurement (kept when it used at least MIN_CPU_S); returns it, or None."""
-    if not cpu_s or cpu_s < MIN_CPU_S or tokens <= 0:
+def record_capacity(client: str, tokens: int, cpu_s: float | None, window_s: float | None, run_dir: str,
+                    warnings: list[str]) -> dict | None:
+    """Adds one run's measurement (kept when it used at least MIN_CPU_S, and at least MIN_BUSY_CORES of a core over
+    its window_s); returns it, or None."""
+    if not cpu_s or cpu_s < MIN_CPU_S or tokens <= 0 or not window_s or cpu_s / window_s < MIN_BUSY_CORES:
         return None
     measurement = {"tokens": tokens, "cpu_s": round(cpu_s, 4), "tokens_per_cpu_s": round(tokens / cpu_s, 1),
                    "at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "run": run_dir}

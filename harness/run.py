@@ -198,7 +198,8 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
     else:
         late: list[str] = []
         summary["client_capacity_measured"] = record_capacity(
-            stamps, sum(r.output_tokens for r in outcome.records), outcome.client_cpu_s, str(writer.dir), late)
+            stamps, sum(r.output_tokens for r in outcome.records), outcome.client_cpu_s, summary.get("window_s"),
+            str(writer.dir), late)
         for line in late:
             reporter.warning(line)
             warnings.append(line)

@@ -4,6 +4,15 @@ import pytest
 from native_engine.blas import set_blas_threads
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_user_client_capacity_file(tmp_path_factory):
+    """Module-scoped fixtures (a shared `bench run`) start before any function's own file below is set: their runs
+    record into a file of the session's, never the user's cache."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BENCH_CLIENT_CAPACITY_FILE", str(tmp_path_factory.mktemp("capacity") / "client_capacity.json"))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def own_client_capacity_file(tmp_path_factory, monkeypatch):
     """Runs record their client's capacity (harness.client_capacity): a test's go to a file of its own, never

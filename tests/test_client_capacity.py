@@ -1,6 +1,7 @@
 """The client's measured capacity (harness/client_capacity.py): a real run records it, the next `workers: auto`
 sizes from it, and a file that cannot be read is a warning and the planning figure, never a crash."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -47,21 +48,23 @@ def test_a_run_records_its_client_capacity_and_the_next_auto_sizes_from_it(gt, t
 
 def test_auto_follows_the_stored_capacity_per_client_path_over_the_last_runs(tmp_path):
     warnings = []
-    record_capacity("loop", 50_000, 1.0, "r1", warnings)  # 50,000 tokens per CPU-second: 20,000 tokens/s a process
+    record_capacity("loop", 50_000, 1.0, 2.0, "r1", warnings)  # 50,000 per CPU-second: 20,000 tokens/s a process
     capacity = load_capacity("loop", warnings)
     assert capacity.tokens_per_s_per_worker == pytest.approx(50_000 * WORKER_CPU_SHARE)
     assert workers_needed(BUSY_PLAN, None, None, capacity) == 5  # 99,099 tokens/s / 20,000
     assert resolve_workers("auto", BUSY_PLAN, None, None, cpu_count=64, capacity=capacity) == 5
     assert resolve_workers("auto", BUSY_PLAN, None, None, cpu_count=4, capacity=capacity) == 3  # one core kept
     assert resolve_workers("auto", BUSY_PLAN, None, None, cpu_count=64) == 20  # the planning figure: 5,000 each
-    record_capacity("loop", 450_000, 1.0, "r2", warnings)  # pooled: 500,000 tokens in 2 CPU-seconds
+    record_capacity("loop", 450_000, 1.0, 2.0, "r2", warnings)  # pooled: 500,000 tokens in 2 CPU-seconds
     faster = load_capacity("loop", warnings)
     assert faster.tokens_per_cpu_s == pytest.approx(250_000) and faster.measurements == 2
     assert resolve_workers("auto", BUSY_PLAN, None, None, cpu_count=64, capacity=faster) == 1
     assert load_capacity("kernel", warnings) is PLANNING_FIGURE  # the other client path has no measurement yet
-    assert record_capacity("loop", 10, 0.001, "tiny", warnings) is None  # too little CPU to mean anything
+    assert record_capacity("loop", 10, 0.001, 2.0, "tiny", warnings) is None  # too little CPU to mean anything
+    # a quiet run (0.05 of a core: a quickstart's 42 tokens/s) measures the client's fixed costs, not its capacity
+    assert record_capacity("loop", 1_000, 1.0, 20.0, "quiet", warnings) is None
     for i in range(KEEP_LAST):
-        record_capacity("loop", 10_000, 1.0, f"slow{i}", warnings)
+        record_capacity("loop", 10_000, 1.0, 2.0, f"slow{i}", warnings)
     slow = load_capacity("loop", warnings)  # only the last KEEP_LAST runs count
     assert slow.tokens_per_cpu_s == pytest.approx(10_000) and slow.measurements == KEEP_LAST
     assert resolve_workers("auto", BUSY_PLAN, None, None, cpu_count=64, capacity=slow) == 25
@@ -83,7 +86,7 @@ def test_a_capacity_file_that_is_not_ours_is_a_warning_and_the_planning_figure(o
     assert load_capacity("loop", warnings) is PLANNING_FIGURE
     assert len(warnings) == 1 and str(own_client_capacity_file) in warnings[0] and said in warnings[0]
     assert "delete the file" in warnings[0]
-    assert record_capacity("loop", 50_000, 1.0, "r", warnings)["tokens_per_cpu_s"] == 50_000
+    assert record_capacity("loop", 50_000, 1.0, 2.0, "r", warnings)["tokens_per_cpu_s"] == 50_000
     assert own_client_capacity_file.read_text() == content  # someone's file is never overwritten
     assert "is not kept" in warnings[1]
 
@@ -98,7 +101,19 @@ def test_malformed_measurements_are_a_warning_too(own_client_capacity_file):
 def test_the_environment_variable_moves_the_file(tmp_path, monkeypatch):
     elsewhere = tmp_path / "a" / "b" / "capacity.json"
     monkeypatch.setenv(CAPACITY_FILE_ENV, str(elsewhere))
-    record_capacity("kernel", 30_000, 0.5, "r", [])
+    record_capacity("kernel", 30_000, 0.5, 2.0, "r", [])
     assert capacity_file() == elsewhere and load_capacity("kernel", []).tokens_per_cpu_s == pytest.approx(60_000)
     monkeypatch.delenv(CAPACITY_FILE_ENV)
     assert capacity_file().parts[-3:] == (".cache", "llm-serving-bench", "client_capacity.json")
+
+
+@pytest.fixture(scope="module")
+def file_a_module_fixture_records_into():
+    return capacity_file()  # a module-scoped fixture starts before the function-scoped own_client_capacity_file
+
+
+def test_runs_in_module_fixtures_never_record_into_the_users_cache(file_a_module_fixture_records_into,
+                                                                   own_client_capacity_file):
+    users_cache = Path.home() / ".cache" / "llm-serving-bench"
+    assert users_cache not in file_a_module_fixture_records_into.parents
+    assert file_a_module_fixture_records_into != own_client_capacity_file  # the session's file, not this test's
