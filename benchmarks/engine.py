@@ -44,6 +44,20 @@ def text_of(n_words: int, offset: int = 0) -> str:
 
 
 # ---- (a) in-process single stream vs roofline ----------------------------------------------
+def decode_step_times(engine) -> tuple[list[float], list[float]]:
+    """Runs the engine's queued requests to their end, every prompt prefilled first (untimed); returns each
+    decode step's time and its forward pass's (s)."""
+    while engine.scheduler.waiting or any(seq.num_output_tokens == 0 for seq in engine.scheduler.running):
+        engine.step()
+    step_s, forward_s = [], []
+    while engine.has_work():
+        start = time.perf_counter()
+        engine.step()
+        step_s.append(time.perf_counter() - start)
+        forward_s.append(engine.last_forward_s)
+    return step_s, forward_s
+
+
 def single_stream(output_tokens: int, blas_threads: int, runtime: str = "numpy") -> dict:
     from native_engine.llm_engine import EngineConfig, LLMEngine
     from native_engine.blas import measure_read_bandwidth_gbs, set_blas_threads
@@ -68,15 +82,7 @@ def single_stream(output_tokens: int, blas_threads: int, runtime: str = "numpy")
     for i in range(64):
         engine.add_request(f"b{i}", engine.tokenizer.encode(text_of(20, i)),
                            SamplingParams(max_tokens=16, temperature=0.8, top_p=0.95, seed=i, ignore_eos=True))
-    engine.step()
-    while engine.scheduler.waiting or any(seq.num_output_tokens == 0 for seq in engine.scheduler.running):
-        engine.step()                                    # prefill all 64 first
-    batch_step_s, batch_forward_s = [], []
-    while engine.has_work():
-        start = time.perf_counter()
-        engine.step()
-        batch_step_s.append(time.perf_counter() - start)
-        batch_forward_s.append(engine.last_forward_s)
+    batch_step_s, batch_forward_s = decode_step_times(engine)
     bandwidth_gbs = measure_read_bandwidth_gbs(engine.runner.weight_bytes)
     decode_tok_s = len(step_s) / sum(step_s)
     roofline_tok_s = bandwidth_gbs * 1e9 / float(np.mean(bytes_read))

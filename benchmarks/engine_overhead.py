@@ -74,6 +74,7 @@ def uptime() -> str:
 # ---- in process (a child per tree, so each imports its own native_engine) ----------------------
 def in_process(runtime: str, streams: dict[int, int], threads: int) -> dict:
     """streams: output tokens per stream at each number of streams."""
+    from engine import decode_step_times   # benchmarks/engine.py, beside this file
     from native_engine.llm_engine import EngineConfig, LLMEngine
     from native_engine.sequence import SamplingParams
 
@@ -85,14 +86,7 @@ def in_process(runtime: str, streams: dict[int, int], threads: int) -> dict:
         params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
         for i in range(n):
             engine.add_request(f"s{n}-{i}", PROMPT_IDS[:-1] + [100 + i], params)
-        while engine.scheduler.waiting or any(s.num_output_tokens == 0 for s in engine.scheduler.running):
-            engine.step()                      # prefill every stream first
-        step_s, forward_s = [], []
-        while engine.has_work():
-            start = time.perf_counter()
-            engine.step()
-            step_s.append(time.perf_counter() - start)
-            forward_s.append(engine.last_forward_s)
+        step_s, forward_s = decode_step_times(engine)
         step_s, forward_s = step_s[:-1], forward_s[:-1]   # the last step finishes every request: not typical
         out[f"streams_{n}"] = {"forward_ms": ms(statistics.median(forward_s)),
                                "overhead_ms": ms(statistics.median(np.subtract(step_s, forward_s)))}
