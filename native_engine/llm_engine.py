@@ -455,8 +455,8 @@ class LLMEngine:
                     cut, stop_reason = min(hits)
                     seq.text = seq.text[:cut]
                     finish_reason = "stop"
-        num_tokens = len(seq.token_ids)
-        if finish_reason is None and (num_tokens - seq.num_prompt_tokens >= p.max_tokens or num_tokens >= self.max_model_len):
+        num_output_tokens = seq.num_output_tokens
+        if finish_reason is None and (num_output_tokens >= p.max_tokens or seq.num_tokens >= self.max_model_len):
             finish_reason = "length"
         finished = finish_reason is not None
         if finished and seq.export_kv_to is not None:
@@ -474,7 +474,7 @@ class LLMEngine:
             self._seqs.pop(seq.request_id, None)
             self.metrics.record_finished(seq, now)
         return RequestOutput(seq.request_id, [token_id], new_text, finished, finish_reason, stop_reason,
-                             seq.num_prompt_tokens, num_tokens - seq.num_prompt_tokens, seq.num_cached_tokens,
+                             seq.num_prompt_tokens, num_output_tokens, seq.num_cached_tokens,
                              request_timings(seq) if finished else None)
 
     # ---- synchronous use ------------------------------------------------------------------
