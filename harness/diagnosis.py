@@ -213,10 +213,10 @@ def prefix_cache_miss(run: Run) -> Finding | None:
         hit = sum(t["cache_n"] for t in timed) / max(sum(t["cache_n"] + t.get("prompt_n", 0) for t in timed), 1)
         source = "the engine's per-request cache_n"
     else:
-        rates = run.window_values("bench:prefix_cache_hit_rate")
-        if not rates:
+        window = run.summary.get("prefix_cache")
+        if not window:
             return None
-        hit, source = rates[-1], "the engine's prefix_cache_hit_rate"
+        hit, source = window["hit_rate"], "the engine's prefix-cache counters over the window"
     if hit >= PREFIX_HIT_FRACTION_OF_EXPECTED * expected:
         return None
     return Finding("prefix_cache_miss", "warning",

@@ -9,8 +9,9 @@ Per request, where the engine reports its own account on the stream's last chunk
   Ollama         prompt_eval_s (prefill), eval_s (decode); queue derived the same way
 Per run otherwise, from the engine's histograms in server_metrics.csv, as sum/count deltas over
 the measured window (the mean per request): vLLM, TensorRT-LLM and native
-request_{queue,prefill,decode}_time_seconds; SGLang queue_time_seconds, prefill = its TTFT
-minus queue, decode = its e2e minus TTFT.
+request_{queue,prefill,decode}_time_seconds; SGLang queue_time_seconds, prefill from
+per_stage_req_latency_seconds{stage="prefill_forward"} where its server has it (else its TTFT minus queue),
+decode = its e2e minus TTFT.
 
 `ttft_share` splits the client's mean TTFT into the mean of each part; `other` is what no part
 explains (tokenization, HTTP framing, the first chunk's trip back), never below zero.
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.metrics import request_latency
-from harness.server_metrics import read_schema
+from harness.server_metrics import read_schema, window_delta
 
 ENGINE_PHASES = ("queue", "prefill", "decode")
 CLIENT_PARTS = ("client_lag", "concurrency_wait", "connect_send")
@@ -63,14 +64,7 @@ def histogram_means(server_metrics_csv: Path, start_s: float, end_s: float) -> d
     series = read_schema(server_metrics_csv)
 
     def delta(name: str) -> float | None:
-        points = series.get(name)
-        if not points:
-            return None
-        before = [v for t, v in points if t <= start_s]
-        after = [v for t, v in points if t >= end_s]
-        first = before[-1] if before else points[0][1]
-        last = after[0] if after else points[-1][1]
-        return last - first
+        return window_delta(series.get(name), start_s, end_s)
 
     means = {}
     for hist in ("queue_s", "prefill_s", "decode_s", "ttft_s", "e2e_s"):
@@ -116,7 +110,7 @@ def phases(records, server_metrics_csv: Path | None = None, scrape_offset_s: flo
         end = max(r.end_s for r in done) + scrape_offset_s
         means = histogram_means(server_metrics_csv, start, end) if server_metrics_csv and Path(
             server_metrics_csv).is_file() else {}
-        if "prefill" not in means and "ttft" in means and "queue" in means:  # SGLang
+        if "prefill" not in means and "ttft" in means and "queue" in means:  # SGLang without per-stage latency
             means["prefill"] = max(means["ttft"] - means["queue"], 0.0)
         if "decode" not in means and "e2e" in means and "ttft" in means:
             means["decode"] = max(means["e2e"] - means["ttft"], 0.0)

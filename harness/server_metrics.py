@@ -4,17 +4,23 @@ Columns `t_s,name,value,labels`: t_s in seconds from the run's t0 (the clock of 
 stamped when the page arrived. Each scrape writes the engine's samples under their own names
 (process_/python_/http_ noise and `_created` left out), then the same state in one schema
 under `bench:` names, whatever the engine calls it:
-  running, waiting                 requests in the batch / queued (vLLM also waiting_capacity, waiting_deferred)
+  running, waiting                 requests in the batch / queued (vLLM also waiting_capacity, waiting_deferred;
+                                   SGLang's waiting adds its grammar queue and the disaggregation queues)
   kv_usage_fraction                0-1 of the KV cache in use
-  prefix_cache_hit_rate            0-1; vLLM-style engines: hits/queries since start; llama.cpp:
-                                   cached / (cached + computed) prompt tokens since start
+  prefix_cache_hits, prefix_cache_queries
+                                   prompt tokens served from the prefix cache / looked up in it (counters); the
+                                   same pair on every engine (PREFIX_CACHE), so a window's hit rate is
+                                   delta(hits) / delta(queries) everywhere (window_hit_rate)
+  prefix_cache_hit_rate            0-1, hits / queries since the engine started (never a last-batch gauge)
   preemptions, prompt_tokens, cached_prompt_tokens, generation_tokens, spec_draft_tokens,
   spec_accepted_tokens, spec_drafts (counters); spec_accept_rate, spec_accept_length (SGLang gauges)
-  read_bytes, flops                the engine's estimates (counters) where it offers them
+  read_bytes, write_bytes, flops   the engine's estimates (counters) where it offers them; per GPU for vLLM and SGLang
   jump_forward_tokens              output tokens a grammar forced, appended without sampling (counter)
   ttft_s_*, itl_s_*, tpot_s_*, e2e_s_*, queue_s_*, prefill_s_*, decode_s_*
                                    engine-side histograms (_bucket with le, _sum, _count)
-Values are summed over label sets (one per model or GPU), except fractions, which are averaged.
+Label sets (one per model, engine or GPU rank) combine by one rule, combine_label_sets(), which
+harness/telemetry/engine_bytes.py uses too: totals add up; fractions and what the engine already gives
+per GPU (`*_per_gpu_total`) are averaged, so they stay a fraction and a per-GPU figure.
 Behind a router, each replica's page is scraped too and its rows, raw and `bench:`, carry a
 `replica="<id>"` label (the router's own rows are its `native_router:` ones). The replicas are
 backend.replica_metrics where the scenario names them (any engine behind any router), else those the
@@ -35,10 +41,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from backends.http import request
 
-# Names as each engine's current source defines them (checked 2026-11):
-#   vLLM          vllm/v1/metrics/loggers.py (PrometheusStatLogger), prefix `vllm:`
-#   SGLang        python/sglang/srt/metrics/collector.py (SchedulerMetricsCollector,
-#                 TokenizerMetricsCollector), prefix `sglang:`
+# Names as each engine's current source defines them (checked 2026-12):
+#   vLLM          vllm/v1/metrics/loggers.py (PrometheusStatLogger), vllm/v1/metrics/perf.py (PerfMetricsProm:
+#                 estimated_*_per_gpu_total, one label set per engine), prefix `vllm:`
+#   SGLang        python/sglang/srt/observability/metrics_collector.py (SchedulerMetricsCollector,
+#                 TokenizerMetricsCollector; stage names in observability/req_time_stats.py), prefix `sglang:`
 #   TensorRT-LLM  tensorrt_llm/metrics/collector.py (MetricsCollector), prefix `trtllm_` only
 #   llama.cpp     tools/server/server-context.cpp (handle_metrics), prefix `llamacpp:`
 #   native        native_engine/metrics.py: vLLM's names under `native:`; its router (native_engine/router.py)
@@ -49,19 +56,24 @@ SCHEMA = {  # engine's name without its prefix -> schema name
     # llama.cpp: requests_{processing,deferred}
     "num_requests_running": "running", "num_running_reqs": "running", "requests_processing": "running",
     "num_requests_waiting": "waiting", "num_queue_reqs": "waiting", "requests_deferred": "waiting",
+    # SGLang keeps requests out of num_queue_reqs while their grammar compiles (num_grammar_queue_reqs) and, with
+    # prefill/decode disaggregation, while they wait for a bootstrap (prefill prealloc), for decode memory (decode
+    # prealloc) or for their KV cache to arrive (decode transfer): all of them wait. The prefill side's inflight
+    # queue is not: its prefill is done and the decode side's transfer queue counts it again.
+    "num_grammar_queue_reqs": "waiting", "num_prefill_prealloc_queue_reqs": "waiting",
+    "num_decode_prealloc_queue_reqs": "waiting", "num_decode_transfer_queue_reqs": "waiting",
     # vLLM v1: kv_cache_usage_perc (gpu_cache_usage_perc is gone); SGLang: token_usage;
     # TensorRT-LLM: kv_cache_utilization (needs enable_iter_perf_stats); llama.cpp: none any more
     "kv_cache_usage_perc": "kv_usage_fraction", "token_usage": "kv_usage_fraction",
     "kv_cache_utilization": "kv_usage_fraction",
-    # SGLang: cache_hit_rate; TensorRT-LLM: kv_cache_hit_rate; vLLM and llama.cpp: from counters below
-    "cache_hit_rate": "prefix_cache_hit_rate", "kv_cache_hit_rate": "prefix_cache_hit_rate",
     # vLLM: num_preemptions_total; SGLang: num_retracted_requests_total (a counter; the old gauge
     # num_retracted_reqs is a per-interval value, not a total)
     "num_preemptions_total": "preemptions", "num_retracted_requests_total": "preemptions",
     "prompt_tokens_total": "prompt_tokens",
     "generation_tokens_total": "generation_tokens", "tokens_predicted_total": "generation_tokens",
     # prompt tokens served from the prefix cache: vLLM and llama.cpp prompt_tokens_cached_total,
-    # SGLang cached_tokens_total, TensorRT-LLM prompt_cached_tokens_total
+    # SGLang cached_tokens_total (one label set per cache_source: device, host, storage_<backend>),
+    # TensorRT-LLM prompt_cached_tokens_total
     "prompt_tokens_cached_total": "cached_prompt_tokens", "cached_tokens_total": "cached_prompt_tokens",
     "prompt_cached_tokens_total": "cached_prompt_tokens",
     # speculative decoding: vLLM and llama.cpp spec_decode_num_{draft,accepted}_tokens_total,
@@ -70,23 +82,41 @@ SCHEMA = {  # engine's name without its prefix -> schema name
     "spec_decode_num_accepted_tokens_total": "spec_accepted_tokens",
     "spec_decode_num_drafts_total": "spec_drafts",
     "spec_accept_rate": "spec_accept_rate", "spec_accept_length": "spec_accept_length",
+    # vLLM and SGLang (--enable-mfu-metrics): estimated_{read,write}_bytes_per_gpu_total, estimated_flops_per_gpu_total;
+    # native: weight_bytes_read_total + kv_bytes_read_total, flops_total
     "estimated_read_bytes_per_gpu_total": "read_bytes", "weight_bytes_read_total": "read_bytes",
-    "kv_bytes_read_total": "read_bytes", "estimated_flops_per_gpu_total": "flops",
-    "flops_total": "flops",
+    "kv_bytes_read_total": "read_bytes", "estimated_write_bytes_per_gpu_total": "write_bytes",
+    "estimated_flops_per_gpu_total": "flops", "flops_total": "flops",
     "jump_forward_tokens_total": "jump_forward_tokens",
 }
 # vLLM's num_requests_waiting_by_reason{reason=capacity|deferred}: one schema row per reason
 BY_REASON = {"num_requests_waiting_by_reason": "waiting"}
+# The prefix cache in tokens, (hit counters, query counters) by engine prefix, each counted since the engine
+# started. SGLang's cache_hit_rate and TensorRT-LLM's kv_cache_hit_rate gauges describe the last batch only
+# (SchedulerStats.cache_hit_rate is set per prefill batch), so they stay raw rows and the rate comes from these.
+PREFIX_CACHE = {
+    "vllm:": (("prefix_cache_hits_total",), ("prefix_cache_queries_total",)),
+    "native:": (("prefix_cache_hits_total",), ("prefix_cache_queries_total",)),
+    # SGLang and TensorRT-LLM count every prompt token in prompt_tokens_total, the cached ones included
+    "sglang:": (("cached_tokens_total",), ("prompt_tokens_total",)),
+    "trtllm_": (("prompt_cached_tokens_total",), ("prompt_tokens_total",)),
+    # llama.cpp's prompt_tokens_total excludes the cached tokens ("excluding cached tokens")
+    "llamacpp:": (("prompt_tokens_cached_total",), ("prompt_tokens_cached_total", "prompt_tokens_total")),
+}
 HISTOGRAMS = {
     "time_to_first_token_seconds": "ttft_s", "inter_token_latency_seconds": "itl_s",
     # vLLM v1: request_time_per_output_token_seconds; TensorRT-LLM still time_per_output_token_seconds
     "time_per_output_token_seconds": "tpot_s", "request_time_per_output_token_seconds": "tpot_s",
     "e2e_request_latency_seconds": "e2e_s",
     # the phases (docs/metrics.md): vLLM, TensorRT-LLM and native request_{queue,prefill,decode}_time_seconds;
-    # SGLang only queue_time_seconds (its prefill is TTFT minus queue, see harness/phases.py)
+    # SGLang queue_time_seconds, and its prefill in per_stage_req_latency_seconds (STAGES)
     "request_queue_time_seconds": "queue_s", "queue_time_seconds": "queue_s",
     "request_prefill_time_seconds": "prefill_s", "request_decode_time_seconds": "decode_s",
 }
+# SGLang's per_stage_req_latency_seconds{stage}: prefill_forward is observed once per request, from its
+# first forward to the end of its prefill (SchedulerReqTimeStats.set_prefill_finished_time)
+STAGE_HISTOGRAM = "per_stage_req_latency_seconds"
+STAGES = {"prefill_forward": "prefill_s"}
 FRACTIONS = {"kv_usage_fraction", "prefix_cache_hit_rate", "spec_accept_rate", "spec_accept_length"}
 COLUMNS = ("t_s", "name", "value", "labels")
 
@@ -140,14 +170,51 @@ def speculative_summary(first: dict[str, float], last: dict[str, float]) -> dict
 Rows = list[tuple[str, float, str]]
 
 
+def combine_label_sets(name: str, values: list[float]) -> float:
+    """One value from the label sets (models, engines, GPU ranks, cache sources) of one engine metric: what the
+    engine gives per GPU (`*_per_gpu_total`) or as a fraction is averaged, so it stays per GPU or a fraction;
+    counts and totals add up. harness/telemetry/engine_bytes.py combines its counters by this rule too."""
+    key = engine_key(name) or name
+    averaged = "_per_gpu" in key or SCHEMA.get(key) in FRACTIONS
+    return sum(values) / len(values) if averaged else sum(values)
+
+
+def _histogram_row(key: str, labels: dict) -> tuple[str, str] | None:
+    """(schema histogram name with its _bucket/_sum/_count suffix, engine metric name) for a histogram sample."""
+    if key.startswith(STAGE_HISTOGRAM):   # SGLang's per-stage latencies: only the stages that are a phase
+        stage = STAGES.get(labels.get("stage", ""))
+        return (stage + key[len(STAGE_HISTOGRAM):], key + "/" + labels["stage"]) if stage else None
+    for engine_name, schema_name in HISTOGRAMS.items():
+        suffix = key[len(engine_name):] if key.startswith(engine_name) else None
+        if suffix in ("_bucket", "_sum", "_count"):
+            return schema_name + suffix, key
+    return None
+
+
+def prefix_cache_counters(values_by_name: dict[str, list[float]]) -> dict[str, float]:
+    """{prefix_cache_hits, prefix_cache_queries[, prefix_cache_hit_rate]} in tokens since the engine started,
+    from the PREFIX_CACHE counters of whichever engine wrote the page; {} when it has none."""
+    for prefix, (hit_names, query_names) in PREFIX_CACHE.items():
+        def total(names):
+            return sum(combine_label_sets(prefix + n, values_by_name[prefix + n])
+                       for n in names if prefix + n in values_by_name)
+        if any(prefix + n in values_by_name for n in query_names):
+            # SGLang creates cached_tokens_total's label set at the first cached token: absent means none yet
+            out = {"prefix_cache_hits": total(hit_names), "prefix_cache_queries": total(query_names)}
+            if out["prefix_cache_queries"] > 0:
+                out["prefix_cache_hit_rate"] = out["prefix_cache_hits"] / out["prefix_cache_queries"]
+            return out
+    return {}
+
+
 def parse_page(text: str, extra: dict | None = None) -> tuple[Rows, Rows]:
     """(raw rows, schema rows), each (name, value, labels) from one Prometheus text page; `extra`
     labels (a replica's id) are added to every row."""
     extra = extra or {}
     own = format_labels(extra)   # the labels of a schema row ("" but for a replica's page)
     raw: list[tuple[str, float, str]] = []
-    sums: dict[tuple[str, str], list[float]] = {}
-    hits = queries = llama_cached = llama_computed = 0.0
+    per_metric: dict[tuple[str, str, str], list[float]] = {}  # (schema name, labels, engine metric) -> label sets
+    values_by_name: dict[str, list[float]] = {}
     # the parser calls a counter's sample <family>_total even where the page writes it without (llama.cpp's
     # llamacpp:n_tokens_max): the raw rows keep the name the engine wrote
     written = {line.split("{", 1)[0].split(" ", 1)[0] for line in text.splitlines() if line[:1] not in ("", "#")}
@@ -158,33 +225,26 @@ def parse_page(text: str, extra: dict | None = None) -> tuple[Rows, Rows]:
             if key is None or name.endswith("_created"):
                 continue
             raw.append((name, sample.value, format_labels({**sample.labels, **extra})))
+            values_by_name.setdefault(name, []).append(sample.value)
             if key in SCHEMA:
-                sums.setdefault((f"bench:{SCHEMA[key]}", own), []).append(sample.value)
+                per_metric.setdefault((SCHEMA[key], own, name), []).append(sample.value)
             elif key in BY_REASON and "reason" in sample.labels:
-                sums.setdefault((f"bench:{BY_REASON[key]}_{sample.labels['reason']}", own), []).append(sample.value)
-            if key == "prefix_cache_hits_total":  # vLLM, native: tokens
-                hits += sample.value
-            elif key == "prefix_cache_queries_total":
-                queries += sample.value
-            elif sample.name == "llamacpp:prompt_tokens_cached_total":
-                # llama.cpp: prompt_tokens_total excludes cached tokens ("excluding cached tokens")
-                llama_cached += sample.value
-            elif sample.name == "llamacpp:prompt_tokens_total":
-                llama_computed += sample.value
-            for engine_name, schema_name in HISTOGRAMS.items():
-                suffix = key[len(engine_name):] if key.startswith(engine_name) else None
-                if suffix in ("_bucket", "_sum", "_count"):
-                    le = format_labels({"le": sample.labels["le"], **extra} if suffix == "_bucket" else extra)
-                    sums.setdefault((f"bench:{schema_name}{suffix}", le), []).append(sample.value)
-    if ("bench:prefix_cache_hit_rate", own) not in sums:
-        if queries > 0:
-            sums[("bench:prefix_cache_hit_rate", own)] = [hits / queries]
-        elif llama_cached + llama_computed > 0:
-            sums[("bench:prefix_cache_hit_rate", own)] = [llama_cached / (llama_cached + llama_computed)]
+                per_metric.setdefault((f"{BY_REASON[key]}_{sample.labels['reason']}", own, name), []).append(
+                    sample.value)
+            histogram = _histogram_row(key, sample.labels)
+            if histogram:
+                row_name, metric = histogram
+                labels = format_labels({"le": sample.labels["le"], **extra} if row_name.endswith("_bucket") else extra)
+                per_metric.setdefault((row_name, labels, metric), []).append(sample.value)
+    combined: dict[tuple[str, str], list[float]] = {}
+    for (schema_name, labels, metric), values in per_metric.items():
+        combined.setdefault((schema_name, labels), []).append(combine_label_sets(metric, values))
+    for schema_name, value in prefix_cache_counters(values_by_name).items():
+        combined[(schema_name, own)] = [value]
     schema = []
-    for (name, labels), values in sums.items():
-        fraction = name.removeprefix("bench:") in FRACTIONS
-        schema.append((name, sum(values) / len(values) if fraction else sum(values), labels))
+    for (schema_name, labels), values in combined.items():   # several engine metrics of one schema name add up
+        fraction = schema_name in FRACTIONS
+        schema.append((f"bench:{schema_name}", sum(values) / len(values) if fraction else sum(values), labels))
     return raw, schema
 
 
@@ -196,6 +256,29 @@ def read_schema(path: str | Path) -> dict[str, list[tuple[float, float]]]:
             if row["name"].startswith("bench:") and not row["labels"]:
                 series.setdefault(row["name"], []).append((float(row["t_s"]), float(row["value"])))
     return series
+
+
+def window_delta(points: list[tuple[float, float]] | None, start_s: float, end_s: float) -> float | None:
+    """How much a counter grew over [start_s, end_s]: from the last scrape at or before the start (else the
+    first) to the first at or after the end (else the last). None when it was never scraped."""
+    if not points:
+        return None
+    before = [v for t, v in points if t <= start_s]
+    after = [v for t, v in points if t >= end_s]
+    first = before[-1] if before else points[0][1]
+    last = after[0] if after else points[-1][1]
+    return last - first
+
+
+def window_hit_rate(series: dict, start_s: float, end_s: float) -> dict | None:
+    """The prefix cache over the measured window, from read_schema() series: delta(hits) / delta(queries) of
+    the bench:prefix_cache_* counters, the same on every engine. None without counters or lookups."""
+    hits = window_delta(series.get("bench:prefix_cache_hits"), start_s, end_s)
+    queries = window_delta(series.get("bench:prefix_cache_queries"), start_s, end_s)
+    if hits is None or not queries:
+        return None
+    return {"hit_rate": hits / queries, "hit_tokens": hits, "queried_tokens": queries,
+            "source": "engine counters, delta over the measured window"}
 
 
 class ServerMetricsScraper(threading.Thread):

@@ -44,11 +44,11 @@ def schema_rows(out: Path) -> dict[str, float]:
 @pytest.mark.parametrize("kind, api, body_check, schema", [
     ("sglang", "native", lambda b: b["sampling_params"] == {"max_new_tokens": 8, "ignore_eos": True,
                                                             "min_new_tokens": 8},
-     {"bench:running": 3.0, "bench:waiting": 1.0, "bench:kv_usage_fraction": 0.25,
-      "bench:prefix_cache_hit_rate": 0.5, "bench:read_bytes": 8e9}),
+     {"bench:running": 3.0, "bench:waiting": 3.0, "bench:kv_usage_fraction": 0.25,  # waiting: 1 queued + 2 grammar
+      "bench:prefix_cache_hit_rate": 64 / 170, "bench:read_bytes": 8e9}),  # cached / prompt tokens, not the gauge
     ("sglang", "completions", lambda b: b["ignore_eos"] and b["min_tokens"] == 8, {"bench:generation_tokens": 80.0}),
     ("trtllm", "chat", lambda b: b["ignore_eos"] and b["messages"][0]["role"] == "user",
-     {"bench:kv_usage_fraction": 0.125, "bench:prefix_cache_hit_rate": 0.25, "bench:ttft_s_count": 10.0}),
+     {"bench:kv_usage_fraction": 0.125, "bench:prefix_cache_hit_rate": 32 / 170, "bench:ttft_s_count": 10.0}),
     ("vllm", "completions", lambda b: b["ignore_eos"] and b["min_tokens"] == 8,
      {"bench:generation_tokens": 56.0, "bench:itl_s_count": 53.0}),
     ("llamacpp", "chat", lambda b: b["ignore_eos"] and "min_tokens" not in b, {"bench:generation_tokens": 1468.0}),

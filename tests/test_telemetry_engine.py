@@ -12,7 +12,7 @@ import pytest
 from harness.launcher import free_port
 from harness.telemetry import TelemetryConfig, TelemetryRecorder
 from harness.telemetry.dcgm import DcgmScraper, parse_dcgm_exporter
-from harness.telemetry.engine_bytes import EngineBytesPoller, per_engine_means
+from harness.telemetry.engine_bytes import EngineBytesPoller, engine_counters
 from harness.telemetry.timeline import Unavailable, read_telemetry_csv
 from native_engine.tiny_gguf import write_tiny_llama_gguf
 
@@ -114,7 +114,7 @@ def test_vllm_and_sglang_counters_are_per_gpu_means_with_flops(page):
     assert rows["write_bytes_total"] == 1.0e9
     sglang = EngineBytesPoller(page(VLLM_PAGE.replace("vllm:", "sglang:")).url)
     assert {n: v for _, n, v in sglang.sample(0)}["read_bytes_total"] == 2.0e11 and sglang.family == "sglang"
-    assert per_engine_means(VLLM_PAGE, {"vllm:estimated_flops_per_gpu_total"}) == {"vllm:estimated_flops_per_gpu_total": 5e12}
+    assert engine_counters(VLLM_PAGE, {"vllm:estimated_flops_per_gpu_total"}) == {"vllm:estimated_flops_per_gpu_total": 5e12}
 
 
 def test_engines_without_bytes_counters_are_unavailable_with_a_reason(page):
@@ -213,7 +213,7 @@ async def test_recorder_sees_the_native_engine_work(tmp_path):
     assert min(v for t, v in cpu if t < start_s) < 20  # and before the load it idled
     assert any(v > 0 for t, v in util if start_s <= t <= end_s) and all(v == 0 for t, v in util if t < start_s)
     # The timeline's last reading of the engine's counters is the engine's final count.
-    counted = per_engine_means(final_page, {"native:weight_bytes_read_total", "native:kv_bytes_read_total"})
+    counted = engine_counters(final_page, {"native:weight_bytes_read_total", "native:kv_bytes_read_total"})
     last_total = [v for t, s, n, v in rows if (s, n) == ("engine_metrics", "read_bytes_total")][-1]
     assert last_total == pytest.approx(sum(counted.values())) and last_total > 0
 

@@ -5,8 +5,11 @@ utilisation (MBU) without hardware counters: bytes read per second / the memory'
 (reads only: decode is dominated by them, and the native engine counts nothing else).
   native engine  native:weight_bytes_read_total + native:kv_bytes_read_total, native:flops_total  (CPU: host ceiling)
   vLLM, SGLang   <prefix>:estimated_{read,write}_bytes_per_gpu_total, <prefix>:estimated_flops_per_gpu_total
-                 per GPU, averaged over label sets (one per engine); only with --enable-mfu-metrics,
-                 and vLLM's CPU backend leaves them at 0 (then they count as not sampled)
+                 per GPU (vllm/v1/metrics/perf.py PerfMetricsProm, one label set per engine; SGLang's
+                 python/sglang/srt/observability/metrics_collector.py, one per TP rank); only with
+                 --enable-mfu-metrics, and vLLM's CPU backend leaves them at 0 (then they count as not sampled)
+Label sets combine as in the run's server_metrics.csv (harness.server_metrics.combine_label_sets): the
+per-GPU counters are averaged, so the rate is one GPU's and MBU divides it by one GPU's ceiling.
 During `bench run` the pages come from the run's /metrics scraper (server_metrics.py), so the
 engine is asked once per interval; standalone, the poller fetches them itself.
 Series (source `engine_metrics`): each counter under its own name, plus read_bytes_total,
@@ -20,6 +23,7 @@ import urllib.error
 from prometheus_client.parser import text_string_to_metric_families
 
 from backends.base import http_get
+from harness.server_metrics import combine_label_sets
 from harness.telemetry.timeline import Unavailable
 
 # family -> {what: counters summed into it}
@@ -33,14 +37,14 @@ ENGINE_COUNTERS = {
 WANTED = {name for family in ENGINE_COUNTERS.values() for names in family.values() for name in names}
 
 
-def per_engine_means(text: str, names: set[str]) -> dict[str, float]:
-    """{sample name: value} for the wanted names, averaged over label sets (one per engine/GPU)."""
+def engine_counters(text: str, names: set[str]) -> dict[str, float]:
+    """{sample name: value} for the wanted names, their label sets combined by combine_label_sets."""
     found: dict[str, list[float]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name in names:
                 found.setdefault(sample.name, []).append(sample.value)
-    return {name: sum(values) / len(values) for name, values in found.items()}
+    return {name: combine_label_sets(name, values) for name, values in found.items()}
 
 
 class EngineBytesPoller:
@@ -63,7 +67,7 @@ class EngineBytesPoller:
 
     def ingest(self, now_ns: int, text: str) -> list[tuple[str, str, float]]:
         """Rows from one /metrics page fetched at now_ns (by sample(), or by the run's scraper)."""
-        values = per_engine_means(text, WANTED)
+        values = engine_counters(text, WANTED)
         self.family = next((family for family, counters in ENGINE_COUNTERS.items()
                             if any(name in values for name in counters["read_bytes"])), None)
         if self.family is None:
