@@ -194,13 +194,14 @@ def _histogram_row(key: str, labels: dict) -> tuple[str, str] | None:
 def prefix_cache_counters(values_by_name: dict[str, list[float]]) -> dict[str, float]:
     """{prefix_cache_hits, prefix_cache_queries[, prefix_cache_hit_rate]} in tokens since the engine started,
     from the PREFIX_CACHE counters of whichever engine wrote the page; {} when it has none."""
+    def total(names: list[str]) -> float:
+        return sum(combine_label_sets(n, values_by_name[n]) for n in names if n in values_by_name)
+
     for prefix, (hit_names, query_names) in PREFIX_CACHE.items():
-        def total(names):
-            return sum(combine_label_sets(prefix + n, values_by_name[prefix + n])
-                       for n in names if prefix + n in values_by_name)
-        if any(prefix + n in values_by_name for n in query_names):
+        hits, queries = [prefix + n for n in hit_names], [prefix + n for n in query_names]
+        if any(n in values_by_name for n in queries):
             # SGLang creates cached_tokens_total's label set at the first cached token: absent means none yet
-            out = {"prefix_cache_hits": total(hit_names), "prefix_cache_queries": total(query_names)}
+            out = {"prefix_cache_hits": total(hits), "prefix_cache_queries": total(queries)}
             if out["prefix_cache_queries"] > 0:
                 out["prefix_cache_hit_rate"] = out["prefix_cache_hits"] / out["prefix_cache_queries"]
             return out

@@ -141,6 +141,18 @@ def test_prefix_cache_miss_on_a_shared_prefix_workload():
     assert "prefix_cache_miss" not in rules(run({}, records(0), scenario={"workload": {"kind": "random"}}))
 
 
+def test_prefix_cache_miss_from_the_window_counters_where_records_carry_no_cache_count():
+    scenario = {"workload": {"kind": "shared_prefix", "prefix_tokens": 512, "input_tokens": {"mean": 64}}}
+    plain = [rec(i, i * 0.2, 0.3) for i in range(4)]
+    window = {"hit_rate": 0.2, "hit_tokens": 460, "queried_tokens": 2304}   # harness.server_metrics.window_hit_rate
+    found = rules(run({"prefix_cache": window}, plain, scenario=scenario))["prefix_cache_miss"]
+    assert found["evidence"]["hit_fraction"] == 0.2 and "counters over the window" in found["evidence"]["source"]
+    assert "prefix_cache_miss" not in rules(run({"prefix_cache": {**window, "hit_rate": 0.8}}, plain, scenario=scenario))
+    # the per-scrape rate since the engine started is not read: a low one alone finds nothing
+    since_start = {"bench:prefix_cache_hit_rate": [(0.1, 0.0), (0.5, 0.0)]}
+    assert "prefix_cache_miss" not in rules(run({}, plain, since_start, scenario=scenario))
+
+
 def test_client_bound_by_its_share_of_ttft():
     summary = {"phases_ms": {"ttft_share": {"client_lag": 0.3, "connect_send": 0.05}},
                "client_bound_reasons": ["send lag p99 40.0 ms > 5.0 ms"]}

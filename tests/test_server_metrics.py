@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.server_metrics import ServerMetricsScraper, parse_page
+from harness.explain import explain
+from harness.phases import histogram_means
+from harness.results import RequestRecord
+from harness.server_metrics import ServerMetricsScraper, parse_page, read_schema, window_hit_rate
+from harness.telemetry.engine_bytes import engine_counters
 
 FIXTURES = Path(__file__).parent / "fixtures" / "engines"
 
@@ -125,3 +129,90 @@ def test_named_replica_pages_are_scraped_even_where_the_router_has_no_page(page_
     with open(tmp_path / "r.csv") as f:
         labels = {r["labels"] for r in csv.DictReader(f) if r["name"] == "bench:running"}
     assert labels == {'replica="a"', 'replica="b"'}
+
+
+class _TwoPages(BaseHTTPRequestHandler):
+    """SGLang's page at the start of the window for the first scrape, the page at its end for every later one."""
+    pages: tuple[bytes, bytes] = (b"", b"")
+    served = 0
+
+    def do_GET(self):
+        body = self.pages[min(type(self).served, 1)]
+        type(self).served += 1
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def scrape_sglang_window(tmp_path) -> Path:
+    _TwoPages.pages = tuple((FIXTURES / f"sglang_metrics_window_{when}.txt").read_bytes() for when in ("start", "end"))
+    _TwoPages.served = 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _TwoPages)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        scraper = ServerMetricsScraper(f"http://127.0.0.1:{server.server_address[1]}/metrics",
+                                       time.perf_counter_ns(), tmp_path / "server_metrics.csv", interval_s=0.05)
+        scraper.begin()
+        while scraper.scrapes < 3:
+            time.sleep(0.02)
+        assert scraper.stop()["sampled"]
+    finally:
+        server.shutdown()
+    return tmp_path / "server_metrics.csv"
+
+
+def test_sglang_window_hit_rate_is_the_counters_delta_not_the_last_batch_gauge(tmp_path):
+    csv_path = scrape_sglang_window(tmp_path)
+    series = read_schema(csv_path)
+    start_s, end_s = series["bench:running"][0][0], series["bench:running"][-1][0]
+    with open(csv_path) as f:
+        gauge = [float(r["value"]) for r in csv.DictReader(f) if r["name"] == "sglang:cache_hit_rate"]
+    assert gauge[0] == 0.1 and gauge[-1] == 0.9   # SGLang's own figure: the last prefill batch only
+    # cached (device + host) over prompt tokens: (560 + 40 - 200) / (1800 - 1000) over the window ...
+    window = window_hit_rate(series, start_s, end_s)
+    assert window["hit_rate"] == pytest.approx(0.5) and window["queried_tokens"] == 800
+    # ... and 600 / 1800 since the engine started, which is what the per-scrape rate says
+    assert series["bench:prefix_cache_hit_rate"][-1][1] == pytest.approx(1 / 3)
+
+
+def test_sglang_prefill_phase_from_per_stage_latency_and_waiting_with_the_grammar_queue(tmp_path):
+    csv_path = scrape_sglang_window(tmp_path)
+    series = read_schema(csv_path)
+    start_s, end_s = series["bench:running"][0][0], series["bench:running"][-1][0]
+    # prefill_forward: 10 more requests, 3.0 s more (decode_loop's 600 steps and request_process are not phases)
+    assert histogram_means(csv_path, start_s, end_s) == pytest.approx({"queue": 150.0, "prefill": 300.0})
+    assert series["bench:waiting"][-1][1] == 5   # 2 in the waiting queue + 3 compiling their grammar
+
+
+def test_sglang_waiting_counts_the_disaggregation_queues_but_not_inflight_transfers():
+    labels = '{engine_type="prefill",model_name="m",tp_rank="0"}'
+    queues = {"num_queue_reqs": 1, "num_grammar_queue_reqs": 2, "num_prefill_prealloc_queue_reqs": 3,
+              "num_prefill_inflight_queue_reqs": 4, "num_decode_prealloc_queue_reqs": 5,
+              "num_decode_transfer_queue_reqs": 6}
+    s = schema("".join(f"sglang:{name}{labels} {n}\n" for name, n in queues.items()))
+    assert s["bench:waiting"] == 1 + 2 + 3 + 5 + 6
+
+
+def test_per_gpu_counters_are_averaged_here_as_in_engine_bytes():
+    """Two data-parallel vLLM engines: per-GPU estimates stay per GPU (the mean) in both modules."""
+    page = "".join(f'vllm:estimated_{what}_per_gpu_total{{engine="{e}",model_name="m"}} {v}\n'
+                   for what, values in (("read_bytes", (1e11, 3e11)), ("write_bytes", (1e9, 3e9)),
+                                        ("flops", (4e12, 6e12))) for e, v in enumerate(values))
+    s = schema(page)
+    assert (s["bench:read_bytes"], s["bench:write_bytes"], s["bench:flops"]) == (2e11, 2e9, 5e12)
+    polled = engine_counters(page, {"vllm:estimated_read_bytes_per_gpu_total"})
+    assert polled["vllm:estimated_read_bytes_per_gpu_total"] == s["bench:read_bytes"]
+
+
+def test_the_run_summary_takes_the_window_rate(tmp_path):
+    """explain() (summary.json's prefix_cache) over requests that span the two scrapes."""
+    csv_path = scrape_sglang_window(tmp_path)
+    times = [t for t, _ in read_schema(csv_path)["bench:running"]]
+    done = RequestRecord(index=0, intended_send_s=times[0], actual_send_s=times[0], token_times_s=[times[-1]],
+                         tokens_per_chunk=[1], end_s=times[-1], output_tokens=1)
+    summary = explain({}, [done], tmp_path, [], {"backend": {"kind": "sglang"}, "workload": {}})
+    assert summary["prefix_cache"]["hit_rate"] == pytest.approx(0.5)
