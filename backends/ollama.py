@@ -8,8 +8,8 @@ in nanoseconds (`prompt_eval_duration`, `eval_duration`, `load_duration`, `total
 Thinking models (on by default where the model supports it; docs/api.md, `think`) first stream
 their reasoning as `message.thinking` (chat) or `thinking` (generate): those tokens count in
 `eval_count` and arrive before any content, so they are tokens here too (the first one is the
-first token) and server_timings.thinking_tokens says how many there were; the text is only
-the answer. No Prometheus page. Launch: `ollama serve` on OLLAMA_HOST, then POST /api/pull of the model
+first token), ParsedStream.reasoning_tokens says how many there were and first_answer_chunk where
+the answer began; the text is only the answer. No Prometheus page. Launch: `ollama serve` on OLLAMA_HOST, then POST /api/pull of the model
 (what `ollama pull` does) and an empty generate that loads it (what `ollama run` does).
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ class OllamaBackend(Backend):
 
     def parse_stream(self, api, reads, read_times_ns) -> ParsedStream:
         out = ParsedStream()
-        pieces, thinking_tokens = [], 0
+        pieces = []
         for obj, t_ns in json_lines(reads, read_times_ns):
             source = (obj.get("message") or {}) if api == CHAT else obj
             piece = source.get("content") if api == CHAT else source.get("response")
@@ -52,16 +52,16 @@ class OllamaBackend(Backend):
                 out.tokens_per_chunk.append(1)
             if piece:
                 pieces.append(piece)
+                if out.first_answer_chunk is None:
+                    out.first_answer_chunk = len(out.token_times_ns) - 1
             elif thought:
-                thinking_tokens += 1
+                out.reasoning_tokens += 1
             if obj.get("done"):
                 out.saw_done = True
                 out.finish_reason = obj.get("done_reason") or "stop"
                 out.usage_completion_tokens = obj.get("eval_count")
                 out.usage_prompt_tokens = obj.get("prompt_eval_count")
                 out.server_timings = {k.replace("duration", "s"): obj[k] / 1e9 for k in DURATIONS_NS if k in obj}
-                if thinking_tokens:
-                    out.server_timings["thinking_tokens"] = thinking_tokens
         out.text = "".join(pieces)
         return out
 

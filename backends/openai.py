@@ -64,6 +64,10 @@ class ParsedStream:
     finish_reason: str | None = None
     saw_done: bool = False
     server_timings: dict = field(default_factory=dict)  # the engine's own timings (llama.cpp, Ollama)
+    # a reasoning model's thinking, streamed apart from the answer (vLLM, SGLang, Ollama): its chunks are tokens
+    # in token_times_ns too; these say how many of the tokens were thinking and which chunk began the answer
+    reasoning_tokens: int = 0
+    first_answer_chunk: int | None = None  # an index into token_times_ns; None with reasoning tokens: no answer
 
     @property
     def counted_tokens(self) -> int:
@@ -76,6 +80,8 @@ def parse_sse(reads: list[bytes], read_times_ns: list[int]) -> ParsedStream:
     An SSE event belongs to the read that delivered its terminating blank line, so it
     is timed by that read. A chunk carries one token unless the server sends running
     usage in token chunks (vLLM's continuous_usage_stats), whose delta then counts.
+    A chat chunk whose delta carries only reasoning (REASONING_FIELDS) is a token too, counted
+    in reasoning_tokens; its text is not part of the answer's.
     """
     out = ParsedStream()
     payloads, payload_times = sse_payloads(reads, read_times_ns, out)
@@ -95,18 +101,17 @@ def parse_sse(reads: list[bytes], read_times_ns: list[int]) -> ParsedStream:
         usage = obj.get("usage")
         if obj.get("timings"):  # llama-server: prompt_ms, predicted_ms, ... on the last chunk
             out.server_timings = obj["timings"]
-        text = ""
+        text = thought = ""
         for c in obj.get("choices") or ():
-            delta = c.get("delta")
-            piece = (delta.get("content") if delta else None) if "delta" in c else c.get("text")
-            if piece:
-                text += piece
+            piece, reasoning = _choice_pieces(c)
+            text += piece
+            thought += reasoning
             if c.get("finish_reason"):
                 out.finish_reason = c["finish_reason"]
         if usage:
             out.usage_completion_tokens = usage.get("completion_tokens")
             out.usage_prompt_tokens = usage.get("prompt_tokens")
-        if not text:
+        if not text and not thought:
             continue
         tokens = 1
         if usage and usage.get("completion_tokens") is not None:
@@ -116,9 +121,28 @@ def parse_sse(reads: list[bytes], read_times_ns: list[int]) -> ParsedStream:
             last_usage_tokens += 1
         out.token_times_ns.append(t_ns)
         out.tokens_per_chunk.append(tokens)
-        texts.append(text)
+        if text:
+            texts.append(text)
+            if out.first_answer_chunk is None:
+                out.first_answer_chunk = len(out.token_times_ns) - 1
+        else:
+            out.reasoning_tokens += tokens
     out.text = "".join(texts)
     return out
+
+
+# where a chat delta carries a reasoning model's thinking: SGLang (python/sglang/srt/entrypoints/openai/protocol.py,
+# DeltaMessage.reasoning_content) and older vLLM `reasoning_content`; vLLM now `reasoning`
+# (vllm/entrypoints/openai/engine/protocol.py, DeltaMessage.reasoning)
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+
+
+def _choice_pieces(choice: dict) -> tuple[str, str]:
+    """(answer text, reasoning text) of one streamed choice: a chat `delta` or a completion's `text`."""
+    if "delta" not in choice:
+        return choice.get("text") or "", ""
+    delta = choice["delta"] or {}
+    return delta.get("content") or "", "".join(delta.get(f) or "" for f in REASONING_FIELDS)
 
 
 def _loads_one(payload: bytes):

@@ -245,10 +245,15 @@ def print_summary(summary: dict, out_dir: Path) -> None:
     table.add_column("metric")
     for c in cols:
         table.add_column(c, justify="right")
-    for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "schedule_lag_ms", "event_loop_lag_ms"):
+    thinking = summary.get("reasoning_tokens", 0)  # a reasoning model's: then the first answer token's time too
+    for key in ("ttft_ms", *(("ttft_answer_ms",) if thinking else ()), "itl_ms", "tpot_ms", "e2e_ms",
+                "schedule_lag_ms", "event_loop_lag_ms"):
         stats = summary.get(key) or {}
         table.add_row(key.removesuffix("_ms"), *("-" if stats.get(c) is None else f"{stats[c]:.2f}" for c in cols))
     console.print(table)
+    if thinking:
+        console.print(f"{thinking} of {summary['output_tokens']} output tokens were reasoning; ttft counts the first "
+                      "token of either kind, ttft_answer the first answer token")
     for line in explanation_lines(summary):
         console.print(line, markup=False)
 

@@ -27,11 +27,12 @@ def describe(values_s, scale: float = 1e3) -> dict:
 @dataclass
 class RequestLatency:
     """The latencies of one completed request, in seconds, all measured from the intended send time."""
-    ttft_s: float
+    ttft_s: float  # to the first token of either kind, a reasoning model's thinking included
     e2e_s: float
     tpot_s: float | None  # None with a single output token
     itl_chunk_s: list[float]
     itl_token_s: list[float]
+    ttft_answer_s: float | None = None  # to the first answer token (after the thinking); None: no answer came
 
 
 def request_latency(rec: RequestRecord) -> RequestLatency | None:
@@ -47,7 +48,11 @@ def request_latency(rec: RequestRecord) -> RequestLatency | None:
     for gap, k in zip(itl_chunk, per_chunk[1:]):
         # a gap that delivered k tokens counts as k gaps of gap/k
         itl_token.extend([gap / k] * k)
-    return RequestLatency(ttft, e2e, tpot, itl_chunk, itl_token)
+    answer_s = rec.first_answer_token_s
+    if answer_s is None and not rec.reasoning_tokens:  # a record written before first_answer_token_s existed
+        answer_s = times[0]
+    ttft_answer = answer_s - rec.intended_send_s if answer_s is not None else None
+    return RequestLatency(ttft, e2e, tpot, itl_chunk, itl_token, ttft_answer)
 
 
 def active_slo(slo: dict | None) -> dict:
@@ -118,6 +123,9 @@ def summarize(records: list[RequestRecord], slo: dict | None = None,
         "output_tokens": out_tokens,
         "token_count_mismatches": sum(r.token_count_mismatch for r in done),
         "ttft_ms": describe([lat.ttft_s for lat in lats]),
+        # a reasoning model's: to the first answer token, past the thinking (the requests that got an answer)
+        "ttft_answer_ms": describe([lat.ttft_answer_s for lat in lats if lat.ttft_answer_s is not None]),
+        "reasoning_tokens": sum(r.reasoning_tokens for r in done),
         "itl_ms": describe([g for lat in lats for g in lat.itl_token_s]),
         "itl_chunk_ms": describe([g for lat in lats for g in lat.itl_chunk_s]),
         "tpot_ms": describe([lat.tpot_s for lat in lats if lat.tpot_s is not None]),

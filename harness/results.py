@@ -35,6 +35,10 @@ class RequestRecord:
     stamp_source: str = "loop"
     token_loop_times_s: list[float] = field(default_factory=list)
     tokens_per_chunk: list[int] = field(default_factory=list)
+    # a reasoning model's thinking tokens, streamed apart from its answer (they are in token_times_s too), and
+    # when the answer's first token came: None when no answer came (or a record from before this field)
+    reasoning_tokens: int = 0
+    first_answer_token_s: float | None = None
     end_s: float | None = None  # stream closed or failure noticed
     status: str = "ok"  # "ok" | "failed"
     error_reason: str | None = None
@@ -65,6 +69,10 @@ class RequestRecord:
         """Fills the token fields from a parsed stream (backends.openai.ParsedStream)."""
         self.token_times_s = [(t - t0_ns) / 1e9 for t in parsed.token_times_ns]
         self.tokens_per_chunk = parsed.tokens_per_chunk
+        self.reasoning_tokens = parsed.reasoning_tokens
+        # dialects without reasoning never set first_answer_chunk: their first token is the answer's
+        answer = parsed.first_answer_chunk if parsed.reasoning_tokens else 0
+        self.first_answer_token_s = self.token_times_s[answer] if answer is not None and self.token_times_s else None
         self.finish_reason = parsed.finish_reason
         self.server_timings = dict(parsed.server_timings)
         self.output_tokens_counted = parsed.counted_tokens

@@ -114,7 +114,7 @@ def test_ollama_thinking_tokens_are_tokens_but_not_text():
     parsed = load_backend("ollama").parse_stream("chat", reads, times)
     assert parsed.text == WORDS  # the answer only
     assert parsed.counted_tokens == 12 == parsed.usage_completion_tokens  # eval_count counts the thinking
-    assert parsed.server_timings["thinking_tokens"] == 4
+    assert parsed.reasoning_tokens == 4 and parsed.first_answer_chunk == 4   # 4 thinking chunks, then the answer
 
 
 def test_launch_args_for_what_the_run_asks(tmp_path):
