@@ -108,8 +108,8 @@ def _hit_rate(rows: pd.DataFrame) -> tuple[float | None, pd.DataFrame]:
     """(hit rate over the run, per-interval hit rate series) of one replica's rows."""
     hits = rows[rows["name"].str.endswith("prefix_cache_hits_total") & ~rows["name"].str.contains("external")]
     queries = rows[rows["name"].str.endswith("prefix_cache_queries_total") & ~rows["name"].str.contains("external")]
-    if hits.empty or queries.empty:  # engines without the vLLM-style counters: cached / all prompt tokens
-        hits, queries = rows[rows["name"] == "bench:cached_prompt_tokens"], rows[rows["name"] == "bench:prompt_tokens"]
+    if hits.empty or queries.empty:  # other engines: the same pair in the schema (harness/server_metrics.py)
+        hits, queries = rows[rows["name"] == "bench:prefix_cache_hits"], rows[rows["name"] == "bench:prefix_cache_queries"]
     if hits.empty or queries.empty:
         return None, pd.DataFrame(columns=["t_s", "value"])
     both = pd.concat([hits.groupby("t_s")["value"].sum().rename("h"),

@@ -34,9 +34,13 @@ def _short(name: str) -> str:
 
 
 def _hit_rate(frame: pd.DataFrame) -> pd.DataFrame | None:
-    """Δhits / Δqueries between scrapes, from `*prefix_cache_hits_total` and `*prefix_cache_queries_total`."""
-    hits = frame[frame["name"].str.endswith("prefix_cache_hits_total") & ~frame["name"].str.contains("external")]
-    queries = frame[frame["name"].str.endswith("prefix_cache_queries_total") & ~frame["name"].str.contains("external")]
+    """Δhits / Δqueries between scrapes, from bench:prefix_cache_hits and bench:prefix_cache_queries (the same
+    counters on every engine, harness/server_metrics.py), else `*prefix_cache_{hits,queries}_total` (files from
+    before those rows)."""
+    hits, queries = frame[frame["name"] == "bench:prefix_cache_hits"], frame[frame["name"] == "bench:prefix_cache_queries"]
+    if hits.empty or queries.empty:
+        hits = frame[frame["name"].str.endswith("prefix_cache_hits_total") & ~frame["name"].str.contains("external")]
+        queries = frame[frame["name"].str.endswith("prefix_cache_queries_total") & ~frame["name"].str.contains("external")]
     if hits.empty or queries.empty:
         return None
     h = hits.groupby("t_s")["value"].sum().sort_index()
