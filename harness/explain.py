@@ -1,6 +1,6 @@
-"""Why the numbers are what they are: the phase breakdown, the prefix cache over the window, the roofline
-placement and the diagnosis of one run, added to its summary in one call (harness/phases.py, roofline.py,
-diagnosis.py hold the logic)."""
+"""Why the numbers are what they are: the phase breakdown, the prefix cache and speculative decoding over the
+window, the roofline placement and the diagnosis of one run, added to its summary in one call
+(harness/phases.py, server_metrics.py, roofline.py, diagnosis.py hold the logic)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,12 +8,12 @@ from pathlib import Path
 from harness.diagnosis import Run, diagnose
 from harness.phases import phases
 from harness.roofline import local_gpu_name, roofline
-from harness.server_metrics import read_schema, window_hit_rate
+from harness.server_metrics import read_schema, window_hit_rate, window_speculative
 
 
 def explain(summary: dict, records: list, out_dir: Path, steps: list[dict], scenario: dict,
             scrape_offset_s: float = 0.0) -> dict:
-    """{phases_ms, prefix_cache, roofline, diagnosis} for summary.json. `scrape_offset_s`: the records' time plus
+    """{phases_ms, prefix_cache, speculative, roofline, diagnosis} for summary.json. `scrape_offset_s`: the records' time plus
     this is server_metrics.csv's time (run.json telemetry_t0_offset_s)."""
     metrics_csv = Path(out_dir) / "server_metrics.csv"
     series = {}
@@ -24,7 +24,9 @@ def explain(summary: dict, records: list, out_dir: Path, steps: list[dict], scen
     measured = [r for r in records if not r.is_warmup]
     if measured:
         end_s = max(r.end_s if r.end_s is not None else r.intended_send_s for r in measured)
-        out["prefix_cache"] = window_hit_rate(series, min(r.intended_send_s for r in measured), end_s)
+        start_s = min(r.intended_send_s for r in measured)
+        out["prefix_cache"] = window_hit_rate(series, start_s, end_s)
+        out["speculative"] = window_speculative(series, start_s, end_s)
     kind = scenario["backend"]["kind"]
     out["roofline"] = roofline(steps, summary.get("telemetry") or {}, kind, None if kind == "native" else local_gpu_name())
     out["diagnosis"] = diagnose(Run({**summary, **out}, records, series, steps, scenario))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from backends.base import http_post
 from harness.engine_trace import fetch_steps, steps_on_run_clock, write_engine_trace
-from harness.server_metrics import ServerMetricsScraper, speculative_summary
+from harness.server_metrics import ServerMetricsScraper
 from harness.telemetry import TelemetryRecorder
 
 
@@ -73,10 +73,6 @@ class RunObservers:
         self.status["server_metrics"] = self.scraper.stop()
         self.status["telemetry"] = self.recorder.stop()
         return self.status
-
-    def speculative(self) -> dict:
-        """Draft acceptance over the run from the engine's counters ({} without speculation)."""
-        return speculative_summary(self.scraper.first_values, self.scraper.last_values)
 
     def derived(self, outcome) -> dict:
         """Telemetry figures over the measured window (first intended send to last end)."""

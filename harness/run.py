@@ -208,10 +208,9 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
     elif stopped_by:
         summary["engine_exited"] = stopped_by
     summary["telemetry"] = observers.derived(outcome)
-    summary["speculative"] = observers.speculative()
     summary["engine_counters"] = counter_deltas(writer.dir / "server_metrics.csv")
     summary.update(explain(summary, outcome.records, writer.dir, observers.engine_steps(outcome),
-                           scenario.resolved_dict(), (outcome.t0_ns - t0_ns) / 1e9))  # phases_ms, roofline, diagnosis
+                           scenario.resolved_dict(), (outcome.t0_ns - t0_ns) / 1e9))  # phases_ms, prefix_cache, speculative, ...
     writer.write_summary(summary)
     return RunResult(writer.dir, summary, run_info, warnings)
 

@@ -150,23 +150,6 @@ def format_labels(labels: dict) -> str:
     return ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
 
 
-def speculative_summary(first: dict[str, float], last: dict[str, float]) -> dict:
-    """Speculative decoding over a run from the first and last scrape's bench: values: drafted and
-    accepted tokens and their ratio (vLLM, llama.cpp, native counters), or the engine's own rate
-    (SGLang's gauge, at the end). {} when the engine reported no speculation."""
-    def delta(name):
-        return last.get(f"bench:{name}", 0.0) - first.get(f"bench:{name}", 0.0)
-    drafted, accepted, drafts = delta("spec_draft_tokens"), delta("spec_accepted_tokens"), delta("spec_drafts")
-    if drafted > 0:
-        out = {"draft_tokens": int(drafted), "accepted_tokens": int(accepted), "acceptance_rate": accepted / drafted}
-        if drafts > 0:   # conventionally counting the target's own token, as vLLM logs it
-            out.update(drafts=int(drafts), mean_acceptance_length=1 + accepted / drafts)
-        return out
-    if "bench:spec_accept_rate" in last:
-        return {"acceptance_rate": last["bench:spec_accept_rate"]}
-    return {}
-
-
 Rows = list[tuple[str, float, str]]
 
 
@@ -282,6 +265,25 @@ def window_hit_rate(series: dict, start_s: float, end_s: float) -> dict | None:
             "source": "engine counters, delta over the measured window"}
 
 
+def window_speculative(series: dict, start_s: float, end_s: float) -> dict:
+    """Speculative decoding over the measured window, from read_schema() series: drafted and accepted tokens
+    and their ratio from counter deltas (vLLM, llama.cpp, native); SGLang exposes only gauges of its recent
+    batches, so there the mean of spec_accept_rate over the window's scrapes, marked as such. {} without
+    speculation."""
+    def delta(name: str) -> float:
+        return window_delta(series.get(f"bench:{name}"), start_s, end_s) or 0.0
+    drafted, accepted, drafts = delta("spec_draft_tokens"), delta("spec_accepted_tokens"), delta("spec_drafts")
+    if drafted > 0:
+        out = {"draft_tokens": int(drafted), "accepted_tokens": int(accepted), "acceptance_rate": accepted / drafted}
+        if drafts > 0:   # conventionally counting the target's own token, as vLLM logs it
+            out.update(drafts=int(drafts), mean_acceptance_length=1 + accepted / drafts)
+        return out
+    rates = [v for t, v in series.get("bench:spec_accept_rate", []) if start_s <= t <= end_s]
+    if any(rates):
+        return {"acceptance_rate": sum(rates) / len(rates), "source": "mean of the engine's spec_accept_rate gauge"}
+    return {}
+
+
 class ServerMetricsScraper(threading.Thread):
     """scraper.start() ... scraper.stop() -> status for run.json. `url` None: nothing to scrape."""
 
@@ -298,8 +300,6 @@ class ServerMetricsScraper(threading.Thread):
         self.last_error: str | None = None
         self.gave_up: str | None = None
         self.page_listeners: list = []  # f(t_ns, text) per page that arrived, on this thread
-        self.first_values: dict[str, float] = {}   # unlabelled bench: values of the first and last page
-        self.last_values: dict[str, float] = {}
         self.replicas_url = replicas_url
         # (id, its metrics URL); None: not known yet (asked of the router at replicas_url)
         self.replica_pages: list[tuple[str, str]] | None = replica_pages or None
@@ -341,8 +341,6 @@ class ServerMetricsScraper(threading.Thread):
             self.last_error = f"{type(e).__name__}: {e}"
             return
         rows = [(round(t_s, 6), name, value, labels) for name, value, labels in raw + schema]
-        self.last_values = {name: value for name, value, labels in schema if not labels}
-        self.first_values = self.first_values or self.last_values
         writer.writerows(rows)
         self.rows += len(rows)
         for listener in self.page_listeners:

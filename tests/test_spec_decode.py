@@ -267,12 +267,31 @@ def values(text):
     return {name: value for name, value, labels in parse_page(text)[1] if not labels}
 
 
+def window_series(*pages):
+    """read_schema()-like series of pages scraped at t = 0, 1, 2, ..."""
+    from harness.server_metrics import parse_page
+    series = {}
+    for t, text in enumerate(pages):
+        for name, value, labels in parse_page(text)[1]:
+            if not labels:
+                series.setdefault(name, []).append((float(t), value))
+    return series
+
+
 @pytest.mark.parametrize("prefix", ["native:", "vllm:", "llamacpp:"])
-def test_acceptance_over_the_run_comes_from_counter_differences(prefix):
-    from harness.server_metrics import speculative_summary
-    first, last = values(page(10, 40, 30, prefix)), values(page(60, 240, 130, prefix))
-    assert speculative_summary(first, last) == {"draft_tokens": 200, "accepted_tokens": 100, "acceptance_rate": 0.5,
-                                                "drafts": 50, "mean_acceptance_length": 3.0}
-    assert speculative_summary(last, last) == {}
-    sglang = values('# TYPE sglang:spec_accept_rate gauge\nsglang:spec_accept_rate{model_name="m"} 0.7\n')
-    assert speculative_summary({}, sglang) == {"acceptance_rate": 0.7}
+def test_acceptance_over_the_window_comes_from_counter_differences(prefix):
+    from harness.server_metrics import window_speculative
+    # warm-up before the window (t=0 -> 1) is left out: 50 drafts, 200 drafted, 100 accepted in [1, 2]
+    series = window_series(page(2, 8, 2, prefix), page(10, 40, 30, prefix), page(60, 240, 130, prefix))
+    assert window_speculative(series, 1.0, 2.0) == {"draft_tokens": 200, "accepted_tokens": 100,
+                                                    "acceptance_rate": 0.5, "drafts": 50, "mean_acceptance_length": 3.0}
+    assert window_speculative(window_series(page(60, 240, 130, prefix), page(60, 240, 130, prefix)), 0.0, 1.0) == {}
+
+
+def test_sglang_acceptance_is_its_gauge_averaged_over_the_window_and_says_so():
+    from harness.server_metrics import window_speculative
+    gauge = '# TYPE sglang:spec_accept_rate gauge\nsglang:spec_accept_rate{{model_name="m"}} {}\n'
+    series = window_series(gauge.format(0.1), gauge.format(0.6), gauge.format(0.8))
+    out = window_speculative(series, 1.0, 2.0)
+    assert out["acceptance_rate"] == pytest.approx(0.7) and "gauge" in out["source"]
+    assert window_speculative(window_series(gauge.format(0.0)), 0.0, 1.0) == {}
