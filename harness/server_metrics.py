@@ -12,7 +12,8 @@ under `bench:` names, whatever the engine calls it:
                                    same pair on every engine (PREFIX_CACHE), so a window's hit rate is
                                    delta(hits) / delta(queries) everywhere (window_hit_rate)
   prefix_cache_hit_rate            0-1, hits / queries since the engine started (never a last-batch gauge)
-  preemptions, prompt_tokens, cached_prompt_tokens, generation_tokens, spec_draft_tokens,
+  prompt_tokens                    every prompt token, cached ones included (counter)
+  preemptions, cached_prompt_tokens, generation_tokens, spec_draft_tokens,
   spec_accepted_tokens, spec_drafts (counters); spec_accept_rate, spec_accept_length (SGLang gauges)
   read_bytes, write_bytes, flops   the engine's estimates (counters) where it offers them; per GPU for vLLM and SGLang
   jump_forward_tokens              output tokens a grammar forced, appended without sampling (counter)
@@ -103,6 +104,9 @@ PREFIX_CACHE = {
     # llama.cpp's prompt_tokens_total excludes the cached tokens ("excluding cached tokens")
     "llamacpp:": (("prompt_tokens_cached_total",), ("prompt_tokens_cached_total", "prompt_tokens_total")),
 }
+# bench:prompt_tokens is every prompt token, the cached ones included, as vLLM, SGLang and TensorRT-LLM count
+# them; llama.cpp's prompt_tokens_total leaves the cached ones out, so they are added from this counter
+PROMPT_TOKENS_WITHOUT_CACHED = {"llamacpp:prompt_tokens_total": "llamacpp:prompt_tokens_cached_total"}
 HISTOGRAMS = {
     "time_to_first_token_seconds": "ttft_s", "inter_token_latency_seconds": "itl_s",
     # vLLM v1: request_time_per_output_token_seconds; TensorRT-LLM still time_per_output_token_seconds
@@ -223,6 +227,9 @@ def parse_page(text: str, extra: dict | None = None) -> tuple[Rows, Rows]:
     combined: dict[tuple[str, str], list[float]] = {}
     for (schema_name, labels, metric), values in per_metric.items():
         combined.setdefault((schema_name, labels), []).append(combine_label_sets(metric, values))
+        cached = PROMPT_TOKENS_WITHOUT_CACHED.get(metric)
+        if cached in values_by_name:  # llama.cpp: its cached prompt tokens, counted apart
+            combined[(schema_name, labels)].append(combine_label_sets(cached, values_by_name[cached]))
     for schema_name, value in prefix_cache_counters(values_by_name).items():
         combined[(schema_name, own)] = [value]
     schema = []

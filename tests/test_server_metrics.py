@@ -38,7 +38,8 @@ def test_llama_server_and_native_names():
     assert "llamacpp:n_tokens_max" in names and "llamacpp:n_tokens_max_total" not in names
     assert "llamacpp:n_decode_total" in names
     s = schema((FIXTURES / "llamacpp_metrics.txt").read_text())
-    assert s["bench:generation_tokens"] == 1468 and s["bench:prompt_tokens"] == 125
+    # every prompt token, as the other engines count them: 125 computed + 140 cached
+    assert s["bench:generation_tokens"] == 1468 and s["bench:prompt_tokens"] == 265
     # llama.cpp's prompt_tokens_total excludes the cached ones: 140 cached of 125 + 140; no KV usage gauge any more
     assert s["bench:prefix_cache_hit_rate"] == pytest.approx(140 / 265) and "bench:kv_usage_fraction" not in s
     assert s["bench:running"] == 0 and s["bench:waiting"] == 0
