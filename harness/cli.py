@@ -240,6 +240,9 @@ def print_summary(summary: dict, out_dir: Path) -> None:
     if spec := summary.get("speculative"):
         console.print(f"speculative decoding: {100 * spec['acceptance_rate']:.1f}% of drafted tokens accepted"
                       + (f", {spec['mean_acceptance_length']:.2f} tokens a verification" if "drafts" in spec else ""))
+    if cache := summary.get("prefix_cache"):
+        console.print(f"prefix cache: {100 * cache['hit_rate']:.1f}% of the {cache['queried_tokens']:.0f} prompt tokens "
+                      "looked up over the window came from it (engine counters)")
     table = Table(title="latency (ms)")
     cols = ("mean", "p50", "p90", "p99", "p999", "max")
     table.add_column("metric")
