@@ -217,3 +217,16 @@ def test_the_run_summary_takes_the_window_rate(tmp_path):
                          tokens_per_chunk=[1], end_s=times[-1], output_tokens=1)
     summary = explain({}, [done], tmp_path, [], {"backend": {"kind": "sglang"}, "workload": {}})
     assert summary["prefix_cache"]["hit_rate"] == pytest.approx(0.5)
+
+
+def test_the_console_prints_the_window_rate(tmp_path, monkeypatch):
+    from rich.console import Console
+
+    import harness.cli
+    from harness.metrics import summarize
+    done = RequestRecord(index=0, intended_send_s=0.0, token_times_s=[0.1], tokens_per_chunk=[1], end_s=0.1,
+                         output_tokens=1)
+    summary = {**summarize([done]), "prefix_cache": {"hit_rate": 0.5, "hit_tokens": 400.0, "queried_tokens": 800.0}}
+    monkeypatch.setattr(harness.cli, "console", Console(record=True, width=200))
+    harness.cli.print_summary(summary, tmp_path)
+    assert "prefix cache: 50.0% of the 800 prompt tokens looked up over the window" in harness.cli.console.export_text()
