@@ -193,20 +193,20 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
                    workers=n_workers, client_cpu_s=outcome.client_cpu_s, token_count_method=plan.token_count_method,
                    workers_needed=workers_needed(plan.requests, load.concurrency, plan.duration_s, capacity),
                    workers_sizing=sizing_info(capacity), **outcome.completeness())
+    if stopped_by in ("SIGINT", "SIGTERM"):
+        summary["interrupted_by"] = stopped_by
+    elif stopped_by:
+        summary["engine_exited"] = stopped_by
     if crew:  # Ray's client processes ran on other machines: no measurement of this one's client
         summary["ray_nodes"] = crew.node_counts()
     else:
         late: list[str] = []
         summary["client_capacity_measured"] = record_capacity(
-            stamps, sum(r.output_tokens for r in outcome.records), outcome.client_cpu_s, summary.get("window_s"),
+            stamps, capacity_tokens(outcome, summary), outcome.client_cpu_s, summary.get("window_s"),
             str(writer.dir), late)
         for line in late:
             reporter.warning(line)
             warnings.append(line)
-    if stopped_by in ("SIGINT", "SIGTERM"):
-        summary["interrupted_by"] = stopped_by
-    elif stopped_by:
-        summary["engine_exited"] = stopped_by
     summary["telemetry"] = observers.derived(outcome)
     summary["speculative"] = observers.speculative()
     summary["engine_counters"] = counter_deltas(writer.dir / "server_metrics.csv")
@@ -214,6 +214,17 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
                            scenario.resolved_dict(), (outcome.t0_ns - t0_ns) / 1e9))  # phases_ms, roofline, diagnosis
     writer.write_summary(summary)
     return RunResult(writer.dir, summary, run_info, warnings)
+
+
+def capacity_tokens(outcome, summary: dict) -> int:
+    """The tokens a run's client measurably streamed: those of its completed requests (their counts were checked
+    against the limits), and only from a valid, complete run; 0 (nothing to record) for any other run. A failed
+    request's count is the server's word, unchecked: a server claiming 1e12 tokens once sized every later run."""
+    req = summary["requests"]
+    if (summary["interrupted"] or summary.get("engine_exited") or summary["incomplete"]
+            or not req["measured"] or req["completed"] / req["measured"] < MIN_COMPLETED_SHARE):
+        return 0
+    return sum(r.output_tokens for r in outcome.records if r.ok)
 
 
 def sizing_info(capacity: ClientCapacity) -> dict:
