@@ -168,6 +168,8 @@ def test_a_sweep_point_with_a_killed_worker_is_failed_and_the_sweep_exits_4(tmp_
     ("backend.request_timeout_s=1.0e+300", "backend.request_timeout_s: 1e+300 is not valid: must be <= 604800"),
     ("backend.headers={Authorization: \"Bearer x\\r\\nX-Admin: 1\"}",
      "backend.headers.Authorization: the header value 'Bearer x\\r\\nX-Admin: 1' contains a line break"),
+    ("backend.headers={Bad Header Name: x}", "backend.headers: 'Bad Header Name' is not a valid HTTP header name"),
+    ("backend.headers={'X-Key:': x}", "backend.headers: 'X-Key:' is not a valid HTTP header name"),
 ])
 def test_numbers_and_headers_past_their_bounds_name_the_field(tmp_path, override, message):
     scenario = tmp_path / "s.yaml"
