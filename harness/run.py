@@ -21,7 +21,7 @@ from harness.launcher import LaunchedBackend
 from harness.metrics import client_bound_reasons, summarize
 from harness.observers import RunObservers
 from harness.ray_shards import start_crew
-from harness.results import ResultWriter, host_info, versions
+from harness.results import ResultWriter, host_info, read_records, versions
 from harness.runner import Target, run_async, t0_ahead_ns
 from harness.scenario import Scenario, ScenarioError
 from harness.server_metrics import counter_deltas
@@ -110,11 +110,26 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, *, workers: str | None
     used as is and left running; without one, the scenario's engine is started (or probed) and stopped."""
     reporter = reporter or Reporter()
     writer = ResultWriter(out_dir, overwrite)  # refuses a folder holding a run before anything starts
-    with ExitStack() as cleanup:  # undone in reverse: Ray's client actors, the engine, the results file
-        cleanup.callback(writer.close)
-        if session is None:
-            session = cleanup.enter_context(engine_session(scenario, writer.dir / "engine.log", reporter.info))
-        return _run(scenario, writer, session, workers, reporter, cleanup)
+    try:
+        with ExitStack() as cleanup:  # undone in reverse: Ray's client actors, the engine, the results file
+            cleanup.callback(writer.close)
+            if session is None:
+                session = cleanup.enter_context(engine_session(scenario, writer.dir / "engine.log", reporter.info))
+            return _run(scenario, writer, session, workers, reporter, cleanup)
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM before the load began (launch, planning), or after it
+        if not (writer.dir / "summary.json").exists():  # the README's exit codes promise a summary
+            writer.write_summary(interrupted_summary(writer.dir, scenario,
+                                                     "SIGTERM" if isinstance(stop, Terminated) else "SIGINT"))
+        raise
+
+
+def interrupted_summary(run_dir: Path, scenario: Scenario, signal_name: str) -> dict:
+    """The summary of a run a signal stopped outside its load: of the records on disk (none when the engine was
+    still starting), with `interrupted: true`."""
+    summary = summarize(read_records(run_dir), scenario.slo.model_dump())
+    summary.update(interrupted=True, interrupted_by=signal_name, client_bound=False, client_bound_reasons=[],
+                   incomplete=False, incomplete_reasons=[], lost_workers=[])
+    return summary
 
 
 def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, workers: str | None,
