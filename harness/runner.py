@@ -589,6 +589,8 @@ class Runner:
     def _keep_partial(self, rec: RequestRecord, reads: list[bytes], times: tuple) -> str:
         """A failed request keeps the tokens and times that arrived before it failed (rec.partial); bytes that do not
         parse (a cut inside an event) keep nothing. Returns "": a next turn needs a whole answer."""
+        if not reads:
+            return ""
         try:
             parsed = self._parse(rec, reads, times)
         except StreamError:
