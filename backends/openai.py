@@ -98,6 +98,7 @@ def parse_sse(reads: list[bytes], read_times_ns: list[int]) -> ParsedStream:
             raise StreamError("malformed_json", f"expected a JSON object, got {str(obj)[:120]!r}")
         if "error" in obj:
             raise StreamError("server_error_event", str(obj["error"])[:200])
+        check_event_shape(obj)
         usage = obj.get("usage")
         if obj.get("timings"):  # llama-server: prompt_ms, predicted_ms, ... on the last chunk
             out.server_timings = obj["timings"]
@@ -114,7 +115,8 @@ def parse_sse(reads: list[bytes], read_times_ns: list[int]) -> ParsedStream:
         if not text and not thought:
             continue
         tokens = 1
-        if usage and usage.get("completion_tokens") is not None:
+        # a count that is not a number is not subtracted (RequestRecord.take_stream names it: bad_usage)
+        if usage and isinstance(usage.get("completion_tokens"), (int, float)):
             tokens = max(1, usage["completion_tokens"] - last_usage_tokens)
             last_usage_tokens = usage["completion_tokens"]
         else:
@@ -143,6 +145,26 @@ def _choice_pieces(choice: dict) -> tuple[str, str]:
         return choice.get("text") or "", ""
     delta = choice["delta"] or {}
     return delta.get("content") or "", "".join(delta.get(f) or "" for f in REASONING_FIELDS)
+
+
+def check_event_shape(obj: dict) -> None:
+    """The parts of an event the parse reads must have OpenAI's shape, or the server is named as the cause (a
+    `choices: [1]` was once an AttributeError recorded as the client's error)."""
+    choices, usage = obj.get("choices"), obj.get("usage")
+    if choices is not None and not isinstance(choices, list):
+        _malformed("choices", choices, "a list")
+    for i, c in enumerate(choices or ()):
+        if not isinstance(c, dict):
+            _malformed(f"choices[{i}]", c, "an object")
+        if c.get("delta") is not None and not isinstance(c["delta"], dict):
+            _malformed(f"choices[{i}].delta", c["delta"], "an object")
+    if usage is not None and not isinstance(usage, dict):
+        _malformed("usage", usage, "an object")
+
+
+def _malformed(field: str, value, expected: str):
+    raise StreamError("malformed_event", f"{field} is {str(value)[:80]!r}, not {expected}: the server's stream is not "
+                                         "in the OpenAI format")
 
 
 def _loads_one(payload: bytes):

@@ -136,11 +136,18 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
     except (BackendUnreachable, TokenizerError, DistributedError) as e:
         raise _fail("run failed", str(e), EXIT_RUN_FAILED)
     except Terminated:
-        raise _fail("terminated", "SIGTERM before any request was sent; the engine was stopped", EXIT_SIGTERM)
+        raise _fail("terminated", f"SIGTERM before any request was sent; the engine was stopped "
+                    f"({_interrupted_summary(out_dir)})", EXIT_SIGTERM)
     except KeyboardInterrupt:  # Ctrl-C before the load began (during launch or planning)
-        raise _fail("interrupted", "Ctrl-C before any request was sent", EXIT_SIGINT)
+        raise _fail("interrupted", f"Ctrl-C before any request was sent ({_interrupted_summary(out_dir)})",
+                    EXIT_SIGINT)
     print_summary(result.summary, result.out_dir)
     raise typer.Exit(_verdict(result, allow_client_bound))
+
+
+def _interrupted_summary(out_dir: Path) -> str:
+    summary = out_dir / "summary.json"
+    return f"{summary} says interrupted: true" if summary.is_file() else "no results folder was made"
 
 
 def _verdict(result: RunResult, allow_client_bound: bool) -> int:

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,16 +203,21 @@ def launch(backend, launch_config, url: str | None, model: str, log_path: Path,
     log.write(f"$ {shlex.join(command)}\n".encode())
     log.flush()
     env = {**os.environ, **backend.launch_env(port), **{k: str(v) for k, v in launch_config.env.items()}}
+    # Ctrl-C or SIGTERM between the engine's start and its guard's would leave an engine nothing stops: held
+    # until both run, then raised below, where the stop is
+    with HeldSignals() as held:
+        try:
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       env=env, start_new_session=True)
+        except (FileNotFoundError, PermissionError) as e:
+            log.close()
+            which = "program" if getattr(launch_config, "program", None) else "command"
+            raise BackendUnreachable(f"backend.launch.{which}: {command[0]!r} cannot be run ({e.strerror}); "
+                                     f"install it, put it on PATH, or give its full path in "
+                                     f"backend.launch.{which}") from None
+        launched = LaunchedBackend(url, process, log_path, start_guard(process.pid))
     try:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env=env, start_new_session=True)
-    except (FileNotFoundError, PermissionError) as e:
-        log.close()
-        which = "program" if getattr(launch_config, "program", None) else "command"
-        raise BackendUnreachable(f"backend.launch.{which}: {command[0]!r} cannot be run ({e.strerror}); install "
-                                 f"it, put it on PATH, or give its full path in backend.launch.{which}") from None
-    launched = LaunchedBackend(url, process, log_path, start_guard(process.pid))
-    try:
+        held.raise_pending()
         _wait_ready(launched, backend, launch_config, headers)
         backend.after_ready(url, model, log)
     except BaseException as e:
@@ -225,6 +231,34 @@ def launch(backend, launch_config, url: str | None, model: str, log_path: Path,
     finally:
         log.close()
     return launched
+
+
+class HeldSignals:
+    """A block during which SIGINT and SIGTERM are noted instead of acted on (main thread only: elsewhere Python
+    delivers no signal anyway); raise_pending() then acts on the first as its handler would have."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __enter__(self) -> "HeldSignals":
+        self.pending: list[int] = []
+        self.previous = {}
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {sig: signal.signal(sig, lambda signum, frame: self.pending.append(signum))
+                             for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def raise_pending(self) -> None:
+        if self.pending:
+            signum = self.pending[0]
+            handler = self.previous[signum]
+            if callable(handler):
+                handler(signum, None)  # KeyboardInterrupt, or bench's Terminated
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), signum)
 
 
 def _wait_ready(launched: LaunchedBackend, backend, launch_config, headers) -> None:

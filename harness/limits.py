@@ -13,3 +13,9 @@ MAX_SCHEDULE_S = 7 * 24 * 3600.0  # seconds: duration_s, timeouts, a trace's spa
 MAX_TOKENS_PER_REQUEST = 1_000_000  # token lengths asked or read from a trace, and a server's usage counts
 MAX_WORKERS_PER_CORE = 2  # client processes: more cannot help, they only compete for the cores
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # backend.max_response_bytes: one answer, buffered whole
+
+
+def is_token_count(value, least: int = 0) -> bool:
+    """Whether a server's token count is one: a whole number (not a bool, not 1e12 as a float) from `least` to
+    MAX_TOKENS_PER_REQUEST."""
+    return isinstance(value, int) and not isinstance(value, bool) and least <= value <= MAX_TOKENS_PER_REQUEST

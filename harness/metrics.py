@@ -108,6 +108,7 @@ def summarize(records: list[RequestRecord], slo: dict | None = None,
         window_s = max(end - start, 0.0)
     per_s = (lambda n: n / window_s) if window_s > 0 else (lambda n: 0.0)
     out_tokens = sum(r.output_tokens for r in done)
+    partial = [r for r in measured if not r.ok and r.partial]  # their tokens count in no figure above this key
     total_tokens = out_tokens + sum(r.prompt_tokens for r in done)
 
     return {
@@ -121,6 +122,7 @@ def summarize(records: list[RequestRecord], slo: dict | None = None,
         "goodput": {"requests_per_s": per_s(good),
                     "fraction": good / len(measured) if measured else 0.0, "slo": slo},
         "output_tokens": out_tokens,
+        "partial": {"requests": len(partial), "output_tokens": sum(r.output_tokens for r in partial)},
         "token_count_mismatches": sum(r.token_count_mismatch for r in done),
         "ttft_ms": describe([lat.ttft_s for lat in lats]),
         # a reasoning model's: to the first answer token, past the thinking (the requests that got an answer)

@@ -25,7 +25,7 @@ from harness.clock_offset import ClockOffset, measure_offset
 from harness.ray_actor import ShardActor
 from harness.results import RequestRecord
 from harness.runner import RunOutcome, group_jobs, t0_ahead_ns
-from harness.workers import concurrency_share
+from harness.workers import concurrency_share, lost_records
 
 POLL_S = 0.2
 SILENT_ACTOR_S = 30.0  # a poll unanswered this long: the actor (or its node) is taken for lost
@@ -134,7 +134,10 @@ class RayCrew:
                     keep(s, rec)
                 if error or (finished and "error" in finished):
                     s.lost = error or finished["error"]
-                    for rec in self._lost_records(s, t0_ns, dispatch_until_s, stop.is_set()):
+                    detail = (f"the client actor on node {s.node_ip} ({s.node_id[:8]}) was lost before this "
+                              f"request's record reached the driver: {s.lost}")
+                    for rec in lost_records(s.requests, s.recorded, t0_ns, dispatch_until_s, stop.is_set(),
+                                            "actor_lost", detail):
                         s.counted_lost += 1
                         keep(s, rec)
                 elif finished:
@@ -156,26 +159,6 @@ class RayCrew:
             return [], None, f"no answer to the driver for {SILENT_ACTOR_S:g} s"
         except ray.exceptions.RayError as e:
             return [], None, f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
-
-    @staticmethod
-    def _lost_records(shard: Shard, t0_ns: int, dispatch_until_s: float | None, stopped: bool) -> list[RequestRecord]:
-        """A failed record for each request planned on a lost actor that has none. Not planned: those due after a
-        duration's end, or (open loop) after the loss once the run was being stopped anyway."""
-        lost_at_s = (time.perf_counter_ns() - t0_ns) / 1e9
-        cutoff_s = lost_at_s if stopped else dispatch_until_s
-        out = []
-        for spec in shard.requests:
-            offset = spec.intended_offset_s
-            if spec.index in shard.recorded or (cutoff_s is not None and offset is not None and offset > cutoff_s):
-                continue
-            rec = RequestRecord(index=spec.index, intended_send_s=lost_at_s if offset is None else offset,
-                                prompt_tokens=spec.prompt_tokens, is_warmup=spec.is_warmup,
-                                session_id=spec.session_id, turn_index=spec.turn_index)
-            rec.end_s = max(lost_at_s, rec.intended_send_s)
-            rec.fail("actor_lost", f"the client actor on node {shard.node_ip} ({shard.node_id[:8]}) was lost before "
-                                   f"this request's record reached the driver: {shard.lost}")
-            out.append(rec)
-        return out
 
     def close(self) -> None:
         ray = _ray()

@@ -9,6 +9,7 @@ engine's log when bench launched it. A sweep folder holds one run folder per poi
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import re
@@ -20,6 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+
+from harness.limits import MAX_TOKENS_PER_REQUEST, is_token_count
 
 
 @dataclass
@@ -49,6 +52,9 @@ class RequestRecord:
     output_tokens_counted: int = 0
     output_tokens_usage: int | None = None
     token_count_mismatch: bool = False
+    # a failed request whose token fields hold what arrived before it failed (a cut, stalled or aborted stream);
+    # output_tokens is then the client's count of them
+    partial: bool = False
     finish_reason: str | None = None
     # the engine's own account of the request, when its stream carries one: llama.cpp's `timings`
     # (prompt_ms, predicted_ms, predicted_n, ...), Ollama's durations converted to seconds (eval_s, ...)
@@ -66,26 +72,53 @@ class RequestRecord:
         self.status, self.error_reason, self.error_detail = "failed", reason, detail[:500]
 
     def take_stream(self, parsed, t0_ns: int) -> None:
-        """Fills the token fields from a parsed stream (backends.openai.ParsedStream)."""
-        self.token_times_s = [(t - t0_ns) / 1e9 for t in parsed.token_times_ns]
-        self.tokens_per_chunk = parsed.tokens_per_chunk
-        self.reasoning_tokens = parsed.reasoning_tokens
-        # dialects without reasoning never set first_answer_chunk: their first token is the answer's
-        answer = parsed.first_answer_chunk if parsed.reasoning_tokens else 0
-        self.first_answer_token_s = self.token_times_s[answer] if answer is not None and self.token_times_s else None
+        """Fills the token fields from a parsed stream (backends.openai.ParsedStream). A count from the server that
+        is not one (is_token_count) is stored as null, the local count is kept, and the request fails bad_usage."""
+        bad = self._take_chunks(parsed, t0_ns)
         self.finish_reason = parsed.finish_reason
-        self.server_timings = dict(parsed.server_timings)
-        self.output_tokens_counted = parsed.counted_tokens
-        self.output_tokens_usage = usage = parsed.usage_completion_tokens
+        self.server_timings = {k: v if not isinstance(v, float) or math.isfinite(v) else None
+                               for k, v in parsed.server_timings.items()}  # NaN is not JSON
+        usage = parsed.usage_completion_tokens
+        if usage is not None and not is_token_count(usage):
+            bad.insert(0, _bad_count("usage.completion_tokens", usage))
+            usage = None
+        self.output_tokens_usage = usage
         # the server's count wins; a disagreement with the chunks counted is kept visible
-        self.output_tokens = usage if usage is not None else parsed.counted_tokens
-        self.token_count_mismatch = usage is not None and usage != parsed.counted_tokens
-        if parsed.usage_prompt_tokens is not None:
+        self.output_tokens = usage if usage is not None else self.output_tokens_counted
+        self.token_count_mismatch = usage is not None and usage != self.output_tokens_counted
+        if is_token_count(parsed.usage_prompt_tokens):
             self.prompt_tokens = parsed.usage_prompt_tokens
+        elif parsed.usage_prompt_tokens is not None:  # the plan's count stays
+            bad.append(_bad_count("usage.prompt_tokens", parsed.usage_prompt_tokens))
         if not parsed.token_times_ns:
             self.fail("no_tokens", "the stream carried no token")
         elif not parsed.saw_done and parsed.finish_reason is None:
             self.fail("stream_cut", "the stream ended without finish_reason or [DONE]")
+        elif bad:
+            self.fail("bad_usage", "; ".join(bad))
+
+    def take_partial(self, parsed, t0_ns: int) -> None:
+        """A failed request keeps what arrived before it failed: its chunks' times and the client's own count (the
+        failure stays; metrics.summarize leaves failed requests out of the latency percentiles)."""
+        self._take_chunks(parsed, t0_ns)
+        self.output_tokens = self.output_tokens_counted
+        self.partial = not self.ok and bool(self.token_times_s)
+
+    def _take_chunks(self, parsed, t0_ns: int) -> list[str]:
+        """Fills token_times_s, tokens_per_chunk and output_tokens_counted; returns what was wrong with the server's
+        counts."""
+        bad = []
+        self.token_times_s = [(t - t0_ns) / 1e9 for t in parsed.token_times_ns]
+        self.tokens_per_chunk = parsed.tokens_per_chunk
+        if not all(is_token_count(k, least=1) for k in self.tokens_per_chunk):  # deltas of the running usage
+            bad.append(_bad_count("tokens counted from running usage", max(self.tokens_per_chunk, key=_badness)))
+            self.tokens_per_chunk = [1] * len(self.token_times_s)  # one a chunk: what the client counted itself
+        self.output_tokens_counted = sum(self.tokens_per_chunk)
+        self.reasoning_tokens = parsed.reasoning_tokens
+        # dialects without reasoning never set first_answer_chunk: their first token is the answer's
+        answer = parsed.first_answer_chunk if parsed.reasoning_tokens else 0
+        self.first_answer_token_s = self.token_times_s[answer] if answer is not None and self.token_times_s else None
+        return bad
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -93,6 +126,16 @@ class RequestRecord:
     @classmethod
     def from_dict(cls, d: dict) -> "RequestRecord":
         return cls(**d)
+
+
+def _bad_count(name: str, value) -> str:
+    return (f"{name}: {value!r} from the server is not valid: must be a whole number from 0 to "
+            f"{MAX_TOKENS_PER_REQUEST} (stored as null; the local count is kept)")
+
+
+def _badness(k) -> int:
+    """Sorts a chunk's count before the valid ones when it is not one (to name the worst)."""
+    return 0 if is_token_count(k, least=1) else 1
 
 
 RUN_FILES = ("run.json", "requests.jsonl", "summary.json", "telemetry.csv", "server_metrics.csv", "engine.log")

@@ -21,7 +21,7 @@ from harness.launcher import LaunchedBackend
 from harness.metrics import client_bound_reasons, summarize
 from harness.observers import RunObservers
 from harness.ray_shards import start_crew
-from harness.results import ResultWriter, host_info, versions
+from harness.results import ResultWriter, host_info, read_records, versions
 from harness.runner import Target, run_async, t0_ahead_ns
 from harness.scenario import Scenario, ScenarioError
 from harness.server_metrics import counter_deltas
@@ -110,11 +110,26 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, *, workers: str | None
     used as is and left running; without one, the scenario's engine is started (or probed) and stopped."""
     reporter = reporter or Reporter()
     writer = ResultWriter(out_dir, overwrite)  # refuses a folder holding a run before anything starts
-    with ExitStack() as cleanup:  # undone in reverse: Ray's client actors, the engine, the results file
-        cleanup.callback(writer.close)
-        if session is None:
-            session = cleanup.enter_context(engine_session(scenario, writer.dir / "engine.log", reporter.info))
-        return _run(scenario, writer, session, workers, reporter, cleanup)
+    try:
+        with ExitStack() as cleanup:  # undone in reverse: Ray's client actors, the engine, the results file
+            cleanup.callback(writer.close)
+            if session is None:
+                session = cleanup.enter_context(engine_session(scenario, writer.dir / "engine.log", reporter.info))
+            return _run(scenario, writer, session, workers, reporter, cleanup)
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM before the load began (launch, planning), or after it
+        if not (writer.dir / "summary.json").exists():  # the README's exit codes promise a summary
+            writer.write_summary(interrupted_summary(writer.dir, scenario,
+                                                     "SIGTERM" if isinstance(stop, Terminated) else "SIGINT"))
+        raise
+
+
+def interrupted_summary(run_dir: Path, scenario: Scenario, signal_name: str) -> dict:
+    """The summary of a run a signal stopped outside its load: of the records on disk (none when the engine was
+    still starting), with `interrupted: true`."""
+    summary = summarize(read_records(run_dir), scenario.slo.model_dump())
+    summary.update(interrupted=True, interrupted_by=signal_name, client_bound=False, client_bound_reasons=[],
+                   incomplete=False, incomplete_reasons=[], lost_workers=[])
+    return summary
 
 
 def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, workers: str | None,
@@ -193,26 +208,37 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
                    workers=n_workers, client_cpu_s=outcome.client_cpu_s, token_count_method=plan.token_count_method,
                    workers_needed=workers_needed(plan.requests, load.concurrency, plan.duration_s, capacity),
                    workers_sizing=sizing_info(capacity), **outcome.completeness())
+    if stopped_by in ("SIGINT", "SIGTERM"):
+        summary["interrupted_by"] = stopped_by
+    elif stopped_by:
+        summary["engine_exited"] = stopped_by
     if crew:  # Ray's client processes ran on other machines: no measurement of this one's client
         summary["ray_nodes"] = crew.node_counts()
     else:
         late: list[str] = []
         summary["client_capacity_measured"] = record_capacity(
-            stamps, sum(r.output_tokens for r in outcome.records), outcome.client_cpu_s, summary.get("window_s"),
+            stamps, capacity_tokens(outcome, summary), outcome.client_cpu_s, summary.get("window_s"),
             str(writer.dir), late)
         for line in late:
             reporter.warning(line)
             warnings.append(line)
-    if stopped_by in ("SIGINT", "SIGTERM"):
-        summary["interrupted_by"] = stopped_by
-    elif stopped_by:
-        summary["engine_exited"] = stopped_by
     summary["telemetry"] = observers.derived(outcome)
     summary["engine_counters"] = counter_deltas(writer.dir / "server_metrics.csv")
     summary.update(explain(summary, outcome.records, writer.dir, observers.engine_steps(outcome),
                            scenario.resolved_dict(), (outcome.t0_ns - t0_ns) / 1e9))  # phases_ms, prefix_cache, speculative, ...
     writer.write_summary(summary)
     return RunResult(writer.dir, summary, run_info, warnings)
+
+
+def capacity_tokens(outcome, summary: dict) -> int:
+    """The tokens a run's client measurably streamed: those of its completed requests (their counts were checked
+    against the limits), and only from a valid, complete run; 0 (nothing to record) for any other run. A failed
+    request's count is the server's word, unchecked: a server claiming 1e12 tokens once sized every later run."""
+    req = summary["requests"]
+    if (summary["interrupted"] or summary.get("engine_exited") or summary["incomplete"]
+            or not req["measured"] or req["completed"] / req["measured"] < MIN_COMPLETED_SHARE):
+        return 0
+    return sum(r.output_tokens for r in outcome.records if r.ok)
 
 
 def sizing_info(capacity: ClientCapacity) -> dict:

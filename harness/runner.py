@@ -23,7 +23,7 @@ import yarl
 
 from backends import load_backend
 from backends.openai import StreamError
-from harness.limits import DEFAULT_MAX_RESPONSE_BYTES, MAX_TOKENS_PER_REQUEST
+from harness.limits import DEFAULT_MAX_RESPONSE_BYTES
 from harness.results import RequestRecord
 from harness.stamped_http import HttpStreamError, StampedClient, choose_stamps, too_large_detail
 
@@ -74,14 +74,8 @@ class RunOutcome:
 
 
 def answer_problem(rec: RequestRecord, asked_tokens: int, length_forced: bool) -> tuple[str, str] | None:
-    """(reason, detail) when a stream that parsed cleanly is still not a complete answer."""
-    for name, value in (("usage.completion_tokens", rec.output_tokens_usage),
-                        ("tokens counted from running usage", rec.output_tokens_counted),
-                        ("usage.prompt_tokens", rec.prompt_tokens)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or not 0 <= value <= MAX_TOKENS_PER_REQUEST):
-            return "bad_usage", (f"{name}: {value!r} from the server is not valid: must be a whole number "
-                                 f"from 0 to {MAX_TOKENS_PER_REQUEST}")
+    """(reason, detail) when a stream that parsed cleanly is still not a complete answer (bad counts from the server
+    are found as the stream is taken, RequestRecord.take_stream)."""
     finish = rec.finish_reason
     if finish is not None and finish not in COMPLETE_FINISH_REASONS:
         name = finish if isinstance(finish, str) and re.fullmatch(r"[a-z_]{1,24}", finish) else "other"
@@ -483,7 +477,10 @@ class Runner:
                 await asyncio.sleep(QUIET_NS / 1e9)
             await self._gate.idle()  # a request being sent goes first
             try:
-                text = self._digest(rec, asked_tokens, reads, times) if rec.ok else ""
+                if rec.ok:
+                    text = self._digest(rec, asked_tokens, reads, times)
+                else:
+                    text = self._keep_partial(rec, reads, times)
             except Exception as e:  # a parser bug must cost one record, not hang the run
                 rec.fail("client_error", f"parsing the stream failed: {type(e).__name__}: {e}")
                 text = ""
@@ -520,7 +517,13 @@ class Runner:
             resp = await self._client.post(request, written, sent, then)
         except HttpStreamError as e:
             rec.fail(e.reason, e.detail)
-            return [], (None, []), time.perf_counter_ns()
+            part = e.partial
+            if part is None or part.status >= 400:
+                return [], (None, []), time.perf_counter_ns()
+            rec.http_status = part.status
+            rec.stamp_source = "loop" if part.unstamped_reads else "kernel"
+            return part.pieces, (part.kernel_ns if rec.stamp_source == "kernel" else None, part.loop_ns), \
+                time.perf_counter_ns()  # what arrived before the failure: the record keeps it (partial)
         rec.request_written_s = resp.written_ns
         rec.http_status = resp.status
         rec.stamp_source = "loop" if resp.unstamped_reads else "kernel"
@@ -571,21 +574,40 @@ class Runner:
         return reads, times, clock()
 
     def _digest(self, rec: RequestRecord, asked_tokens: int, reads: list[bytes], times: tuple) -> str:
-        kernel_ns, loop_ns = times
-        try:  # each event carries the index of the read that completed it, then that read's stamps
-            parsed = self.backend.parse_stream(self.target.api, reads, range(len(reads)))
+        try:
+            parsed = self._parse(rec, reads, times)
         except StreamError as e:
             rec.fail(e.reason, e.detail)
             return ""
-        read_of_chunk = parsed.token_times_ns
-        parsed.token_times_ns = [(kernel_ns or loop_ns)[i] for i in read_of_chunk]
         rec.take_stream(parsed, self.t0_ns)
-        if kernel_ns is not None:
-            rec.token_loop_times_s = [(loop_ns[i] - self.t0_ns) / 1e9 for i in read_of_chunk]
         problem = answer_problem(rec, asked_tokens, self.target.ignore_eos and self.backend.forces_length)
         if rec.ok and problem is not None:
             rec.fail(*problem)
+        rec.partial = not rec.ok and bool(rec.token_times_s)  # an aborted or short answer keeps its tokens too
         return parsed.text
+
+    def _keep_partial(self, rec: RequestRecord, reads: list[bytes], times: tuple) -> str:
+        """A failed request keeps the tokens and times that arrived before it failed (rec.partial); bytes that do not
+        parse (a cut inside an event) keep nothing. Returns "": a next turn needs a whole answer."""
+        if not reads:
+            return ""
+        try:
+            parsed = self._parse(rec, reads, times)
+        except StreamError:
+            return ""
+        rec.take_partial(parsed, self.t0_ns)
+        return ""
+
+    def _parse(self, rec: RequestRecord, reads: list[bytes], times: tuple):
+        """The stream's events, each timed by the read that completed it (kernel stamp, else loop); with kernel
+        stamps, rec.token_loop_times_s gets the loop's times too. Raises StreamError."""
+        kernel_ns, loop_ns = times
+        parsed = self.backend.parse_stream(self.target.api, reads, range(len(reads)))
+        read_of_chunk = parsed.token_times_ns
+        parsed.token_times_ns = [(kernel_ns or loop_ns)[i] for i in read_of_chunk]
+        if kernel_ns is not None:
+            rec.token_loop_times_s = [(loop_ns[i] - self.t0_ns) / 1e9 for i in read_of_chunk]
+        return parsed
 
     async def _tick_loop_lag(self) -> None:
         """Measures how late the event loop wakes a sleeper: a busy client shows here first."""

@@ -77,6 +77,7 @@ class Strict(BaseModel):
 
 
 LAUNCH_PLACEHOLDERS = "{port}, {host}, {model}"
+HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110's token: what a header name may hold
 
 
 def numbers_as_text(value: Any) -> Any:
@@ -144,6 +145,9 @@ class BackendConfig(Strict):
                 if any(c in text for c in "\r\n\0"):
                     raise ScenarioError(f"backend.headers.{name.strip()}: the header {what} {text!r} contains a "
                                         "line break or NUL, which would split the HTTP request; write it on one line")
+            if not HEADER_NAME.fullmatch(name):  # a server answers 400 to every request, /health first
+                raise ScenarioError(f"backend.headers: {name!r} is not a valid HTTP header name: use letters, digits "
+                                    f"and !#$%&'*+-.^_`|~ only, no spaces or ':' (e.g. X-Api-Key)")
         return headers
 
     @field_validator("metrics_url")

@@ -38,11 +38,13 @@ READ_BYTES = 1 << 16
 
 
 class HttpStreamError(Exception):
-    """A request that got no complete answer; `reason` is the record's failure category."""
+    """A request that got no complete answer; `reason` is the record's failure category. `partial`: what of the
+    answer arrived before it failed (a stream cut or stalled after some tokens), when any did."""
 
     def __init__(self, reason: str, detail: str):
         super().__init__(f"{reason}: {detail}")
         self.reason, self.detail = reason, detail
+        self.partial: StampedResponse | None = None
 
 
 def too_large_detail(max_bytes: int) -> str:
@@ -153,6 +155,7 @@ class _Exchange:
     def _end(self, error: HttpStreamError | None) -> None:
         if not self.done.done():
             if error:
+                error.partial = self.out if self.out.pieces and error.reason != "response_too_large" else None
                 self.done.set_exception(error)
             else:
                 self.out.end_ns = self.loop_now

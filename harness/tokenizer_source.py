@@ -85,6 +85,10 @@ class ServerTokenizer(TokenizerSource):
         try:
             status, data = request(self.url + "/tokenize", body, self.headers, self.timeout_s)
         except OSError as e:
+            if isinstance(e, TimeoutError) or isinstance(getattr(e, "reason", None), TimeoutError):
+                # a route that hangs is there but broken: passing it over must be said (absent ones are not)
+                raise TokenizerError(f"backend.url: POST {self.name} did not answer within {self.timeout_s:g} s",
+                                     absent=False) from None
             raise TokenizerError(f"backend.url: POST {self.name} failed ({getattr(e, 'reason', e)})",
                                  absent=True) from None
         if status >= 400:

@@ -15,7 +15,7 @@ import queue
 import signal
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for_connections
 from typing import Callable
@@ -114,12 +114,34 @@ async def run_plan(requests: list, target: Target, concurrency: int | None, work
     return outcome
 
 
+def lost_records(requests: list, recorded: set, t0_ns: int, dispatch_until_s: float | None, stopped: bool,
+                 reason: str, detail: str) -> list[RequestRecord]:
+    """A failed record (`reason`) for each of a lost client's planned `requests` without one (`recorded`: indices),
+    so the summary counts them. Not planned: those due after a duration's end, or (open loop) after the loss once
+    the run was being stopped anyway."""
+    lost_at_s = (time.perf_counter_ns() - t0_ns) / 1e9
+    cutoff_s = lost_at_s if stopped else dispatch_until_s
+    out = []
+    for spec in requests:
+        offset = spec.intended_offset_s
+        if spec.index in recorded or (cutoff_s is not None and offset is not None and offset > cutoff_s):
+            continue
+        rec = RequestRecord(index=spec.index, intended_send_s=lost_at_s if offset is None else offset,
+                            prompt_tokens=spec.prompt_tokens, is_warmup=spec.is_warmup,
+                            session_id=spec.session_id, turn_index=spec.turn_index)
+        rec.end_s = max(lost_at_s, rec.intended_send_s)
+        rec.fail(reason, detail)
+        out.append(rec)
+    return out
+
+
 def incomplete_reasons(outcome: RunOutcome, planned: int, stops_at_duration: bool) -> list[str]:
     """Why the records do not cover the plan; an interrupted run or one stopped by its duration may stop early."""
     reasons = []
     for lost in outcome.lost_workers:
         reasons.append(f"client worker {lost['worker']} (pid {lost['pid']}) {lost['exit']}: {lost['recorded']} of "
-                       f"its {lost['planned']} planned requests recorded")
+                       f"its {lost['planned']} planned requests recorded, {lost['worker_lost_failures']} more "
+                       f"counted failed (worker_lost)")
     missing = planned - len(outcome.records)
     if missing > 0 and not outcome.interrupted and not stops_at_duration:
         reasons.append(f"{missing} of {planned} planned requests have no record")
@@ -132,8 +154,8 @@ class _Worker:
     index: int
     process: mp.Process
     conn: Connection
-    planned: int
-    recorded: int = 0
+    requests: list  # its share of the plan (RequestSpecs)
+    recorded: set = field(default_factory=set)  # indices of the requests it sent a record of
     ready: bool = False
     done: bool = False
     closed: bool = False
@@ -175,7 +197,7 @@ async def _run_processes(requests, target, concurrency, workers, on_record, stop
                         args=(w, mine, target, concurrency_share(concurrency, workers, w), dispatch_until_s, child_end))
         p.start()
         child_end.close()  # the worker holds the only other end, so its death reads as EOF here
-        crew.append(_Worker(w, p, parent_end, len(mine)))
+        crew.append(_Worker(w, p, parent_end, mine))
     loop = asyncio.get_running_loop()
     records, loop_lag, interrupted, cpu_s = [], [], False, 0.0
 
@@ -192,8 +214,8 @@ async def _run_processes(requests, target, concurrency, workers, on_record, stop
                 if kind == "ready":
                     worker.ready = True
                 elif kind == "record":
-                    worker.recorded += 1
                     rec = RequestRecord.from_dict(payload)
+                    worker.recorded.add(rec.index)
                     records.append(rec)
                     on_record(rec)
                 else:  # done
@@ -225,8 +247,16 @@ async def _run_processes(requests, target, concurrency, workers, on_record, stop
     for c in crew:
         c.process.join(timeout=5)
         if not c.done:
-            lost.append({"worker": c.index, "pid": c.process.pid, "exit": c.exit_description(),
-                         "exitcode": c.process.exitcode, "planned": c.planned, "recorded": c.recorded})
+            exit_description = c.exit_description()
+            never = lost_records(c.requests, c.recorded, t0_ns, dispatch_until_s, stop.is_set(), "worker_lost",
+                                 f"client worker {c.index} (pid {c.process.pid}) {exit_description} before this "
+                                 f"request's record reached the parent")
+            for rec in never:
+                records.append(rec)
+                on_record(rec)
+            lost.append({"worker": c.index, "pid": c.process.pid, "exit": exit_description,
+                         "exitcode": c.process.exitcode, "planned": len(c.requests), "recorded": len(c.recorded),
+                         "worker_lost_failures": len(never)})
     return RunOutcome(records, loop_lag, t0_ns, interrupted or stop.is_set(), lost_workers=lost, client_cpu_s=cpu_s)
 
 

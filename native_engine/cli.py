@@ -62,6 +62,8 @@ def serve(
     device: str = typer.Option("cpu", help="--runtime torch: 'cpu', 'cuda' or 'auto' (cuda when torch sees a GPU)"),
     cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
                                      help="On CUDA: replay captured graphs for decode steps"),
+    shutdown_grace_s: float = typer.Option(25.0, min=0.0, help="After SIGTERM/SIGINT: stop taking connections, "
+                                           "give the requests in flight this long to finish, then cut them off"),
 ) -> None:
     """Serve the built-in engine: /v1/completions, /v1/chat/completions, /metrics, /health."""
     if data_parallel > 1 or disaggregate is not None:
@@ -101,7 +103,7 @@ def serve(
         raise typer.Exit(2) from None
 
     async def run() -> None:
-        runner, bound_port = await start_server(engine, host, port)
+        runner, bound_port = await start_server(engine, host, port, shutdown_grace_s=shutdown_grace_s)
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)
@@ -110,6 +112,8 @@ def serve(
                    f"{type(engine.runner).__name__} {getattr(engine.runner, 'dtype', 'fp32')} "
                    f"{getattr(engine.runner, 'device', 'cpu')})")
         await stop.wait()
+        typer.echo(f"stopping: no new connections; requests in flight get up to {shutdown_grace_s:g} s "
+                   "(--shutdown-grace-s) to finish", err=True)
         await runner.cleanup()
         if kv_transfer_dir:   # a disaggregated deployment's worker: whichever process stops last leaves nothing
             shutil.rmtree(kv_transfer_dir, ignore_errors=True)

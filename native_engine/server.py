@@ -18,6 +18,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from native_engine.guided import Grammar, GrammarError, grammar_from_request
+from native_engine.head_deadline import HEAD_TIMEOUT_S, use_head_deadline
 from native_engine.kv_transfer import KVTransferError, cache_shape, receive_handoff
 from native_engine.llm_engine import LLMEngine, RequestOutput
 from native_engine.scheduler import QueueFullError
@@ -44,9 +45,12 @@ class RequestError(Exception):
 # SmolLM2, about 660 KB) is refused unread past this size, with a 413.
 MAX_BODY_BYTES = 4 * 2**20
 BODY_READ_TIMEOUT_S = 30.0
-# aiohttp closes a connection that has no complete request for this long: idle keep-alive ones and
-# ones still sending their headers (slowloris) alike. Longer than the harness client's 15 s pool.
+# aiohttp closes a connection that has no complete request for this long (idle keep-alive ones); longer than
+# the harness client's 15 s pool. One still sending its head has HEAD_TIMEOUT_S (native_engine/head_deadline.py).
 IDLE_CONNECTION_TIMEOUT_S = 60.0
+# After SIGTERM: how long the requests in flight may still run (`bench serve --shutdown-grace-s`). Under the
+# 30 s Kubernetes gives a pod before SIGKILL, as Dynamo's and llm-d's graceful-shutdown guides size their drains.
+SHUTDOWN_GRACE_S = 25.0
 MAX_INT = 2**63 - 1
 
 
@@ -484,12 +488,17 @@ def build_app(engine: LLMEngine) -> web.Application:
 
 
 async def start_server(engine: LLMEngine, host: str = "127.0.0.1", port: int = 0,
-                       idle_connection_timeout_s: float = IDLE_CONNECTION_TIMEOUT_S) -> tuple[web.AppRunner, int]:
-    """Serve in the running loop; returns the runner (await runner.cleanup() to stop) and the bound port."""
+                       idle_connection_timeout_s: float = IDLE_CONNECTION_TIMEOUT_S,
+                       shutdown_grace_s: float = SHUTDOWN_GRACE_S,
+                       head_timeout_s: float = HEAD_TIMEOUT_S) -> tuple[web.AppRunner, int]:
+    """Serve in the running loop; returns the runner (await runner.cleanup() to stop) and the bound port.
+    runner.cleanup() stops listening at once, gives the requests in flight shutdown_grace_s to finish, then
+    cancels the rest (each aborts its engine request; its client sees the stream cut)."""
     # handler_cancellation: a client that disconnects cancels its handler, whose finally aborts the request.
     runner = web.AppRunner(build_app(engine), handler_cancellation=True, access_log=None,
-                           keepalive_timeout=idle_connection_timeout_s)
+                           keepalive_timeout=idle_connection_timeout_s, shutdown_timeout=shutdown_grace_s)
     await runner.setup()
+    use_head_deadline(runner, head_timeout_s)
     site = web.TCPSite(runner, host, port)
     await site.start()
     return runner, site._server.sockets[0].getsockname()[1]

@@ -91,6 +91,7 @@ def test_a_capacity_file_that_is_not_ours_is_a_warning_and_the_planning_figure(o
     assert "is not kept" in warnings[1]
 
 
+@pytest.mark.faults
 def test_malformed_measurements_are_a_warning_too(own_client_capacity_file):
     own_client_capacity_file.write_text(json.dumps(
         {"format": 1, "machines": {machine_key("loop"): {"measurements": [{"tokens": "many"}]}}}))
@@ -117,3 +118,67 @@ def test_runs_in_module_fixtures_never_record_into_the_users_cache(file_a_module
     users_cache = Path.home() / ".cache" / "llm-serving-bench"
     assert users_cache not in file_a_module_fixture_records_into.parents
     assert file_a_module_fixture_records_into != own_client_capacity_file  # the session's file, not this test's
+
+
+def _prompts_scenario(tmp_path, url: str, fails: list[str]) -> Path:
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"request {i} [gt id={i}{f' fail={f}' if f else ''}]",
+                                           "output_tokens": 6}) + "\n" for i, f in enumerate(fails)))
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: poison\nbackend: {{kind: openai, url: '{url}', model: gt}}\n"
+                    f"workload: {{kind: file, path: '{prompts}'}}\n"
+                    f"load: {{arrival: constant, rate: 50, num_requests: {len(fails)}, workers: 1}}\n"
+                    "telemetry: {interval_ms: 200, gpu: false}\n")
+    return path
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("claimed", ["1e12", "1000000000000", "NaN"])
+def test_a_server_reporting_absurd_usage_leaves_the_capacity_cache_unchanged(gt, tmp_path, monkeypatch,
+                                                                               own_client_capacity_file, claimed):
+    # the run's CPU filters off, so only the fix keeps the server's counts out (a failed 0.4 s run once passed them)
+    monkeypatch.setattr("harness.client_capacity.MIN_CPU_S", 0.0)
+    monkeypatch.setattr("harness.client_capacity.MIN_BUSY_CORES", 0.0)
+    record_capacity("loop", 40_000, 1.0, 2.0, "earlier", [])
+    record_capacity("kernel", 40_000, 1.0, 2.0, "earlier", [])
+    before = own_client_capacity_file.read_bytes()
+    result = run_scenario(load_scenario(_prompts_scenario(tmp_path, gt.url, [f"usage_{claimed}"] * 4)),
+                          tmp_path / "out")
+    assert result.summary["failures"] == {"bad_usage": 4} and result.mostly_failed
+    assert result.summary["client_capacity_measured"] is None
+    assert own_client_capacity_file.read_bytes() == before
+
+
+@pytest.mark.faults
+def test_only_completed_requests_count_towards_a_kept_measurement(gt, tmp_path, monkeypatch, own_client_capacity_file):
+    monkeypatch.setattr("harness.client_capacity.MIN_CPU_S", 0.0)
+    monkeypatch.setattr("harness.client_capacity.MIN_BUSY_CORES", 0.0)
+    result = run_scenario(load_scenario(_prompts_scenario(tmp_path, gt.url, ["usage_1e12", "", "", ""])),
+                          tmp_path / "out")
+    assert result.summary["requests"]["completed"] == 3 and not result.mostly_failed
+    assert result.summary["client_capacity_measured"]["tokens"] == 3 * 6  # not 1e12 + 18
+    strict = json.loads(own_client_capacity_file.read_text(), parse_constant=lambda name: pytest.fail(name))
+    (entry,) = strict["machines"].values()
+    assert [m["tokens"] for m in entry["measurements"]] == [18]
+
+
+@pytest.mark.faults
+def test_a_cache_holding_nonsense_is_ignored_with_a_warning_and_repaired_on_the_next_write(own_client_capacity_file):
+    good = {"tokens": 40_000, "cpu_s": 1.0, "tokens_per_cpu_s": 40_000.0, "at": "t", "run": "good"}
+    nonsense = [{"tokens": 4_000_000_000_000, "cpu_s": 0.4, "tokens_per_cpu_s": 1e13, "at": "t", "run": "1e12"},
+                {"tokens": 4, "cpu_s": 0.4, "tokens_per_cpu_s": float("nan"), "at": "t", "run": "nan"},
+                {"tokens": -5, "cpu_s": 1.0, "at": "t", "run": "negative"},
+                {"tokens": 100, "cpu_s": float("inf"), "at": "t", "run": "inf"}]
+    own_client_capacity_file.write_text(json.dumps(  # json.dumps writes NaN and Infinity as an old version did
+        {"format": 1, "machines": {machine_key("loop"): {"measurements": nonsense + [good]}}}))
+    warnings = []
+    capacity = load_capacity("loop", warnings)
+    assert capacity.tokens_per_cpu_s == pytest.approx(40_000) and capacity.measurements == 1
+    (warning,) = warnings
+    assert str(own_client_capacity_file) in warning and "4 of 5" in warning and "ignored" in warning
+    assert load_capacity("kernel", []) is PLANNING_FIGURE
+    record_capacity("loop", 20_000, 1.0, 2.0, "next", warnings)
+    strict = json.loads(own_client_capacity_file.read_text(), parse_constant=lambda name: pytest.fail(name))
+    assert [m["run"] for m in strict["machines"][machine_key("loop")]["measurements"]] == ["good", "next"]
+    later = []
+    assert load_capacity("loop", later).measurements == 2 and later == []

@@ -3,6 +3,9 @@ on 127.0.0.1 and must end as a clear error for that request alone, never a 500 o
 import asyncio
 import json
 import logging
+import re
+import signal
+import sys
 import threading
 import time
 
@@ -311,3 +314,107 @@ async def test_a_body_that_never_finishes_gets_408(served, monkeypatch):
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
     assert head.startswith(b"HTTP/1.1 408")
     writer.close()
+
+
+async def trickle(writer: asyncio.StreamWriter, pieces: list[bytes], gap_s: float = 0.1) -> None:
+    """Writes the pieces gap_s apart, until the server closes the connection."""
+    try:
+        for piece in pieces:
+            writer.write(piece)
+            await writer.drain()
+            await asyncio.sleep(gap_s)
+    except ConnectionError:
+        pass
+
+
+async def closed_within(reader: asyncio.StreamReader, timeout_s: float) -> float | None:
+    """Seconds until the server closed the connection, None if it had not within timeout_s."""
+    started = time.monotonic()
+    try:
+        while await asyncio.wait_for(reader.read(1), timeout_s - (time.monotonic() - started)):
+            pass
+    except asyncio.TimeoutError:
+        return None
+    except ConnectionError:
+        pass
+    return time.monotonic() - started
+
+
+async def test_a_head_must_end_within_its_deadline_but_idle_connections_and_slow_bodies_stay(tiny):
+    engine = LLMEngine(EngineConfig(kv_cache_tokens=1024), tiny)
+    runner, port = await start_server(engine, "127.0.0.1", 0, head_timeout_s=0.5)  # idle ones: 60 s
+    connections = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+    (head_reader, head_writer), (idle_reader, idle_writer), (body_reader, body_writer) = connections
+    body = json.dumps({"prompt": "hi", "max_tokens": 2}).encode()
+    try:
+        # a head one line every 0.1 s, for 3 s; a body one byte every 0.1 s (1.5 s) after a whole head
+        slow_head = asyncio.create_task(trickle(head_writer, [b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"]
+                                                + [b"X-Slow-%d: a\r\n" % i for i in range(30)]))
+        body_head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body))
+        slow_body = asyncio.create_task(trickle(body_writer, [body_head, *(body[i:i + 1] for i in range(15)),
+                                                              body[15:]]))
+        closed_after_s = await closed_within(head_reader, 10)
+        assert closed_after_s is not None and closed_after_s < 2.5, closed_after_s  # not at the 60 s idle limit
+        answer = await asyncio.wait_for(body_reader.readuntil(b"\r\n\r\n"), 10)
+        assert answer.startswith(b"HTTP/1.1 200"), answer  # its body took 1.5 s: bodies are not policed here
+        idle_writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")  # silent for seconds, still served
+        assert (await asyncio.wait_for(idle_reader.readuntil(b"\r\n\r\n"), 10)).startswith(b"HTTP/1.1 200")
+        slow_head.cancel()
+        await slow_body
+    finally:
+        for _, writer in connections:
+            writer.close()
+        await runner.cleanup()
+
+
+async def read_stream(reader: asyncio.StreamReader) -> tuple[int, bool]:
+    """(token chunks, whether [DONE] came) of an SSE answer read to its end or its cut."""
+    data = b""
+    while more := await reader.read(65536):
+        data += more
+    return data.count(b'"text":'), b"data: [DONE]" in data
+
+
+async def open_stream(port: int, max_tokens: int):
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    body = json.dumps({"prompt": "hi", "max_tokens": max_tokens, "ignore_eos": True, "stream": True}).encode()
+    writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    await reader.readuntil(b"data: ")  # the first chunk: it is in flight
+    return reader, writer
+
+
+@pytest.mark.parametrize("grace_s, max_tokens, finished", [(25.0, 64, True), (0.05, 2000, False)])
+async def test_shutdown_drains_requests_in_flight_for_the_grace_period_only(tiny, grace_s, max_tokens, finished):
+    engine = LLMEngine(EngineConfig(kv_cache_tokens=4096), tiny)
+    runner, port = await start_server(engine, "127.0.0.1", 0, shutdown_grace_s=grace_s)
+    reader, writer = await open_stream(port, max_tokens)
+    stopping = asyncio.create_task(runner.cleanup())
+    await asyncio.sleep(0.01)
+    with pytest.raises(OSError):  # no new connection once stopping
+        await asyncio.open_connection("127.0.0.1", port)
+    chunks, done = await asyncio.wait_for(read_stream(reader), 60)
+    await asyncio.wait_for(stopping, 60)
+    writer.close()
+    assert done is finished and (chunks >= max_tokens if finished else 0 < chunks < max_tokens), chunks
+
+
+async def test_bench_serve_bounds_its_drain_by_shutdown_grace_s(tiny_path):
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "native_engine", "serve", "--model",
+                                                str(tiny_path), "--port", "0", "--shutdown-grace-s", "0.05",
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        line = (await asyncio.wait_for(proc.stdout.readline(), 120)).decode()
+        port = int(re.search(r"http://127\.0\.0\.1:(\d+)", line)[1])
+        reader, writer = await open_stream(port, 2000)
+        proc.send_signal(signal.SIGTERM)
+        chunks, done = await asyncio.wait_for(read_stream(reader), 60)
+        writer.close()
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+        assert not done and chunks < 2000  # cut at the grace's end, not served to its 2,000th token
+        assert "requests in flight get up to 0.05 s (--shutdown-grace-s)" in (await proc.stderr.read()).decode()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

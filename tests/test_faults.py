@@ -122,15 +122,22 @@ def test_a_killed_worker_marks_the_run_incomplete_and_exits_4(tmp_path):
         os.kill(workers[1], signal.SIGKILL)
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 4, stderr
-    assert "run incomplete" in stderr and "killed by SIGKILL" in stderr
+    said = " ".join(stderr.split())
+    assert "run incomplete" in said and "killed by SIGKILL" in said
     summary = json.loads((out / "summary.json").read_text())
     assert summary["incomplete"] is True and summary["interrupted"] is False
     (lost,) = summary["lost_workers"]
     assert lost["pid"] == workers[1] and lost["exit"] == "was killed by SIGKILL"
     assert lost["planned"] == 30 and 0 < lost["recorded"] < 30
-    assert f"{lost['recorded']} of its 30 planned requests recorded" in summary["incomplete_reasons"][0]
-    written = requests_file.read_text().splitlines()
-    assert len(written) == 30 + lost["recorded"]  # the live worker finished all its share
+    never = 30 - lost["recorded"]  # its requests without a record are counted failed, not left out
+    assert lost["worker_lost_failures"] == never and summary["failures"].get("worker_lost") == never
+    assert f"{lost['recorded']} of its 30 planned requests recorded, {never} more counted failed (worker_lost)" \
+        in summary["incomplete_reasons"][0]
+    req = summary["requests"]
+    assert req["measured"] == 60 and req["failed"] >= never and summary["goodput"]["fraction"] <= 1 - never / 60
+    assert f"{req['completed']} completed, {req['failed']} failed" in said and f"worker_lost={never}" in said
+    written = [json.loads(line) for line in requests_file.read_text().splitlines()]
+    assert len(written) == 60 and sum(r["error_reason"] == "worker_lost" for r in written) == never
 
 
 def test_a_sweep_point_with_a_killed_worker_is_failed_and_the_sweep_exits_4(tmp_path):
@@ -168,6 +175,8 @@ def test_a_sweep_point_with_a_killed_worker_is_failed_and_the_sweep_exits_4(tmp_
     ("backend.request_timeout_s=1.0e+300", "backend.request_timeout_s: 1e+300 is not valid: must be <= 604800"),
     ("backend.headers={Authorization: \"Bearer x\\r\\nX-Admin: 1\"}",
      "backend.headers.Authorization: the header value 'Bearer x\\r\\nX-Admin: 1' contains a line break"),
+    ("backend.headers={Bad Header Name: x}", "backend.headers: 'Bad Header Name' is not a valid HTTP header name"),
+    ("backend.headers={'X-Key:': x}", "backend.headers: 'X-Key:' is not a valid HTTP header name"),
 ])
 def test_numbers_and_headers_past_their_bounds_name_the_field(tmp_path, override, message):
     scenario = tmp_path / "s.yaml"

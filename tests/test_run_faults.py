@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from bench_process import bench, bench_started, wait_until_written
@@ -14,6 +15,7 @@ from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 from harness.cli import app
 from harness.results import read_records
 
+pytestmark = pytest.mark.faults
 GT_SERVER = Path(__file__).parent / "groundtruth_server.py"
 
 
@@ -111,3 +113,27 @@ def test_validate_refuses_a_launch_command_without_port(tmp_path):
     res = CliRunner().invoke(app, ["validate", str(path)])
     said = " ".join(res.output.split())
     assert res.exit_code == 2 and "backend.launch.command" in said and "{port}, {host}, {model}" in said
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_while_the_engine_starts_still_writes_an_interrupted_summary(tmp_path, sig, code):
+    path = tmp_path / "s.yaml"
+    never_ready = f"{sys.executable} -c 'import time; time.sleep(120)' {{port}}"  # listens on nothing
+    path.write_text(f"name: starting\nbackend: {{kind: openai, model: gt, launch: {{command: \"{never_ready}\", "
+                    "ready_timeout_s: 60}}\nworkload: {kind: random, input_tokens: 8, output_tokens: 4}\n"
+                    "load: {arrival: constant, rate: 20, num_requests: 10}\n")
+    out = tmp_path / "r"
+    proc = bench_started("run", path, "--output", out, "--workers", "1")
+    log = out / "engine.log"
+    deadline = time.monotonic() + 60
+    while not (log.exists() and log.read_text().startswith("$ ")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    engine = [int(c) for c in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+    proc.send_signal(sig)
+    stderr = proc.communicate(timeout=60)[1]
+    assert proc.returncode == code, stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["interrupted_by"] == sig.name
+    assert summary["requests"] == {"measured": 0, "completed": 0, "failed": 0, "warmup": 0}
+    assert f"{out / 'summary.json'} says interrupted: true" in " ".join(stderr.split())
+    assert engine and all(gone_within(pid, 5) for pid in engine)

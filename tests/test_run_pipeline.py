@@ -4,6 +4,7 @@ import json
 import os
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -121,6 +122,19 @@ def test_a_tokenize_route_answering_errors_or_garbage_is_passed_over_with_a_warn
         warnings = []
         assert isinstance(resolve_tokenizer(scn, warnings=warnings), ApproximateTokenizer)
         assert len(warnings) == 1 and said in warnings[0] and "counted locally instead" in warnings[0]
+    finally:
+        server.close()
+
+
+@pytest.mark.faults
+def test_a_tokenize_route_that_never_answers_is_passed_over_with_a_warning(tmp_path):
+    server = TokenizeServer(lambda text: time.sleep(7) or (200, b'{"tokens": [1]}'))
+    try:
+        scn = scenario(tmp_path, f"{{kind: openai, url: '{server.url}', model: some-model}}")
+        warnings = []
+        assert isinstance(resolve_tokenizer(scn, warnings=warnings), ApproximateTokenizer)
+        assert warnings == [f"backend.url: POST {server.url}/tokenize did not answer within 5 s; prompt lengths are "
+                            "counted locally instead"]
     finally:
         server.close()
 
