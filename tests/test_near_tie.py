@@ -1,10 +1,10 @@
 """tests/helpers.py's near-tie check: outputs may part only where the decision was a near tie between the two
 tokens they chose, so a real divergence still fails."""
+import helpers
 import numpy as np
 import pytest
-
-import helpers
 from helpers import assert_same_tokens_up_to_near_tie
+
 from native_engine.llm_engine import EngineConfig, LLMEngine
 from native_engine.sequence import SamplingParams
 
