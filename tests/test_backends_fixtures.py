@@ -157,8 +157,9 @@ def test_replica_pages_named_in_the_scenario_are_scraped_with_their_label(tmp_pa
 def test_a_wrong_path_in_a_backend_fails_against_the_engines_routes(tmp_path, monkeypatch, attribute, wrong):
     """The fixture server answers the engine's own routes (fixture_server.ROUTES, cited), never the constants
     of the code under test: a backend asking at a wrong path fails against it as it would against the engine."""
-    from backends.vllm import VllmBackend
     from fixture_server import build_app
+
+    from backends.vllm import VllmBackend
     monkeypatch.setattr(VllmBackend, attribute, wrong)
     served = {r.resource.canonical for r in build_app("vllm", 0.0, None).router.routes()}
     assert {"/v1/completions", "/metrics"} <= served
