@@ -2,7 +2,7 @@
 against the ground-truth server, kernel-stamped client and aiohttp interleaved, each run's tokens per CPU-second
 and the pooled figure `workers: auto` would size from.
 
-    flock /work/wt/measure.lock python benchmarks/client_capacity.py --concurrency 256 --rounds 2
+    flock /tmp/bench.lock python benchmarks/client_capacity.py --concurrency 256 --rounds 2
 
 The capacity file is a temporary one unless --record (then the user's cache, or BENCH_CLIENT_CAPACITY_FILE):
 with --record this is a calibration that later runs on this machine size from.

@@ -24,7 +24,7 @@ Reported per deployment: ITL p50/p99/max of the running streams (gaps between th
 chunks), TTFT mean/max of the long prompts, and the KV handoff per long prompt (bytes, the prefill
 worker's copy out, the decode worker's copy in, from each request's server timings).
 
-  PYTHONPATH=. flock /work/wt/measure.lock python benchmarks/disaggregation.py [--rounds 2] [--out DIR]
+  PYTHONPATH=. flock /tmp/bench.lock python benchmarks/disaggregation.py [--rounds 2] [--out DIR]
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@
 
 Servers run as subprocesses (`python -m native_engine serve`) so the client's event loop does
 not share a GIL with the engine. Run (timings: under the shared lock):
-  flock /work/wt/measure.lock python benchmarks/engine.py [--only a,b] [--quick] [--threads 2]
+  flock /tmp/bench.lock python benchmarks/engine.py [--only a,b] [--quick] [--threads 2]
 """
 from __future__ import annotations
 

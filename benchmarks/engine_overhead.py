@@ -1,6 +1,7 @@
 """The built-in engine's time outside the model's forward pass, per decode step, at 1 and 64 streams.
 
-Two views, per source tree (compare two: `--trees /work/main,.`, run side by side, turns interleaved)
+Two views, per source tree (compare two: `--trees ../main,.` with another checkout beside this one, run side by
+side, turns interleaved)
 and per runtime (greedy, ignore_eos, so every step is a decode of the whole batch):
   in_process  engine.step() in a loop in a child process; overhead = step time - runner.forward time
               (median over decode steps): scheduling, block manager, sampling, detokenizing, stop checks,
@@ -19,7 +20,7 @@ and per runtime (greedy, ignore_eos, so every step is a decode of the whole batc
 All servers are up at once, all paused (SIGSTOP) but the measured one, the order rotating per round.
 The machine's 2 cores are shared with other work: compare trees within one run, not across runs.
 
-  flock /work/wt/measure.lock python benchmarks/engine_overhead.py --trees /work/main,. [--rounds 3]
+  flock /tmp/bench.lock python benchmarks/engine_overhead.py --trees ../main,. [--rounds 3]
 
 Measured 2026-11-30, 2 shared cores (load average 0.9 before, 2.2 after; other sessions were busy),
 --threads 2, defaults (64 tokens at 1 stream, 16 at 64), medians of 2 interleaved rounds; "before" is main
@@ -214,7 +215,7 @@ async def http_side_by_side(trees: list[str], runtimes: list[str], streams: list
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trees", default=".", help="source trees to compare, comma-separated (e.g. /work/main,.)")
+    parser.add_argument("--trees", default=".", help="source trees to compare, comma-separated (e.g. ../main,.)")
     parser.add_argument("--runtimes", default="torch:int8,numpy", help="comma-separated; torch as torch:DTYPE")
     parser.add_argument("--streams", default="1,64")
     parser.add_argument("--tokens", default="64,16", help="output tokens per stream, one per --streams level")

@@ -23,7 +23,7 @@ run. Figures from the run's summary.json (TTFT) and server_metrics.csv (each rep
 queries and requests routed to it); "ms/computed token" is the engines' prefill time per prompt token
 not served from cache (from the records' server timings), which tells how contended the cores were.
 
-  flock /work/wt/measure.lock python benchmarks/router_policies.py --trace [--rounds 2] [--together] [--out DIR]
+  flock /tmp/bench.lock python benchmarks/router_policies.py --trace [--rounds 2] [--together] [--out DIR]
 
 Measured 2026-11-30 on the 2 shared cores (other agents' builds and tests running: load average 3-15):
   prefix-cache hit rate (hits / queries in tokens) overall and per replica, the same in every run:

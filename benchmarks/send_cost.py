@@ -7,7 +7,7 @@ else going on. The ground-truth server runs in its own process with a long TTFT 
 during the wave. To compare two versions, run each checkout's copy of this file in turn (it imports the
 harness next to it).
 
-    flock /work/wt/measure.lock python benchmarks/send_cost.py --streams 512 --pin
+    flock /tmp/bench.lock python benchmarks/send_cost.py --streams 512 --pin
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Experiment (issue #16): does torch.compile remove the torch runtime's per-op overhead of a batch-1 decode?
 
-    flock /work/wt/measure.lock python benchmarks/torch_compile_step.py            # int4, 2 threads, context 128
+    flock /tmp/bench.lock python benchmarks/torch_compile_step.py            # int4, 2 threads, context 128
 
 Compiles (inductor, CPU, dynamic=False) only the fixed-shape parts of a layer of a batch-1 decode step,
 as two functions shared by all layers (the weights are arguments, so one graph serves every layer):
@@ -10,7 +10,7 @@ The KV cache write and SDPA stay eager, as in TorchModelRunner. Checks the compi
 TorchModelRunner.forward, whether inductor keeps _weight_int4pack_mm_for_cpu as an extern call, and times
 both interleaved step by step in one process.
 
-    flock /work/wt/measure.lock python benchmarks/torch_compile_step.py --inductor-threads 1 --whole-step-blocks 16
+    flock /tmp/bench.lock python benchmarks/torch_compile_step.py --inductor-threads 1 --whole-step-blocks 16
 
 --whole-step-blocks N also compiles the whole step as ONE graph (attention included, over a block table
 padded to N blocks and masked, as torch_cuda_graphs.CudaDecode does on CUDA): one compile per context bucket.

@@ -1,6 +1,6 @@
 """Time of one TorchModelRunner.forward step on the real model (lm_head included), in process, by dtype.
 
-    flock /work/wt/measure.lock python benchmarks/torch_step.py                     # batch 1, int4 and int8, 2 threads
+    flock /tmp/bench.lock python benchmarks/torch_step.py                     # batch 1, int4 and int8, 2 threads
     python benchmarks/torch_step.py --dtype int4 --batch 1 --batch 8 --batch 64 --threads 1
     python benchmarks/torch_step.py --dtype int4 --profile                         # where a batch-1 step goes
     python benchmarks/torch_step.py --dtype int4 --dtype int4-kernel --batch 4 --batch 8   # INT4_MAX_ROWS

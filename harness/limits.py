@@ -1,4 +1,4 @@
-"""The largest numbers the harness accepts from a user or a server, in one place (README "Limits").
+"""The largest numbers the harness accepts from a user or a server, in one place (docs/running.md "Limits").
 
 Each bound is far above any real run and far below what exhausts memory or overflows a clock:
 a value past one is a typo or a broken server, and is reported naming its field instead of

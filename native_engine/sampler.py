@@ -2,7 +2,8 @@
 
 Greedy rows take an argmax. Sampled rows go through temperature, min_p, top_k and top_p, then
 inverse-CDF sampling with one uniform draw from the request's own generator, so a seeded
-request gives the same tokens whatever else is in the batch. Passes over the vocabulary run
+request gets the same draws whatever else is in the batch (and so the same tokens, up to a
+near tie: docs/engine.md). Passes over the vocabulary run
 on whole [rows, vocab] arrays; per-row Python only touches short arrays (a few hundred
 top_k/top_p candidates, one 512-token block of the draw).
 """

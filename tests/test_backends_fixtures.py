@@ -148,3 +148,36 @@ def test_replica_pages_named_in_the_scenario_are_scraped_with_their_label(tmp_pa
     assert last[("bench:kv_usage_fraction", 'replica="r1"')] == 0.25  # SGLang's token_usage
     assert any(name == "sglang:num_running_reqs" and 'replica="r1"' in labels for name, labels in last)
     assert json.loads((out / "run.json").read_text())["server_metrics"]["replicas"] == 2
+
+
+@pytest.mark.parametrize("attribute, wrong", [
+    ("paths", {"completions": "/v1/completion", "chat": "/v1/chat/completions"}),  # one letter short
+    ("metrics_path", "/v1/metrics"),
+])
+def test_a_wrong_path_in_a_backend_fails_against_the_engines_routes(tmp_path, monkeypatch, attribute, wrong):
+    """The fixture server answers the engine's own routes (fixture_server.ROUTES, cited), never the constants
+    of the code under test: a backend asking at a wrong path fails against it as it would against the engine."""
+    from fixture_server import build_app
+
+    from backends.vllm import VllmBackend
+    monkeypatch.setattr(VllmBackend, attribute, wrong)
+    served = {r.resource.canonical for r in build_app("vllm", 0.0, None).router.routes()}
+    assert {"/v1/completions", "/metrics"} <= served
+    assert not {"/v1/completion", "/v1/metrics"} & served
+    log = tmp_path / "requests_seen.jsonl"
+    command = f"{sys.executable} {FIXTURE_SERVER} --engine vllm --port {{port}} --itl-ms 2 --log {log}"
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        f"name: fx\nbackend: {{kind: vllm, api: completions, model: smollm2, launch: {{command: '{command}', "
+        "ready_timeout_s: 30}}\nworkload: {kind: random, input_tokens: 8, output_tokens: 8}\n"
+        "load: {arrival: constant, rate: 20, num_requests: 2}\ntelemetry: {interval_ms: 100, gpu: false}\n")
+    out = tmp_path / "out"
+    CliRunner().invoke(app, ["run", str(scenario), "--output", str(out), "--allow-client-bound"])
+    if attribute == "paths":
+        records = read_records(out)
+        assert len(records) == 2
+        assert [r.http_status for r in records] == [404, 404], [r.error_detail for r in records]
+    else:
+        status = json.loads((out / "run.json").read_text())["server_metrics"]
+        assert status["sampled"] is False
+        assert "404" in status["reason"]

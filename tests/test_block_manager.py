@@ -1,21 +1,8 @@
 """Paged block manager: allocation, freeing, prefix-cache hits (hash chain and radix tree), LRU eviction, counters."""
 import pytest
 
+from helpers import make_seq, run_prefill
 from native_engine.block_manager import PREFIX_CACHES, BlockManager
-from native_engine.sequence import SamplingParams, Sequence
-
-
-def make_seq(tokens, request_id="r"):
-    return Sequence(request_id, list(tokens), SamplingParams(max_tokens=4))
-
-
-def run_prefill(bm, seq):
-    """Allocate with any prefix hit, then mark every token computed, as the engine does."""
-    cached = bm.find_cached_prefix(seq)
-    assert bm.allocate(seq, seq.num_tokens - len(cached) * bm.block_size, cached)
-    seq.num_computed_tokens = seq.num_tokens
-    bm.cache_computed_blocks(seq)
-    return cached
 
 
 def test_allocate_covers_tokens_and_free_restores_all_blocks():

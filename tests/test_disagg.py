@@ -20,7 +20,7 @@ from native_engine.kv_transfer import KVTransferError, block_bytes, cache_shape,
 from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
 from native_engine.router import start_router
 from native_engine.server import start_server
-from test_router import alive, metric, post, streamed_text, wait_gone
+from helpers import alive, metric, post, streamed_text, wait_gone
 
 DOC = "Paged attention stores the key and value cache in fixed-size blocks shared between requests. " * 3
 CACHE_TOKENS = 4096

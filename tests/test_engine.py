@@ -1,9 +1,10 @@
 """The engine loop: same greedy output alone / batched / chunked / cached / preempted (real
-SmolLM2), and stop handling, aborts and streaming on a tiny random GGUF."""
+SmolLM2; up to a near tie, tests/helpers.py), and stop handling, aborts and streaming on a tiny random GGUF."""
 import asyncio
 
 import pytest
 
+from helpers import assert_same_tokens_up_to_near_tie
 from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
 from native_engine.scheduler import SchedulerConfig
 from native_engine.sequence import SamplingParams
@@ -42,14 +43,14 @@ def test_greedy_output_same_alone_batched_chunked_and_from_prefix_cache(smollm2)
     params[target] = params[4] = greedy
     assert len(prompts[target]) > 32
     results = batched.generate(prompts, params)
-    assert results[target].token_ids == reference.token_ids
-    assert results[4].token_ids == reference_4.token_ids
+    assert_same_tokens_up_to_near_tie(smollm2, prompts[target], greedy, results[target].token_ids, reference.token_ids)
+    assert_same_tokens_up_to_near_tie(smollm2, prompts[4], greedy, results[4].token_ids, reference_4.token_ids)
     assert all(len(r.token_ids) == p.max_tokens for r, p in zip(results, params))
 
     hits_before = batched.block_manager.prefix_cache_hits_tokens
     [cached] = batched.generate([prompts[target]], greedy)
     assert cached.num_cached_tokens >= 32 and batched.block_manager.prefix_cache_hits_tokens > hits_before
-    assert cached.token_ids == reference.token_ids
+    assert_same_tokens_up_to_near_tie(smollm2, prompts[target], greedy, cached.token_ids, reference.token_ids)
 
 
 @pytest.mark.slow
@@ -64,7 +65,8 @@ def test_preemption_recomputes_to_the_same_greedy_output(smollm2):
     small = engine_for(smollm2, kv_cache_tokens=128, prefix_caching=False)   # 8 blocks for 12 needed
     got = [r.token_ids for r in small.generate(prompts, greedy)]
     assert small.scheduler.num_preemptions > 0
-    assert got == expected
+    for prompt, g, e in zip(prompts, got, expected, strict=True):
+        assert_same_tokens_up_to_near_tie(smollm2, prompt, greedy, g, e)
     assert small.block_manager.num_free_blocks == small.block_manager.num_blocks
 
 
@@ -78,7 +80,8 @@ def test_seeded_sampling_survives_preemption_on_tiny_model(tiny):
     params = [SamplingParams(max_tokens=40, temperature=HOT, seed=100 + i, ignore_eos=True) for i in range(6)]
     expected = [r.token_ids for r in engine_for(tiny).generate(prompts, params)]
     small = engine_for(tiny, kv_cache_tokens=160)
-    assert [r.token_ids for r in small.generate(prompts, params)] == expected
+    for prompt, p, r, e in zip(prompts, params, small.generate(prompts, params), expected, strict=True):
+        assert_same_tokens_up_to_near_tie(tiny, prompt, p, r.token_ids, e)
     assert small.scheduler.num_preemptions > 0
     assert len(set(map(tuple, expected))) == 6
 

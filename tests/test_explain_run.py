@@ -30,11 +30,14 @@ def test_engine_trace_is_valid_chrome_trace_json(traced_run):
     trace = json.loads((traced_run / "engine_trace.json").read_text())
     events = trace["traceEvents"]
     timed = [e for e in events if e["ph"] != "M"]
-    assert timed and [e["ts"] for e in timed] == sorted(e["ts"] for e in timed)  # sorted
+    assert timed
+    assert [e["ts"] for e in timed] == sorted(e["ts"] for e in timed)  # sorted
     complete = [e for e in timed if e["ph"] == "X"]
-    assert complete and all(e["dur"] > 0 for e in complete)  # durations positive
+    assert complete
+    assert all(e["dur"] > 0 for e in complete)  # durations positive
     names = {e["args"]["name"]: e["tid"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
-    assert set(names) == {"steps", "forward", "scheduler"} and len(set(names.values())) == 3
+    assert set(names) == {"steps", "forward", "scheduler"}
+    assert len(set(names.values())) == 3
     kinds_per_track = {}
     for e in timed:
         if "tid" in e:

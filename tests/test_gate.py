@@ -10,7 +10,7 @@ from reports.cli import gate as gate_command, report as report_command
 from reports.gate import GateRulesError, compare, exit_code, load_rules
 from reports.repeats import load_run_set
 from reports.stats import bootstrap_relative_change, run_level_change, window_rates
-from test_report import synthetic_records, write_run
+from helpers import synthetic_records, write_run
 
 RULES = load_rules(None)
 

@@ -17,6 +17,7 @@ from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
 from native_engine.sequence import SamplingParams
 from native_engine.server import start_server
 from native_engine.tiny_gguf import write_tiny_llama_gguf
+from helpers import assert_same_tokens_up_to_near_tie
 
 SCHEMAS = [json.loads(line) for line in
            (Path(__file__).resolve().parents[1] / "scenarios/schemas/structured.jsonl").read_text().splitlines()]
@@ -74,8 +75,9 @@ def test_outputs_validate_beside_unconstrained_requests_and_jump_forward_saves_s
             assert out.finish_reason == "stop", out.text
             jsonschema.validate(json.loads(out.text), schema)
             assert tiny.tokenizer.decode(out.token_ids) == out.text
-        # the constrained neighbours change nothing for unconstrained requests
-        assert [o.token_ids for o in outputs[len(prompts):]] == [o.token_ids for o in alone]
+        # the constrained neighbours change nothing for unconstrained requests (up to a near tie: tests/helpers.py)
+        for prompt, p, out, ref in zip(free, free_params, outputs[len(prompts):], alone, strict=True):
+            assert_same_tokens_up_to_near_tie(tiny, prompt, p, out.token_ids, ref.token_ids)
         forced = engine.metrics.jump_forward_tokens._value.get()
         results[jump_forward] = (steps[:len(prompts)], forced, outputs)
     (steps_on, forced_on, out_on), (steps_off, forced_off, _) = results[True], results[False]

@@ -25,7 +25,7 @@ from harness.cli import app
 from reports.gate import load_rules
 from reports.history import add_runs, nights
 from reports.history_gate import gate_history
-from test_report import write_run
+from helpers import write_run
 
 ITL_MS, FLAT, AFTER = 20.0, 20, 10
 STARVED_LOOP_LAG_MS = 20.0

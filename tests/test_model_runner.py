@@ -6,10 +6,13 @@ import gguf
 import numpy as np
 import pytest
 
+from helpers import assert_same_tokens_up_to_near_tie
 from native_engine import model_runner
 from native_engine.gguf_model import load_gguf
+from native_engine.llm_engine import LoadedModel
 from native_engine.blas import set_blas_threads
 from native_engine.model_runner import ModelRunner, SeqChunk
+from native_engine.sequence import SamplingParams
 from native_engine.tiny_gguf import write_tiny_llama_gguf
 
 BLOCK = 4
@@ -99,6 +102,7 @@ def test_matches_naive_llama_with_interleaved_rope(tiny):
     expected = naive_llama_logits(path, ids)
     runner = runner_for(tiny)
     got = chunked_logits(runner, ids, [1] * len(ids), list(range(blocks_for(len(ids)))))
+    assert sorted(got) == list(range(len(ids)))   # every position was compared
     for pos, logits in got.items():
         np.testing.assert_allclose(logits, expected[pos], rtol=1e-4, atol=1e-4)
 
@@ -118,7 +122,9 @@ def test_chunked_prefill_matches_one_chunk(tiny, sizes):
     ids = token_ids(config, 30, seed=2)
     runner = runner_for(tiny)
     table = np.random.default_rng(3).permutation(64)[:blocks_for(30)].tolist()  # shuffled, non-contiguous
-    for pos, logits in chunked_logits(runner, ids, sizes, table).items():
+    got = chunked_logits(runner, ids, sizes, table)
+    assert sorted(got) == (np.cumsum(sizes) - 1).tolist()   # one comparison at the end of every chunk
+    for pos, logits in got.items():
         np.testing.assert_allclose(logits, one_chunk_logits(tiny, ids[:pos + 1]), rtol=1e-4, atol=1e-5)
 
 
@@ -178,6 +184,7 @@ def test_shared_prefix_blocks_are_read_not_written(tiny):
     k_before, v_before = runner.k_cache[:, shared].copy(), runner.v_cache[:, shared].copy()
     second_table = shared + [33, 50, 1]
     got = chunked_logits_from(runner, second, start=len(prefix), sizes=[4, 1, 1, 1], table=second_table)
+    assert sorted(got) == [len(prefix) + 3, len(prefix) + 4, len(prefix) + 5, len(prefix) + 6]
     for pos, logits in got.items():
         np.testing.assert_allclose(logits, one_chunk_logits(tiny, second[:pos + 1]), rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(runner.k_cache[:, shared], k_before)
@@ -277,8 +284,9 @@ def test_real_model_greedy_matches_reference(one_blas_thread):
         chunks = [SeqChunk([g[-1]], positions[j] + len(g) - 1, tables[j], True) for j, g in enumerate(generated)]
         for g, row in zip(generated, runner.forward(chunks)):
             g.append(int(np.argmax(row)))
-    for case, ids in zip(cases, generated):
-        assert ids == case["greedy_ids"], f"prompt {case['prompt_text'][-40:]!r}"
+    model, greedy = LoadedModel(config, weights, tokenizer=None), SamplingParams(temperature=0.0)
+    for case, ids in zip(cases, generated, strict=True):
+        assert_same_tokens_up_to_near_tie(model, case["prompt_ids"], greedy, ids, case["greedy_ids"])
 
 
 def blocks_for_size(n_tokens, block_size):

@@ -7,14 +7,12 @@ import pytest
 from backends.base import Backend
 from backends.openai import StreamError, build_request_body, parse_sse
 
-CAPTURES = Path("/work/shared/engines/captures")
+# Streams recorded from the real servers (vLLM 0.32 CPU, llama.cpp's llama-server, llama-cpp-python's server)
+CAPTURES = Path(__file__).parent / "fixtures" / "engines"
 
 
 def _capture(name: str) -> bytes:
-    path = CAPTURES / name
-    if not path.exists():
-        pytest.skip(f"capture {path} not present on this machine")
-    return path.read_bytes()
+    return (CAPTURES / name).read_bytes()   # a missing capture fails the test: it is part of the repository
 
 
 def _reads_of(raw: bytes, size: int) -> tuple[list[bytes], list[int]]:
@@ -37,13 +35,13 @@ def _expected_tokens(raw: bytes) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("name,usage", [
-    ("vllm_sse_chat.txt", 24),
-    ("vllm_sse_completions.txt", None),
-    ("vllm_sse_completions_usage.txt", 16),
-    ("llamaserver_sse_chat.txt", 24),
-    ("llamaserver_sse_completions_usage.txt", 16),
-    ("llamacpp_sse_chat.txt", None),
-    ("llamacpp_sse_completions.txt", None),
+    ("vllm_chat.sse", 24),
+    ("vllm_completions_no_usage.sse", None),
+    ("vllm_completions.sse", 16),
+    ("llamacpp_chat.sse", 24),
+    ("llamacpp_completions.sse", 16),
+    ("llamacpp_python_chat.sse", None),   # llama-cpp-python: no usage in streams
+    ("llamacpp_python_completions.sse", None),
 ])
 @pytest.mark.parametrize("read_size", [1, 7, 100_000])
 def test_real_captures_parse_whatever_the_read_boundaries(name, usage, read_size):
@@ -60,7 +58,7 @@ def test_real_captures_parse_whatever_the_read_boundaries(name, usage, read_size
 
 
 def test_role_only_first_delta_and_empty_final_chunk_are_not_tokens():
-    raw = _capture("llamacpp_sse_chat.txt")
+    raw = _capture("llamacpp_python_chat.sse")
     parsed = parse_sse([raw], [5])
     events = [e for e in raw.split(b"\n\n") if e.startswith(b"data: {")]
     # first event is role-only, last data event is the empty delta with finish_reason

@@ -3,7 +3,7 @@ counts, eviction of unreferenced leaves least recently released first, recompute
 import pytest
 
 from native_engine.block_manager import BlockManager
-from test_block_manager import make_seq, run_prefill  # the engine's allocate-then-compute, as there
+from helpers import make_seq, run_prefill  # the engine's allocate-then-compute, as there
 
 
 def radix(num_blocks, block_size=2):

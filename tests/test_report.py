@@ -5,96 +5,10 @@ import numpy as np
 import pytest
 from plotly.offline import get_plotlyjs
 
-from harness.metrics import summarize
-from harness.results import RequestRecord, ResultWriter
+from helpers import synthetic_records, write_run, write_sweep
 from reports.load import ResultsError, load_results, load_run
 from reports.report import write_report
 from reports.sweep import max_rate_meeting_slo
-
-
-def synthetic_records(n=60, rate=4.0, ttft_s=0.05, itl_s=0.01, tokens=16, seed=0, ttft_sigma=0.2,
-                      fail_every=0, slow_from=None):
-    """Requests sent at `rate`/s with lognormal TTFTs around ttft_s and steady ITLs; `slow_from`: index after
-    which TTFT doubles (a server that fell behind)."""
-    rng = np.random.default_rng(seed)
-    records = []
-    for i in range(n):
-        send = i / rate
-        ttft = ttft_s * rng.lognormal(0, ttft_sigma) * (2 if slow_from is not None and i >= slow_from else 1)
-        rec = RequestRecord(index=i, intended_send_s=send, actual_send_s=send + 1e-4, prompt_tokens=32)
-        if fail_every and i % fail_every == fail_every - 1:
-            rec.fail("http_5xx", "HTTP 500")
-            rec.end_s = send + 0.01
-        else:
-            gaps = itl_s * rng.lognormal(0, 0.1, tokens - 1)
-            rec.token_times_s = list(send + ttft + np.concatenate([[0], np.cumsum(gaps)]))
-            rec.tokens_per_chunk = [1] * tokens
-            rec.output_tokens = rec.output_tokens_counted = tokens
-            rec.end_s = rec.token_times_s[-1] + 1e-4
-            rec.finish_reason = "length"
-        records.append(rec)
-    return records
-
-
-def write_run(path, records, slo=None, rate=4.0, kind="native", server_metrics=False, telemetry=False,
-              explain=False):
-    """A results folder as `bench run` leaves it; `explain`: with the native engine's per-request
-    timings, phases_ms and diagnosis in summary.json, and an engine_trace.json."""
-    slo = slo or {"ttft_ms": 200.0, "tpot_ms": 50.0}
-    writer = ResultWriter(path)
-    writer.write_run_info({"scenario": {"name": "synthetic", "backend": {"kind": kind, "url": "http://127.0.0.1:1"},
-                                        "load": {"arrival": "constant", "rate": rate}, "slo": slo},
-                           "versions": {"harness": "0.1.0"}, "host": {"hostname": "test"},
-                           "backend": {"kind": kind, "model": "smollm2"}})
-    for r in records:
-        if explain and r.ok:
-            ttft_ms = (r.token_times_s[0] - r.intended_send_s) * 1e3
-            r.server_timings = {"queue_ms": 0.6 * ttft_ms, "prefill_ms": 0.3 * ttft_ms, "decode_ms": 40.0,
-                                "cache_n": 0, "prompt_n": r.prompt_tokens, "preemptions": 0}
-        writer.append(r)
-    writer.close()
-    summary = summarize(records, slo)
-    summary.update(client_bound=False, client_bound_reasons=[], interrupted=False)
-    if explain:
-        from harness.diagnosis import Run, diagnose
-        from harness.engine_trace import write_engine_trace
-        from harness.phases import phases
-        summary["phases_ms"] = phases(records)
-        summary["diagnosis"] = diagnose(Run(summary, records))
-        steps = [{"t_s": 0.03 * k, "dur_s": 0.025, "forward_s": 0.02, "prefill_tokens": 64 if k % 10 == 0 else 0,
-                  "prefill_chunks": [64] if k % 10 == 0 else [], "decode_seqs": 1 + k % 4, "kv_blocks_used": 10 + k % 7,
-                  "preemptions": 0, "prefix_hit_tokens": 16 if k % 10 == 0 else 0, "bytes_read": 5e8,
-                  "flops": 1e9, "running": 1 + k % 4, "waiting": k % 3} for k in range(200)]
-        write_engine_trace(path / "engine_trace.json", steps)
-    writer.write_summary(summary)
-    end = max(r.end_s for r in records)
-    if server_metrics:
-        rows = ["t_s,name,value,labels"] + [f"{t:.2f},vllm:num_requests_running,{int(3 + 2 * np.sin(t))},model=smollm2"
-                                            for t in np.arange(0, end, 0.5)]
-        rows += [f"{t:.2f},vllm:kv_cache_usage_perc,{min(1, t / end):.3f},model=smollm2" for t in np.arange(0, end, 0.5)]
-        # counters: 3 of every 4 prefix-cache queries hit; a histogram that the report leaves out
-        rows += [f"{t:.2f},vllm:prefix_cache_queries_total,{8 * k},model=smollm2" for k, t in enumerate(np.arange(0, end, 0.5))]
-        rows += [f"{t:.2f},vllm:prefix_cache_hits_total,{6 * k},model=smollm2" for k, t in enumerate(np.arange(0, end, 0.5))]
-        rows += [f"{t:.2f},vllm:e2e_request_latency_seconds_bucket,{k},le=1.0" for k, t in enumerate(np.arange(0, end, 0.5))]
-        (path / "server_metrics.csv").write_text("\n".join(rows) + "\n")
-    if telemetry:
-        # as harness/telemetry writes it: host counters, the engine's byte counters and their rate
-        rows = ["t_s,source,name,value"] + [f"{t:.2f},engine_process,cpu_percent,{150 + 30 * np.cos(t):.1f}"
-                                            for t in np.arange(0, end, 0.5)]
-        rows += [f"{t:.2f},engine_metrics,native:weight_bytes_read_total,{1e9 * t:.0f}" for t in np.arange(0, end, 0.5)]
-        rows += [f"{t:.2f},engine_metrics,read_bytes_per_s,{1e9:.0f}" for t in np.arange(0, end, 0.5)]
-        rows += [f"{t:.2f},host,memory_used_bytes,{2e9 + 1e6 * t:.0f}" for t in np.arange(0, end, 0.5)]
-        (path / "telemetry.csv").write_text("\n".join(rows) + "\n")
-    return path
-
-
-def write_sweep(root, rates=(1, 2, 4, 8), capacity_rps=5.0, seed=0):
-    """A sweep folder whose TTFT grows past the SLO once the rate passes `capacity_rps`."""
-    for i, rate in enumerate(rates):
-        over = max(0.0, rate - capacity_rps)
-        records = synthetic_records(n=40, rate=rate, ttft_s=0.05 + 0.2 * over, seed=seed + i, ttft_sigma=0.3)
-        write_run(root / f"point-{i:03d}-rate-{rate:g}", records, rate=rate)
-    return root
 
 
 def test_report_of_two_runs_overlays_them_and_reports_server_metrics(tmp_path):

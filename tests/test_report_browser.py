@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from test_report import synthetic_records, write_run, write_sweep
+from helpers import synthetic_records, write_run, write_sweep
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 NODE = shutil.which("node")

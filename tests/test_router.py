@@ -12,6 +12,7 @@ import urllib.request
 import aiohttp
 import pytest
 
+from helpers import alive, metric, post, streamed_text, wait_gone
 from native_engine.llm_engine import EngineConfig, LLMEngine
 from native_engine.router import Router, start_router
 from native_engine.routing import Policy
@@ -41,27 +42,6 @@ async def deployment(tiny):
     await http.close()
     for runner in reversed(runners):
         await runner.cleanup()
-
-
-async def post(http, url, payload):
-    async with http.post(url, json=payload) as resp:
-        if resp.headers.get("Content-Type", "").startswith("text/event-stream"):
-            return resp.status, [line[6:] for line in (await resp.text()).split("\n\n") if line]
-        return resp.status, await resp.json()
-
-
-def streamed_text(events):
-    chunks = [json.loads(e) for e in events if e != "[DONE]"]
-    return "".join(c["choices"][0].get("text") or c["choices"][0].get("delta", {}).get("content") or ""
-                   for c in chunks if c.get("choices"))
-
-
-async def metric(http, url, name, **labels):
-    async with http.get(url + "/metrics") as resp:
-        text = await resp.text()
-    want = [f'{k}="{v}"' for k, v in labels.items()]
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith((name + "{", name + " ")) and all(w in line for w in want))
 
 
 async def test_greedy_outputs_through_the_router_equal_one_engines(deployment, tiny):
@@ -158,21 +138,6 @@ async def test_a_client_gone_mid_stream_aborts_its_request_on_the_replica(deploy
 
 
 # ---- real processes -----------------------------------------------------------------------------
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def wait_gone(pids, timeout_s=30.0) -> list[int]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and any(alive(p) for p in pids):
-        time.sleep(0.1)
-    return [p for p in pids if alive(p)]
-
-
 async def start_deployment(tiny_path, *flags):
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "native_engine", "serve", "--model", str(tiny_path), "--port", "0",

@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from reports.cli import report as report_command, select as select_command
 from reports.select import parse_slo, rows, select, write_selection
-from test_report import synthetic_records, write_run, write_sweep
+from helpers import synthetic_records, write_run, write_sweep
 
 SLO = {"ttft_ms": 200.0, "tpot_ms": 50.0}
 

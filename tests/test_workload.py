@@ -68,7 +68,7 @@ def test_shared_prefix_groups_share_their_first_tokens_exactly(smollm2):
     for i, ids in enumerate(encoded):  # round robin: request i belongs to group i % 3
         assert ids[:40] == encoded[i % 3][:40]
         assert ids[40:] != encoded[i % 3][40:] or i < 3
-    assert encoded[0][:40] != encoded[1][:40] != encoded[2][:40]
+    assert len({tuple(ids[:40]) for ids in encoded[:3]}) == 3   # three different group prefixes
 
 
 def test_multi_turn_sessions(smollm2):
