@@ -25,8 +25,9 @@ def resolve_runtime(runtime: str) -> str:
     if runtime == "auto":
         return "auto" if torch_available() else "numpy"
     if runtime == "torch" and not torch_available():
-        raise ValueError("runtime 'torch' needs torch: pip install -e '.[torch]' "
-                         "(or pip install torch, CPU build), or use --runtime numpy")
+        raise ValueError("runtime 'torch' needs torch, its CPU build: pip install torch --index-url "
+                         "https://download.pytorch.org/whl/cpu, then pip install -e '.[torch]' (docs/runtimes.md); "
+                         "or use --runtime numpy")
     return runtime
 
 

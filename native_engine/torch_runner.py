@@ -7,7 +7,9 @@ torch_linear.py's (int4: the GGUF's own Q4_1 blocks, torch_int4.py), and attenti
 scaled_dot_product_attention over the blocks of each sequence only (gathered, or viewed, never the whole cache).
 On CUDA, decode-only steps replay CUDA graphs (torch_cuda_graphs.py) unless turned off.
 
-`pip install -e '.[torch]'` (or `pip install torch`, CPU build) installs torch.
+Install torch's CPU build first (`pip install torch --index-url https://download.pytorch.org/whl/cpu`),
+then `pip install -e '.[torch]'`: PyPI's Linux torch is the CUDA build (docs/runtimes.md).
+Which kernels run many-row steps depends on the CPU: torch_kernels.py.
 """
 from __future__ import annotations
 
