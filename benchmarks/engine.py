@@ -11,7 +11,8 @@
 
 Servers run as subprocesses (`python -m native_engine serve`) so the client's event loop does
 not share a GIL with the engine. Run (timings: under the shared lock):
-  flock /work/wt/measure.lock python benchmarks/engine.py [--only a,b] [--quick] [--threads 2]
+  flock /tmp/bench.lock python benchmarks/engine.py [--only a,b] [--quick] [--threads 2]
+  flock /tmp/bench.lock python benchmarks/engine.py --only b --runtimes numpy,auto --levels 1,64   # auto vs numpy
 """
 from __future__ import annotations
 
@@ -318,6 +319,8 @@ def main() -> None:
                         help="native runtimes to compare in (a) and (b), comma-separated, torch as torch:DTYPE "
                              "(default: numpy, and torch int4, int8 and bf16 when installed)")
     parser.add_argument("--rounds", type=int, default=3, help="(b): turns of each engine per level")
+    parser.add_argument("--levels", help="(b): concurrent streams, comma-separated (default 1,8,32,64; --quick 1,8)")
+    parser.add_argument("--output-tokens", type=int, help="(b): tokens per request (default 64; --quick 16)")
     args = parser.parse_args()
     SERVER_FLAGS.extend(["--blas-threads", str(args.threads)])
     parts, q = set(args.only.split(",")), args.quick
@@ -326,7 +329,8 @@ def main() -> None:
         report["a_single_stream"] = {name: single_stream(32 if q else 128, args.threads, name)
                                      for name in args.runtimes.split(",")}
         print(json.dumps({"a_single_stream": report["a_single_stream"]}), flush=True)
-    runs = {"b_concurrency": lambda: concurrency_sweep([1, 8] if q else [1, 8, 32, 64], 16 if q else 64,
+    levels = [int(n) for n in args.levels.split(",")] if args.levels else [1, 8] if q else [1, 8, 32, 64]
+    runs = {"b_concurrency": lambda: concurrency_sweep(levels, args.output_tokens or (16 if q else 64),
                                                         args.llama_server or None,
                                                         tuple(args.runtimes.split(",")), args.threads,
                                                         2 if q else args.rounds),

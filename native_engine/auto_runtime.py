@@ -4,34 +4,37 @@ A rule from the CPU's instruction set alone would assume every CPU of a kind beh
 (on an AVX2-only EPYC the torch runtime was 4x slower than numpy at 64 streams while faster on AVX-512).
 So both runners are built and time the same decode steps at start-up, interleaved (one step of each in
 turn, so load from elsewhere falls on both alike), at one sequence and at many: torch is kept only when
-its best step is faster at every batch. The measurement is bounded (MEASURE_BUDGET_S) and its figures
-go to the engine's log.
+its best step is faster at every batch. The measurement is bounded (MEASURE_BUDGET_S; about 1 s on an
+idle 2-core machine, the two batch-64 steps dominate) and its figures go to the engine's log.
 """
+
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from native_engine.model_runner import SeqChunk
 
 log = logging.getLogger(__name__)
 
-BATCHES = (1, 64)   # sequences per measured step: one stream and the server's default batch
+BATCHES = (1, 64)  # sequences per measured step: one stream and the server's default batch
 CONTEXT_TOKENS = 64  # positions each measured sequence attends to (the cache's zeros: the cost is the same)
-MEASURE_ROUNDS = 5   # timed steps of each runner at each batch, at most
-MEASURE_BUDGET_S = 6.0  # fewer rounds once this much time is spent (at least one always runs)
+MEASURE_ROUNDS = 5  # timed steps of each runner at each batch, at most
+MEASURE_BUDGET_S = 5.0  # fewer rounds once this much time is spent, warm-up included (one timed round always runs)
 
 
 @dataclass
 class RuntimeChoice:
-    runtime: str                      # 'numpy' or 'torch'
+    runtime: str  # 'numpy' or 'torch'
     step_s: dict[str, dict[int, float]]  # runtime -> batch -> best step time
 
     def describe(self) -> str:
-        figures = "; ".join(f"{name} " + ", ".join(f"batch {b} {1e3 * s:.1f} ms" for b, s in by_batch.items())
-                            for name, by_batch in self.step_s.items())
+        figures = "; ".join(
+            f"{name} " + ", ".join(f"batch {b} {1e3 * s:.1f} ms" for b, s in by_batch.items())
+            for name, by_batch in self.step_s.items()
+        )
         return f"runtime auto: {self.runtime} (best decode step, measured side by side at start-up: {figures})"
 
 
@@ -47,18 +50,21 @@ def decode_step(runner, batch: int) -> list[SeqChunk]:
     context = min(CONTEXT_TOKENS, blocks * bs - 1)
     per_seq = context // bs + 1
     vocab = runner.config.vocab_size
-    return [SeqChunk([(100 + j) % vocab], context, [(j * per_seq + k) % blocks for k in range(per_seq)], True)
-            for j in range(batch)]
+    return [
+        SeqChunk([(100 + j) % vocab], context, [(j * per_seq + k) % blocks for k in range(per_seq)], True)
+        for j in range(batch)
+    ]
 
 
-def measure_step_s(runners: dict, batches=BATCHES, rounds: int = MEASURE_ROUNDS,
-                   budget_s: float = MEASURE_BUDGET_S) -> dict[str, dict[int, float]]:
+def measure_step_s(
+    runners: dict, batches=BATCHES, rounds: int = MEASURE_ROUNDS, budget_s: float = MEASURE_BUDGET_S
+) -> dict[str, dict[int, float]]:
     """Best time of each runner's decode step at each batch, steps interleaved; one untimed warm-up each."""
     steps = {(name, b): decode_step(runner, b) for name, runner in runners.items() for b in batches}
+    started = time.perf_counter()
     for (name, _), chunks in steps.items():
         runners[name].forward(chunks)
     best = {name: {b: float("inf") for b in batches} for name in runners}
-    started = time.perf_counter()
     for _ in range(rounds):
         for (name, b), chunks in steps.items():
             start = time.perf_counter()

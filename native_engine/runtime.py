@@ -42,7 +42,8 @@ def make_runner(config: ModelConfig, weights: ModelWeights, num_kv_blocks: int, 
     runtime = resolve_runtime(runtime)
 
     def torch_runner():
-        from native_engine.torch_runner import TorchModelRunner  # torch is imported only here
+        # torch is imported only here
+        from native_engine.torch_runner import TorchModelRunner
         return TorchModelRunner(config, weights, num_kv_blocks, kv_block_size, dtype=dtype, threads=threads,
                                 device=device, cuda_graphs=cuda_graphs)
 

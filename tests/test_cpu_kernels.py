@@ -1,13 +1,15 @@
 """The torch runtime picks its kernels for the CPU torch reports, --runtime auto keeps numpy where torch is
 measured slower, and FLOPs and bytes are counted from the weights each runtime holds. The CPU's capability
 and the step times are injected: nothing here depends on which CPU runs the tests."""
+
 import logging
 
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install -e '.[torch]'); "
-                                            "these tests cover --runtime torch only")
+torch = pytest.importorskip(
+    "torch", reason="torch is an optional extra (pip install -e '.[torch]'); these tests cover --runtime torch only"
+)
 
 from native_engine import auto_runtime, runtime, torch_int4, torch_kernels, torch_linear  # noqa: E402
 from native_engine.gguf_model import load_gguf  # noqa: E402
@@ -18,7 +20,7 @@ from native_engine.step_trace import FIELDS  # noqa: E402
 from native_engine.tiny_gguf import write_tiny_llama_gguf  # noqa: E402
 from native_engine.torch_runner import TorchModelRunner  # noqa: E402
 
-TINY = dict(seed=1, n_layers=2, hidden=64, n_heads=4, n_kv_heads=2, ffn=128)
+TINY = {"seed": 1, "n_layers": 2, "hidden": 64, "n_heads": 4, "n_kv_heads": 2, "ffn": 128}
 
 
 @pytest.fixture(scope="module")
@@ -30,15 +32,19 @@ def tiny_path(tmp_path_factory):
 def cpu_reports(monkeypatch):
     """cpu_reports('AVX2'): torch's capability probe answers that; the CPU's units (BF16, VNNI, AMX) all 'present',
     so only the capability can turn them off."""
+
     def report(capability: str):
         monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
         for probe in ("_is_amx_tile_supported", "_is_avx512_bf16_supported", "_is_vnni_supported"):
             monkeypatch.setattr(torch.cpu, probe, lambda: True, raising=False)
+
     return report
 
 
-@pytest.mark.parametrize("capability, dense, int8_activations", [
-    ("AVX512", torch.bfloat16, True), ("AVX2", torch.float32, False), ("DEFAULT", torch.float32, False)])
+@pytest.mark.parametrize(
+    "capability, dense, int8_activations",
+    [("AVX512", torch.bfloat16, True), ("AVX2", torch.float32, False), ("DEFAULT", torch.float32, False)],
+)
 def test_kernels_follow_the_capability_torch_reports(cpu_reports, capability, dense, int8_activations):
     cpu_reports(capability)
     kernels = torch_kernels.this_cpu()
@@ -52,8 +58,9 @@ def test_avx512_without_bf16_or_vnni_units_gets_the_fp32_kernels():
     assert not kernels.int8_activations
 
 
-def test_an_avx2_runner_never_quantizes_activations_and_multiplies_many_rows_in_fp32(cpu_reports, tiny_path,
-                                                                                     monkeypatch, caplog):
+def test_an_avx2_runner_never_quantizes_activations_and_multiplies_many_rows_in_fp32(
+    cpu_reports, tiny_path, monkeypatch, caplog
+):
     """int8 and int4 runners built where torch reports AVX2: many-row steps go through fp32 copies (never
     _int_mm, which emulates int8 dot products there), and the engine log says which kernels were chosen."""
     cpu_reports("AVX2")
@@ -61,6 +68,7 @@ def test_an_avx2_runner_never_quantizes_activations_and_multiplies_many_rows_in_
 
     def no_int_mm(*args):
         raise AssertionError("_int_mm called on a CPU without VNNI/AMX")
+
     monkeypatch.setattr(torch, "_int_mm", no_int_mm)
     # 12 rows, each with logits: past both few-row thresholds in every matrix, the lm_head's too
     chunks = [SeqChunk(list(range(10, 22)), 0, [0, 1, 2], True, all_logits=True)]
@@ -88,24 +96,30 @@ def test_an_avx512_int8_runner_quantizes_activations_where_the_units_are(cpu_rep
     assert len(calls) == 3 * config.n_layers  # wqkv, wo, w_gate_up of every layer
 
 
-@pytest.mark.parametrize("measured, chosen", [
-    ({"numpy": {1: 0.050, 64: 0.150}, "torch": {1: 0.020, 64: 0.600}}, "numpy"),   # the AVX2 EPYC's 64 streams
-    ({"numpy": {1: 0.050, 64: 0.150}, "torch": {1: 0.070, 64: 0.100}}, "numpy"),
-    ({"numpy": {1: 0.050, 64: 0.150}, "torch": {1: 0.020, 64: 0.100}}, "torch"),
-    ({"numpy": {1: 0.050, 64: 0.150}, "torch": {1: 0.050, 64: 0.100}}, "numpy")])  # a tie keeps the reference
+@pytest.mark.parametrize(
+    "measured, chosen",
+    [
+        ({"numpy": {1: 0.050, 64: 0.150}, "torch": {1: 0.020, 64: 0.600}}, "numpy"),  # the AVX2 EPYC's 64 streams
+        ({"numpy": {1: 0.050, 64: 0.150}, "torch": {1: 0.070, 64: 0.100}}, "numpy"),
+        ({"numpy": {1: 0.050, 64: 0.150}, "torch": {1: 0.020, 64: 0.100}}, "torch"),
+        ({"numpy": {1: 0.050, 64: 0.150}, "torch": {1: 0.050, 64: 0.100}}, "numpy"),
+    ],
+)  # a tie keeps the reference
 def test_auto_keeps_torch_only_where_it_is_faster_at_every_batch(measured, chosen):
     assert auto_runtime.choose_runtime(measured).runtime == chosen
 
 
 @pytest.mark.parametrize("torch_s, runner_type", [(0.5, ModelRunner), (0.001, TorchModelRunner)])
-def test_auto_serves_with_the_measured_faster_runner_and_logs_the_figures(tiny_path, monkeypatch, caplog,
-                                                                        torch_s, runner_type):
+def test_auto_serves_with_the_measured_faster_runner_and_logs_the_figures(
+    tiny_path, monkeypatch, caplog, torch_s, runner_type
+):
     """make_runner('auto') builds both runners, times them (injected here) and keeps the faster."""
     timed = []
 
     def measured(runners, *args, **kwargs):
         timed.append({name: type(r) for name, r in runners.items()})
         return {"numpy": {1: 0.010, 64: 0.100}, "torch": {1: torch_s, 64: torch_s}}
+
     monkeypatch.setattr(auto_runtime, "measure_step_s", measured)
     monkeypatch.setattr(runtime, "torch_available", lambda: True)
     config, weights = load_gguf(tiny_path)
@@ -135,8 +149,10 @@ def test_flops_of_a_torch_int4_step_match_the_hand_count(tiny_path):
     """A 5-token prefill then one decode step: 2 FLOPs per weight per token, 2 per lm_head weight per sampled
     row, 4 * q_dim per (query, context position) pair per layer. int4 holds half a byte a weight: counting
     parameters as bytes / 4 (fp32) gave an eighth of the matmul FLOPs."""
-    engine = LLMEngine(EngineConfig(runtime="torch", dtype="int4", kv_cache_tokens=64, kv_block_size=4,
-                                    step_trace=True), LoadedModel.load(str(tiny_path)))
+    engine = LLMEngine(
+        EngineConfig(runtime="torch", dtype="int4", kv_cache_tokens=64, kv_block_size=4, step_trace=True),
+        LoadedModel.load(str(tiny_path)),
+    )
     assert type(engine.runner) is TorchModelRunner
     engine.generate([[5, 6, 7, 8, 9]], SamplingParams(max_tokens=2, temperature=0, ignore_eos=True))
     flops = [step[FIELDS.index("flops")] for step in engine.step_trace.steps]
