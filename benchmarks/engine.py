@@ -11,8 +11,7 @@
 
 Servers run as subprocesses (`python -m native_engine serve`) so the client's event loop does
 not share a GIL with the engine. Run (timings: under the shared lock):
-  flock /tmp/bench.lock python benchmarks/engine.py [--only a,b] [--quick] [--threads 2]
-  flock /tmp/bench.lock python benchmarks/engine.py --only b --runtimes numpy,auto --levels 1,64   # auto vs numpy
+  flock /work/wt/measure.lock python benchmarks/engine.py [--only a,b] [--quick] [--threads 2]
 """
 from __future__ import annotations
 
@@ -316,10 +315,12 @@ def main() -> None:
                              "benchmarks/build_llama_server.sh, if any ('' to skip)")
     parser.add_argument("--runtimes", default="numpy,torch:int4,torch:int8,torch:bf16"
                         if importlib.util.find_spec("torch") else "numpy",
-                        help="native runtimes to compare in (a) and (b), comma-separated, torch as torch:DTYPE "
+                        help="native runtimes to compare in (a) and (b), comma-separated, torch as torch:DTYPE, "
+                             "auto as auto (it picks at start-up; its log says which) "
                              "(default: numpy, and torch int4, int8 and bf16 when installed)")
     parser.add_argument("--rounds", type=int, default=3, help="(b): turns of each engine per level")
-    parser.add_argument("--levels", help="(b): concurrent streams, comma-separated (default 1,8,32,64; --quick 1,8)")
+    parser.add_argument("--levels", help="(b): concurrent streams, comma-separated (default 1,8,32,64; --quick 1,8); "
+                        "e.g. --only b --runtimes numpy,auto --levels 1,64: what auto chose against numpy")
     parser.add_argument("--output-tokens", type=int, help="(b): tokens per request (default 64; --quick 16)")
     args = parser.parse_args()
     SERVER_FLAGS.extend(["--blas-threads", str(args.threads)])
