@@ -3,6 +3,7 @@ measured slower, and FLOPs and bytes are counted from the weights each runtime h
 and the step times are injected: nothing here depends on which CPU runs the tests."""
 
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -175,3 +176,40 @@ def test_bytes_read_follow_the_kernel_each_step_takes(cpu_reports, tiny_path):
     assert runner.weight_bytes_read(many, many) == 4 * MATMUL_PARAMS + 4 * LM_HEAD_PARAMS + norms
     assert runner.weight_bytes_read(many, 0) == 4 * MATMUL_PARAMS + norms  # no logits: the lm_head is not read
     assert torch_linear.WEIGHT_ONLY_MAX_ROWS < many
+
+
+def test_the_served_engine_logs_its_kernels_and_auto_choice_and_serves_with_it(tiny_path):
+    """`serve --runtime auto` as a user starts it, torch capped by its own ATEN_CPU_CAPABILITY (DEFAULT: runs
+    on any CPU): the log names the capability's kernels and auto's measured figures, and the serving line's
+    runner is the one auto said it chose."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
+    command = [
+        sys.executable,
+        "-m",
+        "native_engine",
+        "serve",
+        "--model",
+        str(tiny_path),
+        "--port",
+        "0",
+        "--runtime",
+        "auto",
+        "--kv-cache-tokens",
+        "2048",
+        "--blas-threads",
+        "1",
+    ]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        serving = proc.stdout.readline()
+    finally:
+        proc.terminate()
+        log = proc.communicate(timeout=60)[1]
+    assert "CPU capability DEFAULT: many-row steps multiply by a fp32 copy" in log
+    chosen = log.split("runtime auto: ")[1].split()[0]
+    assert re.search(r"numpy batch 1 [\d.]+ ms, batch 64 [\d.]+ ms; torch batch 1 [\d.]+ ms, batch 64 [\d.]+ ms", log)
+    assert {"numpy": "ModelRunner", "torch": "TorchModelRunner"}[chosen] + " " in serving
