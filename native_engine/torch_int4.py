@@ -23,8 +23,8 @@ INT4_MAX_ROWS = 8
 
 
 class Int4Linear:
-    """y = x @ W.T for x [n, in] -> [n, out] in its kernel's dtype (as torch_linear.Linear's): few rows through the 4-bit
-    kernel from Q4_1 blocks [out, in], many rows through a `dense_dtype` copy of w_out_in, the same weights
+    """y = x @ W.T for x [n, in] -> [n, out] in its kernel's dtype (as torch_linear.Linear's): few rows through
+    the 4-bit kernel from Q4_1 blocks [out, in], many rows through a `dense_dtype` copy of w_out_in, the same weights
     in fp32 [out, in] (gguf_model's, equal to the blocks dequantized)."""
 
     def __init__(self, matrix: Q4Matrix, w_out_in: np.ndarray, dense_dtype: torch.dtype):
