@@ -2,10 +2,10 @@
 
 A rule from the CPU's instruction set alone would assume every CPU of a kind behaves like the ones measured
 (on an AVX2-only EPYC the torch runtime was 4x slower than numpy at 64 streams while faster on AVX-512).
-So both runners are built and time the same decode steps at start-up, interleaved (one step of each in
-turn, so load from elsewhere falls on both alike), at one sequence and at many: torch is kept only when
-its best step is faster at every batch. The measurement is bounded (MEASURE_BUDGET_S; about 1 s on an
-idle 2-core machine, the two batch-64 steps dominate) and its figures go to the engine's log.
+So both runners are built and time the same decode steps at start-up, taking turns (so load from elsewhere
+falls on both alike), at one sequence and at many: torch is kept only when its best step is faster at every
+batch. The measurement stops after the round that passes MEASURE_BUDGET_S (a round is 8 steps, the four at
+batch 64 dominate) and its figures go to the engine's log.
 """
 
 from __future__ import annotations
@@ -59,14 +59,15 @@ def decode_step(runner, batch: int) -> list[SeqChunk]:
 def measure_step_s(
     runners: dict, batches=BATCHES, rounds: int = MEASURE_ROUNDS, budget_s: float = MEASURE_BUDGET_S
 ) -> dict[str, dict[int, float]]:
-    """Best time of each runner's decode step at each batch, steps interleaved; one untimed warm-up each."""
+    """Best time of each runner's decode step at each batch, runners taking turns. Each turn runs the step
+    twice and times the second: right after the other runtime's step its thread pool is still spinning
+    (OpenBLAS's and torch's OpenMP threads busy-wait a while before they sleep) and slows this one."""
     steps = {(name, b): decode_step(runner, b) for name, runner in runners.items() for b in batches}
-    started = time.perf_counter()
-    for (name, _), chunks in steps.items():
-        runners[name].forward(chunks)
     best = {name: {b: float("inf") for b in batches} for name in runners}
+    started = time.perf_counter()
     for _ in range(rounds):
         for (name, b), chunks in steps.items():
+            runners[name].forward(chunks)
             start = time.perf_counter()
             runners[name].forward(chunks)
             best[name][b] = min(best[name][b], time.perf_counter() - start)
