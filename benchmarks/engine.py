@@ -315,9 +315,13 @@ def main() -> None:
                              "benchmarks/build_llama_server.sh, if any ('' to skip)")
     parser.add_argument("--runtimes", default="numpy,torch:int4,torch:int8,torch:bf16"
                         if importlib.util.find_spec("torch") else "numpy",
-                        help="native runtimes to compare in (a) and (b), comma-separated, torch as torch:DTYPE "
+                        help="native runtimes to compare in (a) and (b), comma-separated, torch as torch:DTYPE, "
+                             "auto as auto (it picks at start-up; its log says which) "
                              "(default: numpy, and torch int4, int8 and bf16 when installed)")
     parser.add_argument("--rounds", type=int, default=3, help="(b): turns of each engine per level")
+    parser.add_argument("--levels", help="(b): concurrent streams, comma-separated (default 1,8,32,64; --quick 1,8); "
+                        "e.g. --only b --runtimes numpy,auto --levels 1,64: what auto chose against numpy")
+    parser.add_argument("--output-tokens", type=int, help="(b): tokens per request (default 64; --quick 16)")
     args = parser.parse_args()
     SERVER_FLAGS.extend(["--blas-threads", str(args.threads)])
     parts, q = set(args.only.split(",")), args.quick
@@ -326,7 +330,8 @@ def main() -> None:
         report["a_single_stream"] = {name: single_stream(32 if q else 128, args.threads, name)
                                      for name in args.runtimes.split(",")}
         print(json.dumps({"a_single_stream": report["a_single_stream"]}), flush=True)
-    runs = {"b_concurrency": lambda: concurrency_sweep([1, 8] if q else [1, 8, 32, 64], 16 if q else 64,
+    levels = [int(n) for n in args.levels.split(",")] if args.levels else [1, 8] if q else [1, 8, 32, 64]
+    runs = {"b_concurrency": lambda: concurrency_sweep(levels, args.output_tokens or (16 if q else 64),
                                                         args.llama_server or None,
                                                         tuple(args.runtimes.split(",")), args.threads,
                                                         2 if q else args.rounds),

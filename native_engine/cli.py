@@ -56,7 +56,8 @@ def serve(
                                         "directory KV handoff files go through"),
     runtime: str = typer.Option("numpy", help="Forward-step kernels: 'numpy' (fp32, the exact reference the "
                                               "golden tests pin), 'torch' (the optional extra: int4/int8/bf16 weights, "
-                                              "faster) or 'auto' (torch when installed)"),
+                                              "faster) or 'auto' (torch when installed and faster on this machine: "
+                                              "measured side by side at start-up, a few seconds)"),
     dtype: str = typer.Option("int4", help="--runtime torch: weights as 'int4' (the GGUF's own Q4_1 blocks; CPU "
                                            "only), 'int8' (per-channel; CPU only), 'bf16' (use it on CUDA) or 'fp32'"),
     device: str = typer.Option("cpu", help="--runtime torch: 'cpu', 'cuda' or 'auto' (cuda when torch sees a GPU)"),
@@ -70,6 +71,7 @@ def serve(
         from native_engine.deployment import serve_deployment
         raise typer.Exit(serve_deployment(ctx))
     import asyncio
+    import logging
     import shutil
     import signal
 
@@ -79,6 +81,8 @@ def serve(
     from native_engine.server import start_server
     from native_engine.spec_decode import SpeculativeConfig
 
+    if not logging.getLogger().handlers:  # the engine's log (stderr): e.g. which kernels and runtime it chose
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if blas_threads and set_blas_threads(blas_threads) is None:
         typer.echo("error: --blas-threads: numpy's BLAS is not an OpenBLAS this process can reach", err=True)
         raise typer.Exit(2)

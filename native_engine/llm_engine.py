@@ -149,9 +149,8 @@ class LLMEngine:
         self.last_forward_s = 0.0
         self.step_trace = StepTrace() if config.step_trace else None
         c = self.model_config
-        self._lm_head_params = self.runner.lm_head_bytes // 4  # fp32 weights
-        self._flops_args = (self.runner.weight_bytes // 4 - self._lm_head_params, self._lm_head_params,
-                            c.n_layers, c.n_heads * c.head_dim)
+        # weights counted by each runner from the matrices it holds (bytes would undercount int4/int8/bf16)
+        self._flops_args = (self.runner.matmul_params, self.runner.lm_head_params, c.n_layers, c.n_heads * c.head_dim)
 
     # ---- requests -------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,

@@ -109,6 +109,9 @@ class ModelRunner:
         self.kv_bytes_per_token = 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4
         self.weight_bytes = weights.matrix_bytes()
         self.lm_head_bytes = weights.lm_head.nbytes
+        self.matmul_params = sum(m.size for layer in weights.layers
+                                 for m in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down))
+        self.lm_head_params = weights.lm_head.size
         self.lm_head_rows = np.ascontiguousarray(weights.lm_head.T)  # [vocab, hidden]; see LM_HEAD_SLICE_ROWS
         # tied: the token embedding is a strided view of lm_head; rows of the contiguous copy gather 30x faster
         tied = np.may_share_memory(weights.token_embedding, weights.lm_head)

@@ -6,7 +6,7 @@ same with scale = d, zero = m + 8 d: the file's 4-bit values are used as they ar
 of our own; only d and m + 8 d are rounded to bf16 (the kernel's activations are bf16 too).
 The kernel unpacks the weights once per input row, so it is fast for few rows (decode at low
 concurrency: a matrix-vector product reads 4.5 bits a weight) and slow for many; steps of many rows
-take a bf16 copy of the same dequantized weights.
+take a dense copy of the same dequantized weights: bf16, or fp32 on a CPU without bf16 units (torch_kernels.py).
 """
 from __future__ import annotations
 
@@ -23,22 +23,29 @@ INT4_MAX_ROWS = 8
 
 
 class Int4Linear:
-    """y = x @ W.T for x [n, in] -> [n, out] bf16 (as torch_linear.Linear's): few rows through the 4-bit
-    kernel from Q4_1 blocks [out, in], many rows through a bf16 copy of w_out_in, the same weights in fp32
-    [out, in] (gguf_model's, equal to the blocks dequantized)."""
+    """y = x @ W.T for x [n, in] -> [n, out] in its kernel's dtype (as torch_linear.Linear's): few rows through
+    the 4-bit kernel from Q4_1 blocks [out, in], many rows through a `dense_dtype` copy of w_out_in, the same weights
+    in fp32 [out, in] (gguf_model's, equal to the blocks dequantized)."""
 
-    def __init__(self, matrix: Q4Matrix, w_out_in: np.ndarray):
+    def __init__(self, matrix: Q4Matrix, w_out_in: np.ndarray, dense_dtype: torch.dtype):
         q = torch.from_numpy(matrix.q.astype("int32"))
         self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)  # [out, in / 2] uint8
         scale = torch.from_numpy(matrix.scale.astype("float32"))
         zero = torch.from_numpy(matrix.minimum.astype("float32")) + 8 * scale
         self.scales_and_zeros = torch.stack([scale.t(), zero.t()], dim=-1).to(torch.bfloat16).contiguous()
-        self.many_rows_bf16 = torch.from_numpy(np.ascontiguousarray(w_out_in)).to(torch.bfloat16)
+        self.many_rows_dense = torch.from_numpy(np.ascontiguousarray(w_out_in)).to(dense_dtype)
         n_out, n_in = matrix.q.shape
-        self.nbytes = n_out * n_in // 2 + 4 * n_out * (n_in // BLOCK)  # what a few-row step reads
+        self.params = n_out * n_in
+        self.packed_bytes = n_out * n_in // 2 + 4 * n_out * (n_in // BLOCK)  # 4 bits a weight, 2 bf16 a block
+
+    def bytes_read(self, rows: int) -> int:
+        """Bytes of weights a product with `rows` input rows reads: those of the kernel it takes."""
+        if rows <= INT4_MAX_ROWS:
+            return self.packed_bytes
+        return self.many_rows_dense.numel() * self.many_rows_dense.element_size()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.to(torch.bfloat16)
         if len(x) <= INT4_MAX_ROWS:
-            return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, BLOCK, self.scales_and_zeros)
-        return F.linear(x, self.many_rows_bf16)
+            return torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16), self.packed, BLOCK,
+                                                                self.scales_and_zeros)
+        return F.linear(x.to(self.many_rows_dense.dtype), self.many_rows_dense)

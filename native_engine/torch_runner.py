@@ -7,10 +7,13 @@ torch_linear.py's (int4: the GGUF's own Q4_1 blocks, torch_int4.py), and attenti
 scaled_dot_product_attention over the blocks of each sequence only (gathered, or viewed, never the whole cache).
 On CUDA, decode-only steps replay CUDA graphs (torch_cuda_graphs.py) unless turned off.
 
-`pip install -e '.[torch]'` (or `pip install torch`, CPU build) installs torch.
+Install torch's CPU build first (`pip install torch --index-url https://download.pytorch.org/whl/cpu`),
+then `pip install -e '.[torch]'`: PyPI's Linux torch is the CUDA build (docs/runtimes.md).
+Which kernels run many-row steps depends on the CPU: torch_kernels.py.
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 
@@ -20,9 +23,11 @@ import torch.nn.functional as F
 
 from native_engine.gguf_model import ModelConfig, ModelWeights
 from native_engine.model_runner import ModelRunner, SeqChunk
+from native_engine.torch_kernels import this_cpu
 from native_engine.torch_linear import DTYPES, LayerMatrices, lm_head_matrix
 
 DEVICES = ("cpu", "cuda", "auto")
+log = logging.getLogger(__name__)
 
 
 def cpu_threads() -> int:
@@ -62,9 +67,12 @@ class TorchModelRunner:
         torch.set_num_threads(self.threads)
         self.config, self.num_kv_blocks, self.kv_block_size, self.dtype = config, num_kv_blocks, kv_block_size, dtype
         c = config
-        self.layers = [LayerMatrices(weights, i, dtype, device) for i in range(c.n_layers)]
+        self.kernels = this_cpu()  # which kernels many-row steps take on this CPU (used by int4 and int8)
+        if device == "cpu" and dtype in ("int4", "int8"):
+            log.info("torch runtime, %s weights: %s", dtype, self.kernels.describe())
+        self.layers = [LayerMatrices(weights, i, dtype, device, self.kernels) for i in range(c.n_layers)]
         self.output_norm = torch.tensor(weights.output_norm, device=device)
-        self.lm_head = lm_head_matrix(weights, dtype, device)
+        self.lm_head = lm_head_matrix(weights, dtype, device, self.kernels)
         tied = np.may_share_memory(weights.token_embedding, weights.lm_head)
         rows = np.ascontiguousarray(weights.lm_head.T) if tied else np.ascontiguousarray(weights.token_embedding)
         self.embedding = torch.from_numpy(rows).to(device)  # fp32: a few rows are looked up a step
@@ -77,8 +85,10 @@ class TorchModelRunner:
                                       for cache in (self.k_cache, self.v_cache))
         self.kv_cache_bytes = 2 * self.k_cache.numel() * 4
         self.kv_bytes_per_token = 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4
-        self.lm_head_bytes = self.lm_head.nbytes
-        self.weight_bytes = sum(layer.matrix_bytes() for layer in self.layers) + self.lm_head_bytes + 4 * c.hidden_size
+        # FLOPs count weights, not bytes: int4 holds half a byte a weight, int8 one, bf16 two
+        self.matmul_params = sum(m.params for layer in self.layers for m in layer.matrices())
+        self.lm_head_params = self.lm_head.params
+        self.weight_bytes = self.weight_bytes_read(1, 1)  # a single sequence's decode step
         self.last_step_bytes_read = 0
         self.attn_scale = 1.0 / math.sqrt(c.head_dim)
         half = c.head_dim // 2
@@ -89,6 +99,12 @@ class TorchModelRunner:
         if device == "cuda":
             from native_engine.torch_cuda_graphs import CudaDecode
             self.cuda_decode = CudaDecode(self, graphs=cuda_graphs)
+
+    def weight_bytes_read(self, rows: int, logit_rows: int) -> int:
+        """Bytes of weights a step of `rows` tokens reads, `logit_rows` of them through the lm_head: each
+        matrix's kernel for that many rows decides (a 4-bit kernel for few rows, a dense copy for many)."""
+        lm_head = self.lm_head.bytes_read(logit_rows) if logit_rows else 0
+        return sum(layer.bytes_read(rows) for layer in self.layers) + lm_head + 4 * self.config.hidden_size
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(array).to(self.device, non_blocking=True)
@@ -180,7 +196,8 @@ class TorchModelRunner:
         if not chunks:
             raise ValueError("forward() needs at least one SeqChunk")
         plan = self._plan(chunks)
-        self.last_step_bytes_read = self.weight_bytes + plan.kv_positions_read * self.kv_bytes_per_token
+        self.last_step_bytes_read = (self.weight_bytes_read(len(plan.tokens), len(plan.logit_rows))
+                                     + plan.kv_positions_read * self.kv_bytes_per_token)
         if self.cuda_decode is not None and not plan.prefill and len(plan.logit_rows) == len(chunks):
             found = self.cuda_decode.run(chunks)
             if found is not None:
@@ -203,7 +220,6 @@ class TorchModelRunner:
                 return out
         x = self.layers_forward(self._tensor(plan.tokens), self._tensor(plan.rope), self._tensor(plan.slots), attend)
         if not len(plan.logit_rows):
-            self.last_step_bytes_read -= self.lm_head_bytes
             return np.zeros((0, c.vocab_size), dtype=np.float32)
         if len(plan.logit_rows) < len(x):
             x = x.index_select(0, self._tensor(plan.logit_rows))
