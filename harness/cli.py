@@ -282,7 +282,8 @@ def make_trace(out: Path = typer.Argument(..., help="the JSONL file to write (Mo
 @app.command("plan")
 def plan(scenario: Path = typer.Argument(..., help="scenario YAML with a plan: block (docs/planner.md)"),
          set_: list[str] = typer.Option([], "--set", help="override: dotted.path=value (repeatable)"),
-         output: Optional[Path] = typer.Option(None, "--output", help="results folder (default results/<name>-plan-<UTC>)"),
+         output: Optional[Path] = typer.Option(None, "--output",
+                                               help="results folder (default results/<name>-plan-<UTC>)"),
          overwrite: bool = typer.Option(False, "--overwrite", help="replace the results already in --output")) -> None:
     """Simulate the scenario's load on the deployment its plan: block describes (the engine's own scheduler,
     a fitted or roofline step model) and write a results folder as `bench run` does, marked simulated."""

@@ -28,7 +28,7 @@ class Deployment:
 
 def serve_parameters(launch_args: list[str], model: str) -> dict:
     """{parameter: value} as `bench serve` would read launch_args; a bad flag is a ValueError naming it."""
-    from native_engine.cli import serve   # typer's command objects are only needed here
+    from native_engine.cli import serve  # typer's command objects are only needed here
     app = typer.Typer()
     app.command()(serve)
     args = [a.replace("{model}", model) for a in launch_args]
