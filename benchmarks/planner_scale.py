@@ -44,7 +44,7 @@ def main() -> None:
     sessions = args.requests // TURNS
     # sessions start rate / TURNS per second: each brings TURNS requests
     gap_s = TURNS / (args.rate_per_replica * args.replicas)
-    config = SessionTraceConfig(sessions=sessions, turns=TURNS, block_tokens=64, system_blocks=2,
+    config = SessionTraceConfig(sessions=sessions, turns=TURNS, block_tokens=32, system_blocks=2,
                                 user_blocks=(2, 6), output_tokens=(64, 192), session_gap_s=gap_s,
                                 think_time_s=(5.0, 15.0), seed=0)
     rows = write_session_trace(config, tmp / "trace.jsonl")
@@ -52,7 +52,7 @@ def main() -> None:
         "--data-parallel", str(args.replicas), "--router-policy", "cache_aware",
         "--max-num-batched-tokens", "2048", "--max-num-seqs", "128", "--kv-cache-tokens", "262144"]}},
         "workload": {"kind": "random", "ignore_eos": True},
-        "load": {"arrival": "trace", "trace": str(tmp / "trace.jsonl"), "trace_block_size": 64},
+        "load": {"arrival": "trace", "trace": str(tmp / "trace.jsonl"), "trace_block_size": 32},
         "plan": {"step_model": "roofline"}, "seed": 0}
     (tmp / "scale.yaml").write_text(yaml.safe_dump(spec))
     scenario = load_scenario(tmp / "scale.yaml")
