@@ -4,8 +4,8 @@ import json
 
 import pytest
 import yaml
-
 from bench_process import bench
+
 from harness.engine_trace import write_engine_trace
 from harness.plan.deployment import deployment_from_args
 from harness.plan.simulator import simulate_scenario
@@ -93,6 +93,9 @@ def test_plan_writes_a_run_folder_fitted_to_a_measured_run(measured):
     records = read_records(tmp / "predicted")
     assert len(records) == 16 and all(r.ok and r.output_tokens == 8 for r in records)
     assert summary["phases_ms"]["source"] == measured_summary["phases_ms"]["source"]   # the engine's own account
+    assert (tmp / "predicted" / "engine_trace.json").is_file()   # the simulated steps, for the report's timeline
+    with pytest.raises(ValueError, match="is a simulated run"):
+        fit_step_model([tmp / "predicted"])
 
 
 def test_simulated_and_measured_folders_load_through_report_select_and_gate(measured, tmp_path):

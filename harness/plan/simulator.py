@@ -17,6 +17,7 @@ import time
 from collections import deque
 from pathlib import Path
 
+from harness.engine_trace import write_engine_trace
 from harness.explain import explain
 from harness.metrics import summarize
 from harness.plan.deployment import Deployment, deployment_from_args
@@ -31,6 +32,7 @@ from native_engine.routing import Policy, prompt_text
 from native_engine.scheduler import QueueFullError
 from native_engine.sequence import SamplingParams, Sequence
 
+MAX_TRACED_REQUESTS = 20_000   # beyond this many requests the steps are not kept (memory): no engine_trace.json
 ARRIVE, STEP_END = 0, 1   # event kinds; at equal times arrivals first, as the engine drains its inbox first
 
 
@@ -202,7 +204,7 @@ def simulate_scenario(scenario: Scenario, out_dir: str | Path | None = None, rep
         if writer is not None:
             writer.append(rec)
     planned_s = time.process_time()
-    sim = Simulation(deployment, step_model, overhead_s)
+    sim = Simulation(deployment, step_model, overhead_s, keep_steps=len(plan.requests) <= MAX_TRACED_REQUESTS)
     try:
         run_simulation(sim, plan.requests, token_ids, scenario.load.concurrency, on_record)
     finally:
@@ -218,7 +220,7 @@ def simulate_scenario(scenario: Scenario, out_dir: str | Path | None = None, rep
                        "preemptions": sum(r.scheduler.num_preemptions for r in sim.replicas.values()),
                        "engine_steps": sim.engine_steps, "sequence_steps": sim.sequence_steps,
                        "cpu_s": {"plan": planned_s - started_s, "simulation": time.process_time() - planned_s}}
-    summary.update(explain(summary, records, Path(out_dir or "."), sim.steps, scenario.resolved_dict()))
+    summary.update(explain(summary, records, Path(out_dir or "."), sim.steps or [], scenario.resolved_dict()))
     if writer is not None:
         writer.write_run_info({"scenario": scenario.resolved_dict(), "versions": versions(), "simulated": True,
                                "backend": {"kind": scenario.backend.kind, "model": scenario.backend.model,
@@ -226,6 +228,8 @@ def simulate_scenario(scenario: Scenario, out_dir: str | Path | None = None, rep
                                "token_count_method": plan.token_count_method, "tokenizer": tokenizer.name,
                                "time_unit": "simulated seconds from t0"})
         writer.write_summary(summary)
+        if sim.steps:   # the report's step timeline of the simulated engine(s)
+            write_engine_trace(writer.dir / "engine_trace.json", sim.steps)
     return summary
 
 
