@@ -172,9 +172,14 @@ def test_closed_loop_keeps_its_requests_in_flight(tmp_path):
     spec = write_scenario(tmp_path / "s.yaml", {
         "backend": native([]), "workload": {"kind": "random", "input_tokens": 32, "output_tokens": 8},
         "load": {"arrival": "closed", "concurrency": 3, "num_requests": 12}, "plan": {"step_model": "roofline"}})
-    summary = simulate_scenario(load_scenario(spec), step_model=STATED)
+    summary = simulate_scenario(load_scenario(spec), tmp_path / "out", step_model=STATED)
     assert summary["requests"]["completed"] == 12
     assert summary["concurrency"]["max"] == 3
+    # the scheduler stamps admission on the simulator's clock (not perf_counter): the engine's own phases add up
+    for rec in read_records(tmp_path / "out"):
+        t = rec.server_timings
+        assert min(t["queue_ms"], t["prefill_ms"], t["decode_ms"]) >= 0
+        assert t["queue_ms"] + t["prefill_ms"] + t["decode_ms"] == pytest.approx((rec.end_s - rec.intended_send_s) * 1e3)
 
 
 def test_launch_args_are_read_by_the_engines_own_command_line():
