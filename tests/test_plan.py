@@ -211,3 +211,14 @@ def test_a_fitted_run_without_a_step_trace_is_refused(tmp_path):
                                                 "plan": {"step_model": {"fitted": ["run"]}}})
     with pytest.raises(ScenarioError, match="has no engine_trace.json; measure the run with backend.trace: true"):
         simulate_scenario(load_scenario(spec))
+
+
+def test_a_prompt_past_the_context_is_refused_as_the_server_refuses_it(tmp_path):
+    spec = write_scenario(tmp_path / "s.yaml", {
+        "backend": native(["--kv-cache-tokens", "256"]),
+        "workload": {"kind": "random", "input_tokens": 300, "output_tokens": 8},
+        "load": {"arrival": "closed", "concurrency": 1, "num_requests": 4}, "plan": {"step_model": "roofline"}})
+    simulate_scenario(load_scenario(spec), tmp_path / "out", step_model=STATED)
+    records = read_records(tmp_path / "out")
+    assert len(records) == 4   # each refusal frees the closed loop's slot for the next request
+    assert all(r.error_reason == "http_4xx" and "max_model_len) is 256" in r.error_detail for r in records)
