@@ -136,13 +136,16 @@ def report(cases: list[str], runs: dict, calibration_dir: Path, out: Path) -> No
     errors = {m: [] for m in METRICS}
     print(f"\n{'case':12} {'metric':17} {'measured (spread)':>26} {'predicted':>10} {'error':>7}  load  client-bound  step-drift")
     for case in cases:
-        summaries = [json.loads((d / "summary.json").read_text()) for d in runs[case]]
-        loads = [json.loads((d / "load.json").read_text()) for d in runs[case]]
+        done = [d for d in runs[case] if (d / "summary.json").is_file()]   # --predict-only: what was measured
+        if not done:
+            continue
+        summaries = [json.loads((d / "summary.json").read_text()) for d in done]
+        loads = [json.loads((d / "load.json").read_text()) for d in done]
         predicted = figures(predict(CASES[case], calibration_dir, out / f"{case}-predicted"))
         measured = [figures(s) for s in summaries]
         load_text = "/".join(f"{x['load_before']:.0f}-{x['load_after']:.0f}" for x in loads)
         bound = "/".join("yes" if s["client_bound"] else "no" for s in summaries)
-        drift = "/".join(f"{step_drift(d, calibration_dir):.2f}" for d in runs[case])
+        drift = "/".join(f"{step_drift(d, calibration_dir):.2f}" for d in done)
         for m in METRICS:
             values = [f[m] for f in measured]
             mean = float(np.mean(values))
