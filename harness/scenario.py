@@ -29,6 +29,7 @@ from backends import available, load_backend
 from harness.distributions import Dist, dist_from_yaml
 from harness.limits import (MAX_CONCURRENCY, MAX_RATE_PER_S, MAX_REQUESTS, MAX_SCHEDULE_S,
                             MAX_TOKENS_PER_REQUEST, DEFAULT_MAX_RESPONSE_BYTES)
+from harness.plan.spec import PlanSpec
 from harness.stamped_http import choose_stamps
 from harness.telemetry import TelemetryConfig
 
@@ -412,6 +413,7 @@ class Scenario(Strict):
     telemetry: TelemetryConfig = TelemetryConfig()
     seed: int = Field(default=0, ge=0)  # numpy's seed sequences take no negative numbers
     candidates: list[Candidate] = []  # deployments to compare, each run in turn (`bench select` ranks them)
+    plan: PlanSpec | None = None  # the deployment `bench plan` simulates (harness/plan/spec.py)
 
     @field_validator("name")
     @classmethod
