@@ -82,6 +82,8 @@ class PlanSpec(_Strict):
     replicas: int | None = Field(default=None, ge=1, le=100_000)   # None: the launch args' --data-parallel
     tensor_parallel: int = Field(default=1, ge=1, le=64)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    # bits a stored weight takes (4.5: 4-bit with scales); None: the model's own (GGUF) or 16 (built-in, config.json)
+    weight_bits: float | None = Field(default=None, gt=0, le=32)
     prices: dict[str, float] = {}        # $/GPU-hour by GPU name (bench plan --search)
 
     @field_validator("prices")

@@ -1,0 +1,188 @@
+"""The `roofline` step model: one engine step's time on a GPU from the model's shapes and the GPU's datasheet.
+
+    step_s = max(flops / (peak_flops x mfu), bytes / (hbm_bytes_per_s x mbu)) + allreduce_s + overhead_s
+
+per GPU of a tensor-parallel group. FLOPs are counted as the native engine's step trace counts them
+(native_engine/step_trace.py): 2 per weight per token through the layers, 2 per lm_head weight per
+sequence sampled, and 4 x layers x q_dim per (query token, attended position). Bytes: the weights read
+once a step, the KV cache read over the attended context and written for the new tokens; activations
+are left out (they stay in cache at these sizes). Under TP each GPU does 1/TP of the FLOPs and reads
+1/TP of the weights, and every layer ends its attention and its FFN with an all-reduce of the
+step's hidden states (Megatron-style TP: two per layer), a ring over the interconnect: each GPU sends
+and receives 2 x (TP-1)/TP of the message, at half the datasheet's both-ways figure, plus a latency per
+ring hop. The attended-position count is an approximation: the step shape gives the context summed
+over sequences, so a mixed step's queries are spread evenly over its sequences.
+
+MFU, MBU and the overhead are stated defaults (DEFAULTS), overridable in the scenario, and fittable
+from one measured run's step trace (fit_roofline).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import nnls
+
+from harness.engine_trace import read_engine_trace
+from harness.plan.architectures import Architecture, load_architecture
+from harness.plan.memory import MemoryPlan, kv_bytes_per_token, plan_memory
+from harness.roofline import GPU_SPECS, GpuSpec, gpu_spec
+
+
+@dataclass(frozen=True)
+class RooflineParams:
+    mfu: float = 0.5            # large GEMMs in vLLM/SGLang prefill reach about half the dense peak
+    mbu: float = 0.7            # decode kernels stream weights and KV at ~60-80% of HBM bandwidth
+    overhead_ms: float = 1.0    # scheduling, sampling, launches per step with CUDA graphs
+    allreduce_hop_latency_us: float = 2.0  # one ring hop's fixed cost (NCCL over NVLink: a few microseconds)
+
+
+DEFAULTS = RooflineParams()
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    flops_per_gpu: float
+    bytes_per_gpu: float
+    compute_s: float
+    memory_s: float
+    allreduce_s: float
+    overhead_s: float
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_s > self.memory_s else "memory"
+
+    @property
+    def step_s(self) -> float:
+        return max(self.compute_s, self.memory_s) + self.allreduce_s + self.overhead_s
+
+
+class RooflineStepModel:
+    def __init__(self, arch: Architecture, gpu: GpuSpec, tensor_parallel: int = 1,
+                 params: RooflineParams = DEFAULTS, kv_bytes: float = 2, activation_bytes: float = 2):
+        self.arch, self.gpu, self.tp, self.params = arch, gpu, tensor_parallel, params
+        self.kv_bytes, self.activation_bytes = kv_bytes, activation_bytes
+        self.weight_bytes_read = (arch.matmul_params() + arch.lm_head_params()) * arch.weight_bits / 8
+        self.kv_bytes_per_token_per_gpu = kv_bytes_per_token(arch, kv_bytes, tensor_parallel)
+
+    def costs(self, shape) -> StepCosts:
+        a, p, tp = self.arch, self.params, self.tp
+        tokens = shape.prefill_tokens + shape.decode_seqs
+        seqs = shape.prefill_seqs + shape.decode_seqs
+        attended_pairs = shape.context_tokens * tokens / seqs if seqs else 0
+        flops = (2 * a.matmul_params() * tokens + 2 * a.lm_head_params() * seqs
+                 + 4 * a.n_layers * a.n_heads * a.head_dim * attended_pairs) / tp
+        moved = (self.weight_bytes_read / tp
+                 + (shape.context_tokens + tokens) * self.kv_bytes_per_token_per_gpu)
+        return StepCosts(flops, moved, flops / (self.gpu.bf16_flops * p.mfu),
+                         moved / (self.gpu.hbm_bytes_per_s * p.mbu), self.allreduce_s(tokens), p.overhead_ms / 1e3)
+
+    def allreduce_s(self, tokens: int) -> float:
+        """Two ring all-reduces per layer of the step's hidden states (tokens x hidden activations)."""
+        if self.tp == 1 or tokens == 0:
+            return 0.0
+        message_bytes = tokens * self.arch.hidden_size * self.activation_bytes
+        ring_bytes = 2 * (self.tp - 1) / self.tp * message_bytes
+        one = ring_bytes / (self.gpu.interconnect_bytes_per_s / 2) + 2 * (self.tp - 1) * (
+            self.params.allreduce_hop_latency_us / 1e6)
+        return 2 * self.arch.n_layers * one
+
+    def step_time_s(self, shape) -> float:
+        return self.costs(shape).step_s
+
+    def describe(self) -> dict:
+        return {"kind": "roofline", "form": "max(flops / (peak * mfu), bytes / (bandwidth * mbu)) + allreduce + "
+                                            "overhead, per GPU of the TP group",
+                "coefficients": dataclasses.asdict(self.params), "architecture": dataclasses.asdict(self.arch),
+                "gpu": dataclasses.asdict(self.gpu), "tensor_parallel": self.tp, "kv_bytes": self.kv_bytes}
+
+
+def scenario_architecture(scenario) -> Architecture:
+    plan = scenario.plan
+    return load_architecture(plan.model or scenario.backend.model, plan.weight_bits)
+
+
+def scenario_gpu(scenario) -> GpuSpec:
+    if not scenario.plan.hardware:
+        raise ValueError(f"plan.hardware: the roofline step model needs a GPU; one of {', '.join(GPU_SPECS)}")
+    try:
+        return gpu_spec(scenario.plan.hardware)
+    except ValueError as e:
+        raise ValueError(f"plan.{e}") from None
+
+
+def roofline_step_model(scenario) -> RooflineStepModel:
+    """The step model of a scenario's `plan:` block with step_model roofline; unset parameters keep DEFAULTS."""
+    given = scenario.plan.step_model.roofline.model_dump(exclude_none=True)
+    return RooflineStepModel(scenario_architecture(scenario), scenario_gpu(scenario), scenario.plan.tensor_parallel,
+                             dataclasses.replace(DEFAULTS, **given))
+
+
+def roofline_memory(scenario, kv_block_size: int) -> MemoryPlan:
+    """The KV blocks a replica of the plan's deployment has: the GPU's memory less the weights (per GPU under TP)."""
+    plan = scenario.plan
+    return plan_memory(scenario_architecture(scenario), scenario_gpu(scenario).hbm_bytes,
+                       plan.gpu_memory_utilization, plan.tensor_parallel, kv_block_size=kv_block_size)
+
+
+@dataclass(frozen=True)
+class RooflineFit:
+    params: RooflineParams
+    peak_flops: float
+    peak_bytes_per_s: float
+    steps: int
+    compute_bound_steps: int
+    median_abs_error: float     # |predicted - measured| / measured over the run's steps
+    notes: list[str]
+
+
+def fit_roofline(run_dir: str | Path, peak_flops: float | None = None, peak_bytes_per_s: float | None = None,
+                 iterations: int = 20) -> RooflineFit:
+    """MFU, MBU and overhead from one measured run's step trace (engine_trace.json: each step's duration and
+    the bytes and FLOPs the engine counted), against the ceilings its summary.json's roofline block used
+    (measured on a CPU, published for a GPU) unless given. Least squares on relative error, so short decode
+    steps count as much as long prefills; a step's regime is the larger of its two terms, re-chosen until
+    the fit settles. A regime no step was in keeps its default, said in `notes`."""
+    run_dir = Path(run_dir)
+    trace = run_dir / "engine_trace.json"
+    if not trace.is_file():
+        raise FileNotFoundError(f"{trace}: fitting the roofline needs the engine's step trace; "
+                                "measure with backend.trace: true")
+    steps = [s for s in read_engine_trace(trace) if s["bytes_read"] > 0 and s["dur_s"] > 0]
+    if len(steps) < 3:
+        raise ValueError(f"{trace}: {len(steps)} steps with bytes counted; the fit needs at least 3")
+    if peak_flops is None or peak_bytes_per_s is None:
+        ceilings = (json.loads((run_dir / "summary.json").read_text()).get("roofline") or {}).get("ceilings")
+        if not ceilings:
+            raise ValueError(f"{run_dir}/summary.json has no roofline.ceilings; pass peak_flops and "
+                             "peak_bytes_per_s (the hardware the run measured on)")
+        peak_flops = peak_flops or ceilings["flops_per_s"]
+        peak_bytes_per_s = peak_bytes_per_s or ceilings["bytes_per_s"]
+    flops = np.array([s["flops"] for s in steps], dtype=float)
+    moved = np.array([s["bytes_read"] for s in steps], dtype=float)
+    dur = np.array([s["dur_s"] for s in steps])
+    compute_bound = flops / moved > peak_flops / peak_bytes_per_s
+    for _ in range(iterations):
+        design = np.column_stack([flops * compute_bound, moved * ~compute_bound, np.ones_like(dur)]) / dur[:, None]
+        (per_flop, per_byte, overhead_s), _ = nnls(design, np.ones_like(dur))
+        regime = flops * per_flop > moved * per_byte
+        if (regime == compute_bound).all():
+            break
+        compute_bound = regime
+    notes, mfu, mbu = [], DEFAULTS.mfu, DEFAULTS.mbu
+    if per_flop > 0:
+        mfu = 1 / (per_flop * peak_flops)
+    else:
+        notes.append(f"no compute-bound step: mfu stays at its default {mfu}")
+    if per_byte > 0:
+        mbu = 1 / (per_byte * peak_bytes_per_s)
+    else:
+        notes.append(f"no memory-bound step: mbu stays at its default {mbu}")
+    predicted = np.maximum(flops / (peak_flops * mfu), moved / (peak_bytes_per_s * mbu)) + overhead_s
+    error = float(np.median(np.abs(predicted - dur) / dur))
+    params = dataclasses.replace(DEFAULTS, mfu=float(mfu), mbu=float(mbu), overhead_ms=float(overhead_s * 1e3))
+    return RooflineFit(params, peak_flops, peak_bytes_per_s, len(steps), int(compute_bound.sum()), error, notes)
