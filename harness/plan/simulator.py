@@ -177,7 +177,8 @@ def _steps_as_trace(steps: list[tuple[str, Step, float]]) -> list[dict]:
              "waiting": s.waiting, "replica": name} for name, s, end_s in steps]
 
 
-def simulate_scenario(scenario: Scenario, out_dir: str | Path | None = None, reporter=None) -> dict:
+def simulate_scenario(scenario: Scenario, out_dir: str | Path | None = None, reporter=None,
+                      overwrite: bool = False) -> dict:
     """The summary (bench run's summary.json, `simulated: true`) of the scenario on its plan: deployment;
     with out_dir, the results folder too (run.json, requests.jsonl, summary.json)."""
     if scenario.plan is None:
@@ -193,7 +194,7 @@ def simulate_scenario(scenario: Scenario, out_dir: str | Path | None = None, rep
     plan = build_plan(scenario, tokenizer)
     token_ids = [tokenizer.encode(r.prompt) if r.prompt is not None else
                  tokenizer.encode("".join(str(m.get("content", "")) for m in r.messages)) for r in plan.requests]
-    writer = ResultWriter(out_dir) if out_dir is not None else None
+    writer = ResultWriter(out_dir, overwrite) if out_dir is not None else None
     records: list[RequestRecord] = []
 
     def on_record(rec: RequestRecord) -> None:

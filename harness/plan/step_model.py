@@ -89,8 +89,9 @@ def fit_step_model(run_dirs: list[str | Path], kv_block_size: int = 16) -> Fitte
                          f"too few to fit {len(FEATURES) + 1} coefficients (measure a longer run)")
     x = np.array([[1.0, *(getattr(s, f) for f in FEATURES)] for s in shapes])
     y = np.array(durations_s)
-    # Relative least squares (each row divided by its duration): short decode steps count as much as long prefills.
-    coef, _ = nnls(x / y[:, None], np.ones_like(y))
+    # Absolute, not relative, errors: the sum of step times (throughput, queueing) is what must come out right,
+    # and on a shared machine a step's time varies several-fold around its mean.
+    coef, _ = nnls(x, y)
     predicted = x @ coef
     gaps = [g for g in gaps_s if 0 <= g < BACK_TO_BACK_S]
     names = ["intercept_s", *(_coefficient_name(f) for f in FEATURES)]
