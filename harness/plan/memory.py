@@ -91,3 +91,30 @@ def load_fit(plan: MemoryPlan, context_tokens: int, concurrency: int) -> dict:
             "kv_blocks_needed": needed_blocks, "fits": plan.weights_fit and needed_blocks <= plan.num_kv_blocks,
             "max_concurrency_at_context": plan.num_kv_blocks // blocks_per_seq,
             "max_context_at_concurrency": plan.num_kv_blocks // concurrency * plan.kv_block_size}
+
+
+def memory_lines(arch: Architecture, plan: MemoryPlan, context_tokens: int, concurrency: int,
+                 kv_dtype: str) -> list[str]:
+    """`bench plan --memory`'s answer: weights, KV per token, KV for the asked load, and what fits."""
+    fit = load_fit(plan, context_tokens, concurrency)
+    gb = 1e9
+    lines = [f"model {arch.name}: {arch.param_count() / 1e9:.2f} B parameters at {arch.weight_bits:g} bits "
+             + f"({arch.source or 'built-in'})"]
+    lines.append(f"weights: {weights_bytes(arch) / gb:.2f} GB, {plan.weights_bytes_per_gpu / gb:.2f} GB per GPU "
+                 f"at tensor parallel {plan.tensor_parallel}")
+    lines.append(f"KV cache: {plan.kv_bytes_per_token:,.0f} bytes per token ({kv_dtype}: 2 x {arch.n_layers} "
+                 f"layers x {arch.n_kv_heads} KV heads x {arch.head_dim} head dim x {KV_DTYPE_BYTES[kv_dtype]} bytes)")
+    lines.append(f"the load: {concurrency} sequences x {context_tokens:,} tokens = "
+                 f"{fit['kv_bytes_needed_per_gpu'] / gb:.2f} GB of KV per GPU")
+    lines.append(f"GPU memory: {plan.gpu_memory_bytes / gb:.2f} GB x {plan.gpu_memory_utilization:g} utilization, "
+                 f"less weights and {plan.reserve_bytes / gb:.2f} GB reserve = "
+                 f"{plan.kv_budget_bytes_per_gpu / gb:.2f} GB for KV: {plan.num_kv_blocks:,} blocks of "
+                 f"{plan.kv_block_size} tokens ({plan.kv_tokens:,} tokens)")
+    if not plan.weights_fit:
+        lines.append("fits: NO, the weights alone fill the memory: fewer weight bits, a bigger GPU or more "
+                     "tensor parallelism")
+    else:
+        verdict = "yes" if fit["fits"] else "NO"
+        lines.append(f"fits: {verdict}; at {context_tokens:,} tokens up to {fit['max_concurrency_at_context']:,} "
+                     f"sequences, at {concurrency} sequences up to {fit['max_context_at_concurrency']:,} tokens each")
+    return lines
