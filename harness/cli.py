@@ -314,7 +314,7 @@ def plan(scenario: Optional[Path] = typer.Argument(None, help="scenario YAML wit
     try:
         out_dir = output or default_output_dir(f"{resolved.name}-plan")
         if search:
-            plan_search_report(resolved, out_dir, max_gpus, time_budget_s)
+            plan_search_report(resolved, out_dir, max_gpus, time_budget_s, overwrite)
         elif resolved.candidates:
             statuses = simulate_candidates(resolved, out_dir, overwrite)
             console.print(f"{len(statuses)} candidates simulated into {out_dir}; rank them with bench select {out_dir}")
@@ -347,10 +347,10 @@ def plan_memory_report(model: str, weight_bits: float | None, context: int, conc
         typer.echo(line)
 
 
-def plan_search_report(resolved, out_dir: Path, max_gpus: int, time_budget_s: float) -> None:
+def plan_search_report(resolved, out_dir: Path, max_gpus: int, time_budget_s: float, overwrite: bool) -> None:
     from harness.plan.search import Search, write_search
     try:
-        search = Search(resolved, out_dir, max_gpus=max_gpus, time_budget_s=time_budget_s)
+        search = Search(resolved, out_dir, max_gpus=max_gpus, time_budget_s=time_budget_s, overwrite=overwrite)
     except ValueError as e:
         raise ScenarioError(str(e)) from None
     results = search.run()

@@ -116,10 +116,14 @@ def scenario_gpu(scenario) -> GpuSpec:
 
 
 def roofline_step_model(scenario) -> RooflineStepModel:
-    """The step model of a scenario's `plan:` block with step_model roofline; unset parameters keep DEFAULTS."""
-    given = scenario.plan.step_model.roofline.model_dump(exclude_none=True)
-    return RooflineStepModel(scenario_architecture(scenario), scenario_gpu(scenario), scenario.plan.tensor_parallel,
-                             dataclasses.replace(DEFAULTS, **given))
+    """The step model of a scenario's `plan:` block with step_model roofline: parameters set there, else fitted
+    to the run named in `fit` (against plan.hardware's datasheet peaks), else DEFAULTS."""
+    gpu, given = scenario_gpu(scenario), scenario.plan.step_model.roofline.model_dump(exclude_none=True)
+    base = DEFAULTS
+    if run_dir := given.pop("fit", None):
+        base = fit_roofline(run_dir, gpu.bf16_flops, gpu.hbm_bytes_per_s).params
+    return RooflineStepModel(scenario_architecture(scenario), gpu, scenario.plan.tensor_parallel,
+                             dataclasses.replace(base, **given))
 
 
 def roofline_memory(scenario, kv_block_size: int) -> MemoryPlan:

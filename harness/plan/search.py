@@ -67,7 +67,7 @@ def slo_margin(summary: dict, attainment: float) -> float | None:
 
 class Search:
     def __init__(self, scenario, out_dir: Path, attainment: float = DEFAULT_ATTAINMENT, max_gpus: int = 256,
-                 time_budget_s: float = 600.0):
+                 time_budget_s: float = 600.0, overwrite: bool = False):
         if scenario.plan is None or scenario.plan.step_model.kind != "roofline":
             raise ValueError("plan.step_model: --search simulates GPUs it does not have, so it needs "
                              "step_model: roofline (with plan.model)")
@@ -79,13 +79,15 @@ class Search:
                              "e.g. slo: {ttft_ms: 500, tpot_ms: 50}")
         self.scenario, self.out_dir, self.attainment = scenario, Path(out_dir), attainment
         self.max_gpus, self.deadline = max_gpus, time.monotonic() + time_budget_s
+        self.overwrite = overwrite   # replace the simulated folders a previous search left in out_dir
         self.simulations = 0
 
     def evaluate(self, gpu: str, tensor_parallel: int, replicas: int, price: float) -> Evaluation:
         plan = self.scenario.plan.model_copy(update={"hardware": gpu, "tensor_parallel": tensor_parallel,
                                                      "replicas": replicas})
         folder = self.out_dir / "simulations" / f"{gpu}-tp{tensor_parallel}-x{replicas}"
-        summary = simulate_scenario(self.scenario.model_copy(update={"plan": plan}), out_dir=folder)
+        summary = simulate_scenario(self.scenario.model_copy(update={"plan": plan}), folder,
+                                    overwrite=self.overwrite)
         self.simulations += 1
         goodput, throughput = summary["goodput"], summary["throughput"]["output_tokens_per_s"]
         per_hour = price * tensor_parallel * replicas

@@ -32,6 +32,20 @@ class RooflineParams(_Strict):
     mfu: float | None = Field(default=None, gt=0, le=1, description="share of peak FLOP/s")
     mbu: float | None = Field(default=None, gt=0, le=1, description="share of peak memory bandwidth")
     overhead_ms: float | None = Field(default=None, ge=0, le=10_000, description="ms per step")
+    # a run measured on plan.hardware with backend.trace: mfu, mbu and overhead fitted to its steps (set ones win)
+    fit: str | None = None
+
+    @field_validator("fit")
+    @classmethod
+    def _run_folder(cls, run_dir: str | None, info: ValidationInfo) -> str | None:
+        if run_dir is None:
+            return None
+        path = Path(run_dir).expanduser()
+        path = path if path.is_absolute() else Path((info.context or {}).get("base_dir", ".")) / path
+        if not (path / "engine_trace.json").is_file():
+            raise ValueError(f"run folder {run_dir!r} has no engine_trace.json (looked in {path.resolve()}); "
+                             "measure it with backend.trace: true")
+        return str(path.resolve())
 
 
 class StepModelSpec(_Strict):
