@@ -6,6 +6,7 @@ from itertools import product
 import pytest
 
 from harness.plan.search import Search, table_lines, write_search
+from harness.plan.spec import StepModelSpec
 from harness.scenario import load_scenario
 
 # Llama-3.1-8B at bf16 (16 GB of weights). One L4 (300 GB/s) needs ~72 ms a decode step, over the 60 ms TPOT,
@@ -61,6 +62,13 @@ def test_search_needs_prices_and_a_roofline(scenario, tmp_path):
     no_prices = scenario.model_copy(update={"plan": scenario.plan.model_copy(update={"prices": {}})})
     with pytest.raises(ValueError, match=r"plan.prices.*H100"):
         Search(no_prices, tmp_path)
+    unknown = scenario.model_copy(update={"plan": scenario.plan.model_copy(update={"prices": {"TPUv5": 1.0}})})
+    with pytest.raises(ValueError, match=r"plan.prices: hardware 'TPUv5'.*MI300X"):
+        Search(unknown, tmp_path)
+    fitted = scenario.model_copy(update={"plan": scenario.plan.model_copy(
+        update={"step_model": StepModelSpec(fitted=[str(tmp_path)])})})
+    with pytest.raises(ValueError, match="step_model: roofline"):
+        Search(fitted, tmp_path)
 
 
 def test_table_lists_a_gpu_type_with_no_deployment_last():

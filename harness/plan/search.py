@@ -74,6 +74,11 @@ class Search:
         if not scenario.plan.prices:
             raise ValueError("plan.prices: --search ranks by cost; give $/GPU-hour per GPU type, "
                              "e.g. prices: {H100: 2.5, L40S: 1.0}")
+        for gpu in scenario.plan.prices:
+            try:
+                gpu_spec(gpu)
+            except ValueError as e:
+                raise ValueError(f"plan.prices: {e}") from None
         if not scenario.slo.model_dump(exclude_none=True):
             raise ValueError("slo: --search looks for the deployment that meets the SLOs; set at least one, "
                              "e.g. slo: {ttft_ms: 500, tpot_ms: 50}")
