@@ -9,9 +9,12 @@ import pytest
 
 from harness.engine_trace import write_engine_trace
 from harness.plan.architectures import BUILTIN
-from harness.plan.roofline_model import RooflineParams, RooflineStepModel, fit_roofline
+from harness.plan.roofline_model import RooflineParams, RooflineStepModel, fit_roofline, roofline_step_model
+from harness.plan.simulator import simulate_scenario
+from harness.plan.spec import StepModelSpec
 from harness.plan.step_model import StepShape
 from harness.roofline import GPU_SPECS
+from harness.scenario import ScenarioError, load_scenario
 
 FIXTURE_RUN = Path(__file__).parent / "fixtures" / "roofline_fit_run"
 IDEAL = RooflineParams(mfu=1.0, mbu=1.0, overhead_ms=0.0, allreduce_hop_latency_us=0.0)
@@ -109,3 +112,41 @@ def test_fit_without_a_step_trace_says_how_to_get_one(tmp_path):
     shutil.copy(FIXTURE_RUN / "summary.json", tmp_path / "summary.json")
     with pytest.raises(FileNotFoundError, match="backend.trace: true"):
         fit_roofline(tmp_path)
+
+
+ROOFLINE_SCENARIO = """
+name: roofline-sim
+backend: {kind: native, model: smollm2, launch: {}}
+workload: {kind: random, input_tokens: 64, output_tokens: 8, ignore_eos: true}
+load: {arrival: poisson, rate: 5, num_requests: 6}
+plan: {hardware: L4, model: llama-3.1-8b, step_model: roofline}
+"""
+
+
+def roofline_scenario(tmp_path, **plan):
+    path = tmp_path / "s.yaml"
+    path.write_text(ROOFLINE_SCENARIO)
+    scenario = load_scenario(path)
+    return scenario.model_copy(update={"plan": scenario.plan.model_copy(update=plan)})
+
+
+def test_a_roofline_deployment_takes_its_kv_blocks_from_the_gpus_memory(tmp_path):
+    summary = simulate_scenario(roofline_scenario(tmp_path))
+    # L4: 24 GB x 0.9 - 16.06 GB of weights - 1 GiB reserve, in blocks of 16 tokens x 131,072 bytes
+    blocks = int((24e9 * 0.9 - 8_030_261_248 * 2 - 2**30) // (16 * KV_PER_TOKEN))
+    assert summary["plan"]["deployment"]["num_kv_blocks"] == blocks == 2129
+    assert summary["plan"]["step_model"]["kind"] == "roofline" and summary["requests"]["completed"] == 6
+    with pytest.raises(ScenarioError, match="raise plan.tensor_parallel"):
+        simulate_scenario(roofline_scenario(tmp_path, model="llama-3.1-70b"))
+
+
+def test_roofline_parameters_fitted_from_a_run_named_in_the_plan(tmp_path):
+    scenario = roofline_scenario(tmp_path)
+    spec = StepModelSpec.model_validate({"roofline": {"fit": str(FIXTURE_RUN), "mbu": 0.9}})
+    model = roofline_step_model(scenario.model_copy(update={"plan": scenario.plan.model_copy(
+        update={"step_model": spec})}))
+    fitted = fit_roofline(FIXTURE_RUN, GPU_SPECS["L4"].bf16_flops, GPU_SPECS["L4"].hbm_bytes_per_s).params
+    assert model.params.mfu == fitted.mfu and model.params.overhead_ms == fitted.overhead_ms
+    assert model.params.mbu == 0.9   # set in the plan: wins over the fit
+    with pytest.raises(ValueError, match="backend.trace: true"):
+        StepModelSpec.model_validate({"roofline": {"fit": str(tmp_path)}})

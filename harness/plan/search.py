@@ -66,7 +66,7 @@ def slo_margin(summary: dict, attainment: float) -> float | None:
 
 
 class Search:
-    def __init__(self, scenario, out_dir: Path, attainment: float = DEFAULT_ATTAINMENT, max_gpus: int = 256,
+    def __init__(self, scenario, out_dir: Path, attainment: float = DEFAULT_ATTAINMENT, max_gpus: int = 64,
                  time_budget_s: float = 600.0, overwrite: bool = False):
         if scenario.plan is None or scenario.plan.step_model.kind != "roofline":
             raise ValueError("plan.step_model: --search simulates GPUs it does not have, so it needs "
