@@ -1,5 +1,6 @@
 """The roofline step model against step costs worked out by hand (Llama-3.1-8B on an H100), and its fit
 from a run's step trace."""
+import csv
 import dataclasses
 import json
 import shutil
@@ -9,7 +10,8 @@ import pytest
 
 from harness.engine_trace import write_engine_trace
 from harness.plan.architectures import BUILTIN
-from harness.plan.roofline_model import RooflineParams, RooflineStepModel, fit_roofline, roofline_step_model
+from harness.plan.roofline_fit import VLLM_COUNTERS, fit_roofline
+from harness.plan.roofline_model import RooflineParams, RooflineStepModel, roofline_step_model
 from harness.plan.simulator import simulate_scenario
 from harness.plan.spec import StepModelSpec
 from harness.plan.step_model import StepShape
@@ -96,21 +98,46 @@ def test_fit_recovers_the_parameters_a_run_was_made_with(tmp_path):
     assert fit.params.mfu == pytest.approx(0.4, rel=1e-3)
     assert fit.params.mbu == pytest.approx(0.6, rel=1e-3)
     assert fit.params.overhead_ms == pytest.approx(3.0, rel=1e-3)
-    assert fit.compute_bound_steps == 4 and fit.median_abs_error < 1e-6
+    assert fit.compute_bound_rows == 4 and fit.source == "step trace" and fit.median_abs_error < 1e-6
 
 
 def test_fit_on_a_measured_native_run():
     """A real run of the native engine (SmolLM2-135M, backend.trace) on a 2-core CPU: the fitted roofline
     predicts its steps far better than the GPU defaults do against the same ceilings."""
     fit = fit_roofline(FIXTURE_RUN)
-    assert fit.steps > 50 and 0 < fit.compute_bound_steps < fit.steps  # both regimes occurred
+    assert fit.rows > 50 and 0 < fit.compute_bound_rows < fit.rows  # both regimes occurred
     assert fit.median_abs_error < 0.25
     assert fit.params.overhead_ms > 0
 
 
+def test_fit_from_vllm_mfu_counters(tmp_path):
+    """server_metrics.csv as the harness scrapes vLLM (names of shared/engines/captures/vllm_metrics.txt): per
+    interval the FLOPs, bytes and steps counted; intervals made with known parameters give them back."""
+    mfu, mbu, overhead_s, peak_flops, peak_bytes = 0.45, 0.75, 2e-3, 989e12, 3.35e12
+    totals = {"flops": 0.0, "bytes": 0.0, "steps": 0.0}
+    rows, t_s = [], 0.0
+    # (steps, FLOPs a step, bytes a step): decode-like intervals, then prefill-heavy ones
+    for n, flops, moved in [(100, 3e11, 1.6e10), (80, 5e11, 1.62e10), (120, 2e11, 1.61e10), (10, 2e14, 1.7e10),
+                            (6, 4e14, 1.8e10), (8, 1e14, 1.65e10), (90, 4e11, 1.63e10)]:
+        for key, value in VLLM_COUNTERS.items():
+            total = totals.get(key, 3.0)  # running: 3 requests
+            rows.append([f"{t_s:.6f}", value, total, 'engine="0",model_name="llama"'])
+        t_s += n * (max(flops / (peak_flops * mfu), moved / (peak_bytes * mbu)) + overhead_s)
+        totals = {"flops": totals["flops"] + n * flops, "bytes": totals["bytes"] + n * moved,
+                  "steps": totals["steps"] + n}
+    for key, value in VLLM_COUNTERS.items():
+        rows.append([f"{t_s:.6f}", value, totals.get(key, 3.0), 'engine="0",model_name="llama"'])
+    with open(tmp_path / "server_metrics.csv", "w", newline="") as f:
+        csv.writer(f).writerows([["t_s", "name", "value", "labels"], *rows])
+    fit = fit_roofline(tmp_path, peak_flops, peak_bytes)
+    assert fit.source == "vLLM server metrics" and fit.rows == 7 and fit.compute_bound_rows == 3
+    assert fit.params.mfu == pytest.approx(mfu, rel=1e-3) and fit.params.mbu == pytest.approx(mbu, rel=1e-3)
+    assert fit.params.overhead_ms == pytest.approx(2.0, rel=1e-3)
+
+
 def test_fit_without_a_step_trace_says_how_to_get_one(tmp_path):
     shutil.copy(FIXTURE_RUN / "summary.json", tmp_path / "summary.json")
-    with pytest.raises(FileNotFoundError, match="backend.trace: true"):
+    with pytest.raises(FileNotFoundError, match="backend.trace: true.*--enable-mfu-metrics"):
         fit_roofline(tmp_path)
 
 

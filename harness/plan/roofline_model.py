@@ -14,19 +14,13 @@ ring hop. The attended-position count is an approximation: the step shape gives 
 over sequences, so a mixed step's queries are spread evenly over its sequences.
 
 MFU, MBU and the overhead are stated defaults (DEFAULTS), overridable in the scenario, and fittable
-from one measured run's step trace (fit_roofline).
+from one measured run (harness/plan/roofline_fit.py).
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
-import numpy as np
-from scipy.optimize import nnls
-
-from harness.engine_trace import read_engine_trace
 from harness.plan.architectures import Architecture, load_architecture
 from harness.plan.memory import MemoryPlan, kv_bytes_per_token, plan_memory
 from harness.roofline import GPU_SPECS, GpuSpec, gpu_spec
@@ -121,6 +115,7 @@ def roofline_step_model(scenario) -> RooflineStepModel:
     gpu, given = scenario_gpu(scenario), scenario.plan.step_model.roofline.model_dump(exclude_none=True)
     base = DEFAULTS
     if run_dir := given.pop("fit", None):
+        from harness.plan.roofline_fit import fit_roofline  # it imports this module
         base = fit_roofline(run_dir, gpu.bf16_flops, gpu.hbm_bytes_per_s).params
     return RooflineStepModel(scenario_architecture(scenario), gpu, scenario.plan.tensor_parallel,
                              dataclasses.replace(base, **given))
@@ -131,62 +126,3 @@ def roofline_memory(scenario, kv_block_size: int) -> MemoryPlan:
     plan = scenario.plan
     return plan_memory(scenario_architecture(scenario), scenario_gpu(scenario).hbm_bytes,
                        plan.gpu_memory_utilization, plan.tensor_parallel, kv_block_size=kv_block_size)
-
-
-@dataclass(frozen=True)
-class RooflineFit:
-    params: RooflineParams
-    peak_flops: float
-    peak_bytes_per_s: float
-    steps: int
-    compute_bound_steps: int
-    median_abs_error: float     # |predicted - measured| / measured over the run's steps
-    notes: list[str]
-
-
-def fit_roofline(run_dir: str | Path, peak_flops: float | None = None, peak_bytes_per_s: float | None = None,
-                 iterations: int = 20) -> RooflineFit:
-    """MFU, MBU and overhead from one measured run's step trace (engine_trace.json: each step's duration and
-    the bytes and FLOPs the engine counted), against the ceilings its summary.json's roofline block used
-    (measured on a CPU, published for a GPU) unless given. Least squares on relative error, so short decode
-    steps count as much as long prefills; a step's regime is the larger of its two terms, re-chosen until
-    the fit settles. A regime no step was in keeps its default, said in `notes`."""
-    run_dir = Path(run_dir)
-    trace = run_dir / "engine_trace.json"
-    if not trace.is_file():
-        raise FileNotFoundError(f"{trace}: fitting the roofline needs the engine's step trace; "
-                                "measure with backend.trace: true")
-    steps = [s for s in read_engine_trace(trace) if s["bytes_read"] > 0 and s["dur_s"] > 0]
-    if len(steps) < 3:
-        raise ValueError(f"{trace}: {len(steps)} steps with bytes counted; the fit needs at least 3")
-    if peak_flops is None or peak_bytes_per_s is None:
-        ceilings = (json.loads((run_dir / "summary.json").read_text()).get("roofline") or {}).get("ceilings")
-        if not ceilings:
-            raise ValueError(f"{run_dir}/summary.json has no roofline.ceilings; pass peak_flops and "
-                             "peak_bytes_per_s (the hardware the run measured on)")
-        peak_flops = peak_flops or ceilings["flops_per_s"]
-        peak_bytes_per_s = peak_bytes_per_s or ceilings["bytes_per_s"]
-    flops = np.array([s["flops"] for s in steps], dtype=float)
-    moved = np.array([s["bytes_read"] for s in steps], dtype=float)
-    dur = np.array([s["dur_s"] for s in steps])
-    compute_bound = flops / moved > peak_flops / peak_bytes_per_s
-    for _ in range(iterations):
-        design = np.column_stack([flops * compute_bound, moved * ~compute_bound, np.ones_like(dur)]) / dur[:, None]
-        (per_flop, per_byte, overhead_s), _ = nnls(design, np.ones_like(dur))
-        regime = flops * per_flop > moved * per_byte
-        if (regime == compute_bound).all():
-            break
-        compute_bound = regime
-    notes, mfu, mbu = [], DEFAULTS.mfu, DEFAULTS.mbu
-    if per_flop > 0:
-        mfu = 1 / (per_flop * peak_flops)
-    else:
-        notes.append(f"no compute-bound step: mfu stays at its default {mfu}")
-    if per_byte > 0:
-        mbu = 1 / (per_byte * peak_bytes_per_s)
-    else:
-        notes.append(f"no memory-bound step: mbu stays at its default {mbu}")
-    predicted = np.maximum(flops / (peak_flops * mfu), moved / (peak_bytes_per_s * mbu)) + overhead_s
-    error = float(np.median(np.abs(predicted - dur) / dur))
-    params = dataclasses.replace(DEFAULTS, mfu=float(mfu), mbu=float(mbu), overhead_ms=float(overhead_s * 1e3))
-    return RooflineFit(params, peak_flops, peak_bytes_per_s, len(steps), int(compute_bound.sum()), error, notes)

@@ -32,7 +32,7 @@ class RooflineParams(_Strict):
     mfu: float | None = Field(default=None, gt=0, le=1, description="share of peak FLOP/s")
     mbu: float | None = Field(default=None, gt=0, le=1, description="share of peak memory bandwidth")
     overhead_ms: float | None = Field(default=None, ge=0, le=10_000, description="ms per step")
-    # a run measured on plan.hardware with backend.trace: mfu, mbu and overhead fitted to its steps (set ones win)
+    # a run measured on plan.hardware (step trace or vLLM's MFU counters): mfu, mbu, overhead fitted (set ones win)
     fit: str | None = None
 
     @field_validator("fit")
@@ -42,9 +42,9 @@ class RooflineParams(_Strict):
             return None
         path = Path(run_dir).expanduser()
         path = path if path.is_absolute() else Path((info.context or {}).get("base_dir", ".")) / path
-        if not (path / "engine_trace.json").is_file():
-            raise ValueError(f"run folder {run_dir!r} has no engine_trace.json (looked in {path.resolve()}); "
-                             "measure it with backend.trace: true")
+        if not any((path / name).is_file() for name in ("engine_trace.json", "server_metrics.csv")):
+            raise ValueError(f"run folder {run_dir!r} has no engine_trace.json nor server_metrics.csv (looked in "
+                             f"{path.resolve()}); measure it with backend.trace: true, or vLLM --enable-mfu-metrics")
         return str(path.resolve())
 
 
