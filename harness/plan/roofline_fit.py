@@ -17,8 +17,8 @@ import csv
 import dataclasses
 import json
 from collections import defaultdict
-from itertools import pairwise
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
