@@ -10,7 +10,8 @@ other cases, each measured REPEATS times and predicted once from the calibration
 Printed per case and metric: the measured mean of the repeats with their spread (min-max), the
 prediction and the absolute percentage error; then the mean absolute percentage error (MAPE) per
 metric over the cases, against the targets (10% for TTFT p50, TPOT p50 and output throughput, 20% for
-TTFT p90). Every measured run holds /tmp/bench.lock (one measurement at a time machine-wide); the load
+TTFT p90). step-drift: each measured run's own steps timed against the calibration's step model on the
+same batches (1.00: the machine as fast as when calibrated). Every measured run holds /tmp/bench.lock (one measurement at a time machine-wide); the load
 average is read before and after each, and a client-bound run is flagged.
 
   PYTHONPATH=. python benchmarks/planner_accuracy.py --out DIR [--repeats 2] [--cases low_rate,mix]
@@ -76,7 +77,7 @@ def measure(spec: dict, run_dir: Path) -> dict:
         fcntl.flock(lock, fcntl.LOCK_EX)
         before = load_average()
         res = subprocess.run([sys.executable, "-m", "harness", "run", str(path), "--output", str(run_dir),
-                              "--allow-client-bound"], capture_output=True, text=True, timeout=1200)
+                              "--allow-client-bound"], capture_output=True, text=True, timeout=1200, check=False)
         after = load_average()
     if res.returncode != 0:
         raise SystemExit(f"{run_dir.name}: bench run exited {res.returncode}:\n{res.stderr[-2000:]}")
@@ -118,9 +119,20 @@ def main() -> None:
     report(cases, runs, calibration_dir, args.out)
 
 
+def step_drift(run_dir: Path, calibration_dir: Path) -> float:
+    """A measured run's own steps against the calibration's step model on the same batches: the sum of their
+    measured times over the sum of the modelled ones. Above 1: this machine ran slower than when calibrated,
+    an error no simulator of the schedule can remove."""
+    from harness.engine_trace import read_engine_trace
+    from harness.plan.step_model import fit_step_model, shape_of
+    model = fit_step_model([calibration_dir])
+    steps = read_engine_trace(run_dir / "engine_trace.json")
+    return sum(s["dur_s"] for s in steps) / sum(model.step_time_s(shape_of(s, 16)) for s in steps)
+
+
 def report(cases: list[str], runs: dict, calibration_dir: Path, out: Path) -> None:
     errors = {m: [] for m in METRICS}
-    print(f"\n{'case':12} {'metric':17} {'measured (spread)':>26} {'predicted':>10} {'error':>7}  load  client-bound")
+    print(f"\n{'case':12} {'metric':17} {'measured (spread)':>26} {'predicted':>10} {'error':>7}  load  client-bound  step-drift")
     for case in cases:
         summaries = [json.loads((d / "summary.json").read_text()) for d in runs[case]]
         loads = [json.loads((d / "load.json").read_text()) for d in runs[case]]
@@ -128,13 +140,14 @@ def report(cases: list[str], runs: dict, calibration_dir: Path, out: Path) -> No
         measured = [figures(s) for s in summaries]
         load_text = "/".join(f"{x['load_before']:.0f}-{x['load_after']:.0f}" for x in loads)
         bound = "/".join("yes" if s["client_bound"] else "no" for s in summaries)
+        drift = "/".join(f"{step_drift(d, calibration_dir):.2f}" for d in runs[case])
         for m in METRICS:
             values = [f[m] for f in measured]
             mean = float(np.mean(values))
             err = abs(predicted[m] - mean) / mean
             errors[m].append(err)
             print(f"{case:12} {m:17} {mean:10.1f} ({min(values):7.1f}-{max(values):7.1f}) {predicted[m]:10.1f} "
-                  f"{100 * err:6.1f}%  {load_text}  {bound}")
+                  f"{100 * err:6.1f}%  {load_text}  {bound}  {drift}")
     print("\nMAPE over the cases (target):")
     for m, (_, target) in METRICS.items():
         mape = float(np.mean(errors[m]))

@@ -282,7 +282,8 @@ def make_trace(out: Path = typer.Argument(..., help="the JSONL file to write (Mo
 @app.command("plan")
 def plan(scenario: Optional[Path] = typer.Argument(None, help="scenario YAML with a plan: block (docs/planner.md)"),
          set_: list[str] = typer.Option([], "--set", help="override: dotted.path=value (repeatable)"),
-         output: Optional[Path] = typer.Option(None, "--output", help="results folder (default results/<name>-plan-<UTC>)"),
+         output: Optional[Path] = typer.Option(None, "--output",
+                                               help="results folder (default results/<name>-plan-<UTC>)"),
          overwrite: bool = typer.Option(False, "--overwrite", help="replace the results already in --output"),
          search: bool = typer.Option(False, "--search", help="the cheapest deployment (replicas x TP) per GPU type "
                                      "in plan.prices meeting the SLOs, on the roofline"),

@@ -28,7 +28,7 @@ class Deployment:
 
 def serve_parameters(launch_args: list[str], model: str) -> dict:
     """{parameter: value} as `bench serve` would read launch_args; a bad flag is a ValueError naming it."""
-    from native_engine.cli import serve   # typer's command objects are only needed here
+    from native_engine.cli import serve  # typer's command objects are only needed here
     app = typer.Typer()
     app.command()(serve)
     args = [a.replace("{model}", model) for a in launch_args]
@@ -36,7 +36,7 @@ def serve_parameters(launch_args: list[str], model: str) -> dict:
         args = [a.replace(placeholder, value) for a in args]
     try:
         return typer.main.get_command(app).make_context("serve", args).params
-    except click.UsageError as e:
+    except (click.UsageError, typer.TyperException) as e:   # typer >= 0.29 parses with its own copy of click
         raise ValueError(f"backend.launch.args: {e.format_message()} (the flags of `bench serve --help`)") from None
 
 

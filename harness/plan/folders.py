@@ -8,8 +8,14 @@ from pathlib import Path
 
 from harness.candidates import CandidateStatus
 from harness.plan.simulator import simulate_scenario
-from harness.results import (CANDIDATES_MANIFEST, ResultsError, point_dir_name, prepare_sweep_dir, write_candidates,
-                             write_manifest)
+from harness.results import (
+    CANDIDATES_MANIFEST,
+    ResultsError,
+    point_dir_name,
+    prepare_sweep_dir,
+    write_candidates,
+    write_manifest,
+)
 from harness.run import RunResult
 from harness.scenario import Scenario
 from harness.sweep import SweepPointStatus, sweep_kind

@@ -51,18 +51,24 @@ class Replica:
             return None
         prefill_tokens = prefill_seqs = decode_seqs = context_tokens = 0
         sampled = []
+        block_size = bm.block_size
+        # The hot loop of the simulator (once per sequence per step): Sequence's properties and
+        # ScheduledChunk.completes_prompt are written out on locals, same rules.
         for c in chunks:
-            seq = c.seq
-            if c.num_new_tokens == 1 and seq.num_output_tokens > 0:
+            seq, n = c.seq, c.num_new_tokens
+            known = len(seq.token_ids)
+            if n == 1 and known > seq.num_prompt_tokens:
                 decode_seqs += 1
             else:
                 prefill_seqs += 1
-                prefill_tokens += c.num_new_tokens
-            if c.completes_prompt:
+                prefill_tokens += n
+            computed = seq.num_computed_tokens + n
+            if computed >= known:
                 sampled.append(seq)
-            seq.num_computed_tokens += c.num_new_tokens
-            context_tokens += seq.num_computed_tokens
-            bm.cache_computed_blocks(seq)
+            seq.num_computed_tokens = computed
+            context_tokens += computed
+            if computed // block_size > seq.num_keyed_blocks:   # else cache_computed_blocks has nothing to do
+                bm.cache_computed_blocks(seq)
         shape = StepShape(prefill_tokens, prefill_seqs, decode_seqs, context_tokens)
         return Step(shape, sampled, self.clock(), bm.num_blocks - bm.num_free_blocks,
                     sched.num_preemptions - seen_preemptions, bm.prefix_cache_hits_tokens - seen_hits,
@@ -72,10 +78,11 @@ class Replica:
         """Each sampled sequence gets its token at the step's end (now); finished ones go to step.finished."""
         now = self.clock()
         for seq in step.sampled:
-            seq.token_ids.append(OUTPUT_TOKEN_ID)
+            tokens = seq.token_ids
+            tokens.append(OUTPUT_TOKEN_ID)
             if seq.first_token_s is None:
                 seq.first_token_s = now
             seq.last_token_s = now
-            if seq.num_output_tokens >= seq.params.max_tokens or seq.num_tokens >= self.max_model_len:
+            if len(tokens) - seq.num_prompt_tokens >= seq.params.max_tokens or len(tokens) >= self.max_model_len:
                 self.scheduler.finish(seq, "length")
                 step.finished.append(seq)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import time
 from collections import deque
 from pathlib import Path
 
@@ -53,7 +54,9 @@ class Simulation:
         self.replicas = {n: Replica(n, deployment, self.clock) for n in names}
         self.policy = Policy(deployment.router_policy, names, deployment.cache_aware) if len(names) > 1 else None
         self.in_flight = dict.fromkeys(names, 0)
-        self.steps: list[tuple[str, Step, float]] | None = [] if keep_steps else None
+        self.steps: list[dict] | None = [] if keep_steps else None   # engine_trace.py's step form
+        self.sequence_steps = 0   # sequences summed over every step's batch: the simulation's unit of work
+        self.engine_steps = 0
         self._events: list = []
         self._order = itertools.count()
 
@@ -84,7 +87,7 @@ def _step_model(scenario: Scenario, deployment: Deployment) -> tuple[StepModel, 
     if spec.kind == "fitted":
         model = fit_step_model(spec.fitted, deployment.kv_block_size)
         return model, model.request_overhead_s
-    from harness.plan.roofline_model import roofline_memory, roofline_step_model   # planroof's
+    from harness.plan.roofline_model import roofline_memory, roofline_step_model  # planroof's
     model = roofline_step_model(scenario)
     # on a GPU the KV blocks are what its memory leaves after the weights, not the launch args' CPU-sized cache
     memory = roofline_memory(scenario, deployment.kv_block_size)
@@ -152,8 +155,10 @@ def run_simulation(sim: Simulation, requests: list[RequestSpec], token_ids: list
             replica.end_step(step)
             for seq in step.sampled:
                 live[seq.request_id][2].append(time_s)
+            sim.engine_steps += 1
+            sim.sequence_steps += step.shape.prefill_seqs + step.shape.decode_seqs
             if sim.steps is not None:
-                sim.steps.append((replica.name, step, time_s))
+                sim.steps.append(_trace_step(replica.name, step, time_s))
             for seq in step.finished:
                 finish(seq)
             sim.start_step(replica)
@@ -168,28 +173,30 @@ def _record(spec: RequestSpec, sent_s: float, times: list[float], seq: Sequence)
                          session_id=spec.session_id, turn_index=spec.turn_index)
 
 
-def _steps_as_trace(steps: list[tuple[str, Step, float]]) -> list[dict]:
-    """The simulated steps in harness/engine_trace.py's step form (for diagnosis and engine_trace.json)."""
-    return [{"t_s": s.start_s, "dur_s": end_s - s.start_s, "forward_s": end_s - s.start_s,
-             "prefill_tokens": s.shape.prefill_tokens, "prefill_chunks": [], "decode_seqs": s.shape.decode_seqs,
-             "kv_blocks_used": s.kv_blocks_used, "preemptions": s.preemptions,
-             "prefix_hit_tokens": s.prefix_hit_tokens, "bytes_read": 0, "flops": 0, "running": s.running,
-             "waiting": s.waiting, "replica": name} for name, s, end_s in steps]
+def _trace_step(replica: str, s: Step, end_s: float) -> dict:
+    """A simulated step in harness/engine_trace.py's step form (what diagnosis reads)."""
+    return {"t_s": s.start_s, "dur_s": end_s - s.start_s, "forward_s": end_s - s.start_s,
+            "prefill_tokens": s.shape.prefill_tokens, "prefill_chunks": [], "decode_seqs": s.shape.decode_seqs,
+            "kv_blocks_used": s.kv_blocks_used, "preemptions": s.preemptions, "prefix_hit_tokens": s.prefix_hit_tokens,
+            "bytes_read": 0, "flops": 0, "running": s.running, "waiting": s.waiting,
+            "kv_positions_read": s.shape.context_tokens, "replica": replica}
 
 
 def simulate_scenario(scenario: Scenario, out_dir: str | Path | None = None, reporter=None,
-                      overwrite: bool = False) -> dict:
+                      overwrite: bool = False, step_model: StepModel | None = None) -> dict:
     """The summary (bench run's summary.json, `simulated: true`) of the scenario on its plan: deployment;
-    with out_dir, the results folder too (run.json, requests.jsonl, summary.json)."""
+    with out_dir, the results folder too (run.json, requests.jsonl, summary.json). `step_model`: use this
+    one instead of the plan's (benchmarks, tests); its request overhead is then 0."""
     if scenario.plan is None:
         raise ScenarioError("plan: missing; bench plan needs a plan: block, e.g. plan: {step_model: "
                             "{fitted: [results/run-a]}} (docs/planner.md)")
     launch_args = scenario.backend.launch.args if scenario.backend.launch else []
     try:
         deployment = deployment_from_args(launch_args, scenario.backend.model, scenario.plan.replicas)
-        step_model, overhead_s = _step_model(scenario, deployment)
+        step_model, overhead_s = (step_model, 0.0) if step_model else _step_model(scenario, deployment)
     except ValueError as e:
         raise ScenarioError(str(e)) from None
+    started_s = time.process_time()
     tokenizer = _tokenizer(scenario)
     plan = build_plan(scenario, tokenizer)
     token_ids = [tokenizer.encode(r.prompt) if r.prompt is not None else
@@ -201,6 +208,7 @@ def simulate_scenario(scenario: Scenario, out_dir: str | Path | None = None, rep
         records.append(rec)
         if writer is not None:
             writer.append(rec)
+    planned_s = time.process_time()
     sim = Simulation(deployment, step_model, overhead_s)
     try:
         run_simulation(sim, plan.requests, token_ids, scenario.load.concurrency, on_record)
@@ -214,9 +222,10 @@ def simulate_scenario(scenario: Scenario, out_dir: str | Path | None = None, rep
                    lost_workers=[])
     summary["plan"] = {"step_model": step_model.describe(), "request_overhead_s": overhead_s,
                        "deployment": _describe_deployment(deployment),
-                       "preemptions": sum(r.scheduler.num_preemptions for r in sim.replicas.values())}
-    steps = _steps_as_trace(sim.steps)
-    summary.update(explain(summary, records, Path(out_dir or "."), steps, scenario.resolved_dict()))
+                       "preemptions": sum(r.scheduler.num_preemptions for r in sim.replicas.values()),
+                       "engine_steps": sim.engine_steps, "sequence_steps": sim.sequence_steps,
+                       "cpu_s": {"plan": planned_s - started_s, "simulation": time.process_time() - planned_s}}
+    summary.update(explain(summary, records, Path(out_dir or "."), sim.steps, scenario.resolved_dict()))
     if writer is not None:
         writer.write_run_info({"scenario": scenario.resolved_dict(), "versions": versions(), "simulated": True,
                                "backend": {"kind": scenario.backend.kind, "model": scenario.backend.model,

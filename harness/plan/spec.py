@@ -17,7 +17,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 STEP_MODEL_FORMS = "{fitted: [RUN_DIR, ...]}, roofline, or {roofline: {mfu: 0.5, mbu: 0.8, overhead_ms: 1}}"
 
@@ -58,7 +65,7 @@ class StepModelSpec(_Strict):
         if value == "roofline":
             return {"roofline": {}}
         if not isinstance(value, dict):
-            raise ValueError(f"must be {STEP_MODEL_FORMS}")
+            raise ValueError(f"must be {STEP_MODEL_FORMS}")  # noqa: TRY004 (pydantic reports ValueError)
         return value
 
     @field_validator("fitted")
@@ -79,7 +86,7 @@ class StepModelSpec(_Strict):
         return resolved
 
     @model_validator(mode="after")
-    def _one_model(self) -> "StepModelSpec":
+    def _one_model(self) -> StepModelSpec:
         if (self.fitted is None) == (self.roofline is None):
             raise ValueError(f"give exactly one step model: {STEP_MODEL_FORMS}")
         return self

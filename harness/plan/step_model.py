@@ -10,6 +10,7 @@ plus `step_gap_s`, the engine loop's median idle between two back-to-back steps,
 """
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -82,7 +83,7 @@ def fit_step_model(run_dirs: list[str | Path], kv_block_size: int = 16) -> Fitte
         steps = read_engine_trace(trace)
         shapes += [shape_of(s, kv_block_size) for s in steps]
         durations_s += [s["dur_s"] for s in steps]
-        gaps_s += [b["t_s"] - a["t_s"] - a["dur_s"] for a, b in zip(steps, steps[1:])]
+        gaps_s += [b["t_s"] - a["t_s"] - a["dur_s"] for a, b in itertools.pairwise(steps)]
         overheads_s.append(request_overhead_s(run_dir))
     if len(shapes) < 2 * (len(FEATURES) + 1):
         raise ValueError(f"plan.step_model.fitted: {len(shapes)} steps in {', '.join(map(str, run_dirs))}; "
