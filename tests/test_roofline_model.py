@@ -6,11 +6,12 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from harness.engine_trace import write_engine_trace
 from harness.plan.architectures import BUILTIN
-from harness.plan.roofline_fit import VLLM_COUNTERS, fit_roofline
+from harness.plan.roofline_fit import VLLM_COUNTERS, fit_roofline, trace_rows
 from harness.plan.roofline_model import RooflineParams, RooflineStepModel, roofline_step_model
 from harness.plan.simulator import simulate_scenario
 from harness.plan.spec import StepModelSpec
@@ -102,12 +103,20 @@ def test_fit_recovers_the_parameters_a_run_was_made_with(tmp_path):
 
 
 def test_fit_on_a_measured_native_run():
-    """A real run of the native engine (SmolLM2-135M, backend.trace) on a 2-core CPU: the fitted roofline
-    predicts its steps far better than the GPU defaults do against the same ceilings."""
+    """A real run of the native engine (SmolLM2-135M, backend.trace) on a heavily loaded 2-core CPU
+    (fixtures/roofline_fit_run/README.md): the fitted roofline predicts its steps much better than the
+    defaults against the same measured ceilings, the waiting for a core landing in the overhead."""
     fit = fit_roofline(FIXTURE_RUN)
-    assert fit.rows > 50 and 0 < fit.compute_bound_rows < fit.rows  # both regimes occurred
-    assert fit.median_abs_error < 0.25
-    assert fit.params.overhead_ms > 0
+    assert fit.rows == 81 and fit.source == "step trace"
+    defaults = RooflineParams()
+    flops, moved, _, dur = trace_rows(FIXTURE_RUN / "engine_trace.json")
+    predicted = np.maximum(flops / (fit.peak_flops * defaults.mfu), moved / (fit.peak_bytes_per_s * defaults.mbu))
+    default_error = float(np.median(np.abs(predicted + defaults.overhead_ms / 1e3 - dur) / dur))
+    assert fit.median_abs_error < 0.5 < default_error
+    assert fit.params.overhead_ms > 100     # seconds-long steps of a 135M model: time spent off the CPU
+    # a regime without rows keeps its default, and says so
+    assert all(("mbu" in n and fit.params.mbu == defaults.mbu) or ("mfu" in n and fit.params.mfu == defaults.mfu)
+               for n in fit.notes)
 
 
 def test_fit_from_vllm_mfu_counters(tmp_path):
