@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from harness.plan.architectures import Architecture, load_architecture
 from harness.plan.memory import MemoryPlan, kv_bytes_per_token, plan_memory
+from harness.plan.step_model import StepShape
 from harness.roofline import GPU_SPECS, GpuSpec, gpu_spec
 
 
@@ -63,7 +64,7 @@ class RooflineStepModel:
         self.weight_bytes_read = (arch.matmul_params() + arch.lm_head_params()) * arch.weight_bits / 8
         self.kv_bytes_per_token_per_gpu = kv_bytes_per_token(arch, kv_bytes, tensor_parallel)
 
-    def costs(self, shape) -> StepCosts:
+    def costs(self, shape: StepShape) -> StepCosts:
         a, p, tp = self.arch, self.params, self.tp
         tokens = shape.prefill_tokens + shape.decode_seqs
         seqs = shape.prefill_seqs + shape.decode_seqs
@@ -85,7 +86,7 @@ class RooflineStepModel:
             self.params.allreduce_hop_latency_us / 1e6)
         return 2 * self.arch.n_layers * one
 
-    def step_time_s(self, shape) -> float:
+    def step_time_s(self, shape: StepShape) -> float:
         return self.costs(shape).step_s
 
     def describe(self) -> dict:
