@@ -186,3 +186,18 @@ def test_roofline_parameters_fitted_from_a_run_named_in_the_plan(tmp_path):
     assert model.params.mbu == 0.9   # set in the plan: wins over the fit
     with pytest.raises(ValueError, match="backend.trace: true"):
         StepModelSpec.model_validate({"roofline": {"fit": str(tmp_path)}})
+
+
+def test_plan_errors_name_the_field(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(ROOFLINE_SCENARIO.replace("hardware: L4", "hardware: TPUv5"))
+    with pytest.raises(ScenarioError, match="hardware 'TPUv5': not in the GPU table; use one of H200"):
+        load_scenario(path)
+    path.write_text(ROOFLINE_SCENARIO.replace("model: llama-3.1-8b", "model: models/config.json"))
+    with pytest.raises(ScenarioError, match="plan.model.*no such file"):
+        load_scenario(path)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "config.json").write_text(json.dumps({
+        "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+        "vocab_size": 100}))
+    assert load_scenario(path).plan.model == str(tmp_path / "models" / "config.json")  # beside the scenario

@@ -107,6 +107,26 @@ class PlanSpec(_Strict):
     weight_bits: float | None = Field(default=None, gt=0, le=32)
     prices: dict[str, float] = {}        # $/GPU-hour by GPU name (bench plan --search)
 
+    @field_validator("model")
+    @classmethod
+    def _model_file(cls, model: str | None, info: ValidationInfo) -> str | None:
+        """A .gguf or config.json path is relative to the scenario's folder, as run folders are."""
+        if model is None or not model.endswith((".gguf", ".json")):
+            return model
+        path = Path(model).expanduser()
+        path = path if path.is_absolute() else Path((info.context or {}).get("base_dir", ".")) / path
+        if not path.is_file():
+            raise ValueError(f"{model!r}: no such file (looked in {path.parent.resolve()}); give a built-in name "
+                             "such as llama-3.1-8b, a .gguf or an HF config.json")
+        return str(path.resolve())
+
+    @model_validator(mode="after")
+    def _known_gpu(self) -> "PlanSpec":
+        if self.hardware is not None and self.step_model.kind == "roofline":
+            from harness.roofline import gpu_spec
+            gpu_spec(self.hardware)   # a ValueError naming the table's GPUs
+        return self
+
     @field_validator("prices")
     @classmethod
     def _positive_prices(cls, prices: dict[str, float]) -> dict[str, float]:
