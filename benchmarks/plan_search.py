@@ -6,6 +6,11 @@ simulations run against an exhaustive sweep of the same space (TP 1-8 x replicas
 time and the load average before and after. Hold /tmp/bench.lock while it runs (one measurement at a time):
 
   PYTHONPATH=. flock /tmp/bench.lock python benchmarks/plan_search.py [--requests 200] [--max-gpus 16]
+
+2026-12-01, this 2-core machine, load average 2.5 before and 2.1 after: 20 simulations of 200 requests (an
+exhaustive sweep of the same space: 120) in 18.7 s, 0.93 s each. Cheapest: 1 x H100 ($2.50/h, SLO margin
+62%), then 3 x L40S ($3.00), 3 x A100 ($4.80), L4 at TP 4 x 3 replicas ($7.20; TP 1 and 2 miss the TPOT on
+the decode step alone).
 """
 from __future__ import annotations
 
