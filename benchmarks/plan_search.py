@@ -9,8 +9,8 @@ time and the load average before and after. Hold /tmp/bench.lock while it runs (
 
 2026-12-01, this 2-core machine, load average 2.5 before and 2.1 after: 20 simulations of 200 requests (an
 exhaustive sweep of the same space: 120) in 18.7 s, 0.93 s each. Cheapest: 1 x H100 ($2.50/h, SLO margin
-62%), then 3 x L40S ($3.00), 3 x A100 ($4.80), L4 at TP 4 x 3 replicas ($7.20; TP 1 and 2 miss the TPOT on
-the decode step alone).
+62%), then 3 x L40S ($3.00), 3 x A100 ($4.80), L4 at TP 4 x 3 replicas ($7.20; TP 1 misses the TPOT on
+its decode step alone, 72 ms).
 """
 from __future__ import annotations
 
