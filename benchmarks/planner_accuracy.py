@@ -70,15 +70,13 @@ def load_average() -> float:
 
 
 def measure(spec: dict, run_dir: Path) -> dict:
-    """One `bench run` holding the machine-wide lock; returns what the table needs about it."""
+    """One `bench run` (the caller holds the machine-wide lock); returns what the table needs about it."""
     path = run_dir.with_suffix(".yaml")
     path.write_text(yaml.safe_dump(spec))
-    with open(LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        before = load_average()
-        res = subprocess.run([sys.executable, "-m", "harness", "run", str(path), "--output", str(run_dir),
-                              "--allow-client-bound"], capture_output=True, text=True, timeout=1200, check=False)
-        after = load_average()
+    before = load_average()
+    res = subprocess.run([sys.executable, "-m", "harness", "run", str(path), "--output", str(run_dir),
+                          "--allow-client-bound"], capture_output=True, text=True, timeout=1200, check=False)
+    after = load_average()
     if res.returncode != 0:
         raise SystemExit(f"{run_dir.name}: bench run exited {res.returncode}:\n{res.stderr[-2000:]}")
     info = {"load_before": before, "load_after": after}
@@ -109,9 +107,13 @@ def main() -> None:
     cases = args.cases.split(",")
     calibration_dir = args.out / "calibration"
     runs = {c: [args.out / f"{c}-{i + 1}" for i in range(args.repeats)] for c in cases}
-    if not args.predict_only:
-        for run_dir in [calibration_dir] + [d for c in cases for d in runs[c]]:
-            if not (run_dir / "summary.json").is_file():
+    # every case's first repeat before any second one: a stretch cut short still covers every case
+    order = [calibration_dir] + [runs[c][i] for i in range(args.repeats) for c in cases]
+    todo = [d for d in order if not (d / "summary.json").is_file()]
+    if todo and not args.predict_only:
+        with open(LOCK, "w") as lock:   # held for all the measured runs: the runs compared share one quiet stretch
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            for run_dir in todo:
                 spec = CALIBRATION if run_dir == calibration_dir else CASES[run_dir.name.rsplit("-", 1)[0]]
                 info = measure(spec, run_dir)
                 print(f"measured {run_dir.name}: load {info['load_before']:.1f} -> {info['load_after']:.1f}",

@@ -14,6 +14,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Optional
 
+import rich.markup
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -76,7 +77,8 @@ class ConsoleReporter(Reporter):
 
 
 def _fail(kind: str, message: str, code: int) -> typer.Exit:
-    console.print(f"[bold red]{kind}[/]: {message}", highlight=False)
+    # the message is text, not markup: a scenario's YAML in it (`fitted: [results/run-a]`) must print as written
+    console.print(f"[bold red]{kind}[/]: {rich.markup.escape(message)}", highlight=False)
     return typer.Exit(code)
 
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 import yaml
-
 from bench_process import bench
+
 from harness.engine_trace import write_engine_trace
 from harness.plan.deployment import deployment_from_args
 from harness.plan.simulator import simulate_scenario
@@ -93,6 +93,9 @@ def test_plan_writes_a_run_folder_fitted_to_a_measured_run(measured):
     records = read_records(tmp / "predicted")
     assert len(records) == 16 and all(r.ok and r.output_tokens == 8 for r in records)
     assert summary["phases_ms"]["source"] == measured_summary["phases_ms"]["source"]   # the engine's own account
+    assert (tmp / "predicted" / "engine_trace.json").is_file()   # the simulated steps, for the report's timeline
+    with pytest.raises(ValueError, match="is a simulated run"):
+        fit_step_model([tmp / "predicted"])
 
 
 def test_simulated_and_measured_folders_load_through_report_select_and_gate(measured, tmp_path):
@@ -169,9 +172,15 @@ def test_closed_loop_keeps_its_requests_in_flight(tmp_path):
     spec = write_scenario(tmp_path / "s.yaml", {
         "backend": native([]), "workload": {"kind": "random", "input_tokens": 32, "output_tokens": 8},
         "load": {"arrival": "closed", "concurrency": 3, "num_requests": 12}, "plan": {"step_model": "roofline"}})
-    summary = simulate_scenario(load_scenario(spec), step_model=STATED)
+    summary = simulate_scenario(load_scenario(spec), tmp_path / "out", step_model=STATED)
     assert summary["requests"]["completed"] == 12
     assert summary["concurrency"]["max"] == 3
+    # the scheduler stamps admission on the simulator's clock (not perf_counter): the engine's own phases add up
+    for rec in read_records(tmp_path / "out"):
+        t = rec.server_timings
+        assert min(t["queue_ms"], t["prefill_ms"], t["decode_ms"]) >= 0
+        e2e_ms = (rec.end_s - rec.intended_send_s) * 1e3
+        assert t["queue_ms"] + t["prefill_ms"] + t["decode_ms"] == pytest.approx(e2e_ms)
 
 
 def test_launch_args_are_read_by_the_engines_own_command_line():
@@ -202,3 +211,14 @@ def test_a_fitted_run_without_a_step_trace_is_refused(tmp_path):
                                                 "plan": {"step_model": {"fitted": ["run"]}}})
     with pytest.raises(ScenarioError, match="has no engine_trace.json; measure the run with backend.trace: true"):
         simulate_scenario(load_scenario(spec))
+
+
+def test_a_prompt_past_the_context_is_refused_as_the_server_refuses_it(tmp_path):
+    spec = write_scenario(tmp_path / "s.yaml", {
+        "backend": native(["--kv-cache-tokens", "256"]),
+        "workload": {"kind": "random", "input_tokens": 300, "output_tokens": 8},
+        "load": {"arrival": "closed", "concurrency": 1, "num_requests": 4}, "plan": {"step_model": "roofline"}})
+    simulate_scenario(load_scenario(spec), tmp_path / "out", step_model=STATED)
+    records = read_records(tmp_path / "out")
+    assert len(records) == 4   # each refusal frees the closed loop's slot for the next request
+    assert all(r.error_reason == "http_4xx" and "max_model_len) is 256" in r.error_detail for r in records)

@@ -17,21 +17,26 @@ import time
 from collections import deque
 from pathlib import Path
 
+from harness.engine_trace import write_engine_trace
 from harness.explain import explain
 from harness.metrics import summarize
 from harness.plan.deployment import Deployment, deployment_from_args
 from harness.plan.replica import Replica, Step
 from harness.plan.step_model import StepModel, fit_step_model
 from harness.results import RequestRecord, ResultWriter, versions
+from harness.runner import http_failure_reason
 from harness.scenario import Scenario, ScenarioError
 from harness.tokenizer_source import resolve_tokenizer
 from harness.workload import RequestSpec, build_plan
 from native_engine.llm_engine import request_timings
 from native_engine.routing import Policy, prompt_text
 from native_engine.scheduler import QueueFullError
-from native_engine.sequence import SamplingParams, Sequence
+from native_engine.sequence import Sequence
+from native_engine.server import RequestError, sampling_params
 
-ARRIVE, STEP_END = 0, 1   # event kinds; at equal times arrivals first, as the engine drains its inbox first
+MAX_TRACED_REQUESTS = 20_000   # beyond this many requests the steps are not kept (memory): no engine_trace.json
+ARRIVE, STEP_END = 0, 1
+ANY_VOCAB = 1 << 31   # prompts are the tokenizer's own ids; sampling_params checks only stop_token_ids against it   # event kinds; at equal times arrivals first, as the engine drains its inbox first
 
 
 class VirtualClock:
@@ -115,15 +120,26 @@ def run_simulation(sim: Simulation, requests: list[RequestSpec], token_ids: list
     for _ in range(min(concurrency or 0, len(waiting_slots))):
         sim.push(0.0, ARRIVE, (waiting_slots.popleft(), 0.0))
 
-    def finish(seq: Sequence) -> None:
-        spec, sent_s, times, replica = live.pop(seq.request_id)
-        sim.in_flight[replica.name] -= 1
-        on_record(_record(spec, sent_s, times, seq))
+    def release_after(spec: RequestSpec) -> None:
+        """What waits on this request: its session's next turn, or (closed loop) the next request."""
         after = next_turn.pop((spec.session_id, spec.turn_index + 1), None)
         if after is not None:
             sim.push(sim.clock.now_s + after.think_time_s, ARRIVE, (after, sim.clock.now_s + after.think_time_s))
         elif spec.turn_index == 0 and waiting_slots and spec.intended_offset_s is None:
             sim.push(sim.clock.now_s, ARRIVE, (waiting_slots.popleft(), sim.clock.now_s))
+
+    def refuse(spec: RequestSpec, sent_s: float, status: int, detail: str) -> None:
+        rec = RequestRecord(spec.index, sent_s, sent_s, sent_s, end_s=sim.clock.now_s, http_status=status,
+                            prompt_tokens=spec.prompt_tokens, is_warmup=spec.is_warmup)
+        rec.fail(http_failure_reason(status), f"HTTP {status}: {detail}")
+        on_record(rec)
+        release_after(spec)
+
+    def finish(seq: Sequence) -> None:
+        spec, sent_s, times, replica = live.pop(seq.request_id)
+        sim.in_flight[replica.name] -= 1
+        on_record(_record(spec, sent_s, times, seq))
+        release_after(spec)
 
     while sim._events:
         time_s, kind, _, item = heapq.heappop(sim._events)
@@ -136,15 +152,18 @@ def run_simulation(sim: Simulation, requests: list[RequestSpec], token_ids: list
                 continue
             replica = sim.route(prompt_text({"prompt": spec.prompt} if spec.messages is None
                                             else {"messages": spec.messages}))
-            seq = Sequence(str(spec.index), list(token_ids[spec.index]),
-                           SamplingParams(max_tokens=spec.output_tokens, ignore_eos=True), arrival_s=engine_s)
+            ids = list(token_ids[spec.index])
+            try:   # the server's own rule: the prompt and its answer must fit the context
+                params = sampling_params({"max_tokens": spec.output_tokens, "ignore_eos": True}, len(ids),
+                                         replica.max_model_len, None, "prompt", ANY_VOCAB)
+            except RequestError as e:
+                refuse(spec, sent_s, e.status, e.message)
+                continue
+            seq = Sequence(str(spec.index), ids, params, arrival_s=engine_s)
             try:
                 replica.scheduler.add(seq)
             except QueueFullError as e:
-                rec = RequestRecord(spec.index, sent_s, sent_s, sent_s, end_s=time_s, http_status=503,
-                                    prompt_tokens=spec.prompt_tokens, is_warmup=spec.is_warmup)
-                rec.fail("http_5xx", f"HTTP 503: {e}")
-                on_record(rec)
+                refuse(spec, sent_s, 503, str(e))
                 continue
             live[seq.request_id] = (spec, sent_s, [], replica)
             sim.in_flight[replica.name] += 1
@@ -209,7 +228,7 @@ def simulate_scenario(scenario: Scenario, out_dir: str | Path | None = None, rep
         if writer is not None:
             writer.append(rec)
     planned_s = time.process_time()
-    sim = Simulation(deployment, step_model, overhead_s)
+    sim = Simulation(deployment, step_model, overhead_s, keep_steps=len(plan.requests) <= MAX_TRACED_REQUESTS)
     try:
         run_simulation(sim, plan.requests, token_ids, scenario.load.concurrency, on_record)
     finally:
@@ -225,7 +244,7 @@ def simulate_scenario(scenario: Scenario, out_dir: str | Path | None = None, rep
                        "preemptions": sum(r.scheduler.num_preemptions for r in sim.replicas.values()),
                        "engine_steps": sim.engine_steps, "sequence_steps": sim.sequence_steps,
                        "cpu_s": {"plan": planned_s - started_s, "simulation": time.process_time() - planned_s}}
-    summary.update(explain(summary, records, Path(out_dir or "."), sim.steps, scenario.resolved_dict()))
+    summary.update(explain(summary, records, Path(out_dir or "."), sim.steps or [], scenario.resolved_dict()))
     if writer is not None:
         writer.write_run_info({"scenario": scenario.resolved_dict(), "versions": versions(), "simulated": True,
                                "backend": {"kind": scenario.backend.kind, "model": scenario.backend.model,
@@ -233,6 +252,8 @@ def simulate_scenario(scenario: Scenario, out_dir: str | Path | None = None, rep
                                "token_count_method": plan.token_count_method, "tokenizer": tokenizer.name,
                                "time_unit": "simulated seconds from t0"})
         writer.write_summary(summary)
+        if sim.steps:   # the report's step timeline of the simulated engine(s)
+            write_engine_trace(writer.dir / "engine_trace.json", sim.steps)
     return summary
 
 

@@ -80,6 +80,9 @@ def fit_step_model(run_dirs: list[str | Path], kv_block_size: int = 16) -> Fitte
         if not trace.is_file():
             raise ValueError(f"plan.step_model.fitted: {run_dir} has no engine_trace.json; measure the run with "
                              f"backend.trace: true against the native engine")
+        info = run_dir / "run.json"
+        if info.is_file() and json.loads(info.read_text()).get("simulated"):
+            raise ValueError(f"plan.step_model.fitted: {run_dir} is a simulated run (bench plan); fit to measured runs")
         steps = read_engine_trace(trace)
         shapes += [shape_of(s, kv_block_size) for s in steps]
         durations_s += [s["dur_s"] for s in steps]
