@@ -144,6 +144,13 @@ def test_fit_from_vllm_mfu_counters(tmp_path):
     assert fit.params.overhead_ms == pytest.approx(2.0, rel=1e-3)
 
 
+def test_fit_refuses_a_simulated_run(tmp_path):
+    shutil.copytree(FIXTURE_RUN, tmp_path / "run")
+    (tmp_path / "run" / "run.json").write_text(json.dumps({"simulated": True}))
+    with pytest.raises(ValueError, match="simulated run"):
+        fit_roofline(tmp_path / "run")
+
+
 def test_fit_without_a_step_trace_says_how_to_get_one(tmp_path):
     shutil.copy(FIXTURE_RUN / "summary.json", tmp_path / "summary.json")
     with pytest.raises(FileNotFoundError, match="backend.trace: true.*--enable-mfu-metrics"):

@@ -48,6 +48,9 @@ def fit_roofline(run_dir: str | Path, peak_flops: float | None = None, peak_byte
     """Fit against the ceilings given (the hardware the run measured on), else those its summary.json's
     roofline block used (measured on a CPU, published for a GPU)."""
     run_dir = Path(run_dir)
+    info = run_dir / "run.json"
+    if info.is_file() and json.loads(info.read_text()).get("simulated"):
+        raise ValueError(f"{run_dir} is a simulated run (bench plan): its steps are a model's; fit to a measured run")
     if (run_dir / "engine_trace.json").is_file():
         source, (flops, moved, steps, dur) = "step trace", trace_rows(run_dir / "engine_trace.json")
     elif (run_dir / "server_metrics.csv").is_file() and (rows := vllm_rows(run_dir / "server_metrics.csv")):
