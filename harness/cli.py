@@ -297,19 +297,43 @@ def make_trace(out: Path = typer.Argument(..., help="the JSONL file to write (Mo
 
 
 @app.command("plan")
-def plan(scenario: Path = typer.Argument(..., help="scenario YAML with a plan: block (docs/planner.md)"),
+def plan(scenario: Optional[Path] = typer.Argument(None, help="scenario YAML with a plan: block (docs/planner.md)"),
          set_: list[str] = typer.Option([], "--set", help="override: dotted.path=value (repeatable)"),
          output: Optional[Path] = typer.Option(None, "--output",
                                                help="results folder (default results/<name>-plan-<UTC>)"),
-         overwrite: bool = typer.Option(False, "--overwrite", help="replace the results already in --output")) -> None:
+         overwrite: bool = typer.Option(False, "--overwrite", help="replace the results already in --output"),
+         search: bool = typer.Option(False, "--search", help="the cheapest deployment (replicas x TP) per GPU type "
+                                     "in plan.prices meeting the SLOs, on the roofline"),
+         max_gpus: int = typer.Option(64, "--max-gpus", min=1, help="--search: most GPUs a deployment may use"),
+         time_budget_s: float = typer.Option(600.0, "--time-budget-s", min=1, help="--search: stop after this"),
+         memory: bool = typer.Option(False, "--memory", help="no scenario: weights, KV per token and what fits"),
+         model: str = typer.Option("llama-3.1-8b", "--model", help="--memory: built-in name, .gguf or config.json"),
+         weight_bits: Optional[float] = typer.Option(None, "--weight-bits", help="--memory: e.g. 4.5 (default: "
+                                                     "the model's own)"),
+         context: int = typer.Option(4096, "--context", min=1, help="--memory: tokens a sequence holds"),
+         concurrency: int = typer.Option(1, "--concurrency", min=1, help="--memory: sequences at once"),
+         gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="--memory: e.g. 16GiB (default: "
+                                                  "--hardware's)"),
+         hardware: str = typer.Option("H100", "--hardware", help="--memory: a GPU of the table"),
+         tensor_parallel: int = typer.Option(1, "--tensor-parallel", min=1, help="--memory: GPUs per replica"),
+         gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", help="--memory"),
+         kv_dtype: str = typer.Option("fp16", "--kv-dtype", help="--memory: fp32, fp16, bf16 or fp8")) -> None:
     """Simulate the scenario's load on the deployment its plan: block describes (the engine's own scheduler,
-    a fitted or roofline step model) and write a results folder as `bench run` does, marked simulated."""
+    a fitted or roofline step model) and write a results folder as `bench run` does, marked simulated.
+    --search: the cheapest deployment per GPU type; --memory (no scenario): the memory a model needs."""
     from harness.plan.folders import simulate_candidates, simulate_sweep
     from harness.plan.simulator import simulate_scenario
+    if memory:
+        return plan_memory_report(model, weight_bits, context, concurrency, gpu_memory, hardware, tensor_parallel,
+                                  gpu_memory_utilization, kv_dtype)
+    if scenario is None:
+        raise _fail("error", "bench plan needs a SCENARIO (or --memory with --model)", EXIT_BAD_INPUT)
     resolved = _load(scenario, set_)
     try:
         out_dir = output or default_output_dir(f"{resolved.name}-plan")
-        if resolved.candidates:
+        if search:
+            plan_search_report(resolved, out_dir, max_gpus, time_budget_s, overwrite)
+        elif resolved.candidates:
             statuses = simulate_candidates(resolved, out_dir, overwrite)
             console.print(f"{len(statuses)} candidates simulated into {out_dir}; rank them with bench select {out_dir}")
         elif resolved.load.sweep is not None:
@@ -322,6 +346,35 @@ def plan(scenario: Path = typer.Argument(..., help="scenario YAML with a plan: b
         raise _fail("error", str(e), EXIT_BAD_INPUT)
     except TokenizerError as e:
         raise _fail("plan failed", str(e), EXIT_BAD_INPUT)
+
+
+def plan_memory_report(model: str, weight_bits: float | None, context: int, concurrency: int, gpu_memory: str | None,
+                       hardware: str, tensor_parallel: int, gpu_memory_utilization: float, kv_dtype: str) -> None:
+    from harness.plan.architectures import load_architecture
+    from harness.plan.memory import KV_DTYPE_BYTES, memory_lines, parse_bytes, plan_memory
+    from harness.roofline import gpu_spec
+    try:
+        if kv_dtype not in KV_DTYPE_BYTES:
+            raise ValueError(f"--kv-dtype: {kv_dtype!r}; use one of {', '.join(KV_DTYPE_BYTES)}")
+        arch = load_architecture(model, weight_bits)
+        total = parse_bytes(gpu_memory, "--gpu-memory") if gpu_memory else gpu_spec(hardware).hbm_bytes
+        memory_plan = plan_memory(arch, total, gpu_memory_utilization, tensor_parallel, KV_DTYPE_BYTES[kv_dtype])
+    except (ValueError, FileNotFoundError) as e:
+        raise _fail("error", str(e), EXIT_BAD_INPUT)
+    for line in memory_lines(arch, memory_plan, context, concurrency, kv_dtype):
+        typer.echo(line)
+
+
+def plan_search_report(resolved, out_dir: Path, max_gpus: int, time_budget_s: float, overwrite: bool) -> None:
+    from harness.plan.search import Search, write_search
+    try:
+        search = Search(resolved, out_dir, max_gpus=max_gpus, time_budget_s=time_budget_s, overwrite=overwrite)
+    except ValueError as e:
+        raise ScenarioError(str(e)) from None
+    results = search.run()
+    for line in write_search(results, out_dir, search.simulations):
+        typer.echo(line)
+    console.print(f"{search.simulations} simulations; the table and every simulated folder are in {out_dir}")
 
 
 @app.command("backends")

@@ -92,8 +92,15 @@ def _step_model(scenario: Scenario, deployment: Deployment) -> tuple[StepModel, 
     if spec.kind == "fitted":
         model = fit_step_model(spec.fitted, deployment.kv_block_size)
         return model, model.request_overhead_s
-    from harness.plan.roofline_model import roofline_step_model  # planroof's
+    from harness.plan.roofline_model import roofline_memory, roofline_step_model  # planroof's
     model = roofline_step_model(scenario)
+    # on a GPU the KV blocks are what its memory leaves after the weights, not the launch args' CPU-sized cache
+    memory = roofline_memory(scenario, deployment.kv_block_size)
+    if not memory.weights_fit:
+        raise ValueError(f"plan: {model.arch.name} at {model.arch.weight_bits:g} bits leaves no KV cache on "
+                         f"{scenario.plan.tensor_parallel} x {scenario.plan.hardware} (weights "
+                         f"{memory.weights_bytes_per_gpu / 1e9:.1f} GB per GPU); raise plan.tensor_parallel")
+    deployment.num_kv_blocks, deployment.max_model_len = memory.num_kv_blocks, memory.kv_tokens
     return model, getattr(model, "request_overhead_s", 0.0)
 
 

@@ -39,6 +39,20 @@ class RooflineParams(_Strict):
     mfu: float | None = Field(default=None, gt=0, le=1, description="share of peak FLOP/s")
     mbu: float | None = Field(default=None, gt=0, le=1, description="share of peak memory bandwidth")
     overhead_ms: float | None = Field(default=None, ge=0, le=10_000, description="ms per step")
+    # a run measured on plan.hardware (step trace or vLLM's MFU counters): mfu, mbu, overhead fitted (set ones win)
+    fit: str | None = None
+
+    @field_validator("fit")
+    @classmethod
+    def _run_folder(cls, run_dir: str | None, info: ValidationInfo) -> str | None:
+        if run_dir is None:
+            return None
+        path = Path(run_dir).expanduser()
+        path = path if path.is_absolute() else Path((info.context or {}).get("base_dir", ".")) / path
+        if not any((path / name).is_file() for name in ("engine_trace.json", "server_metrics.csv")):
+            raise ValueError(f"run folder {run_dir!r} has no engine_trace.json nor server_metrics.csv (looked in "
+                             f"{path.resolve()}); measure it with backend.trace: true, or vLLM --enable-mfu-metrics")
+        return str(path.resolve())
 
 
 class StepModelSpec(_Strict):
@@ -89,7 +103,29 @@ class PlanSpec(_Strict):
     replicas: int | None = Field(default=None, ge=1, le=100_000)   # None: the launch args' --data-parallel
     tensor_parallel: int = Field(default=1, ge=1, le=64)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    # bits a stored weight takes (4.5: 4-bit with scales); None: the model's own (GGUF) or 16 (built-in, config.json)
+    weight_bits: float | None = Field(default=None, gt=0, le=32)
     prices: dict[str, float] = {}        # $/GPU-hour by GPU name (bench plan --search)
+
+    @field_validator("model")
+    @classmethod
+    def _model_file(cls, model: str | None, info: ValidationInfo) -> str | None:
+        """A .gguf or config.json path is relative to the scenario's folder, as run folders are."""
+        if model is None or not model.endswith((".gguf", ".json")):
+            return model
+        path = Path(model).expanduser()
+        path = path if path.is_absolute() else Path((info.context or {}).get("base_dir", ".")) / path
+        if not path.is_file():
+            raise ValueError(f"{model!r}: no such file (looked in {path.parent.resolve()}); give a built-in name "
+                             "such as llama-3.1-8b, a .gguf or an HF config.json")
+        return str(path.resolve())
+
+    @model_validator(mode="after")
+    def _known_gpu(self) -> "PlanSpec":
+        if self.hardware is not None and self.step_model.kind == "roofline":
+            from harness.roofline import gpu_spec
+            gpu_spec(self.hardware)   # a ValueError naming the table's GPUs
+        return self
 
     @field_validator("prices")
     @classmethod

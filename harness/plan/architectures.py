@@ -1,0 +1,125 @@
+"""A model's architecture as the planner needs it: the shapes that set its weights, KV cache and FLOPs.
+
+Three sources, one dataclass: a GGUF file's metadata (read with `gguf`, the bits per weight from its
+tensors' stored sizes), a Hugging Face `config.json`, or the built-in table below (each entry's
+`source` is the config.json its numbers were copied from). Dense decoder-only transformers with
+grouped-query attention and a gated (SwiGLU) FFN: Llama, Qwen2, Mistral, SmolLM2. Biases, norms'
+shapes beyond a vector per layer, and mixture-of-experts are not modelled.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+HF = "https://huggingface.co/{}/blob/main/config.json"
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str
+    n_layers: int
+    hidden_size: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    ffn_size: int
+    vocab_size: int
+    weight_bits: float = 16.0      # bf16 checkpoints; a GGUF's own average (Q4_1 is 5.0, Q4_K_M about 4.8)
+    tied_embeddings: bool = False  # lm_head shares the embedding matrix (SmolLM2): stored once
+    source: str = ""
+
+    def layer_params(self) -> int:
+        """Weights of one transformer layer: q, k, v, o projections, gate/up/down FFN, two norms."""
+        q_dim, kv_dim = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        attention = self.hidden_size * (q_dim + 2 * kv_dim) + q_dim * self.hidden_size
+        return attention + 3 * self.hidden_size * self.ffn_size + 2 * self.hidden_size
+
+    def lm_head_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    def param_count(self) -> int:
+        """Every stored weight: layers, the final norm, the embedding, and lm_head unless tied."""
+        embeddings = self.lm_head_params() * (1 if self.tied_embeddings else 2)
+        return self.n_layers * self.layer_params() + self.hidden_size + embeddings
+
+    def matmul_params(self) -> int:
+        """Weights every token multiplies through (2 FLOPs each): the layers. lm_head is counted apart,
+        since only the rows that sample a token go through it; the embedding is a lookup."""
+        return self.n_layers * self.layer_params()
+
+
+def _hf(repo: str) -> str:
+    return HF.format(repo)
+
+
+BUILTIN = {a.name: a for a in (
+    Architecture("llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, source=_hf("meta-llama/Llama-3.1-8B")),
+    Architecture("llama-3.1-70b", 80, 8192, 64, 8, 128, 28672, 128256, source=_hf("meta-llama/Llama-3.1-70B")),
+    Architecture("qwen2.5-7b", 28, 3584, 28, 4, 128, 18944, 152064, source=_hf("Qwen/Qwen2.5-7B")),
+    Architecture("qwen2.5-32b", 64, 5120, 40, 8, 128, 27648, 152064, source=_hf("Qwen/Qwen2.5-32B")),
+    Architecture("mistral-7b", 32, 4096, 32, 8, 128, 14336, 32768, source=_hf("mistralai/Mistral-7B-v0.3")),
+    Architecture("smollm2-135m", 30, 576, 9, 3, 64, 1536, 49152, tied_embeddings=True,
+                 source=_hf("HuggingFaceTB/SmolLM2-135M-Instruct")),
+)}
+
+
+def load_architecture(model: str, weight_bits: float | None = None) -> Architecture:
+    """A built-in name (case-insensitive; 'smollm2' is SmolLM2-135M), a .gguf path or a config.json path;
+    `weight_bits` overrides the stored precision (e.g. 4.5 for a 4-bit quantisation with its scales)."""
+    key = model.lower()
+    if key in BUILTIN or key == "smollm2":
+        arch = BUILTIN.get(key) or BUILTIN["smollm2-135m"]
+    elif model.endswith(".gguf"):
+        arch = from_gguf(model)
+    elif model.endswith(".json"):
+        arch = from_hf_config(model)
+    else:
+        raise ValueError(f"model {model!r}: not a built-in architecture ({', '.join(BUILTIN)}), "
+                         "nor a .gguf or config.json path")
+    return dataclasses.replace(arch, weight_bits=weight_bits) if weight_bits else arch
+
+
+def from_hf_config(path: str | Path) -> Architecture:
+    """The architecture in a Hugging Face config.json (Llama, Qwen2 and Mistral spell it the same way)."""
+    config = json.loads(Path(path).read_text())
+    missing = [k for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
+                           "vocab_size") if k not in config]
+    if missing:
+        raise ValueError(f"{path}: config.json lacks {', '.join(missing)}; is it a decoder-only LLM's config?")
+    heads = config["num_attention_heads"]
+    dtype_bits = {"float32": 32, "float16": 16, "bfloat16": 16}.get(config.get("torch_dtype", "bfloat16"), 16)
+    return Architecture(
+        name=config.get("_name_or_path") or Path(path).parent.name, n_layers=config["num_hidden_layers"],
+        hidden_size=config["hidden_size"], n_heads=heads, n_kv_heads=config.get("num_key_value_heads", heads),
+        head_dim=config.get("head_dim") or config["hidden_size"] // heads, ffn_size=config["intermediate_size"],
+        vocab_size=config["vocab_size"], weight_bits=float(dtype_bits),
+        tied_embeddings=bool(config.get("tie_word_embeddings", False)), source=str(path))
+
+
+def from_gguf(path: str | Path) -> Architecture:
+    """The architecture in a GGUF's metadata; weight bits are the tensors' stored bytes over their elements."""
+    from native_engine.gguf_model import open_gguf  # parses the file once per process
+
+    reader = open_gguf(path)
+
+    def field(key: str, default=None):
+        found = reader.fields.get(key)
+        if found is None and default is None:
+            raise ValueError(f"{path}: GGUF metadata lacks {key!r}")
+        return default if found is None else found.contents()
+
+    arch = field("general.architecture")
+    heads = int(field(f"{arch}.attention.head_count"))
+    hidden = int(field(f"{arch}.embedding_length"))
+    tensors = {t.name: t for t in reader.tensors}
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    vocab = int(field(f"{arch}.vocab_size", len(tokens.data) if tokens is not None else None))
+    stored_bits = 8 * sum(int(t.n_bytes) for t in reader.tensors) / sum(int(t.n_elements) for t in reader.tensors)
+    return Architecture(
+        name=str(field("general.name", Path(path).stem)), n_layers=int(field(f"{arch}.block_count")),
+        hidden_size=hidden, n_heads=heads, n_kv_heads=int(field(f"{arch}.attention.head_count_kv", heads)),
+        head_dim=int(field(f"{arch}.attention.key_length", hidden // heads)),
+        ffn_size=int(field(f"{arch}.feed_forward_length")), vocab_size=vocab, weight_bits=round(stored_bits, 3),
+        tied_embeddings="output.weight" not in tensors, source=str(path))

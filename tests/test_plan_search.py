@@ -1,0 +1,77 @@
+"""`bench plan --search` on a small scenario simulated on the roofline: its pick is the cheapest deployment an
+exhaustive sweep of the same space finds meeting the SLOs, in fewer simulations."""
+import json
+from itertools import product
+
+import pytest
+
+from harness.plan.search import Search, table_lines, write_search
+from harness.plan.spec import StepModelSpec
+from harness.scenario import load_scenario
+
+# Llama-3.1-8B at bf16 (16 GB of weights). One L4 (300 GB/s) needs ~72 ms a decode step, over the 60 ms TPOT,
+# so L4 is only viable at TP 2; an H100 serves the load alone.
+SCENARIO = """
+name: search-small
+backend: {kind: native, model: smollm2, launch: {args: [--max-num-seqs, "32", --max-num-batched-tokens, "2048"]}}
+workload: {kind: random, input_tokens: 256, output_tokens: 24, ignore_eos: true}
+load: {arrival: poisson, rate: 30, num_requests: 48}
+slo: {ttft_ms: 300, tpot_ms: 60}
+plan: {model: llama-3.1-8b, step_model: roofline, prices: {L4: 0.5, H100: 3.0}}
+seed: 0
+"""
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory):
+    path = tmp_path_factory.mktemp("search") / "s.yaml"
+    path.write_text(SCENARIO)
+    return load_scenario(path)
+
+
+def test_search_picks_the_cheapest_deployment_meeting_the_slos(scenario, tmp_path):
+    search = Search(scenario, tmp_path / "out", max_gpus=4)
+    results = search.run()
+    write_search(results, tmp_path / "out", search.simulations)
+
+    # every (GPU, TP, replicas) of up to 4 GPUs, simulated the same way
+    sweep = Search(scenario, tmp_path / "sweep")
+    everything = [sweep.evaluate(gpu, tp, replicas, price)
+                  for (gpu, price), tp, replicas in product(scenario.plan.prices.items(), (1, 2), (1, 2, 3, 4))
+                  if tp * replicas <= 4]
+    meeting = [e for e in everything if e.meets_slo]
+    cheapest = min(meeting, key=lambda e: e.dollars_per_hour)
+    assert (results[0].best.gpu, results[0].best.tensor_parallel, results[0].best.replicas) == (
+        cheapest.gpu, cheapest.tensor_parallel, cheapest.replicas)
+    for r in results:   # per GPU type too
+        own = [e for e in meeting if e.gpu == r.gpu]
+        assert r.best.dollars_per_hour == min(e.dollars_per_hour for e in own)
+    assert not any(e.meets_slo for e in everything if e.gpu == "L4" and e.tensor_parallel == 1)
+    assert search.simulations < len(everything)
+
+    table = (tmp_path / "out" / "search.md").read_text()
+    assert table.splitlines()[2].startswith(f"| {cheapest.gpu} | {cheapest.tensor_parallel} |")
+    saved = json.loads((tmp_path / "out" / "search.json").read_text())
+    assert saved["results"][0]["best"]["dollars_per_mtok"] > 0
+    assert any("decode step alone" in n for r in saved["results"] if r["gpu"] == "L4" for n in r["notes"])
+    assert (tmp_path / "out" / "simulations" / f"{cheapest.gpu}-tp{cheapest.tensor_parallel}-x"
+            f"{cheapest.replicas}" / "summary.json").is_file()
+
+
+def test_search_needs_prices_and_a_roofline(scenario, tmp_path):
+    no_prices = scenario.model_copy(update={"plan": scenario.plan.model_copy(update={"prices": {}})})
+    with pytest.raises(ValueError, match=r"plan.prices.*H100"):
+        Search(no_prices, tmp_path)
+    unknown = scenario.model_copy(update={"plan": scenario.plan.model_copy(update={"prices": {"TPUv5": 1.0}})})
+    with pytest.raises(ValueError, match=r"plan.prices: hardware 'TPUv5'.*MI300X"):
+        Search(unknown, tmp_path)
+    fitted = scenario.model_copy(update={"plan": scenario.plan.model_copy(
+        update={"step_model": StepModelSpec(fitted=[str(tmp_path)])})})
+    with pytest.raises(ValueError, match="step_model: roofline"):
+        Search(fitted, tmp_path)
+
+
+def test_table_lists_a_gpu_type_with_no_deployment_last():
+    from harness.plan.search import GpuResult
+    lines = table_lines([GpuResult("L4", notes=["nothing up to 4 GPUs met the SLOs"])])
+    assert lines[2].startswith("| L4 | - |") and "nothing up to 4 GPUs" in lines[2]

@@ -1,0 +1,210 @@
+"""The roofline step model against step costs worked out by hand (Llama-3.1-8B on an H100), and its fit
+from a run's step trace."""
+import csv
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.engine_trace import write_engine_trace
+from harness.plan.architectures import BUILTIN
+from harness.plan.roofline_fit import VLLM_COUNTERS, fit_roofline, trace_rows
+from harness.plan.roofline_model import RooflineParams, RooflineStepModel, roofline_step_model
+from harness.plan.simulator import simulate_scenario
+from harness.plan.spec import StepModelSpec
+from harness.plan.step_model import StepShape
+from harness.roofline import GPU_SPECS
+from harness.scenario import ScenarioError, load_scenario
+
+FIXTURE_RUN = Path(__file__).parent / "fixtures" / "roofline_fit_run"
+IDEAL = RooflineParams(mfu=1.0, mbu=1.0, overhead_ms=0.0, allreduce_hop_latency_us=0.0)
+# Llama-3.1-8B by hand: 32 layers x (q, k, v, o, gate/up/down, 2 norms) and the lm_head
+LAYER_PARAMS = 4096 * 4096 + 2 * 4096 * 1024 + 4096 * 4096 + 3 * 4096 * 14336 + 2 * 4096
+MATMUL_PARAMS, LM_HEAD_PARAMS = 32 * LAYER_PARAMS, 128256 * 4096
+WEIGHT_BYTES = (MATMUL_PARAMS + LM_HEAD_PARAMS) * 2
+KV_PER_TOKEN = 2 * 32 * 8 * 128 * 2
+H100_FLOPS, H100_BYTES_PER_S = 989e12, 3.35e12
+
+
+def llama_on_h100(params=IDEAL, tensor_parallel=1):
+    return RooflineStepModel(BUILTIN["llama-3.1-8b"], GPU_SPECS["H100"], tensor_parallel, params)
+
+
+def test_decode_at_batch_one_is_memory_bound():
+    shape = StepShape(prefill_tokens=0, prefill_seqs=0, decode_seqs=1, context_tokens=1000)
+    costs = llama_on_h100().costs(shape)
+    flops = 2 * MATMUL_PARAMS + 2 * LM_HEAD_PARAMS + 4 * 32 * (32 * 128) * 1000
+    moved = WEIGHT_BYTES + (1000 + 1) * KV_PER_TOKEN   # every weight once, the context's KV read, one written
+    assert costs.flops_per_gpu == pytest.approx(flops) and costs.bytes_per_gpu == pytest.approx(moved)
+    assert costs.bound == "memory"
+    assert costs.step_s == pytest.approx(moved / H100_BYTES_PER_S)  # 4.52 ms
+    assert costs.step_s == pytest.approx(4.52e-3, rel=1e-3)
+
+
+def test_large_prefill_is_compute_bound():
+    shape = StepShape(prefill_tokens=8192, prefill_seqs=1, decode_seqs=0, context_tokens=8192)
+    costs = llama_on_h100().costs(shape)
+    flops = 2 * MATMUL_PARAMS * 8192 + 2 * LM_HEAD_PARAMS + 4 * 32 * (32 * 128) * 8192 * 8192
+    assert costs.bound == "compute"
+    assert costs.step_s == pytest.approx(flops / H100_FLOPS)  # 151 ms
+    assert costs.step_s == pytest.approx(0.1512, rel=1e-3)
+
+
+def test_mfu_mbu_and_overhead_scale_their_own_terms():
+    decode = StepShape(0, 0, 1, 1000)
+    model = llama_on_h100(RooflineParams(mfu=0.5, mbu=0.8, overhead_ms=2.0))
+    moved = WEIGHT_BYTES + 1001 * KV_PER_TOKEN
+    assert model.step_time_s(decode) == pytest.approx(moved / (H100_BYTES_PER_S * 0.8) + 2e-3)
+    assert model.describe()["coefficients"]["mbu"] == 0.8
+
+
+def test_tensor_parallel_splits_the_work_and_adds_two_all_reduces_per_layer():
+    shape = StepShape(0, 0, 8, 8 * 1000)
+    params = dataclasses.replace(IDEAL, allreduce_hop_latency_us=2.0)
+    costs = llama_on_h100(params, tensor_parallel=2).costs(shape)
+    # per GPU: half the weights, half of the 8 KV heads
+    assert costs.bytes_per_gpu == pytest.approx(WEIGHT_BYTES / 2 + (8000 + 8) * KV_PER_TOKEN / 2)
+    # a ring all-reduce of 8 tokens x 4096 x 2 bytes: each GPU sends 2 x (2-1)/2 of it at 450 GB/s one way,
+    # plus 2 x (2-1) hops of 2 us; 2 per layer, 32 layers
+    one = 2 * (1 / 2) * (8 * 4096 * 2) / 450e9 + 2 * 1 * 2e-6
+    assert costs.allreduce_s == pytest.approx(64 * one)
+    assert costs.step_s == pytest.approx(costs.bytes_per_gpu / H100_BYTES_PER_S + 64 * one)
+    # over PCIe (L40S: 64 GB/s both ways) the same all-reduce moves 14x slower
+    pcie = RooflineStepModel(BUILTIN["llama-3.1-8b"], GPU_SPECS["L40S"], 2, params)
+    assert pcie.allreduce_s(8) == pytest.approx(64 * (2 * (1 / 2) * (8 * 4096 * 2) / 32e9 + 4e-6))
+    assert llama_on_h100(params).allreduce_s(8) == 0.0
+
+
+def synthetic_run(tmp_path: Path, mfu: float, mbu: float, overhead_s: float) -> Path:
+    """A run folder whose steps took exactly what the roofline with these parameters says."""
+    peak_flops, peak_bytes = 1e12, 2e10
+    steps = []
+    for i, (flops, moved) in enumerate([(5e8, 6e7), (8e8, 6.5e7), (2e11, 9e7), (4e11, 1.2e8), (3e8, 7e7),
+                                        (1e11, 8e7), (6e10, 7.5e7), (9e8, 6.2e7)]):
+        dur = max(flops / (peak_flops * mfu), moved / (peak_bytes * mbu)) + overhead_s
+        steps.append({"t_s": i * 0.5, "dur_s": dur, "forward_s": dur, "prefill_tokens": 0, "prefill_chunks": [],
+                      "decode_seqs": 1, "kv_blocks_used": 1, "preemptions": 0, "prefix_hit_tokens": 0,
+                      "bytes_read": moved, "flops": flops, "running": 1, "waiting": 0})
+    write_engine_trace(tmp_path / "engine_trace.json", steps)
+    ceilings = {"flops_per_s": peak_flops, "bytes_per_s": peak_bytes}
+    (tmp_path / "summary.json").write_text(json.dumps({"roofline": {"ceilings": ceilings}}))
+    return tmp_path
+
+
+def test_fit_recovers_the_parameters_a_run_was_made_with(tmp_path):
+    fit = fit_roofline(synthetic_run(tmp_path, mfu=0.4, mbu=0.6, overhead_s=3e-3))
+    assert fit.params.mfu == pytest.approx(0.4, rel=1e-3)
+    assert fit.params.mbu == pytest.approx(0.6, rel=1e-3)
+    assert fit.params.overhead_ms == pytest.approx(3.0, rel=1e-3)
+    assert fit.compute_bound_rows == 4 and fit.source == "step trace" and fit.median_abs_error < 1e-6
+
+
+def test_fit_on_a_measured_native_run():
+    """A real run of the native engine (SmolLM2-135M, backend.trace) on a heavily loaded 2-core CPU
+    (fixtures/roofline_fit_run/README.md): the fitted roofline predicts its steps much better than the
+    defaults against the same measured ceilings, the waiting for a core landing in the overhead."""
+    fit = fit_roofline(FIXTURE_RUN)
+    assert fit.rows == 81 and fit.source == "step trace"
+    defaults = RooflineParams()
+    flops, moved, _, dur = trace_rows(FIXTURE_RUN / "engine_trace.json")
+    predicted = np.maximum(flops / (fit.peak_flops * defaults.mfu), moved / (fit.peak_bytes_per_s * defaults.mbu))
+    default_error = float(np.median(np.abs(predicted + defaults.overhead_ms / 1e3 - dur) / dur))
+    assert fit.median_abs_error < 0.5 < default_error
+    assert fit.params.overhead_ms > 100     # seconds-long steps of a 135M model: time spent off the CPU
+    # a regime without rows keeps its default, and says so
+    assert all(("mbu" in n and fit.params.mbu == defaults.mbu) or ("mfu" in n and fit.params.mfu == defaults.mfu)
+               for n in fit.notes)
+
+
+def test_fit_from_vllm_mfu_counters(tmp_path):
+    """server_metrics.csv as the harness scrapes vLLM (names of shared/engines/captures/vllm_metrics.txt): per
+    interval the FLOPs, bytes and steps counted; intervals made with known parameters give them back."""
+    mfu, mbu, overhead_s, peak_flops, peak_bytes = 0.45, 0.75, 2e-3, 989e12, 3.35e12
+    totals = {"flops": 0.0, "bytes": 0.0, "steps": 0.0}
+    rows, t_s = [], 0.0
+    # (steps, FLOPs a step, bytes a step): decode-like intervals, then prefill-heavy ones
+    for n, flops, moved in [(100, 3e11, 1.6e10), (80, 5e11, 1.62e10), (120, 2e11, 1.61e10), (10, 2e14, 1.7e10),
+                            (6, 4e14, 1.8e10), (8, 1e14, 1.65e10), (90, 4e11, 1.63e10)]:
+        for key, value in VLLM_COUNTERS.items():
+            total = totals.get(key, 3.0)  # running: 3 requests
+            rows.append([f"{t_s:.6f}", value, total, 'engine="0",model_name="llama"'])
+        t_s += n * (max(flops / (peak_flops * mfu), moved / (peak_bytes * mbu)) + overhead_s)
+        totals = {"flops": totals["flops"] + n * flops, "bytes": totals["bytes"] + n * moved,
+                  "steps": totals["steps"] + n}
+    for key, value in VLLM_COUNTERS.items():
+        rows.append([f"{t_s:.6f}", value, totals.get(key, 3.0), 'engine="0",model_name="llama"'])
+    with open(tmp_path / "server_metrics.csv", "w", newline="") as f:
+        csv.writer(f).writerows([["t_s", "name", "value", "labels"], *rows])
+    fit = fit_roofline(tmp_path, peak_flops, peak_bytes)
+    assert fit.source == "vLLM server metrics" and fit.rows == 7 and fit.compute_bound_rows == 3
+    assert fit.params.mfu == pytest.approx(mfu, rel=1e-3) and fit.params.mbu == pytest.approx(mbu, rel=1e-3)
+    assert fit.params.overhead_ms == pytest.approx(2.0, rel=1e-3)
+
+
+def test_fit_refuses_a_simulated_run(tmp_path):
+    shutil.copytree(FIXTURE_RUN, tmp_path / "run")
+    (tmp_path / "run" / "run.json").write_text(json.dumps({"simulated": True}))
+    with pytest.raises(ValueError, match="simulated run"):
+        fit_roofline(tmp_path / "run")
+
+
+def test_fit_without_a_step_trace_says_how_to_get_one(tmp_path):
+    shutil.copy(FIXTURE_RUN / "summary.json", tmp_path / "summary.json")
+    with pytest.raises(FileNotFoundError, match="backend.trace: true.*--enable-mfu-metrics"):
+        fit_roofline(tmp_path)
+
+
+ROOFLINE_SCENARIO = """
+name: roofline-sim
+backend: {kind: native, model: smollm2, launch: {}}
+workload: {kind: random, input_tokens: 64, output_tokens: 8, ignore_eos: true}
+load: {arrival: poisson, rate: 5, num_requests: 6}
+plan: {hardware: L4, model: llama-3.1-8b, step_model: roofline}
+"""
+
+
+def roofline_scenario(tmp_path, **plan):
+    path = tmp_path / "s.yaml"
+    path.write_text(ROOFLINE_SCENARIO)
+    scenario = load_scenario(path)
+    return scenario.model_copy(update={"plan": scenario.plan.model_copy(update=plan)})
+
+
+def test_a_roofline_deployment_takes_its_kv_blocks_from_the_gpus_memory(tmp_path):
+    summary = simulate_scenario(roofline_scenario(tmp_path))
+    # L4: 24 GB x 0.9 - 16.06 GB of weights - 1 GiB reserve, in blocks of 16 tokens x 131,072 bytes
+    blocks = int((24e9 * 0.9 - 8_030_261_248 * 2 - 2**30) // (16 * KV_PER_TOKEN))
+    assert summary["plan"]["deployment"]["num_kv_blocks"] == blocks == 2129
+    assert summary["plan"]["step_model"]["kind"] == "roofline" and summary["requests"]["completed"] == 6
+    with pytest.raises(ScenarioError, match="raise plan.tensor_parallel"):
+        simulate_scenario(roofline_scenario(tmp_path, model="llama-3.1-70b"))
+
+
+def test_roofline_parameters_fitted_from_a_run_named_in_the_plan(tmp_path):
+    scenario = roofline_scenario(tmp_path)
+    spec = StepModelSpec.model_validate({"roofline": {"fit": str(FIXTURE_RUN), "mbu": 0.9}})
+    model = roofline_step_model(scenario.model_copy(update={"plan": scenario.plan.model_copy(
+        update={"step_model": spec})}))
+    fitted = fit_roofline(FIXTURE_RUN, GPU_SPECS["L4"].bf16_flops, GPU_SPECS["L4"].hbm_bytes_per_s).params
+    assert model.params.mfu == fitted.mfu and model.params.overhead_ms == fitted.overhead_ms
+    assert model.params.mbu == 0.9   # set in the plan: wins over the fit
+    with pytest.raises(ValueError, match="backend.trace: true"):
+        StepModelSpec.model_validate({"roofline": {"fit": str(tmp_path)}})
+
+
+def test_plan_errors_name_the_field(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(ROOFLINE_SCENARIO.replace("hardware: L4", "hardware: TPUv5"))
+    with pytest.raises(ScenarioError, match="hardware 'TPUv5': not in the GPU table; use one of H200"):
+        load_scenario(path)
+    path.write_text(ROOFLINE_SCENARIO.replace("model: llama-3.1-8b", "model: models/config.json"))
+    with pytest.raises(ScenarioError, match="plan.model.*no such file"):
+        load_scenario(path)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "config.json").write_text(json.dumps({
+        "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+        "vocab_size": 100}))
+    assert load_scenario(path).plan.model == str(tmp_path / "models" / "config.json")  # beside the scenario
