@@ -1,0 +1,425 @@
+"""`bench tune`: each configuration of the scenario's `tune.space`, launched once, searched for the highest
+load that meets the SLOs (harness/tune_search.py), every trial stopped early where it can (harness/early_stop.py).
+
+OUT/tune.json is the manifest and the result, rewritten as each trial starts and ends: every configuration
+(launch_args, status, capacity with its bracket), every trial (its folder, load, verdict, cost, whether and why
+it stopped early), the recommended configuration with its margin, and what the search cost next to a dense
+sweep of the same grid. Trials live in OUT/<configuration>/: probe-<kind>-<load>/ and point-NNN-<kind>-<load>/
+(one run folder each), beside the engine's log. Each configuration folder also gets a sweep.json and OUT a
+candidates.json, so `bench report OUT/<configuration>` and `bench select OUT` read a tune folder as they read a
+sweep and a `candidates:` run.
+
+`--resume` replays a finished trial from tune.json instead of running it again (the search is deterministic
+given its points) and reruns the one that was cut. Ctrl-C or SIGTERM mark the running trial interrupted,
+write tune.json and stop the engine.
+
+Across configurations: the whole grid when there are at most `tune.full_grid_max`; more are pruned by
+successive halving on the probe: every configuration gets its short probe, and only the best third by the
+probe's throughput (an upper bound of what it can carry within SLOs) is searched.
+"""
+from __future__ import annotations
+
+import math
+import shutil
+import time
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from harness.candidates import short_reason
+from harness.early_stop import PointWatch
+from harness.launcher import BackendUnreachable
+from harness.metrics import active_slo
+from harness.results import ResultsError, point_dir_name, read_json, write_candidates, write_json, write_manifest
+from harness.run import Reporter, Terminated, run_scenario
+from harness.scenario import Scenario
+from harness.session import EngineSession, engine_session
+from harness.tokenizer_source import TokenizerError
+from harness.tune_config import config_name, launch_args
+from harness.prefix_reset import reset_prefix_cache
+from harness.tune_search import Measured, search_capacity
+
+TUNE_MANIFEST = "tune.json"
+HALVING_KEEP = 1 / 3  # successive halving: the share of configurations searched after the probe
+
+
+@dataclass
+class TrialRow:
+    config: str
+    seq: int  # its place in the configuration's search, probe first
+    kind: str  # probe | point
+    offered_load: float
+    dir: str  # relative to OUT
+    status: str = "pending"  # pending | running | completed | failed | interrupted
+    passed: bool | None = None
+    goodput_fraction: float | None = None
+    requests: int = 0  # measured requests recorded
+    requests_per_s: float = 0.0
+    output_tokens_per_s: float = 0.0
+    output_tokens_per_s_per_accelerator: float = 0.0
+    tokens_per_s_per_user: float | None = None  # 1 / TPOT: the interactivity of the Pareto chart
+    wall_s: float = 0.0
+    stopped_early: dict | None = None
+    seconds_saved: float | None = None  # an early stop's estimate of the run it did not need
+    client_bound: bool = False
+    prefix_cache: str = ""  # what resetting the engine's prefix cache before the trial did
+    reason: str = ""
+
+    def measured(self) -> Measured:
+        return Measured(self.offered_load, bool(self.passed), self.goodput_fraction or 0.0, self.requests_per_s)
+
+
+@dataclass
+class ConfigRow:
+    name: str
+    setting: dict
+    launch_args: list[str]
+    accelerators: int
+    status: str = "pending"  # pending | running | completed | failed | interrupted | pruned | budget
+    reason: str = ""
+    engine_start_s: float = 0.0
+    capacity: dict | None = None  # offered_load, status, bracket, requests_per_s, output_tokens_per_s
+    trials: list[TrialRow] = field(default_factory=list, repr=False)
+
+
+def accelerators_of(setting: dict) -> int:
+    """Engine replicas x tensor-parallel ranks a configuration occupies (1 unless its flags say more)."""
+    count = 1
+    for flag in ("--data-parallel", "--data-parallel-size", "--tensor-parallel-size", "--dp", "--tp"):
+        value = setting.get(flag)
+        if isinstance(value, (int, str)) and str(value).isdigit():
+            count *= max(1, int(value))
+    return count
+
+
+class Tuner:
+    def __init__(self, scenario: Scenario, out_dir: Path, reporter: Reporter, resume: bool, workers: str | None):
+        self.scenario, self.tune, self.out = scenario, scenario.tune, Path(out_dir)
+        self.reporter, self.workers = reporter, workers
+        self.kind = self.tune.load.kind
+        settings = self.tune.configurations()
+        self.configs = [ConfigRow(config_name(s), s, launch_args(s), accelerators_of(s)) for s in settings]
+        self.method = "grid" if len(self.configs) <= self.tune.full_grid_max else "successive_halving"
+        self.done: dict[tuple[str, int], TrialRow] = self._previous() if resume else {}
+        self.started = time.monotonic()
+        self.status = "running"
+
+    # ---- the search ------------------------------------------------------------------------
+    def run(self) -> dict:
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.save()
+        survivors = self.configs
+        if self.method == "successive_halving":
+            for c in self.configs:
+                self._search(c, probe_only=True)
+            scored = sorted((c for c in self.configs if c.trials and c.trials[0].status == "completed"),
+                            key=lambda c: -c.trials[0].requests_per_s)
+            survivors = scored[:max(1, math.ceil(len(self.configs) * HALVING_KEEP))]
+            for c in self.configs:
+                if c not in survivors and c.status != "failed":
+                    c.status, c.reason = "pruned", "its probe's throughput was not in the best third"
+        for c in survivors:
+            self._search(c, probe_only=False)
+        self.status = "budget" if any(c.status == "budget" for c in self.configs) else "completed"
+        return self.save()
+
+    def _search(self, c: ConfigRow, probe_only: bool) -> None:
+        c.trials, c.status = [], "running"
+        self.save()
+        bounds = self.tune.load.bounds
+        with ExitStack() as stack:
+            session: list[EngineSession] = []
+
+            def measure(load: float, probe: bool) -> Measured | None:
+                if probe_only and not probe:
+                    return None
+                row = self._trial(c, load, probe, stack, session)
+                return None if row is None else row.measured()
+            try:
+                result = search_capacity(measure, self.kind, bounds.min, bounds.max, self.tune.attainment,
+                                         self.tune.precision, self.tune.max_points)
+            except (BackendUnreachable, TokenizerError, TrialFailed) as e:
+                c.status, c.reason = "failed", short_reason(str(e))
+                self.reporter.warning(f"configuration {c.name} failed: {e}")
+                self.save()
+                return
+            except BaseException:
+                c.status = "interrupted"
+                raise
+            finally:
+                self.save()
+        if probe_only:
+            c.status = "pending"
+            return
+        c.capacity = self._capacity(result)
+        c.status = "budget" if result.status == "budget" else "completed"
+        self.reporter.info(f"  {c.name}: capacity {capacity_text(c.capacity, self.kind)}")
+        self.save()
+
+    def _capacity(self, result) -> dict:
+        """Where the line between the bracket's two attainments crosses the target (harness.capacity's rule)."""
+        by_load = {p.offered_load: p for p in result.points}
+        lo, hi = result.lo, result.hi
+        load = rps = None
+        if lo is not None and hi is not None:
+            a, b = by_load[lo], by_load[hi]
+            gap = a.goodput_fraction - b.goodput_fraction
+            # a point failed by its slopes alone may show a fraction above the target: then no interpolation
+            crosses = gap > 0 and b.goodput_fraction < self.tune.attainment
+            w = min(max((a.goodput_fraction - self.tune.attainment) / gap, 0.0), 1.0) if crosses else 0.0
+            load, rps = lo + w * (hi - lo), a.requests_per_s + w * (b.requests_per_s - a.requests_per_s)
+        elif lo is not None:
+            load, rps = lo, by_load[lo].requests_per_s
+        return {"offered_load": load, "status": result.status, "bracket": [lo, hi], "requests_per_s": rps,
+                "points": len(result.points)}
+
+    # ---- one trial -------------------------------------------------------------------------
+    def _trial(self, c: ConfigRow, load: float, probe: bool, stack: ExitStack,
+               session: list[EngineSession]) -> TrialRow | None:
+        seq = len(c.trials)
+        kind = "probe" if probe else "point"
+        name = f"probe-{self.kind}-{load:g}" if probe else point_dir_name(seq - 1, self.kind, load)
+        old = self.done.get((c.name, seq))
+        if old is not None and old.status == "completed" and old.kind == kind and math.isclose(old.offered_load, load):
+            c.trials.append(old)  # resumed: this trial finished before
+            return old
+        if self._spent():
+            return None
+        row = TrialRow(c.name, seq, kind, load, f"{c.name}/{name}")
+        c.trials.append(row)
+        if not session:
+            session.append(self._start_engine(c, stack))
+        shutil.rmtree(self.out / row.dir, ignore_errors=True)  # a cut trial's partial folder
+        row.prefix_cache = reset_prefix_cache(session[0], dict(self.scenario.backend.headers))
+        row.status = "running"
+        self.save()
+        self.reporter.info(f"{c.name}: {kind} at {self.kind} {load:g}")
+        begun = time.monotonic()
+        try:
+            result = run_scenario(self._point_scenario(c, load, probe), self.out / row.dir, workers=self.workers,
+                                  session=session[0], reporter=self.reporter, watch=self._watch(probe))
+        except BaseException:
+            row.status = "interrupted"
+            raise
+        finally:
+            row.wall_s = time.monotonic() - begun
+        self._fill(row, result, c.accelerators)
+        self.save()
+        if result.interrupted_by:
+            raise Terminated() if result.interrupted_by == "SIGTERM" else KeyboardInterrupt()
+        if row.status == "failed":
+            raise TrialFailed(f"{row.dir}: {row.reason}")
+        self.done[(c.name, seq)] = row
+        self.reporter.info("  " + trial_line(row, self.kind))
+        return row
+
+    def _start_engine(self, c: ConfigRow, stack: ExitStack) -> EngineSession:
+        begun = time.monotonic()
+        scenario = self._point_scenario(c, self.tune.load.bounds.min, probe=False)
+        (self.out / c.name).mkdir(parents=True, exist_ok=True)
+        session = stack.enter_context(engine_session(scenario, self.out / c.name / "engine.log", self.reporter.info))
+        c.engine_start_s += time.monotonic() - begun
+        return session
+
+    def _point_scenario(self, c: ConfigRow, load: float, probe: bool) -> Scenario:
+        s = self.scenario
+        update = {"concurrency": int(load)} if self.kind == "concurrency" else {"rate": load}
+        if probe:
+            update.update(num_requests=self.tune.probe_requests, warmup_requests=0)
+        backend = s.backend
+        if backend.launch is not None:
+            backend = backend.model_copy(update={"launch": backend.launch.model_copy(
+                update={"args": [*backend.launch.args, *c.launch_args]})})
+        return s.model_copy(update={"backend": backend, "load": s.load.model_copy(update=update), "tune": None})
+
+    def _watch(self, probe: bool) -> PointWatch | None:
+        if probe or not self.tune.early_stop:
+            return None  # a probe measures throughput: it runs to its end
+        return PointWatch(active_slo(self.scenario.slo.model_dump()), self.tune.attainment)
+
+    def _fill(self, row: TrialRow, result, accelerators: int) -> None:
+        s = result.summary
+        problems = ([result.engine_exit] if result.engine_exit else []) + list(result.incomplete_reasons)
+        row.status = "failed" if problems else "interrupted" if result.interrupted_by else "completed"
+        row.reason = "; ".join(problems)
+        thr = s["throughput"]
+        row.requests, row.requests_per_s = s["requests"]["measured"], thr["requests_per_s"]
+        row.output_tokens_per_s = thr["output_tokens_per_s"]
+        row.output_tokens_per_s_per_accelerator = thr["output_tokens_per_s"] / accelerators
+        tpot = (s.get("tpot_ms") or {}).get("mean")
+        row.tokens_per_s_per_user = 1000 / tpot if tpot else None
+        row.client_bound = result.client_bound
+        fraction = s["goodput"]["fraction"]
+        stop = s.get("stopped_early")
+        row.stopped_early = stop
+        if stop:  # the verdict it proved; the fraction is its bound
+            row.passed = stop["passed"]
+            bound = (stop["met"] if stop["passed"] else stop["planned_requests"] - stop["missed"])
+            row.goodput_fraction = bound / stop["planned_requests"]
+            if stop["reason"] == "over_saturated":  # failed by its slopes; what it measured, at most the bound
+                row.goodput_fraction = min(fraction, row.goodput_fraction)
+            remaining = stop["planned_requests"] - stop["after_requests"]
+            row.seconds_saved = remaining / row.requests_per_s if row.requests_per_s > 0 else None
+        else:
+            row.passed, row.goodput_fraction = fraction >= self.tune.attainment, fraction
+
+    # ---- budget, manifest, resume ------------------------------------------------------------
+    def _spent(self) -> bool:
+        budget, rows = self.tune.budget, [t for c in self.configs for t in c.trials if t.status != "pending"]
+        if budget.runs is not None and len(rows) >= budget.runs:
+            return True
+        if budget.requests is not None and sum(t.requests for t in rows) >= budget.requests:
+            return True
+        return budget.minutes is not None and (time.monotonic() - self.started) / 60 >= budget.minutes
+
+    def _previous(self) -> dict[tuple[str, int], TrialRow]:
+        manifest = read_json(self.out / TUNE_MANIFEST)
+        if not manifest:
+            raise ResultsError(f"--resume: {self.out} holds no {TUNE_MANIFEST}; run without --resume to start")
+        if manifest.get("scenario") != self.scenario.resolved_dict():
+            raise ResultsError(f"--resume: the scenario changed since {self.out / TUNE_MANIFEST} was written; "
+                               f"resume with the same scenario and --set options, or tune into a new --output")
+        rows = [TrialRow(**t) for t in manifest.get("trials", [])]
+        return {(t.config, t.seq): t for t in rows if t.status == "completed"}
+
+    def save(self) -> dict:
+        doc = tune_document(self)
+        write_json(self.out / TUNE_MANIFEST, doc)
+        self._write_sweep_views()
+        return doc
+
+    def _write_sweep_views(self) -> None:
+        """sweep.json per configuration and candidates.json over them: what `bench report`/`select` read."""
+        candidates = []
+        for c in self.configs:
+            points = [t for t in c.trials if t.kind == "point" and t.status != "pending"]
+            if not (self.out / c.name).is_dir():
+                continue
+            rows = [{"index": t.seq - 1, "offered_load": t.offered_load, "dir": Path(t.dir).name,
+                     "status": t.status, "client_bound": t.client_bound} for t in points]
+            write_manifest(self.out / c.name, self.kind, self.scenario.resolved_dict(), rows)
+            done = any(t.status == "completed" for t in points)
+            candidates.append({"name": c.name, "dir": c.name, "launch_args": c.launch_args,
+                               "accelerators": c.accelerators, "status": "completed" if done else c.status,
+                               "reason": c.reason, "client_bound": any(t.client_bound for t in points)})
+        write_candidates(self.out, self.scenario.resolved_dict(), candidates)
+
+
+class TrialFailed(Exception):
+    """A trial whose engine exited or whose records are missing: its configuration cannot be searched on."""
+
+
+def tune_document(tuner: Tuner) -> dict:
+    configs = [{**{k: v for k, v in asdict(c).items() if k != "trials"}} for c in tuner.configs]
+    trials = [asdict(t) for c in tuner.configs for t in c.trials]
+    tune = tuner.tune
+    return {"status": tuner.status, "kind": tuner.kind, "unit": unit(tuner.kind), "attainment": tune.attainment,
+            "slo": active_slo(tuner.scenario.slo.model_dump()), "method": tuner.method,
+            "method_why": method_why(tuner.method, len(tuner.configs), tune.full_grid_max),
+            "configurations": configs, "trials": trials, "recommended": recommend(tuner.configs),
+            "cost": {"search": search_cost(trials, configs), "dense_sweep": dense_cost(tuner)},
+            "scenario": tuner.scenario.resolved_dict()}
+
+
+def unit(kind: str) -> str:
+    return "requests/s" if kind == "rate" else "requests in flight"
+
+
+def method_why(method: str, n: int, grid_max: int) -> str:
+    if method == "grid":
+        return f"{n} configuration(s), at most tune.full_grid_max = {grid_max}: every one is searched"
+    return (f"{n} configurations, more than tune.full_grid_max = {grid_max}: successive halving on the probe "
+            f"(each gets a short probe; the best third by its throughput is searched)")
+
+
+def recommend(configs: list[ConfigRow]) -> dict | None:
+    """The configuration with the highest capacity, and by how much it leads the next one."""
+    ranked = sorted((c for c in configs if c.capacity and c.capacity["offered_load"] is not None),
+                    key=lambda c: -c.capacity["offered_load"])
+    if not ranked:
+        return None
+    best = ranked[0]
+    out = {"name": best.name, "launch_args": best.launch_args, "capacity": best.capacity["offered_load"],
+           "bracket": best.capacity["bracket"], "next": None, "margin": None, "separated": None}
+    if len(ranked) > 1:
+        nxt = ranked[1]
+        out.update(next=nxt.name, margin=best.capacity["offered_load"] / nxt.capacity["offered_load"] - 1)
+        best_lo, next_hi = best.capacity["bracket"][0], nxt.capacity["bracket"][1]
+        # brackets apart: the ranking holds whatever the true capacities inside them are
+        out["separated"] = best_lo is not None and next_hi is not None and best_lo >= next_hi
+    return out
+
+
+def search_cost(trials: list[dict], configs: list[dict]) -> dict:
+    ran = [t for t in trials if t["status"] != "pending"]
+    seconds = sum(t["wall_s"] for t in ran) + sum(c["engine_start_s"] for c in configs)
+    return {"runs": len(ran), "requests": sum(t["requests"] for t in ran), "minutes": seconds / 60,
+            "seconds_saved_by_early_stops": sum(t["seconds_saved"] or 0.0 for t in ran)}
+
+
+def dense_grid(kind: str, lo: float, hi: float, precision: float) -> list[float]:
+    """The loads a dense sweep would run to know the capacity to the search's precision: steps of 1 + precision."""
+    n = math.ceil(math.log(hi / lo) / math.log(1 + precision)) + 1
+    grid = [lo * (hi / lo) ** (i / (n - 1)) for i in range(n)]
+    return sorted({float(round(x)) for x in grid}) if kind == "concurrency" else grid
+
+
+def dense_cost(tuner: Tuner) -> dict:
+    tune, load = tuner.tune, tuner.scenario.load
+    grid = dense_grid(tuner.kind, tune.load.bounds.min, tune.load.bounds.max, tune.precision)
+    per_point = load.num_requests + load.warmup_requests
+    requests = len(grid) * per_point * len(tuner.configs)
+    if tuner.kind == "rate":  # each point's schedule at least; a saturated one takes longer
+        seconds = len(tuner.configs) * sum(per_point / r for r in grid)
+    else:  # at the search's own seconds per request
+        ran = [t for c in tuner.configs for t in c.trials if t.status == "completed"]
+        per_request = sum(t.wall_s for t in ran) / max(1, sum(t.requests for t in ran))
+        seconds = requests * per_request
+    return {"points_per_configuration": len(grid), "runs": len(grid) * len(tuner.configs), "requests": requests,
+            "minutes_at_least": seconds / 60}
+
+
+def capacity_text(cap: dict | None, kind: str) -> str:
+    if not cap or cap["offered_load"] is None:
+        return "none: no load tried met the SLOs" if cap and cap["status"] == "none" else "not known"
+    lo, hi = cap["bracket"]
+    where = f"between {lo:g} and {hi:g}" if lo is not None and hi is not None else f"every load up to {lo:g} passed"
+    prefix = "at least " if cap["status"] == "at_least" else ""
+    return f"{prefix}{cap['offered_load']:.3g} {unit(kind)} ({where})"
+
+
+def trial_line(row: TrialRow, kind: str) -> str:
+    verdict = "pass" if row.passed else "FAIL"
+    line = (f"{row.kind} {kind} {row.offered_load:g}: {verdict}, goodput {100 * (row.goodput_fraction or 0):.0f}%, "
+            f"{row.requests_per_s:.2f} req/s, {row.requests} requests in {row.wall_s:.1f} s")
+    if row.stopped_early:
+        saved = f", ~{row.seconds_saved:.1f} s saved" if row.seconds_saved else ""
+        line += f"; stopped early ({row.stopped_early['reason']}{saved})"
+    return line
+
+
+def plan_lines(scenario: Scenario) -> list[str]:
+    """`--dry-run`: the configurations, the search's bounds and its worst-case cost."""
+    tune, load = scenario.tune, scenario.load
+    kind, bounds = tune.load.kind, tune.load.bounds
+    settings = tune.configurations()
+    method = "grid" if len(settings) <= tune.full_grid_max else "successive_halving"
+    searched = len(settings) if method == "grid" else max(1, math.ceil(len(settings) * HALVING_KEEP))
+    per_point = load.num_requests + load.warmup_requests
+    mid = math.sqrt(bounds.min * bounds.max)
+    worst_requests = len(settings) * tune.probe_requests + searched * tune.max_points * per_point
+    seconds = len(settings) * tune.probe_requests / bounds.max + searched * tune.max_points * per_point / mid
+    lines = [f"{len(settings)} configuration(s); {method_why(method, len(settings), tune.full_grid_max)}"]
+    lines += [f"  {config_name(s)}: {' '.join(launch_args(s)) or '(the launch as written)'}" for s in settings]
+    lines.append(f"each: one engine start, a probe of {tune.probe_requests} requests, then up to {tune.max_points} "
+                 f"points of {per_point} requests between {kind} {bounds.min:g} and {bounds.max:g} "
+                 f"(until the bracket is within {tune.precision:.0%})")
+    estimate = f"at most {len(settings) + searched * tune.max_points} runs, {worst_requests} requests"
+    if kind == "rate":  # open arrivals: a schedule's span is known; a closed loop's depends on the engine
+        estimate += f", about {seconds / 60:.1f} minutes of load (+ engine starts; early stops cut it)"
+    dense = dense_grid(kind, bounds.min, bounds.max, tune.precision)
+    lines.append(estimate + f"; a dense sweep to the same precision: {len(dense) * len(settings)} runs, "
+                 f"{len(dense) * len(settings) * per_point} requests")
+    budget = {k: v for k, v in tune.budget.model_dump().items() if v is not None}
+    lines.append("budget: " + (", ".join(f"{k} {v:g}" for k, v in budget.items()) or "none"))
+    return lines
