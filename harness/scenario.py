@@ -432,7 +432,16 @@ class Scenario(Strict):
         if not isinstance(data, dict) or not isinstance(data.get("tune"), dict):
             return data
         load, tune_load = data.get("load"), data["tune"].get("load")
+        if isinstance(tune_load, dict) and {"rate", "concurrency"} <= set(tune_load):
+            raise ScenarioError("tune.load: give exactly one of rate or concurrency, e.g. {rate: {min: 0.25, max: 16}}")
         if isinstance(load, dict) and isinstance(tune_load, dict):
+            arrival = load.get("arrival", "poisson")
+            if "concurrency" in tune_load and arrival != "closed":
+                raise ScenarioError("tune.load.concurrency: searches requests in flight, so set load.arrival: "
+                                    "closed (or search tune.load.rate)")
+            if "rate" in tune_load and arrival in ("closed", "trace"):
+                raise ScenarioError(f"tune.load.rate: load.arrival {arrival} has no rate; use "
+                                    f"tune.load.concurrency for closed, or arrival poisson/constant/gamma")
             for field in ("rate", "concurrency"):
                 bounds = tune_load.get(field)
                 if isinstance(bounds, dict) and load.get(field) is None and "min" in bounds:
@@ -471,13 +480,6 @@ class Scenario(Strict):
         if self.candidates or load.sweep is not None:
             field = "candidates" if self.candidates else "load.sweep"
             raise ScenarioError(f"{field}: tune chooses the configurations and loads itself; leave {field} out")
-        closed = load.arrival == "closed"
-        if tune.load.kind == "rate" and (closed or load.arrival == "trace"):
-            raise ScenarioError(f"tune.load.rate: load.arrival {load.arrival} has no rate; use "
-                                f"tune.load.concurrency for closed, or arrival poisson/constant/gamma")
-        if tune.load.kind == "concurrency" and not closed:
-            raise ScenarioError("tune.load.concurrency: searches requests in flight, so set load.arrival: closed "
-                                "(or search tune.load.rate)")
         if load.num_requests is None:
             raise ScenarioError("load.num_requests: tune runs each point for a number of requests; give "
                                 "load.num_requests instead of load.duration_s")

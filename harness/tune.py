@@ -30,13 +30,20 @@ from harness.candidates import short_reason
 from harness.early_stop import PointWatch
 from harness.launcher import BackendUnreachable
 from harness.metrics import active_slo
-from harness.results import ResultsError, point_dir_name, read_json, write_candidates, write_json, write_manifest
+from harness.prefix_reset import reset_prefix_cache
+from harness.results import (
+    ResultsError,
+    point_dir_name,
+    read_json,
+    write_candidates,
+    write_json,
+    write_manifest,
+)
 from harness.run import Reporter, Terminated, run_scenario
 from harness.scenario import Scenario
 from harness.session import EngineSession, engine_session
 from harness.tokenizer_source import TokenizerError
 from harness.tune_config import config_name, launch_args
-from harness.prefix_reset import reset_prefix_cache
 from harness.tune_search import Measured, search_capacity
 
 TUNE_MANIFEST = "tune.json"

@@ -33,7 +33,7 @@ class LoadBounds(_Strict):
     max: float = Field(gt=0)
 
     @model_validator(mode="after")
-    def _ordered(self) -> "LoadBounds":
+    def _ordered(self) -> LoadBounds:
         if self.max <= self.min:
             raise ValueError(f"max {self.max:g} must be more than min {self.min:g}, e.g. {{min: 0.5, max: 16}}")
         return self
@@ -45,7 +45,7 @@ class TuneLoad(_Strict):
     concurrency: LoadBounds | None = None
 
     @model_validator(mode="after")
-    def _one_dimension(self) -> "TuneLoad":
+    def _one_dimension(self) -> TuneLoad:
         if (self.rate is None) == (self.concurrency is None):
             raise ValueError("give exactly one of rate or concurrency, e.g. {rate: {min: 0.25, max: 16}}")
         if self.rate is not None and self.rate.max > MAX_RATE_PER_S:

@@ -17,8 +17,8 @@ finished trials instead of running them again.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 STEP_FACTOR = 2.0  # bracketing: x2 after a pass, /2 after a fail
 SAFEGUARD = 0.25  # narrowing stays within [lo + 25%, hi - 25%] of the bracket

@@ -90,14 +90,15 @@ def pareto_figure(report: TuneReport) -> go.Figure:
     names = [c["name"] for c in report.doc["configurations"]]
     for i, name in enumerate(names):
         pts = [p for p in measured_points(report.doc) if p["config"] == name and p["tokens_per_s_per_user"]]
+        symbols = ["circle" if p["passed"] else "x" for p in pts]
         fig.add_trace(go.Scatter(x=[p["tokens_per_s_per_user"] for p in pts], mode="markers", name=name,
-                                 y=[p["output_tokens_per_s_per_accelerator"] for p in pts], marker=dict(
-                                     color=color(i), size=9, symbol=["circle" if p["passed"] else "x" for p in pts]),
+                                 y=[p["output_tokens_per_s_per_accelerator"] for p in pts],
+                                 marker={"color": color(i), "size": 9, "symbol": symbols},
                                  text=[f"{p['offered_load']:g} {report.doc['unit']}" for p in pts]))
     front = report.front
     fig.add_trace(go.Scatter(x=[p["tokens_per_s_per_user"] for p in front], mode="lines", name="Pareto front",
                              y=[p["output_tokens_per_s_per_accelerator"] for p in front],
-                             line=dict(color="#222", dash="dash")))
+                             line={"color": "#222", "dash": "dash"}))
     fig.update_layout(title="Output tokens/s per accelerator against tokens/s per user (x: failed the SLOs)",
                       xaxis_title="tokens/s per user (1 / TPOT)", yaxis_title="output tokens/s per accelerator",
                       height=480, **LAYOUT)
@@ -110,7 +111,7 @@ def attainment_figure(report: TuneReport) -> go.Figure:
     for i, c in enumerate(doc["configurations"]):
         pts = sorted((p for p in measured_points(doc) if p["config"] == c["name"]), key=lambda p: p["offered_load"])
         fig.add_trace(go.Scatter(x=[p["offered_load"] for p in pts], y=[p["goodput_fraction"] for p in pts],
-                                 mode="lines+markers", name=c["name"], line=dict(color=color(i))))
+                                 mode="lines+markers", name=c["name"], line={"color": color(i)}))
     fig.add_hline(y=doc["attainment"], line_dash="dot", annotation_text=f"target {doc['attainment']:.0%}")
     fig.update_layout(title="Share of requests within the SLOs at each load the search measured",
                       xaxis_title=f"offered load ({doc['unit']})", yaxis_title="within SLOs", xaxis_type="log",

@@ -1,0 +1,128 @@
+"""`bench tune` against a dense sweep of the same configurations, on the native engine, side by side.
+
+For each configuration of a 2 x 2 grid (--max-num-seqs x chunked prefill on/off) in turn: a dense sweep
+(`load.sweep` over a geometric grid of rates, every point run whole; its capacity is harness.capacity's,
+between its last passing and first failing point), then `bench tune` of that one configuration (probe,
+bracketing search, early stops). Interleaved, so both see about the same machine load. Reports per
+configuration both capacities, the dense sweep's bracket, whether the tuned capacity is within 10% of the
+dense one or inside its bracket, and the requests each used; then the ratio of all requests.
+Run it under the machine's measurement lock; the load (`uptime`) is printed beside the figures.
+
+  flock /tmp/bench.lock python benchmarks/tune_cost.py [--out DIR] [--num-requests 10] [--grid 0.12,...]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from harness.capacity import LoadPoint, max_load_meeting_slo
+from harness.run import Reporter
+from harness.scenario import Scenario
+from harness.sweep import run_sweep
+from harness.tune import Tuner
+
+SPACE = {"--max-num-seqs": [2, 8], "--no-chunked-prefill": [False, True]}
+WITHIN = 0.10
+
+
+def scenario(args, setting: dict | None, sweep: list[float] | None) -> Scenario:
+    data = {"name": "tune-cost", "backend": {"kind": "native", "launch": {"args": []}},
+            "workload": {"input_tokens": 32, "output_tokens": 8},
+            "load": {"arrival": "poisson", "num_requests": args.num_requests, "warmup_requests": 1,
+                     "rate": args.grid[0], "workers": 1},
+            "slo": {"ttft_ms": args.ttft_ms}, "seed": 0}
+    if sweep is not None:
+        data["load"]["sweep"] = sweep
+        args_for = [a for flag, v in setting.items() for a in ([flag] if v is True else [] if v is False
+                                                                 else [flag, str(v)])]
+        data["backend"]["launch"]["args"] += args_for
+    else:
+        data["tune"] = {"space": {k: [v] for k, v in setting.items()},
+                        "load": {"rate": {"min": args.grid[0], "max": args.grid[-1]}},
+                        "probe_requests": args.probe_requests, "precision": WITHIN}
+    return Scenario.model_validate(data, context={"base_dir": str(ROOT)})
+
+
+def dense(args, setting: dict, out: Path) -> dict:
+    s = scenario(args, setting, args.grid)
+    begun = time.monotonic()
+    points = run_sweep(s, out, reporter=Reporter())
+    done = [p for p in points if p.status == "completed"]
+    cap = max_load_meeting_slo([LoadPoint.from_summary(p.offered_load, p.result.summary) for p in done])
+    fails = [p.offered_load for p in done if p.result.summary["goodput"]["fraction"] < cap.attainment]
+    first_fail = min(fails) if fails else None
+    passes = [p.offered_load for p in done if first_fail is None or p.offered_load < first_fail]
+    return {"capacity": cap.offered_load, "status": cap.status, "bracket": [max(passes) if passes else None,
+                                                                             first_fail],
+            "requests": sum(p.result.summary["requests"]["measured"] + p.result.summary["requests"]["warmup"]
+                            for p in done), "minutes": (time.monotonic() - begun) / 60}
+
+
+def tuned(args, setting: dict, out: Path) -> dict:
+    begun = time.monotonic()
+    doc = Tuner(scenario(args, setting, None), out, Reporter(), resume=False, workers="1").run()
+    c = doc["configurations"][0]
+    warmups = sum(1 for t in doc["trials"] if t["kind"] == "point" and t["status"] == "completed")
+    return {"capacity": c["capacity"]["offered_load"], "status": c["capacity"]["status"],
+            "bracket": c["capacity"]["bracket"], "requests": doc["cost"]["search"]["requests"] + warmups,
+            "early_stops": sum(t["stopped_early"] is not None for t in doc["trials"]),
+            "seconds_saved": doc["cost"]["search"]["seconds_saved_by_early_stops"],
+            "minutes": (time.monotonic() - begun) / 60}
+
+
+def agrees(d: dict, t: dict) -> bool:
+    if d["capacity"] is None or t["capacity"] is None:
+        return d["capacity"] is None and t["capacity"] is None
+    lo, hi = d["bracket"]
+    inside = lo is not None and lo <= t["capacity"] <= (hi if hi is not None else lo)
+    return abs(t["capacity"] / d["capacity"] - 1) <= WITHIN or inside
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=Path("results/tune-cost"))
+    p.add_argument("--num-requests", type=int, default=10)
+    p.add_argument("--probe-requests", type=int, default=6)
+    p.add_argument("--ttft-ms", type=float, default=4000)
+    p.add_argument("--grid", type=lambda s: [float(x) for x in s.split(",")],
+                   default=[0.12, 0.17, 0.24, 0.33, 0.46, 0.65, 0.9], help="the dense sweep's rates, req/s")
+    args = p.parse_args()
+    from harness.tune_config import TuneConfig, config_name
+    settings = TuneConfig.model_validate({"space": SPACE, "load": {"rate": {"min": 1, "max": 2}}}).configurations()
+    rows = []
+    for setting in settings:
+        name = config_name(setting)
+        load_before = os.getloadavg()[0]
+        d = dense(args, setting, args.out / "dense" / name)
+        t = tuned(args, setting, args.out / "tune" / name)
+        rows.append({"config": name, "dense": d, "tune": t, "agrees": agrees(d, t),
+                     "load_avg_1m": [load_before, os.getloadavg()[0]]})
+        print(json.dumps(rows[-1]), flush=True)
+    dense_requests = sum(r["dense"]["requests"] for r in rows)
+    tune_requests = sum(r["tune"]["requests"] for r in rows)
+    print(f"\n{'configuration':40} {'dense cap [bracket]':>26} {'tuned cap [bracket]':>26} agrees  requests d/t")
+    for r in rows:
+        d, t = r["dense"], r["tune"]
+        print(f"{r['config']:40} {_cap(d):>26} {_cap(t):>26} {r['agrees']!s:6} {d['requests']:5}/{t['requests']:<5}"
+              f" load {r['load_avg_1m'][0]:.1f}->{r['load_avg_1m'][1]:.1f}")
+    ratio = tune_requests / dense_requests
+    print(f"requests: tune {tune_requests} of the dense sweep's {dense_requests} ({ratio:.0%}; target <= 40%); "
+          f"every capacity agrees: {all(r['agrees'] for r in rows)}")
+    (args.out / "tune_cost.json").write_text(json.dumps({"rows": rows, "requests_ratio": ratio}, indent=2))
+
+
+def _cap(r: dict) -> str:
+    lo, hi = r["bracket"]
+    value = "none" if r["capacity"] is None else f"{r['capacity']:.3g}"
+    return f"{value} [{lo if lo is None else f'{lo:.3g}'}, {hi if hi is None else f'{hi:.3g}'}]"
+
+
+if __name__ == "__main__":
+    main()
