@@ -149,6 +149,7 @@ def test_tune_report_draws_the_pareto_front_and_the_capacity_table(tmp_path):
     import sys
 
     from groundtruth_server import __file__ as gt_server
+
     from harness.run import Reporter
     from harness.scenario import Scenario
     from harness.tune import Tuner
