@@ -34,7 +34,7 @@ WITHIN = 0.10
 
 def scenario(args, setting: dict | None, sweep: list[float] | None) -> Scenario:
     data = {"name": "tune-cost", "backend": {"kind": "native", "launch": {"args": []}},
-            "workload": {"input_tokens": 32, "output_tokens": 8},
+            "workload": {"input_tokens": 16, "output_tokens": 4},
             "load": {"arrival": "poisson", "num_requests": args.num_requests, "warmup_requests": 1,
                      "rate": args.grid[0], "workers": 1},
             "slo": {"ttft_ms": args.ttft_ms}, "seed": 0}
@@ -92,7 +92,7 @@ def main() -> None:
     p.add_argument("--probe-requests", type=int, default=6)
     p.add_argument("--ttft-ms", type=float, default=4000)
     p.add_argument("--grid", type=lambda s: [float(x) for x in s.split(",")],
-                   default=[0.12, 0.17, 0.24, 0.33, 0.46, 0.65, 0.9], help="the dense sweep's rates, req/s")
+                   default=[round(0.2 * 1.25 ** i, 3) for i in range(10)], help="the dense sweep's rates, req/s")
     args = p.parse_args()
     from harness.tune_config import TuneConfig, config_name
     settings = TuneConfig.model_validate({"space": SPACE, "load": {"rate": {"min": 1, "max": 2}}}).configurations()

@@ -165,6 +165,8 @@ def test_resume_after_an_interruption_reruns_no_finished_trial(tmp_path):
         assert (out / d / "requests.jsonl").stat().st_mtime_ns == mtime
     assert resumed["status"] == "completed" and len({t["dir"] for t in resumed["trials"]}) == len(resumed["trials"])
     assert (out / "reports" / "tune.html").is_file() and "max-streams-4" in (out / "reports" / "tune.md").read_text()
+    chosen = bench("select", out, "-o", tmp_path / "select.html")  # `bench select` reads a tune folder
+    assert chosen.returncode == 0 and chosen.stdout.startswith("Choose max-streams-4"), chosen.stderr
 
     whole = bench("tune", scenario, "--output", tmp_path / "whole", timeout_s=180)
     assert whole.returncode == 0, whole.stderr
@@ -177,3 +179,17 @@ def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "max-streams-1: --max-streams 1" in res.stderr and "a dense sweep" in res.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_large_space_is_pruned_by_successive_halving_on_the_probe(tmp_path):
+    from harness.run import Reporter
+    from harness.tune import Tuner
+
+    scenario = load_scenario(_tune_scenario(tmp_path), ["tune.space={--max-streams: [1, 4, 2]}", "tune.full_grid_max=2"])
+    doc = Tuner(scenario, tmp_path / "out", Reporter(), resume=False, workers="1").run()
+    assert doc["method"] == "successive_halving"
+    status = {c["name"]: c["status"] for c in doc["configurations"]}
+    assert status == {"max-streams-1": "pruned", "max-streams-4": "completed", "max-streams-2": "pruned"}
+    probes = [t for t in doc["trials"] if t["kind"] == "probe"]
+    assert len(probes) == 3  # each configuration probed once; the survivor's probe is not run again
+    assert {t["config"] for t in doc["trials"] if t["kind"] == "point"} == {"max-streams-4"}
