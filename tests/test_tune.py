@@ -36,7 +36,8 @@ BASE = ("name: t\nbackend: {kind: native, launch: {}}\nload: {arrival: poisson, 
     ("{load: {rate: {min: 4, max: 1}}}", "tune.load.rate: .*max 1 must be more than min 4"),
     ("{load: {rate: {min: 1, max: 4}, concurrency: {min: 1, max: 4}}}", "tune.load: .*exactly one of rate or"),
     ("{load: {concurrency: {min: 1, max: 8}}}", "tune.load.concurrency: .*load.arrival: closed"),
-    ("{load: {rate: {min: 1, max: 4}}, budget: {minute: 3}}", "tune.budget.minute: unknown key; did you mean 'minutes'"),
+    ("{load: {rate: {min: 1, max: 4}}, budget: {minute: 3}}",
+     "tune.budget.minute: unknown key; did you mean 'minutes'"),
 ])
 def test_tune_block_errors_name_the_field(tmp_path, tune, message):
     with pytest.raises(ScenarioError, match=message):
@@ -185,7 +186,8 @@ def test_a_large_space_is_pruned_by_successive_halving_on_the_probe(tmp_path):
     from harness.run import Reporter
     from harness.tune import Tuner
 
-    scenario = load_scenario(_tune_scenario(tmp_path), ["tune.space={--max-streams: [1, 4, 2]}", "tune.full_grid_max=2"])
+    overrides = ["tune.space={--max-streams: [1, 4, 2]}", "tune.full_grid_max=2"]
+    scenario = load_scenario(_tune_scenario(tmp_path), overrides)
     doc = Tuner(scenario, tmp_path / "out", Reporter(), resume=False, workers="1").run()
     assert doc["method"] == "successive_halving"
     status = {c["name"]: c["status"] for c in doc["configurations"]}
