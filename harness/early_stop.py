@@ -38,6 +38,8 @@ class StopDecision:
     at_s: float  # the run's clock when it stopped
     met: int
     missed: int
+    outstanding_per_s: float | None = None  # over_saturated: the fitted growth of requests outstanding
+    ttft_s_per_s: float | None = None  # ... and of TTFT, seconds per second of sends
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -118,7 +120,9 @@ class PointWatch:
         t_slope, t_low = lower_slope_bound(*zip(*self._ttft), SATURATION_CONFIDENCE)
         q_span_s = self._outstanding[-1][0] - self._outstanding[0][0]
         if q_low > 0 and t_low > 0 and q_slope * q_span_s >= SATURATION_MIN_GROWTH:
-            return self._stop("over_saturated", False, f"requests outstanding grow {q_slope:.2f}/s and TTFT "
+            stop = self._stop("over_saturated", False, f"requests outstanding grow {q_slope:.2f}/s and TTFT "
                               f"{1e3 * t_slope:.0f} ms/s (both > 0 at {SATURATION_CONFIDENCE:.0%} confidence, "
                               f"over {len(self._ttft)} requests)", now)
+            stop.outstanding_per_s, stop.ttft_s_per_s = q_slope, t_slope
+            return stop
         return None

@@ -92,6 +92,9 @@ def test_over_saturated_point_stops_early_and_saves_seconds(tmp_path):
         whole = run_scenario(scenario, tmp_path / "whole")
     stop = stopped.summary["stopped_early"]
     assert stop["reason"] == "over_saturated" and stop["passed"] is False
+    # the truth: 30 arrive and 10 leave each second, so 20 more wait, each 1/10 s longer than the one before
+    assert stop["outstanding_per_s"] == pytest.approx(30 - 10, rel=0.3)
+    assert stop["ttft_s_per_s"] == pytest.approx((30 - 10) / 10, rel=0.3)
     saved_s = whole.summary["window_s"] - stopped.summary["window_s"]
     print(f"over-saturated point: stopped after {stopped.summary['window_s']:.1f} s of the whole run's "
           f"{whole.summary['window_s']:.1f} s ({saved_s:.1f} s saved), {stop['detail']}")
