@@ -5,7 +5,7 @@
 1. a probe: a short run at the upper bound (rate) or the bounds' geometric middle (concurrency). For
    a rate its achieved throughput is where an engine saturates, an upper bound on what it carries
    within SLOs, so the first point is there (clamped into the bounds).
-2. bracketing: a passing point doubles the load, a failing one halves it, until one of each is seen
+2. bracketing: a passing point multiplies the load by 1.5, a failing one divides it, until one of each is seen
    (or a bound is reached: the capacity is then "at least max" or "none").
 3. narrowing: the next load is where the line through the bracket's two attainments crosses the target
    (regula falsi on measured attainment), kept inside the middle half of the bracket so each step
@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-STEP_FACTOR = 2.0  # bracketing: x2 after a pass, /2 after a fail
+STEP_FACTOR = 1.5  # bracketing: x1.5 after a pass, /1.5 after a fail (the probe starts it near the knee)
 SAFEGUARD = 0.25  # narrowing stays within [lo + 25%, hi - 25%] of the bracket
 
 
