@@ -73,7 +73,8 @@ class TrialRow:
     reason: str = ""
 
     def measured(self) -> Measured:
-        return Measured(self.offered_load, bool(self.passed), self.goodput_fraction or 0.0, self.requests_per_s)
+        return Measured(self.offered_load, bool(self.passed), self.goodput_fraction or 0.0, self.requests_per_s,
+                        exact=self.stopped_early is None)
 
 
 @dataclass

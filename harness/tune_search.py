@@ -9,7 +9,8 @@
    (or a bound is reached: the capacity is then "at least max" or "none").
 3. narrowing: the next load is where the line through the bracket's two attainments crosses the target
    (regula falsi on measured attainment), kept inside the middle half of the bracket so each step
-   shrinks it; until hi/lo - 1 <= precision or max_points points are measured.
+   shrinks it; the middle when an end stopped early (its attainment is only a bound); until
+   hi/lo - 1 <= precision or max_points points are measured.
 
 The search is deterministic given the points it is told, which is what lets `bench tune --resume` replay
 finished trials instead of running them again.
@@ -31,6 +32,7 @@ class Measured:
     passed: bool
     goodput_fraction: float  # the share that met the SLOs; for an early-stopped point, the bound it proved
     requests_per_s: float  # achieved throughput
+    exact: bool = True  # False: stopped early, so goodput_fraction is only the bound its verdict proved
 
 
 @dataclass
@@ -86,8 +88,9 @@ def next_load(points: list[Measured], kind: str, bound_lo: float, bound_hi: floa
     a = next(p for p in points if p.offered_load == lo)
     b = next(p for p in points if p.offered_load == hi)
     span = hi - lo
-    w = (a.goodput_fraction - attainment) / (a.goodput_fraction - b.goodput_fraction) \
-        if a.goodput_fraction > b.goodput_fraction else 0.5
+    # regula falsi on measured attainments; an early-stopped end only bounds its attainment: bisect then
+    interpolate = a.exact and b.exact and a.goodput_fraction > b.goodput_fraction
+    w = (a.goodput_fraction - attainment) / (a.goodput_fraction - b.goodput_fraction) if interpolate else 0.5
     guess = lo + min(max(w, SAFEGUARD), 1 - SAFEGUARD) * span
     return _fresh(points, kind, guess, lo, hi)
 
