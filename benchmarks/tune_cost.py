@@ -8,7 +8,11 @@ configuration both capacities, the dense sweep's bracket, whether the tuned capa
 dense one or inside its bracket, and the requests each used; then the ratio of all requests.
 Run it under the machine's measurement lock; the load (`uptime`) is printed beside the figures.
 
-  flock /tmp/bench.lock python benchmarks/tune_cost.py [--out DIR] [--num-requests 10] [--grid 0.12,...]
+  flock /tmp/bench.lock python benchmarks/tune_cost.py [--engine native|groundtruth] [--out DIR]
+      [--num-requests 10] [--grid 0.2,0.25,...]
+
+--engine groundtruth runs the same comparison on tests/groundtruth_server.py (a real HTTP server whose
+capacity is set by --max-streams and --itl-ms): minutes instead of hours where the native engine is slow.
 """
 from __future__ import annotations
 
@@ -23,18 +27,30 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.capacity import LoadPoint, max_load_meeting_slo
-from harness.run import Reporter
+from harness.run import Reporter, raise_on_sigterm
 from harness.scenario import Scenario
 from harness.sweep import run_sweep
 from harness.tune import Tuner
 
-SPACE = {"--max-num-seqs": [2, 8], "--no-chunked-prefill": [False, True]}
+SPACES = {"native": {"--max-num-seqs": [2, 8], "--no-chunked-prefill": [False, True]},
+          # the ground-truth server: streams at once x the gap between tokens; capacity ~ streams / (20 + 9 x gap ms)
+          "groundtruth": {"--max-streams": [2, 4], "--itl-ms": [10, 20]}}
+GT_SERVER = ROOT / "tests" / "groundtruth_server.py"
 WITHIN = 0.10
 
 
+def backend(args) -> dict:
+    if args.engine == "native":
+        return {"kind": "native", "launch": {"args": []}}
+    command = f"{sys.executable} {GT_SERVER} --port {{port}} --ttft-ms 20"
+    return {"kind": "openai", "model": "gt", "tokenizer": "smollm2",
+            "launch": {"command": command, "args": [], "ready_timeout_s": 60}}
+
+
 def scenario(args, setting: dict | None, sweep: list[float] | None) -> Scenario:
-    data = {"name": "tune-cost", "backend": {"kind": "native", "launch": {"args": []}},
-            "workload": {"input_tokens": 16, "output_tokens": 4},
+    tokens = {"input_tokens": 16, "output_tokens": 4} if args.engine == "native" else {"input_tokens": 8,
+                                                                                     "output_tokens": 10}
+    data = {"name": "tune-cost", "backend": backend(args), "workload": tokens,
             "load": {"arrival": "poisson", "num_requests": args.num_requests, "warmup_requests": 1,
                      "rate": args.grid[0], "workers": 1},
             "slo": {"ttft_ms": args.ttft_ms}, "seed": 0}
@@ -88,14 +104,23 @@ def agrees(d: dict, t: dict) -> bool:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("results/tune-cost"))
-    p.add_argument("--num-requests", type=int, default=10)
+    p.add_argument("--num-requests", type=int, default=None, help="per point (default: native 10, ground truth 40)")
     p.add_argument("--probe-requests", type=int, default=6)
-    p.add_argument("--ttft-ms", type=float, default=4000)
-    p.add_argument("--grid", type=lambda s: [float(x) for x in s.split(",")],
-                   default=[round(0.2 * 1.25 ** i, 3) for i in range(10)], help="the dense sweep's rates, req/s")
+    p.add_argument("--ttft-ms", type=float, default=None, help="the SLO (default: native 4000, ground truth 250)")
+    p.add_argument("--engine", choices=sorted(SPACES), default="native")
+    p.add_argument("--grid", type=lambda s: [float(x) for x in s.split(",")], default=None,
+                   help="the dense sweep's rates, req/s (default: native 0.2 x 1.25^i, ground truth 4 x 1.2^i)")
     args = p.parse_args()
+    native = args.engine == "native"
+    args.num_requests = args.num_requests or (10 if native else 40)
+    args.ttft_ms = args.ttft_ms or (4000 if native else 250)
+    if args.grid is None:
+        start, step, n = (0.2, 1.25, 10) if native else (4.0, 1.2, 16)
+        args.grid = [round(start * step ** i, 3) for i in range(n)]
+    raise_on_sigterm()  # a kill unwinds: the engines are stopped
     from harness.tune_config import TuneConfig, config_name
-    settings = TuneConfig.model_validate({"space": SPACE, "load": {"rate": {"min": 1, "max": 2}}}).configurations()
+    space = {"space": SPACES[args.engine], "load": {"rate": {"min": 1, "max": 2}}}
+    settings = TuneConfig.model_validate(space).configurations()
     rows = []
     for setting in settings:
         name = config_name(setting)
