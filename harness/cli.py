@@ -329,6 +329,34 @@ def make_trace(out: Path = typer.Argument(..., help="the JSONL file to write (Mo
                   highlight=False)
 
 
+@app.command("plan")
+def plan(scenario: Path = typer.Argument(..., help="scenario YAML with a plan: block (docs/planner.md)"),
+         set_: list[str] = typer.Option([], "--set", help="override: dotted.path=value (repeatable)"),
+         output: Optional[Path] = typer.Option(None, "--output",
+                                               help="results folder (default results/<name>-plan-<UTC>)"),
+         overwrite: bool = typer.Option(False, "--overwrite", help="replace the results already in --output")) -> None:
+    """Simulate the scenario's load on the deployment its plan: block describes (the engine's own scheduler,
+    a fitted or roofline step model) and write a results folder as `bench run` does, marked simulated."""
+    from harness.plan.folders import simulate_candidates, simulate_sweep
+    from harness.plan.simulator import simulate_scenario
+    resolved = _load(scenario, set_)
+    try:
+        out_dir = output or default_output_dir(f"{resolved.name}-plan")
+        if resolved.candidates:
+            statuses = simulate_candidates(resolved, out_dir, overwrite)
+            console.print(f"{len(statuses)} candidates simulated into {out_dir}; rank them with bench select {out_dir}")
+        elif resolved.load.sweep is not None:
+            points = simulate_sweep(resolved, out_dir, overwrite)
+            console.print(capacity_line(resolved, points))
+            console.print(f"{len(points)} points simulated into {out_dir}")
+        else:
+            print_summary(simulate_scenario(resolved, out_dir, overwrite=overwrite), out_dir)
+    except (ScenarioError, ResultsError) as e:
+        raise _fail("error", str(e), EXIT_BAD_INPUT)
+    except TokenizerError as e:
+        raise _fail("plan failed", str(e), EXIT_BAD_INPUT)
+
+
 @app.command("backends")
 def list_backends() -> None:
     """List the installed engine backends (the `bench.backends` entry-point group)."""

@@ -46,7 +46,8 @@ def steps_on_run_clock(raw: dict, t0_ns: int, start_s: float | None = None, end_
                       "prefill_chunks": chunks, "decode_seqs": rec["decode_seqs"],
                       "kv_blocks_used": rec["kv_blocks_used"], "preemptions": rec["preemptions"],
                       "prefix_hit_tokens": rec["prefix_hit_tokens"], "bytes_read": rec["bytes_read"],
-                      "flops": rec["flops"], "running": rec["running"], "waiting": rec["waiting"]})
+                      "flops": rec["flops"], "running": rec["running"], "waiting": rec["waiting"],
+                      "kv_positions_read": rec.get("kv_positions_read")})   # None: traced before it was recorded
     return steps
 
 
@@ -63,8 +64,8 @@ def chrome_trace(steps: list[dict]) -> dict:
     timed = []
     for s in steps:
         ts, dur = s["t_s"] * 1e6, s["dur_s"] * 1e6
-        args = {k: s[k] for k in ("prefill_tokens", "prefill_chunks", "decode_seqs", "kv_blocks_used",
-                                  "bytes_read", "flops", "running", "waiting")}
+        args = {k: s.get(k) for k in ("prefill_tokens", "prefill_chunks", "decode_seqs", "kv_blocks_used",
+                                      "bytes_read", "flops", "running", "waiting", "kv_positions_read")}
         timed.append({"ph": "X", "pid": PID, "tid": TRACKS["steps"], "name": step_kind(s), "ts": ts, "dur": dur,
                       "args": args})
         timed.append({"ph": "X", "pid": PID, "tid": TRACKS["forward"], "name": "forward", "ts": ts,

@@ -80,7 +80,9 @@ class RequestRecord:
             self.fail("stream_cut", "the stream ended without finish_reason or [DONE]")
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
+        # vars, not asdict: the fields are flat (lists of numbers, one dict of numbers), and asdict's deep
+        # copy of every token time cost ~1 ms a record (bench plan writes 100,000 of them)
+        return json.dumps(vars(self), separators=(",", ":"))
 
     @classmethod
     def from_dict(cls, d: dict) -> "RequestRecord":

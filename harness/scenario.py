@@ -29,6 +29,7 @@ from backends import available, load_backend
 from harness.distributions import Dist, dist_from_yaml
 from harness.limits import (MAX_CONCURRENCY, MAX_RATE_PER_S, MAX_REQUESTS, MAX_SCHEDULE_S,
                             MAX_TOKENS_PER_REQUEST, DEFAULT_MAX_RESPONSE_BYTES)
+from harness.plan.spec import PlanSpec
 from harness.stamped_http import choose_stamps
 from harness.telemetry import TelemetryConfig
 from harness.tune_config import TuneConfig
@@ -414,6 +415,7 @@ class Scenario(Strict):
     seed: int = Field(default=0, ge=0)  # numpy's seed sequences take no negative numbers
     candidates: list[Candidate] = []  # deployments to compare, each run in turn (`bench select` ranks them)
     tune: TuneConfig | None = None  # what `bench tune` searches (harness/tune_config.py)
+    plan: PlanSpec | None = None  # the deployment `bench plan` simulates (harness/plan/spec.py)
 
     @field_validator("name")
     @classmethod

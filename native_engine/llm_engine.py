@@ -306,7 +306,7 @@ class LLMEngine:
                 [c.num_new_tokens for c, d in zip(chunks, is_decode) if not d], sum(is_decode),
                 bm.num_blocks - bm.num_free_blocks, self.scheduler.num_preemptions - seen_preemptions,
                 bm.prefix_cache_hits_tokens - seen_hits, self.runner.last_step_bytes_read, flops,
-                len(self.scheduler.running), len(self.scheduler.waiting))
+                len(self.scheduler.running), len(self.scheduler.waiting), kv_positions_read)
         return admitted + outputs
 
     def _propose_drafts(self) -> None:

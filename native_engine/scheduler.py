@@ -20,6 +20,7 @@ import bisect
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Callable
 
 from native_engine.block_manager import BlockManager
 from native_engine.sequence import Sequence, SequenceStatus
@@ -75,9 +76,11 @@ class QueueFullError(Exception):
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, block_manager: BlockManager):
+    def __init__(self, config: SchedulerConfig, block_manager: BlockManager,
+                 clock: Callable[[], float] = time.perf_counter):
         self.config = config
         self.block_manager = block_manager
+        self.clock = clock   # seconds; `bench plan` gives its virtual clock (harness/plan/simulator.py)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []   # kept sorted by arrival: the last is the preemption victim
         self.num_preemptions = 0
@@ -135,7 +138,7 @@ class Scheduler:
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
             if seq.scheduled_s is None:
-                seq.scheduled_s = time.perf_counter()
+                seq.scheduled_s = self.clock()
                 seq.num_cached_tokens = len(cached) * self.block_manager.block_size
                 self.num_cached_prompt_tokens += seq.num_cached_tokens
             bisect.insort(self.running, seq, key=lambda s: s.arrival_s)
@@ -144,7 +147,7 @@ class Scheduler:
         return chunks
 
     def _order_by_prefix_match(self) -> None:
-        now = time.perf_counter()
+        now = self.clock()
         window = [self.waiting.popleft() for _ in range(min(len(self.waiting), LPM_WINDOW))]
 
         def rank(seq: Sequence) -> tuple:

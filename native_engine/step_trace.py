@@ -3,9 +3,10 @@
 One record per step that ran a forward pass: when it started and ended (perf_counter_ns, the
 same monotonic clock as the harness on this machine, so steps line up with requests), the
 forward pass's share, the batch (prefill tokens and their chunk sizes, decode sequences), KV
-blocks in use, preemptions and prefix-cache hit tokens since the previous step, and the bytes
-read and FLOPs done. GET /step_trace returns them; harness/engine_trace.py turns them into a
-Chrome/Perfetto trace. Records are plain tuples in a bounded deque: appending one costs about a
+blocks in use, preemptions and prefix-cache hit tokens since the previous step, the bytes
+read and FLOPs done, and the KV positions the step's attention read (`bench plan`'s fitted step
+model takes it as the batch's context). GET /step_trace returns them; harness/engine_trace.py
+turns them into a Chrome/Perfetto trace. Records are plain tuples in a bounded deque: appending one costs about a
 microsecond against steps of milliseconds (benchmarks/step_trace_cost.py measures it).
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections import deque
 
 FIELDS = ("start_ns", "end_ns", "forward_ns", "prefill_chunks", "decode_seqs", "kv_blocks_used",
-          "preemptions", "prefix_hit_tokens", "bytes_read", "flops", "running", "waiting")
+          "preemptions", "prefix_hit_tokens", "bytes_read", "flops", "running", "waiting", "kv_positions_read")
 
 
 def step_flops(weight_params: int, lm_head_params: int, n_layers: int, q_dim: int,

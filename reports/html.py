@@ -8,6 +8,7 @@ import jinja2
 from plotly.offline import get_plotlyjs
 
 from reports.markdown import SUMMARY_COLUMNS
+from reports.prediction import PREDICTION_COLUMNS
 from reports.replicas import REPLICA_COLUMNS
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -33,4 +34,5 @@ def render(template: str, figures, **context) -> str:
 
 def render_report_html(content) -> str:
     return render("report.html.j2", content.figures, title=content.title, c=content, summary_columns=SUMMARY_COLUMNS,
+                  prediction_columns=PREDICTION_COLUMNS,
                   replica_columns=REPLICA_COLUMNS)

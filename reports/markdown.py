@@ -1,6 +1,7 @@
 """Markdown rendering: the same tables as the HTML report, for PR comments and CI summaries."""
 from __future__ import annotations
 
+from reports.prediction import PREDICTION_COLUMNS
 from reports.replicas import REPLICA_COLUMNS
 
 SUMMARY_COLUMNS = ("run", "completed", "failed", "req/s", "output tok/s", "goodput req/s", "goodput %",
@@ -22,6 +23,8 @@ def render_report_md(content) -> str:
     if content.summary_rows:
         out += ["## Summary", "", "Latencies in ms from each request's intended send time; goodput = completed "
                 "requests that met every SLO.", "", md_table(SUMMARY_COLUMNS, content.summary_rows), ""]
+    if content.prediction_rows:
+        out += ["## Prediction beside measurement", "", md_table(PREDICTION_COLUMNS, content.prediction_rows), ""]
     if content.diagnosis_rows:
         out += ["## Diagnosis", "", md_table(["run", "severity", "finding"], content.diagnosis_rows), ""]
     if content.roofline_rows:

@@ -9,6 +9,7 @@ from reports.explain_figures import phase_bars, step_timeline
 from reports.figures import latency_cdfs, over_time, timeline
 from reports.html import render_report_html
 from reports.markdown import render_report_md
+from reports.prediction import is_simulated, prediction_rows
 from reports.replica_figures import replica_comparison, replica_load
 from reports.replicas import decision_rows, replica_rows, replica_view
 from reports.server_figures import server_metrics, telemetry
@@ -37,6 +38,7 @@ class ReportContent:
     notes: list[str] = field(default_factory=list)
     diagnosis_rows: list[list[str]] = field(default_factory=list)  # run, severity, finding (summary.json diagnosis)
     roofline_rows: list[list[str]] = field(default_factory=list)  # run, the roofline line
+    prediction_rows: list[list[str]] = field(default_factory=list)  # simulated runs beside measured ones
     replica_rows: list[list[str]] = field(default_factory=list)  # a row per replica of each deployment run
     decision_rows: list[list[str]] = field(default_factory=list)  # run, policy, reason, decisions
     replica_notes: list[str] = field(default_factory=list)  # a sentence per deployment run: who served what
@@ -65,7 +67,8 @@ def context_row(run: RunData, label: str | None = None) -> list[str]:
                else f"{load.get('arrival')} concurrency {load.get('concurrency')}")
     slo = ", ".join(f"{k} {v:g}" for k, v in run.slo.items() if v is not None) or "none"
     flags = [f for f, on in (("CLIENT-BOUND", run.summary.get("client_bound")),
-                             ("interrupted", run.summary.get("interrupted"))) if on]
+                             ("interrupted", run.summary.get("interrupted")),
+                             ("SIMULATED (bench plan)", is_simulated(run.summary))) if on]
     return [label or run.label, f"{backend.get('kind', '?')} ({backend.get('model', '?')})", offered if load else "-",
             slo, info.get("versions", {}).get("harness", "-"), info.get("host", {}).get("hostname", "-"),
             ", ".join(flags) or "ok"]
@@ -89,6 +92,7 @@ def build_report(paths, labels: list[str] | None = None, attainment: float = DEF
                             ("Throughput against latency", throughput_latency(sweeps))]
         content.figures += [(f"Latency distributions per point: {s.label}", latency_cdfs([p.run for p in s.points]))
                             for s in sweeps]
+    content.prediction_rows = prediction_rows(runs)
     for run in runs:
         content.diagnosis_rows += [[run.label, f["severity"], f["message"]] for f in run.summary.get("diagnosis") or ()]
         if (run.summary.get("roofline") or {}).get("line"):

@@ -1,0 +1,142 @@
+"""How fast `bench plan` simulates: a Mooncake-format trace of multi-turn sessions (`bench make-trace`'s
+generator) over many replicas behind the cache_aware router, on one core.
+
+Two parts, timed apart (CPU seconds of this process):
+  plan        bench run's own plan building (harness/workload.build_plan: each trace row's prompt text, encoded
+              once by the tokenizer to count it), on the first --plan-sample rows, per request;
+  simulation  every row through the simulator (harness/plan/simulator.run_simulation: the engine's Scheduler,
+              BlockManager and router Policy on the virtual clock), then summarize and requests.jsonl.
+              Its prompts are the same word blocks per hash_id (harness/workload.hash_block_ids) and random
+              word fill, made as token ids directly (word tokens re-encode to themselves, harness/prompts.py),
+              built when each request arrives, so 100,000 prompts are never all in memory.
+The step model is a fitted-form model with the coefficients below (GPU-like step times; the rate of
+simulation depends on them only through how many steps they make). Prints simulated requests per
+CPU-second and microseconds per sequence-step (one sequence in one step's batch).
+
+  PYTHONPATH=. python benchmarks/planner_scale.py [--requests 100000] [--replicas 100] [--profile]
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from harness.arrivals import trace_offsets_s
+from harness.metrics import summarize
+from harness.plan.deployment import deployment_from_args
+from harness.plan.simulator import Simulation, run_simulation
+from harness.plan.step_model import FittedStepModel
+from harness.prompts import prompt_builder
+from harness.results import ResultWriter
+from harness.scenario import load_scenario
+from harness.session_trace import SessionTraceConfig, write_session_trace
+from harness.tokenizer_source import LocalTokenizer
+from harness.traces import load_trace
+from harness.workload import RequestSpec, build_plan, hash_block_ids
+
+TURNS = 4
+BLOCK_TOKENS = 32
+# 6 ms a step, 20 us a prompt token, 50 us a decoding sequence, 5 ns a KV position read
+GPU_LIKE = FittedStepModel({"intercept_s": 6e-3, "per_prefill_token_s": 2e-5, "per_prefill_seq_s": 0.0,
+                            "per_decode_seq_s": 5e-5, "per_context_token_s": 5e-9}, 0.0, 0.0, {}, [])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", type=int, default=100_000)
+    ap.add_argument("--replicas", type=int, default=100)
+    ap.add_argument("--rate-per-replica", type=float, default=1.0, help="requests/s each replica gets on average")
+    ap.add_argument("--plan-sample", type=int, default=500, help="rows whose plan building is timed")
+    ap.add_argument("--profile", action="store_true", help="print the simulation's top functions")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="planner-scale-"))
+    sessions = args.requests // TURNS
+    gap_s = TURNS / (args.rate_per_replica * args.replicas)   # each session brings TURNS requests
+    config = SessionTraceConfig(sessions=sessions, turns=TURNS, block_tokens=BLOCK_TOKENS, system_blocks=2,
+                                user_blocks=(2, 6), output_tokens=(64, 192), session_gap_s=gap_s,
+                                think_time_s=(5.0, 15.0), seed=0)
+    rows = write_session_trace(config, tmp / "trace.jsonl")
+    spec = {"name": "scale", "backend": {"kind": "native", "model": "smollm2", "launch": {"args": [
+        "--data-parallel", str(args.replicas), "--router-policy", "cache_aware",
+        "--max-num-batched-tokens", "2048", "--max-num-seqs", "128", "--kv-cache-tokens", "262144"]}},
+        "workload": {"kind": "random", "ignore_eos": True},
+        "load": {"arrival": "trace", "trace": str(tmp / "trace.jsonl"), "trace_block_size": BLOCK_TOKENS},
+        "plan": {"step_model": "roofline"}, "seed": 0}
+    (tmp / "scale.yaml").write_text(yaml.safe_dump(spec))
+    scenario = load_scenario(tmp / "scale.yaml")
+    mean_in = sum(r["input_length"] for r in rows) / len(rows)
+    mean_out = sum(r["output_length"] for r in rows) / len(rows)
+    print(f"{len(rows)} requests, prompts {mean_in:.0f} tokens and answers {mean_out:.0f} on average, "
+          f"{args.replicas} replicas, cache_aware; load average {os.getloadavg()[0]:.1f}", flush=True)
+    tokenizer = LocalTokenizer("smollm2")
+    sample = scenario.model_copy(update={"load": scenario.load.model_copy(update={"num_requests": args.plan_sample})})
+    start = time.process_time()
+    build_plan(sample, tokenizer)
+    plan_s = (time.process_time() - start) / args.plan_sample
+    print(f"plan: {1e3 * plan_s:.2f} CPU-ms a request ({args.plan_sample} built), so "
+          f"{plan_s * len(rows):.0f} CPU-s for all {len(rows)}", flush=True)
+
+    requests, prompts = trace_requests(scenario, tokenizer)
+    deployment = deployment_from_args(scenario.backend.launch.args, "smollm2")
+    sim = Simulation(deployment, GPU_LIKE, keep_steps=False)
+    records = []
+    writer = ResultWriter(tmp / "out")
+    profile = cProfile.Profile() if args.profile else None
+    start = time.process_time()
+    if profile:
+        profile.enable()
+    run_simulation(sim, requests, prompts, None, lambda rec: (records.append(rec), writer.append(rec)))
+    summary = summarize(records)
+    if profile:
+        profile.disable()
+    sim_s = time.process_time() - start
+    writer.close()
+    print(f"simulation, summary and requests.jsonl: {sim_s:.1f} CPU-s; load average {os.getloadavg()[0]:.1f}")
+    print(f"{len(rows) / sim_s:,.0f} simulated requests per CPU-second, {sim.sequence_steps:,} sequence-steps in "
+          f"{sim.engine_steps:,} engine steps, {1e6 * sim_s / sim.sequence_steps:.2f} us per sequence-step")
+    print(f"simulated: {summary['requests']['completed']} completed, TTFT p50 {summary['ttft_ms']['p50']:.0f} ms, "
+          f"TPOT p50 {summary['tpot_ms']['p50']:.1f} ms, {summary['throughput']['output_tokens_per_s']:.0f} "
+          f"output tok/s")
+    if profile:
+        pstats.Stats(profile).sort_stats("tottime").print_stats(15)
+
+
+class TracePrompts:
+    """Token ids of each trace row's prompt, made when asked (at the request's arrival)."""
+
+    def __init__(self, scenario, tokenizer, rows):
+        self.rows, self.seed, self.block_size = rows, scenario.seed, scenario.load.trace_block_size
+        self.tokenizer, self.builder = tokenizer, prompt_builder(tokenizer)
+        self.special = tokenizer.encode(self.builder.text_of(self.builder.word_ids[:1]))[:tokenizer.added_tokens]
+
+    def words(self, i: int) -> np.ndarray:
+        row = self.rows[i]
+        body = max(row.input_tokens, 1) - len(self.special)
+        blocks = [hash_block_ids(self.tokenizer, self.seed, h, self.block_size) for h in row.hash_ids or ()]
+        fixed = np.concatenate(blocks)[:body] if blocks else np.zeros(0, dtype=np.int64)
+        fill = np.random.default_rng([self.seed, 2, i]).choice(self.builder.word_ids, size=body - len(fixed))
+        return np.concatenate([fixed, fill])
+
+    def __getitem__(self, i: int) -> list[int]:
+        return self.special + self.words(i).tolist()
+
+
+def trace_requests(scenario, tokenizer) -> tuple[list[RequestSpec], TracePrompts]:
+    rows = load_trace(scenario.load.trace)
+    offsets = trace_offsets_s([row.timestamp_s for row in rows], scenario.load.time_scale)
+    prompts = TracePrompts(scenario, tokenizer, rows)
+    # the router matches on prompt text; a row's text is its word tokens' text
+    requests = [RequestSpec(i, prompts.builder.text_of(prompts.words(i)), None, row.input_tokens,
+                            max(row.output_tokens, 1), float(offsets[i])) for i, row in enumerate(rows)]
+    return requests, prompts
+
+
+if __name__ == "__main__":
+    main()

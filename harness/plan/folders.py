@@ -1,0 +1,51 @@
+"""`bench plan`'s results folders for sweeps and candidates, in the layout `bench run` writes
+(point-NNN-... folders with sweep.json; one folder per candidate with candidates.json), so
+`bench report` and `bench select` read a simulated sweep or comparison as they read a measured one."""
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+from harness.candidates import CandidateStatus
+from harness.plan.simulator import simulate_scenario
+from harness.results import (
+    CANDIDATES_MANIFEST,
+    ResultsError,
+    point_dir_name,
+    prepare_sweep_dir,
+    write_candidates,
+    write_manifest,
+)
+from harness.run import RunResult
+from harness.scenario import Scenario
+from harness.sweep import SweepPointStatus, sweep_kind
+
+
+def simulate_sweep(scenario: Scenario, out_dir: Path, overwrite: bool = False) -> list[SweepPointStatus]:
+    kind = sweep_kind(scenario)
+    points = [SweepPointStatus(i, v, point_dir_name(i, kind, v)) for i, v in enumerate(scenario.load.sweep)]
+    prepare_sweep_dir(out_dir, overwrite)
+    for point, point_scenario in zip(points, scenario.sweep_points()):
+        summary = simulate_scenario(point_scenario, out_dir / point.dir)
+        point.status, point.result = "completed", RunResult(out_dir / point.dir, summary, {})
+    rows = [{k: v for k, v in asdict(p).items() if k != "result"} for p in points]
+    write_manifest(out_dir, kind, scenario.resolved_dict(), rows)
+    return points
+
+
+def simulate_candidates(scenario: Scenario, out_dir: Path, overwrite: bool = False) -> list[CandidateStatus]:
+    if (out_dir / CANDIDATES_MANIFEST).exists() and not overwrite:
+        raise ResultsError(f"--output: {out_dir} already holds candidates' results ({CANDIDATES_MANIFEST}); choose a "
+                           f"new folder, or pass --overwrite to replace them")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    statuses = []
+    for candidate, cand_scenario in scenario.candidate_scenarios():
+        status = CandidateStatus(candidate.name, candidate.name, list(candidate.launch_args), candidate.accelerators)
+        if cand_scenario.load.sweep is not None:
+            simulate_sweep(cand_scenario, out_dir / status.dir, overwrite)
+        else:
+            simulate_scenario(cand_scenario, out_dir / status.dir, overwrite=overwrite)
+        status.status = "completed"
+        statuses.append(status)
+    write_candidates(out_dir, scenario.resolved_dict(), [asdict(s) for s in statuses])
+    return statuses

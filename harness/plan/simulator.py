@@ -1,0 +1,242 @@
+"""A scenario's load on a simulated deployment: the discrete-event loop of `bench plan`.
+
+Events on one virtual clock: a request arrives (the router's own Policy picks its replica), a
+replica's step ends (its tokens are out; the next step starts at once while it has work). Each
+replica is the engine's Scheduler and BlockManager (replica.py); a step lasts what the step model
+says for its batch. Requests are `bench run`'s plan (harness/workload.py), their prompts encoded
+to token ids, so prefix sharing is exact; a request reaches the engine `request_overhead_s` after
+it is sent (the server's HTTP and tokenization, measured), and its tokens reach the client when
+the step that made them ends. The records and summary are `bench run`'s (harness/metrics.py),
+with `simulated: true` and the models used.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections import deque
+from pathlib import Path
+
+from harness.engine_trace import write_engine_trace
+from harness.explain import explain
+from harness.metrics import summarize
+from harness.plan.deployment import Deployment, deployment_from_args
+from harness.plan.replica import Replica, Step
+from harness.plan.step_model import StepModel, fit_step_model
+from harness.results import RequestRecord, ResultWriter, versions
+from harness.scenario import Scenario, ScenarioError
+from harness.tokenizer_source import resolve_tokenizer
+from harness.workload import RequestSpec, build_plan
+from native_engine.llm_engine import request_timings
+from native_engine.routing import Policy, prompt_text
+from native_engine.scheduler import QueueFullError
+from native_engine.sequence import SamplingParams, Sequence
+
+MAX_TRACED_REQUESTS = 20_000   # beyond this many requests the steps are not kept (memory): no engine_trace.json
+ARRIVE, STEP_END = 0, 1   # event kinds; at equal times arrivals first, as the engine drains its inbox first
+
+
+class VirtualClock:
+    """The simulated time in seconds; the schedulers read it where the engine reads perf_counter."""
+
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+class Simulation:
+    def __init__(self, deployment: Deployment, step_model: StepModel, request_overhead_s: float = 0.0,
+                 keep_steps: bool = True):
+        self.clock = VirtualClock()
+        self.step_model = step_model
+        self.request_overhead_s = request_overhead_s
+        names = [f"replica-{i}" for i in range(deployment.replicas)]
+        self.replicas = {n: Replica(n, deployment, self.clock) for n in names}
+        self.policy = Policy(deployment.router_policy, names, deployment.cache_aware) if len(names) > 1 else None
+        self.in_flight = dict.fromkeys(names, 0)
+        self.steps: list[dict] | None = [] if keep_steps else None   # engine_trace.py's step form
+        self.sequence_steps = 0   # sequences summed over every step's batch: the simulation's unit of work
+        self.engine_steps = 0
+        self._events: list = []
+        self._order = itertools.count()
+
+    def push(self, time_s: float, kind: int, item) -> None:
+        heapq.heappush(self._events, (time_s, kind, next(self._order), item))
+
+    def route(self, text: str) -> Replica:
+        if self.policy is None:
+            return next(iter(self.replicas.values()))
+        name = self.policy.choose(text, self.in_flight, set(self.replicas)).replica
+        return self.replicas[name]
+
+    def start_step(self, replica: Replica) -> None:
+        step = replica.start_step()
+        replica.busy = step is not None
+        if step is not None:
+            self.push(self.clock.now_s + self.step_model.step_time_s(step.shape), STEP_END, (replica, step))
+
+
+def _tokenizer(scenario: Scenario):
+    """The scenario's local token source (never the engine's /tokenize: no engine runs)."""
+    offline = scenario.backend.model_copy(update={"url": None})
+    return resolve_tokenizer(scenario.model_copy(update={"backend": offline}))
+
+
+def _step_model(scenario: Scenario, deployment: Deployment) -> tuple[StepModel, float]:
+    spec = scenario.plan.step_model
+    if spec.kind == "fitted":
+        model = fit_step_model(spec.fitted, deployment.kv_block_size)
+        return model, model.request_overhead_s
+    from harness.plan.roofline_model import roofline_step_model  # planroof's
+    model = roofline_step_model(scenario)
+    return model, getattr(model, "request_overhead_s", 0.0)
+
+
+def run_simulation(sim: Simulation, requests: list[RequestSpec], token_ids: list[list[int]],
+                   concurrency: int | None, on_record) -> None:
+    """Plays every request through the simulated deployment; on_record(RequestRecord) as each finishes."""
+    waiting_slots: deque[RequestSpec] = deque()
+    next_turn: dict[tuple[int, int], RequestSpec] = {}
+    live: dict[str, tuple[RequestSpec, float, list[float], Replica]] = {}
+    for r in requests:
+        if r.intended_offset_s is not None:
+            sim.push(r.intended_offset_s, ARRIVE, (r, r.intended_offset_s))
+        elif r.turn_index > 0:
+            next_turn[(r.session_id, r.turn_index)] = r
+        else:
+            waiting_slots.append(r)
+    for _ in range(min(concurrency or 0, len(waiting_slots))):
+        sim.push(0.0, ARRIVE, (waiting_slots.popleft(), 0.0))
+
+    def finish(seq: Sequence) -> None:
+        spec, sent_s, times, replica = live.pop(seq.request_id)
+        sim.in_flight[replica.name] -= 1
+        on_record(_record(spec, sent_s, times, seq))
+        after = next_turn.pop((spec.session_id, spec.turn_index + 1), None)
+        if after is not None:
+            sim.push(sim.clock.now_s + after.think_time_s, ARRIVE, (after, sim.clock.now_s + after.think_time_s))
+        elif spec.turn_index == 0 and waiting_slots and spec.intended_offset_s is None:
+            sim.push(sim.clock.now_s, ARRIVE, (waiting_slots.popleft(), sim.clock.now_s))
+
+    while sim._events:
+        time_s, kind, _, item = heapq.heappop(sim._events)
+        sim.clock.now_s = time_s
+        if kind == ARRIVE:
+            spec, sent_s = item
+            engine_s = sent_s + sim.request_overhead_s
+            if time_s < engine_s:
+                sim.push(engine_s, ARRIVE, item)   # the server's share before the engine sees it
+                continue
+            replica = sim.route(prompt_text({"prompt": spec.prompt} if spec.messages is None
+                                            else {"messages": spec.messages}))
+            seq = Sequence(str(spec.index), list(token_ids[spec.index]),
+                           SamplingParams(max_tokens=spec.output_tokens, ignore_eos=True), arrival_s=engine_s)
+            try:
+                replica.scheduler.add(seq)
+            except QueueFullError as e:
+                rec = RequestRecord(spec.index, sent_s, sent_s, sent_s, end_s=time_s, http_status=503,
+                                    prompt_tokens=spec.prompt_tokens, is_warmup=spec.is_warmup)
+                rec.fail("http_5xx", f"HTTP 503: {e}")
+                on_record(rec)
+                continue
+            live[seq.request_id] = (spec, sent_s, [], replica)
+            sim.in_flight[replica.name] += 1
+            if not replica.busy:
+                sim.start_step(replica)
+        else:
+            replica, step = item
+            replica.end_step(step)
+            for seq in step.sampled:
+                live[seq.request_id][2].append(time_s)
+            sim.engine_steps += 1
+            sim.sequence_steps += step.shape.prefill_seqs + step.shape.decode_seqs
+            if sim.steps is not None:
+                sim.steps.append(_trace_step(replica.name, step, time_s))
+            for seq in step.finished:
+                finish(seq)
+            sim.start_step(replica)
+
+
+def _record(spec: RequestSpec, sent_s: float, times: list[float], seq: Sequence) -> RequestRecord:
+    n = len(times)
+    return RequestRecord(spec.index, sent_s, sent_s, sent_s, token_times_s=times, tokens_per_chunk=[1] * n,
+                         end_s=times[-1], prompt_tokens=seq.num_prompt_tokens, output_tokens=n,
+                         output_tokens_counted=n, output_tokens_usage=n, finish_reason=seq.finish_reason,
+                         server_timings=request_timings(seq), is_warmup=spec.is_warmup,
+                         session_id=spec.session_id, turn_index=spec.turn_index)
+
+
+def _trace_step(replica: str, s: Step, end_s: float) -> dict:
+    """A simulated step in harness/engine_trace.py's step form (what diagnosis reads)."""
+    return {"t_s": s.start_s, "dur_s": end_s - s.start_s, "forward_s": end_s - s.start_s,
+            "prefill_tokens": s.shape.prefill_tokens, "prefill_chunks": [], "decode_seqs": s.shape.decode_seqs,
+            "kv_blocks_used": s.kv_blocks_used, "preemptions": s.preemptions, "prefix_hit_tokens": s.prefix_hit_tokens,
+            "bytes_read": 0, "flops": 0, "running": s.running, "waiting": s.waiting,
+            "kv_positions_read": s.shape.context_tokens, "replica": replica}
+
+
+def simulate_scenario(scenario: Scenario, out_dir: str | Path | None = None, reporter=None,
+                      overwrite: bool = False, step_model: StepModel | None = None) -> dict:
+    """The summary (bench run's summary.json, `simulated: true`) of the scenario on its plan: deployment;
+    with out_dir, the results folder too (run.json, requests.jsonl, summary.json). `step_model`: use this
+    one instead of the plan's (benchmarks, tests); its request overhead is then 0."""
+    if scenario.plan is None:
+        raise ScenarioError("plan: missing; bench plan needs a plan: block, e.g. plan: {step_model: "
+                            "{fitted: [results/run-a]}} (docs/planner.md)")
+    launch_args = scenario.backend.launch.args if scenario.backend.launch else []
+    try:
+        deployment = deployment_from_args(launch_args, scenario.backend.model, scenario.plan.replicas)
+        step_model, overhead_s = (step_model, 0.0) if step_model else _step_model(scenario, deployment)
+    except ValueError as e:
+        raise ScenarioError(str(e)) from None
+    started_s = time.process_time()
+    tokenizer = _tokenizer(scenario)
+    plan = build_plan(scenario, tokenizer)
+    token_ids = [tokenizer.encode(r.prompt) if r.prompt is not None else
+                 tokenizer.encode("".join(str(m.get("content", "")) for m in r.messages)) for r in plan.requests]
+    writer = ResultWriter(out_dir, overwrite) if out_dir is not None else None
+    records: list[RequestRecord] = []
+
+    def on_record(rec: RequestRecord) -> None:
+        records.append(rec)
+        if writer is not None:
+            writer.append(rec)
+    planned_s = time.process_time()
+    sim = Simulation(deployment, step_model, overhead_s, keep_steps=len(plan.requests) <= MAX_TRACED_REQUESTS)
+    try:
+        run_simulation(sim, plan.requests, token_ids, scenario.load.concurrency, on_record)
+    finally:
+        if writer is not None:
+            writer.close()
+    records.sort(key=lambda r: r.index)
+    summary = summarize(records, scenario.slo.model_dump())
+    summary.update(simulated=True, client_bound=False, client_bound_reasons=[], interrupted=False, workers=0,
+                   token_count_method=plan.token_count_method, incomplete=False, incomplete_reasons=[],
+                   lost_workers=[])
+    summary["plan"] = {"step_model": step_model.describe(), "request_overhead_s": overhead_s,
+                       "deployment": _describe_deployment(deployment),
+                       "preemptions": sum(r.scheduler.num_preemptions for r in sim.replicas.values()),
+                       "engine_steps": sim.engine_steps, "sequence_steps": sim.sequence_steps,
+                       "cpu_s": {"plan": planned_s - started_s, "simulation": time.process_time() - planned_s}}
+    summary.update(explain(summary, records, Path(out_dir or "."), sim.steps or [], scenario.resolved_dict()))
+    if writer is not None:
+        writer.write_run_info({"scenario": scenario.resolved_dict(), "versions": versions(), "simulated": True,
+                               "backend": {"kind": scenario.backend.kind, "model": scenario.backend.model,
+                                           "simulated": True},
+                               "token_count_method": plan.token_count_method, "tokenizer": tokenizer.name,
+                               "time_unit": "simulated seconds from t0"})
+        writer.write_summary(summary)
+        if sim.steps:   # the report's step timeline of the simulated engine(s)
+            write_engine_trace(writer.dir / "engine_trace.json", sim.steps)
+    return summary
+
+
+def _describe_deployment(d: Deployment) -> dict:
+    s = d.scheduler
+    return {"replicas": d.replicas, "router_policy": d.router_policy if d.replicas > 1 else None,
+            "num_kv_blocks": d.num_kv_blocks, "kv_block_size": d.kv_block_size,
+            "prefix_cache": d.prefix_cache if d.enable_prefix_caching else None, "max_model_len": d.max_model_len,
+            "max_num_seqs": s.max_num_seqs, "max_num_batched_tokens": s.max_num_batched_tokens,
+            "enable_chunked_prefill": s.enable_chunked_prefill, "schedule_policy": s.schedule_policy}

@@ -1,0 +1,100 @@
+"""The scenario's `plan:` block: the deployment `bench plan` simulates (harness/plan/simulator.py).
+
+    plan:
+      step_model: {fitted: [results/run-a]}     # this machine: steps fitted to measured native runs
+    plan:
+      hardware: H100                            # a GPU of harness/roofline.py's table
+      model: llama-3.1-8b                       # builtin name | GGUF path | HF config.json path
+      step_model: roofline                      # or {roofline: {mfu: 0.4, mbu: 0.7, overhead_ms: 2}}
+      replicas: 100
+      tensor_parallel: 1
+
+Engine settings (batch budget, KV blocks, prefix cache, router policy, data parallelism) come from
+backend.launch.args, parsed as `bench serve` parses them; `replicas` overrides --data-parallel.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+STEP_MODEL_FORMS = "{fitted: [RUN_DIR, ...]}, roofline, or {roofline: {mfu: 0.5, mbu: 0.8, overhead_ms: 1}}"
+
+
+class _Strict(BaseModel):
+    # as harness.scenario.Strict (not imported: harness.scenario imports this module)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class RooflineParams(_Strict):
+    """Unset: the roofline model's stated defaults (harness/plan/roofline_model.py)."""
+    mfu: float | None = Field(default=None, gt=0, le=1, description="share of peak FLOP/s")
+    mbu: float | None = Field(default=None, gt=0, le=1, description="share of peak memory bandwidth")
+    overhead_ms: float | None = Field(default=None, ge=0, le=10_000, description="ms per step")
+
+
+class StepModelSpec(_Strict):
+    fitted: list[str] | None = None      # measured run folders with engine_trace.json
+    roofline: RooflineParams | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _roofline_word(cls, value: Any) -> Any:
+        if value == "roofline":
+            return {"roofline": {}}
+        if not isinstance(value, dict):
+            raise ValueError(f"must be {STEP_MODEL_FORMS}")  # noqa: TRY004 (pydantic reports ValueError)
+        return value
+
+    @field_validator("fitted")
+    @classmethod
+    def _run_folders(cls, dirs: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        if dirs is None:
+            return None
+        if not dirs:
+            raise ValueError("give at least one measured run folder, e.g. fitted: [results/run-a]")
+        base_dir = Path((info.context or {}).get("base_dir", "."))
+        resolved = []
+        for d in dirs:
+            path = Path(d).expanduser()
+            path = path if path.is_absolute() else base_dir / path
+            if not path.is_dir():
+                raise ValueError(f"run folder {d!r} not found (looked in {path.parent.resolve()})")
+            resolved.append(str(path.resolve()))
+        return resolved
+
+    @model_validator(mode="after")
+    def _one_model(self) -> StepModelSpec:
+        if (self.fitted is None) == (self.roofline is None):
+            raise ValueError(f"give exactly one step model: {STEP_MODEL_FORMS}")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "fitted" if self.fitted is not None else "roofline"
+
+
+class PlanSpec(_Strict):
+    hardware: str | None = None          # GPU name (harness/roofline.py's table); None: this machine (fitted)
+    model: str | None = None             # builtin name | GGUF path | HF config.json path; None: backend.model
+    step_model: StepModelSpec
+    replicas: int | None = Field(default=None, ge=1, le=100_000)   # None: the launch args' --data-parallel
+    tensor_parallel: int = Field(default=1, ge=1, le=64)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    prices: dict[str, float] = {}        # $/GPU-hour by GPU name (bench plan --search)
+
+    @field_validator("prices")
+    @classmethod
+    def _positive_prices(cls, prices: dict[str, float]) -> dict[str, float]:
+        for gpu, price in prices.items():
+            if not price > 0:
+                raise ValueError(f"prices.{gpu}: {price!r} must be > 0 dollars per GPU-hour")
+        return prices

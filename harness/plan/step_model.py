@@ -1,0 +1,119 @@
+"""How long one engine step takes, given its batch: the interface every step model follows, and the
+`fitted` model, a least-squares fit of measured steps (engine_trace.json of runs with backend.trace).
+
+Fitted form, with non-negative coefficients (a step never gets faster by adding work):
+    step_time_s = intercept_s + per_prefill_token_s * prefill_tokens + per_prefill_seq_s * prefill_seqs
+                  + per_decode_seq_s * decode_seqs + per_context_token_s * context_tokens
+plus `step_gap_s`, the engine loop's median idle between two back-to-back steps, and
+`request_overhead_s`, the server's per-request time outside the engine's queue and prefill
+(HTTP, tokenization, the first chunk's trip), from the runs' phases_ms.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+from scipy.optimize import nnls
+
+from harness.engine_trace import read_engine_trace
+
+FEATURES = ("prefill_tokens", "prefill_seqs", "decode_seqs", "context_tokens")
+BACK_TO_BACK_S = 0.005   # a gap longer than this between steps is the engine waiting for work, not overhead
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """One engine step's batch, as the simulator built it."""
+    prefill_tokens: int    # prompt tokens computed this step, all chunks together
+    prefill_seqs: int      # sequences with a prefill chunk this step
+    decode_seqs: int       # sequences generating one token this step
+    context_tokens: int    # sum over the step's sequences of the tokens each attends over (KV read)
+
+
+class StepModel(Protocol):
+    def step_time_s(self, shape: StepShape) -> float: ...
+
+    def describe(self) -> dict: ...   # {"kind", "form", "coefficients", ...} saved beside the prediction
+
+
+@dataclass(frozen=True)
+class FittedStepModel:
+    coefficients: dict[str, float]     # "intercept_s" and "per_<feature>_s"
+    step_gap_s: float
+    request_overhead_s: float
+    residuals: dict                    # of the fit on its own steps: rms_ms, mape, steps
+    sources: list[str]                 # the run folders fitted
+
+    def step_time_s(self, shape: StepShape) -> float:
+        c = self.coefficients
+        return (c["intercept_s"] + c["per_prefill_token_s"] * shape.prefill_tokens
+                + c["per_prefill_seq_s"] * shape.prefill_seqs + c["per_decode_seq_s"] * shape.decode_seqs
+                + c["per_context_token_s"] * shape.context_tokens + self.step_gap_s)
+
+    def describe(self) -> dict:
+        return {"kind": "fitted", "form": "intercept + prefill_tokens + prefill_seqs + decode_seqs + "
+                "context_tokens (least squares, coefficients >= 0) + step_gap", **asdict(self)}
+
+
+def _coefficient_name(feature: str) -> str:
+    return "per_" + feature.removesuffix("s") + "_s"
+
+
+def shape_of(step: dict, kv_block_size: int) -> StepShape:
+    """A measured step's batch. context_tokens: the engine's kv_positions_read where the trace has it,
+    else the KV blocks held (a bound: blocks are whole and include shared prefixes once)."""
+    context = step.get("kv_positions_read")
+    if context is None:
+        context = step["kv_blocks_used"] * kv_block_size
+    return StepShape(step["prefill_tokens"], len(step["prefill_chunks"]), step["decode_seqs"], int(context))
+
+
+def fit_step_model(run_dirs: list[str | Path], kv_block_size: int = 16) -> FittedStepModel:
+    """Least squares over the steps of every run's engine_trace.json (field plan.step_model.fitted)."""
+    shapes, durations_s, gaps_s, overheads_s = [], [], [], []
+    for run_dir in map(Path, run_dirs):
+        trace = run_dir / "engine_trace.json"
+        if not trace.is_file():
+            raise ValueError(f"plan.step_model.fitted: {run_dir} has no engine_trace.json; measure the run with "
+                             f"backend.trace: true against the native engine")
+        info = run_dir / "run.json"
+        if info.is_file() and json.loads(info.read_text()).get("simulated"):
+            raise ValueError(f"plan.step_model.fitted: {run_dir} is a simulated run (bench plan); fit to measured runs")
+        steps = read_engine_trace(trace)
+        shapes += [shape_of(s, kv_block_size) for s in steps]
+        durations_s += [s["dur_s"] for s in steps]
+        gaps_s += [b["t_s"] - a["t_s"] - a["dur_s"] for a, b in itertools.pairwise(steps)]
+        overheads_s.append(request_overhead_s(run_dir))
+    if len(shapes) < 2 * (len(FEATURES) + 1):
+        raise ValueError(f"plan.step_model.fitted: {len(shapes)} steps in {', '.join(map(str, run_dirs))}; "
+                         f"too few to fit {len(FEATURES) + 1} coefficients (measure a longer run)")
+    x = np.array([[1.0, *(getattr(s, f) for f in FEATURES)] for s in shapes])
+    y = np.array(durations_s)
+    # Absolute, not relative, errors: the sum of step times (throughput, queueing) is what must come out right,
+    # and on a shared machine a step's time varies several-fold around its mean.
+    coef, _ = nnls(x, y)
+    predicted = x @ coef
+    gaps = [g for g in gaps_s if 0 <= g < BACK_TO_BACK_S]
+    names = ["intercept_s", *(_coefficient_name(f) for f in FEATURES)]
+    residuals = {"steps": len(y), "rms_ms": float(np.sqrt(np.mean((predicted - y) ** 2)) * 1e3),
+                 "mape": float(np.mean(np.abs(predicted - y) / y))}
+    return FittedStepModel(dict(zip(names, map(float, coef))), float(np.median(gaps)) if gaps else 0.0,
+                           float(np.median(overheads_s)), residuals, [str(p) for p in run_dirs])
+
+
+def request_overhead_s(run_dir: Path) -> float:
+    """The median over a run's requests of client TTFT minus the engine's own queue + prefill."""
+    values = []
+    with open(run_dir / "requests.jsonl", encoding="utf-8") as f:
+        for line in f:
+            rec = json.loads(line)
+            t = rec.get("server_timings") or {}
+            if rec["status"] != "ok" or not rec["token_times_s"] or t.get("prefill_ms") is None:
+                continue
+            ttft_s = rec["token_times_s"][0] - rec["intended_send_s"]
+            values.append(ttft_s - (t.get("queue_ms") or 0.0) / 1e3 - t["prefill_ms"] / 1e3)
+    return max(float(np.median(values)), 0.0) if values else 0.0

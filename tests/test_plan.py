@@ -1,0 +1,213 @@
+"""`bench plan`: the engine's own scheduler on a virtual clock, the fitted step model, and results folders that
+the report, select and gate code reads like a measured run's."""
+import json
+
+import pytest
+import yaml
+from bench_process import bench
+
+from harness.engine_trace import write_engine_trace
+from harness.plan.deployment import deployment_from_args
+from harness.plan.simulator import simulate_scenario
+from harness.plan.step_model import FittedStepModel, StepShape, fit_step_model
+from harness.results import RequestRecord, read_records
+from harness.scenario import ScenarioError, load_scenario
+from harness.session_trace import SessionTraceConfig, write_session_trace
+from native_engine import scheduler
+from native_engine.tiny_gguf import write_tiny_llama_gguf
+from reports.gate import compare, load_rules
+from reports.repeats import check_same_scenario, load_run_set
+from reports.report import build_report
+from reports.select import write_selection
+
+# A step model with stated costs, for the tests of scheduling (what the simulator does with step times,
+# not what the step times are): 20 ms a step, 1 ms a prompt token, 2 ms a decoding sequence.
+STATED = FittedStepModel({"intercept_s": 0.02, "per_prefill_token_s": 1e-3, "per_prefill_seq_s": 0.0,
+                          "per_decode_seq_s": 2e-3, "per_context_token_s": 0.0}, 0.0, 0.0, {}, [])
+
+
+def write_scenario(path, body: dict):
+    path.write_text(yaml.safe_dump({"name": "plan-test", "seed": 0, **body}))
+    return path
+
+
+def native(args: list[str], **extra) -> dict:
+    return {"kind": "native", "model": "smollm2", "launch": {"args": args}, **extra}
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """A real traced run of the native engine (a tiny random GGUF with SmolLM2's tokenizer)."""
+    tmp = tmp_path_factory.mktemp("plan")
+    model = write_tiny_llama_gguf(tmp / "tiny.gguf", tokenizer="smollm2")
+    body = {"backend": native(["--model", str(model), "--max-num-seqs", "4"], trace=True),
+            "workload": {"kind": "random", "input_tokens": 48, "output_tokens": 8},
+            "load": {"arrival": "poisson", "rate": 20, "num_requests": 16},
+            "slo": {"ttft_ms": 60000}, "telemetry": {"interval_ms": 100, "gpu": False}}
+    scenario = write_scenario(tmp / "s.yaml", body)
+    res = bench("run", scenario, "--output", tmp / "measured", "--allow-client-bound", timeout_s=240)
+    assert res.returncode == 0, res.stderr
+    return tmp, body
+
+
+def test_fit_recovers_the_costs_of_steps_it_is_given(tmp_path):
+    costs = {"intercept_s": 4e-3, "per_prefill_token_s": 5e-5, "per_prefill_seq_s": 1e-3, "per_decode_seq_s": 3e-4,
+             "per_context_token_s": 2e-7}
+    steps, t_s = [], 0.0
+    for i in range(60):
+        shape = StepShape(prefill_tokens=(i * 37) % 256, prefill_seqs=i % 3, decode_seqs=(i * 7) % 17,
+                          context_tokens=(i * 131) % 3000)
+        dur_s = FittedStepModel(costs, 0.0, 0.0, {}, []).step_time_s(shape)
+        steps.append({"t_s": t_s, "dur_s": dur_s, "forward_s": dur_s, "prefill_tokens": shape.prefill_tokens,
+                      "prefill_chunks": [1] * shape.prefill_seqs, "decode_seqs": shape.decode_seqs,
+                      "kv_blocks_used": 0, "preemptions": 0, "prefix_hit_tokens": 0, "bytes_read": 0, "flops": 0,
+                      "running": 0, "waiting": 0, "kv_positions_read": shape.context_tokens})
+        t_s += dur_s + 1e-4   # the engine loop's gap between back-to-back steps
+    write_engine_trace(tmp_path / "engine_trace.json", steps)
+    # client TTFT 50 ms over the engine's queue + prefill: the server's per-request overhead
+    rec = RequestRecord(0, 0.0, token_times_s=[0.25], server_timings={"queue_ms": 100.0, "prefill_ms": 100.0})
+    (tmp_path / "requests.jsonl").write_text(rec.to_json() + "\n")
+    model = fit_step_model([tmp_path])
+    for name, value in costs.items():
+        assert model.coefficients[name] == pytest.approx(value, rel=0.02, abs=1e-9), name
+    assert model.step_gap_s == pytest.approx(1e-4, rel=0.05)
+    assert model.request_overhead_s == pytest.approx(0.05)
+    assert model.residuals["rms_ms"] < 0.01
+
+
+def test_plan_writes_a_run_folder_fitted_to_a_measured_run(measured):
+    tmp, body = measured
+    scenario = write_scenario(tmp / "plan.yaml", {**body, "plan": {"step_model": {"fitted": ["measured"]}}})
+    res = bench("plan", scenario, "--output", tmp / "predicted", timeout_s=240)
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((tmp / "predicted" / "summary.json").read_text())
+    assert summary["simulated"] is True
+    assert json.loads((tmp / "predicted" / "run.json").read_text())["simulated"] is True
+    described = summary["plan"]["step_model"]
+    assert described["kind"] == "fitted" and described["sources"] == [str((tmp / "measured").resolve())]
+    assert described["residuals"]["steps"] > 10 and described["coefficients"]["intercept_s"] >= 0
+    measured_summary = json.loads((tmp / "measured" / "summary.json").read_text())
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "throughput", "goodput", "phases_ms"):
+        assert summary[key] and set(summary[key]) <= set(measured_summary[key]), key
+    assert isinstance(summary["diagnosis"], list)
+    records = read_records(tmp / "predicted")
+    assert len(records) == 16 and all(r.ok and r.output_tokens == 8 for r in records)
+    assert summary["phases_ms"]["source"] == measured_summary["phases_ms"]["source"]   # the engine's own account
+    assert (tmp / "predicted" / "engine_trace.json").is_file()   # the simulated steps, for the report's timeline
+    with pytest.raises(ValueError, match="is a simulated run"):
+        fit_step_model([tmp / "predicted"])
+
+
+def test_simulated_and_measured_folders_load_through_report_select_and_gate(measured, tmp_path):
+    tmp, body = measured
+    predicted = tmp_path / "predicted"
+    spec = write_scenario(tmp / "plan2.yaml", {**body, "plan": {"step_model": {"fitted": ["measured"]}}})
+    simulate_scenario(load_scenario(spec), predicted)
+    content = build_report([tmp / "measured", predicted], ["measured", "predicted"])
+    assert [row[0] for row in content.summary_rows] == ["measured", "predicted"]
+    assert "SIMULATED" in content.context_rows[1][-1] and "SIMULATED" not in content.context_rows[0][-1]
+    ttft = next(row for row in content.prediction_rows if row[0] == "TTFT p50 ms")
+    assert ttft[1] == "measured" and ttft[3] == "predicted" and ttft[5] != "-"
+    selection = write_selection([tmp / "measured", predicted], tmp_path / "sel.html", labels=["measured", "predicted"])
+    assert selection.recommendation
+    base, cur = load_run_set(tmp / "measured"), load_run_set(predicted)
+    check_same_scenario(base, cur)
+    assert compare(base, cur, load_rules(None))
+
+
+def test_a_scheduler_change_changes_the_simulation(tmp_path, monkeypatch):
+    spec = write_scenario(tmp_path / "s.yaml", {
+        "backend": native([]), "workload": {"kind": "random", "input_tokens": 64, "output_tokens": 16},
+        "load": {"arrival": "poisson", "rate": 4, "num_requests": 20}, "plan": {"step_model": "roofline"}})
+    before = simulate_scenario(load_scenario(spec), step_model=STATED)
+    real_post_init = scheduler.SchedulerConfig.__post_init__
+
+    def one_sequence_a_step(self):   # as if the engine's default batch were a single sequence
+        real_post_init(self)
+        self.max_num_seqs = 1
+    monkeypatch.setattr(scheduler.SchedulerConfig, "__post_init__", one_sequence_a_step)
+    after = simulate_scenario(load_scenario(spec), step_model=STATED)
+    assert after["plan"]["deployment"]["max_num_seqs"] == 1
+    assert after["ttft_ms"]["p50"] > 2 * before["ttft_ms"]["p50"]
+    assert after["throughput"]["output_tokens_per_s"] < before["throughput"]["output_tokens_per_s"]
+
+
+def chat_trace(tmp_path, sessions: int = 6):
+    config = SessionTraceConfig(sessions=sessions, turns=3, block_tokens=16, system_blocks=2, session_gap_s=1.0,
+                                think_time_s=(4.0, 6.0))
+    return write_session_trace(config, tmp_path / "trace.jsonl")
+
+
+def exact_prefix_hits(tmp_path, launch_args: list[str]) -> tuple[int, int]:
+    """(later turns whose cached prefix is exactly the previous turn's prompt, later turns)."""
+    rows = chat_trace(tmp_path)
+    spec = write_scenario(tmp_path / "s.yaml", {
+        "backend": native(launch_args), "workload": {"kind": "random", "ignore_eos": True},
+        "load": {"arrival": "trace", "trace": "trace.jsonl", "trace_block_size": 16},
+        "plan": {"step_model": "roofline"}})
+    simulate_scenario(load_scenario(spec), tmp_path / "out", step_model=STATED, overwrite=True)
+    records = sorted(read_records(tmp_path / "out"), key=lambda r: r.index)
+    assert [r.prompt_tokens for r in records] == [row["input_length"] for row in rows]
+    previous, exact = {}, 0
+    for row, rec in zip(rows, records):
+        if row["turn"] > 0:
+            # the engine's blocks hold BOS + the trace's blocks less their last token: whole blocks line up
+            exact += rec.server_timings["cache_n"] == 16 * len(previous[row["session_id"]])
+        previous[row["session_id"]] = row["hash_ids"]
+    return exact, sum(row["turn"] > 0 for row in rows)
+
+
+def test_trace_hash_ids_share_prefix_blocks_exactly(tmp_path):
+    exact, later_turns = exact_prefix_hits(tmp_path, [])
+    assert exact == later_turns
+
+
+def test_cache_aware_routing_keeps_more_sessions_on_their_cached_prefix(tmp_path):
+    round_robin, _ = exact_prefix_hits(tmp_path, ["--data-parallel", "2", "--router-policy", "round_robin"])
+    cache_aware, later_turns = exact_prefix_hits(tmp_path, ["--data-parallel", "2", "--router-policy", "cache_aware"])
+    assert round_robin < cache_aware <= later_turns
+
+
+def test_closed_loop_keeps_its_requests_in_flight(tmp_path):
+    spec = write_scenario(tmp_path / "s.yaml", {
+        "backend": native([]), "workload": {"kind": "random", "input_tokens": 32, "output_tokens": 8},
+        "load": {"arrival": "closed", "concurrency": 3, "num_requests": 12}, "plan": {"step_model": "roofline"}})
+    summary = simulate_scenario(load_scenario(spec), tmp_path / "out", step_model=STATED)
+    assert summary["requests"]["completed"] == 12
+    assert summary["concurrency"]["max"] == 3
+    # the scheduler stamps admission on the simulator's clock (not perf_counter): the engine's own phases add up
+    for rec in read_records(tmp_path / "out"):
+        t = rec.server_timings
+        assert min(t["queue_ms"], t["prefill_ms"], t["decode_ms"]) >= 0
+        e2e_ms = (rec.end_s - rec.intended_send_s) * 1e3
+        assert t["queue_ms"] + t["prefill_ms"] + t["decode_ms"] == pytest.approx(e2e_ms)
+
+
+def test_launch_args_are_read_by_the_engines_own_command_line():
+    d = deployment_from_args(["--max-num-batched-tokens", "512", "--no-chunked-prefill", "--kv-cache-tokens",
+                              "4096", "--data-parallel", "3", "--router-policy", "least_load"], "smollm2")
+    assert (d.scheduler.max_num_batched_tokens, d.scheduler.enable_chunked_prefill) == (512, False)
+    assert (d.num_kv_blocks, d.replicas, d.router_policy) == (256, 3, "least_load")
+    with pytest.raises(ValueError, match="backend.launch.args: No such option: --max-num-seq"):
+        deployment_from_args(["--max-num-seq", "4"], "smollm2")
+
+
+@pytest.mark.parametrize(("plan", "message"), [
+    ({"step_model": "bogus"}, "plan.step_model: .* must be {fitted: \\[RUN_DIR"),
+    ({"step_model": {"fitted": ["nowhere"]}}, "run folder 'nowhere' not found"),
+    ({"step_model": {"fitted": ["."], "roofline": {}}}, "give exactly one step model"),
+    ({"step_model": "roofline", "replicas": 0}, "plan.replicas: 0 is not valid"),
+])
+def test_a_bad_plan_block_names_the_field(tmp_path, plan, message):
+    spec = write_scenario(tmp_path / "s.yaml", {"backend": native([]), "load": {"arrival": "poisson", "rate": 1},
+                                                "plan": plan})
+    with pytest.raises(ScenarioError, match=message):
+        load_scenario(spec)
+
+
+def test_a_fitted_run_without_a_step_trace_is_refused(tmp_path):
+    (tmp_path / "run").mkdir()
+    spec = write_scenario(tmp_path / "s.yaml", {"backend": native([]), "load": {"arrival": "poisson", "rate": 1},
+                                                "plan": {"step_model": {"fitted": ["run"]}}})
+    with pytest.raises(ScenarioError, match="has no engine_trace.json; measure the run with backend.trace: true"):
+        simulate_scenario(load_scenario(spec))
