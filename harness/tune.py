@@ -40,7 +40,7 @@ from harness.results import (
     write_manifest,
 )
 from harness.run import Reporter, Terminated, run_scenario
-from harness.scenario import Scenario
+from harness.scenario import Scenario, ScenarioError
 from harness.session import EngineSession, engine_session
 from harness.tokenizer_source import TokenizerError
 from harness.tune_config import config_name, launch_args
@@ -87,6 +87,7 @@ class ConfigRow:
     reason: str = ""
     engine_start_s: float = 0.0
     capacity: dict | None = None  # offered_load, status, bracket, requests_per_s, output_tokens_per_s
+    predicted: dict | None = None  # with a plan: block, the same search on `bench plan`'s simulation
     trials: list[TrialRow] = field(default_factory=list, repr=False)
 
 
@@ -120,21 +121,32 @@ class Tuner:
         if self.method == "successive_halving":
             for c in self.configs:
                 self._search(c, probe_only=True)
-            scored = sorted((c for c in self.configs if c.trials and c.trials[0].status == "completed"),
-                            key=lambda c: -c.trials[0].requests_per_s)
+            scored = sorted((c for c in self.configs if self._score(c) is not None), key=lambda c: -self._score(c))
             survivors = scored[:max(1, math.ceil(len(self.configs) * HALVING_KEEP))]
+            why = "predicted capacity" if self.scenario.plan is not None else "probe's throughput"
             for c in self.configs:
                 if c not in survivors and c.status != "failed":
-                    c.status, c.reason = "pruned", "its probe's throughput was not in the best third"
+                    c.status, c.reason = "pruned", f"its {why} was not in the best third"
         for c in survivors:
             self._search(c, probe_only=False)
         self.status = "budget" if any(c.status == "budget" for c in self.configs) else "completed"
         return self.save()
 
+    def _score(self, c: ConfigRow) -> float | None:
+        """Successive halving's rank: bench plan's predicted capacity with a plan: block, else the probe's
+        throughput."""
+        if self.scenario.plan is not None:
+            return (c.predicted or {}).get("offered_load")
+        probe = c.trials[0] if c.trials else None
+        return probe.requests_per_s if probe is not None and probe.status == "completed" else None
+
     def _search(self, c: ConfigRow, probe_only: bool) -> None:
         c.trials, c.status = [], "running"
         self.save()
         bounds = self.tune.load.bounds
+        if self.scenario.plan is not None and c.predicted is None:
+            c.predicted = self._predicted(c)
+        start = (c.predicted or {}).get("offered_load")
         with ExitStack() as stack:
             session: list[EngineSession] = []
 
@@ -145,7 +157,7 @@ class Tuner:
                 return None if row is None else row.measured()
             try:
                 result = search_capacity(measure, self.kind, bounds.min, bounds.max, self.tune.attainment,
-                                         self.tune.precision, self.tune.max_points)
+                                         self.tune.precision, self.tune.max_points, start=start)
             except (BackendUnreachable, TokenizerError, TrialFailed) as e:
                 c.status, c.reason = "failed", short_reason(str(e))
                 self.reporter.warning(f"configuration {c.name} failed: {e}")
@@ -163,6 +175,29 @@ class Tuner:
         c.status = "budget" if result.status == "budget" else "completed"
         self.reporter.info(f"  {c.name}: capacity {capacity_text(c.capacity, self.kind)}")
         self.save()
+
+    def _predicted(self, c: ConfigRow) -> dict:
+        """The search run on `bench plan`'s simulation of this configuration (no engine, no requests sent);
+        its capacity is where the measured search starts. A deployment the planner cannot model falls back
+        to the probe, with the reason kept."""
+        from harness.plan.simulator import (
+            simulate_scenario,  # the planner only where a plan: block asks
+        )
+
+        def measure(load: float, probe: bool) -> Measured:
+            summary = simulate_scenario(self._point_scenario(c, load, probe))
+            fraction = summary["goodput"]["fraction"]
+            return Measured(load, fraction >= self.tune.attainment, fraction, summary["throughput"]["requests_per_s"])
+        bounds = self.tune.load.bounds
+        try:
+            result = search_capacity(measure, self.kind, bounds.min, bounds.max, self.tune.attainment,
+                                     self.tune.precision, 2 * self.tune.max_points)
+        except ScenarioError as e:
+            self.reporter.warning(f"{c.name}: bench plan cannot simulate it ({e}); the search starts from a probe")
+            return {"offered_load": None, "error": str(e)}
+        predicted = self._capacity(result)
+        self.reporter.info(f"{c.name}: bench plan predicts {capacity_text(predicted, self.kind)}")
+        return predicted
 
     def _capacity(self, result) -> dict:
         """Where the line between the bracket's two attainments crosses the target (harness.capacity's rule)."""

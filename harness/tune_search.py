@@ -57,12 +57,15 @@ def probe_load(kind: str, lo: float, hi: float) -> float:
 
 
 def search_capacity(measure: Measure, kind: str, bound_lo: float, bound_hi: float, attainment: float,
-                    precision: float, max_points: int) -> SearchResult:
-    probe = measure(probe_load(kind, bound_lo, bound_hi), True)
-    if probe is None:
-        return SearchResult([], None, None, "budget")
+                    precision: float, max_points: int, start: float | None = None) -> SearchResult:
+    """`start`: the first load (a prediction, `bench plan`'s); without one a probe finds it."""
+    if start is None:
+        probe = measure(probe_load(kind, bound_lo, bound_hi), True)
+        if probe is None:
+            return SearchResult([], None, None, "budget")
+        start = start_load(kind, bound_lo, bound_hi, probe)
     points: list[Measured] = []
-    load: float | None = start_load(kind, bound_lo, bound_hi, probe)
+    load: float | None = _round(kind, _clamp(start, bound_lo, bound_hi))
     while load is not None and len(points) < max_points:
         point = measure(load, False)
         if point is None:

@@ -198,3 +198,30 @@ def test_a_large_space_is_pruned_by_successive_halving_on_the_probe(tmp_path):
     probes = [t for t in doc["trials"] if t["kind"] == "probe"]
     assert len(probes) == 3  # each configuration probed once; the survivor's probe is not run again
     assert {t["config"] for t in doc["trials"] if t["kind"] == "point"} == {"max-streams-4"}
+
+
+def test_a_plan_block_starts_the_search_from_the_predicted_capacity(tmp_path):
+    """bench plan's simulation, fitted to a real traced run of the native engine (a tiny GGUF with SmolLM2's
+    tokenizer), runs the same search first; the measured search starts at its capacity instead of a probe."""
+    from harness.run import Reporter
+    from harness.tune import Tuner
+    from native_engine.tiny_gguf import write_tiny_llama_gguf
+
+    model = write_tiny_llama_gguf(tmp_path / "tiny.gguf", tokenizer="smollm2")
+    backend = {"kind": "native", "launch": {"args": ["--model", str(model)]}}
+    workload = {"input_tokens": 48, "output_tokens": 8}
+    traced = Scenario.model_validate({"name": "traced", "backend": {**backend, "trace": True}, "workload": workload,
+                                      "load": {"arrival": "poisson", "rate": 20, "num_requests": 16, "workers": 1}})
+    run_scenario(traced, tmp_path / "traced")
+    scenario = Scenario.model_validate({
+        "name": "planned", "backend": backend, "workload": workload, "slo": {"ttft_ms": 2000},
+        "load": {"arrival": "poisson", "num_requests": 8, "workers": 1},
+        "plan": {"step_model": {"fitted": [str(tmp_path / "traced")]}},
+        "tune": {"space": {"--max-num-seqs": [2, 8]}, "load": {"rate": {"min": 0.1, "max": 1000}},
+                 "budget": {"runs": 1}}})
+    doc = Tuner(scenario, tmp_path / "out", Reporter(), resume=False, workers="1").run()
+    predicted = [c["predicted"]["offered_load"] for c in doc["configurations"]]
+    assert all(p is not None and 0.1 <= p < 1000 for p in predicted), predicted
+    (trial,) = doc["trials"]  # the budget: one measured trial, the first configuration's first
+    assert trial["kind"] == "point" and trial["offered_load"] == pytest.approx(predicted[0], rel=0.01)
+    assert [c["status"] for c in doc["configurations"]] == ["budget", "budget"]
