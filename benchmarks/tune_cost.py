@@ -70,6 +70,8 @@ def dense(args, setting: dict, out: Path) -> dict:
     s = scenario(args, setting, args.grid)
     begun = time.monotonic()
     points = run_sweep(s, out, reporter=Reporter())
+    if any(p.status == "interrupted" for p in points):  # Ctrl-C or SIGTERM cut a point's load: stop here
+        raise KeyboardInterrupt
     done = [p for p in points if p.status == "completed"]
     cap = max_load_meeting_slo([LoadPoint.from_summary(p.offered_load, p.result.summary) for p in done])
     fails = [p.offered_load for p in done if p.result.summary["goodput"]["fraction"] < cap.attainment]
