@@ -353,7 +353,7 @@ class TrialFailed(Exception):
 
 
 def tune_document(tuner: Tuner) -> dict:
-    configs = [{**{k: v for k, v in asdict(c).items() if k != "trials"}} for c in tuner.configs]
+    configs = [{k: v for k, v in asdict(c).items() if k != "trials"} for c in tuner.configs]
     trials = [asdict(t) for c in tuner.configs for t in c.trials]
     tune = tuner.tune
     return {"status": tuner.status, "kind": tuner.kind, "unit": unit(tuner.kind), "attainment": tune.attainment,
