@@ -45,17 +45,17 @@ class StopDecision:
         return asdict(self)
 
 
-def lower_slope_bound(xs: list[float], ys: list[float], confidence: float) -> tuple[float, float]:
-    """(slope, one-sided lower confidence bound of it) of the least-squares line through the points."""
+def fit_line(xs: list[float], ys: list[float], confidence: float) -> tuple[float, float, float]:
+    """(slope, one-sided lower confidence bound of it, intercept) of the least-squares line through the points."""
     n = len(xs)
     x_mean, y_mean = sum(xs) / n, sum(ys) / n
     sxx = sum((x - x_mean) ** 2 for x in xs)
     if n < 3 or sxx <= 0:
-        return 0.0, -math.inf
+        return 0.0, -math.inf, y_mean
     slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, ys)) / sxx
     intercept = y_mean - slope * x_mean
     residual = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys)) / (n - 2)
-    return slope, slope - stats.t.ppf(confidence, n - 2) * math.sqrt(residual / sxx)
+    return slope, slope - stats.t.ppf(confidence, n - 2) * math.sqrt(residual / sxx), intercept
 
 
 class PointWatch:
@@ -63,6 +63,8 @@ class PointWatch:
 
     def __init__(self, slo: dict, attainment: float, saturation: bool = True, verdict: bool = True):
         self.slo, self.attainment = slo, attainment
+        limit_ms = slo.get("ttft_ms") or slo.get("e2e_ms")  # what a growing queue pushes past
+        self.limit_s = limit_ms / 1e3 if limit_ms else None
         self.saturation, self.verdict = saturation, verdict
         self.decision: StopDecision | None = None
         self.planned = 0
@@ -116,13 +118,24 @@ class PointWatch:
         span_s = self._ttft[-1][0] - self._ttft[0][0]
         if span_s < SATURATION_MIN_SPAN_S:
             return None
-        q_slope, q_low = lower_slope_bound(*zip(*self._outstanding), SATURATION_CONFIDENCE)
-        t_slope, t_low = lower_slope_bound(*zip(*self._ttft), SATURATION_CONFIDENCE)
+        q_slope, q_low, _ = fit_line(*zip(*self._outstanding), SATURATION_CONFIDENCE)
+        t_slope, t_low, t_intercept = fit_line(*zip(*self._ttft), SATURATION_CONFIDENCE)
         q_span_s = self._outstanding[-1][0] - self._outstanding[0][0]
-        if q_low > 0 and t_low > 0 and q_slope * q_span_s >= SATURATION_MIN_GROWTH:
+        if q_low > 0 and t_low > 0 and q_slope * q_span_s >= SATURATION_MIN_GROWTH and self._fails_on(t_slope,
+                                                                                                   t_intercept):
             stop = self._stop("over_saturated", False, f"requests outstanding grow {q_slope:.2f}/s and TTFT "
                               f"{1e3 * t_slope:.0f} ms/s (both > 0 at {SATURATION_CONFIDENCE:.0%} confidence, "
                               f"over {len(self._ttft)} requests)", now)
             stop.outstanding_per_s, stop.ttft_s_per_s = q_slope, t_slope
             return stop
         return None
+
+    def _fails_on(self, t_slope: float, t_intercept: float) -> bool:
+        """Growth that matters: the fitted TTFT line crosses the SLO (TTFT's, else E2E's) early enough that
+        more requests are sent after the crossing than may miss. A queue that grows a little over a short
+        run is no verdict. Without either SLO the slopes alone decide."""
+        if self.limit_s is None:
+            return True
+        crossing_s = (self.limit_s - t_intercept) / t_slope
+        late = len(self._sends_s) - bisect.bisect_right(self._sends_s, crossing_s)
+        return late > self.planned - math.ceil(self.attainment * self.planned - 1e-9)

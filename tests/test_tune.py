@@ -12,7 +12,7 @@ import pytest
 from bench_process import bench, bench_started
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 
-from harness.early_stop import PointWatch, lower_slope_bound
+from harness.early_stop import PointWatch, fit_line
 from harness.run import run_scenario
 from harness.scenario import Scenario, ScenarioError, load_scenario
 from harness.tune_search import Measured, search_capacity
@@ -70,9 +70,9 @@ def test_search_brackets_a_known_capacity_with_few_points():
 
 def test_slope_bound_sees_growth_and_not_noise():
     xs = [i * 0.1 for i in range(30)]
-    slope, low = lower_slope_bound(xs, [2 * x + (0.05 if i % 2 else -0.05) for i, x in enumerate(xs)], 0.99)
+    slope, low, _ = fit_line(xs, [2 * x + (0.05 if i % 2 else -0.05) for i, x in enumerate(xs)], 0.99)
     assert slope == pytest.approx(2, rel=0.05) and low > 0
-    _, low_flat = lower_slope_bound(xs, [1 + (0.3 if i % 3 == 0 else -0.15) for i in range(30)], 0.99)
+    _, low_flat, _ = fit_line(xs, [1 + (0.3 if i % 3 == 0 else -0.15) for i in range(30)], 0.99)
     assert low_flat < 0
 
 
@@ -86,8 +86,10 @@ def _scenario(url: str, rate: float, n: int, ttft_ms: float, arrival: str = "con
 def test_over_saturated_point_stops_early_and_saves_seconds(tmp_path):
     # 2 streams of 20 ms + 9 x 20 ms: the server carries 10 requests/s; 30/s makes its queue grow all run long
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=20, itl_ms=20, max_streams=2)) as gt:
-        scenario = _scenario(gt.url, 30, 150, ttft_ms=60_000)  # an SLO no request misses: only the slopes speak
-        watch = PointWatch({"ttft_ms": 60_000}, 0.9)
+        # TTFT passes 3 s for requests sent after ~1.5 s, far more than the 15 that may miss; the slopes see it
+        # coming before the first miss (the requests sent after 1.5 s are answered after 4.5 s)
+        scenario = _scenario(gt.url, 30, 150, ttft_ms=3000)
+        watch = PointWatch({"ttft_ms": 3000}, 0.9)
         stopped = run_scenario(scenario, tmp_path / "stopped", watch=watch)
         whole = run_scenario(scenario, tmp_path / "whole")
     stop = stopped.summary["stopped_early"]
