@@ -292,6 +292,8 @@ class Tuner:
         tpot = (s.get("tpot_ms") or {}).get("mean")
         row.tokens_per_s_per_user = 1000 / tpot if tpot else None
         row.client_bound = result.client_bound
+        if row.kind == "probe":
+            row.requests_per_s = completion_rate(result.out_dir) or row.requests_per_s
         fraction = s["goodput"]["fraction"]
         stop = s.get("stopped_early")
         row.stopped_early = stop
@@ -346,6 +348,13 @@ class Tuner:
                                "accelerators": c.accelerators, "status": "completed" if done else c.status,
                                "reason": c.reason, "client_bound": any(t.client_bound for t in points)})
         write_candidates(self.out, self.scenario.resolved_dict(), candidates)
+
+
+def completion_rate(run_dir: Path) -> float | None:
+    """Requests completed per second between the first completion and the last: a saturated engine's throughput
+    without the one request's latency that a short run's window adds (completed / window is far lower)."""
+    ends = sorted(r.end_s for r in read_records(run_dir) if r.ok and not r.is_warmup and r.end_s is not None)
+    return (len(ends) - 1) / (ends[-1] - ends[0]) if len(ends) > 2 and ends[-1] > ends[0] else None
 
 
 class TrialFailed(Exception):
