@@ -35,6 +35,7 @@ from harness.results import (
     ResultsError,
     point_dir_name,
     read_json,
+    read_records,
     write_candidates,
     write_json,
     write_manifest,
