@@ -263,7 +263,8 @@ def tune(scenario: Path = typer.Argument(..., help="scenario YAML with a tune: b
          workers: str = typer.Option("", "--workers", help="client processes: auto or N (overrides load.workers)"),
          ) -> None:
     """Find the engine settings that carry the most load within the SLOs (the scenario's tune: block)."""
-    from harness.tune import TUNE_MANIFEST, Tuner, capacity_text, plan_lines
+    from harness.tune import TUNE_MANIFEST, Tuner
+    from harness.tune_summary import capacity_text, plan_lines
 
     raise_on_sigterm()
     resolved = _load(scenario, set_)
