@@ -13,6 +13,15 @@ Run it under the machine's measurement lock; the load (`uptime`) is printed besi
 
 --engine groundtruth runs the same comparison on tests/groundtruth_server.py (a real HTTP server whose
 capacity is set by --max-streams and --itl-ms): minutes instead of hours where the native engine is slow.
+
+Measured 2026-12-01 on the shared 2-core VM:
+  --engine groundtruth (40 requests a point, dense grid 4 x 1.2^i, 16 points), load 1.3-3.0, before the
+  over-saturation rule required the TTFT line to cross the SLO: requests 668 of 2624 (25%); capacity
+  agrees for 2 of 4 (19.5 dense [17.2, 20.6] vs 17.4 tuned; 8.79 vs 8.84); the other two were cut by a
+  false over-saturation stop (a 51 ms/s TTFT drift over a 1 s run): 53.6 vs 35.3 and 22.3 vs 20.0.
+  --engine native: not reached. At load 12.8 the engine completed 0.08-0.46 requests/s (16-token prompts,
+  4-token answers) with TTFT p50 4-54 s at every rate from 0.2 to 1.5 requests/s: no capacity in the grid,
+  and one configuration's dense sweep alone took 12 minutes.
 """
 from __future__ import annotations
 
