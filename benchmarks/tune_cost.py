@@ -19,6 +19,9 @@ Measured 2026-12-01 on the shared 2-core VM:
   over-saturation rule required the TTFT line to cross the SLO: requests 668 of 2624 (25%); capacity
   agrees for 2 of 4 (19.5 dense [17.2, 20.6] vs 17.4 tuned; 8.79 vs 8.84); the other two were cut by a
   false over-saturation stop (a 51 ms/s TTFT drift over a 1 s run): 53.6 vs 35.3 and 22.3 vs 20.0.
+  After it (and the probe's rate between first and last completion), load 3.1 -> 0.5: requests 706 of 2624
+  (27%); every capacity agrees: dense [bracket] vs tuned 18.6 [17.2, 20.6] / 19.6; 8.96 [8.29, 9.95] / 9.09;
+  53.6 [51.4, 61.6] / 53.2; 22.3 [20.6, 24.8] / 23.5 req/s; 17 early stops in all.
   --engine native: not reached. At load 12.8 the engine completed 0.08-0.46 requests/s (16-token prompts,
   4-token answers) with TTFT p50 4-54 s at every rate from 0.2 to 1.5 requests/s: no capacity in the grid,
   and one configuration's dense sweep alone took 12 minutes.
