@@ -42,6 +42,7 @@ class Backend:
     profile_paths = None  # (start, stop), POSTed around the measured window
     profile_hint = ""  # how to start the engine so those routes exist, for the warning when they are missing
     step_trace_path = None  # GET after the load: the engine's per-step trace (native engine only)
+    prefix_cache_reset_path = None  # POST empties the engine's prefix cache (bench tune, between points)
     keep_alive = True  # False: the engine closes a connection after each stream, so never reuse one
     forces_length = True  # honours workload.ignore_eos: every answer has exactly the planned length
 

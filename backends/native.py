@@ -14,6 +14,7 @@ from backends.base import Backend, python_module
 class NativeBackend(Backend):
     name = "native"
     description = "the built-in engine (python -m native_engine serve)"
+    prefix_cache_reset_path = "/reset_prefix_cache"
     step_trace_path = "/step_trace"
     replicas_path = "/replicas"   # `serve --data-parallel N`: the router lists its engine replicas there
 

@@ -22,6 +22,7 @@ from backends.openai import CHAT, COMPLETIONS, ParsedStream, StreamError, parse_
 class SglangBackend(Backend):
     name = "sglang"
     description = "SGLang (python -m sglang.launch_server)"
+    prefix_cache_reset_path = "/flush_cache"
     paths = {COMPLETIONS: "/v1/completions", CHAT: "/v1/chat/completions", NATIVE: "/generate"}
     metrics_hint = "start SGLang with --enable-metrics"
     version_path = "/server_info"  # server args plus a "version" field

@@ -21,6 +21,7 @@ from backends.base import Backend, python_module
 class VllmBackend(Backend):
     name = "vllm"
     description = "vLLM (python -m vllm.entrypoints.openai.api_server)"
+    prefix_cache_reset_path = "/reset_prefix_cache"
     version_path = "/version"
     profile_paths = ("/start_profile", "/stop_profile")
     profile_hint = ("start vLLM with --profiler-config '{\"profiler\": \"torch\", \"torch_profiler_dir\": \"/abs/dir\"}' "

@@ -270,6 +270,57 @@ def print_summary(summary: dict, out_dir: Path) -> None:
         console.print(line, markup=False)
 
 
+@app.command("tune")
+def tune(scenario: Path = typer.Argument(..., help="scenario YAML with a tune: block"),
+         output: Path = typer.Option(..., "--output", help="the tune folder: tune.json, a folder per configuration"),
+         set_: list[str] = typer.Option([], "--set", help="override: dotted.path=value (repeatable)"),
+         resume: bool = typer.Option(False, "--resume", help="continue the search in --output; finished trials "
+                                     "are not run again"),
+         dry_run: bool = typer.Option(False, "--dry-run", help="print the configurations, the plan and its cost"),
+         workers: str = typer.Option("", "--workers", help="client processes: auto or N (overrides load.workers)"),
+         ) -> None:
+    """Find the engine settings that carry the most load within the SLOs (the scenario's tune: block)."""
+    from harness.tune import TUNE_MANIFEST, Tuner
+    from harness.tune_summary import capacity_text, plan_lines
+
+    raise_on_sigterm()
+    resolved = _load(scenario, set_)
+    if resolved.tune is None:
+        raise _fail("scenario error", f"in {scenario}:\ntune: missing; add a tune: block (space, load, budget), "
+                    "e.g. tune: {space: {--max-num-seqs: [4, 8]}, load: {rate: {min: 0.5, max: 8}}}", EXIT_BAD_INPUT)
+    if dry_run:
+        for line in plan_lines(resolved):
+            console.print(line, highlight=False, markup=False)
+        return
+    if (output / TUNE_MANIFEST).exists() and not resume:
+        raise _fail("error", f"--output: {output} already holds a search ({TUNE_MANIFEST}); pass --resume to "
+                    "continue it, or choose a new folder", EXIT_BAD_INPUT)
+    try:
+        doc = Tuner(resolved, output, ConsoleReporter(), resume, workers or None).run()
+    except (ScenarioError, ResultsError) as e:
+        raise _fail("error", str(e), EXIT_BAD_INPUT)
+    except Terminated:
+        raise _fail("terminated", f"{output / TUNE_MANIFEST} lists the finished trials; --resume continues",
+                    EXIT_SIGTERM)
+    except KeyboardInterrupt:
+        raise _fail("interrupted", f"{output / TUNE_MANIFEST} lists the finished trials; --resume continues",
+                    EXIT_SIGINT)
+    for c in doc["configurations"]:
+        console.print(f"{c['name']}: {c['status']}; {capacity_text(c['capacity'], doc['kind'])}", highlight=False)
+    best = doc["recommended"]
+    if best is None:
+        raise _fail("tune", "no configuration met the SLOs at any load tried; see tune.json", EXIT_RUN_FAILED)
+    margin = f", {100 * best['margin']:.0f}% above {best['next']}" if best["margin"] is not None else ""
+    console.print(f"recommended: {best['name']} ({' '.join(best['launch_args']) or 'the launch as written'}): "
+                  f"{best['capacity']:.3g} {doc['unit']}{margin}", highlight=False)
+    cost, dense = doc["cost"]["search"], doc["cost"]["dense_sweep"]
+    console.print(f"search: {cost['runs']} runs, {cost['requests']} requests, {cost['minutes']:.1f} min; a dense "
+                  f"sweep: {dense['runs']} runs, {dense['requests']} requests", highlight=False)
+    reports = output / "reports"
+    reports.mkdir(exist_ok=True)
+    app(["report", str(output), "-o", str(reports / "tune.html")], standalone_mode=False)  # reports' own command
+
+
 @app.command("make-trace")
 def make_trace(out: Path = typer.Argument(..., help="the JSONL file to write (Mooncake format)"),
                sessions: int = typer.Option(12, help="chat sessions"),

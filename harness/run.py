@@ -105,9 +105,11 @@ class RunResult:
 
 def run_scenario(scenario: Scenario, out_dir: str | Path, *, workers: str | None = None,
                  session: EngineSession | None = None, overwrite: bool = False,
-                 reporter: Reporter | None = None) -> RunResult:
+                 reporter: Reporter | None = None, watch=None) -> RunResult:
     """Runs one scenario into out_dir. `session`: an engine already started and probed (a sweep's),
-    used as is and left running; without one, the scenario's engine is started (or probed) and stopped."""
+    used as is and left running; without one, the scenario's engine is started (or probed) and stopped.
+    `watch` (harness.early_stop.PointWatch): sees each record and may stop the load early; its decision
+    is the summary's `stopped_early`."""
     reporter = reporter or Reporter()
     writer = ResultWriter(out_dir, overwrite)  # refuses a folder holding a run before anything starts
     try:
@@ -115,7 +117,7 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, *, workers: str | None
             cleanup.callback(writer.close)
             if session is None:
                 session = cleanup.enter_context(engine_session(scenario, writer.dir / "engine.log", reporter.info))
-            return _run(scenario, writer, session, workers, reporter, cleanup)
+            return _run(scenario, writer, session, workers, reporter, cleanup, watch)
     except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM before the load began (launch, planning), or after it
         if not (writer.dir / "summary.json").exists():  # the README's exit codes promise a summary
             writer.write_summary(interrupted_summary(writer.dir, scenario,
@@ -133,7 +135,7 @@ def interrupted_summary(run_dir: Path, scenario: Scenario, signal_name: str) -> 
 
 
 def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, workers: str | None,
-         reporter: Reporter, cleanup: ExitStack) -> RunResult:
+         reporter: Reporter, cleanup: ExitStack, watch=None) -> RunResult:
     backend, load, engine, url = scenario.backend, scenario.load, session.engine, session.url
     warnings: list[str] = []
     if scenario.workload.ignore_eos and not engine.forces_length:
@@ -141,6 +143,8 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
                         f"shorter than planned (records show the server's count)")
     tokenizer = resolve_tokenizer(scenario, url, warnings)
     plan = build_plan(scenario, tokenizer)
+    if watch is not None:
+        watch.begin(plan.requests)
     warnings += plan.warnings
     if plan.token_count_method == "approximate":
         warnings.append("prompt lengths are approximate (about one token per word): the engine has no /tokenize and "
@@ -190,7 +194,7 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
         reporter.warning(warning)
     try:
         outcome, stopped_by = run_async(_load(plan, target, load.concurrency, n_workers, writer, reporter, t0_ns,
-                                              launched, crew))
+                                              launched, crew, watch))
     finally:
         run_info.update(observers.stop())
     run_info["t0_perf_counter_ns"] = outcome.t0_ns
@@ -222,6 +226,8 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
         for line in late:
             reporter.warning(line)
             warnings.append(line)
+    if watch is not None and watch.decision is not None:
+        summary["stopped_early"] = watch.decision.as_dict()
     summary["telemetry"] = observers.derived(outcome)
     summary["engine_counters"] = counter_deltas(writer.dir / "server_metrics.csv")
     summary.update(explain(summary, outcome.records, writer.dir, observers.engine_steps(outcome),
@@ -249,7 +255,7 @@ def sizing_info(capacity: ClientCapacity) -> dict:
 
 
 async def _load(plan, target: Target, concurrency, n_workers: int, writer: ResultWriter, reporter: Reporter,
-                t0_ns: int, launched: LaunchedBackend | None, crew=None):
+                t0_ns: int, launched: LaunchedBackend | None, crew=None, watch=None):
     """Sends the plan; SIGINT, SIGTERM or the launched engine's exit stop it. Returns (outcome, what stopped it)."""
     stop = asyncio.Event()
     stopped_by: list[str] = []
@@ -274,6 +280,8 @@ async def _load(plan, target: Target, concurrency, n_workers: int, writer: Resul
     def on_record(rec) -> None:
         writer.append(rec)
         reporter.request_done(rec)
+        if watch is not None and not stop.is_set() and watch.observe(rec):
+            stop.set()  # an early stop: no signal, no engine exit, so stopped_by stays empty
     reporter.start_requests(len(plan.requests))
     try:
         outcome = await run_plan(plan.requests, target, concurrency, n_workers, on_record, stop, plan.duration_s,

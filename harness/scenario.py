@@ -32,6 +32,7 @@ from harness.limits import (MAX_CONCURRENCY, MAX_RATE_PER_S, MAX_REQUESTS, MAX_S
 from harness.plan.spec import PlanSpec
 from harness.stamped_http import choose_stamps
 from harness.telemetry import TelemetryConfig
+from harness.tune_config import TuneConfig
 
 DEFAULT_NUM_REQUESTS = 100  # used when neither load.num_requests nor load.duration_s is given
 
@@ -417,6 +418,7 @@ class Scenario(Strict):
     telemetry: TelemetryConfig = TelemetryConfig()
     seed: int = Field(default=0, ge=0)  # numpy's seed sequences take no negative numbers
     candidates: list[Candidate] = []  # deployments to compare, each run in turn (`bench select` ranks them)
+    tune: TuneConfig | None = None  # what `bench tune` searches (harness/tune_config.py)
     plan: PlanSpec | None = None  # the deployment `bench plan` simulates (harness/plan/spec.py)
 
     @field_validator("name")
@@ -427,6 +429,33 @@ class Scenario(Strict):
             raise ValueError("must start with a letter or digit and hold only letters, digits, '.', '_' and '-' "
                              "(it names the results folder)")
         return name
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tune_sets_the_load(cls, data: Any) -> Any:
+        """With tune:, each point's rate (or concurrency) is the search's, so load.rate may be left out: the
+        lower bound stands in for it (it is what a plain `bench run` of this scenario would use)."""
+        if not isinstance(data, dict) or not isinstance(data.get("tune"), dict):
+            return data
+        load, tune_load = data.get("load"), data["tune"].get("load")
+        if isinstance(tune_load, dict) and {"rate", "concurrency"} <= set(tune_load):
+            raise ScenarioError("tune.load: give exactly one of rate or concurrency, e.g. {rate: {min: 0.25, max: 16}}")
+        if isinstance(load, dict) and isinstance(tune_load, dict):
+            arrival = load.get("arrival", "poisson")
+            if "concurrency" in tune_load and arrival != "closed":
+                raise ScenarioError("tune.load.concurrency: searches requests in flight, so set load.arrival: "
+                                    "closed (or search tune.load.rate)")
+            if "rate" in tune_load and arrival in ("closed", "trace"):
+                raise ScenarioError(f"tune.load.rate: load.arrival {arrival} has no rate; use "
+                                    f"tune.load.concurrency for closed, or arrival poisson/constant/gamma")
+            for field in ("rate", "concurrency"):
+                bounds = tune_load.get(field)
+                if isinstance(bounds, dict) and load.get(field) is None and "min" in bounds:
+                    value = bounds["min"]
+                    load = {**load, field: int(value) if field == "concurrency" and isinstance(value, float)
+                            and value.is_integer() else value}
+            data = {**data, "load": load}
+        return data
 
     @model_validator(mode="after")
     def _workload_fits_load(self) -> "Scenario":
@@ -442,7 +471,24 @@ class Scenario(Strict):
             if twice:
                 raise ScenarioError(f"candidates: the name {twice[0]!r} is given twice; each candidate needs its own "
                                     f"name (it names its results folder)")
+        if self.tune is not None:
+            self._check_tune()
         return self
+
+    def _check_tune(self) -> None:
+        tune, load = self.tune, self.load
+        if tune.space and self.backend.launch is None:
+            raise ScenarioError("tune.space: each configuration is an engine bench starts with those flags, so the "
+                                "backend needs backend.launch (e.g. `launch: {}`), not only backend.url")
+        if not any(v is not None for v in self.slo.model_dump().values()):
+            raise ScenarioError("slo: tune finds the highest load that meets the SLOs, so give at least one "
+                                "(e.g. slo: {ttft_ms: 2000, tpot_ms: 200})")
+        if self.candidates or load.sweep is not None:
+            field = "candidates" if self.candidates else "load.sweep"
+            raise ScenarioError(f"{field}: tune chooses the configurations and loads itself; leave {field} out")
+        if load.num_requests is None:
+            raise ScenarioError("load.num_requests: tune runs each point for a number of requests; give "
+                                "load.num_requests instead of load.duration_s")
 
     def candidate_scenarios(self) -> list[tuple[Candidate, "Scenario"]]:
         """Each candidate with the scenario it runs: its launch_args after backend.launch.args."""

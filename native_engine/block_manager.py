@@ -194,6 +194,16 @@ class BlockManager:
             self.cache.insert(seq, num_full)
         seq.num_keyed_blocks = num_full
 
+    def reset_prefix_cache(self) -> int:
+        """Forgets every cached block no live sequence holds (vLLM's reset_prefix_cache); returns how many.
+        Blocks in use keep their keys: they are freed into the cache when their sequence ends."""
+        evicted = 0
+        while self.cache is not None and self.cache.num_evictable:
+            self.free_block_ids.append(self.cache.evict())
+            evicted += 1
+        self._computed_hashes.clear()  # a prompt computed again after a reset is not a recomputation
+        return evicted
+
     def trim(self, seq: Sequence, num_tokens: int) -> None:
         """Free the tail blocks of seq beyond those that cover num_tokens (speculative tokens that
         were rejected). Such blocks were allocated fresh for this sequence and never keyed."""

@@ -183,6 +183,11 @@ class LLMEngine:
         self._inbox.append(("abort", request_id))
         self._wakeup.set()
 
+    def reset_prefix_cache(self) -> None:
+        """Thread-safe; empties the prefix cache of blocks no request holds, before the next step."""
+        self._inbox.append(("reset_prefix_cache", None))
+        self._wakeup.set()
+
     def has_work(self) -> bool:
         return bool(self._inbox) or self.scheduler.has_work()
 
@@ -207,6 +212,8 @@ class LLMEngine:
                     self._emit([RequestOutput(seq.request_id, [], "", True, "abort", None, seq.num_prompt_tokens, 0, 0)])
                     continue
                 self._seqs[seq.request_id] = seq
+            elif kind == "reset_prefix_cache":
+                self.block_manager.reset_prefix_cache()
             else:
                 seq = self._seqs.pop(item, None)
                 if seq is not None:

@@ -458,6 +458,13 @@ async def step_trace(request: web.Request) -> web.Response:
     return web.json_response(dumps=compact_json, data=trace.as_dict())
 
 
+async def reset_prefix_cache(request: web.Request) -> web.Response:
+    """vLLM's route: forget the cached prefixes (done before the engine's next step), e.g. between two
+    benchmark points, so the second does not start warm."""
+    request.app[ENGINE_KEY].reset_prefix_cache()
+    return web.Response(status=200)
+
+
 async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=request.app[ENGINE_KEY].metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -484,6 +491,7 @@ def build_app(engine: LLMEngine) -> web.Application:
     app.router.add_post("/detokenize", detokenize)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/step_trace", step_trace)
+    app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
     return app
 
 

@@ -36,6 +36,14 @@ def report(run_dirs: List[Path] = typer.Argument(None, help="results folders (ru
         return report_history(history, output, rules, run_dirs)
     if not run_dirs:
         raise _fail("RUN_DIRS: give results folders, or --history DB for the trend report")
+    from reports.tune_report import is_tune_dir, write_tune_report
+    if len(run_dirs) == 1 and is_tune_dir(run_dirs[0]):  # a `bench tune` folder
+        try:
+            tuned = write_tune_report(run_dirs[0], output)
+        except (ResultsError, ValueError) as e:
+            raise _fail(str(e))
+        console.print(f"{tuned.recommendation}\nreport: {output} and {output.with_suffix('.md')}")
+        return
     try:
         content = write_report(run_dirs, output, labels=label or None, attainment=attainment)
     except (ResultsError, ValueError) as e:

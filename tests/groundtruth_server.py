@@ -15,6 +15,9 @@ malformed_sse|stall, or one of the faults a broken engine shows: abort_after_N (
 (finish_reason "length" after N tokens, fewer than max_tokens), usage_N (the final usage claims N
 completion tokens), endless (a 200 stream that never ends) and endless_500 (an error body that never ends). Run standalone: python tests/groundtruth_server.py --port 0
 (prints "PORT <n>" once listening).
+With --max-streams N it streams at most N requests at a time and queues the rest in arrival order (each
+one's TTFT counts from when it gets a slot): its latency steps up at a known load, N / (TTFT + tokens x ITL)
+requests per second.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,11 +47,12 @@ class GroundTruthConfig:
     itl_ms: float = 10.0
     tokens_per_chunk: int = 1
     keep_alive: bool = True
+    max_streams: int = 0  # streams served at once, the rest queued (0: no limit)
 
 
 class _Stream:
     __slots__ = ("proto", "chat", "total", "sent", "k", "itl_ns", "first_due_ns", "recv_ns",
-                 "write_ns", "fail", "prompt_tokens", "rid")
+                 "write_ns", "fail", "prompt_tokens", "rid", "ttft_ns")
 
 
 class _Socket:
@@ -129,6 +134,8 @@ class GroundTruthServer:
         self._timer_due_ns = 0
         self.lateness_ns: list[int] = []
         self.records: dict[str, dict] = {}
+        self.active = 0  # streams holding a slot (config.max_streams)
+        self.waiting: deque = deque()  # streams queued for a slot
         self.connections: set = set()
         self.listener: socket.socket | None = None
         self.clock = ClockOffset()  # the kernel's receive stamps onto perf_counter_ns, as the stamped client does
@@ -169,7 +176,20 @@ class GroundTruthServer:
 
     # --- scheduling: one timer for every stream ---
     def add_stream(self, s: _Stream) -> None:
+        if self.config.max_streams and self.active >= self.config.max_streams:
+            self.waiting.append(s)
+            return
+        self.active += 1
         self._push(s.first_due_ns, s)
+
+    def _stream_ended(self) -> None:
+        self.active -= 1
+        while self.waiting and self.waiting[0].proto.transport.is_closing():
+            self.waiting.popleft()  # its client gave up while it waited
+        if self.waiting:
+            s = self.waiting.popleft()
+            s.first_due_ns = time.perf_counter_ns() + s.ttft_ns  # its TTFT runs from when it got the slot
+            self.add_stream(s)
 
     def _push(self, due_ns: int, s: _Stream) -> None:
         self._seq += 1
@@ -195,6 +215,8 @@ class GroundTruthServer:
             if next_due is not None:
                 self._seq += 1
                 heapq.heappush(heap, (next_due, self._seq, s))
+            else:
+                self._stream_ended()
             now = time.perf_counter_ns()
         if heap:  # one timer for whatever is due next
             self._arm(heap[0][0])
@@ -269,7 +291,8 @@ class GroundTruthServer:
         s.total, s.sent = int(req.get("max_tokens") or 16), 0
         s.k = int(opts.get("k", self.config.tokens_per_chunk))
         s.itl_ns = int(float(opts.get("itl_ms", self.config.itl_ms)) * 1e6)
-        s.first_due_ns = recv_ns + int(float(opts.get("ttft_ms", self.config.ttft_ms)) * 1e6)
+        s.ttft_ns = int(float(opts.get("ttft_ms", self.config.ttft_ms)) * 1e6)
+        s.first_due_ns = recv_ns + s.ttft_ns
         s.prompt_tokens = len(body.split()) // 2
         s.write_ns = []
         s.rid = opts.get("id")
@@ -390,7 +413,8 @@ class GroundTruthProcess:
     def __enter__(self) -> "GroundTruthProcess":
         c = self.config
         args = [sys.executable, __file__, "--port", "0", "--ttft-ms", str(c.ttft_ms), "--itl-ms", str(c.itl_ms),
-                "--tokens-per-chunk", str(c.tokens_per_chunk)] + ([] if c.keep_alive else ["--close"])
+                "--tokens-per-chunk", str(c.tokens_per_chunk), "--max-streams", str(c.max_streams)]
+        args += [] if c.keep_alive else ["--close"]
         self.proc = subprocess.Popen(self.prefix + args, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         if not line.startswith("PORT "):
@@ -410,7 +434,7 @@ class GroundTruthProcess:
 
 async def _main(args) -> None:
     server = GroundTruthServer(GroundTruthConfig(args.ttft_ms, args.itl_ms, args.tokens_per_chunk,
-                                                 keep_alive=not args.close))
+                                                 keep_alive=not args.close, max_streams=args.max_streams))
     port = await server.start(args.port)
     print(f"PORT {port}", flush=True)
     await asyncio.Event().wait()
@@ -423,6 +447,7 @@ if __name__ == "__main__":
     p.add_argument("--itl-ms", type=float, default=10.0)
     p.add_argument("--tokens-per-chunk", type=int, default=1)
     p.add_argument("--close", action="store_true", help="Connection: close after each response")
+    p.add_argument("--max-streams", type=int, default=0, help="streams served at once, the rest queued (0: no limit)")
     try:
         asyncio.run(_main(p.parse_args()))
     except KeyboardInterrupt:

@@ -141,3 +141,36 @@ def test_report_of_two_deployments_draws_the_replicas(tmp_path):
     for heading in ("Replicas compared", "Load per replica: cache_aware", "Load per replica: round_robin"):
         plot = result["plots"][headings.index(heading)]
         assert plot["svg"] >= 1 and plot["traces"] >= len(dict(content.figures)[heading].data), heading
+
+
+def test_tune_report_draws_the_pareto_front_and_the_capacity_table(tmp_path):
+    """A real `bench tune` search (two configurations of the ground-truth server, whose capacity is set by
+    --max-streams) and its report: the capacity table in the page, the Pareto chart and the attainment chart drawn."""
+    import sys
+
+    from groundtruth_server import __file__ as gt_server
+
+    from harness.run import Reporter
+    from harness.scenario import Scenario
+    from harness.tune import Tuner
+    from reports.tune_report import write_tune_report
+
+    command = f"{sys.executable} {gt_server} --port {{port}} --ttft-ms 10 --itl-ms 10"
+    scenario = Scenario.model_validate({
+        "name": "gt-tune", "backend": {"kind": "openai", "model": "gt", "tokenizer": "smollm2",
+                                       "launch": {"command": command, "ready_timeout_s": 30}},
+        "workload": {"input_tokens": 8, "output_tokens": 5}, "slo": {"ttft_ms": 150},
+        "load": {"arrival": "constant", "num_requests": 20, "workers": 1},
+        "tune": {"space": {"--max-streams": [1, 3]}, "load": {"rate": {"min": 2, "max": 100}}, "precision": 0.5}})
+    doc = Tuner(scenario, tmp_path / "tune", Reporter(), resume=False, workers="1").run()
+    report = write_tune_report(tmp_path / "tune", tmp_path / "tune.html")
+    result = open_in_chromium(tmp_path / "tune.html", tmp_path)
+    assert result["errors"] == [] and result["requests"] == []
+    pareto, attainment = result["plots"]
+    assert "Pareto" in pareto["title"] or "tokens/s per user" in pareto["title"]
+    assert pareto["svg"] >= 1 and pareto["traces"] >= 3  # a trace per configuration and the front
+    assert attainment["svg"] >= 1 and attainment["traces"] >= 2
+    html = (tmp_path / "tune.html").read_text()
+    table = html[html.index('<div id="capacity-table">'):]
+    assert all(f"<td>{c['name']}</td>" in table for c in doc["configurations"])
+    assert report.front and doc["recommended"]["name"] == "max-streams-3"

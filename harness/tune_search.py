@@ -1,0 +1,123 @@
+"""The search of one configuration: the highest load whose points meet the SLOs, by bracketing.
+
+`search_capacity(measure, ...)` asks `measure(load, probe)` for points and returns them. The order:
+
+1. a probe: a short run at the upper bound (rate) or the bounds' geometric middle (concurrency). For
+   a rate its achieved throughput is where an engine saturates, an upper bound on what it carries
+   within SLOs, so the first point is there (clamped into the bounds).
+2. bracketing: a passing point multiplies the load by 1.5, a failing one divides it, until one of each is seen
+   (or a bound is reached: the capacity is then "at least max" or "none").
+3. narrowing: the next load is where the line through the bracket's two attainments crosses the target
+   (regula falsi on measured attainment), kept inside the middle half of the bracket so each step
+   shrinks it; the middle when an end stopped early (its attainment is only a bound); until
+   hi/lo - 1 <= precision or max_points points are measured.
+
+The search is deterministic given the points it is told, which is what lets `bench tune --resume` replay
+finished trials instead of running them again.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+STEP_FACTOR = 1.5  # bracketing: x1.5 after a pass, /1.5 after a fail (the probe starts it near the knee)
+SAFEGUARD = 0.25  # narrowing stays within [lo + 25%, hi - 25%] of the bracket
+
+
+@dataclass
+class Measured:
+    """What the search needs from one trial."""
+    offered_load: float
+    passed: bool
+    goodput_fraction: float  # the share that met the SLOs; for an early-stopped point, the bound it proved
+    requests_per_s: float  # achieved throughput
+    exact: bool = True  # False: stopped early, so goodput_fraction is only the bound its verdict proved
+
+
+@dataclass
+class SearchResult:
+    points: list[Measured]  # probe excluded
+    lo: float | None  # highest passing load
+    hi: float | None  # lowest failing load above it
+    status: str  # bracketed | at_least | none | budget (the budget ran out first)
+
+
+Measure = Callable[[float, bool], "Measured | None"]  # (load, is_probe) -> point; None: the budget is spent
+
+
+def start_load(kind: str, lo: float, hi: float, probe: Measured | None) -> float:
+    if kind == "rate" and probe is not None and probe.requests_per_s > 0:
+        return _round(kind, _clamp(probe.requests_per_s, lo, hi))
+    return _round(kind, math.sqrt(lo * hi))
+
+
+def probe_load(kind: str, lo: float, hi: float) -> float:
+    return hi if kind == "rate" else _round(kind, math.sqrt(lo * hi))
+
+
+def search_capacity(measure: Measure, kind: str, bound_lo: float, bound_hi: float, attainment: float,
+                    precision: float, max_points: int, start: float | None = None) -> SearchResult:
+    """`start`: the first load (a prediction, `bench plan`'s); without one a probe finds it."""
+    if start is None:
+        probe = measure(probe_load(kind, bound_lo, bound_hi), True)
+        if probe is None:
+            return SearchResult([], None, None, "budget")
+        start = start_load(kind, bound_lo, bound_hi, probe)
+    points: list[Measured] = []
+    load: float | None = _round(kind, _clamp(start, bound_lo, bound_hi))
+    while load is not None and len(points) < max_points:
+        point = measure(load, False)
+        if point is None:
+            return SearchResult(points, *_bracket(points), "budget")
+        points.append(point)
+        load = next_load(points, kind, bound_lo, bound_hi, attainment, precision)
+    lo, hi = _bracket(points)
+    status = "bracketed" if lo is not None and hi is not None else "at_least" if lo is not None else "none"
+    return SearchResult(points, lo, hi, status)
+
+
+def next_load(points: list[Measured], kind: str, bound_lo: float, bound_hi: float, attainment: float,
+              precision: float) -> float | None:
+    """The next load to measure, or None when the search is done."""
+    lo, hi = _bracket(points)
+    if lo is None:  # nothing passed yet: go down
+        lowest = min(p.offered_load for p in points)
+        return None if lowest <= bound_lo else _fresh(points, kind, max(bound_lo, lowest / STEP_FACTOR))
+    if hi is None:  # nothing failed above the passes: go up
+        return None if lo >= bound_hi else _fresh(points, kind, min(bound_hi, lo * STEP_FACTOR))
+    if hi / lo - 1 <= precision:
+        return None
+    a = next(p for p in points if p.offered_load == lo)
+    b = next(p for p in points if p.offered_load == hi)
+    span = hi - lo
+    # regula falsi on measured attainments; an early-stopped end only bounds its attainment: bisect then
+    interpolate = a.exact and b.exact and a.goodput_fraction > b.goodput_fraction
+    w = (a.goodput_fraction - attainment) / (a.goodput_fraction - b.goodput_fraction) if interpolate else 0.5
+    guess = lo + min(max(w, SAFEGUARD), 1 - SAFEGUARD) * span
+    return _fresh(points, kind, guess, lo, hi)
+
+
+def _bracket(points: list[Measured]) -> tuple[float | None, float | None]:
+    """(highest pass below every fail, lowest fail): a pass above a fail is not trusted (harness.capacity)."""
+    fails = [p.offered_load for p in points if not p.passed]
+    lowest_fail = min(fails) if fails else None
+    passes = [p.offered_load for p in points if p.passed and (lowest_fail is None or p.offered_load < lowest_fail)]
+    return (max(passes) if passes else None), lowest_fail
+
+
+def _fresh(points: list[Measured], kind: str, load: float, lo: float | None = None,
+           hi: float | None = None) -> float | None:
+    """The load rounded for its kind; None when that is one already measured (no whole number left between)."""
+    load = _round(kind, load)
+    if kind == "concurrency" and lo is not None and hi is not None and not lo < load < hi:
+        return None
+    return None if any(math.isclose(p.offered_load, load) for p in points) else load
+
+
+def _round(kind: str, load: float) -> float:
+    return float(max(1, round(load))) if kind == "concurrency" else float(f"{load:.3g}")
+
+
+def _clamp(x: float, lo: float, hi: float) -> float:
+    return min(max(x, lo), hi)

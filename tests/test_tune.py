@@ -1,0 +1,229 @@
+"""`bench tune`: the tune: block's errors, the bracketing search, early stops against the ground-truth server
+(whose latency steps up at a known load: --max-streams), and --resume after an interruption."""
+import json
+import math
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from bench_process import bench, bench_started
+from groundtruth_server import GroundTruthConfig, GroundTruthProcess
+
+from harness.early_stop import PointWatch, fit_line
+from harness.run import run_scenario
+from harness.scenario import Scenario, ScenarioError, load_scenario
+from harness.tune_search import Measured, search_capacity
+
+GT_SERVER = Path(__file__).parent / "groundtruth_server.py"
+
+
+def _write(tmp_path, text: str) -> Path:
+    path = tmp_path / "tune.yaml"
+    path.write_text(text)
+    return path
+
+
+BASE = ("name: t\nbackend: {kind: native, launch: {}}\nload: {arrival: poisson, num_requests: 20}\n"
+        "slo: {ttft_ms: 500}\n")
+
+
+@pytest.mark.parametrize("tune, message", [
+    ("{space: {max-num-seqs: [4]}, load: {rate: {min: 1, max: 4}}}", "tune.space: .*not a launch flag.*--max-num-seqs"),
+    ("{space: {--max-num-seqs: []}, load: {rate: {min: 1, max: 4}}}", "tune.space: .*give at least one value"),
+    ("{load: {rate: {min: 4, max: 1}}}", "tune.load.rate: .*max 1 must be more than min 4"),
+    ("{load: {rate: {min: 1, max: 4}, concurrency: {min: 1, max: 4}}}", "tune.load: .*exactly one of rate or"),
+    ("{load: {concurrency: {min: 1, max: 8}}}", "tune.load.concurrency: .*load.arrival: closed"),
+    ("{load: {rate: {min: 1, max: 4}}, budget: {minute: 3}}",
+     "tune.budget.minute: unknown key; did you mean 'minutes'"),
+])
+def test_tune_block_errors_name_the_field(tmp_path, tune, message):
+    with pytest.raises(ScenarioError, match=message):
+        load_scenario(_write(tmp_path, BASE + f"tune: {tune}\n"))
+
+
+def test_tune_needs_an_slo_and_fills_the_rate(tmp_path):
+    good = load_scenario(_write(tmp_path, BASE + "tune: {space: {--no-chunked-prefill: [false, true]}, "
+                                "load: {rate: {min: 0.5, max: 4}}}\n"))
+    assert good.load.rate == 0.5  # the lower bound stands in for load.rate
+    assert [c for c in good.tune.configurations()] == [{"--no-chunked-prefill": False}, {"--no-chunked-prefill": True}]
+    with pytest.raises(ScenarioError, match="slo: tune finds the highest load"):
+        load_scenario(_write(tmp_path, BASE.replace("slo: {ttft_ms: 500}\n", "") +
+                             "tune: {load: {rate: {min: 1, max: 4}}}\n"))
+
+
+def test_search_brackets_a_known_capacity_with_few_points():
+    true_capacity = 13.7  # attainment falls linearly from 1 to 0 between 0.5x and 1.5x of it
+
+    def measure(load, probe):
+        fraction = min(1.0, max(0.0, 1.5 - load / true_capacity))
+        return Measured(load, fraction >= 0.9, fraction, min(load, 1.2 * true_capacity))
+    result = search_capacity(measure, "rate", 0.5, 100, 0.9, 0.1, 8)
+    assert result.status == "bracketed"
+    assert result.lo <= true_capacity * 0.6 < result.hi  # 0.9 attainment is met up to 0.6 x capacity
+    assert result.hi / result.lo - 1 <= 0.1
+    dense_points = math.ceil(math.log(100 / 0.5) / math.log(1.1)) + 1
+    assert len(result.points) <= 6 < dense_points  # 57 points for a sweep to the same precision
+
+
+def test_slope_bound_sees_growth_and_not_noise():
+    xs = [i * 0.1 for i in range(30)]
+    slope, low, _ = fit_line(xs, [2 * x + (0.05 if i % 2 else -0.05) for i, x in enumerate(xs)], 0.99)
+    assert slope == pytest.approx(2, rel=0.05) and low > 0
+    _, low_flat, _ = fit_line(xs, [1 + (0.3 if i % 3 == 0 else -0.15) for i in range(30)], 0.99)
+    assert low_flat < 0
+
+
+def _scenario(url: str, rate: float, n: int, ttft_ms: float, arrival: str = "constant") -> Scenario:
+    return Scenario.model_validate({
+        "name": "gt", "backend": {"kind": "openai", "url": url, "model": "gt"},
+        "workload": {"input_tokens": 8, "output_tokens": 10},
+        "load": {"arrival": arrival, "rate": rate, "num_requests": n, "workers": 1}, "slo": {"ttft_ms": ttft_ms}})
+
+
+def test_over_saturated_point_stops_early_and_saves_seconds(tmp_path):
+    # 2 streams of 20 ms + 9 x 20 ms: the server carries 10 requests/s; 30/s makes its queue grow all run long
+    with GroundTruthProcess(GroundTruthConfig(ttft_ms=20, itl_ms=20, max_streams=2)) as gt:
+        # TTFT passes 3 s for requests sent after ~1.5 s, far more than the 15 that may miss; the slopes see it
+        # coming before the first miss (the requests sent after 1.5 s are answered after 4.5 s)
+        scenario = _scenario(gt.url, 30, 150, ttft_ms=3000)
+        watch = PointWatch({"ttft_ms": 3000}, 0.9)
+        stopped = run_scenario(scenario, tmp_path / "stopped", watch=watch)
+        whole = run_scenario(scenario, tmp_path / "whole")
+    stop = stopped.summary["stopped_early"]
+    assert stop["reason"] == "over_saturated" and stop["passed"] is False
+    # the truth: 30 arrive and 10 leave each second, so 20 more wait, each 1/10 s longer than the one before
+    assert stop["outstanding_per_s"] == pytest.approx(30 - 10, rel=0.3)
+    assert stop["ttft_s_per_s"] == pytest.approx((30 - 10) / 10, rel=0.3)
+    saved_s = whole.summary["window_s"] - stopped.summary["window_s"]
+    print(f"over-saturated point: stopped after {stopped.summary['window_s']:.1f} s of the whole run's "
+          f"{whole.summary['window_s']:.1f} s ({saved_s:.1f} s saved), {stop['detail']}")
+    assert saved_s > 0.4 * whole.summary["window_s"]
+    assert stopped.summary["requests"]["measured"] < 150 and "stopped_early" not in whole.summary
+    on_disk = json.loads((tmp_path / "stopped" / "summary.json").read_text())
+    assert on_disk["stopped_early"]["reason"] == "over_saturated"  # the folder says it stopped early, and why
+
+
+def test_certain_verdicts_stop_the_point(tmp_path):
+    with GroundTruthProcess(GroundTruthConfig(ttft_ms=10, itl_ms=5, max_streams=1)) as gt:
+        # one stream at 10 + 9 x 5 ms carries 18/s; at 40/s the TTFT passes 150 ms within a few requests
+        missed = run_scenario(_scenario(gt.url, 40, 60, ttft_ms=150), tmp_path / "missed",
+                              watch=PointWatch({"ttft_ms": 150}, 0.9, saturation=False))
+        met = run_scenario(_scenario(gt.url, 10, 40, ttft_ms=1000), tmp_path / "met",
+                           watch=PointWatch({"ttft_ms": 1000}, 0.9, saturation=False))
+    stop = missed.summary["stopped_early"]
+    assert stop["reason"] == "verdict_missed" and stop["missed"] == 7 and stop["after_requests"] < 60
+    assert missed.summary["requests"]["measured"] < 60  # the rest were never sent
+    stop = met.summary["stopped_early"]
+    assert stop["reason"] == "verdict_met" and stop["met"] == 36 and stop["passed"] is True
+    assert met.summary["requests"]["measured"] < 40
+
+
+def _tune_scenario(tmp_path) -> Path:
+    command = f"{sys.executable} {GT_SERVER} --port {{port}} --ttft-ms 10 --itl-ms 10"
+    return _write(tmp_path, f"""name: gt-tune
+backend: {{kind: openai, model: gt, tokenizer: smollm2, launch: {{command: '{command}', ready_timeout_s: 30}}}}
+workload: {{input_tokens: 8, output_tokens: 5}}
+load: {{arrival: constant, num_requests: 30, workers: 1}}
+slo: {{ttft_ms: 150}}
+tune:
+  space: {{--max-streams: [1, 4]}}
+  load: {{rate: {{min: 2, max: 200}}}}
+  probe_requests: 10
+  precision: 0.25
+""")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_resume_after_an_interruption_reruns_no_finished_trial(tmp_path):
+    scenario, out = _tune_scenario(tmp_path), tmp_path / "out"
+    proc = bench_started("tune", scenario, "--output", out)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until the second configuration is searching
+        doc = json.loads((out / "tune.json").read_text()) if (out / "tune.json").exists() else {}
+        if any(t["config"] == "max-streams-4" and t["kind"] == "point" for t in doc.get("trials", [])):
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    cut = json.loads((out / "tune.json").read_text())
+    configs = {c["name"]: c for c in cut["configurations"]}
+    assert configs["max-streams-1"]["status"] == "completed" and configs["max-streams-4"]["status"] == "interrupted"
+    for run_json in out.glob("*/*/run.json"):  # every engine bench started is stopped
+        assert not _alive(json.loads(run_json.read_text())["backend"]["engine_pid"])
+    finished = {t["dir"]: (out / t["dir"] / "requests.jsonl").stat().st_mtime_ns
+                for t in cut["trials"] if t["status"] == "completed"}
+
+    res = bench("tune", scenario, "--output", out, "--resume", timeout_s=180)
+    assert res.returncode == 0, res.stderr
+    resumed = json.loads((out / "tune.json").read_text())
+    for d, mtime in finished.items():  # not run again
+        assert (out / d / "requests.jsonl").stat().st_mtime_ns == mtime
+    assert resumed["status"] == "completed" and len({t["dir"] for t in resumed["trials"]}) == len(resumed["trials"])
+    assert (out / "reports" / "tune.html").is_file() and "max-streams-4" in (out / "reports" / "tune.md").read_text()
+    chosen = bench("select", out, "-o", tmp_path / "select.html")  # `bench select` reads a tune folder
+    assert chosen.returncode == 0 and chosen.stdout.startswith("Choose max-streams-4"), chosen.stderr
+
+    whole = bench("tune", scenario, "--output", tmp_path / "whole", timeout_s=180)
+    assert whole.returncode == 0, whole.stderr
+    reference = json.loads((tmp_path / "whole" / "tune.json").read_text())
+    assert resumed["recommended"]["name"] == reference["recommended"]["name"] == "max-streams-4"
+
+
+def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path):
+    res = bench("tune", _tune_scenario(tmp_path), "--output", tmp_path / "out", "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert "max-streams-1: --max-streams 1" in res.stderr and "a dense sweep" in res.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_large_space_is_pruned_by_successive_halving_on_the_probe(tmp_path):
+    from harness.run import Reporter
+    from harness.tune import Tuner
+
+    overrides = ["tune.space={--max-streams: [1, 4, 2]}", "tune.full_grid_max=2"]
+    scenario = load_scenario(_tune_scenario(tmp_path), overrides)
+    doc = Tuner(scenario, tmp_path / "out", Reporter(), resume=False, workers="1").run()
+    assert doc["method"] == "successive_halving"
+    status = {c["name"]: c["status"] for c in doc["configurations"]}
+    assert status == {"max-streams-1": "pruned", "max-streams-4": "completed", "max-streams-2": "pruned"}
+    probes = [t for t in doc["trials"] if t["kind"] == "probe"]
+    assert len(probes) == 3  # each configuration probed once; the survivor's probe is not run again
+    assert {t["config"] for t in doc["trials"] if t["kind"] == "point"} == {"max-streams-4"}
+
+
+def test_a_plan_block_starts_the_search_from_the_predicted_capacity(tmp_path):
+    """bench plan's simulation, fitted to a real traced run of the native engine (a tiny GGUF with SmolLM2's
+    tokenizer), runs the same search first; the measured search starts at its capacity instead of a probe."""
+    from harness.run import Reporter
+    from harness.tune import Tuner
+    from native_engine.tiny_gguf import write_tiny_llama_gguf
+
+    model = write_tiny_llama_gguf(tmp_path / "tiny.gguf", tokenizer="smollm2")
+    backend = {"kind": "native", "launch": {"args": ["--model", str(model)]}}
+    workload = {"input_tokens": 48, "output_tokens": 8}
+    traced = Scenario.model_validate({"name": "traced", "backend": {**backend, "trace": True}, "workload": workload,
+                                      "load": {"arrival": "poisson", "rate": 20, "num_requests": 16, "workers": 1}})
+    run_scenario(traced, tmp_path / "traced")
+    scenario = Scenario.model_validate({
+        "name": "planned", "backend": backend, "workload": workload, "slo": {"ttft_ms": 300},
+        "load": {"arrival": "poisson", "num_requests": 40, "workers": 1},
+        "plan": {"step_model": {"fitted": [str(tmp_path / "traced")]}},
+        "tune": {"space": {"--max-num-seqs": [2, 8]}, "load": {"rate": {"min": 0.1, "max": 1000}},
+                 "budget": {"runs": 1}}})
+    doc = Tuner(scenario, tmp_path / "out", Reporter(), resume=False, workers="1").run()
+    predicted = [c["predicted"]["offered_load"] for c in doc["configurations"]]
+    assert all(p is not None for p in predicted), doc["configurations"]  # the simulated search found a capacity
+    (trial,) = doc["trials"]  # the budget: one measured trial, the first configuration's first
+    assert trial["kind"] == "point" and trial["offered_load"] == pytest.approx(predicted[0], rel=0.01)
+    assert [c["status"] for c in doc["configurations"]] == ["budget", "budget"]
