@@ -19,8 +19,17 @@ import typer
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("harness", "backends", "reports", "native_engine")
 # the only modules of harness that import native_engine, and what they take from it
-HARNESS_USES_NATIVE_ENGINE = {"harness.tokenizer_source": {"native_engine.model_files", "native_engine.tokenizer"},
-                              "harness.telemetry.host": {"native_engine.blas"}}
+HARNESS_USES_NATIVE_ENGINE = {
+    "harness.tokenizer_source": {"native_engine.model_files", "native_engine.tokenizer"},
+    "harness.telemetry.host": {"native_engine.blas"},
+    # bench plan runs the engine's own scheduler, block manager, router policy and argument parsing (no copy of
+    # them), and reads a GGUF's architecture with the engine's reader
+    "harness.plan.architectures": {"native_engine.gguf_model"},
+    "harness.plan.deployment": {"native_engine.cli", "native_engine.routing", "native_engine.scheduler"},
+    "harness.plan.replica": {"native_engine.block_manager", "native_engine.scheduler", "native_engine.sequence"},
+    "harness.plan.simulator": {"native_engine.llm_engine", "native_engine.routing", "native_engine.scheduler",
+                               "native_engine.sequence", "native_engine.server"},
+}
 
 
 def module_name(path: Path) -> str:

@@ -12,7 +12,8 @@ import pytest
 from harness.engine_trace import write_engine_trace
 from harness.plan.architectures import BUILTIN
 from harness.plan.roofline_fit import VLLM_COUNTERS, fit_roofline, trace_rows
-from harness.plan.roofline_model import RooflineParams, RooflineStepModel, roofline_step_model
+from harness.plan.roofline_model import RooflineParams, RooflineStepModel
+from harness.plan.roofline_scenario import roofline_step_model
 from harness.plan.simulator import simulate_scenario
 from harness.plan.spec import StepModelSpec
 from harness.plan.step_model import StepShape

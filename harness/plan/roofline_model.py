@@ -21,10 +21,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from harness.plan.architectures import Architecture, load_architecture
-from harness.plan.memory import MemoryPlan, kv_bytes_per_token, plan_memory
+from harness.plan.architectures import Architecture
+from harness.plan.memory import kv_bytes_per_token
 from harness.plan.step_model import StepShape
-from harness.roofline import GPU_SPECS, GpuSpec, gpu_spec
+from harness.roofline import GpuSpec
 
 
 @dataclass(frozen=True)
@@ -94,36 +94,3 @@ class RooflineStepModel:
                                             "overhead, per GPU of the TP group",
                 "coefficients": dataclasses.asdict(self.params), "architecture": dataclasses.asdict(self.arch),
                 "gpu": dataclasses.asdict(self.gpu), "tensor_parallel": self.tp, "kv_bytes": self.kv_bytes}
-
-
-def scenario_architecture(scenario) -> Architecture:
-    plan = scenario.plan
-    return load_architecture(plan.model or scenario.backend.model, plan.weight_bits)
-
-
-def scenario_gpu(scenario) -> GpuSpec:
-    if not scenario.plan.hardware:
-        raise ValueError(f"plan.hardware: the roofline step model needs a GPU; one of {', '.join(GPU_SPECS)}")
-    try:
-        return gpu_spec(scenario.plan.hardware)
-    except ValueError as e:
-        raise ValueError(f"plan.{e}") from None
-
-
-def roofline_step_model(scenario) -> RooflineStepModel:
-    """The step model of a scenario's `plan:` block with step_model roofline: parameters set there, else fitted
-    to the run named in `fit` (against plan.hardware's datasheet peaks), else DEFAULTS."""
-    gpu, given = scenario_gpu(scenario), scenario.plan.step_model.roofline.model_dump(exclude_none=True)
-    base = DEFAULTS
-    if run_dir := given.pop("fit", None):
-        from harness.plan.roofline_fit import fit_roofline  # it imports this module
-        base = fit_roofline(run_dir, gpu.bf16_flops, gpu.hbm_bytes_per_s).params
-    return RooflineStepModel(scenario_architecture(scenario), gpu, scenario.plan.tensor_parallel,
-                             dataclasses.replace(base, **given))
-
-
-def roofline_memory(scenario, kv_block_size: int) -> MemoryPlan:
-    """The KV blocks a replica of the plan's deployment has: the GPU's memory less the weights (per GPU under TP)."""
-    plan = scenario.plan
-    return plan_memory(scenario_architecture(scenario), scenario_gpu(scenario).hbm_bytes,
-                       plan.gpu_memory_utilization, plan.tensor_parallel, kv_block_size=kv_block_size)

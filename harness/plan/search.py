@@ -21,7 +21,7 @@ from pathlib import Path
 
 from harness.capacity import DEFAULT_ATTAINMENT
 from harness.plan.memory import plan_memory
-from harness.plan.roofline_model import roofline_step_model, scenario_architecture
+from harness.plan.roofline_scenario import roofline_step_model, scenario_architecture
 from harness.plan.simulator import simulate_scenario
 from harness.plan.step_model import StepShape
 from harness.roofline import gpu_spec

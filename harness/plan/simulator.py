@@ -92,7 +92,7 @@ def _step_model(scenario: Scenario, deployment: Deployment) -> tuple[StepModel, 
     if spec.kind == "fitted":
         model = fit_step_model(spec.fitted, deployment.kv_block_size)
         return model, model.request_overhead_s
-    from harness.plan.roofline_model import roofline_memory, roofline_step_model  # planroof's
+    from harness.plan.roofline_scenario import roofline_memory, roofline_step_model  # planroof's
     model = roofline_step_model(scenario)
     # on a GPU the KV blocks are what its memory leaves after the weights, not the launch args' CPU-sized cache
     memory = roofline_memory(scenario, deployment.kv_block_size)
