@@ -6,6 +6,7 @@ A third-party package adds one by subclassing `backends.base.Backend` and declar
 The built-ins are declared the same way in this project's pyproject.toml; BUILTIN repeats
 them so a source checkout that was never pip-installed still finds them.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -35,8 +36,10 @@ def load_backend(kind: str, eos_token_ids: tuple[int, ...] = (), profile: bool =
     """An instance of the backend named `kind`; ValueError naming backend.kind if none is."""
     known = available()
     if kind not in known:
-        raise ValueError(f"backend.kind: {kind!r} is not an installed backend; installed: {', '.join(sorted(known))} "
-                         f"(a package adds one through the {GROUP!r} entry-point group)")
+        raise ValueError(
+            f"backend.kind: {kind!r} is not an installed backend; installed: {', '.join(sorted(known))} "
+            f"(a package adds one through the {GROUP!r} entry-point group)"
+        )
     module_name, _, attr = known[kind].partition(":")
     cls = getattr(importlib.import_module(module_name), attr)
     return cls(eos_token_ids=tuple(eos_token_ids), profile=profile, step_trace=step_trace)

@@ -6,6 +6,7 @@ overrides only where the engine differs. Backends are found by name through the
 `bench.backends` entry-point group (see backends/__init__.py), so a third-party package can
 add one without touching this repository.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,8 +53,15 @@ class Backend:
             raise ValueError(f"backend.api: {self.name} supports {sorted(self.paths)}, got {api!r}")
         return self.paths[api]
 
-    def request_body(self, api: str, model: str, max_tokens: int, prompt: str | None = None,
-                     messages: list[dict] | None = None, ignore_eos: bool = False) -> dict:
+    def request_body(
+        self,
+        api: str,
+        model: str,
+        max_tokens: int,
+        prompt: str | None = None,
+        messages: list[dict] | None = None,
+        ignore_eos: bool = False,
+    ) -> dict:
         """One streaming request; `ignore_eos` asks for exactly max_tokens output tokens."""
         self.endpoint_path(api)
         return build_request_body(api, model, max_tokens, prompt, messages, ignore_eos)
@@ -107,7 +115,6 @@ class Backend:
 
     def metrics_url(self, url: str) -> str | None:
         return url + self.metrics_path if self.metrics_path else None
-
 
 
 def python_module(module: str) -> list[str]:

@@ -3,6 +3,7 @@
 The load itself goes through aiohttp in harness/runner.py; everything else is a handful of
 requests made before or after it, and they all go through `request` here.
 """
+
 from __future__ import annotations
 
 import json
@@ -10,13 +11,18 @@ import urllib.error
 import urllib.request
 
 
-def request(url: str, body: dict | None = None, headers: dict | None = None,
-            timeout_s: float = 5.0) -> tuple[int, bytes]:
+def request(
+    url: str, body: dict | None = None, headers: dict | None = None, timeout_s: float = 5.0
+) -> tuple[int, bytes]:
     """GET `url`, or POST `body` as JSON. Returns (HTTP status, response bytes) for any answer, errors
     included; raises OSError (URLError, timeout, refused) when no HTTP answer came."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method="GET" if body is None else "POST",
-                                 headers={**({"Content-Type": "application/json"} if data else {}), **(headers or {})})
+    req = urllib.request.Request(
+        url,
+        data=data,
+        method="GET" if body is None else "POST",
+        headers={**({"Content-Type": "application/json"} if data else {}), **(headers or {})},
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             return resp.status, resp.read()

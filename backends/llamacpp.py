@@ -13,6 +13,7 @@ each streamed answer, so the runner opens a new one per request (TTFT includes a
 llama-cpp-python (`python -m llama_cpp.server`): no ignore_eos, so the EOS tokens get a -inf
 logit_bias (give them in backend.eos_token_ids); no usage in streams, no /health, no /metrics.
 """
+
 from __future__ import annotations
 
 from backends.base import Backend, python_module
@@ -36,13 +37,15 @@ class LlamaServerBackend(Backend):
         return body
 
     def launch_command(self, port: int, model: str) -> list[str]:
-        return ["llama-server", "--host", "127.0.0.1", "--port", str(port), "-m", model,
-                "--metrics", "--cont-batching"]
+        return ["llama-server", "--host", "127.0.0.1", "--port", str(port), "-m", model, "--metrics", "--cont-batching"]
 
     def sizing_args(self, sizing) -> list[tuple[tuple[str, ...], str]]:
         # -c is the context of all slots together: each of the --parallel slots gets c / parallel
-        return [(("-t", "--threads"), str(sizing.threads)), (("-np", "--parallel"), str(sizing.slots)),
-                (("-c", "--ctx-size"), str(sizing.slots * sizing.tokens_per_slot))]
+        return [
+            (("-t", "--threads"), str(sizing.threads)),
+            (("-np", "--parallel"), str(sizing.slots)),
+            (("-c", "--ctx-size"), str(sizing.slots * sizing.tokens_per_slot)),
+        ]
 
 
 class LlamaCppPythonBackend(Backend):
@@ -56,12 +59,22 @@ class LlamaCppPythonBackend(Backend):
         body = build_request_body(api, model, max_tokens, prompt, messages, ignore_eos=False)
         if ignore_eos:
             if not self.eos_token_ids:
-                raise ValueError("backend.eos_token_ids: llama-cpp-python has no ignore_eos; give the model's "
-                                 "end-of-sequence token ids (SmolLM2: [0, 2]) or set workload.ignore_eos: false")
+                raise ValueError(
+                    "backend.eos_token_ids: llama-cpp-python has no ignore_eos; give the model's "
+                    "end-of-sequence token ids (SmolLM2: [0, 2]) or set workload.ignore_eos: false"
+                )
             body["logit_bias"] = {str(i): -100.0 for i in self.eos_token_ids}  # never sampled
         return body
 
     def launch_command(self, port: int, model: str) -> list[str]:
         # --interrupt_requests defaults to True: a new request would cut off the one in flight
-        return python_module("llama_cpp.server") + ["--model", model, "--host", "127.0.0.1", "--port", str(port),
-                                                    "--interrupt_requests", "False"]
+        return python_module("llama_cpp.server") + [
+            "--model",
+            model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--interrupt_requests",
+            "False",
+        ]

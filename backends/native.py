@@ -4,6 +4,7 @@ Its final stream chunk carries `timings` (queue_ms, prefill_ms, decode_ms, cache
 native_engine/llm_engine.py request_timings), kept as the record's server_timings. With
 backend.trace a launched engine gets --step-trace, and GET /step_trace gives every step.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,7 +17,7 @@ class NativeBackend(Backend):
     description = "the built-in engine (python -m native_engine serve)"
     prefix_cache_reset_path = "/reset_prefix_cache"
     step_trace_path = "/step_trace"
-    replicas_path = "/replicas"   # `serve --data-parallel N`: the router lists its engine replicas there
+    replicas_path = "/replicas"  # `serve --data-parallel N`: the router lists its engine replicas there
 
     def launch_command(self, port: int, model: str) -> list[str]:
         # `model` is the served name here; the weights file goes in launch.args (--model PATH)

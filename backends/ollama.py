@@ -12,6 +12,7 @@ first token), ParsedStream.reasoning_tokens says how many there were and first_a
 the answer began; the text is only the answer. No Prometheus page. Launch: `ollama serve` on OLLAMA_HOST, then POST /api/pull of the model
 (what `ollama pull` does) and an empty generate that loads it (what `ollama run` does).
 """
+
 from __future__ import annotations
 
 from backends.base import Backend, http_post, json_lines

@@ -3,6 +3,7 @@
 The runner keeps the raw bytes of each network read with its arrival time and hands
 them here only after the stream has ended, so parsing never delays a timestamp.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,7 +57,7 @@ def build_request_body(
 
 @dataclass
 class ParsedStream:
-    token_times_ns: list[int] = field(default_factory=list)   # one per token-bearing chunk
+    token_times_ns: list[int] = field(default_factory=list)  # one per token-bearing chunk
     tokens_per_chunk: list[int] = field(default_factory=list)  # same length as token_times_ns
     text: str = ""
     usage_completion_tokens: int | None = None
@@ -163,8 +164,10 @@ def check_event_shape(obj: dict) -> None:
 
 
 def _malformed(field: str, value, expected: str):
-    raise StreamError("malformed_event", f"{field} is {str(value)[:80]!r}, not {expected}: the server's stream is not "
-                                         "in the OpenAI format")
+    raise StreamError(
+        "malformed_event",
+        f"{field} is {str(value)[:80]!r}, not {expected}: the server's stream is not in the OpenAI format",
+    )
 
 
 def _loads_one(payload: bytes):

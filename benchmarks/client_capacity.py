@@ -7,6 +7,7 @@ and the pooled figure `workers: auto` would size from.
 The capacity file is a temporary one unless --record (then the user's cache, or BENCH_CLIENT_CAPACITY_FILE):
 with --record this is a calibration that later runs on this machine size from.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,27 +41,37 @@ def main() -> None:
         for r in range(args.rounds):
             for stamps in args.stamps:
                 path = work / f"{stamps}{r}.yaml"
-                path.write_text(f"name: cap\nbackend: {{kind: openai, url: '{gt.url}', model: gt, stamps: {stamps}}}\n"
-                                f"workload: {{kind: random, input_tokens: 8, output_tokens: {args.tokens}}}\n"
-                                f"load: {{arrival: closed, concurrency: {args.concurrency}, "
-                                f"num_requests: {args.requests}, workers: 1}}\n")
+                path.write_text(
+                    f"name: cap\nbackend: {{kind: openai, url: '{gt.url}', model: gt, stamps: {stamps}}}\n"
+                    f"workload: {{kind: random, input_tokens: 8, output_tokens: {args.tokens}}}\n"
+                    f"load: {{arrival: closed, concurrency: {args.concurrency}, "
+                    f"num_requests: {args.requests}, workers: 1}}\n"
+                )
                 result = run_scenario(load_scenario(path), work / f"{stamps}{r}")
                 m, s = result.summary["client_capacity_measured"], result.summary
                 if m is None:
-                    print(f"{stamps:6s} round {r}: not kept, the client used {s['client_cpu_s']:.2f} CPU-s over "
-                          f"{s['window_s']:.1f} s (under {MIN_BUSY_CORES:g} of a core): more --concurrency", flush=True)
+                    print(
+                        f"{stamps:6s} round {r}: not kept, the client used {s['client_cpu_s']:.2f} CPU-s over "
+                        f"{s['window_s']:.1f} s (under {MIN_BUSY_CORES:g} of a core): more --concurrency",
+                        flush=True,
+                    )
                     continue
-                print(f"{stamps:6s} round {r}: {m['tokens']:,} tokens, {m['cpu_s']:.2f} CPU-s over "
-                      f"{s['window_s']:.1f} s ({s['throughput']['output_tokens_per_s']:,.0f} tokens/s): "
-                      f"{m['tokens_per_cpu_s']:,.0f} tokens per CPU-second", flush=True)
+                print(
+                    f"{stamps:6s} round {r}: {m['tokens']:,} tokens, {m['cpu_s']:.2f} CPU-s over "
+                    f"{s['window_s']:.1f} s ({s['throughput']['output_tokens_per_s']:,.0f} tokens/s): "
+                    f"{m['tokens_per_cpu_s']:,.0f} tokens per CPU-second",
+                    flush=True,
+                )
     for stamps in args.stamps:
         capacity = load_capacity(stamps, [])
         if capacity.tokens_per_cpu_s is None:
             print(f"{stamps}: no run kept: `workers: auto` stays on the planning figure")
             continue
-        print(f"{stamps}: pooled {capacity.tokens_per_cpu_s:,.0f} tokens per CPU-second over {capacity.measurements} "
-              f"run(s) -> auto plans {capacity.tokens_per_s_per_worker:,.0f} tokens/s per process "
-              f"({WORKER_CPU_SHARE:g} of a core)")
+        print(
+            f"{stamps}: pooled {capacity.tokens_per_cpu_s:,.0f} tokens per CPU-second over {capacity.measurements} "
+            f"run(s) -> auto plans {capacity.tokens_per_s_per_worker:,.0f} tokens/s per process "
+            f"({WORKER_CPU_SHARE:g} of a core)"
+        )
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ worker's copy out, the decode worker's copy in, from each request's server timin
 
   PYTHONPATH=. flock /tmp/bench.lock python benchmarks/disaggregation.py [--rounds 2] [--out DIR]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,7 +53,7 @@ DEPLOYMENTS = {
     "disaggregated-floating": ["--disaggregate", "prefill=1,decode=1"],
 }
 STREAM_PROMPT_TOKENS = 64
-BLOCK = 16   # trace_block_size: each hash id one block of distinct tokens, so no prompt shares a prefix
+BLOCK = 16  # trace_block_size: each hash id one block of distinct tokens, so no prompt shares a prefix
 
 
 def write_trace(path: Path, streams: int, stream_tokens: int, long_prompts: list[int], gap_s: float) -> None:
@@ -61,8 +62,14 @@ def write_trace(path: Path, streams: int, stream_tokens: int, long_prompts: list
     arrivals += [(1.5 + i * gap_s, n, 8) for i, n in enumerate(long_prompts)]
     for t_s, n_in, n_out in arrivals:
         n_blocks = -(-n_in // BLOCK)
-        rows.append({"timestamp": int(t_s * 1000), "input_length": n_in, "output_length": n_out,
-                     "hash_ids": list(range(next_id, next_id + n_blocks))})
+        rows.append(
+            {
+                "timestamp": int(t_s * 1000),
+                "input_length": n_in,
+                "output_length": n_out,
+                "hash_ids": list(range(next_id, next_id + n_blocks)),
+            }
+        )
         next_id += n_blocks
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
@@ -76,7 +83,8 @@ def write_scenario(path: Path, name: str, trace: Path, colocated_threads: int) -
         "workload: {kind: random, ignore_eos: true}\n"
         f"load: {{arrival: trace, trace: '{trace}', trace_block_size: {BLOCK}, workers: 1}}\n"
         "telemetry: {interval_ms: 500, gpu: false}\n"
-        "seed: 0\n")
+        "seed: 0\n"
+    )
 
 
 def figures(run_dir: Path) -> dict:
@@ -86,18 +94,30 @@ def figures(run_dir: Path) -> dict:
     longs = [r for r in records if r.ok and r.prompt_tokens > 2 * STREAM_PROMPT_TOKENS]
     itl_ms = np.concatenate([np.diff(r.token_times_s) for r in streams]) * 1e3
     ttft_ms = np.array([r.token_times_s[0] - r.actual_send_s for r in longs]) * 1e3
-    out = {"failed": len(failed), "streams": len(streams), "long": len(longs),
-           "itl_p50_ms": float(np.percentile(itl_ms, 50)), "itl_p99_ms": float(np.percentile(itl_ms, 99)),
-           "itl_max_ms": float(itl_ms.max()), "ttft_long_mean_ms": float(ttft_ms.mean()),
-           "ttft_long_max_ms": float(ttft_ms.max())}
+    out = {
+        "failed": len(failed),
+        "streams": len(streams),
+        "long": len(longs),
+        "itl_p50_ms": float(np.percentile(itl_ms, 50)),
+        "itl_p99_ms": float(np.percentile(itl_ms, 99)),
+        "itl_max_ms": float(itl_ms.max()),
+        "ttft_long_mean_ms": float(ttft_ms.mean()),
+        "ttft_long_max_ms": float(ttft_ms.max()),
+    }
     if any("kv_transfer_bytes" in r.server_timings for r in longs):
         # handoff_ms: what the client waited past the prefill worker's queue and prefill: the copies, the
         # HTTP hops, and the decode worker's next step boundary
-        out["kv_per_long_prompt"] = [{"prompt_tokens": t["prompt_n"] + t["cache_n"], "bytes": t["kv_transfer_bytes"],
-                                      "export_ms": t["kv_export_ms"], "import_ms": t["kv_import_ms"],
-                                      "handoff_ms": round(ttft - t["queue_ms"] - t["prefill_ms"], 1)}
-                                     for t, ttft in zip((r.server_timings for r in longs), ttft_ms)
-                                     if "kv_transfer_bytes" in t]
+        out["kv_per_long_prompt"] = [
+            {
+                "prompt_tokens": t["prompt_n"] + t["cache_n"],
+                "bytes": t["kv_transfer_bytes"],
+                "export_ms": t["kv_export_ms"],
+                "import_ms": t["kv_import_ms"],
+                "handoff_ms": round(ttft - t["queue_ms"] - t["prefill_ms"], 1),
+            }
+            for t, ttft in zip((r.server_timings for r in longs), ttft_ms)
+            if "kv_transfer_bytes" in t
+        ]
     return out
 
 
@@ -119,7 +139,7 @@ def main() -> None:
     names = list(DEPLOYMENTS)
     results: dict[str, list[dict]] = {n: [] for n in names}
     for round_index in range(a.rounds):
-        order = names[round_index % len(names):] + names[:round_index % len(names)]
+        order = names[round_index % len(names) :] + names[: round_index % len(names)]
         for name in order:
             scenario_path = out / f"{name}.yaml"
             write_scenario(scenario_path, name, trace, a.colocated_threads)
@@ -129,25 +149,35 @@ def main() -> None:
             print(f"round {round_index} {name}: {json.dumps(results[name][-1])}", flush=True)
     uptime.append(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     print(f"\nuptime before: {uptime[0]}\nuptime after:  {uptime[1]}\nruns in {out}\n")
-    print(f"{'deployment':20} {'ITL p50':>8} {'ITL p99':>8} {'ITL max':>8} {'TTFT long mean':>15} {'TTFT long max':>14}"
-          "   (ms; median over rounds)")
+    print(
+        f"{'deployment':20} {'ITL p50':>8} {'ITL p99':>8} {'ITL max':>8} {'TTFT long mean':>15} {'TTFT long max':>14}"
+        "   (ms; median over rounds)"
+    )
     for name in names:
-        med = {k: float(np.median([r[k] for r in results[name]])) for k in
-               ("itl_p50_ms", "itl_p99_ms", "itl_max_ms", "ttft_long_mean_ms", "ttft_long_max_ms")}
-        print(f"{name:20} {med['itl_p50_ms']:8.0f} {med['itl_p99_ms']:8.0f} {med['itl_max_ms']:8.0f} "
-              f"{med['ttft_long_mean_ms']:15.0f} {med['ttft_long_max_ms']:14.0f}")
+        med = {
+            k: float(np.median([r[k] for r in results[name]]))
+            for k in ("itl_p50_ms", "itl_p99_ms", "itl_max_ms", "ttft_long_mean_ms", "ttft_long_max_ms")
+        }
+        print(
+            f"{name:20} {med['itl_p50_ms']:8.0f} {med['itl_p99_ms']:8.0f} {med['itl_max_ms']:8.0f} "
+            f"{med['ttft_long_mean_ms']:15.0f} {med['ttft_long_max_ms']:14.0f}"
+        )
     base = {k: np.median([r[k] for r in results["colocated-chunked"]]) for k in ("itl_p99_ms", "ttft_long_mean_ms")}
     for name in names:
         p99 = np.median([r["itl_p99_ms"] for r in results[name]]) / base["itl_p99_ms"]
         ttft = np.median([r["ttft_long_mean_ms"] for r in results[name]]) / base["ttft_long_mean_ms"]
         print(f"  {name:20} ITL p99 x{p99:.2f}, TTFT(long) mean x{ttft:.2f} of colocated-chunked (per-round medians)")
-    print("\nKV handoff per long prompt (both disaggregated deployments, every round; handoff = TTFT - the "
-          "prefill worker's queue and prefill):")
+    print(
+        "\nKV handoff per long prompt (both disaggregated deployments, every round; handoff = TTFT - the "
+        "prefill worker's queue and prefill):"
+    )
     for r in results["disaggregated"] + results["disaggregated-floating"]:
         for kv in r.get("kv_per_long_prompt", []):
-            print(f"  {kv['prompt_tokens']:5d} tokens  {kv['bytes'] / 2**20:6.1f} MiB  "
-                  f"export {kv['export_ms']:6.1f} ms  "
-                  f"import {kv['import_ms']:6.1f} ms  handoff {kv['handoff_ms']:6.0f} ms")
+            print(
+                f"  {kv['prompt_tokens']:5d} tokens  {kv['bytes'] / 2**20:6.1f} MiB  "
+                f"export {kv['export_ms']:6.1f} ms  "
+                f"import {kv['import_ms']:6.1f} ms  handoff {kv['handoff_ms']:6.0f} ms"
+            )
     (out / "figures.json").write_text(json.dumps({"uptime": uptime, "results": results}, indent=1))
 
 

@@ -13,6 +13,7 @@ Servers run as subprocesses (`python -m native_engine serve`) so the client's ev
 not share a GIL with the engine. Run (timings: under the shared lock):
   flock /tmp/bench.lock python benchmarks/engine.py [--only a,b] [--quick] [--threads 2]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,11 +33,13 @@ import numpy as np
 
 from harness.launcher import free_port
 
-WORDS = ("paged attention keeps the kv cache in blocks so requests share memory and the scheduler "
-         "batches every step while long prompts are split into chunks").split()
+WORDS = (
+    "paged attention keeps the kv cache in blocks so requests share memory and the scheduler "
+    "batches every step while long prompts are split into chunks"
+).split()
 
 
-SERVER_FLAGS: list[str] = []   # given to every server (from --blas-threads)
+SERVER_FLAGS: list[str] = []  # given to every server (from --blas-threads)
 
 
 def text_of(n_words: int, offset: int = 0) -> str:
@@ -59,8 +62,8 @@ def decode_step_times(engine) -> tuple[list[float], list[float]]:
 
 
 def single_stream(output_tokens: int, blas_threads: int, runtime: str = "numpy") -> dict:
-    from native_engine.llm_engine import EngineConfig, LLMEngine
     from native_engine.blas import measure_read_bandwidth_gbs, set_blas_threads
+    from native_engine.llm_engine import EngineConfig, LLMEngine
     from native_engine.sequence import SamplingParams
 
     if blas_threads:
@@ -71,7 +74,7 @@ def single_stream(output_tokens: int, blas_threads: int, runtime: str = "numpy")
     prompt = engine.tokenizer.encode(text_of(20))
     engine.generate([prompt], SamplingParams(max_tokens=4, temperature=0.0))  # warm up
     engine.add_request("a", prompt, SamplingParams(max_tokens=output_tokens, temperature=0.0, ignore_eos=True))
-    engine.step()                                        # the prefill step, not timed
+    engine.step()  # the prefill step, not timed
     step_s, bytes_read = [], []
     while engine.has_work():
         start = time.perf_counter()
@@ -80,27 +83,38 @@ def single_stream(output_tokens: int, blas_threads: int, runtime: str = "numpy")
         bytes_read.append(engine.runner.last_step_bytes_read)
     # Engine overhead (scheduling, sampling, detokenizing) next to the forward pass, at batch 64.
     for i in range(64):
-        engine.add_request(f"b{i}", engine.tokenizer.encode(text_of(20, i)),
-                           SamplingParams(max_tokens=16, temperature=0.8, top_p=0.95, seed=i, ignore_eos=True))
+        engine.add_request(
+            f"b{i}",
+            engine.tokenizer.encode(text_of(20, i)),
+            SamplingParams(max_tokens=16, temperature=0.8, top_p=0.95, seed=i, ignore_eos=True),
+        )
     batch_step_s, batch_forward_s = decode_step_times(engine)
     bandwidth_gbs = measure_read_bandwidth_gbs(engine.runner.weight_bytes)
     decode_tok_s = len(step_s) / sum(step_s)
     roofline_tok_s = bandwidth_gbs * 1e9 / float(np.mean(bytes_read))
-    return {"decode_tok_s": round(decode_tok_s, 1), "bytes_read_per_step_mb": round(np.mean(bytes_read) / 1e6, 1),
-            "read_bandwidth_gbs": round(bandwidth_gbs, 1), "roofline_tok_s": round(roofline_tok_s, 1),
-            "fraction_of_roofline": round(decode_tok_s / roofline_tok_s, 2), "steps": len(step_s),
-            "batch64_step_ms": round(1000 * float(np.median(batch_step_s)), 1),
-            "batch64_engine_overhead_ms": round(1000 * float(np.median(np.subtract(batch_step_s, batch_forward_s))), 1)}
+    return {
+        "decode_tok_s": round(decode_tok_s, 1),
+        "bytes_read_per_step_mb": round(np.mean(bytes_read) / 1e6, 1),
+        "read_bandwidth_gbs": round(bandwidth_gbs, 1),
+        "roofline_tok_s": round(roofline_tok_s, 1),
+        "fraction_of_roofline": round(decode_tok_s / roofline_tok_s, 2),
+        "steps": len(step_s),
+        "batch64_step_ms": round(1000 * float(np.median(batch_step_s)), 1),
+        "batch64_engine_overhead_ms": round(1000 * float(np.median(np.subtract(batch_step_s, batch_forward_s))), 1),
+    }
 
 
 # ---- HTTP server and client ----------------------------------------------------------------
 @contextlib.asynccontextmanager
 async def server(*flags: str):
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "native_engine", "serve", "--port", str(port), *SERVER_FLAGS, *flags],
-                            stdout=subprocess.PIPE, text=True)   # stderr: a failed start says why
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "native_engine", "serve", "--port", str(port), *SERVER_FLAGS, *flags],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # stderr: a failed start says why
     try:
-        proc.stdout.readline()   # the "serving on" line: model loaded, socket bound
+        proc.stdout.readline()  # the "serving on" line: model loaded, socket bound
         yield f"http://127.0.0.1:{port}", proc
     finally:
         stop(proc)
@@ -108,7 +122,7 @@ async def server(*flags: str):
 
 def stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGCONT)   # a paused process cannot act on SIGTERM
+        os.kill(proc.pid, signal.SIGCONT)  # a paused process cannot act on SIGTERM
     proc.terminate()
     proc.wait(timeout=30)
 
@@ -119,14 +133,32 @@ async def llama_server(binary: str, parallel: int, threads: int):
     from native_engine.model_files import resolve_model
 
     port = free_port()
-    proc = subprocess.Popen([binary, "-m", str(resolve_model("smollm2")), "--host", "127.0.0.1", "--port", str(port),
-                             "--parallel", str(parallel), "--cont-batching", "-t", str(threads),
-                             "-c", str(512 * parallel), "-a", "smollm2"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            binary,
+            "-m",
+            str(resolve_model("smollm2")),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--parallel",
+            str(parallel),
+            "--cont-batching",
+            "-t",
+            str(threads),
+            "-c",
+            str(512 * parallel),
+            "-a",
+            "smollm2",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as http:
-            for _ in range(600):                          # /health answers 503 while the model loads
+            for _ in range(600):  # /health answers 503 while the model loads
                 if proc.poll() is not None:
                     raise RuntimeError(f"{binary} exited with status {proc.returncode} before it was healthy")
                 with contextlib.suppress(aiohttp.ClientError):
@@ -139,14 +171,21 @@ async def llama_server(binary: str, parallel: int, threads: int):
         stop(proc)
 
 
-async def stream_request(http: aiohttp.ClientSession, url: str, prompt: str, max_tokens: int,
-                         started: list | None = None) -> dict:
+async def stream_request(
+    http: aiohttp.ClientSession, url: str, prompt: str, max_tokens: int, started: list | None = None
+) -> dict:
     """One streamed completion: arrival times of its content chunks and its token count.
 
     started, if given, gets an entry when the first token arrives.
     """
-    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     start = time.perf_counter()
     chunk_s, tokens = [], 0
     async with http.post(url + "/v1/completions", json=body) as resp:
@@ -155,7 +194,7 @@ async def stream_request(http: aiohttp.ClientSession, url: str, prompt: str, max
             if not line.startswith(b"data: {"):
                 continue
             event = json.loads(line[6:])
-            if any(choice.get("text") for choice in event["choices"]):   # token-bearing, not the final empty one
+            if any(choice.get("text") for choice in event["choices"]):  # token-bearing, not the final empty one
                 chunk_s.append(time.perf_counter())
                 if started is not None and len(chunk_s) == 1:
                     started.append(1)
@@ -170,10 +209,12 @@ async def run_clients(url: str, jobs: list[tuple[str, int]], concurrency: int) -
     queue = list(reversed(jobs))
     results = []
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600)) as http:
+
         async def client():
             while queue:
                 prompt, max_tokens = queue.pop()
                 results.append(await stream_request(http, url, prompt, max_tokens))
+
         await asyncio.gather(*[client() for _ in range(concurrency)])
     return results
 
@@ -181,16 +222,25 @@ async def run_clients(url: str, jobs: list[tuple[str, int]], concurrency: int) -
 def summarize(results: list[dict]) -> dict:
     span_s = max(r["end"] for r in results) - min(r["start"] for r in results)
     itl = [x for r in results for x in r["itl_s"]]
-    return {"requests": len(results), "output_tok_s": round(sum(r["tokens"] for r in results) / span_s, 1),
-            "ttft_p50_ms": round(1000 * float(np.median([r["ttft_s"] for r in results])), 1),
-            "itl_p50_ms": round(1000 * float(np.percentile(itl, 50)), 1) if itl else None,
-            "itl_p99_ms": round(1000 * float(np.percentile(itl, 99)), 1) if itl else None,
-            "e2e_mean_s": round(float(np.mean([r["end"] - r["start"] for r in results])), 2)}
+    return {
+        "requests": len(results),
+        "output_tok_s": round(sum(r["tokens"] for r in results) / span_s, 1),
+        "ttft_p50_ms": round(1000 * float(np.median([r["ttft_s"] for r in results])), 1),
+        "itl_p50_ms": round(1000 * float(np.percentile(itl, 50)), 1) if itl else None,
+        "itl_p99_ms": round(1000 * float(np.percentile(itl, 99)), 1) if itl else None,
+        "e2e_mean_s": round(float(np.mean([r["end"] - r["start"] for r in results])), 2),
+    }
 
 
 # ---- (b)-(e) -------------------------------------------------------------------------------
-async def concurrency_sweep(levels: list[int], output_tokens: int, llama_server_binary: str | None,
-                            runtimes: tuple[str, ...] = ("numpy",), threads: int = 2, rounds: int = 3) -> dict:
+async def concurrency_sweep(
+    levels: list[int],
+    output_tokens: int,
+    llama_server_binary: str | None,
+    runtimes: tuple[str, ...] = ("numpy",),
+    threads: int = 2,
+    rounds: int = 3,
+) -> dict:
     """Total output tok/s at each level for each native runtime ('numpy', or 'torch:int8' style names) and
     llama-server's on the same GGUF, jobs and threads. All servers start at once, all paused (SIGSTOP) but
     the one measured. At each level every engine takes `rounds` short turns, round-robin (the order
@@ -199,8 +249,16 @@ async def concurrency_sweep(levels: list[int], output_tokens: int, llama_server_
     starts = {}
     for name in runtimes:
         runtime, _, dtype = name.partition(":")
-        flags = ["--max-num-seqs", str(max(levels)), "--runtime", runtime, "--dtype", dtype or "int4",
-                 "--kv-cache-tokens", "16384"]   # room for 64 streams; the default's 1.5 GB x 3 servers is not needed
+        flags = [
+            "--max-num-seqs",
+            str(max(levels)),
+            "--runtime",
+            runtime,
+            "--dtype",
+            dtype or "int4",
+            "--kv-cache-tokens",
+            "16384",
+        ]  # room for 64 streams; the default's 1.5 GB x 3 servers is not needed
         starts[f"native_{runtime}" + (f"_{dtype}" if dtype else "")] = lambda flags=flags: server(*flags)
     if llama_server_binary:
         starts["llama_server"] = lambda: llama_server(llama_server_binary, max(levels), threads)
@@ -209,7 +267,7 @@ async def concurrency_sweep(levels: list[int], output_tokens: int, llama_server_
         engines = {}
         for name, start in starts.items():
             url, proc = await stack.enter_async_context(start())
-            await run_clients(url, [(text_of(8), 4)], 1)    # warm up, then wait paused
+            await run_clients(url, [(text_of(8), 4)], 1)  # warm up, then wait paused
             os.kill(proc.pid, signal.SIGSTOP)
             engines[name] = (url, proc)
         names = list(engines)
@@ -219,10 +277,10 @@ async def concurrency_sweep(levels: list[int], output_tokens: int, llama_server_
             results: dict[str, list] = {name: [] for name in names}
             for r in range(rounds):
                 tok_s = {}
-                for name in names[r % len(names):] + names[:r % len(names)]:
+                for name in names[r % len(names) :] + names[: r % len(names)]:
                     url, proc = engines[name]
                     os.kill(proc.pid, signal.SIGCONT)
-                    await run_clients(url, [(text_of(8), 2)], 1)   # woken and serving
+                    await run_clients(url, [(text_of(8), 2)], 1)  # woken and serving
                     got = await run_clients(url, jobs, n)
                     os.kill(proc.pid, signal.SIGSTOP)
                     results[name].append(got)
@@ -233,7 +291,9 @@ async def concurrency_sweep(levels: list[int], output_tokens: int, llama_server_
             if "llama_server" in engines:
                 level["tok_s_over_llama_server"] = {
                     name: round(float(np.median([t[name] / t["llama_server"] for t in per_round])), 2)
-                    for name in names if name != "llama_server"}
+                    for name in names
+                    if name != "llama_server"
+                }
             out[f"streams_{n}"] = level
             print(json.dumps({f"streams_{n}": level}), flush=True)
     out["uptime_after"] = uptime()
@@ -269,13 +329,16 @@ async def chunked_prefill(n_running: int, n_long: int, long_words: int, running_
         async with server(*flags) as (url, _):
             async with aiohttp.ClientSession() as http:
                 started = []
-                running = [asyncio.create_task(stream_request(http, url, text_of(10, i), running_tokens, started))
-                           for i in range(n_running)]
-                while sum(started) < n_running:          # long prompts arrive while the streams decode
+                running = [
+                    asyncio.create_task(stream_request(http, url, text_of(10, i), running_tokens, started))
+                    for i in range(n_running)
+                ]
+                while sum(started) < n_running:  # long prompts arrive while the streams decode
                     await asyncio.sleep(0.1)
                 await asyncio.sleep(1.0)
-                longs = [asyncio.create_task(stream_request(http, url, text_of(long_words, 7 * i), 4))
-                         for i in range(n_long)]
+                longs = [
+                    asyncio.create_task(stream_request(http, url, text_of(long_words, 7 * i), 4)) for i in range(n_long)
+                ]
                 results = await asyncio.gather(*running)
                 long_results = await asyncio.gather(*longs)
             out[name] = {**summarize(results), "long_prompt_ttft_p50_ms": summarize(long_results)["ttft_p50_ms"]}
@@ -307,38 +370,58 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="a,b,c,d,e", help="comma-separated parts to run")
     parser.add_argument("--quick", action="store_true", help="smaller workloads, for a smoke run")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
-                        help="threads of every server in (b)-(e): OpenBLAS's (numpy), torch's, llama-server's -t "
-                             "(default: one per core)")
-    parser.add_argument("--llama-server", default=default_llama_server(),
-                        help="llama-server binary for the side-by-side in (b); default: the cached build of "
-                             "benchmarks/build_llama_server.sh, if any ('' to skip)")
-    parser.add_argument("--runtimes", default="numpy,torch:int4,torch:int8,torch:bf16"
-                        if importlib.util.find_spec("torch") else "numpy",
-                        help="native runtimes to compare in (a) and (b), comma-separated, torch as torch:DTYPE, "
-                             "auto as auto (it picks at start-up; its log says which) "
-                             "(default: numpy, and torch int4, int8 and bf16 when installed)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="threads of every server in (b)-(e): OpenBLAS's (numpy), torch's, llama-server's -t "
+        "(default: one per core)",
+    )
+    parser.add_argument(
+        "--llama-server",
+        default=default_llama_server(),
+        help="llama-server binary for the side-by-side in (b); default: the cached build of "
+        "benchmarks/build_llama_server.sh, if any ('' to skip)",
+    )
+    parser.add_argument(
+        "--runtimes",
+        default="numpy,torch:int4,torch:int8,torch:bf16" if importlib.util.find_spec("torch") else "numpy",
+        help="native runtimes to compare in (a) and (b), comma-separated, torch as torch:DTYPE, "
+        "auto as auto (it picks at start-up; its log says which) "
+        "(default: numpy, and torch int4, int8 and bf16 when installed)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="(b): turns of each engine per level")
-    parser.add_argument("--levels", help="(b): concurrent streams, comma-separated (default 1,8,32,64; --quick 1,8); "
-                        "e.g. --only b --runtimes numpy,auto --levels 1,64: what auto chose against numpy")
+    parser.add_argument(
+        "--levels",
+        help="(b): concurrent streams, comma-separated (default 1,8,32,64; --quick 1,8); "
+        "e.g. --only b --runtimes numpy,auto --levels 1,64: what auto chose against numpy",
+    )
     parser.add_argument("--output-tokens", type=int, help="(b): tokens per request (default 64; --quick 16)")
     args = parser.parse_args()
     SERVER_FLAGS.extend(["--blas-threads", str(args.threads)])
     parts, q = set(args.only.split(",")), args.quick
     report = {}
     if "a" in parts:
-        report["a_single_stream"] = {name: single_stream(32 if q else 128, args.threads, name)
-                                     for name in args.runtimes.split(",")}
+        report["a_single_stream"] = {
+            name: single_stream(32 if q else 128, args.threads, name) for name in args.runtimes.split(",")
+        }
         print(json.dumps({"a_single_stream": report["a_single_stream"]}), flush=True)
     levels = [int(n) for n in args.levels.split(",")] if args.levels else [1, 8] if q else [1, 8, 32, 64]
-    runs = {"b_concurrency": lambda: concurrency_sweep(levels, args.output_tokens or (16 if q else 64),
-                                                        args.llama_server or None,
-                                                        tuple(args.runtimes.split(",")), args.threads,
-                                                        2 if q else args.rounds),
-            "c_batching": lambda: batching_modes(8 if q else 64, 4 if q else 16, 48 if q else 192),
-            "d_chunked_prefill": lambda: chunked_prefill(4 if q else 8, 2 if q else 4, 300 if q else 1200,
-                                                         48 if q else 160),
-            "e_prefix_caching": lambda: prefix_caching(6 if q else 16, 300 if q else 800)}
+    runs = {
+        "b_concurrency": lambda: concurrency_sweep(
+            levels,
+            args.output_tokens or (16 if q else 64),
+            args.llama_server or None,
+            tuple(args.runtimes.split(",")),
+            args.threads,
+            2 if q else args.rounds,
+        ),
+        "c_batching": lambda: batching_modes(8 if q else 64, 4 if q else 16, 48 if q else 192),
+        "d_chunked_prefill": lambda: chunked_prefill(
+            4 if q else 8, 2 if q else 4, 300 if q else 1200, 48 if q else 160
+        ),
+        "e_prefix_caching": lambda: prefix_caching(6 if q else 16, 300 if q else 800),
+    }
     for key, run in runs.items():
         if key[0] in parts:
             report[key] = asyncio.run(run())

@@ -46,11 +46,12 @@ reaches the client 0.6-0.8 ms after its step ends at 1 stream, 3-5 ms at 64 (the
 while the engine thread runs the next step's Python: schedule and the runner's plan). Not engine overhead but
 inside forward_ms: the runner's _plan costs ~1.8 ms a step at 64 streams (0.02 ms at 1).
 """
+
 from __future__ import annotations
 
 import argparse
-import bisect
 import asyncio
+import bisect
 import contextlib
 import json
 import os
@@ -64,7 +65,7 @@ import time
 import aiohttp
 import numpy as np
 
-PROMPT_IDS = [1, 9690, 28, 314, 253, 1345, 2777, 30]   # 8 tokens; the text of the HTTP prompt is below
+PROMPT_IDS = [1, 9690, 28, 314, 253, 1345, 2777, 30]  # 8 tokens; the text of the HTTP prompt is below
 PROMPT_TEXT = "Tell me a long story about a little robot"
 
 
@@ -75,22 +76,25 @@ def uptime() -> str:
 # ---- in process (a child per tree, so each imports its own native_engine) ----------------------
 def in_process(runtime: str, streams: dict[int, int], threads: int) -> dict:
     """streams: output tokens per stream at each number of streams."""
-    from engine import decode_step_times   # benchmarks/engine.py, beside this file
+    from engine import decode_step_times  # benchmarks/engine.py, beside this file
+
     from native_engine.llm_engine import EngineConfig, LLMEngine
     from native_engine.sequence import SamplingParams
 
     runtime, _, dtype = runtime.partition(":")
     engine = LLMEngine(EngineConfig(kv_cache_tokens=16384, runtime=runtime, dtype=dtype or "int8", threads=threads))
-    engine.generate([PROMPT_IDS], SamplingParams(max_tokens=4, temperature=0.0))   # warm up
+    engine.generate([PROMPT_IDS], SamplingParams(max_tokens=4, temperature=0.0))  # warm up
     out = {}
     for n, tokens in streams.items():
         params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
         for i in range(n):
             engine.add_request(f"s{n}-{i}", PROMPT_IDS[:-1] + [100 + i], params)
         step_s, forward_s = decode_step_times(engine)
-        step_s, forward_s = step_s[:-1], forward_s[:-1]   # the last step finishes every request: not typical
-        out[f"streams_{n}"] = {"forward_ms": ms(statistics.median(forward_s)),
-                               "overhead_ms": ms(statistics.median(np.subtract(step_s, forward_s)))}
+        step_s, forward_s = step_s[:-1], forward_s[:-1]  # the last step finishes every request: not typical
+        out[f"streams_{n}"] = {
+            "forward_ms": ms(statistics.median(forward_s)),
+            "overhead_ms": ms(statistics.median(np.subtract(step_s, forward_s))),
+        }
     return out
 
 
@@ -99,10 +103,13 @@ def ms(seconds: float) -> float:
 
 
 def in_process_child(tree: str, runtime: str, streams: dict[int, int], threads: int) -> dict:
-    code = (f"import sys, json; sys.path.insert(0, {os.path.abspath(tree)!r}); sys.path.insert(1, {HERE!r}); "
-            f"import engine_overhead as b; print(json.dumps(b.in_process({runtime!r}, {streams!r}, {threads})))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, text=True, check=True,
-                          timeout=600)
+    code = (
+        f"import sys, json; sys.path.insert(0, {os.path.abspath(tree)!r}); sys.path.insert(1, {HERE!r}); "
+        f"import engine_overhead as b; print(json.dumps(b.in_process({runtime!r}, {streams!r}, {threads})))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tree, capture_output=True, text=True, check=True, timeout=600
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -116,11 +123,30 @@ async def server(tree: str, runtime: str, threads: int):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "native_engine", "serve", "--port", str(port), "--runtime", runtime,
-                             "--dtype", dtype or "int8", "--blas-threads", str(threads), "--step-trace",
-                             "--kv-cache-tokens", "16384"], cwd=tree, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "native_engine",
+            "serve",
+            "--port",
+            str(port),
+            "--runtime",
+            runtime,
+            "--dtype",
+            dtype or "int8",
+            "--blas-threads",
+            str(threads),
+            "--step-trace",
+            "--kv-cache-tokens",
+            "16384",
+        ],
+        cwd=tree,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
-        proc.stdout.readline()   # "serving on ...": loaded and bound
+        proc.stdout.readline()  # "serving on ...": loaded and bound
         yield f"http://127.0.0.1:{port}", proc
     finally:
         if proc.poll() is None:
@@ -133,8 +159,14 @@ async def stream(http: aiohttp.ClientSession, url: str, max_tokens: int, i: int)
     """Arrivals of the chunks that carry a choice (perf_counter_ns, the step trace's clock; the last one is
     the finish chunk, the last token's) and the completion's tokens. Chunks are not tokens (text can be held
     back), so intervals are taken per token from usage."""
-    body = {"prompt": f"{PROMPT_TEXT} number {i}", "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "prompt": f"{PROMPT_TEXT} number {i}",
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     arrivals, tokens = [], 0
     async with http.post(url + "/v1/completions", json=body) as resp:
         assert resp.status == 200, await resp.text()
@@ -151,13 +183,13 @@ async def stream(http: aiohttp.ClientSession, url: str, max_tokens: int, i: int)
 
 
 def main_thread_cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/task/{pid}/schedstat") as f:   # ns on a CPU, waiting, timeslices
+    with open(f"/proc/{pid}/task/{pid}/schedstat") as f:  # ns on a CPU, waiting, timeslices
         return int(f.read().split()[0]) / 1e9
 
 
 async def http_turn(url: str, pid: int, n: int, tokens: int) -> dict:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as http:
-        await stream(http, url, 2, 0)                     # woken and serving
+        await stream(http, url, 2, 0)  # woken and serving
         async with http.get(url + "/step_trace") as resp:
             seen = (await resp.json())["steps"]
         cpu0 = main_thread_cpu_s(pid)
@@ -167,27 +199,32 @@ async def http_turn(url: str, pid: int, n: int, tokens: int) -> dict:
             trace = await resp.json()
     fields = trace["fields"]
     col = {name: fields.index(name) for name in ("start_ns", "end_ns", "forward_ns", "prefill_chunks", "decode_seqs")}
-    steps = trace["steps"][len(seen):]
+    steps = trace["steps"][len(seen) :]
     ends_ns = sorted(s[col["end_ns"]] for s in steps)
     itl_s, forward_s, emit_s = [], [], []
-    for chunk_ns, count in arrivals:   # each stream against the steps that ran while it decoded
+    for chunk_ns, count in arrivals:  # each stream against the steps that ran while it decoded
         first_ns, last_ns = chunk_ns[0], chunk_ns[-1]
         itl_s.append((last_ns - first_ns) / (count - 1) / 1e9)
         forward_s.append(np.mean([s[col["forward_ns"]] for s in steps if first_ns < s[col["end_ns"]] <= last_ns]) / 1e9)
         # from the end of the step that made a token to its chunk at the client (the latest step end before it)
         emit_s += [(t - ends_ns[bisect.bisect_right(ends_ns, t) - 1]) / 1e9 for t in chunk_ns]
     decode = [s for s in steps if s[col["decode_seqs"]] == n and not s[col["prefill_chunks"]]]
-    return {"itl_ms": ms(np.mean(itl_s)), "forward_ms": ms(np.mean(forward_s)),
-            "outside_ms": ms(np.mean(np.subtract(itl_s, forward_s))),
-            "in_step_ms": ms(np.median([s[col["end_ns"]] - s[col["start_ns"]] - s[col["forward_ns"]]
-                                        for s in decode]) / 1e9),
-            "between_ms": ms(np.median([b[col["start_ns"]] - a[col["end_ns"]] for a, b in zip(decode, decode[1:])])
-                             / 1e9),
-            "loop_cpu_ms": ms((cpu1 - cpu0) / max(len(steps), 1)), "step_end_to_client_ms": ms(np.median(emit_s))}
+    return {
+        "itl_ms": ms(np.mean(itl_s)),
+        "forward_ms": ms(np.mean(forward_s)),
+        "outside_ms": ms(np.mean(np.subtract(itl_s, forward_s))),
+        "in_step_ms": ms(
+            np.median([s[col["end_ns"]] - s[col["start_ns"]] - s[col["forward_ns"]] for s in decode]) / 1e9
+        ),
+        "between_ms": ms(np.median([b[col["start_ns"]] - a[col["end_ns"]] for a, b in zip(decode, decode[1:])]) / 1e9),
+        "loop_cpu_ms": ms((cpu1 - cpu0) / max(len(steps), 1)),
+        "step_end_to_client_ms": ms(np.median(emit_s)),
+    }
 
 
-async def http_side_by_side(trees: list[str], runtimes: list[str], streams: list[int], tokens: dict[int, int],
-                            threads: int, rounds: int) -> dict:
+async def http_side_by_side(
+    trees: list[str], runtimes: list[str], streams: list[int], tokens: dict[int, int], threads: int, rounds: int
+) -> dict:
     results: dict[str, dict[int, list[dict]]] = {}
     async with contextlib.AsyncExitStack() as stack:
         servers = {}
@@ -201,7 +238,7 @@ async def http_side_by_side(trees: list[str], runtimes: list[str], streams: list
                 results[f"{tree} {runtime}"] = {n: [] for n in streams}
         names = list(servers)
         for r in range(rounds):
-            for name in names[r % len(names):] + names[:r % len(names)]:
+            for name in names[r % len(names) :] + names[: r % len(names)]:
                 url, proc = servers[name]
                 os.kill(proc.pid, signal.SIGCONT)
                 for n in streams:
@@ -209,8 +246,13 @@ async def http_side_by_side(trees: list[str], runtimes: list[str], streams: list
                     results[name][n].append(turn)
                     print(json.dumps({"round": r + 1, "server": name, "streams": n, **turn}), flush=True)
                 os.kill(proc.pid, signal.SIGSTOP)
-    return {name: {f"streams_{n}": {k: round(float(np.median([t[k] for t in turns])), 3) for k in turns[0]}
-                   for n, turns in per_n.items()} for name, per_n in results.items()}
+    return {
+        name: {
+            f"streams_{n}": {k: round(float(np.median([t[k] for t in turns])), 3) for k in turns[0]}
+            for n, turns in per_n.items()
+        }
+        for name, per_n in results.items()
+    }
 
 
 def main() -> None:
@@ -230,13 +272,17 @@ def main() -> None:
     if "in_process" in args.only:
         runs: dict[str, list[dict]] = {f"{t} {r}": [] for t in trees for r in runtimes}
         for k in range(args.rounds):
-            for name in list(runs)[k % len(runs):] + list(runs)[:k % len(runs)]:
+            for name in list(runs)[k % len(runs) :] + list(runs)[: k % len(runs)]:
                 tree, runtime = name.split(" ")
                 runs[name].append(in_process_child(tree, runtime, tokens, args.threads))
                 print(json.dumps({"round": k + 1, "in_process": name, **runs[name][-1]}), flush=True)
-        report["in_process"] = {name: {level: {key: round(float(np.median([t[level][key] for t in turns])), 3)
-                                               for key in turns[0][level]} for level in turns[0]}
-                                for name, turns in runs.items()}
+        report["in_process"] = {
+            name: {
+                level: {key: round(float(np.median([t[level][key] for t in turns])), 3) for key in turns[0][level]}
+                for level in turns[0]
+            }
+            for name, turns in runs.items()
+        }
     if "http" in args.only:
         report["http"] = asyncio.run(http_side_by_side(trees, runtimes, streams, tokens, args.threads, args.rounds))
     report["uptime_after"] = uptime()

@@ -20,6 +20,7 @@ Prints one JSON report (also written to OUT/gate_aa.json after every pair);
 python benchmarks/gate_aa.py --report OUT gates the runs already in OUT again; the same command as
 before with the same OUT resumes a cut-short study (complete pairs are kept).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,7 +46,17 @@ RUNS_PER_SIDE = 4
 def bench_run(url: str, out: Path, seed: int) -> None:
     sets = [f"backend.url={url}", "backend.kind=openai", "backend.launch=null", f"seed={seed}"] + SMALL
     # --overwrite: a resumed, cut-short call reruns into the folders of its unfinished pair
-    cmd = [sys.executable, "-m", "harness", "run", SCENARIO, "--output", str(out), "--allow-client-bound", "--overwrite"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness",
+        "run",
+        SCENARIO,
+        "--output",
+        str(out),
+        "--allow-client-bound",
+        "--overwrite",
+    ]
     for s in sets:
         cmd += ["--set", s]
     print(f"bench run -> {out}", file=sys.stderr, flush=True)
@@ -61,12 +72,16 @@ def runs_in(side: Path) -> int:
 def gate(base: Path, cur: Path) -> dict:
     from reports.gate import compare, exit_code, load_rules
     from reports.repeats import check_same_scenario, load_run_set
+
     b, c = load_run_set(base), load_run_set(cur)
     check_same_scenario(b, c)
     verdicts = compare(b, c, load_rules(Path(RULES)))
-    return {"exit_code": exit_code(verdicts),
-            "metrics": [{"metric": v.name, "verdict": v.verdict, "change": v.change, "ci": [v.ci_low, v.ci_high]}
-                        for v in verdicts]}
+    return {
+        "exit_code": exit_code(verdicts),
+        "metrics": [
+            {"metric": v.name, "verdict": v.verdict, "change": v.change, "ci": [v.ci_low, v.ci_high]} for v in verdicts
+        ],
+    }
 
 
 def run_to_run_spread(sides: list[Path]) -> dict:
@@ -75,6 +90,7 @@ def run_to_run_spread(sides: list[Path]) -> dict:
     from reports.gate import load_rules, samples
     from reports.repeats import load_run_set
     from reports.stats import statistic_fn
+
     rules = load_rules(Path(RULES))
     out = {}
     for name, rule in rules.metrics.items():
@@ -86,9 +102,11 @@ def run_to_run_spread(sides: list[Path]) -> dict:
         flat = np.concatenate([np.asarray(v) for v in per_side]) if per_side else np.zeros(0)
         within = [np.std(v, ddof=1) / np.mean(v) for v in per_side if len(v) > 1 and np.mean(v) > 0]
         if flat.size > 1 and flat.mean() > 0:
-            out[name] = {"mean": round(float(flat.mean()), 3),
-                         "cv_all_runs": round(float(flat.std(ddof=1) / flat.mean()), 3),
-                         "cv_within_side_median": round(float(np.median(within)), 3) if within else None}
+            out[name] = {
+                "mean": round(float(flat.mean()), 3),
+                "cv_all_runs": round(float(flat.std(ddof=1) / flat.mean()), 3),
+                "cv_within_side_median": round(float(np.median(within)), 3) if within else None,
+            }
     return out
 
 
@@ -168,7 +186,7 @@ def main() -> None:
                 # the sides take turns, run by run: a neighbour's job starting or stopping on this shared box
                 # then falls on both sides alike instead of passing for a difference between them
                 turn = [a, b] + ([s] if s else [])
-                for side in (turn if k % 2 == 0 else turn[::-1]):
+                for side in turn if k % 2 == 0 else turn[::-1]:
                     if side == s:
                         throttle.active.set()
                     try:
@@ -206,15 +224,21 @@ def write_report(out: Path, factor: float) -> dict:
             per_metric.setdefault(v["metric"], {}).setdefault(v["verdict"], 0)
             per_metric[v["metric"]][v["verdict"]] += 1
     report = {
-        "runs_per_side": sorted({runs_in(a) for a, _ in pairs}), "requests_per_run": SMALL,
-        "pairs": len(pairs), "false_alarm_pairs": len(false_alarms),
+        "runs_per_side": sorted({runs_in(a) for a, _ in pairs}),
+        "requests_per_run": SMALL,
+        "pairs": len(pairs),
+        "false_alarm_pairs": len(false_alarms),
         "false_alarm_rate": len(false_alarms) / len(pairs) if pairs else None,
-        "aa_verdicts_per_metric": per_metric, "aa_regressions": {i: aa[i] for i in false_alarms},
+        "aa_verdicts_per_metric": per_metric,
+        "aa_regressions": {i: aa[i] for i in false_alarms},
         "run_to_run": run_to_run_spread([side for pair in pairs for side in pair]),
-        "slowdown_factor": factor, "slow_sides": len(slow),
+        "slowdown_factor": factor,
+        "slow_sides": len(slow),
         "slowdown_exit_codes": [g["exit_code"] for g in injected],
         "slowdown_caught": sum(g["exit_code"] == 1 for g in injected),
-        "slowdown_verdicts": injected, "out": str(out)}
+        "slowdown_verdicts": injected,
+        "out": str(out),
+    }
     (out / "gate_aa.json").write_text(json.dumps(report, indent=1))
     return report
 

@@ -9,6 +9,7 @@ energy rising. It prints the series and a PASS/FAIL line per check, and saves
                             so the tests can replay a real GPU instead of the hand-written one.
 Exit status 0 when every applicable check passes; 1 with the reason otherwise.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,9 +30,17 @@ from harness.telemetry.timeline import Unavailable  # noqa: E402
 
 PHASES = [("idle", 5.0), ("copy", 10.0), ("matmul", 10.0), ("idle_after", 5.0)]
 # pynvml function -> its key in the fixture (both reason functions answer the same bitmask)
-RECORDED = {name: name for name in ["nvmlDeviceGetMemoryInfo", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetTemperature",
-                                    "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetUtilizationRates",
-                                    "nvmlDeviceGetCurrentClocksThrottleReasons"]}
+RECORDED = {
+    name: name
+    for name in [
+        "nvmlDeviceGetMemoryInfo",
+        "nvmlDeviceGetPowerUsage",
+        "nvmlDeviceGetTemperature",
+        "nvmlDeviceGetTotalEnergyConsumption",
+        "nvmlDeviceGetUtilizationRates",
+        "nvmlDeviceGetCurrentClocksThrottleReasons",
+    ]
+}
 RECORDED["nvmlDeviceGetCurrentClocksEventReasons"] = "nvmlDeviceGetCurrentClocksThrottleReasons"
 
 
@@ -44,7 +53,7 @@ class RecordingNvml:
 
     def __init__(self, backend=pynvml):
         self.backend = backend
-        self.device_of: dict[int, int] = {}   # id(handle) -> index (the sampler keeps its handles)
+        self.device_of: dict[int, int] = {}  # id(handle) -> index (the sampler keeps its handles)
         self.sample_device: dict[int, int] = {}  # GPM sample address -> device index
         self.calls: dict[tuple[int, str], list] = defaultdict(list)
         self.constants: dict[int, dict] = defaultdict(dict)
@@ -52,23 +61,33 @@ class RecordingNvml:
     def __getattr__(self, name):
         real = getattr(self.backend, name)
         if name in RECORDED:
+
             def recorded(handle, *args):
                 value = real(handle, *args)
                 kept = {f: getattr(value, f) for f in ("total", "used", "free", "gpu", "memory") if hasattr(value, f)}
                 self.calls[self.device_of[id(handle)], RECORDED[name]].append(kept or value)
                 return value
+
             return recorded
         return real
 
     def nvmlDeviceGetHandleByIndex(self, index):
         handle = self.backend.nvmlDeviceGetHandleByIndex(index)
         self.device_of[id(handle)] = index
-        self.constants[index].update({
-            "nvmlDeviceGetName": self.backend.nvmlDeviceGetName(handle),
-            "nvmlGpmQueryDeviceSupport": _try(lambda: self.backend.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice, 0),
-            "nvmlDeviceGetMemoryBusWidth": _try(lambda: self.backend.nvmlDeviceGetMemoryBusWidth(handle), None),
-            "nvmlDeviceGetMaxClockInfo": {"NVML_CLOCK_MEM": _try(lambda: self.backend.nvmlDeviceGetMaxClockInfo(
-                handle, pynvml.NVML_CLOCK_MEM), None)}})
+        self.constants[index].update(
+            {
+                "nvmlDeviceGetName": self.backend.nvmlDeviceGetName(handle),
+                "nvmlGpmQueryDeviceSupport": _try(
+                    lambda: self.backend.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice, 0
+                ),
+                "nvmlDeviceGetMemoryBusWidth": _try(lambda: self.backend.nvmlDeviceGetMemoryBusWidth(handle), None),
+                "nvmlDeviceGetMaxClockInfo": {
+                    "NVML_CLOCK_MEM": _try(
+                        lambda: self.backend.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM), None
+                    )
+                },
+            }
+        )
         return handle
 
     def nvmlDeviceGetClockInfo(self, handle, clock):
@@ -84,8 +103,10 @@ class RecordingNvml:
     def nvmlGpmMetricsGet(self, request):
         self.backend.nvmlGpmMetricsGet(request)
         names = {getattr(pynvml, metric): metric for metric, _ in GPM_FIELDS.values()}
-        values = {names[m.metricId]: (m.value if m.nvmlReturn == pynvml.NVML_SUCCESS else None)
-                  for m in request.metrics[:request.numMetrics]}
+        values = {
+            names[m.metricId]: (m.value if m.nvmlReturn == pynvml.NVML_SUCCESS else None)
+            for m in request.metrics[: request.numMetrics]
+        }
         self.calls[self.sample_device[_address(request.sample2)], "nvmlGpmMetricsGet"].append(values)
         return request
 
@@ -97,11 +118,16 @@ class RecordingNvml:
             ticks = []
             for k in range(n):
                 tick = {name: values[k] for name, values in series.items() if "/" not in name}
-                tick["nvmlDeviceGetClockInfo"] = {name.split("/")[1]: values[k] for name, values in series.items() if "/" in name}
+                tick["nvmlDeviceGetClockInfo"] = {
+                    name.split("/")[1]: values[k] for name, values in series.items() if "/" in name
+                }
                 ticks.append(tick)
             devices.append({**constants, "ticks": ticks})
-        return {"about": f"Recorded by benchmarks/gpu_check.py on {time.strftime('%Y-%m-%d')}, phases {PHASES}; "
-                         "NVML's own units; null: that GPM metric answered an error.", "devices": devices}
+        return {
+            "about": f"Recorded by benchmarks/gpu_check.py on {time.strftime('%Y-%m-%d')}, phases {PHASES}; "
+            "NVML's own units; null: that GPM metric answered an error.",
+            "devices": devices,
+        }
 
 
 def _try(fn, default):
@@ -115,6 +141,7 @@ def run_workload(t0_ns: int) -> tuple[dict[str, tuple[float, float]], str | None
     """Runs the phases; returns {phase: (start_s, end_s)} on the run clock and why there was no load, if none."""
     try:
         import torch
+
         assert torch.cuda.is_available(), "torch.cuda.is_available() is False"
     except (ImportError, AssertionError) as exc:
         reason = f"no GPU workload: torch with CUDA is not usable ({exc}); the GPU stays idle throughout"
@@ -167,9 +194,17 @@ def main() -> int:
 
 def report(recorder, windows, no_load, status) -> int:
     timeline = recorder.timeline
-    columns = ["DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-               "DCGM_FI_PROF_PIPE_FP16_ACTIVE", "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES",
-               "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_FB_USED"]
+    columns = [
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "DCGM_FI_PROF_PIPE_FP16_ACTIVE",
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_SM_CLOCK",
+        "DCGM_FI_DEV_FB_USED",
+    ]
     series = {c: dict(zip(*timeline.series("gpu:0", c))) for c in columns}
     print("\n  t_s  " + "  ".join(c.replace("DCGM_FI_", "")[:14].rjust(14) for c in columns))
     for t in sorted(series["DCGM_FI_DEV_POWER_USAGE"]):
@@ -183,17 +218,24 @@ def report(recorder, windows, no_load, status) -> int:
 
     check("gpu:0" in status["sampled"], "NVML fields sampled for gpu:0")
     energy = timeline.series("gpu:0", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")[1]
-    check(energy.size > 1 and energy[-1] > energy[0], f"energy counter rises ({energy[0] if energy.size else '-'} J -> "
-                                                      f"{energy[-1] if energy.size else '-'} J)")
+    check(
+        energy.size > 1 and energy[-1] > energy[0],
+        f"energy counter rises ({energy[0] if energy.size else '-'} J -> {energy[-1] if energy.size else '-'} J)",
+    )
     if "gpu:0 GPM" in status["not_sampled"]:
         print(f"SKIP  GPM checks: {status['not_sampled']['gpu:0 GPM']}")
     elif no_load:
         print(f"SKIP  phase checks: {no_load}")
     else:
-        means = {phase: recorder.derived(start + min(0.6, (end - start) / 2), end, output_tokens=1) for phase, (start, end) in windows.items()}
+        means = {
+            phase: recorder.derived(start + min(0.6, (end - start) / 2), end, output_tokens=1)
+            for phase, (start, end) in windows.items()
+        }
         for phase, d in means.items():
-            print(f"{phase:>10}: DRAM_ACTIVE {d['gpu_dram_active_mean']}, TENSOR_ACTIVE {d['gpu_tensor_active_mean']}, "
-                  f"energy {d['gpu_energy_j']} J")
+            print(
+                f"{phase:>10}: DRAM_ACTIVE {d['gpu_dram_active_mean']}, TENSOR_ACTIVE {d['gpu_tensor_active_mean']}, "
+                f"energy {d['gpu_energy_j']} J"
+            )
         check((means["copy"]["gpu_dram_active_mean"] or 0) > 0.5, "DRAM_ACTIVE > 0.5 during the 4 GiB copies")
         check((means["matmul"]["gpu_tensor_active_mean"] or 0) > 0.3, "PIPE_TENSOR_ACTIVE > 0.3 during bf16 matmuls")
         check((means["copy"]["gpu_tensor_active_mean"] or 1) < 0.05, "PIPE_TENSOR_ACTIVE < 0.05 during copies")

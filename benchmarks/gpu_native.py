@@ -7,6 +7,7 @@
                        that the GPU's DRAM-bandwidth and tensor-pipe series are nonzero while requests ran.
 Exit status 1 with the reason when a check fails.
 """
+
 from __future__ import annotations
 
 import csv
@@ -33,8 +34,12 @@ def steps(out: Path) -> int:
 
     config, weights = load_gguf(resolve_model("smollm2"))
     blocks_per_seq = CONTEXT // 16 + 4
-    runners = {graphs: TorchModelRunner(config, weights, max(BATCHES) * blocks_per_seq, 16, dtype="bf16",
-                                        device="cuda", cuda_graphs=graphs) for graphs in (True, False)}
+    runners = {
+        graphs: TorchModelRunner(
+            config, weights, max(BATCHES) * blocks_per_seq, 16, dtype="bf16", device="cuda", cuda_graphs=graphs
+        )
+        for graphs in (True, False)
+    }
     table = lambda i: list(range(i * blocks_per_seq, (i + 1) * blocks_per_seq))  # noqa: E731
     report = {"device": torch.cuda.get_device_name(0), "context": CONTEXT}
     for batch in BATCHES:
@@ -50,9 +55,12 @@ def steps(out: Path) -> int:
                 if k >= 5:
                     times[graphs].append(time.perf_counter() - start)
         with_ms, without_ms = (1000 * float(np.median(times[g])) for g in (True, False))
-        report[f"batch_{batch}"] = {"step_ms_cuda_graphs": round(with_ms, 3), "step_ms_no_graphs": round(without_ms, 3),
-                                    "no_graphs_over_graphs": round(without_ms / with_ms, 2),
-                                    "tok_s_cuda_graphs": round(batch / with_ms * 1000, 1)}
+        report[f"batch_{batch}"] = {
+            "step_ms_cuda_graphs": round(with_ms, 3),
+            "step_ms_no_graphs": round(without_ms, 3),
+            "no_graphs_over_graphs": round(without_ms / with_ms, 2),
+            "tok_s_cuda_graphs": round(batch / with_ms * 1000, 1),
+        }
         print(json.dumps({f"batch_{batch}": report[f"batch_{batch}"]}), flush=True)
     replays = runners[True].cuda_decode.graph_replays
     report["graph_replays"], report["captured_sizes"] = replays, sorted(runners[True].cuda_decode.captured)
@@ -80,8 +88,10 @@ def telemetry(run_dir: Path) -> int:
     for name in ("DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_SM_ACTIVE"):
         values = series.get(name, [])
         ok = bool(values) and max(values) > 0
-        print(f"{'PASS' if ok else 'FAIL'}  {name}: {len(values)} samples while serving, "
-              f"mean {np.mean(values) if values else float('nan'):.3f}, max {max(values) if values else float('nan'):.3f}")
+        print(
+            f"{'PASS' if ok else 'FAIL'}  {name}: {len(values)} samples while serving, "
+            f"mean {np.mean(values) if values else float('nan'):.3f}, max {max(values) if values else float('nan'):.3f}"
+        )
         if not ok:
             failures.append(name)
     print("gpu_native telemetry: " + ("OK" if not failures else f"FAILED: {', '.join(failures)} zero or absent"))

@@ -13,6 +13,7 @@ It also checks schema coverage: a value outside minimum/maximum must be refused.
     pip install outlines-core   # only for this comparison; the engine uses llguidance
     python -m benchmarks.guided_libs [--repeat 5]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,10 +22,9 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
-
 import llguidance as llg
 import llguidance.numpy as llg_np
+import numpy as np
 import outlines_core as oc
 
 from native_engine.guided import JSON_SEPARATORS, llg_tokenizer
@@ -36,12 +36,19 @@ EXAMPLES = {  # one valid output per schema, written as json.dumps writes it (",
     "person": {"name": "Ada Lovelace", "age": 36, "is_student": False},
     "review": {"summary": "Great noodles, slow service.", "grade": "B", "tags": ["noodles", "cozy"]},
     "weather": {"city": "Seoul", "unit": "celsius", "temperature": 21, "conditions": "cloudy"},
-    "order": {"order_id": 1042, "items": [{"sku": "ABC-123", "quantity": 2}, {"sku": "XYZ-900", "quantity": 1}],
-              "express": True},
-    "event": {"title": "Night at the Opera", "venue": {"city": "Vienna", "capacity": 1700}, "price_usd": 85,
-              "sold_out": False},
+    "order": {
+        "order_id": 1042,
+        "items": [{"sku": "ABC-123", "quantity": 2}, {"sku": "XYZ-900", "quantity": 1}],
+        "express": True,
+    },
+    "event": {
+        "title": "Night at the Opera",
+        "venue": {"city": "Vienna", "capacity": 1700},
+        "price_usd": 85,
+        "sold_out": False,
+    },
 }
-OUT_OF_RANGE = ("person", '{"name": "Bob", "age": 500, "is_student": true}')   # age maximum is 120
+OUT_OF_RANGE = ("person", '{"name": "Bob", "age": 500, "is_student": true}')  # age maximum is 120
 REGEX = (r"\(\d{3}\) \d{3}-\d{4}", "(555) 010-4477")
 
 
@@ -107,12 +114,19 @@ def main() -> None:
     for line in SCHEMAS.read_text().splitlines():
         row = json.loads(line)
         text = json.dumps(EXAMPLES[row["name"]])
-        cases.append((row["name"], text,
-                      llg.LLMatcher.grammar_from_json_schema(row["schema"], overrides=JSON_SEPARATORS),
-                      oc.json_schema.build_regex_from_schema(json.dumps(row["schema"]))))
+        cases.append(
+            (
+                row["name"],
+                text,
+                llg.LLMatcher.grammar_from_json_schema(row["schema"], overrides=JSON_SEPARATORS),
+                oc.json_schema.build_regex_from_schema(json.dumps(row["schema"])),
+            )
+        )
     cases.append(("regex", REGEX[1], llg.LLMatcher.grammar_from_regex(REGEX[0]), REGEX[0]))
 
-    print(f"{'case':8} {'tokens':>6} | {'compile ms':>17} | {'mask us p50':>17} | {'mask us p99':>17} | {'forced steps':>13}")
+    print(
+        f"{'case':8} {'tokens':>6} | {'compile ms':>17} | {'mask us p50':>17} | {'mask us p99':>17} | {'forced steps':>13}"
+    )
     print(f"{'':8} {'':>6} | {'llg':>8} {'oc':>8} | {'llg':>8} {'oc':>8} | {'llg':>8} {'oc':>8} | {'llg':>6} {'oc':>6}")
     all_llg, all_oc = [], []
     for name, text, grammar, regex in cases:
@@ -122,19 +136,27 @@ def main() -> None:
         all_llg += a["mask_us"]
         all_oc += b["mask_us"]
         pa, pb = (np.percentile(np.array(x["mask_us"]) * 1e6, [50, 99]) for x in (a, b))
-        print(f"{name:8} {len(tokens):6} | {a['compile_ms']:8.2f} {b['compile_ms']:8.1f} | {pa[0]:8.1f} {pb[0]:8.1f} | "
-              f"{pa[1]:8.1f} {pb[1]:8.1f} | {a['forced_steps']:6} {b['forced_steps']:6}")
-    print(f"{'all':8} {'':6} | {'':17} | {np.median(all_llg) * 1e6:8.1f} {np.median(all_oc) * 1e6:8.1f} | "
-          f"{np.percentile(all_llg, 99) * 1e6:8.1f} {np.percentile(all_oc, 99) * 1e6:8.1f} |")
-    print(f"mean mask cost per token: llguidance {np.mean(all_llg) * 1e6:.1f} us, outlines-core {np.mean(all_oc) * 1e6:.1f} us")
+        print(
+            f"{name:8} {len(tokens):6} | {a['compile_ms']:8.2f} {b['compile_ms']:8.1f} | {pa[0]:8.1f} {pb[0]:8.1f} | "
+            f"{pa[1]:8.1f} {pb[1]:8.1f} | {a['forced_steps']:6} {b['forced_steps']:6}"
+        )
+    print(
+        f"{'all':8} {'':6} | {'':17} | {np.median(all_llg) * 1e6:8.1f} {np.median(all_oc) * 1e6:8.1f} | "
+        f"{np.percentile(all_llg, 99) * 1e6:8.1f} {np.percentile(all_oc, 99) * 1e6:8.1f} |"
+    )
+    print(
+        f"mean mask cost per token: llguidance {np.mean(all_llg) * 1e6:.1f} us, outlines-core {np.mean(all_oc) * 1e6:.1f} us"
+    )
 
     name, text = OUT_OF_RANGE
     row = next(json.loads(x) for x in SCHEMAS.read_text().splitlines() if json.loads(x)["name"] == name)
     m = llg.LLMatcher(lt, llg.LLMatcher.grammar_from_json_schema(row["schema"], overrides=JSON_SEPARATORS))
     tokens = tok.encode(text)
-    print(f"\nschema coverage, {text} against {name} (age maximum 120): "
-          f"llguidance accepts {m.try_consume_tokens(tokens) == len(tokens)}, "
-          f"outlines-core accepts {outlines_accepts(vocabulary, oc.json_schema.build_regex_from_schema(json.dumps(row['schema'])), tokens)}")
+    print(
+        f"\nschema coverage, {text} against {name} (age maximum 120): "
+        f"llguidance accepts {m.try_consume_tokens(tokens) == len(tokens)}, "
+        f"outlines-core accepts {outlines_accepts(vocabulary, oc.json_schema.build_regex_from_schema(json.dumps(row['schema'])), tokens)}"
+    )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ the tests allow (tests/helpers.py NEAR_TIE_LOGIT_GAP). Compare BLAS kernels by r
     python benchmarks/logit_noise.py
     OPENBLAS_CORETYPE=Haswell python benchmarks/logit_noise.py      # also Zen, SkylakeX
 """
+
 import tempfile
 from pathlib import Path
 
@@ -20,8 +21,7 @@ BLOCK_SIZE = 16
 def decode_logits(loaded: LoadedModel, contexts: list[list[int]]) -> np.ndarray:
     """Prefill every context but its last token, then decode that token for all of them in one step."""
     per_seq = -(-len(contexts[0]) // BLOCK_SIZE)
-    runner = ModelRunner(loaded.config, loaded.weights, num_kv_blocks=per_seq * len(contexts),
-                         kv_block_size=BLOCK_SIZE)
+    runner = ModelRunner(loaded.config, loaded.weights, num_kv_blocks=per_seq * len(contexts), kv_block_size=BLOCK_SIZE)
     tables = [list(range(i * per_seq, (i + 1) * per_seq)) for i in range(len(contexts))]
     runner.forward([SeqChunk(ids[:-1], 0, t, True) for ids, t in zip(contexts, tables)])
     return runner.forward([SeqChunk(ids[-1:], len(ids) - 1, t, True) for ids, t in zip(contexts, tables)])
@@ -37,7 +37,9 @@ def largest_shape_difference(loaded: LoadedModel, context_tokens: int = 40) -> f
 def main() -> None:
     tiny_path = write_tiny_llama_gguf(Path(tempfile.mkdtemp()) / "tiny.gguf", seed=0, tokenizer="smollm2")
     for name, model in (("tiny", str(tiny_path)), ("smollm2", "smollm2")):
-        print(f"{name}: largest |logit alone - logit batched| = {largest_shape_difference(LoadedModel.load(model)):.2e}")
+        print(
+            f"{name}: largest |logit alone - logit batched| = {largest_shape_difference(LoadedModel.load(model)):.2e}"
+        )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ and accelerate, which the engine and its tests do not:
     /tmp/refenv/bin/pip install torch==2.13.0 transformers accelerate
     /tmp/refenv/bin/python benchmarks/make_reference.py
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,14 +26,18 @@ from native_engine.model_files import resolve_model  # noqa: E402
 
 PROMPTS = [
     {"kind": "text", "text": "The capital of France is"},
-    {"kind": "text", "text": "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"},
+    {"kind": "text", "text": 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'},
     {"kind": "chat", "messages": [{"role": "user", "content": "What is the capital of France?"}]},
     {"kind": "chat", "messages": [{"role": "user", "content": "Write a short poem about the ocean."}]},
-    {"kind": "text", "text": (
-        "Large language model serving engines batch many requests together. The key ideas are "
-        "continuous batching, which admits new requests at every step, and paged attention, which "
-        "stores the key-value cache in fixed-size blocks so that memory is not wasted. Prefix caching "
-        "lets requests that share a system prompt reuse the same blocks. In summary,")},
+    {
+        "kind": "text",
+        "text": (
+            "Large language model serving engines batch many requests together. The key ideas are "
+            "continuous batching, which admits new requests at every step, and paged attention, which "
+            "stores the key-value cache in fixed-size blocks so that memory is not wasted. Prefix caching "
+            "lets requests that share a system prompt reuse the same blocks. In summary,"
+        ),
+    },
 ]
 
 
@@ -64,8 +69,16 @@ def main() -> None:
             text = prompt["text"]
         prompt_ids = tokenizer(text, add_special_tokens=False).input_ids
         ids, margins = greedy(model, prompt_ids, args.new_tokens)
-        cases.append({**prompt, "prompt_text": text, "prompt_ids": prompt_ids, "greedy_ids": ids,
-                      "top2_logit_margins": margins, "greedy_text": tokenizer.decode(ids)})
+        cases.append(
+            {
+                **prompt,
+                "prompt_text": text,
+                "prompt_ids": prompt_ids,
+                "greedy_ids": ids,
+                "top2_logit_margins": margins,
+                "greedy_text": tokenizer.decode(ids),
+            }
+        )
         print(f"{text[-40:]!r} -> {tokenizer.decode(ids)!r}")
 
     fixture = {

@@ -9,6 +9,7 @@ measured read bandwidth / bytes read per step. Batched: one step advances every 
 Wall-clock figures suffer when other processes share the cores; the CPU-time figures (process time,
 all threads) are steadier: with --blas-threads 1 they approximate an idle core.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,9 +23,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from native_engine.blas import measure_read_bandwidth_gbs, set_blas_threads  # noqa: E402
 from native_engine.gguf_model import load_gguf  # noqa: E402
 from native_engine.model_files import resolve_model  # noqa: E402
-from native_engine.blas import measure_read_bandwidth_gbs, set_blas_threads  # noqa: E402
 from native_engine.model_runner import SeqChunk  # noqa: E402
 from native_engine.runtime import make_runner  # noqa: E402
 
@@ -47,10 +48,15 @@ def single_stream(runner, context: int, steps: int) -> dict:
         step_s.append(time.perf_counter() - start)
         cpu_s.append(time.process_time() - start_cpu)
     median_s = float(np.median(step_s))
-    return {"context": context, "steps": steps, "median_step_ms": round(median_s * 1e3, 2),
-            "best_step_ms": round(min(step_s) * 1e3, 2), "tok_per_s": round(1 / median_s, 2),
-            "median_step_cpu_ms": round(float(np.median(cpu_s)) * 1e3, 2),
-            "bytes_per_step": runner.last_step_bytes_read}
+    return {
+        "context": context,
+        "steps": steps,
+        "median_step_ms": round(median_s * 1e3, 2),
+        "best_step_ms": round(min(step_s) * 1e3, 2),
+        "tok_per_s": round(1 / median_s, 2),
+        "median_step_cpu_ms": round(float(np.median(cpu_s)) * 1e3, 2),
+        "bytes_per_step": runner.last_step_bytes_read,
+    }
 
 
 def batched(runner, batch: int, context: int, steps: int) -> dict:
@@ -75,9 +81,15 @@ def batched(runner, batch: int, context: int, steps: int) -> dict:
         step_s.append(time.perf_counter() - start)
         cpu_s.append(time.process_time() - start_cpu)
     median_s, median_cpu_s = float(np.median(step_s)), float(np.median(cpu_s))
-    return {"batch": batch, "context": context, "steps": steps, "median_step_ms": round(median_s * 1e3, 1),
-            "tok_per_s": round(batch / median_s, 1), "median_step_cpu_ms": round(median_cpu_s * 1e3, 1),
-            "tok_per_cpu_s": round(batch / median_cpu_s, 1)}
+    return {
+        "batch": batch,
+        "context": context,
+        "steps": steps,
+        "median_step_ms": round(median_s * 1e3, 1),
+        "tok_per_s": round(batch / median_s, 1),
+        "median_step_cpu_ms": round(median_cpu_s * 1e3, 1),
+        "tok_per_cpu_s": round(batch / median_cpu_s, 1),
+    }
 
 
 def main() -> None:
@@ -88,8 +100,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, action="append", help="batch sizes (default 8, 32 and 64)")
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--kv-blocks", type=int, default=1280)
-    parser.add_argument("--blas-threads", type=int, help="OpenBLAS threads, and torch's under --runtime torch "
-                                                         "(default: one per core)")
+    parser.add_argument(
+        "--blas-threads", type=int, help="OpenBLAS threads, and torch's under --runtime torch (default: one per core)"
+    )
     parser.add_argument("--runtime", default="numpy", help="numpy (fp32 reference), torch or auto")
     parser.add_argument("--dtype", default="int8", help="--runtime torch: int8, bf16 or fp32 weights")
     args = parser.parse_args()
@@ -104,8 +117,11 @@ def main() -> None:
     bandwidth_gbs = max(bandwidth_gbs, measure_read_bandwidth_gbs(n_bytes=512 * 2**20))
     roofline = bandwidth_gbs * 1e9 / single["bytes_per_step"]
     report = {
-        "machine": {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
-                    "blas_threads": args.blas_threads or "default"},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_avg_1m": round(os.getloadavg()[0], 2),
+            "blas_threads": args.blas_threads or "default",
+        },
         "runner": f"{type(runner).__name__} {getattr(runner, 'dtype', 'fp32')}",
         "read_bandwidth_gbs": round(bandwidth_gbs, 2),
         "weight_bytes": runner.weight_bytes,

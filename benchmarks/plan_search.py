@@ -12,6 +12,7 @@ exhaustive sweep of the same space: 120) in 18.7 s, 0.93 s each. Cheapest: 1 x H
 62%), then 3 x L40S ($3.00), 3 x A100 ($4.80), L4 at TP 4 x 3 replicas ($7.20; TP 1 misses the TPOT on
 its decode step alone, 72 ms).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,9 +51,11 @@ def main() -> None:
         wall_s = time.perf_counter() - start
     print("\n".join(table_lines(results)))
     exhaustive = len(scenario.plan.prices) * sum(args.max_gpus // tp for tp in TP_SIZES)
-    print(f"\n{search.simulations} simulations of {args.requests} requests (an exhaustive sweep: {exhaustive}) "
-          f"in {wall_s:.1f} s, {wall_s / max(search.simulations, 1):.2f} s each; "
-          f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after, {os.cpu_count()} cores")
+    print(
+        f"\n{search.simulations} simulations of {args.requests} requests (an exhaustive sweep: {exhaustive}) "
+        f"in {wall_s:.1f} s, {wall_s / max(search.simulations, 1):.2f} s each; "
+        f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after, {os.cpu_count()} cores"
+    )
 
 
 if __name__ == "__main__":

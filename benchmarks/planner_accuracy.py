@@ -22,6 +22,7 @@ cache_aware (2 engine processes on 2 cores) predicted twice as fast as measured.
   PYTHONPATH=. python benchmarks/planner_accuracy.py --out DIR [--repeats 2] [--cases low_rate,mix]
   PYTHONPATH=. python benchmarks/planner_accuracy.py --out DIR --predict-only   # measured runs already in DIR
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,7 +39,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = "/tmp/bench.lock"
 ENGINE = {"kind": "native", "model": "smollm2", "trace": True}
-BLAS = ["--blas-threads", "1"]   # one thread per engine: on 2 shared cores, two threads fight other work
+BLAS = ["--blas-threads", "1"]  # one thread per engine: on 2 shared cores, two threads fight other work
 BASE_WORKLOAD = {"kind": "random", "input_tokens": 128, "output_tokens": 64, "ignore_eos": True}
 MIX_WORKLOAD = {"kind": "random", "input_tokens": 384, "output_tokens": 24, "ignore_eos": True}
 BASE_RATE = 0.5
@@ -46,8 +47,14 @@ NUM_REQUESTS = 30
 
 
 def scenario(name: str, workload: dict, load: dict, launch_args: list[str]) -> dict:
-    return {"name": name, "backend": {**ENGINE, "launch": {"args": BLAS + launch_args}}, "workload": workload,
-            "load": load, "slo": {"ttft_ms": 5000, "tpot_ms": 300}, "seed": 0}
+    return {
+        "name": name,
+        "backend": {**ENGINE, "launch": {"args": BLAS + launch_args}},
+        "workload": workload,
+        "load": load,
+        "slo": {"ttft_ms": 5000, "tpot_ms": 300},
+        "seed": 0,
+    }
 
 
 def poisson(rate: float) -> dict:
@@ -60,14 +67,24 @@ CASES = {
     "saturated": scenario("saturated", BASE_WORKLOAD, poisson(BASE_RATE * 4), []),
     "mix": scenario("mix", MIX_WORKLOAD, poisson(BASE_RATE), []),
     "no_chunked": scenario("no_chunked", MIX_WORKLOAD, poisson(BASE_RATE), ["--no-chunked-prefill"]),
-    "cache_aware": scenario("cache_aware", {"kind": "random", "ignore_eos": True},
-                            {"arrival": "trace", "trace": str(ROOT / "scenarios/traces/chat_sessions.jsonl"),
-                             "trace_block_size": 16, "warmup_requests": 0},
-                            ["--data-parallel", "2", "--router-policy", "cache_aware"]),
+    "cache_aware": scenario(
+        "cache_aware",
+        {"kind": "random", "ignore_eos": True},
+        {
+            "arrival": "trace",
+            "trace": str(ROOT / "scenarios/traces/chat_sessions.jsonl"),
+            "trace_block_size": 16,
+            "warmup_requests": 0,
+        },
+        ["--data-parallel", "2", "--router-policy", "cache_aware"],
+    ),
 }
-METRICS = {"ttft_p50_ms": (("ttft_ms", "p50"), 0.10), "ttft_p90_ms": (("ttft_ms", "p90"), 0.20),
-           "tpot_p50_ms": (("tpot_ms", "p50"), 0.10),
-           "output_tok_per_s": (("throughput", "output_tokens_per_s"), 0.10)}
+METRICS = {
+    "ttft_p50_ms": (("ttft_ms", "p50"), 0.10),
+    "ttft_p90_ms": (("ttft_ms", "p90"), 0.20),
+    "tpot_p50_ms": (("tpot_ms", "p50"), 0.10),
+    "output_tok_per_s": (("throughput", "output_tokens_per_s"), 0.10),
+}
 
 
 def load_average() -> float:
@@ -79,8 +96,13 @@ def measure(spec: dict, run_dir: Path) -> dict:
     path = run_dir.with_suffix(".yaml")
     path.write_text(yaml.safe_dump(spec))
     before = load_average()
-    res = subprocess.run([sys.executable, "-m", "harness", "run", str(path), "--output", str(run_dir),
-                          "--allow-client-bound"], capture_output=True, text=True, timeout=1200, check=False)
+    res = subprocess.run(
+        [sys.executable, "-m", "harness", "run", str(path), "--output", str(run_dir), "--allow-client-bound"],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
     after = load_average()
     if res.returncode != 0:
         raise SystemExit(f"{run_dir.name}: bench run exited {res.returncode}:\n{res.stderr[-2000:]}")
@@ -96,6 +118,7 @@ def figures(summary: dict) -> dict:
 def predict(spec: dict, calibration_dir: Path, out_dir: Path) -> dict:
     from harness.plan.simulator import simulate_scenario
     from harness.scenario import load_scenario
+
     path = out_dir.with_suffix(".yaml")
     path.write_text(yaml.safe_dump({**spec, "plan": {"step_model": {"fitted": [str(calibration_dir)]}}}))
     return simulate_scenario(load_scenario(path), out_dir, overwrite=True)
@@ -116,13 +139,14 @@ def main() -> None:
     order = [calibration_dir] + [runs[c][i] for i in range(args.repeats) for c in cases]
     todo = [d for d in order if not (d / "summary.json").is_file()]
     if todo and not args.predict_only:
-        with open(LOCK, "w") as lock:   # held for all the measured runs: the runs compared share one quiet stretch
+        with open(LOCK, "w") as lock:  # held for all the measured runs: the runs compared share one quiet stretch
             fcntl.flock(lock, fcntl.LOCK_EX)
             for run_dir in todo:
                 spec = CALIBRATION if run_dir == calibration_dir else CASES[run_dir.name.rsplit("-", 1)[0]]
                 info = measure(spec, run_dir)
-                print(f"measured {run_dir.name}: load {info['load_before']:.1f} -> {info['load_after']:.1f}",
-                      flush=True)
+                print(
+                    f"measured {run_dir.name}: load {info['load_before']:.1f} -> {info['load_after']:.1f}", flush=True
+                )
     report(cases, runs, calibration_dir, args.out)
 
 
@@ -132,8 +156,9 @@ def step_drift(run_dir: Path, calibration_dir: Path) -> float | None:
     an error no simulator of the schedule can remove."""
     from harness.engine_trace import read_engine_trace
     from harness.plan.step_model import fit_step_model, shape_of
+
     if not (run_dir / "engine_trace.json").is_file():
-        return None   # a deployment behind the router: its replicas' steps are not traced
+        return None  # a deployment behind the router: its replicas' steps are not traced
     model = fit_step_model([calibration_dir])
     steps = read_engine_trace(run_dir / "engine_trace.json")
     return sum(s["dur_s"] for s in steps) / sum(model.step_time_s(shape_of(s, 16)) for s in steps)
@@ -141,9 +166,11 @@ def step_drift(run_dir: Path, calibration_dir: Path) -> float | None:
 
 def report(cases: list[str], runs: dict, calibration_dir: Path, out: Path) -> None:
     errors = {m: [] for m in METRICS}
-    print(f"\n{'case':12} {'metric':17} {'measured (spread)':>26} {'predicted':>10} {'error':>7}  load  client-bound  step-drift")
+    print(
+        f"\n{'case':12} {'metric':17} {'measured (spread)':>26} {'predicted':>10} {'error':>7}  load  client-bound  step-drift"
+    )
     for case in cases:
-        done = [d for d in runs[case] if (d / "summary.json").is_file()]   # --predict-only: what was measured
+        done = [d for d in runs[case] if (d / "summary.json").is_file()]  # --predict-only: what was measured
         if not done:
             continue
         summaries = [json.loads((d / "summary.json").read_text()) for d in done]
@@ -158,8 +185,10 @@ def report(cases: list[str], runs: dict, calibration_dir: Path, out: Path) -> No
             mean = float(np.mean(values))
             err = abs(predicted[m] - mean) / mean
             errors[m].append(err)
-            print(f"{case:12} {m:17} {mean:10.1f} ({min(values):7.1f}-{max(values):7.1f}) {predicted[m]:10.1f} "
-                  f"{100 * err:6.1f}%  {load_text}  {bound}  {drift}")
+            print(
+                f"{case:12} {m:17} {mean:10.1f} ({min(values):7.1f}-{max(values):7.1f}) {predicted[m]:10.1f} "
+                f"{100 * err:6.1f}%  {load_text}  {bound}  {drift}"
+            )
     print("\nMAPE over the cases (target):")
     for m, (_, target) in METRICS.items():
         mape = float(np.mean(errors[m]))

@@ -15,6 +15,7 @@ CPU-second and microseconds per sequence-step (one sequence in one step's batch)
 
   PYTHONPATH=. python benchmarks/planner_scale.py [--requests 100000] [--replicas 100] [--profile]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,19 @@ from harness.workload import RequestSpec, build_plan, hash_block_ids
 TURNS = 4
 BLOCK_TOKENS = 32
 # 6 ms a step, 20 us a prompt token, 50 us a decoding sequence, 5 ns a KV position read
-GPU_LIKE = FittedStepModel({"intercept_s": 6e-3, "per_prefill_token_s": 2e-5, "per_prefill_seq_s": 0.0,
-                            "per_decode_seq_s": 5e-5, "per_context_token_s": 5e-9}, 0.0, 0.0, {}, [])
+GPU_LIKE = FittedStepModel(
+    {
+        "intercept_s": 6e-3,
+        "per_prefill_token_s": 2e-5,
+        "per_prefill_seq_s": 0.0,
+        "per_decode_seq_s": 5e-5,
+        "per_context_token_s": 5e-9,
+    },
+    0.0,
+    0.0,
+    {},
+    [],
+)
 
 
 def main() -> None:
@@ -58,23 +70,53 @@ def main() -> None:
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="planner-scale-"))
     sessions = args.requests // TURNS
-    gap_s = TURNS / (args.rate_per_replica * args.replicas)   # each session brings TURNS requests
-    config = SessionTraceConfig(sessions=sessions, turns=TURNS, block_tokens=BLOCK_TOKENS, system_blocks=2,
-                                user_blocks=(2, 6), output_tokens=(64, 192), session_gap_s=gap_s,
-                                think_time_s=(5.0, 15.0), seed=0)
+    gap_s = TURNS / (args.rate_per_replica * args.replicas)  # each session brings TURNS requests
+    config = SessionTraceConfig(
+        sessions=sessions,
+        turns=TURNS,
+        block_tokens=BLOCK_TOKENS,
+        system_blocks=2,
+        user_blocks=(2, 6),
+        output_tokens=(64, 192),
+        session_gap_s=gap_s,
+        think_time_s=(5.0, 15.0),
+        seed=0,
+    )
     rows = write_session_trace(config, tmp / "trace.jsonl")
-    spec = {"name": "scale", "backend": {"kind": "native", "model": "smollm2", "launch": {"args": [
-        "--data-parallel", str(args.replicas), "--router-policy", "cache_aware",
-        "--max-num-batched-tokens", "2048", "--max-num-seqs", "128", "--kv-cache-tokens", "262144"]}},
+    spec = {
+        "name": "scale",
+        "backend": {
+            "kind": "native",
+            "model": "smollm2",
+            "launch": {
+                "args": [
+                    "--data-parallel",
+                    str(args.replicas),
+                    "--router-policy",
+                    "cache_aware",
+                    "--max-num-batched-tokens",
+                    "2048",
+                    "--max-num-seqs",
+                    "128",
+                    "--kv-cache-tokens",
+                    "262144",
+                ]
+            },
+        },
         "workload": {"kind": "random", "ignore_eos": True},
         "load": {"arrival": "trace", "trace": str(tmp / "trace.jsonl"), "trace_block_size": BLOCK_TOKENS},
-        "plan": {"step_model": "roofline"}, "seed": 0}
+        "plan": {"step_model": "roofline"},
+        "seed": 0,
+    }
     (tmp / "scale.yaml").write_text(yaml.safe_dump(spec))
     scenario = load_scenario(tmp / "scale.yaml")
     mean_in = sum(r["input_length"] for r in rows) / len(rows)
     mean_out = sum(r["output_length"] for r in rows) / len(rows)
-    print(f"{len(rows)} requests, prompts {mean_in:.0f} tokens and answers {mean_out:.0f} on average, "
-          f"{args.replicas} replicas, cache_aware; load average {os.getloadavg()[0]:.1f}", flush=True)
+    print(
+        f"{len(rows)} requests, prompts {mean_in:.0f} tokens and answers {mean_out:.0f} on average, "
+        f"{args.replicas} replicas, cache_aware; load average {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
     tokenizer = LocalTokenizer("smollm2")
     # the trace file is read whole by every build_plan: time two sample sizes, the difference is per request
     times = []
@@ -84,8 +126,11 @@ def main() -> None:
         build_plan(sample, tokenizer)
         times.append(time.process_time() - start)
     plan_s = (times[1] - times[0]) / args.plan_sample
-    print(f"plan: {1e3 * plan_s:.2f} CPU-ms a request past reading the trace ({times[0]:.1f} CPU-s for "
-          f"{args.plan_sample}), so about {plan_s * len(rows):.0f} CPU-s for all {len(rows)}", flush=True)
+    print(
+        f"plan: {1e3 * plan_s:.2f} CPU-ms a request past reading the trace ({times[0]:.1f} CPU-s for "
+        f"{args.plan_sample}), so about {plan_s * len(rows):.0f} CPU-s for all {len(rows)}",
+        flush=True,
+    )
 
     requests, prompts = trace_requests(scenario, tokenizer)
     deployment = deployment_from_args(scenario.backend.launch.args, "smollm2")
@@ -103,11 +148,15 @@ def main() -> None:
     sim_s = time.process_time() - start
     writer.close()
     print(f"simulation, summary and requests.jsonl: {sim_s:.1f} CPU-s; load average {os.getloadavg()[0]:.1f}")
-    print(f"{len(rows) / sim_s:,.0f} simulated requests per CPU-second, {sim.sequence_steps:,} sequence-steps in "
-          f"{sim.engine_steps:,} engine steps, {1e6 * sim_s / sim.sequence_steps:.2f} us per sequence-step")
-    print(f"simulated: {summary['requests']['completed']} completed, TTFT p50 {summary['ttft_ms']['p50']:.0f} ms, "
-          f"TPOT p50 {summary['tpot_ms']['p50']:.1f} ms, {summary['throughput']['output_tokens_per_s']:.0f} "
-          f"output tok/s")
+    print(
+        f"{len(rows) / sim_s:,.0f} simulated requests per CPU-second, {sim.sequence_steps:,} sequence-steps in "
+        f"{sim.engine_steps:,} engine steps, {1e6 * sim_s / sim.sequence_steps:.2f} us per sequence-step"
+    )
+    print(
+        f"simulated: {summary['requests']['completed']} completed, TTFT p50 {summary['ttft_ms']['p50']:.0f} ms, "
+        f"TPOT p50 {summary['tpot_ms']['p50']:.1f} ms, {summary['throughput']['output_tokens_per_s']:.0f} "
+        f"output tok/s"
+    )
     if profile:
         pstats.Stats(profile).sort_stats("tottime").print_stats(15)
 
@@ -118,7 +167,7 @@ class TracePrompts:
     def __init__(self, scenario, tokenizer, rows):
         self.rows, self.seed, self.block_size = rows, scenario.seed, scenario.load.trace_block_size
         self.tokenizer, self.builder = tokenizer, prompt_builder(tokenizer)
-        self.special = tokenizer.encode(self.builder.text_of(self.builder.word_ids[:1]))[:tokenizer.added_tokens]
+        self.special = tokenizer.encode(self.builder.text_of(self.builder.word_ids[:1]))[: tokenizer.added_tokens]
 
     def words(self, i: int) -> np.ndarray:
         row = self.rows[i]
@@ -137,8 +186,17 @@ def trace_requests(scenario, tokenizer) -> tuple[list[RequestSpec], TracePrompts
     offsets = trace_offsets_s([row.timestamp_s for row in rows], scenario.load.time_scale)
     prompts = TracePrompts(scenario, tokenizer, rows)
     # the router matches on prompt text; a row's text is its word tokens' text
-    requests = [RequestSpec(i, prompts.builder.text_of(prompts.words(i)), None, row.input_tokens,
-                            max(row.output_tokens, 1), float(offsets[i])) for i, row in enumerate(rows)]
+    requests = [
+        RequestSpec(
+            i,
+            prompts.builder.text_of(prompts.words(i)),
+            None,
+            row.input_tokens,
+            max(row.output_tokens, 1),
+            float(offsets[i]),
+        )
+        for i, row in enumerate(rows)
+    ]
     return requests, prompts
 
 

@@ -25,6 +25,7 @@ Measured 2026-11-30 on the 2-core VM with other agents' builds and tests running
                          TTFT p50 0.38x, 1.03x, 0.71x; max wait beyond FCFS 6.9 s (bound 10 s)
 The aging bound is the knob: the more waiting requests it lets lpm reorder, the more reuse.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,9 +61,22 @@ def load_average() -> float:
 
 
 def bench_run(policy: str, out: Path, num_requests: int, rate: float, aging_s: float | None) -> dict:
-    cmd = [sys.executable, "-m", "harness", "run", str(SCENARIO), "--output", str(out), "--allow-client-bound",
-           "--set", f"load.num_requests={num_requests}", "--set", f"load.rate={rate}",
-           "--set", "backend.launch.args=[" + ", ".join(launch_args(policy, aging_s)) + "]"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness",
+        "run",
+        str(SCENARIO),
+        "--output",
+        str(out),
+        "--allow-client-bound",
+        "--set",
+        f"load.num_requests={num_requests}",
+        "--set",
+        f"load.rate={rate}",
+        "--set",
+        "backend.launch.args=[" + ", ".join(launch_args(policy, aging_s)) + "]",
+    ]
     load_before = load_average()
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     return {"policy": policy, "dir": str(out), "load_before": load_before, "load_after": load_average()}
@@ -70,10 +84,12 @@ def bench_run(policy: str, out: Path, num_requests: int, rate: float, aging_s: f
 
 def engine_counters(run_dir: Path) -> dict:
     """The last scraped value of each native: counter the comparison needs."""
-    wanted = {"native:recomputed_prefill_tokens_total": "recomputed_prefill_tokens",
-              "native:prefix_cache_hits_total": "prefix_cache_hits_tokens",
-              "native:prefix_cache_queries_total": "prefix_cache_queries_tokens",
-              "native:num_preemptions_total": "preemptions"}
+    wanted = {
+        "native:recomputed_prefill_tokens_total": "recomputed_prefill_tokens",
+        "native:prefix_cache_hits_total": "prefix_cache_hits_tokens",
+        "native:prefix_cache_queries_total": "prefix_cache_queries_tokens",
+        "native:num_preemptions_total": "preemptions",
+    }
     last = {}
     with open(run_dir / "server_metrics.csv", newline="") as f:
         for row in csv.DictReader(f):
@@ -103,7 +119,7 @@ def max_wait_after_overtaken_s(run_dir: Path) -> float:
                 rows.append((r["intended_send_s"], r["token_times_s"][0]))
     rows.sort()
     worst, earliest_later = 0.0, float("inf")
-    for sent_s, first_s in reversed(rows):          # latest sent first
+    for sent_s, first_s in reversed(rows):  # latest sent first
         worst = max(worst, first_s - earliest_later)
         earliest_later = min(earliest_later, first_s)
     return worst
@@ -113,9 +129,14 @@ def describe(run: dict) -> dict:
     run_dir = Path(run["dir"])
     summary = json.loads((run_dir / "summary.json").read_text())
     ttft = summary["ttft_ms"]
-    return {**run, **engine_counters(run_dir), "completed": summary["requests"]["completed"],
-            "ttft_p50_ms": round(ttft["p50"]), "ttft_p99_ms": round(ttft["p99"]),
-            "max_wait_after_overtaken_s": round(max_wait_after_overtaken_s(run_dir), 2)}
+    return {
+        **run,
+        **engine_counters(run_dir),
+        "completed": summary["requests"]["completed"],
+        "ttft_p50_ms": round(ttft["p50"]),
+        "ttft_p99_ms": round(ttft["p99"]),
+        "max_wait_after_overtaken_s": round(max_wait_after_overtaken_s(run_dir), 2),
+    }
 
 
 def main() -> None:
@@ -137,8 +158,11 @@ def main() -> None:
         fcfs, lpm = (ttft_by_index(a.out / f"{p}-{rep}") for p in ("fcfs", "lpm"))
         extra_waits += [lpm[i] - fcfs[i] for i in fcfs.keys() & lpm.keys()]
     report = {
-        "scenario": str(SCENARIO.relative_to(ROOT)), "num_requests": a.num_requests, "rate": a.rate,
-        "aging_bound_s": aging_bound_s(a.aging_s), "runs": runs,
+        "scenario": str(SCENARIO.relative_to(ROOT)),
+        "num_requests": a.num_requests,
+        "rate": a.rate,
+        "aging_bound_s": aging_bound_s(a.aging_s),
+        "runs": runs,
         "max_wait_beyond_fcfs_s": round(max(extra_waits), 2),
         "requests_later_than_fcfs_by_more_than_bound": sum(w > aging_bound_s(a.aging_s) for w in extra_waits),
         "cpu_count": os.cpu_count(),
@@ -146,10 +170,21 @@ def main() -> None:
     for key in ("recomputed_prefill_tokens", "ttft_p50_ms", "ttft_p99_ms"):
         by = {p: sum(r[key] for r in runs if r["policy"] == p) / a.repeats for p in ("fcfs", "lpm")}
         report[f"{key}_lpm_over_fcfs"] = round(by["lpm"] / by["fcfs"], 3) if by["fcfs"] else None
-    subprocess.run([sys.executable, "-m", "harness", "report", *(r["dir"] for r in runs),
-                    "--output", str(a.out / "report.html"),
-                    *[x for r in runs for x in ("--label", Path(r["dir"]).name)]], cwd=ROOT, check=False,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "report",
+            *(r["dir"] for r in runs),
+            "--output",
+            str(a.out / "report.html"),
+            *[x for r in runs for x in ("--label", Path(r["dir"]).name)],
+        ],
+        cwd=ROOT,
+        check=False,
+        stdout=subprocess.DEVNULL,
+    )
     print(json.dumps(report, indent=2))
 
 

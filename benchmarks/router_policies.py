@@ -50,6 +50,7 @@ Measured 2026-11-30 on the 2 shared cores (other agents' builds and tests runnin
   its TTFT p99 was below round_robin's in all 7 pairs above.
   --together holds 4 replicas at once (~2.4 GB each with the default 32768-token KV cache).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,14 +73,16 @@ from native_engine.routing import POLICIES, Policy
 from native_engine.server import start_server
 from native_engine.tiny_gguf import write_tiny_llama_gguf
 
-WORDS = ("paged attention stores keys and values in blocks while continuous batching admits new requests "
-         "at every step and chunked prefill splits long prompts").split()
+WORDS = (
+    "paged attention stores keys and values in blocks while continuous batching admits new requests "
+    "at every step and chunked prefill splits long prompts"
+).split()
 
 
 def document(i: int, chars: int) -> str:
     words, n = [], i
     while sum(len(w) + 1 for w in words) < chars:
-        n = (n * 1103515245 + 12345) % 2**31   # a fixed pseudo-random text per document
+        n = (n * 1103515245 + 12345) % 2**31  # a fixed pseudo-random text per document
         words.append(WORDS[n % len(WORDS)])
     return f"Document {i}: " + " ".join(words)
 
@@ -100,9 +103,15 @@ async def run_policy(policy: str, loaded: LoadedModel, prompts: list[str], max_t
     try:
         async with aiohttp.ClientSession() as http:
             for pair in range(0, len(prompts), 2):
-                await asyncio.gather(*(http.post(f"http://127.0.0.1:{port}/v1/completions",
-                                                 json={"prompt": p, "max_tokens": max_tokens, "temperature": 0})
-                                       for p in prompts[pair:pair + 2]))
+                await asyncio.gather(
+                    *(
+                        http.post(
+                            f"http://127.0.0.1:{port}/v1/completions",
+                            json={"prompt": p, "max_tokens": max_tokens, "temperature": 0},
+                        )
+                        for p in prompts[pair : pair + 2]
+                    )
+                )
             pages = [await (await http.get(u + "/metrics")).text() for u in urls]
             router_page = await (await http.get(f"http://127.0.0.1:{port}/metrics")).text()
     finally:
@@ -111,8 +120,10 @@ async def run_policy(policy: str, loaded: LoadedModel, prompts: list[str], max_t
             await runner.cleanup()
     hits = sum(counter(p, "native:prefix_cache_hits_total") for p in pages)
     queries = sum(counter(p, "native:prefix_cache_queries_total") for p in pages)
-    spread = [int(float(re.search(rf'^native_router:requests_total\{{replica="{r}"\}} (\S+)$', router_page,
-                                  re.M).group(1))) for r in ("0", "1")]
+    spread = [
+        int(float(re.search(rf'^native_router:requests_total\{{replica="{r}"\}} (\S+)$', router_page, re.M).group(1)))
+        for r in ("0", "1")
+    ]
     return {"hit_rate": hits / queries if queries else 0.0, "spread": spread}
 
 
@@ -121,9 +132,23 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def start_bench_run(policy: str, out_dir: Path) -> subprocess.Popen:
     """`bench run scenarios/router_<policy>.yaml` (it launches its own deployment), left running."""
-    return subprocess.Popen([sys.executable, "-m", "harness", "run", f"scenarios/router_{policy}.yaml", "--output",
-                             str(out_dir), "--overwrite", "--allow-client-bound"], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            f"scenarios/router_{policy}.yaml",
+            "--output",
+            str(out_dir),
+            "--overwrite",
+            "--allow-client-bound",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish_bench_run(policy: str, out_dir: Path, proc: subprocess.Popen, load_before: float) -> dict:
@@ -132,7 +157,7 @@ def finish_bench_run(policy: str, out_dir: Path, proc: subprocess.Popen, load_be
     if proc.returncode != 0:
         raise SystemExit(f"bench run of {policy} exited with {proc.returncode}:\n{stderr[-3000:]}")
     summary = json.loads((out_dir / "summary.json").read_text())
-    last = {}   # (name, labels) -> the last scrape's value: the deployment started with the run
+    last = {}  # (name, labels) -> the last scrape's value: the deployment started with the run
     with open(out_dir / "server_metrics.csv", newline="") as f:
         for row in csv.DictReader(f):
             last[(row["name"], row["labels"])] = float(row["value"])
@@ -144,24 +169,31 @@ def finish_bench_run(policy: str, out_dir: Path, proc: subprocess.Popen, load_be
             if n == name and found:
                 out[found.group(1)] = out.get(found.group(1), 0.0) + value
         return out
+
     hits, queries = per_replica("native:prefix_cache_hits_total"), per_replica("native:prefix_cache_queries_total")
     routed = per_replica("native_router:requests_total")
     records = [json.loads(line) for line in (out_dir / "requests.jsonl").read_text().splitlines() if line]
     timings = [r["server_timings"] for r in records if r.get("server_timings")]
-    computed = sum(t["prompt_n"] for t in timings)   # prompt_n leaves out the cached tokens (cache_n)
-    return {"policy": policy, "ttft_p50_ms": summary["ttft_ms"]["p50"], "ttft_p99_ms": summary["ttft_ms"]["p99"],
-            "completed": summary["requests"]["completed"], "failed": summary["requests"]["failed"],
-            "hit_rate": sum(hits.values()) / sum(queries.values()),
-            "replica_hit_rate": {r: hits[r] / queries[r] for r in sorted(queries) if queries[r]},
-            "routed": {r: int(v) for r, v in sorted(routed.items())},
-            "ms_per_computed_token": sum(t["prefill_ms"] for t in timings) / max(computed, 1),
-            "load_before": load_before, "load_after": os.getloadavg()[0]}
+    computed = sum(t["prompt_n"] for t in timings)  # prompt_n leaves out the cached tokens (cache_n)
+    return {
+        "policy": policy,
+        "ttft_p50_ms": summary["ttft_ms"]["p50"],
+        "ttft_p99_ms": summary["ttft_ms"]["p99"],
+        "completed": summary["requests"]["completed"],
+        "failed": summary["requests"]["failed"],
+        "hit_rate": sum(hits.values()) / sum(queries.values()),
+        "replica_hit_rate": {r: hits[r] / queries[r] for r in sorted(queries) if queries[r]},
+        "routed": {r: int(v) for r, v in sorted(routed.items())},
+        "ms_per_computed_token": sum(t["prefill_ms"] for t in timings) / max(computed, 1),
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
+    }
 
 
 def trace_main(rounds: int, policies: list[str], out: Path, together: bool) -> None:
     results = []
     for r in range(rounds):
-        order = policies if r % 2 == 0 else policies[::-1]   # drift in the machine's load falls on each in turn
+        order = policies if r % 2 == 0 else policies[::-1]  # drift in the machine's load falls on each in turn
         batches = [order] if together else [[policy] for policy in order]
         for batch in batches:
             load_before = os.getloadavg()[0]
@@ -169,22 +201,32 @@ def trace_main(rounds: int, policies: list[str], out: Path, together: bool) -> N
             for policy, proc in started:
                 result = finish_bench_run(policy, out / f"round{r}-{policy}", proc, load_before)
                 results.append(result)
-                print(f"round {r} {policy:12s} TTFT p50 {result['ttft_p50_ms']:6.0f} ms  p99 "
-                      f"{result['ttft_p99_ms']:6.0f} ms  hit rate {result['hit_rate']:.2f} (per replica "
-                      f"{' / '.join(f'{v:.2f}' for v in result['replica_hit_rate'].values())})  routed "
-                      f"{' / '.join(map(str, result['routed'].values()))}  {result['completed']} ok "
-                      f"{result['failed']} failed  {result['ms_per_computed_token']:.1f} ms/computed token  "
-                      f"load {result['load_before']:.1f}->{result['load_after']:.1f}", flush=True)
+                print(
+                    f"round {r} {policy:12s} TTFT p50 {result['ttft_p50_ms']:6.0f} ms  p99 "
+                    f"{result['ttft_p99_ms']:6.0f} ms  hit rate {result['hit_rate']:.2f} (per replica "
+                    f"{' / '.join(f'{v:.2f}' for v in result['replica_hit_rate'].values())})  routed "
+                    f"{' / '.join(map(str, result['routed'].values()))}  {result['completed']} ok "
+                    f"{result['failed']} failed  {result['ms_per_computed_token']:.1f} ms/computed token  "
+                    f"load {result['load_before']:.1f}->{result['load_after']:.1f}",
+                    flush=True,
+                )
     (out / "router_policies.json").write_text(json.dumps(results, indent=2))
     print("medians over rounds:")
     for policy in policies:
         mine = [x for x in results if x["policy"] == policy]
-        print(f"  {policy:12s} TTFT p50 {statistics.median(x['ttft_p50_ms'] for x in mine):6.0f} ms  "
-              f"p99 {statistics.median(x['ttft_p99_ms'] for x in mine):6.0f} ms  "
-              f"hit rate {statistics.median(x['hit_rate'] for x in mine):.2f}")
+        print(
+            f"  {policy:12s} TTFT p50 {statistics.median(x['ttft_p50_ms'] for x in mine):6.0f} ms  "
+            f"p99 {statistics.median(x['ttft_p99_ms'] for x in mine):6.0f} ms  "
+            f"hit rate {statistics.median(x['hit_rate'] for x in mine):.2f}"
+        )
     if {"round_robin", "cache_aware"} <= set(policies):
-        ratios = [c["ttft_p50_ms"] / r["ttft_p50_ms"] for r, c in zip(
-            [x for x in results if x["policy"] == "round_robin"], [x for x in results if x["policy"] == "cache_aware"])]
+        ratios = [
+            c["ttft_p50_ms"] / r["ttft_p50_ms"]
+            for r, c in zip(
+                [x for x in results if x["policy"] == "round_robin"],
+                [x for x in results if x["policy"] == "cache_aware"],
+            )
+        ]
         print(f"cache_aware / round_robin TTFT p50, per round: {', '.join(f'{x:.2f}' for x in ratios)}")
 
 
@@ -194,9 +236,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="--trace: runs of each policy, interleaved")
     parser.add_argument("--policies", default=",".join(POLICIES), help="--trace: comma-separated")
     parser.add_argument("--out", type=Path, default=None, help="--trace: results folder (default: a temporary one)")
-    parser.add_argument("--together", action="store_true",
-                        help="--trace: a round's policies run at the same time (each its own deployment), so a "
-                             "change in the machine's load hits them alike; they also share the cores")
+    parser.add_argument(
+        "--together",
+        action="store_true",
+        help="--trace: a round's policies run at the same time (each its own deployment), so a "
+        "change in the machine's load hits them alike; they also share the cores",
+    )
     parser.add_argument("--docs", type=int, default=5)
     parser.add_argument("--questions", type=int, default=6)
     parser.add_argument("--doc-chars", type=int, default=1200)
@@ -204,17 +249,23 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="a GGUF path or 'smollm2' (default: a tiny random model)")
     args = parser.parse_args()
     if args.trace:
-        trace_main(args.rounds, args.policies.split(","), args.out or Path(tempfile.mkdtemp(prefix="router-")),
-                   args.together)
+        trace_main(
+            args.rounds, args.policies.split(","), args.out or Path(tempfile.mkdtemp(prefix="router-")), args.together
+        )
         return
     model = args.model or str(write_tiny_llama_gguf(Path(tempfile.mkdtemp()) / "tiny.gguf", seed=0))
     loaded = LoadedModel.load(model)
-    prompts = [f"{document(d, args.doc_chars)}\nQuestion {q}: what is said about item {q}?"
-               for q in range(args.questions) for d in range(args.docs)]
+    prompts = [
+        f"{document(d, args.doc_chars)}\nQuestion {q}: what is said about item {q}?"
+        for q in range(args.questions)
+        for d in range(args.docs)
+    ]
     for policy in POLICIES:
         result = asyncio.run(run_policy(policy, loaded, prompts, args.max_tokens))
-        print(f"{policy:12s} hit rate {result['hit_rate']:.2f}  requests per replica "
-              f"{' / '.join(map(str, result['spread']))}")
+        print(
+            f"{policy:12s} hit rate {result['hit_rate']:.2f}  requests per replica "
+            f"{' / '.join(map(str, result['spread']))}"
+        )
 
 
 if __name__ == "__main__":

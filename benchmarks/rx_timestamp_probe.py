@@ -8,6 +8,7 @@ the newer time. So bounded reads cannot stamp events the loop was late for; only
 
     python benchmarks/rx_timestamp_probe.py
 """
+
 from __future__ import annotations
 
 import socket
@@ -49,9 +50,13 @@ def late_reads(one_by_one: bool) -> tuple[list[int], list[int]]:
 def main() -> None:
     for one_by_one in (False, True):
         sent, stamps = late_reads(one_by_one)
-        print(f"{'segment by segment' if one_by_one else 'one read':>18}: sent at "
-              + ", ".join(f"{(t - sent[0]) / 1e6:.2f}" for t in sent) + " ms; read stamps "
-              + ", ".join(f"{(t - sent[0]) / 1e6:.2f}" for t in stamps) + " ms")
+        print(
+            f"{'segment by segment' if one_by_one else 'one read':>18}: sent at "
+            + ", ".join(f"{(t - sent[0]) / 1e6:.2f}" for t in sent)
+            + " ms; read stamps "
+            + ", ".join(f"{(t - sent[0]) / 1e6:.2f}" for t in stamps)
+            + " ms"
+        )
 
 
 if __name__ == "__main__":

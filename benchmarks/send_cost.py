@@ -9,6 +9,7 @@ harness next to it).
 
     flock /tmp/bench.lock python benchmarks/send_cost.py --streams 512 --pin
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--streams", type=int, default=512)
     p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--pin", action="store_true", help="as benchmarks/fidelity.py --pin --client-rt: server on core 0, "
-                   "client on core 1, both at real-time priority (Linux, root)")
+    p.add_argument(
+        "--pin",
+        action="store_true",
+        help="as benchmarks/fidelity.py --pin --client-rt: server on core 0, "
+        "client on core 1, both at real-time priority (Linux, root)",
+    )
     args = p.parse_args()
     prefix = ()
     if args.pin:
@@ -46,8 +51,10 @@ def main() -> None:
         url = f"http://127.0.0.1:{gt.port}"
         runs = [one_wave_us_per_send(url, args.streams) for _ in range(args.repeats)]
     # the least is the path's own cost; other processes on the shared cores only ever add to it
-    print(f"{args.streams} streams, first wave: least {min(runs):.1f}, median {statistics.median(runs):.1f} µs per "
-          f"send ({args.repeats} waves: {', '.join(f'{r:.1f}' for r in runs)})")
+    print(
+        f"{args.streams} streams, first wave: least {min(runs):.1f}, median {statistics.median(runs):.1f} µs per "
+        f"send ({args.repeats} waves: {', '.join(f'{r:.1f}' for r in runs)})"
+    )
 
 
 if __name__ == "__main__":

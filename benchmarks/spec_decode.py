@@ -19,6 +19,7 @@ cores at load average 7-10 from other jobs, so read the ratios, and even those m
 Greedy outputs were identical on and off in every run. The gain shrinks with the batch (at 32 a
 5-token verification per sequence makes a 160-row step) and vanishes where outputs do not copy.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,14 +44,21 @@ from native_engine.spec_decode import SpeculativeConfig  # noqa: E402
 
 def chat_prompts(model: LoadedModel, kind: str, n: int, input_tokens: int) -> list[list[int]]:
     """The user messages `bench` would send for this workload kind, through the chat template."""
-    scenario = Scenario.model_validate({
-        "name": kind, "backend": {"kind": "openai", "url": "http://127.0.0.1:9", "model": "smollm2", "api": "chat"},
-        "workload": {"kind": kind, "input_tokens": input_tokens, "output_tokens": 8},
-        "load": {"arrival": "closed", "concurrency": 1, "num_requests": n, "warmup_requests": 0}, "seed": 1})
+    scenario = Scenario.model_validate(
+        {
+            "name": kind,
+            "backend": {"kind": "openai", "url": "http://127.0.0.1:9", "model": "smollm2", "api": "chat"},
+            "workload": {"kind": kind, "input_tokens": input_tokens, "output_tokens": 8},
+            "load": {"arrival": "closed", "concurrency": 1, "num_requests": n, "warmup_requests": 0},
+            "seed": 1,
+        }
+    )
     plan = build_plan(scenario, LocalTokenizer("smollm2"))
     tok = model.tokenizer
-    return [tok.encode(tok.apply_chat_template([{"role": "user", "content": r.prompt}], add_generation_prompt=True))
-            for r in plan.requests]
+    return [
+        tok.encode(tok.apply_chat_template([{"role": "user", "content": r.prompt}], add_generation_prompt=True))
+        for r in plan.requests
+    ]
 
 
 def spec_counters(engine: LLMEngine) -> tuple[float, float, float]:
@@ -60,9 +68,11 @@ def spec_counters(engine: LLMEngine) -> tuple[float, float, float]:
         if line.startswith("native:spec_decode_num_"):
             name, value = line.rsplit(" ", 1)
             values[name.split("{")[0]] = float(value)
-    return (values.get("native:spec_decode_num_drafts_total", 0.0),
-            values.get("native:spec_decode_num_draft_tokens_total", 0.0),
-            values.get("native:spec_decode_num_accepted_tokens_total", 0.0))
+    return (
+        values.get("native:spec_decode_num_drafts_total", 0.0),
+        values.get("native:spec_decode_num_draft_tokens_total", 0.0),
+        values.get("native:spec_decode_num_accepted_tokens_total", 0.0),
+    )
 
 
 def decode_run(engine: LLMEngine, prompts: list[list[int]], params: SamplingParams) -> dict:
@@ -82,9 +92,15 @@ def decode_run(engine: LLMEngine, prompts: list[list[int]], params: SamplingPara
     elapsed_s = time.perf_counter() - decode_start_s
     drafts, drafted, accepted = spec_counters(engine)
     decoded = sum(len(t) - 1 for t in tokens.values())
-    return {"tokens": [tokens[i] for i in ids], "decode_tokens": decoded, "decode_s": elapsed_s,
-            "decode_steps": steps - decode_steps0, "drafts": drafts - drafts0, "draft_tokens": drafted - drafted0,
-            "accepted_tokens": accepted - accepted0}
+    return {
+        "tokens": [tokens[i] for i in ids],
+        "decode_tokens": decoded,
+        "decode_s": elapsed_s,
+        "decode_steps": steps - decode_steps0,
+        "drafts": drafts - drafts0,
+        "draft_tokens": drafted - drafted0,
+        "accepted_tokens": accepted - accepted0,
+    }
 
 
 def main() -> None:
@@ -102,47 +118,81 @@ def main() -> None:
         set_blas_threads(args.blas_threads)
     batches = [int(b) for b in args.batches.split(",")]
     model = LoadedModel.load("smollm2")
-    workloads = {"copy (repeat)": chat_prompts(model, "repeat", max(batches), args.input_tokens),
-                 "no copy (random)": chat_prompts(model, "random", max(batches), args.input_tokens)}
+    workloads = {
+        "copy (repeat)": chat_prompts(model, "repeat", max(batches), args.input_tokens),
+        "no copy (random)": chat_prompts(model, "random", max(batches), args.input_tokens),
+    }
     scheduler = SchedulerConfig(max_num_seqs=max(batches), max_num_batched_tokens=512)
     engines = {
         "off": LLMEngine(EngineConfig(kv_cache_tokens=16384, scheduler=scheduler), model),
-        "on": LLMEngine(EngineConfig(kv_cache_tokens=16384, scheduler=scheduler, speculative=SpeculativeConfig(
-            num_speculative_tokens=args.k, ngram_max=args.ngram_max, ngram_min=args.ngram_min)), model)}
+        "on": LLMEngine(
+            EngineConfig(
+                kv_cache_tokens=16384,
+                scheduler=scheduler,
+                speculative=SpeculativeConfig(
+                    num_speculative_tokens=args.k, ngram_max=args.ngram_max, ngram_min=args.ngram_min
+                ),
+            ),
+            model,
+        ),
+    }
     params = SamplingParams(max_tokens=args.output_tokens, temperature=0.0)
     runs: dict[tuple, list[dict]] = {}
     load_before = os.getloadavg()
     for rep in range(args.reps):
         for batch in batches:
             for workload, prompts in workloads.items():
-                order = ("off", "on") if rep % 2 == 0 else ("on", "off")   # neither always goes first
+                order = ("off", "on") if rep % 2 == 0 else ("on", "off")  # neither always goes first
                 for mode in order:
                     run = decode_run(engines[mode], prompts[:batch], params)
                     runs.setdefault((batch, workload, mode), []).append(run)
-                    print(f"rep {rep} batch {batch} {workload} {mode}: {run['decode_tokens'] / run['decode_s']:.1f} "
-                          f"tok/s", file=sys.stderr)
+                    print(
+                        f"rep {rep} batch {batch} {workload} {mode}: {run['decode_tokens'] / run['decode_s']:.1f} "
+                        f"tok/s",
+                        file=sys.stderr,
+                    )
     results = []
     for batch in batches:
         for workload in workloads:
             off, on = runs[(batch, workload, "off")], runs[(batch, workload, "on")]
             same = all(a["tokens"] == b["tokens"] for a, b in zip(off, on))
-            rate = {mode: sum(r["decode_tokens"] for r in rs) / sum(r["decode_s"] for r in rs)
-                    for mode, rs in (("off", off), ("on", on))}
+            rate = {
+                mode: sum(r["decode_tokens"] for r in rs) / sum(r["decode_s"] for r in rs)
+                for mode, rs in (("off", off), ("on", on))
+            }
             drafted, accepted = sum(r["draft_tokens"] for r in on), sum(r["accepted_tokens"] for r in on)
             drafts = sum(r["drafts"] for r in on)
-            results.append({
-                "batch": batch, "workload": workload,
-                "decode_tok_s_off": round(rate["off"], 1), "decode_tok_s_on": round(rate["on"], 1),
-                "speedup_on_over_off": round(rate["on"] / rate["off"], 3),
-                "acceptance_rate": round(accepted / drafted, 3) if drafted else None,
-                # tokens a sequence gains per verification, the target's own one included (as vLLM logs it)
-                "mean_acceptance_length": round(1 + accepted / drafts, 2) if drafts else None,
-                "decode_steps_off": sum(r["decode_steps"] for r in off), "decode_steps_on": sum(r["decode_steps"] for r in on),
-                "greedy_output_identical": same,
-                "decode_tokens_per_run": off[0]["decode_tokens"]})
-    print(json.dumps({"k": args.k, "ngram": [args.ngram_min, args.ngram_max], "reps": args.reps,
-                      "output_tokens": args.output_tokens, "blas_threads": args.blas_threads,
-                      "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "results": results}, indent=1))
+            results.append(
+                {
+                    "batch": batch,
+                    "workload": workload,
+                    "decode_tok_s_off": round(rate["off"], 1),
+                    "decode_tok_s_on": round(rate["on"], 1),
+                    "speedup_on_over_off": round(rate["on"] / rate["off"], 3),
+                    "acceptance_rate": round(accepted / drafted, 3) if drafted else None,
+                    # tokens a sequence gains per verification, the target's own one included (as vLLM logs it)
+                    "mean_acceptance_length": round(1 + accepted / drafts, 2) if drafts else None,
+                    "decode_steps_off": sum(r["decode_steps"] for r in off),
+                    "decode_steps_on": sum(r["decode_steps"] for r in on),
+                    "greedy_output_identical": same,
+                    "decode_tokens_per_run": off[0]["decode_tokens"],
+                }
+            )
+    print(
+        json.dumps(
+            {
+                "k": args.k,
+                "ngram": [args.ngram_min, args.ngram_max],
+                "reps": args.reps,
+                "output_tokens": args.output_tokens,
+                "blas_threads": args.blas_threads,
+                "loadavg_before": load_before,
+                "loadavg_after": os.getloadavg(),
+                "results": results,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ Prints the load average, since the machine is shared.
 
     python benchmarks/step_trace_cost.py [--rounds 4] [--prompts 4] [--output-tokens 16]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,8 +59,10 @@ def main() -> None:
     row = (time.perf_counter_ns(), time.perf_counter_ns(), 1, [], args.prompts, 40, 0, 0, 5e8, 1e9, args.prompts, 0)
     n = 20000
     record_s = min(timeit.repeat(lambda: trace.record(*row), number=n, repeat=5)) / n
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {args.rounds} rounds of "
-          f"{args.prompts} prompts x {args.output_tokens} tokens")
+    print(
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {args.rounds} rounds of "
+        f"{args.prompts} prompts x {args.output_tokens} tokens"
+    )
     print(f"median step: trace on {on * 1e3:.2f} ms, off {off * 1e3:.2f} ms; on/off = {on / off:.3f}")
     print(f"one step's record alone: {record_s * 1e6:.2f} us = {record_s / off:.1e} of the median step")
 

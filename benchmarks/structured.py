@@ -22,6 +22,7 @@ Measured (2026-11-30, real SmolLM2, temperature 0.7, 2 shared cores with other a
   180 vs 314 s (0.73x, 0.58x). Output tokens/request 43.6 on vs 41.4 off: forced text is tokenized
   by llguidance, which cuts at boundaries where the model's own choice merges more bytes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,12 +57,20 @@ def requests(loaded: LoadedModel, n: int, n_free: int, temperature: float):
     structured = []
     for i in range(n):
         row = rows[i % len(rows)]
-        grammar = grammar_from_request({"response_format": {"type": "json_schema",
-                                                            "json_schema": {"name": row["name"], "schema": row["schema"]}}})
+        grammar = grammar_from_request(
+            {"response_format": {"type": "json_schema", "json_schema": {"name": row["name"], "schema": row["schema"]}}}
+        )
         prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": row["prompt"]}]))
-        structured.append((prompt, SamplingParams(max_tokens=256, temperature=temperature, seed=i, grammar=grammar), row))
-    free = [(tok.encode(tok.apply_chat_template([{"role": "user", "content": f"Tell me a fact about the number {i}."}])),
-             SamplingParams(max_tokens=32, temperature=0.0)) for i in range(n_free)]
+        structured.append(
+            (prompt, SamplingParams(max_tokens=256, temperature=temperature, seed=i, grammar=grammar), row)
+        )
+    free = [
+        (
+            tok.encode(tok.apply_chat_template([{"role": "user", "content": f"Tell me a fact about the number {i}."}])),
+            SamplingParams(max_tokens=32, temperature=0.0),
+        )
+        for i in range(n_free)
+    ]
     return structured, free
 
 
@@ -75,6 +84,7 @@ def run(engine: LLMEngine, items: list[tuple[list[int], SamplingParams]]):
         for c in chunks:
             steps[c.seq.request_id] = steps.get(c.seq.request_id, 0) + 1
         return chunks
+
     engine.scheduler.schedule = counting
     t0 = time.perf_counter()
     outputs = engine.generate([p for p, _ in items], [s for _, s in items])
@@ -106,8 +116,10 @@ def main() -> None:
     out_dir = Path(args.out) if args.out else None
     if out_dir:
         out_dir.mkdir(parents=True, exist_ok=True)
-    print(f"{args.requests} structured + {args.free} unconstrained requests, model {args.model}, "
-          f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(
+        f"{args.requests} structured + {args.free} unconstrained requests, model {args.model}, "
+        f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
     alone, _, _ = run(LLMEngine(EngineConfig(**config), loaded), free)
     summary = {}
     for jump_forward in (True, False):
@@ -117,7 +129,8 @@ def main() -> None:
         n = len(structured)
         mode = "on" if jump_forward else "off"
         summary[mode] = {
-            "valid": sum(e is None for e in errors), "requests": n,
+            "valid": sum(e is None for e in errors),
+            "requests": n,
             "finish_reasons": {r: sum(o.finish_reason == r for o in outputs[:n]) for r in ("stop", "length", "abort")},
             "steps_per_request": float(np.mean(steps[:n])),
             "output_tokens_per_request": float(np.mean([len(o.token_ids) for o in outputs[:n]])),
@@ -129,18 +142,34 @@ def main() -> None:
         if out_dir:
             with open(out_dir / f"requests-jf-{mode}.jsonl", "w") as f:
                 for i, (o, (_, _, row), e, st) in enumerate(zip(outputs, structured, errors, steps)):
-                    f.write(json.dumps({"index": i, "schema": row["name"], "steps": st, "output_tokens": len(o.token_ids),
-                                        "finish_reason": o.finish_reason, "error": e, "text": o.text}) + "\n")
+                    f.write(
+                        json.dumps(
+                            {
+                                "index": i,
+                                "schema": row["name"],
+                                "steps": st,
+                                "output_tokens": len(o.token_ids),
+                                "finish_reason": o.finish_reason,
+                                "error": e,
+                                "text": o.text,
+                            }
+                        )
+                        + "\n"
+                    )
         s = summary[mode]
-        print(f"jump-forward {mode:3}: valid {s['valid']}/{n}, finish {s['finish_reasons']}, "
-              f"steps/request {s['steps_per_request']:.1f}, output tokens/request {s['output_tokens_per_request']:.1f}, "
-              f"forced tokens {s['jump_forward_tokens']}, wall {wall_s:.1f} s, unconstrained identical "
-              f"{s['unconstrained_same_as_alone']}/{len(free)}")
+        print(
+            f"jump-forward {mode:3}: valid {s['valid']}/{n}, finish {s['finish_reasons']}, "
+            f"steps/request {s['steps_per_request']:.1f}, output tokens/request {s['output_tokens_per_request']:.1f}, "
+            f"forced tokens {s['jump_forward_tokens']}, wall {wall_s:.1f} s, unconstrained identical "
+            f"{s['unconstrained_same_as_alone']}/{len(free)}"
+        )
         for e in [e for e in errors if e][:5]:
             print("   invalid:", e)
     on, off = summary["on"], summary["off"]
-    print(f"steps per structured request: {on['steps_per_request']:.1f} with jump-forward vs {off['steps_per_request']:.1f} "
-          f"without ({on['steps_per_request'] / off['steps_per_request']:.2f}x); wall {on['wall_s'] / off['wall_s']:.2f}x")
+    print(
+        f"steps per structured request: {on['steps_per_request']:.1f} with jump-forward vs {off['steps_per_request']:.1f} "
+        f"without ({on['steps_per_request'] / off['steps_per_request']:.2f}x); wall {on['wall_s'] / off['wall_s']:.2f}x"
+    )
     if out_dir:
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
 

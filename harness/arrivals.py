@@ -9,6 +9,7 @@ production); a closed loop keeps `concurrency` requests in flight and has no sch
 - trace:    the trace's own timestamps, relative to the first, times time_scale
 The first arrival is at offset 0 so a run does not open with an idle gap.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,8 +28,7 @@ def gaps_s(arrival: str, rate: float, burstiness: float, n: int, rng: np.random.
     raise ValueError(f"arrival {arrival!r} has no gaps; expected one of {', '.join(OPEN_LOOP_ARRIVALS)}")
 
 
-def open_loop_offsets_s(arrival: str, rate: float, burstiness: float, n: int,
-                        rng: np.random.Generator) -> np.ndarray:
+def open_loop_offsets_s(arrival: str, rate: float, burstiness: float, n: int, rng: np.random.Generator) -> np.ndarray:
     """Offsets of n arrivals: 0, then the running sum of n-1 gaps."""
     offsets = np.zeros(n)
     if n > 1:
@@ -36,8 +36,9 @@ def open_loop_offsets_s(arrival: str, rate: float, burstiness: float, n: int,
     return offsets
 
 
-def open_loop_offsets_until_s(arrival: str, rate: float, burstiness: float, end_s: float,
-                              rng: np.random.Generator, max_count: int) -> np.ndarray | None:
+def open_loop_offsets_until_s(
+    arrival: str, rate: float, burstiness: float, end_s: float, rng: np.random.Generator, max_count: int
+) -> np.ndarray | None:
     """All arrivals with offset < end_s, or None when more than max_count would be needed."""
     offsets = [np.zeros(1)]
     last_s = 0.0

@@ -8,6 +8,7 @@ starts and ends. A candidate whose engine does not start (a flag this engine lac
 `failed` with the reason, and the next one runs: one broken shape does not cost the others.
 `bench select OUT` ranks them (reports/select.py); candidates.json is harness/results.py's.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -19,6 +20,7 @@ from harness.run import Reporter, run_scenario
 from harness.scenario import Scenario
 from harness.sweep import capacity_line, run_sweep
 from harness.tokenizer_source import TokenizerError
+
 
 @dataclass
 class CandidateStatus:
@@ -32,14 +34,21 @@ class CandidateStatus:
     line: str = field(default="", repr=False)  # the console's summary of it
 
 
-def run_candidates(scenario: Scenario, out_dir: Path, workers: str | None = None, overwrite: bool = False,
-                   reporter: Reporter | None = None) -> list[CandidateStatus]:
+def run_candidates(
+    scenario: Scenario,
+    out_dir: Path,
+    workers: str | None = None,
+    overwrite: bool = False,
+    reporter: Reporter | None = None,
+) -> list[CandidateStatus]:
     """Runs each candidate in turn; Ctrl-C or SIGTERM marks the running one interrupted and stops."""
     reporter = reporter or Reporter()
     out_dir = Path(out_dir)
     if (out_dir / CANDIDATES_MANIFEST).exists() and not overwrite:
-        raise ResultsError(f"--output: {out_dir} already holds candidates' results ({CANDIDATES_MANIFEST}); choose a "
-                           f"new folder, or pass --overwrite to replace them")
+        raise ResultsError(
+            f"--output: {out_dir} already holds candidates' results ({CANDIDATES_MANIFEST}); choose a "
+            f"new folder, or pass --overwrite to replace them"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     pairs = scenario.candidate_scenarios()
     statuses = [CandidateStatus(c.name, c.name, list(c.launch_args), c.accelerators) for c, _ in pairs]
@@ -60,7 +69,7 @@ def run_candidates(scenario: Scenario, out_dir: Path, workers: str | None = None
         finally:
             save()
         reporter.info(f"  {candidate.name}: {status.status}; {status.line}")
-        if status.status == "interrupted":   # a signal cut its load: stop, as a single run would
+        if status.status == "interrupted":  # a signal cut its load: stop, as a single run would
             break
     return statuses
 
@@ -70,8 +79,9 @@ def _run_one(scenario: Scenario, out: Path, workers, overwrite, reporter, status
         points = run_sweep(scenario, out, workers, overwrite, reporter)
         status.client_bound = any(p.client_bound for p in points)
         statuses = {p.status for p in points}
-        status.status = ("completed" if statuses == {"completed"} else "interrupted" if "interrupted" in statuses
-                         else "failed")
+        status.status = (
+            "completed" if statuses == {"completed"} else "interrupted" if "interrupted" in statuses else "failed"
+        )
         if status.status == "failed":
             status.reason = "; ".join(f"{p.dir} {p.status}" for p in points if p.status != "completed")
         return capacity_line(scenario, points)

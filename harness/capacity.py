@@ -6,6 +6,7 @@ last passing point and the first failing one crosses `attainment`: points past t
 failure are not trusted, because a system that failed once at a lower load is not safe there.
 `bench run` states it after a sweep; reports draw it (reports/sweep.py feeds this the points it read).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,12 +22,16 @@ class LoadPoint:
     output_tokens_per_s: float
 
     @classmethod
-    def from_summary(cls, offered_load: float, summary: dict, goodput_fraction: float | None = None) -> "LoadPoint":
+    def from_summary(cls, offered_load: float, summary: dict, goodput_fraction: float | None = None) -> LoadPoint:
         """From a point's summary.json; `goodput_fraction` overrides the one computed under the run's SLOs."""
         thr = summary.get("throughput", {})
         fraction = summary.get("goodput", {}).get("fraction", 0.0) if goodput_fraction is None else goodput_fraction
-        return cls(offered_load, float(fraction), float(thr.get("requests_per_s", 0.0)),
-                   float(thr.get("output_tokens_per_s", 0.0)))
+        return cls(
+            offered_load,
+            float(fraction),
+            float(thr.get("requests_per_s", 0.0)),
+            float(thr.get("output_tokens_per_s", 0.0)),
+        )
 
 
 @dataclass
@@ -63,5 +68,11 @@ def max_load_meeting_slo(points: list[LoadPoint], attainment: float = DEFAULT_AT
 
     def between(a: float, b: float) -> float:
         return a + w * (b - a)
-    return SloCapacity(between(lo.offered_load, hi.offered_load), between(lo.requests_per_s, hi.requests_per_s),
-                       between(lo.output_tokens_per_s, hi.output_tokens_per_s), attainment, "bracketed")
+
+    return SloCapacity(
+        between(lo.offered_load, hi.offered_load),
+        between(lo.requests_per_s, hi.requests_per_s),
+        between(lo.output_tokens_per_s, hi.output_tokens_per_s),
+        attainment,
+        "bracketed",
+    )

@@ -7,12 +7,12 @@ folders, files); 3 the client fell behind its schedule (client-bound); 4 the run
 incomplete (engine unreachable or exited, fewer than half the requests completed); 130 Ctrl-C,
 143 SIGTERM.
 """
+
 from __future__ import annotations
 
 import json
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Optional
 
 import rich.markup
 import typer
@@ -37,10 +37,13 @@ EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_CLIENT_BOUND, EXIT_RUN_FAILED = 0
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
 COMMANDS_GROUP = "bench.commands"
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Benchmark LLM serving engines: replay an arrival process, measure TTFT/ITL/TPOT/E2E/goodput.",
-                  epilog="Exit codes: 0 ok; 1 gate regression; 2 bad input; 3 client-bound; 4 run failed or "
-                         "incomplete; 5 gate inconclusive under --strict; 130 Ctrl-C; 143 SIGTERM.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Benchmark LLM serving engines: replay an arrival process, measure TTFT/ITL/TPOT/E2E/goodput.",
+    epilog="Exit codes: 0 ok; 1 gate regression; 2 bad input; 3 client-bound; 4 run failed or "
+    "incomplete; 5 gate inconclusive under --strict; 130 Ctrl-C; 143 SIGTERM.",
+)
 console = Console(stderr=True)
 
 
@@ -60,9 +63,15 @@ class ConsoleReporter(Reporter):
 
     def start_requests(self, total: int) -> None:
         self._failed = 0
-        self._progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                  TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(),
-                                  console=console, refresh_per_second=4)
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("failed {task.fields[failed]}"),
+            TimeElapsedColumn(),
+            console=console,
+            refresh_per_second=4,
+        )
         self._task = self._progress.add_task("requests", total=total, failed=0)
         self._progress.start()
 
@@ -89,8 +98,11 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                      help="Print the version and exit.")) -> None:
+def main(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
     pass
 
 
@@ -102,24 +114,32 @@ def _load(scenario_path: Path, overrides: list[str]):
 
 
 @app.command()
-def validate(scenario: Path = typer.Argument(..., help="scenario YAML"),
-             set_: list[str] = typer.Option([], "--set", help="override: dotted.path=value")) -> None:
+def validate(
+    scenario: Path = typer.Argument(..., help="scenario YAML"),
+    set_: list[str] = typer.Option([], "--set", help="override: dotted.path=value"),
+) -> None:
     """Print the resolved scenario, or its errors (exit 2)."""
     resolved = _load(scenario, set_)
     typer.echo(json.dumps(resolved.resolved_dict(), indent=2))
 
 
 @app.command()
-def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
-        set_: list[str] = typer.Option([], "--set", help="override: dotted.path=value (repeatable)"),
-        output: Optional[Path] = typer.Option(None, "--output", help="results folder (default results/<name>-<UTC>)"),
-        overwrite: bool = typer.Option(False, "--overwrite", help="replace the run already in --output"),
-        allow_client_bound: bool = typer.Option(False, "--allow-client-bound",
-                                                help="exit 0 even if the client fell behind its schedule"),
-        workers: str = typer.Option("", "--workers", help="client processes: auto or N (overrides load.workers)"),
-        ray: str = typer.Option("", "--ray", help="send the load from a Ray cluster's nodes, one client actor each: "
-                                "auto (the cluster running here) or its address (sets load.ray; needs the ray extra)"),
-        ) -> None:
+def run(
+    scenario: Path = typer.Argument(..., help="scenario YAML"),
+    set_: list[str] = typer.Option([], "--set", help="override: dotted.path=value (repeatable)"),
+    output: Path | None = typer.Option(None, "--output", help="results folder (default results/<name>-<UTC>)"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace the run already in --output"),
+    allow_client_bound: bool = typer.Option(
+        False, "--allow-client-bound", help="exit 0 even if the client fell behind its schedule"
+    ),
+    workers: str = typer.Option("", "--workers", help="client processes: auto or N (overrides load.workers)"),
+    ray: str = typer.Option(
+        "",
+        "--ray",
+        help="send the load from a Ray cluster's nodes, one client actor each: "
+        "auto (the cluster running here) or its address (sets load.ray; needs the ray extra)",
+    ),
+) -> None:
     """Replay the scenario's load against its backend and write results (exit codes: `bench --help`)."""
     raise_on_sigterm()
     resolved = _load(scenario, set_ + ([f"load.ray={ray}"] if ray else []))
@@ -131,18 +151,21 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
         if resolved.load.sweep is not None:
             _sweep(resolved, out_dir, workers or None, overwrite, allow_client_bound)
             return
-        result = run_scenario(resolved, out_dir, workers=workers or None, overwrite=overwrite,
-                              reporter=ConsoleReporter())
+        result = run_scenario(
+            resolved, out_dir, workers=workers or None, overwrite=overwrite, reporter=ConsoleReporter()
+        )
     except (ScenarioError, ResultsError) as e:
         raise _fail("error", str(e), EXIT_BAD_INPUT)
     except (BackendUnreachable, TokenizerError, DistributedError) as e:
         raise _fail("run failed", str(e), EXIT_RUN_FAILED)
     except Terminated:
-        raise _fail("terminated", f"SIGTERM before any request was sent; the engine was stopped "
-                    f"({_interrupted_summary(out_dir)})", EXIT_SIGTERM)
+        raise _fail(
+            "terminated",
+            f"SIGTERM before any request was sent; the engine was stopped ({_interrupted_summary(out_dir)})",
+            EXIT_SIGTERM,
+        )
     except KeyboardInterrupt:  # Ctrl-C before the load began (during launch or planning)
-        raise _fail("interrupted", f"Ctrl-C before any request was sent ({_interrupted_summary(out_dir)})",
-                    EXIT_SIGINT)
+        raise _fail("interrupted", f"Ctrl-C before any request was sent ({_interrupted_summary(out_dir)})", EXIT_SIGINT)
     print_summary(result.summary, result.out_dir)
     raise typer.Exit(_verdict(result, allow_client_bound))
 
@@ -155,25 +178,37 @@ def _interrupted_summary(out_dir: Path) -> str:
 def _verdict(result: RunResult, allow_client_bound: bool) -> int:
     """Prints what went wrong with a finished run and returns its exit code."""
     if result.interrupted_by:
-        console.print(f"[yellow]interrupted by {result.interrupted_by}: the summary covers the requests that finished[/]")
+        console.print(
+            f"[yellow]interrupted by {result.interrupted_by}: the summary covers the requests that finished[/]"
+        )
         return EXIT_SIGTERM if result.interrupted_by == "SIGTERM" else EXIT_SIGINT
     if result.engine_exit:
-        console.print(f"[bold red]run failed[/]: {result.engine_exit}; the load was stopped, the summary covers "
-                      f"the requests sent before", highlight=False)
+        console.print(
+            f"[bold red]run failed[/]: {result.engine_exit}; the load was stopped, the summary covers "
+            f"the requests sent before",
+            highlight=False,
+        )
         return EXIT_RUN_FAILED
     if result.incomplete_reasons:
         console.print("[bold red]run incomplete[/]: " + "; ".join(result.incomplete_reasons), highlight=False)
         return EXIT_RUN_FAILED
     if result.mostly_failed:
         req = result.summary["requests"]
-        console.print(f"[bold red]run failed[/]: {req['completed']} of {req['measured']} measured requests "
-                      f"completed ({result.completed_share:.0%}; at least {MIN_COMPLETED_SHARE:.0%} must); "
-                      f"failures: {result.summary['failures']}", highlight=False)
+        console.print(
+            f"[bold red]run failed[/]: {req['completed']} of {req['measured']} measured requests "
+            f"completed ({result.completed_share:.0%}; at least {MIN_COMPLETED_SHARE:.0%} must); "
+            f"failures: {result.summary['failures']}",
+            highlight=False,
+        )
         return EXIT_RUN_FAILED
     if result.client_bound:
-        console.print("[bold red on white] CLIENT-BOUND [/] [bold red]the client fell behind its own schedule: "
-                      + "; ".join(result.summary["client_bound_reasons"]) + ". Latencies include client delay; "
-                      + _advice(result) + ".[/]")
+        console.print(
+            "[bold red on white] CLIENT-BOUND [/] [bold red]the client fell behind its own schedule: "
+            + "; ".join(result.summary["client_bound_reasons"])
+            + ". Latencies include client delay; "
+            + _advice(result)
+            + ".[/]"
+        )
         return EXIT_OK if allow_client_bound else EXIT_CLIENT_BOUND
     return EXIT_OK
 
@@ -206,9 +241,12 @@ def _sweep(scenario, out_dir: Path, workers: str | None, overwrite: bool, allow_
     bound = [p for p in points if p.client_bound]
     if bound:
         loads = ", ".join(f"{p.offered_load:g}" for p in bound)
-        console.print(f"[bold red on white] CLIENT-BOUND [/] [bold red]the client fell behind its own schedule at "
-                      f"{sweep_kind(scenario)} {loads}; latencies there include client delay; "
-                      + _advice(bound[0].result) + ".[/]")
+        console.print(
+            f"[bold red on white] CLIENT-BOUND [/] [bold red]the client fell behind its own schedule at "
+            f"{sweep_kind(scenario)} {loads}; latencies there include client delay; "
+            + _advice(bound[0].result)
+            + ".[/]"
+        )
         if not allow_client_bound:
             raise typer.Exit(EXIT_CLIENT_BOUND)
 
@@ -229,56 +267,77 @@ def _candidates(scenario, out_dir: Path, workers: str | None, overwrite: bool, a
         raise _fail("run failed", "no candidate completed; see candidates.json for each one's reason", EXIT_RUN_FAILED)
     bound = [s.name for s in statuses if s.client_bound]
     if bound and not allow_client_bound:
-        console.print(f"[bold red on white] CLIENT-BOUND [/] [bold red]the client fell behind its own schedule in "
-                      f"{', '.join(bound)}; latencies there include client delay[/]")
+        console.print(
+            f"[bold red on white] CLIENT-BOUND [/] [bold red]the client fell behind its own schedule in "
+            f"{', '.join(bound)}; latencies there include client delay[/]"
+        )
         raise typer.Exit(EXIT_CLIENT_BOUND)
 
 
 def print_summary(summary: dict, out_dir: Path) -> None:
     req = summary["requests"]
-    console.print(f"\n[bold]{req['completed']}[/] completed, [bold]{req['failed']}[/] failed "
-                  f"({req['warmup']} warm-up excluded) in {summary['window_s']:.2f} s; results in {out_dir}")
+    console.print(
+        f"\n[bold]{req['completed']}[/] completed, [bold]{req['failed']}[/] failed "
+        f"({req['warmup']} warm-up excluded) in {summary['window_s']:.2f} s; results in {out_dir}"
+    )
     if summary["failures"]:
         console.print("failures: " + ", ".join(f"{k}={v}" for k, v in sorted(summary["failures"].items())))
     t, g = summary["throughput"], summary["goodput"]
-    console.print(f"throughput {t['requests_per_s']:.2f} req/s, {t['output_tokens_per_s']:.1f} output tok/s, "
-                  f"{t['total_tokens_per_s']:.1f} total tok/s; goodput {g['requests_per_s']:.2f} req/s "
-                  f"({100 * g['fraction']:.1f}% meet {g['slo'] or 'no SLO'})")
+    console.print(
+        f"throughput {t['requests_per_s']:.2f} req/s, {t['output_tokens_per_s']:.1f} output tok/s, "
+        f"{t['total_tokens_per_s']:.1f} total tok/s; goodput {g['requests_per_s']:.2f} req/s "
+        f"({100 * g['fraction']:.1f}% meet {g['slo'] or 'no SLO'})"
+    )
     if summary.get("token_count_method") == "approximate":
         console.print("[yellow]prompt token counts are approximate[/] (set backend.tokenizer for exact ones)")
     if spec := summary.get("speculative"):
-        console.print(f"speculative decoding: {100 * spec['acceptance_rate']:.1f}% of drafted tokens accepted"
-                      + (f", {spec['mean_acceptance_length']:.2f} tokens a verification" if "drafts" in spec else ""))
+        console.print(
+            f"speculative decoding: {100 * spec['acceptance_rate']:.1f}% of drafted tokens accepted"
+            + (f", {spec['mean_acceptance_length']:.2f} tokens a verification" if "drafts" in spec else "")
+        )
     if cache := summary.get("prefix_cache"):
-        console.print(f"prefix cache: {100 * cache['hit_rate']:.1f}% of the {cache['queried_tokens']:.0f} prompt tokens "
-                      "looked up over the window came from it (engine counters)")
+        console.print(
+            f"prefix cache: {100 * cache['hit_rate']:.1f}% of the {cache['queried_tokens']:.0f} prompt tokens "
+            "looked up over the window came from it (engine counters)"
+        )
     table = Table(title="latency (ms)")
     cols = ("mean", "p50", "p90", "p99", "p999", "max")
     table.add_column("metric")
     for c in cols:
         table.add_column(c, justify="right")
     thinking = summary.get("reasoning_tokens", 0)  # a reasoning model's: then the first answer token's time too
-    for key in ("ttft_ms", *(("ttft_answer_ms",) if thinking else ()), "itl_ms", "tpot_ms", "e2e_ms",
-                "schedule_lag_ms", "event_loop_lag_ms"):
+    for key in (
+        "ttft_ms",
+        *(("ttft_answer_ms",) if thinking else ()),
+        "itl_ms",
+        "tpot_ms",
+        "e2e_ms",
+        "schedule_lag_ms",
+        "event_loop_lag_ms",
+    ):
         stats = summary.get(key) or {}
         table.add_row(key.removesuffix("_ms"), *("-" if stats.get(c) is None else f"{stats[c]:.2f}" for c in cols))
     console.print(table)
     if thinking:
-        console.print(f"{thinking} of {summary['output_tokens']} output tokens were reasoning; ttft counts the first "
-                      "token of either kind, ttft_answer the first answer token")
+        console.print(
+            f"{thinking} of {summary['output_tokens']} output tokens were reasoning; ttft counts the first "
+            "token of either kind, ttft_answer the first answer token"
+        )
     for line in explanation_lines(summary):
         console.print(line, markup=False)
 
 
 @app.command("tune")
-def tune(scenario: Path = typer.Argument(..., help="scenario YAML with a tune: block"),
-         output: Path = typer.Option(..., "--output", help="the tune folder: tune.json, a folder per configuration"),
-         set_: list[str] = typer.Option([], "--set", help="override: dotted.path=value (repeatable)"),
-         resume: bool = typer.Option(False, "--resume", help="continue the search in --output; finished trials "
-                                     "are not run again"),
-         dry_run: bool = typer.Option(False, "--dry-run", help="print the configurations, the plan and its cost"),
-         workers: str = typer.Option("", "--workers", help="client processes: auto or N (overrides load.workers)"),
-         ) -> None:
+def tune(
+    scenario: Path = typer.Argument(..., help="scenario YAML with a tune: block"),
+    output: Path = typer.Option(..., "--output", help="the tune folder: tune.json, a folder per configuration"),
+    set_: list[str] = typer.Option([], "--set", help="override: dotted.path=value (repeatable)"),
+    resume: bool = typer.Option(
+        False, "--resume", help="continue the search in --output; finished trials are not run again"
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the configurations, the plan and its cost"),
+    workers: str = typer.Option("", "--workers", help="client processes: auto or N (overrides load.workers)"),
+) -> None:
     """Find the engine settings that carry the most load within the SLOs (the scenario's tune: block)."""
     from harness.tune import TUNE_MANIFEST, Tuner
     from harness.tune_summary import capacity_text, plan_lines
@@ -286,97 +345,131 @@ def tune(scenario: Path = typer.Argument(..., help="scenario YAML with a tune: b
     raise_on_sigterm()
     resolved = _load(scenario, set_)
     if resolved.tune is None:
-        raise _fail("scenario error", f"in {scenario}:\ntune: missing; add a tune: block (space, load, budget), "
-                    "e.g. tune: {space: {--max-num-seqs: [4, 8]}, load: {rate: {min: 0.5, max: 8}}}", EXIT_BAD_INPUT)
+        raise _fail(
+            "scenario error",
+            f"in {scenario}:\ntune: missing; add a tune: block (space, load, budget), "
+            "e.g. tune: {space: {--max-num-seqs: [4, 8]}, load: {rate: {min: 0.5, max: 8}}}",
+            EXIT_BAD_INPUT,
+        )
     if dry_run:
         for line in plan_lines(resolved):
             console.print(line, highlight=False, markup=False)
         return
     if (output / TUNE_MANIFEST).exists() and not resume:
-        raise _fail("error", f"--output: {output} already holds a search ({TUNE_MANIFEST}); pass --resume to "
-                    "continue it, or choose a new folder", EXIT_BAD_INPUT)
+        raise _fail(
+            "error",
+            f"--output: {output} already holds a search ({TUNE_MANIFEST}); pass --resume to "
+            "continue it, or choose a new folder",
+            EXIT_BAD_INPUT,
+        )
     try:
         doc = Tuner(resolved, output, ConsoleReporter(), resume, workers or None).run()
     except (ScenarioError, ResultsError) as e:
         raise _fail("error", str(e), EXIT_BAD_INPUT)
     except Terminated:
-        raise _fail("terminated", f"{output / TUNE_MANIFEST} lists the finished trials; --resume continues",
-                    EXIT_SIGTERM)
+        raise _fail(
+            "terminated", f"{output / TUNE_MANIFEST} lists the finished trials; --resume continues", EXIT_SIGTERM
+        )
     except KeyboardInterrupt:
-        raise _fail("interrupted", f"{output / TUNE_MANIFEST} lists the finished trials; --resume continues",
-                    EXIT_SIGINT)
+        raise _fail(
+            "interrupted", f"{output / TUNE_MANIFEST} lists the finished trials; --resume continues", EXIT_SIGINT
+        )
     for c in doc["configurations"]:
         console.print(f"{c['name']}: {c['status']}; {capacity_text(c['capacity'], doc['kind'])}", highlight=False)
     best = doc["recommended"]
     if best is None:
         raise _fail("tune", "no configuration met the SLOs at any load tried; see tune.json", EXIT_RUN_FAILED)
     margin = f", {100 * best['margin']:.0f}% above {best['next']}" if best["margin"] is not None else ""
-    console.print(f"recommended: {best['name']} ({' '.join(best['launch_args']) or 'the launch as written'}): "
-                  f"{best['capacity']:.3g} {doc['unit']}{margin}", highlight=False)
+    console.print(
+        f"recommended: {best['name']} ({' '.join(best['launch_args']) or 'the launch as written'}): "
+        f"{best['capacity']:.3g} {doc['unit']}{margin}",
+        highlight=False,
+    )
     cost, dense = doc["cost"]["search"], doc["cost"]["dense_sweep"]
-    console.print(f"search: {cost['runs']} runs, {cost['requests']} requests, {cost['minutes']:.1f} min; a dense "
-                  f"sweep: {dense['runs']} runs, {dense['requests']} requests", highlight=False)
+    console.print(
+        f"search: {cost['runs']} runs, {cost['requests']} requests, {cost['minutes']:.1f} min; a dense "
+        f"sweep: {dense['runs']} runs, {dense['requests']} requests",
+        highlight=False,
+    )
     reports = output / "reports"
     reports.mkdir(exist_ok=True)
     app(["report", str(output), "-o", str(reports / "tune.html")], standalone_mode=False)  # reports' own command
 
 
 @app.command("make-trace")
-def make_trace(out: Path = typer.Argument(..., help="the JSONL file to write (Mooncake format)"),
-               sessions: int = typer.Option(12, help="chat sessions"),
-               turns: int = typer.Option(4, help="turns per session; each resends the history"),
-               block_tokens: int = typer.Option(16, help="tokens per hash_id block (the scenario's "
-                                                         "load.trace_block_size)"),
-               system_blocks: int = typer.Option(2, help="system prompt blocks shared by every session (0: none)"),
-               user_blocks: tuple[int, int] = typer.Option((3, 6), help="a user message: MIN MAX blocks"),
-               output_tokens: tuple[int, int] = typer.Option((12, 24), help="an answer: MIN MAX tokens"),
-               session_gap_s: float = typer.Option(3.0, help="mean seconds between session starts"),
-               think_time_s: tuple[float, float] = typer.Option((10.0, 18.0), help="MIN MAX seconds between turns"),
-               seed: int = typer.Option(0, help="same seed and options: the same file")) -> None:
+def make_trace(
+    out: Path = typer.Argument(..., help="the JSONL file to write (Mooncake format)"),
+    sessions: int = typer.Option(12, help="chat sessions"),
+    turns: int = typer.Option(4, help="turns per session; each resends the history"),
+    block_tokens: int = typer.Option(16, help="tokens per hash_id block (the scenario's load.trace_block_size)"),
+    system_blocks: int = typer.Option(2, help="system prompt blocks shared by every session (0: none)"),
+    user_blocks: tuple[int, int] = typer.Option((3, 6), help="a user message: MIN MAX blocks"),
+    output_tokens: tuple[int, int] = typer.Option((12, 24), help="an answer: MIN MAX tokens"),
+    session_gap_s: float = typer.Option(3.0, help="mean seconds between session starts"),
+    think_time_s: tuple[float, float] = typer.Option((10.0, 18.0), help="MIN MAX seconds between turns"),
+    seed: int = typer.Option(0, help="same seed and options: the same file"),
+) -> None:
     """Write a Mooncake trace of interleaved multi-turn chat sessions (turn k extends turn k-1's hash_ids)."""
-    config = SessionTraceConfig(sessions, turns, block_tokens, system_blocks, user_blocks, output_tokens,
-                                session_gap_s, think_time_s, seed)
+    config = SessionTraceConfig(
+        sessions, turns, block_tokens, system_blocks, user_blocks, output_tokens, session_gap_s, think_time_s, seed
+    )
     try:
         rows = write_session_trace(config, out)
     except ValueError as e:
         raise _fail("error", str(e), EXIT_BAD_INPUT)
     span_s = rows[-1]["timestamp"] / 1000
-    console.print(f"{len(rows)} requests ({sessions} sessions x {turns} turns) over {span_s:.1f} s, prompts of "
-                  f"{min(r['input_length'] for r in rows)}-{max(r['input_length'] for r in rows)} tokens, "
-                  f"written to {out}; replay it with load.arrival: trace, load.trace_block_size: {block_tokens}",
-                  highlight=False)
+    console.print(
+        f"{len(rows)} requests ({sessions} sessions x {turns} turns) over {span_s:.1f} s, prompts of "
+        f"{min(r['input_length'] for r in rows)}-{max(r['input_length'] for r in rows)} tokens, "
+        f"written to {out}; replay it with load.arrival: trace, load.trace_block_size: {block_tokens}",
+        highlight=False,
+    )
 
 
 @app.command("plan")
-def plan(scenario: Optional[Path] = typer.Argument(None, help="scenario YAML with a plan: block (docs/planner.md)"),
-         set_: list[str] = typer.Option([], "--set", help="override: dotted.path=value (repeatable)"),
-         output: Optional[Path] = typer.Option(None, "--output",
-                                               help="results folder (default results/<name>-plan-<UTC>)"),
-         overwrite: bool = typer.Option(False, "--overwrite", help="replace the results already in --output"),
-         search: bool = typer.Option(False, "--search", help="the cheapest deployment (replicas x TP) per GPU type "
-                                     "in plan.prices meeting the SLOs, on the roofline"),
-         max_gpus: int = typer.Option(64, "--max-gpus", min=1, help="--search: most GPUs a deployment may use"),
-         time_budget_s: float = typer.Option(600.0, "--time-budget-s", min=1, help="--search: stop after this"),
-         memory: bool = typer.Option(False, "--memory", help="no scenario: weights, KV per token and what fits"),
-         model: str = typer.Option("llama-3.1-8b", "--model", help="--memory: built-in name, .gguf or config.json"),
-         weight_bits: Optional[float] = typer.Option(None, "--weight-bits", help="--memory: e.g. 4.5 (default: "
-                                                     "the model's own)"),
-         context: int = typer.Option(4096, "--context", min=1, help="--memory: tokens a sequence holds"),
-         concurrency: int = typer.Option(1, "--concurrency", min=1, help="--memory: sequences at once"),
-         gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="--memory: e.g. 16GiB (default: "
-                                                  "--hardware's)"),
-         hardware: str = typer.Option("H100", "--hardware", help="--memory: a GPU of the table"),
-         tensor_parallel: int = typer.Option(1, "--tensor-parallel", min=1, help="--memory: GPUs per replica"),
-         gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", help="--memory"),
-         kv_dtype: str = typer.Option("fp16", "--kv-dtype", help="--memory: fp32, fp16, bf16 or fp8")) -> None:
+def plan(
+    scenario: Path | None = typer.Argument(None, help="scenario YAML with a plan: block (docs/planner.md)"),
+    set_: list[str] = typer.Option([], "--set", help="override: dotted.path=value (repeatable)"),
+    output: Path | None = typer.Option(None, "--output", help="results folder (default results/<name>-plan-<UTC>)"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace the results already in --output"),
+    search: bool = typer.Option(
+        False,
+        "--search",
+        help="the cheapest deployment (replicas x TP) per GPU type in plan.prices meeting the SLOs, on the roofline",
+    ),
+    max_gpus: int = typer.Option(64, "--max-gpus", min=1, help="--search: most GPUs a deployment may use"),
+    time_budget_s: float = typer.Option(600.0, "--time-budget-s", min=1, help="--search: stop after this"),
+    memory: bool = typer.Option(False, "--memory", help="no scenario: weights, KV per token and what fits"),
+    model: str = typer.Option("llama-3.1-8b", "--model", help="--memory: built-in name, .gguf or config.json"),
+    weight_bits: float | None = typer.Option(
+        None, "--weight-bits", help="--memory: e.g. 4.5 (default: the model's own)"
+    ),
+    context: int = typer.Option(4096, "--context", min=1, help="--memory: tokens a sequence holds"),
+    concurrency: int = typer.Option(1, "--concurrency", min=1, help="--memory: sequences at once"),
+    gpu_memory: str | None = typer.Option(None, "--gpu-memory", help="--memory: e.g. 16GiB (default: --hardware's)"),
+    hardware: str = typer.Option("H100", "--hardware", help="--memory: a GPU of the table"),
+    tensor_parallel: int = typer.Option(1, "--tensor-parallel", min=1, help="--memory: GPUs per replica"),
+    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", help="--memory"),
+    kv_dtype: str = typer.Option("fp16", "--kv-dtype", help="--memory: fp32, fp16, bf16 or fp8"),
+) -> None:
     """Simulate the scenario's load on the deployment its plan: block describes (the engine's own scheduler,
     a fitted or roofline step model) and write a results folder as `bench run` does, marked simulated.
     --search: the cheapest deployment per GPU type; --memory (no scenario): the memory a model needs."""
     from harness.plan.folders import simulate_candidates, simulate_sweep
     from harness.plan.simulator import simulate_scenario
+
     if memory:
-        return plan_memory_report(model, weight_bits, context, concurrency, gpu_memory, hardware, tensor_parallel,
-                                  gpu_memory_utilization, kv_dtype)
+        return plan_memory_report(
+            model,
+            weight_bits,
+            context,
+            concurrency,
+            gpu_memory,
+            hardware,
+            tensor_parallel,
+            gpu_memory_utilization,
+            kv_dtype,
+        )
     if scenario is None:
         raise _fail("error", "bench plan needs a SCENARIO (or --memory with --model)", EXIT_BAD_INPUT)
     resolved = _load(scenario, set_)
@@ -399,11 +492,21 @@ def plan(scenario: Optional[Path] = typer.Argument(None, help="scenario YAML wit
         raise _fail("plan failed", str(e), EXIT_BAD_INPUT)
 
 
-def plan_memory_report(model: str, weight_bits: float | None, context: int, concurrency: int, gpu_memory: str | None,
-                       hardware: str, tensor_parallel: int, gpu_memory_utilization: float, kv_dtype: str) -> None:
+def plan_memory_report(
+    model: str,
+    weight_bits: float | None,
+    context: int,
+    concurrency: int,
+    gpu_memory: str | None,
+    hardware: str,
+    tensor_parallel: int,
+    gpu_memory_utilization: float,
+    kv_dtype: str,
+) -> None:
     from harness.plan.architectures import load_architecture
     from harness.plan.memory import KV_DTYPE_BYTES, memory_lines, parse_bytes, plan_memory
     from harness.roofline import gpu_spec
+
     try:
         if kv_dtype not in KV_DTYPE_BYTES:
             raise ValueError(f"--kv-dtype: {kv_dtype!r}; use one of {', '.join(KV_DTYPE_BYTES)}")
@@ -418,6 +521,7 @@ def plan_memory_report(model: str, weight_bits: float | None, context: int, conc
 
 def plan_search_report(resolved, out_dir: Path, max_gpus: int, time_budget_s: float, overwrite: bool) -> None:
     from harness.plan.search import Search, write_search
+
     try:
         search = Search(resolved, out_dir, max_gpus=max_gpus, time_budget_s=time_budget_s, overwrite=overwrite)
     except ValueError as e:
@@ -456,15 +560,17 @@ def add_declared_commands(app: typer.Typer, declared=None) -> None:
         try:
             command = ep.load()
         except Exception as e:
-            raise RuntimeError(f"bench command {ep.name!r} cannot be loaded from {where}: "
-                               f"{type(e).__name__}: {e}") from e
+            raise RuntimeError(
+                f"bench command {ep.name!r} cannot be loaded from {where}: {type(e).__name__}: {e}"
+            ) from e
         if isinstance(command, typer.Typer):  # a group of subcommands (`bench history add|show`)
             app.add_typer(command, name=ep.name)
         elif callable(command):
             app.command(ep.name)(command)
         else:
-            raise RuntimeError(f"bench command {ep.name!r} from {where} is a {type(command).__name__}, "
-                               "not a function or a typer.Typer")
+            raise RuntimeError(
+                f"bench command {ep.name!r} from {where} is a {type(command).__name__}, not a function or a typer.Typer"
+            )
         taken.add(ep.name)
 
 

@@ -10,6 +10,7 @@ complete run's completed requests are measured (harness/run.py), and a stored me
 one (NaN, negative, more tokens per CPU-second than any client can parse) is skipped with a warning naming the file
 and dropped when the file is next written: one broken server must not size every later run.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,16 +53,19 @@ class ClientCapacity:
     def describe(self) -> str:
         if self.source != "measured":
             return f"{self.tokens_per_s_per_worker:,.0f} streamed tokens/s each, a planning figure"
-        return (f"{self.tokens_per_s_per_worker:,.0f} streamed tokens/s each: {WORKER_CPU_SHARE:g} of a core at the "
-                f"{self.tokens_per_cpu_s:,.0f} tokens per CPU-second measured here over {self.measurements} run(s)")
+        return (
+            f"{self.tokens_per_s_per_worker:,.0f} streamed tokens/s each: {WORKER_CPU_SHARE:g} of a core at the "
+            f"{self.tokens_per_cpu_s:,.0f} tokens per CPU-second measured here over {self.measurements} run(s)"
+        )
 
 
 PLANNING_FIGURE = ClientCapacity(PLANNING_TOKENS_PER_S_PER_WORKER, "planning figure")
 
 
 def capacity_file() -> Path:
-    return Path(os.environ.get(CAPACITY_FILE_ENV) or Path.home() / ".cache" / "llm-serving-bench"
-                / "client_capacity.json")
+    return Path(
+        os.environ.get(CAPACITY_FILE_ENV) or Path.home() / ".cache" / "llm-serving-bench" / "client_capacity.json"
+    )
 
 
 def machine_key(client: str) -> str:
@@ -94,15 +98,25 @@ def _read(path: Path) -> dict:
 def plausible(tokens, cpu_s) -> bool:
     """Whether (tokens, cpu_s) can be a client's measurement: a whole number of tokens, a finite positive CPU time,
     at most MAX_TOKENS_PER_CPU_S."""
-    return (isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0
-            and isinstance(cpu_s, (int, float)) and not isinstance(cpu_s, bool) and math.isfinite(cpu_s)
-            and cpu_s > 0 and tokens / cpu_s <= MAX_TOKENS_PER_CPU_S)
+    return (
+        isinstance(tokens, int)
+        and not isinstance(tokens, bool)
+        and tokens > 0
+        and isinstance(cpu_s, (int, float))
+        and not isinstance(cpu_s, bool)
+        and math.isfinite(cpu_s)
+        and cpu_s > 0
+        and tokens / cpu_s <= MAX_TOKENS_PER_CPU_S
+    )
 
 
 def _plausible_measurement(m) -> bool:
     """A stored measurement that plausible() accepts and that holds no NaN or infinity anywhere (it is rewritten)."""
-    return (isinstance(m, dict) and plausible(m.get("tokens"), m.get("cpu_s"))
-            and not any(isinstance(v, float) and not math.isfinite(v) for v in m.values()))
+    return (
+        isinstance(m, dict)
+        and plausible(m.get("tokens"), m.get("cpu_s"))
+        and not any(isinstance(v, float) and not math.isfinite(v) for v in m.values())
+    )
 
 
 def _measurements(entry) -> list:
@@ -121,9 +135,11 @@ def load_capacity(client: str, warnings: list[str]) -> ClientCapacity:
         return PLANNING_FIGURE
     kept = [m for m in stored if _plausible_measurement(m)]
     if len(kept) < len(stored):
-        warnings.append(f"client capacity file {path} has malformed measurements ({len(stored) - len(kept)} of "
-                        f"{len(stored)}: NaN, negative, or more than {MAX_TOKENS_PER_CPU_S:g} tokens per CPU-second); "
-                        f"they are ignored, and dropped when the next run's measurement is written")
+        warnings.append(
+            f"client capacity file {path} has malformed measurements ({len(stored) - len(kept)} of "
+            f"{len(stored)}: NaN, negative, or more than {MAX_TOKENS_PER_CPU_S:g} tokens per CPU-second); "
+            f"they are ignored, and dropped when the next run's measurement is written"
+        )
     if not kept:
         return PLANNING_FIGURE
     tokens, cpu_s = sum(m["tokens"] for m in kept), sum(m["cpu_s"] for m in kept)
@@ -131,14 +147,20 @@ def load_capacity(client: str, warnings: list[str]) -> ClientCapacity:
     return ClientCapacity(per_cpu_s * WORKER_CPU_SHARE, "measured", per_cpu_s, len(kept), str(path))
 
 
-def record_capacity(client: str, tokens: int, cpu_s: float | None, window_s: float | None, run_dir: str,
-                    warnings: list[str]) -> dict | None:
+def record_capacity(
+    client: str, tokens: int, cpu_s: float | None, window_s: float | None, run_dir: str, warnings: list[str]
+) -> dict | None:
     """Adds one run's measurement (kept when it is plausible(), used at least MIN_CPU_S, and at least MIN_BUSY_CORES of
     a core over its window_s); returns it, or None. The caller passes only a valid, complete run's completed tokens."""
     if not plausible(tokens, cpu_s) or cpu_s < MIN_CPU_S or not window_s or cpu_s / window_s < MIN_BUSY_CORES:
         return None
-    measurement = {"tokens": tokens, "cpu_s": round(cpu_s, 4), "tokens_per_cpu_s": round(tokens / cpu_s, 1),
-                   "at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "run": run_dir}
+    measurement = {
+        "tokens": tokens,
+        "cpu_s": round(cpu_s, 4),
+        "tokens_per_cpu_s": round(tokens / cpu_s, 1),
+        "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "run": run_dir,
+    }
     path = capacity_file()
     try:
         machines = _read(path)
@@ -146,9 +168,13 @@ def record_capacity(client: str, tokens: int, cpu_s: float | None, window_s: flo
         warnings.append(f"{e}; this run's client capacity is not kept (delete the file to start it anew)")
         return measurement
     key = machine_key(client)
-    kept = [m for m in _measurements(machines.get(key)) if _plausible_measurement(m)][-(KEEP_LAST - 1):]
-    machines[key] = {"hostname": socket.gethostname(), "cpu_model": cpu_model(), "client": client,
-                     "measurements": kept + [measurement]}
+    kept = [m for m in _measurements(machines.get(key)) if _plausible_measurement(m)][-(KEEP_LAST - 1) :]
+    machines[key] = {
+        "hostname": socket.gethostname(),
+        "cpu_model": cpu_model(),
+        "client": client,
+        "measurements": kept + [measurement],
+    }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
@@ -157,6 +183,7 @@ def record_capacity(client: str, tokens: int, cpu_s: float | None, window_s: flo
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)  # a reader never sees half a file
     except (OSError, ValueError) as e:
-        warnings.append(f"client capacity file {path} cannot be written ({e}); set {CAPACITY_FILE_ENV} to a "
-                        f"writable path")
+        warnings.append(
+            f"client capacity file {path} cannot be written ({e}); set {CAPACITY_FILE_ENV} to a writable path"
+        )
     return measurement

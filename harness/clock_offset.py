@@ -7,11 +7,12 @@ Of many exchanges the one with the shortest round trip is kept, since its bound 
 delay on either leg only widens the interval, it never moves the truth out of it).
 Distributed runs (harness.ray_shards) use this to place every node's requests on the driver's timeline.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 DEFAULT_EXCHANGES = 32
 
@@ -27,8 +28,9 @@ class ClockOffset:
         return asdict(self)
 
 
-def measure_offset(read_remote_ns: Callable[[], int], exchanges: int = DEFAULT_EXCHANGES,
-                   clock_ns: Callable[[], int] = time.time_ns) -> ClockOffset:
+def measure_offset(
+    read_remote_ns: Callable[[], int], exchanges: int = DEFAULT_EXCHANGES, clock_ns: Callable[[], int] = time.time_ns
+) -> ClockOffset:
     """read_remote_ns: one round trip that returns the other side's wall clock (ns) read on its side."""
     if exchanges < 1:
         raise ValueError(f"exchanges: {exchanges} is not valid: at least one round trip is needed")

@@ -4,6 +4,7 @@ Every rule reads the run (its summary, its records, the engine's schema series f
 server_metrics.csv, the step trace when there is one, the scenario) and returns a Finding or
 None. Thresholds are the module's constants, named after what they bound.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -12,18 +13,18 @@ import numpy as np
 
 from harness.metrics import request_latency
 
-QUEUE_SHARE_MAIN = 0.5        # queueing at least this share of mean TTFT: the run is saturated
-QUEUE_SHARE_NOTABLE = 0.25    # ... a warning from here
+QUEUE_SHARE_MAIN = 0.5  # queueing at least this share of mean TTFT: the run is saturated
+QUEUE_SHARE_NOTABLE = 0.25  # ... a warning from here
 WAITING_SAMPLES_FRACTION = 0.2  # requests waiting in at least this share of /metrics samples
 KV_USAGE_HIGH = 0.9
-KV_USAGE_LOW = 0.5            # below: the KV cache is not what caps the batch
-STALL_TIMES_MEDIAN = 8.0      # an ITL gap this many times the median gap is a stall ...
-STALL_MIN_S = 0.1             # ... and at least this long
+KV_USAGE_LOW = 0.5  # below: the KV cache is not what caps the batch
+STALL_TIMES_MEDIAN = 8.0  # an ITL gap this many times the median gap is a stall ...
+STALL_MIN_S = 0.1  # ... and at least this long
 STALL_ALIGNED_FRACTION = 0.5  # share of stalls that coincide with a long prompt's prefill
 LONG_PROMPT_TIMES_MEDIAN = 4.0  # a prompt this many times the median prompt is long
-HOL_QUEUE_SHARE = 0.5         # short requests queued for at least this share of their TTFT
+HOL_QUEUE_SHARE = 0.5  # short requests queued for at least this share of their TTFT
 PREFIX_HIT_FRACTION_OF_EXPECTED = 0.5
-CLIENT_SHARE = 0.2            # the client's own parts of TTFT
+CLIENT_SHARE = 0.2  # the client's own parts of TTFT
 LOW_BANDWIDTH_FRACTION = 0.3  # memory-bound decode below this share of bandwidth: overhead-bound
 
 
@@ -39,8 +40,8 @@ class Finding:
 class Run:
     summary: dict
     records: list
-    series: dict = field(default_factory=dict)   # harness.server_metrics.read_schema, on the records' clock
-    steps: list = field(default_factory=list)    # harness.engine_trace steps
+    series: dict = field(default_factory=dict)  # harness.server_metrics.read_schema, on the records' clock
+    steps: list = field(default_factory=list)  # harness.engine_trace steps
     scenario: dict = field(default_factory=dict)  # the resolved scenario
 
     def completed(self) -> list:
@@ -72,21 +73,31 @@ def saturation(run: Run) -> Finding | None:
     if (share is None or share < QUEUE_SHARE_NOTABLE) and waiting_fraction < WAITING_SAMPLES_FRACTION:
         return None
     running = run.window_values("bench:running")
-    evidence = {"queue_share_of_ttft": share, "waiting_samples_fraction": waiting_fraction,
-                "waiting_max": max(waiting, default=None), "running_max": max(running, default=None)}
+    evidence = {
+        "queue_share_of_ttft": share,
+        "waiting_samples_fraction": waiting_fraction,
+        "waiting_max": max(waiting, default=None),
+        "running_max": max(running, default=None),
+    }
     if share is not None and waiting and max(waiting) == 0:
         # Queue time with an empty queue gauge: requests waited for the running step to end (a step
         # boundary), not for a slot in a full batch; that is slow steps, not saturation.
         queue_ms, ttft_ms = phases["queue"]["mean"], phases["ttft"]["mean"]
-        return Finding("saturation", "info",
-                       f"step-boundary wait, not saturation: queueing is {_pct(share)} of TTFT (queue "
-                       f"{queue_ms:.0f} ms of mean TTFT {ttft_ms:.0f} ms) yet no request waited for a slot in "
-                       f"{len(waiting)} samples: new requests waited for the running step to end", evidence)
+        return Finding(
+            "saturation",
+            "info",
+            f"step-boundary wait, not saturation: queueing is {_pct(share)} of TTFT (queue "
+            f"{queue_ms:.0f} ms of mean TTFT {ttft_ms:.0f} ms) yet no request waited for a slot in "
+            f"{len(waiting)} samples: new requests waited for the running step to end",
+            evidence,
+        )
     if share is not None:
         queue_ms, ttft_ms = phases["queue"]["mean"], phases["ttft"]["mean"]
         main = share >= QUEUE_SHARE_MAIN and phases.get("main_ttft_part") == "queue"
-        message = (f"saturated: queueing is {_pct(share)} of TTFT{' (its main share)' if main else ''} "
-                   f"(queue {queue_ms:.0f} ms of mean TTFT {ttft_ms:.0f} ms)")
+        message = (
+            f"saturated: queueing is {_pct(share)} of TTFT{' (its main share)' if main else ''} "
+            f"(queue {queue_ms:.0f} ms of mean TTFT {ttft_ms:.0f} ms)"
+        )
     else:
         main = False
         message = "requests queued in the engine"
@@ -107,11 +118,14 @@ def batch_limit(run: Run) -> Finding | None:
     at_cap = sum(r >= cap for r, _ in pressed) / len(pressed)
     if at_cap < 0.8 or max(kv) >= KV_USAGE_LOW:
         return None
-    return Finding("batch_limit", "warning",
-                   f"concurrency is capped by the batch limit, not by memory: {cap:.0f} running while up to "
-                   f"{max(w for _, w in pressed):.0f} waited, KV cache at most {_pct(max(kv))} used "
-                   f"(raise max_num_seqs / the token budget)",
-                   {"running_max": cap, "at_cap_when_waiting": at_cap, "kv_usage_max": max(kv)})
+    return Finding(
+        "batch_limit",
+        "warning",
+        f"concurrency is capped by the batch limit, not by memory: {cap:.0f} running while up to "
+        f"{max(w for _, w in pressed):.0f} waited, KV cache at most {_pct(max(kv))} used "
+        f"(raise max_num_seqs / the token budget)",
+        {"running_max": cap, "at_cap_when_waiting": at_cap, "kv_usage_max": max(kv)},
+    )
 
 
 def kv_pressure(run: Run) -> Finding | None:
@@ -126,9 +140,12 @@ def kv_pressure(run: Run) -> Finding | None:
         parts.append(f"usage peaked at {_pct(max(kv))}")
     if preemptions > 0:
         parts.append(f"{preemptions:.0f} preemptions (requests recomputed)")
-    return Finding("kv_pressure", "critical" if preemptions > 0 else "warning",
-                   "KV-cache pressure: " + ", ".join(parts), {"kv_usage_max": max(kv, default=None),
-                                                             "preemptions": preemptions})
+    return Finding(
+        "kv_pressure",
+        "critical" if preemptions > 0 else "warning",
+        "KV-cache pressure: " + ", ".join(parts),
+        {"kv_usage_max": max(kv, default=None), "preemptions": preemptions},
+    )
 
 
 def prefill_interference(run: Run) -> Finding | None:
@@ -143,8 +160,7 @@ def prefill_interference(run: Run) -> Finding | None:
         return None
     prompts = [r.prompt_tokens for r in done]
     long_tokens = LONG_PROMPT_TIMES_MEDIAN * float(np.median(prompts))
-    long_first_tokens = [(r.token_times_s[0], r.index, r.prompt_tokens) for r in done
-                         if r.prompt_tokens >= long_tokens]
+    long_first_tokens = [(r.token_times_s[0], r.index, r.prompt_tokens) for r in done if r.prompt_tokens >= long_tokens]
     # a stall is aligned when another request's long prompt finished prefilling during it
     aligned = [s for s in stalls if any(s[1] < t <= s[2] + median_gap and i != s[3] for t, i, _ in long_first_tokens)]
     fraction = len(aligned) / len(stalls)
@@ -152,12 +168,20 @@ def prefill_interference(run: Run) -> Finding | None:
         return None
     worst = max(g for g, *_ in stalls)
     longest = max(p for *_, p in long_first_tokens)
-    return Finding("prefill_interference", "critical",
-                   f"prefill interference: {len(stalls)} token gaps stalled {stall_s * 1e3:.0f} ms or more "
-                   f"(median gap {median_gap * 1e3:.0f} ms, worst {worst * 1e3:.0f} ms), {_pct(fraction)} of them "
-                   f"while a long prompt (up to {longest} tokens) was prefilled; chunked prefill bounds them",
-                   {"stalls": len(stalls), "aligned_fraction": fraction, "median_gap_ms": median_gap * 1e3,
-                    "worst_gap_ms": worst * 1e3, "long_prompt_tokens": long_tokens})
+    return Finding(
+        "prefill_interference",
+        "critical",
+        f"prefill interference: {len(stalls)} token gaps stalled {stall_s * 1e3:.0f} ms or more "
+        f"(median gap {median_gap * 1e3:.0f} ms, worst {worst * 1e3:.0f} ms), {_pct(fraction)} of them "
+        f"while a long prompt (up to {longest} tokens) was prefilled; chunked prefill bounds them",
+        {
+            "stalls": len(stalls),
+            "aligned_fraction": fraction,
+            "median_gap_ms": median_gap * 1e3,
+            "worst_gap_ms": worst * 1e3,
+            "long_prompt_tokens": long_tokens,
+        },
+    )
 
 
 def head_of_line(run: Run) -> Finding | None:
@@ -174,11 +198,17 @@ def head_of_line(run: Run) -> Finding | None:
     share = sum(waited_ms) / sum(ttft_ms) if sum(ttft_ms) > 0 else 0.0
     if share < HOL_QUEUE_SHARE:
         return None
-    return Finding("head_of_line", "warning",
-                   f"short requests wait for long ones: requests of <= {short_limit:.0f} prompt tokens spent "
-                   f"{_pct(share)} of their TTFT (mean {np.mean(ttft_ms):.0f} ms) queued behind longer ones",
-                   {"short_prompt_tokens_max": short_limit, "short_queue_share": share,
-                    "short_ttft_mean_ms": float(np.mean(ttft_ms))})
+    return Finding(
+        "head_of_line",
+        "warning",
+        f"short requests wait for long ones: requests of <= {short_limit:.0f} prompt tokens spent "
+        f"{_pct(share)} of their TTFT (mean {np.mean(ttft_ms):.0f} ms) queued behind longer ones",
+        {
+            "short_prompt_tokens_max": short_limit,
+            "short_queue_share": share,
+            "short_ttft_mean_ms": float(np.mean(ttft_ms)),
+        },
+    )
 
 
 def decode_roofline(run: Run) -> Finding | None:
@@ -191,13 +221,26 @@ def decode_roofline(run: Run) -> Finding | None:
     overhead = point["bound"] == "memory" and point["bandwidth_fraction"] < LOW_BANDWIDTH_FRACTION
     message = roof["line"]
     if overhead:
-        message += ("; far below the bandwidth ceiling: per-step overhead or small batches, not the hardware, "
-                    "set the pace")
+        message += (
+            "; far below the bandwidth ceiling: per-step overhead or small batches, not the hardware, set the pace"
+        )
     elif point["bound"] == "memory":
         message += ": low compute use is expected here, more concurrency raises throughput"
-    return Finding("decode_bound", "warning" if overhead else "info", message,
-                   {k: point[k] for k in ("bandwidth_fraction", "compute_fraction", "intensity_flop_per_byte",
-                                          "ridge_flop_per_byte", "bound")})
+    return Finding(
+        "decode_bound",
+        "warning" if overhead else "info",
+        message,
+        {
+            k: point[k]
+            for k in (
+                "bandwidth_fraction",
+                "compute_fraction",
+                "intensity_flop_per_byte",
+                "ridge_flop_per_byte",
+                "bound",
+            )
+        },
+    )
 
 
 def prefix_cache_miss(run: Run) -> Finding | None:
@@ -219,12 +262,15 @@ def prefix_cache_miss(run: Run) -> Finding | None:
         hit, source = window["hit_rate"], "the engine's prefix-cache counters over the window"
     if hit >= PREFIX_HIT_FRACTION_OF_EXPECTED * expected:
         return None
-    return Finding("prefix_cache_miss", "warning",
-                   f"prefix cache misses: {_pct(hit)} of prompt tokens came from the cache on a shared-prefix "
-                   f"workload where {_pct(expected)} could ({workload['prefix_tokens']} shared of "
-                   f"~{workload['prefix_tokens'] + suffix:.0f}); is prefix caching on, and the shared prefix at least "
-                   f"one KV block (vLLM's CPU build caches whole 128-token blocks)?",
-                   {"hit_fraction": hit, "expected_fraction": expected, "source": source})
+    return Finding(
+        "prefix_cache_miss",
+        "warning",
+        f"prefix cache misses: {_pct(hit)} of prompt tokens came from the cache on a shared-prefix "
+        f"workload where {_pct(expected)} could ({workload['prefix_tokens']} shared of "
+        f"~{workload['prefix_tokens'] + suffix:.0f}); is prefix caching on, and the shared prefix at least "
+        f"one KV block (vLLM's CPU build caches whole 128-token blocks)?",
+        {"hit_fraction": hit, "expected_fraction": expected, "source": source},
+    )
 
 
 def client_bound(run: Run) -> Finding | None:
@@ -249,14 +295,26 @@ def token_count_mismatch(run: Run) -> Finding | None:
     if not mismatches:
         return None
     done = run.summary["requests"]["completed"]
-    return Finding("token_count_mismatch", "warning",
-                   f"token counts disagree in {mismatches} of {done} requests: the server's usage differs from "
-                   f"the chunks counted, so per-token latencies use the server's count",
-                   {"mismatches": mismatches, "completed": done})
+    return Finding(
+        "token_count_mismatch",
+        "warning",
+        f"token counts disagree in {mismatches} of {done} requests: the server's usage differs from "
+        f"the chunks counted, so per-token latencies use the server's count",
+        {"mismatches": mismatches, "completed": done},
+    )
 
 
-RULES = (saturation, batch_limit, kv_pressure, prefill_interference, head_of_line, decode_roofline,
-         prefix_cache_miss, client_bound, token_count_mismatch)
+RULES = (
+    saturation,
+    batch_limit,
+    kv_pressure,
+    prefill_interference,
+    head_of_line,
+    decode_roofline,
+    prefix_cache_miss,
+    client_bound,
+    token_count_mismatch,
+)
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
 

@@ -4,6 +4,7 @@ A scenario writes either a plain number (`input_tokens: 256`) or a mapping
 (`input_tokens: {dist: lognormal, mean: 256, std: 64, min: 16, max: 1024}`).
 Both become a `Dist`; `Dist.sample` draws token counts, `Dist.sample_s` draws seconds.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,7 +28,7 @@ class Dist(BaseModel):
     max: float | None = None
 
     @model_validator(mode="after")
-    def _check_parameters(self) -> "Dist":
+    def _check_parameters(self) -> Dist:
         needs = {"fixed": ("mean",), "uniform": ("min", "max"), "normal": ("mean", "std"), "lognormal": ("mean", "std")}
         missing = [name for name in needs[self.dist] if getattr(self, name) is None]
         if missing:

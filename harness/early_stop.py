@@ -12,6 +12,7 @@ Two reasons, checked on each measured record as it completes (`run_scenario(...,
 
 The decision lands in summary.json as `stopped_early`; the records written so far stay as they are.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -94,22 +95,34 @@ class PointWatch:
             sent = bisect.bisect_right(self._sends_s, now)
             self._outstanding.append((now, sent - self._met - self._missed))
         self.decision = (self._certain_verdict(now) if self.verdict else None) or (
-            self._over_saturated(now) if self.saturation and self._sends_s else None)
+            self._over_saturated(now) if self.saturation and self._sends_s else None
+        )
         return self.decision is not None
 
     def _stop(self, reason: str, passed: bool, detail: str, now: float) -> StopDecision:
-        return StopDecision(reason, passed, detail, self._met + self._missed, self.planned, now, self._met,
-                            self._missed)
+        return StopDecision(
+            reason, passed, detail, self._met + self._missed, self.planned, now, self._met, self._missed
+        )
 
     def _certain_verdict(self, now: float) -> StopDecision | None:
         need = math.ceil(self.attainment * self.planned - 1e-9)
         if self._met >= need and self._met + self._missed < self.planned:
-            return self._stop("verdict_met", True, f"{self._met} of {self.planned} planned requests already met "
-                              f"the SLOs ({need} needed for {self.attainment:.0%})", now)
+            return self._stop(
+                "verdict_met",
+                True,
+                f"{self._met} of {self.planned} planned requests already met "
+                f"the SLOs ({need} needed for {self.attainment:.0%})",
+                now,
+            )
         allowed = self.planned - need
         if self._missed > allowed and self._met + self._missed < self.planned:
-            return self._stop("verdict_missed", False, f"{self._missed} of {self.planned} planned requests already "
-                              f"missed the SLOs (at most {allowed} may for {self.attainment:.0%})", now)
+            return self._stop(
+                "verdict_missed",
+                False,
+                f"{self._missed} of {self.planned} planned requests already "
+                f"missed the SLOs (at most {allowed} may for {self.attainment:.0%})",
+                now,
+            )
         return None
 
     def _over_saturated(self, now: float) -> StopDecision | None:
@@ -121,11 +134,20 @@ class PointWatch:
         q_slope, q_low, _ = fit_line(*zip(*self._outstanding), SATURATION_CONFIDENCE)
         t_slope, t_low, t_intercept = fit_line(*zip(*self._ttft), SATURATION_CONFIDENCE)
         q_span_s = self._outstanding[-1][0] - self._outstanding[0][0]
-        if q_low > 0 and t_low > 0 and q_slope * q_span_s >= SATURATION_MIN_GROWTH and self._fails_on(t_slope,
-                                                                                                   t_intercept):
-            stop = self._stop("over_saturated", False, f"requests outstanding grow {q_slope:.2f}/s and TTFT "
-                              f"{1e3 * t_slope:.0f} ms/s (both > 0 at {SATURATION_CONFIDENCE:.0%} confidence, "
-                              f"over {len(self._ttft)} requests)", now)
+        if (
+            q_low > 0
+            and t_low > 0
+            and q_slope * q_span_s >= SATURATION_MIN_GROWTH
+            and self._fails_on(t_slope, t_intercept)
+        ):
+            stop = self._stop(
+                "over_saturated",
+                False,
+                f"requests outstanding grow {q_slope:.2f}/s and TTFT "
+                f"{1e3 * t_slope:.0f} ms/s (both > 0 at {SATURATION_CONFIDENCE:.0%} confidence, "
+                f"over {len(self._ttft)} requests)",
+                now,
+            )
             stop.outstanding_per_s, stop.ttft_s_per_s = q_slope, t_slope
             return stop
         return None

@@ -9,6 +9,7 @@ Counters (ph C, each its own track): batch (prefill_tokens, decode_seqs), kv_blo
 requests (running, waiting).
 Each step also keeps its numbers in `args`: prefill chunk sizes, bytes read, FLOPs.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,13 +42,24 @@ def steps_on_run_clock(raw: dict, t0_ns: int, start_s: float | None = None, end_
         if (start_s is not None and t_s < start_s) or (end_s is not None and t_s > end_s):
             continue
         chunks = rec["prefill_chunks"]
-        steps.append({"t_s": t_s, "dur_s": max(rec["end_ns"] - rec["start_ns"], 1) / 1e9,
-                      "forward_s": rec["forward_ns"] / 1e9, "prefill_tokens": sum(chunks),
-                      "prefill_chunks": chunks, "decode_seqs": rec["decode_seqs"],
-                      "kv_blocks_used": rec["kv_blocks_used"], "preemptions": rec["preemptions"],
-                      "prefix_hit_tokens": rec["prefix_hit_tokens"], "bytes_read": rec["bytes_read"],
-                      "flops": rec["flops"], "running": rec["running"], "waiting": rec["waiting"],
-                      "kv_positions_read": rec.get("kv_positions_read")})   # None: traced before it was recorded
+        steps.append(
+            {
+                "t_s": t_s,
+                "dur_s": max(rec["end_ns"] - rec["start_ns"], 1) / 1e9,
+                "forward_s": rec["forward_ns"] / 1e9,
+                "prefill_tokens": sum(chunks),
+                "prefill_chunks": chunks,
+                "decode_seqs": rec["decode_seqs"],
+                "kv_blocks_used": rec["kv_blocks_used"],
+                "preemptions": rec["preemptions"],
+                "prefix_hit_tokens": rec["prefix_hit_tokens"],
+                "bytes_read": rec["bytes_read"],
+                "flops": rec["flops"],
+                "running": rec["running"],
+                "waiting": rec["waiting"],
+                "kv_positions_read": rec.get("kv_positions_read"),
+            }
+        )  # None: traced before it was recorded
     return steps
 
 
@@ -59,30 +71,80 @@ def step_kind(step: dict) -> str:
 
 def chrome_trace(steps: list[dict]) -> dict:
     events = [{"ph": "M", "pid": PID, "name": "process_name", "args": {"name": "native engine"}}]
-    events += [{"ph": "M", "pid": PID, "tid": tid, "name": "thread_name", "args": {"name": name}}
-               for name, tid in TRACKS.items()]
+    events += [
+        {"ph": "M", "pid": PID, "tid": tid, "name": "thread_name", "args": {"name": name}}
+        for name, tid in TRACKS.items()
+    ]
     timed = []
     for s in steps:
         ts, dur = s["t_s"] * 1e6, s["dur_s"] * 1e6
-        args = {k: s.get(k) for k in ("prefill_tokens", "prefill_chunks", "decode_seqs", "kv_blocks_used",
-                                      "bytes_read", "flops", "running", "waiting", "kv_positions_read")}
-        timed.append({"ph": "X", "pid": PID, "tid": TRACKS["steps"], "name": step_kind(s), "ts": ts, "dur": dur,
-                      "args": args})
-        timed.append({"ph": "X", "pid": PID, "tid": TRACKS["forward"], "name": "forward", "ts": ts,
-                      "dur": max(min(s["forward_s"] * 1e6, dur), 0.001)})
-        timed.append({"ph": "C", "pid": PID, "name": "batch", "ts": ts,
-                      "args": {"prefill_tokens": s["prefill_tokens"], "decode_seqs": s["decode_seqs"]}})
-        timed.append({"ph": "C", "pid": PID, "name": "kv_blocks_used", "ts": ts,
-                      "args": {"blocks": s["kv_blocks_used"]}})
-        timed.append({"ph": "C", "pid": PID, "name": "requests", "ts": ts,
-                      "args": {"running": s["running"], "waiting": s["waiting"]}})
+        args = {
+            k: s.get(k)
+            for k in (
+                "prefill_tokens",
+                "prefill_chunks",
+                "decode_seqs",
+                "kv_blocks_used",
+                "bytes_read",
+                "flops",
+                "running",
+                "waiting",
+                "kv_positions_read",
+            )
+        }
+        timed.append(
+            {"ph": "X", "pid": PID, "tid": TRACKS["steps"], "name": step_kind(s), "ts": ts, "dur": dur, "args": args}
+        )
+        timed.append(
+            {
+                "ph": "X",
+                "pid": PID,
+                "tid": TRACKS["forward"],
+                "name": "forward",
+                "ts": ts,
+                "dur": max(min(s["forward_s"] * 1e6, dur), 0.001),
+            }
+        )
+        timed.append(
+            {
+                "ph": "C",
+                "pid": PID,
+                "name": "batch",
+                "ts": ts,
+                "args": {"prefill_tokens": s["prefill_tokens"], "decode_seqs": s["decode_seqs"]},
+            }
+        )
+        timed.append(
+            {"ph": "C", "pid": PID, "name": "kv_blocks_used", "ts": ts, "args": {"blocks": s["kv_blocks_used"]}}
+        )
+        timed.append(
+            {
+                "ph": "C",
+                "pid": PID,
+                "name": "requests",
+                "ts": ts,
+                "args": {"running": s["running"], "waiting": s["waiting"]},
+            }
+        )
         for name, key in (("preemption", "preemptions"), ("prefix_hit", "prefix_hit_tokens")):
             if s[key]:
-                timed.append({"ph": "i", "s": "t", "pid": PID, "tid": TRACKS["scheduler"], "name": name, "ts": ts,
-                              "args": {key: s[key]}})
+                timed.append(
+                    {
+                        "ph": "i",
+                        "s": "t",
+                        "pid": PID,
+                        "tid": TRACKS["scheduler"],
+                        "name": name,
+                        "ts": ts,
+                        "args": {key: s[key]},
+                    }
+                )
     timed.sort(key=lambda e: e["ts"])
-    return {"traceEvents": events + timed, "displayTimeUnit": "ms",
-            "otherData": {"clock": "microseconds from the run's t0 (requests.jsonl's clock)"}}
+    return {
+        "traceEvents": events + timed,
+        "displayTimeUnit": "ms",
+        "otherData": {"clock": "microseconds from the run's t0 (requests.jsonl's clock)"},
+    }
 
 
 def write_engine_trace(path: Path, steps: list[dict]) -> None:

@@ -9,6 +9,7 @@ An engine never outlives bench: a small guard process holds the read end of a pi
 end only bench holds. When bench exits in any way (kill -9 included) the kernel closes it, and
 the guard stops the engine's process group (SIGTERM, then SIGKILL after GUARD_GRACE_S).
 """
+
 from __future__ import annotations
 
 import os
@@ -65,8 +66,12 @@ def port_in_use(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def probe(url: str, headers: dict | None = None, timeout_s: float = 5.0,
-          ready_paths: tuple[str, ...] = ("/health", "/v1/models")) -> str:
+def probe(
+    url: str,
+    headers: dict | None = None,
+    timeout_s: float = 5.0,
+    ready_paths: tuple[str, ...] = ("/health", "/v1/models"),
+) -> str:
     """GET each readiness path in turn. Returns the path that answered; raises BackendUnreachable."""
     problems = []
     for path in ready_paths:
@@ -79,13 +84,15 @@ def probe(url: str, headers: dict | None = None, timeout_s: float = 5.0,
             reason = getattr(e, "reason", e)
             raise BackendUnreachable(
                 f"backend.url: cannot reach {url} ({reason}); start the engine there, "
-                f"or set backend.launch so bench starts it") from None
+                f"or set backend.launch so bench starts it"
+            ) from None
     raise BackendUnreachable(f"backend.url: {url} answers but is not ready ({'; '.join(problems)})")
 
 
 @dataclass
 class EngineSizing:
     """What the run asks of an engine bench starts with its default command (backends size their flags by it)."""
+
     threads: int  # CPU threads for the engine: the machine's cores
     slots: int  # requests the engine must hold at once (the run's concurrency, at least)
     tokens_per_slot: int  # the longest prompt plus answer of one request (a session's whole history)
@@ -179,12 +186,24 @@ def group_alive(pgid: int) -> bool:
 
 def start_guard(pgid: int) -> subprocess.Popen:
     """The process that stops group `pgid` once bench is gone (see the module's docstring)."""
-    return subprocess.Popen([sys.executable, "-c", _GUARD, str(pgid), str(GUARD_GRACE_S)], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", _GUARD, str(pgid), str(GUARD_GRACE_S)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
-def launch(backend, launch_config, url: str | None, model: str, log_path: Path,
-           headers: dict | None = None, sizing: EngineSizing | None = None) -> LaunchedBackend:
+def launch(
+    backend,
+    launch_config,
+    url: str | None,
+    model: str,
+    log_path: Path,
+    headers: dict | None = None,
+    sizing: EngineSizing | None = None,
+) -> LaunchedBackend:
     """Starts the engine in its own process group, output into log_path, and waits until it
     answers. Every failure stops what was started and raises BackendUnreachable with the
     log's tail; so does Ctrl-C (KeyboardInterrupt is re-raised after the stop)."""
@@ -192,8 +211,10 @@ def launch(backend, launch_config, url: str | None, model: str, log_path: Path,
         backend = load_backend(backend)
     port = urlparse(url).port if url else None
     if port and port_in_use(port):
-        raise BackendUnreachable(f"backend.url: port {port} is already taken by another process; stop it, "
-                                 f"or leave backend.url out so bench picks a free port")
+        raise BackendUnreachable(
+            f"backend.url: port {port} is already taken by another process; stop it, "
+            f"or leave backend.url out so bench picks a free port"
+        )
     port = port or free_port()
     url = url or f"http://127.0.0.1:{port}"
     command = engine_command(backend, launch_config, port, model, sizing)
@@ -207,14 +228,17 @@ def launch(backend, launch_config, url: str | None, model: str, log_path: Path,
     # until both run, then raised below, where the stop is
     with HeldSignals() as held:
         try:
-            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       env=env, start_new_session=True)
+            process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+            )
         except (FileNotFoundError, PermissionError) as e:
             log.close()
             which = "program" if getattr(launch_config, "program", None) else "command"
-            raise BackendUnreachable(f"backend.launch.{which}: {command[0]!r} cannot be run ({e.strerror}); "
-                                     f"install it, put it on PATH, or give its full path in "
-                                     f"backend.launch.{which}") from None
+            raise BackendUnreachable(
+                f"backend.launch.{which}: {command[0]!r} cannot be run ({e.strerror}); "
+                f"install it, put it on PATH, or give its full path in "
+                f"backend.launch.{which}"
+            ) from None
         launched = LaunchedBackend(url, process, log_path, start_guard(process.pid))
     try:
         held.raise_pending()
@@ -225,8 +249,9 @@ def launch(backend, launch_config, url: str | None, model: str, log_path: Path,
         if isinstance(e, BackendUnreachable):
             raise
         if isinstance(e, Exception):
-            raise BackendUnreachable(f"backend.launch: {e}; the engine's log ({log_path}) ends with:\n"
-                                     f"{launched.log_tail()}") from None
+            raise BackendUnreachable(
+                f"backend.launch: {e}; the engine's log ({log_path}) ends with:\n{launched.log_tail()}"
+            ) from None
         raise
     finally:
         log.close()
@@ -239,12 +264,13 @@ class HeldSignals:
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __enter__(self) -> "HeldSignals":
+    def __enter__(self) -> HeldSignals:
         self.pending: list[int] = []
         self.previous = {}
         if threading.current_thread() is threading.main_thread():
-            self.previous = {sig: signal.signal(sig, lambda signum, frame: self.pending.append(signum))
-                             for sig in self.SIGNALS}
+            self.previous = {
+                sig: signal.signal(sig, lambda signum, frame: self.pending.append(signum)) for sig in self.SIGNALS
+            }
         return self
 
     def __exit__(self, *exc) -> None:
@@ -266,8 +292,10 @@ def _wait_ready(launched: LaunchedBackend, backend, launch_config, headers) -> N
     deadline = time.monotonic() + launch_config.ready_timeout_s
     while True:
         if process.poll() is not None:
-            raise BackendUnreachable(f"backend.launch: the engine exited with code {process.returncode} "
-                                     f"before it was ready; its log ({log_path}) ends with:\n{launched.log_tail()}")
+            raise BackendUnreachable(
+                f"backend.launch: the engine exited with code {process.returncode} "
+                f"before it was ready; its log ({log_path}) ends with:\n{launched.log_tail()}"
+            )
         try:
             probe(launched.url, headers, timeout_s=2.0, ready_paths=backend.ready_paths)
             return
@@ -276,5 +304,6 @@ def _wait_ready(launched: LaunchedBackend, backend, launch_config, headers) -> N
                 raise BackendUnreachable(
                     f"backend.launch.ready_timeout_s: not ready after {launch_config.ready_timeout_s:g} s ({e}); "
                     f"raise it if the engine is just slow; its log ({log_path}) ends with:\n"
-                    f"{launched.log_tail()}") from None
+                    f"{launched.log_tail()}"
+                ) from None
         time.sleep(0.25)

@@ -4,6 +4,7 @@ Each bound is far above any real run and far below what exhausts memory or overf
 a value past one is a typo or a broken server, and is reported naming its field instead of
 becoming a MemoryError, an OverflowError or a run that never ends.
 """
+
 from __future__ import annotations
 
 MAX_REQUESTS = 1_000_000  # load.num_requests, max_requests, warmup_requests; a plan is kept in memory

@@ -1,4 +1,5 @@
 """Latency and throughput metrics. Definitions live in docs/metrics.md; this is the one implementation."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -27,6 +28,7 @@ def describe(values_s, scale: float = 1e3) -> dict:
 @dataclass
 class RequestLatency:
     """The latencies of one completed request, in seconds, all measured from the intended send time."""
+
     ttft_s: float  # to the first token of either kind, a reasoning model's thinking included
     e2e_s: float
     tpot_s: float | None  # None with a single output token
@@ -62,8 +64,12 @@ def active_slo(slo: dict | None) -> dict:
 
 def meets_slo(lat: RequestLatency, slo: dict) -> bool:
     """All SLOs given (ms) must hold; the ITL SLO bounds the worst gap of the request."""
-    checks = (("ttft_ms", lat.ttft_s), ("e2e_ms", lat.e2e_s), ("tpot_ms", lat.tpot_s),
-              ("itl_ms", max(lat.itl_token_s) if lat.itl_token_s else None))
+    checks = (
+        ("ttft_ms", lat.ttft_s),
+        ("e2e_ms", lat.e2e_s),
+        ("tpot_ms", lat.tpot_s),
+        ("itl_ms", max(lat.itl_token_s) if lat.itl_token_s else None),
+    )
     for key, value_s in checks:
         limit_ms = slo.get(key)
         if limit_ms is not None and value_s is not None and value_s * 1e3 > limit_ms:
@@ -92,8 +98,7 @@ def concurrency_profile(records: list[RequestRecord]) -> dict:
     return {"mean": area / span if span > 0 else float(peak), "max": peak}
 
 
-def summarize(records: list[RequestRecord], slo: dict | None = None,
-              loop_lag_s: list[float] | None = None) -> dict:
+def summarize(records: list[RequestRecord], slo: dict | None = None, loop_lag_s: list[float] | None = None) -> dict:
     """The summary of the measured (non-warm-up) requests."""
     slo = active_slo(slo)
     measured = [r for r in records if not r.is_warmup]
@@ -112,15 +117,20 @@ def summarize(records: list[RequestRecord], slo: dict | None = None,
     total_tokens = out_tokens + sum(r.prompt_tokens for r in done)
 
     return {
-        "requests": {"measured": len(measured), "completed": len(done),
-                     "failed": len(measured) - len(done),
-                     "warmup": len(records) - len(measured)},
+        "requests": {
+            "measured": len(measured),
+            "completed": len(done),
+            "failed": len(measured) - len(done),
+            "warmup": len(records) - len(measured),
+        },
         "failures": dict(Counter(r.error_reason for r in measured if not r.ok)),
         "window_s": window_s,
-        "throughput": {"requests_per_s": per_s(len(done)), "output_tokens_per_s": per_s(out_tokens),
-                       "total_tokens_per_s": per_s(total_tokens)},
-        "goodput": {"requests_per_s": per_s(good),
-                    "fraction": good / len(measured) if measured else 0.0, "slo": slo},
+        "throughput": {
+            "requests_per_s": per_s(len(done)),
+            "output_tokens_per_s": per_s(out_tokens),
+            "total_tokens_per_s": per_s(total_tokens),
+        },
+        "goodput": {"requests_per_s": per_s(good), "fraction": good / len(measured) if measured else 0.0, "slo": slo},
         "output_tokens": out_tokens,
         "partial": {"requests": len(partial), "output_tokens": sum(r.output_tokens for r in partial)},
         "token_count_mismatches": sum(r.token_count_mismatch for r in done),
@@ -132,17 +142,20 @@ def summarize(records: list[RequestRecord], slo: dict | None = None,
         "itl_chunk_ms": describe([g for lat in lats for g in lat.itl_chunk_s]),
         "tpot_ms": describe([lat.tpot_s for lat in lats if lat.tpot_s is not None]),
         "e2e_ms": describe([lat.e2e_s for lat in lats]),
-        "schedule_lag_ms": describe([r.actual_send_s - r.intended_send_s
-                                     for r in measured if r.actual_send_s is not None]),
-        "client_lag_ms": describe([r.actual_send_s - r.intended_send_s - r.cap_wait_s
-                                   for r in measured if r.actual_send_s is not None]),
+        "schedule_lag_ms": describe(
+            [r.actual_send_s - r.intended_send_s for r in measured if r.actual_send_s is not None]
+        ),
+        "client_lag_ms": describe(
+            [r.actual_send_s - r.intended_send_s - r.cap_wait_s for r in measured if r.actual_send_s is not None]
+        ),
         "event_loop_lag_ms": describe(loop_lag_s or []),
         "concurrency": concurrency_profile(measured),
     }
 
 
-def client_bound_reasons(summary: dict, max_client_lag_p99_ms: float = 5.0,
-                         max_loop_lag_p99_ms: float = 10.0) -> list[str]:
+def client_bound_reasons(
+    summary: dict, max_client_lag_p99_ms: float = 5.0, max_loop_lag_p99_ms: float = 10.0
+) -> list[str]:
     """Why the client could not keep to its own schedule (empty when it did)."""
     reasons = []
     lag = summary.get("client_lag_ms", {}).get("p99")

@@ -2,6 +2,7 @@
 (t0_ns): the telemetry recorder (telemetry.csv), the Prometheus scraper (server_metrics.csv),
 with backend.profile the engine's profiler started before the load and stopped after it, and with
 backend.trace the engine's per-step trace, fetched after the load (engine_trace.json)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,13 +24,20 @@ class RunObservers:
         metrics_url = backend.metrics_url or engine.metrics_url(url)
         why_none = f"the {engine.name} engine has no Prometheus page; set backend.metrics_url if it has one"
         replicas_url = url + engine.replicas_path if engine.replicas_path and metrics_url else None
-        self.scraper = ServerMetricsScraper(metrics_url, t0_ns, out_dir / "server_metrics.csv",
-                                            config.interval_ms / 1000, headers=self.headers, why_none=why_none,
-                                            missing_page_hint=engine.metrics_hint if not backend.metrics_url
-                                            else "check backend.metrics_url", replicas_url=replicas_url,
-                                            replica_pages=list(backend.replica_metrics.items()))
-        self.recorder = TelemetryRecorder(config, t0_ns, out_dir, launched.pid if launched else None, metrics_url,
-                                          engine_pages_fed=True)
+        self.scraper = ServerMetricsScraper(
+            metrics_url,
+            t0_ns,
+            out_dir / "server_metrics.csv",
+            config.interval_ms / 1000,
+            headers=self.headers,
+            why_none=why_none,
+            missing_page_hint=engine.metrics_hint if not backend.metrics_url else "check backend.metrics_url",
+            replicas_url=replicas_url,
+            replica_pages=list(backend.replica_metrics.items()),
+        )
+        self.recorder = TelemetryRecorder(
+            config, t0_ns, out_dir, launched.pid if launched else None, metrics_url, engine_pages_fed=True
+        )
         self.scraper.page_listeners.append(self.recorder.engine_page)  # one /metrics request per interval
         self.status: dict = {}
         self.out_dir = out_dir
@@ -60,12 +68,15 @@ class RunObservers:
 
     def stop(self) -> dict:
         if "profile" in self.status and "error" not in self.status["profile"]:
-            self.status["profile"]["stop_http_status"] = http_post(self.url + self.engine.profile_paths[1], {},
-                                                                   self.headers, timeout_s=300)
+            self.status["profile"]["stop_http_status"] = http_post(
+                self.url + self.engine.profile_paths[1], {}, self.headers, timeout_s=300
+            )
         if self.trace:  # before the engine stops
             if not self.engine.step_trace_path:
-                self.status["engine_trace"] = {"written": False,
-                                               "reason": f"the {self.engine.name} engine has no step trace"}
+                self.status["engine_trace"] = {
+                    "written": False,
+                    "reason": f"the {self.engine.name} engine has no step trace",
+                }
             else:
                 self.steps_raw, why = fetch_steps(self.url + self.engine.step_trace_path, self.headers)
                 if why:
@@ -95,5 +106,9 @@ class RunObservers:
         end = max(r.end_s if r.end_s is not None else r.intended_send_s for r in outcome.records)
         steps = steps_on_run_clock(self.steps_raw, outcome.t0_ns, start, end)
         write_engine_trace(self.out_dir / "engine_trace.json", steps)
-        self.status["engine_trace"] = {"written": True, "steps": len(steps), "dropped": self.steps_raw.get("dropped", 0)}
+        self.status["engine_trace"] = {
+            "written": True,
+            "steps": len(steps),
+            "dropped": self.steps_raw.get("dropped", 0),
+        }
         return steps

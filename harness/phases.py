@@ -16,6 +16,7 @@ decode = its e2e minus TTFT.
 `ttft_share` splits the client's mean TTFT into the mean of each part; `other` is what no part
 explains (tokenization, HTTP framing, the first chunk's trip back), never below zero.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -33,8 +34,14 @@ def _stats(values_ms: list[float]) -> dict | None:
     if not values_ms:
         return None
     arr = np.asarray(values_ms, dtype=np.float64)
-    return {"mean": float(arr.mean()), "p50": float(np.percentile(arr, 50)), "p90": float(np.percentile(arr, 90)),
-            "p99": float(np.percentile(arr, 99)), "max": float(arr.max()), "count": int(arr.size)}
+    return {
+        "mean": float(arr.mean()),
+        "p50": float(np.percentile(arr, 50)),
+        "p90": float(np.percentile(arr, 90)),
+        "p99": float(np.percentile(arr, 99)),
+        "max": float(arr.max()),
+        "count": int(arr.size),
+    }
 
 
 def engine_account(timings: dict) -> tuple[dict[str, float], str] | None:
@@ -108,8 +115,11 @@ def phases(records, server_metrics_csv: Path | None = None, scrape_offset_s: flo
     else:
         start = min(r.intended_send_s for r in done) + scrape_offset_s
         end = max(r.end_s for r in done) + scrape_offset_s
-        means = histogram_means(server_metrics_csv, start, end) if server_metrics_csv and Path(
-            server_metrics_csv).is_file() else {}
+        means = (
+            histogram_means(server_metrics_csv, start, end)
+            if server_metrics_csv and Path(server_metrics_csv).is_file()
+            else {}
+        )
         if "prefill" not in means and "ttft" in means and "queue" in means:  # SGLang without per-stage latency
             means["prefill"] = max(means["ttft"] - means["queue"], 0.0)
         if "decode" not in means and "e2e" in means and "ttft" in means:
@@ -120,13 +130,14 @@ def phases(records, server_metrics_csv: Path | None = None, scrape_offset_s: flo
             parts[phase] = {"mean": means[phase]}
         out["source"] = "per run: engine histograms over the window" if found else None
         if not found:
-            out["reason"] = ("no engine timings: the stream carries none and server_metrics.csv has no "
-                             "queue/prefill/decode histograms that moved during the run")
+            out["reason"] = (
+                "no engine timings: the stream carries none and server_metrics.csv has no "
+                "queue/prefill/decode histograms that moved during the run"
+            )
     out.update({p: s for p, s in parts.items() if s})
     ttft_mean = float(np.mean(ttft_ms))
     out["ttft"] = _stats(ttft_ms)
-    shares = {p: out[p]["mean"] / ttft_mean for p in ("queue", "prefill", *CLIENT_PARTS)
-              if p in out and ttft_mean > 0}
+    shares = {p: out[p]["mean"] / ttft_mean for p in ("queue", "prefill", *CLIENT_PARTS) if p in out and ttft_mean > 0}
     if shares:
         shares["other"] = max(1.0 - sum(shares.values()), 0.0)
         out["ttft_share"] = shares

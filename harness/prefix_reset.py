@@ -2,6 +2,7 @@
 previous one's prompts cached (`bench tune`). The route is the backend's `prefix_cache_reset_path`:
 vLLM's POST /reset_prefix_cache, SGLang's POST /flush_cache, the native engine's POST /reset_prefix_cache.
 """
+
 from __future__ import annotations
 
 from backends.base import http_post

@@ -10,6 +10,7 @@ Random prompts are drawn from "word tokens": ids whose text is one space-prefixe
 word (" river"). Joined, they re-encode to the same ids in byte-level BPE tokenizers, so a drawn
 length is hit exactly with one encode call, and their text is known locally (no detokenize calls).
 """
+
 from __future__ import annotations
 
 import functools
@@ -32,7 +33,7 @@ def answer_tokens(tokenizer: TokenizerSource, text: str) -> int:
 
 
 @functools.lru_cache(maxsize=8)
-def prompt_builder(tokenizer: TokenizerSource) -> "PromptBuilder":
+def prompt_builder(tokenizer: TokenizerSource) -> PromptBuilder:
     """One builder per tokenizer: word-token discovery costs a few /tokenize calls, once."""
     return PromptBuilder(tokenizer)
 
@@ -59,9 +60,11 @@ class PromptBuilder:
             if len(word_ids) == 1:
                 found[word_ids[0]] = " " + word
         if len(found) < 16:
-            raise TokenizerError(f"{self.tokenizer.method}: only {len(found)} common English words are single "
-                                 "tokens; cannot draw random prompts from this tokenizer (set backend.tokenizer "
-                                 "to the model's own tokenizer)")
+            raise TokenizerError(
+                f"{self.tokenizer.method}: only {len(found)} common English words are single "
+                "tokens; cannot draw random prompts from this tokenizer (set backend.tokenizer "
+                "to the model's own tokenizer)"
+            )
         return found
 
     def random_text(self, rng: np.random.Generator, n_tokens: int, prefix_ids=()) -> tuple[str, int]:

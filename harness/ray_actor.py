@@ -4,6 +4,7 @@ It runs the harness's own Runner on its shard in a thread of its own, with t0 tu
 perf_counter, and keeps each finished record until the driver takes it (`take`, polled). It needs
 nothing of Ray but the node id it reports, so it imports Ray only there.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -29,6 +30,7 @@ class ShardActor:
 
     def where(self) -> dict:
         import ray
+
         return {"pid": os.getpid(), "host": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id()}
 
     def wall_clock_ns(self) -> int:
@@ -37,8 +39,9 @@ class ShardActor:
     def start(self, requests, target, concurrency, dispatch_until_s, t0_wall_ns: int) -> None:
         """t0_wall_ns: the run's t0 on this node's wall clock (the driver's t0 plus the measured offset)."""
         t0_ns = time.perf_counter_ns() + (t0_wall_ns - time.time_ns())
-        threading.Thread(target=self._run, args=(requests, target, concurrency, dispatch_until_s, t0_ns),
-                         daemon=True).start()
+        threading.Thread(
+            target=self._run, args=(requests, target, concurrency, dispatch_until_s, t0_ns), daemon=True
+        ).start()
 
     def _run(self, requests, target, concurrency, dispatch_until_s, t0_ns: int) -> None:
         def make_runner() -> Runner:
@@ -46,13 +49,24 @@ class ShardActor:
             self._loop = asyncio.get_running_loop()
             if self._stop_asked:
                 self._stop.set()
-            return Runner(target, requests, concurrency, self._records.append, t0_ns=t0_ns, stop=self._stop,
-                          dispatch_until_s=dispatch_until_s)
+            return Runner(
+                target,
+                requests,
+                concurrency,
+                self._records.append,
+                t0_ns=t0_ns,
+                stop=self._stop,
+                dispatch_until_s=dispatch_until_s,
+            )
+
         cpu_start = time.process_time()
         try:
             outcome = run_blocking(make_runner)
-            self._finished = {"loop_lag_s": outcome.loop_lag_s, "interrupted": outcome.interrupted,
-                              "cpu_s": time.process_time() - cpu_start}
+            self._finished = {
+                "loop_lag_s": outcome.loop_lag_s,
+                "interrupted": outcome.interrupted,
+                "cpu_s": time.process_time() - cpu_start,
+            }
         except BaseException as e:  # reported to the driver, which counts the shard's missing records
             self._finished = {"error": f"the runner failed: {type(e).__name__}: {e}"}
 

@@ -6,6 +6,7 @@ engine's log when bench launched it. A sweep folder holds one run folder per poi
 `point-NNN-<rate|concurrency>-<value>/`, and sweep.json (each point's status). A repeats folder
 (one side of `bench gate`) holds run folders as direct sub-folders (`run-1/` ...).
 """
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,7 @@ import re
 import shutil
 import socket
 import sys
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from harness.limits import MAX_TOKENS_PER_REQUEST, is_token_count
 @dataclass
 class RequestRecord:
     """One request as the client saw it. Times are seconds from the run's t0 (perf_counter)."""
+
     index: int
     intended_send_s: float
     actual_send_s: float | None = None  # the client started sending
@@ -76,8 +78,9 @@ class RequestRecord:
         is not one (is_token_count) is stored as null, the local count is kept, and the request fails bad_usage."""
         bad = self._take_chunks(parsed, t0_ns)
         self.finish_reason = parsed.finish_reason
-        self.server_timings = {k: v if not isinstance(v, float) or math.isfinite(v) else None
-                               for k, v in parsed.server_timings.items()}  # NaN is not JSON
+        self.server_timings = {
+            k: v if not isinstance(v, float) or math.isfinite(v) else None for k, v in parsed.server_timings.items()
+        }  # NaN is not JSON
         usage = parsed.usage_completion_tokens
         if usage is not None and not is_token_count(usage):
             bad.insert(0, _bad_count("usage.completion_tokens", usage))
@@ -126,13 +129,15 @@ class RequestRecord:
         return json.dumps(vars(self), separators=(",", ":"))
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RequestRecord":
+    def from_dict(cls, d: dict) -> RequestRecord:
         return cls(**d)
 
 
 def _bad_count(name: str, value) -> str:
-    return (f"{name}: {value!r} from the server is not valid: must be a whole number from 0 to "
-            f"{MAX_TOKENS_PER_REQUEST} (stored as null; the local count is kept)")
+    return (
+        f"{name}: {value!r} from the server is not valid: must be a whole number from 0 to "
+        f"{MAX_TOKENS_PER_REQUEST} (stored as null; the local count is kept)"
+    )
 
 
 def _badness(k) -> int:
@@ -152,11 +157,14 @@ class ResultsError(Exception):
 
 # --- writing --------------------------------------------------------------------------------------
 
+
 def default_output_dir(name: str, root: str | Path = "results") -> Path:
     """results/<name>-<UTC time>; a name that could leave `root` (`../x`, `a/b`) is refused."""
     if not SAFE_NAME.match(name):
-        raise ResultsError(f"name: {name!r} cannot name a results folder; use letters, digits, '.', '_' and '-' "
-                           f"(no '/' and no leading '.'), or give --output")
+        raise ResultsError(
+            f"name: {name!r} cannot name a results folder; use letters, digits, '.', '_' and '-' "
+            f"(no '/' and no leading '.'), or give --output"
+        )
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return Path(root) / f"{name}-{stamp}"
 
@@ -172,8 +180,10 @@ def prepare_run_dir(path: str | Path, overwrite: bool = False) -> Path:
     _make_dir(path)
     if holds_run(path):
         if not overwrite:
-            raise ResultsError(f"--output: {path} already holds a run (run.json / requests.jsonl); choose a new "
-                               f"folder, or pass --overwrite to replace it")
+            raise ResultsError(
+                f"--output: {path} already holds a run (run.json / requests.jsonl); choose a new "
+                f"folder, or pass --overwrite to replace it"
+            )
         for name in RUN_FILES:
             (path / name).unlink(missing_ok=True)
     return path
@@ -186,8 +196,10 @@ def prepare_sweep_dir(path: str | Path, overwrite: bool = False) -> Path:
     points = [p for p in path.iterdir() if p.is_dir() and POINT_DIR.match(p.name)]
     if (path / MANIFEST).exists() or points or holds_run(path):
         if not overwrite:
-            raise ResultsError(f"--output: {path} already holds results (sweep.json or point folders); choose a "
-                               f"new folder, or pass --overwrite to replace them")
+            raise ResultsError(
+                f"--output: {path} already holds results (sweep.json or point folders); choose a "
+                f"new folder, or pass --overwrite to replace them"
+            )
         for p in points:
             shutil.rmtree(p)
         for name in (MANIFEST, *RUN_FILES):
@@ -199,8 +211,9 @@ def _make_dir(path: Path) -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
-        raise ResultsError(f"--output: {path} (or a folder above it) is a file, not a folder; "
-                           f"choose another path") from None
+        raise ResultsError(
+            f"--output: {path} (or a folder above it) is a file, not a folder; choose another path"
+        ) from None
     except NotADirectoryError:
         raise ResultsError(f"--output: a part of {path} is a file, not a folder; choose another path") from None
     except PermissionError:
@@ -210,8 +223,9 @@ def _make_dir(path: Path) -> None:
 
 
 def versions() -> dict:
-    import aiohttp
     from importlib import metadata
+
+    import aiohttp
 
     try:
         harness_version = metadata.version("llm-serving-bench")
@@ -220,6 +234,7 @@ def versions() -> dict:
     out = {"harness": harness_version, "python": sys.version.split()[0], "aiohttp": aiohttp.__version__}
     try:
         import uvloop
+
         out["uvloop"] = uvloop.__version__
     except ImportError:
         out["uvloop"] = None
@@ -227,8 +242,12 @@ def versions() -> dict:
 
 
 def host_info() -> dict:
-    return {"hostname": socket.gethostname(), "platform": platform.platform(),
-            "cpu_count": os.cpu_count(), "machine": platform.machine()}
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+    }
 
 
 class ResultWriter:
@@ -267,6 +286,7 @@ def write_json(path: Path, obj: dict) -> None:
 
 # --- reading --------------------------------------------------------------------------------------
 
+
 def read_records(out_dir: str | Path, warnings: list[str] | None = None) -> list[RequestRecord]:
     """Every record of requests.jsonl. A torn last line (a run killed while writing it) and keys this
     version does not know are skipped with a warning appended to `warnings`; any other bad line is a
@@ -294,8 +314,9 @@ def read_records(out_dir: str | Path, warnings: list[str] | None = None) -> list
             if i == last:
                 warnings.append(f"{path} line {i + 1}: skipped a torn last line (the run was cut while writing it)")
                 continue
-            raise ResultsError(f"{path} line {i + 1}: not a request record ({e}); "
-                               f"the file was edited or damaged") from None
+            raise ResultsError(
+                f"{path} line {i + 1}: not a request record ({e}); the file was edited or damaged"
+            ) from None
     if unknown:
         warnings.append(f"{path}: ignored record keys this version does not know: {', '.join(sorted(unknown))}")
     return records
@@ -326,12 +347,15 @@ def run_dirs(path: Path) -> list[Path]:
         return [path]
     dirs = sorted(p for p in path.iterdir() if p.is_dir() and is_run_dir(p))
     if not dirs:
-        raise ResultsError(f"{path}: neither a run folder (no requests.jsonl) nor a folder of runs (no sub-folder "
-                           f"has one); pass what `bench run --output` wrote, or a folder of such run-N/ folders")
+        raise ResultsError(
+            f"{path}: neither a run folder (no requests.jsonl) nor a folder of runs (no sub-folder "
+            f"has one); pass what `bench run --output` wrote, or a folder of such run-N/ folders"
+        )
     return dirs
 
 
 # --- sweeps ---------------------------------------------------------------------------------------
+
 
 def point_dir_name(index: int, kind: str, value: float) -> str:
     """point-NNN-rate-R or point-NNN-concurrency-C; positional digits (no exponent) so POINT_DIR reads it back."""
@@ -350,8 +374,15 @@ def point_dirs(path: Path) -> list[Path]:
 
 def write_manifest(out_dir: Path, kind: str, scenario: dict, points: list[dict]) -> None:
     """sweep.json: the load kind, the scenario and each point's {index, offered_load, dir, status, ...}."""
-    write_json(out_dir / MANIFEST, {"kind": kind, "unit": "requests/s" if kind == "rate" else "requests in flight",
-                                    "scenario": scenario, "points": points})
+    write_json(
+        out_dir / MANIFEST,
+        {
+            "kind": kind,
+            "unit": "requests/s" if kind == "rate" else "requests in flight",
+            "scenario": scenario,
+            "points": points,
+        },
+    )
 
 
 def read_statuses(out_dir: Path) -> dict[str, str]:

@@ -11,6 +11,7 @@ Ceilings: for a CPU engine, measured on this machine after the load (memory: the
 matrix-vector ceiling; compute: the best fp32 matrix product below); for a GPU, the published
 dense BF16 tensor peak and HBM bandwidth of the part (GPU_PEAKS).
 """
+
 from __future__ import annotations
 
 import os
@@ -23,10 +24,11 @@ import numpy as np
 @dataclass(frozen=True)
 class GpuSpec:
     """One accelerator's published figures (SXM/OAM parts unless the name says otherwise)."""
-    bf16_flops: float               # dense BF16 tensor FLOP/s (the sparsity-doubled figure halved)
-    hbm_bytes_per_s: float          # memory bandwidth
-    hbm_bytes: float                # memory size, decimal GB as the datasheets quote it
-    interconnect: str               # the GPU-to-GPU link tensor parallelism's all-reduces cross
+
+    bf16_flops: float  # dense BF16 tensor FLOP/s (the sparsity-doubled figure halved)
+    hbm_bytes_per_s: float  # memory bandwidth
+    hbm_bytes: float  # memory size, decimal GB as the datasheets quote it
+    interconnect: str  # the GPU-to-GPU link tensor parallelism's all-reduces cross
     interconnect_bytes_per_s: float  # that link's total (both directions) per GPU, as quoted
     source: str
 
@@ -67,6 +69,7 @@ def local_gpu_name() -> str | None:
     """The first NVIDIA GPU's name through NVML, None without one."""
     try:
         import pynvml
+
         pynvml.nvmlInit()
         try:
             name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
@@ -98,53 +101,81 @@ def place(bytes_moved: float, flops: float, seconds: float, peak_flops: float, p
     bytes_per_s, flops_per_s = bytes_moved / seconds, flops / seconds
     intensity = flops / bytes_moved if bytes_moved else None
     ridge = peak_flops / peak_bytes_per_s
-    return {"bytes_per_s": bytes_per_s, "flops_per_s": flops_per_s,
-            "bandwidth_fraction": bytes_per_s / peak_bytes_per_s, "compute_fraction": flops_per_s / peak_flops, "intensity_flop_per_byte": intensity,
-            "ridge_flop_per_byte": ridge, "seconds": seconds,
-            "bound": "memory" if intensity is not None and intensity < ridge else "compute"}
+    return {
+        "bytes_per_s": bytes_per_s,
+        "flops_per_s": flops_per_s,
+        "bandwidth_fraction": bytes_per_s / peak_bytes_per_s,
+        "compute_fraction": flops_per_s / peak_flops,
+        "intensity_flop_per_byte": intensity,
+        "ridge_flop_per_byte": ridge,
+        "seconds": seconds,
+        "bound": "memory" if intensity is not None and intensity < ridge else "compute",
+    }
 
 
 def line(kind: str, point: dict) -> str:
     """'decode is memory-bound: 71% of bandwidth, 4% of compute, intensity 1.9 FLOP/byte (ridge 9.6)'"""
     verb = "are" if kind.endswith("steps") else "is"
-    return (f"{kind} {verb} {point['bound']}-bound: {100 * point['bandwidth_fraction']:.0f}% of bandwidth, "
-            f"{100 * point['compute_fraction']:.0f}% of compute, intensity "
-            f"{point['intensity_flop_per_byte']:.1f} FLOP/byte (ridge {point['ridge_flop_per_byte']:.1f})")
+    return (
+        f"{kind} {verb} {point['bound']}-bound: {100 * point['bandwidth_fraction']:.0f}% of bandwidth, "
+        f"{100 * point['compute_fraction']:.0f}% of compute, intensity "
+        f"{point['intensity_flop_per_byte']:.1f} FLOP/byte (ridge {point['ridge_flop_per_byte']:.1f})"
+    )
 
 
-def roofline(steps: list[dict], telemetry: dict, engine_kind: str, gpu_name: str | None = None,
-             compute_ceiling_flops: float | None = None) -> dict:
+def roofline(
+    steps: list[dict],
+    telemetry: dict,
+    engine_kind: str,
+    gpu_name: str | None = None,
+    compute_ceiling_flops: float | None = None,
+) -> dict:
     """The roofline block of summary.json. Steps (the step trace) give per-kind points over the time
     the steps ran; without them, the engine's counters over the window (idle time included)."""
     on_cpu = engine_kind == "native" or gpu_peaks(gpu_name) is None
     dram, tensor = telemetry.get("gpu_dram_active_mean"), telemetry.get("gpu_tensor_active_mean")
     hardware = None
     if not on_cpu and dram is not None and tensor is not None:  # NVML GPM / DCGM: what the GPU itself counted
-        hardware = {"dram_active": dram, "tensor_active": tensor,
-                    "line": f"the GPU's own counters: DRAM active {100 * dram:.0f}%, tensor pipes active "
-                            f"{100 * tensor:.0f}% ({'memory' if dram > tensor else 'compute'}-bound)"}
+        hardware = {
+            "dram_active": dram,
+            "tensor_active": tensor,
+            "line": f"the GPU's own counters: DRAM active {100 * dram:.0f}%, tensor pipes active "
+            f"{100 * tensor:.0f}% ({'memory' if dram > tensor else 'compute'}-bound)",
+        }
     if not steps and not (telemetry.get("engine_read_bytes_per_s") and telemetry.get("engine_flops_per_s")):
-        why = ("the engine reported no bytes moved and FLOPs done (native: backend.trace or its /metrics; "
-               "vLLM, SGLang: --enable-mfu-metrics)")
+        why = (
+            "the engine reported no bytes moved and FLOPs done (native: backend.trace or its /metrics; "
+            "vLLM, SGLang: --enable-mfu-metrics)"
+        )
         return {"reason": why, "hardware": hardware, "line": hardware["line"]} if hardware else {"reason": why}
     if on_cpu:
         peak_bytes = telemetry.get("memory_bandwidth_ceiling_bytes_per_s")
         if not peak_bytes:
             return {"reason": "no memory ceiling was measured (telemetry off)"}
         peak_flops = compute_ceiling_flops or measure_compute_ceiling_flops()
-        ceilings = {"source": "measured on this CPU (matrix-vector read, fp32 matrix product)",
-                    "load_average": os.getloadavg()[0], "cpu_count": os.cpu_count()}
+        ceilings = {
+            "source": "measured on this CPU (matrix-vector read, fp32 matrix product)",
+            "load_average": os.getloadavg()[0],
+            "cpu_count": os.cpu_count(),
+        }
     else:
         peak_flops, peak_bytes = gpu_peaks(gpu_name)
         ceilings = {"source": f"published peaks of {gpu_name} (dense BF16, HBM)"}
-    out: dict = {"ceilings": {**ceilings, "flops_per_s": peak_flops, "bytes_per_s": peak_bytes,
-                              "ridge_flop_per_byte": peak_flops / peak_bytes}}
+    out: dict = {
+        "ceilings": {
+            **ceilings,
+            "flops_per_s": peak_flops,
+            "bytes_per_s": peak_bytes,
+            "ridge_flop_per_byte": peak_flops / peak_bytes,
+        }
+    }
     points: dict[str, dict] = {}
     if steps:
         by_kind: dict[str, list[dict]] = {}
         for s in steps:
-            kind = s.get("kind") or ("mixed" if s["prefill_tokens"] and s["decode_seqs"]
-                                     else "prefill" if s["prefill_tokens"] else "decode")
+            kind = s.get("kind") or (
+                "mixed" if s["prefill_tokens"] and s["decode_seqs"] else "prefill" if s["prefill_tokens"] else "decode"
+            )
             by_kind.setdefault(kind, []).append(s)
         for kind, group in by_kind.items():
             seconds = sum(s["dur_s"] for s in group)
@@ -161,9 +192,11 @@ def roofline(steps: list[dict], telemetry: dict, engine_kind: str, gpu_name: str
     if hardware:
         out["hardware"] = hardware
     if any(p["bandwidth_fraction"] > 1 or p["compute_fraction"] > 1 for p in points.values()):
-        out["ceilings"]["note"] = (f"steps beat a measured ceiling: the machine was busy while it was measured "
-                                   f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores), so the "
-                                   f"fractions overstate")
+        out["ceilings"]["note"] = (
+            f"steps beat a measured ceiling: the machine was busy while it was measured "
+            f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores), so the "
+            f"fractions overstate"
+        )
     main = "decode" if "decode" in points else next(iter(points), None)
     if main:
         out["line"] = line(main, points[main])

@@ -6,6 +6,7 @@ Problems are raised as typed errors (ScenarioError, ResultsError, BackendUnreach
 TokenizerError) for the caller to print; what a finished run found (interrupted, engine died,
 most requests failed, client-bound) is in the RunResult.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -41,8 +42,10 @@ class Terminated(KeyboardInterrupt):
 
 def raise_on_sigterm() -> None:
     """From now on SIGTERM unwinds like Ctrl-C (engines stopped, files closed) instead of killing bench."""
+
     def handler(signum, frame):
         raise Terminated()
+
     signal.signal(signal.SIGTERM, handler)
 
 
@@ -77,7 +80,7 @@ class RunResult:
 
     @property
     def interrupted_by(self) -> str | None:
-        """"SIGINT" or "SIGTERM" when a signal cut the load short."""
+        """ "SIGINT" or "SIGTERM" when a signal cut the load short."""
         return self.summary.get("interrupted_by") if self.summary["interrupted"] else None
 
     @property
@@ -103,9 +106,16 @@ class RunResult:
         return bool(self.summary["client_bound"])
 
 
-def run_scenario(scenario: Scenario, out_dir: str | Path, *, workers: str | None = None,
-                 session: EngineSession | None = None, overwrite: bool = False,
-                 reporter: Reporter | None = None, watch=None) -> RunResult:
+def run_scenario(
+    scenario: Scenario,
+    out_dir: str | Path,
+    *,
+    workers: str | None = None,
+    session: EngineSession | None = None,
+    overwrite: bool = False,
+    reporter: Reporter | None = None,
+    watch=None,
+) -> RunResult:
     """Runs one scenario into out_dir. `session`: an engine already started and probed (a sweep's),
     used as is and left running; without one, the scenario's engine is started (or probed) and stopped.
     `watch` (harness.early_stop.PointWatch): sees each record and may stop the load early; its decision
@@ -120,8 +130,9 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, *, workers: str | None
             return _run(scenario, writer, session, workers, reporter, cleanup, watch)
     except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM before the load began (launch, planning), or after it
         if not (writer.dir / "summary.json").exists():  # the README's exit codes promise a summary
-            writer.write_summary(interrupted_summary(writer.dir, scenario,
-                                                     "SIGTERM" if isinstance(stop, Terminated) else "SIGINT"))
+            writer.write_summary(
+                interrupted_summary(writer.dir, scenario, "SIGTERM" if isinstance(stop, Terminated) else "SIGINT")
+            )
         raise
 
 
@@ -129,27 +140,45 @@ def interrupted_summary(run_dir: Path, scenario: Scenario, signal_name: str) -> 
     """The summary of a run a signal stopped outside its load: of the records on disk (none when the engine was
     still starting), with `interrupted: true`."""
     summary = summarize(read_records(run_dir), scenario.slo.model_dump())
-    summary.update(interrupted=True, interrupted_by=signal_name, client_bound=False, client_bound_reasons=[],
-                   incomplete=False, incomplete_reasons=[], lost_workers=[])
+    summary.update(
+        interrupted=True,
+        interrupted_by=signal_name,
+        client_bound=False,
+        client_bound_reasons=[],
+        incomplete=False,
+        incomplete_reasons=[],
+        lost_workers=[],
+    )
     return summary
 
 
-def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, workers: str | None,
-         reporter: Reporter, cleanup: ExitStack, watch=None) -> RunResult:
+def _run(
+    scenario: Scenario,
+    writer: ResultWriter,
+    session: EngineSession,
+    workers: str | None,
+    reporter: Reporter,
+    cleanup: ExitStack,
+    watch=None,
+) -> RunResult:
     backend, load, engine, url = scenario.backend, scenario.load, session.engine, session.url
     warnings: list[str] = []
     if scenario.workload.ignore_eos and not engine.forces_length:
-        warnings.append(f"workload.ignore_eos: {engine.name} cannot force the output length; answers may be "
-                        f"shorter than planned (records show the server's count)")
+        warnings.append(
+            f"workload.ignore_eos: {engine.name} cannot force the output length; answers may be "
+            f"shorter than planned (records show the server's count)"
+        )
     tokenizer = resolve_tokenizer(scenario, url, warnings)
     plan = build_plan(scenario, tokenizer)
     if watch is not None:
         watch.begin(plan.requests)
     warnings += plan.warnings
     if plan.token_count_method == "approximate":
-        warnings.append("prompt lengths are approximate (about one token per word): the engine has no /tokenize and "
-                        "no local tokenizer is known; set backend.tokenizer to a GGUF file, a Hugging Face "
-                        "tokenizer folder or name for exact counts")
+        warnings.append(
+            "prompt lengths are approximate (about one token per word): the engine has no /tokenize and "
+            "no local tokenizer is known; set backend.tokenizer to a GGUF file, a Hugging Face "
+            "tokenizer folder or name for exact counts"
+        )
     else:
         reporter.info(f"prompt lengths counted by {tokenizer.name} ({plan.token_count_method})")
     try:
@@ -158,31 +187,54 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
         raise ScenarioError(str(e)) from None
     capacity = load_capacity(stamps, warnings)  # this machine's client, measured by earlier runs
     try:
-        n_workers = resolve_workers(workers or load.workers, plan.requests, load.concurrency, plan.duration_s,
-                                    os.cpu_count() or 1, capacity)
+        n_workers = resolve_workers(
+            workers or load.workers, plan.requests, load.concurrency, plan.duration_s, os.cpu_count() or 1, capacity
+        )
     except ValueError as e:
         raise ScenarioError(str(e)) from None
     if (workers or load.workers) == "auto" and not load.ray:
         reporter.info(f"workers: auto chose {n_workers} client process(es) ({capacity.describe()})")
     crew = None
     if load.ray:  # one client actor per node; refused here when a node's clock is not known well enough
-        crew = cleanup.enter_context(closing(start_crew(load.ray, plan.requests, load.concurrency,
-                                                        load.ray_max_clock_uncertainty_ms)))
+        crew = cleanup.enter_context(
+            closing(start_crew(load.ray, plan.requests, load.concurrency, load.ray_max_clock_uncertainty_ms))
+        )
         n_workers = len(crew.shards)
     launched = session.launched
-    target = Target(url, backend.api, backend.model, backend.request_timeout_s, dict(backend.headers),
-                    scenario.workload.ignore_eos, backend.kind, tuple(backend.eos_token_ids),
-                    backend.max_response_bytes, backend.stamps)
+    target = Target(
+        url,
+        backend.api,
+        backend.model,
+        backend.request_timeout_s,
+        dict(backend.headers),
+        scenario.workload.ignore_eos,
+        backend.kind,
+        tuple(backend.eos_token_ids),
+        backend.max_response_bytes,
+        backend.stamps,
+    )
     if stamps_fallback and backend.stamps == "auto":
         reporter.info(f"token times from the event loop, not the kernel: {stamps_fallback}")
-    run_info = {"scenario": scenario.resolved_dict(), "versions": versions(), "host": host_info(),
-                "backend": {"kind": backend.kind, "url": url, "model": backend.model, "api": backend.api,
-                            "launched": launched is not None, "engine_version": engine.version(url, backend.headers),
-                            "engine_pid": launched.pid if launched else None},
-                "stamps": {"setting": backend.stamps, "used": stamps, "why_not_kernel": stamps_fallback},
-                "token_count_method": plan.token_count_method, "tokenizer": tokenizer.name, "workers": n_workers,
-                "workers_sizing": sizing_info(capacity),
-                "time_unit": "seconds from t0 (perf_counter_ns)"}
+    run_info = {
+        "scenario": scenario.resolved_dict(),
+        "versions": versions(),
+        "host": host_info(),
+        "backend": {
+            "kind": backend.kind,
+            "url": url,
+            "model": backend.model,
+            "api": backend.api,
+            "launched": launched is not None,
+            "engine_version": engine.version(url, backend.headers),
+            "engine_pid": launched.pid if launched else None,
+        },
+        "stamps": {"setting": backend.stamps, "used": stamps, "why_not_kernel": stamps_fallback},
+        "token_count_method": plan.token_count_method,
+        "tokenizer": tokenizer.name,
+        "workers": n_workers,
+        "workers_sizing": sizing_info(capacity),
+        "time_unit": "seconds from t0 (perf_counter_ns)",
+    }
     if crew:
         run_info["ray"] = crew.describe()
     writer.write_run_info(run_info)
@@ -193,8 +245,9 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
     for warning in warnings:
         reporter.warning(warning)
     try:
-        outcome, stopped_by = run_async(_load(plan, target, load.concurrency, n_workers, writer, reporter, t0_ns,
-                                              launched, crew, watch))
+        outcome, stopped_by = run_async(
+            _load(plan, target, load.concurrency, n_workers, writer, reporter, t0_ns, launched, crew, watch)
+        )
     finally:
         run_info.update(observers.stop())
     run_info["t0_perf_counter_ns"] = outcome.t0_ns
@@ -208,10 +261,17 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
     writer.write_run_info(run_info)
     summary = summarize(outcome.records, scenario.slo.model_dump(), outcome.loop_lag_s)
     reasons = client_bound_reasons(summary)
-    summary.update(client_bound=bool(reasons), client_bound_reasons=reasons, interrupted=outcome.interrupted,
-                   workers=n_workers, client_cpu_s=outcome.client_cpu_s, token_count_method=plan.token_count_method,
-                   workers_needed=workers_needed(plan.requests, load.concurrency, plan.duration_s, capacity),
-                   workers_sizing=sizing_info(capacity), **outcome.completeness())
+    summary.update(
+        client_bound=bool(reasons),
+        client_bound_reasons=reasons,
+        interrupted=outcome.interrupted,
+        workers=n_workers,
+        client_cpu_s=outcome.client_cpu_s,
+        token_count_method=plan.token_count_method,
+        workers_needed=workers_needed(plan.requests, load.concurrency, plan.duration_s, capacity),
+        workers_sizing=sizing_info(capacity),
+        **outcome.completeness(),
+    )
     if stopped_by in ("SIGINT", "SIGTERM"):
         summary["interrupted_by"] = stopped_by
     elif stopped_by:
@@ -221,8 +281,13 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
     else:
         late: list[str] = []
         summary["client_capacity_measured"] = record_capacity(
-            stamps, capacity_tokens(outcome, summary), outcome.client_cpu_s, summary.get("window_s"),
-            str(writer.dir), late)
+            stamps,
+            capacity_tokens(outcome, summary),
+            outcome.client_cpu_s,
+            summary.get("window_s"),
+            str(writer.dir),
+            late,
+        )
         for line in late:
             reporter.warning(line)
             warnings.append(line)
@@ -230,8 +295,16 @@ def _run(scenario: Scenario, writer: ResultWriter, session: EngineSession, worke
         summary["stopped_early"] = watch.decision.as_dict()
     summary["telemetry"] = observers.derived(outcome)
     summary["engine_counters"] = counter_deltas(writer.dir / "server_metrics.csv")
-    summary.update(explain(summary, outcome.records, writer.dir, observers.engine_steps(outcome),
-                           scenario.resolved_dict(), (outcome.t0_ns - t0_ns) / 1e9))  # phases_ms, prefix_cache, speculative, ...
+    summary.update(
+        explain(
+            summary,
+            outcome.records,
+            writer.dir,
+            observers.engine_steps(outcome),
+            scenario.resolved_dict(),
+            (outcome.t0_ns - t0_ns) / 1e9,
+        )
+    )  # phases_ms, prefix_cache, speculative, ...
     writer.write_summary(summary)
     return RunResult(writer.dir, summary, run_info, warnings)
 
@@ -241,21 +314,41 @@ def capacity_tokens(outcome, summary: dict) -> int:
     against the limits), and only from a valid, complete run; 0 (nothing to record) for any other run. A failed
     request's count is the server's word, unchecked: a server claiming 1e12 tokens once sized every later run."""
     req = summary["requests"]
-    if (summary["interrupted"] or summary.get("engine_exited") or summary["incomplete"]
-            or not req["measured"] or req["completed"] / req["measured"] < MIN_COMPLETED_SHARE):
+    if (
+        summary["interrupted"]
+        or summary.get("engine_exited")
+        or summary["incomplete"]
+        or not req["measured"]
+        or req["completed"] / req["measured"] < MIN_COMPLETED_SHARE
+    ):
         return 0
     return sum(r.output_tokens for r in outcome.records if r.ok)
 
 
 def sizing_info(capacity: ClientCapacity) -> dict:
     """What `workers: auto` took as one client process's share, and where that figure came from."""
-    return {"source": capacity.source, "tokens_per_s_per_worker": round(capacity.tokens_per_s_per_worker),
-            "tokens_per_cpu_s": capacity.tokens_per_cpu_s and round(capacity.tokens_per_cpu_s),
-            "measurements": capacity.measurements, "file": capacity.file, "describe": capacity.describe()}
+    return {
+        "source": capacity.source,
+        "tokens_per_s_per_worker": round(capacity.tokens_per_s_per_worker),
+        "tokens_per_cpu_s": capacity.tokens_per_cpu_s and round(capacity.tokens_per_cpu_s),
+        "measurements": capacity.measurements,
+        "file": capacity.file,
+        "describe": capacity.describe(),
+    }
 
 
-async def _load(plan, target: Target, concurrency, n_workers: int, writer: ResultWriter, reporter: Reporter,
-                t0_ns: int, launched: LaunchedBackend | None, crew=None, watch=None):
+async def _load(
+    plan,
+    target: Target,
+    concurrency,
+    n_workers: int,
+    writer: ResultWriter,
+    reporter: Reporter,
+    t0_ns: int,
+    launched: LaunchedBackend | None,
+    crew=None,
+    watch=None,
+):
     """Sends the plan; SIGINT, SIGTERM or the launched engine's exit stop it. Returns (outcome, what stopped it)."""
     stop = asyncio.Event()
     stopped_by: list[str] = []
@@ -263,6 +356,7 @@ async def _load(plan, target: Target, concurrency, n_workers: int, writer: Resul
     def stop_for(reason: str) -> None:
         stopped_by.append(reason)
         stop.set()
+
     loop = asyncio.get_running_loop()
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     for sig in previous:
@@ -275,6 +369,7 @@ async def _load(plan, target: Target, concurrency, n_workers: int, writer: Resul
                 stop_for(message)
                 return
             await asyncio.sleep(ENGINE_WATCH_S)
+
     watcher = asyncio.create_task(watch_engine()) if launched else None
 
     def on_record(rec) -> None:
@@ -282,10 +377,12 @@ async def _load(plan, target: Target, concurrency, n_workers: int, writer: Resul
         reporter.request_done(rec)
         if watch is not None and not stop.is_set() and watch.observe(rec):
             stop.set()  # an early stop: no signal, no engine exit, so stopped_by stays empty
+
     reporter.start_requests(len(plan.requests))
     try:
-        outcome = await run_plan(plan.requests, target, concurrency, n_workers, on_record, stop, plan.duration_s,
-                                 t0_ns=t0_ns, crew=crew)
+        outcome = await run_plan(
+            plan.requests, target, concurrency, n_workers, on_record, stop, plan.duration_s, t0_ns=t0_ns, crew=crew
+        )
     finally:
         reporter.end_requests()
         if watcher:

@@ -6,6 +6,7 @@ coordinated omission). The hot path only stamps perf_counter_ns() and keeps the 
 SSE parsing happens after the stream has ended. Reads carry the kernel's receive time where it can
 (harness/stamped_http.py, backend.stamps), else the loop's time on the aiohttp path.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -15,8 +16,8 @@ import json
 import re
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import aiohttp
 import yarl
@@ -45,6 +46,7 @@ COMPLETE_FINISH_REASONS = {"stop", "length", "tool_calls", "function_call"}
 @dataclass
 class Target:
     """Where and how to send requests."""
+
     url: str
     api: str = "completions"
     model: str = "default"
@@ -69,8 +71,11 @@ class RunOutcome:
 
     def completeness(self) -> dict:
         """The summary's account of what the records cover: a run with missing records is not a result."""
-        return {"incomplete": bool(self.incomplete_reasons), "incomplete_reasons": self.incomplete_reasons,
-                "lost_workers": self.lost_workers}
+        return {
+            "incomplete": bool(self.incomplete_reasons),
+            "incomplete_reasons": self.incomplete_reasons,
+            "lost_workers": self.lost_workers,
+        }
 
 
 def answer_problem(rec: RequestRecord, asked_tokens: int, length_forced: bool) -> tuple[str, str] | None:
@@ -81,8 +86,9 @@ def answer_problem(rec: RequestRecord, asked_tokens: int, length_forced: bool) -
         name = finish if isinstance(finish, str) and re.fullmatch(r"[a-z_]{1,24}", finish) else "other"
         return f"finish_{name}", f"the stream ended with finish_reason {finish!r} after {rec.output_tokens} tokens"
     if length_forced and rec.output_tokens < asked_tokens:
-        return "short_output", (f"ignore_eos: {rec.output_tokens} of the {asked_tokens} tokens asked "
-                                f"(finish_reason {finish!r})")
+        return "short_output", (
+            f"ignore_eos: {rec.output_tokens} of the {asked_tokens} tokens asked (finish_reason {finish!r})"
+        )
     return None
 
 
@@ -138,8 +144,7 @@ def group_jobs(requests) -> list[list]:
         key = ("s", spec.session_id) if spec.session_id is not None else ("r", spec.index)
         jobs.setdefault(key, []).append(spec)
     out = [sorted(turns, key=lambda s: s.turn_index) for turns in jobs.values()]
-    out.sort(key=lambda turns: (turns[0].intended_offset_s is None, turns[0].intended_offset_s or 0.0,
-                                turns[0].index))
+    out.sort(key=lambda turns: (turns[0].intended_offset_s is None, turns[0].intended_offset_s or 0.0, turns[0].index))
     return out
 
 
@@ -172,6 +177,7 @@ class SendGate:
                 self.sending -= 1
                 if not self.sending:
                     self._idle.set()
+
         return end
 
     async def idle(self) -> None:
@@ -206,9 +212,16 @@ class Runner:
     `stop` ends dispatching and gives in-flight requests INTERRUPT_GRACE_S to finish.
     """
 
-    def __init__(self, target: Target, requests: list, concurrency: int | None = None,
-                 on_record: Callable[[RequestRecord], None] | None = None, t0_ns: int | None = None,
-                 stop: asyncio.Event | None = None, dispatch_until_s: float | None = None):
+    def __init__(
+        self,
+        target: Target,
+        requests: list,
+        concurrency: int | None = None,
+        on_record: Callable[[RequestRecord], None] | None = None,
+        t0_ns: int | None = None,
+        stop: asyncio.Event | None = None,
+        dispatch_until_s: float | None = None,
+    ):
         self.target = target
         self.dispatch_until_s = dispatch_until_s  # load.duration_s runs: no new request after this offset
         self.jobs = group_jobs(requests)
@@ -220,7 +233,9 @@ class Runner:
         self._tasks: set[asyncio.Task] = set()  # open loop: requests in flight
         self.loop_lag_s: list[float] = []
         self.backend = load_backend(target.kind, target.eos_token_ids)
-        self._url = yarl.URL(target.url.rstrip("/") + self.backend.endpoint_path(target.api))  # parsed once, not per request
+        self._url = yarl.URL(
+            target.url.rstrip("/") + self.backend.endpoint_path(target.api)
+        )  # parsed once, not per request
         self._headers = {"Content-Type": "application/json", "Accept-Encoding": "identity", **target.headers}
         self.stamps, self.stamps_fallback = choose_stamps(target.stamps, target.url)
         self._client: StampedClient | None = None
@@ -250,20 +265,32 @@ class Runner:
         closed_loop = bool(self.jobs) and self.jobs[0][0].intended_offset_s is None
         slots = self.concurrency or (1 if closed_loop else 0)
         # one session for all requests; enough connections for every stream in flight
-        connector = aiohttp.TCPConnector(limit=slots, limit_per_host=0, enable_cleanup_closed=True,
-                                         force_close=not self.backend.keep_alive)
+        connector = aiohttp.TCPConnector(
+            limit=slots, limit_per_host=0, enable_cleanup_closed=True, force_close=not self.backend.keep_alive
+        )
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
         self._sem = asyncio.Semaphore(slots) if slots and not closed_loop else None
         written = aiohttp.TraceConfig()
         written.on_request_chunk_sent.append(_note_request_written)
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout,
-                                         read_bufsize=1 << 22, auto_decompress=False,
-                                         cookie_jar=aiohttp.DummyCookieJar(), trace_configs=[written]) as session:
+        async with aiohttp.ClientSession(
+            connector=connector,
+            timeout=timeout,
+            read_bufsize=1 << 22,
+            auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            trace_configs=[written],
+        ) as session:
             self._session = session
             if self.stamps == "kernel":
-                self._client = StampedClient(self.target.url, self._url.raw_path_qs, self._headers,
-                                             self.backend.keep_alive, self.target.max_response_bytes,
-                                             ERROR_BODY_BYTES, self.target.request_timeout_s)
+                self._client = StampedClient(
+                    self.target.url,
+                    self._url.raw_path_qs,
+                    self._headers,
+                    self.backend.keep_alive,
+                    self.target.max_response_bytes,
+                    ERROR_BODY_BYTES,
+                    self.target.request_timeout_s,
+                )
             if self.backend.keep_alive:  # else each request opens its own connection anyway
                 if self._client is not None:
                     await self._client.open_connections(min(len(self.jobs), slots or 64))
@@ -302,6 +329,7 @@ class Runner:
                     await read_at_most(resp.content, ERROR_BODY_BYTES)
             except aiohttp.ClientError:
                 pass  # a missing /health is fine: the connection was still opened
+
         await asyncio.gather(*(touch() for _ in range(count)))
 
     async def _wait(self, workers: list[asyncio.Task]) -> bool:
@@ -401,12 +429,13 @@ class Runner:
                     return prev_end_ns
             messages = turn_messages(history, spec)
             last_turn = n == len(turns) - 1
-            rec, answer, prev_end_ns = await self._request(spec, due_ns, messages, need_answer=not last_turn,
-                                                           then=then if last_turn else None)
+            rec, answer, prev_end_ns = await self._request(
+                spec, due_ns, messages, need_answer=not last_turn, then=then if last_turn else None
+            )
             if last_turn:
                 break
             if not rec.ok:
-                for later in turns[n + 1:]:  # the session cannot go on without this answer
+                for later in turns[n + 1 :]:  # the session cannot go on without this answer
                     skipped = self._new_record(later, prev_end_ns)
                     skipped.fail("previous_turn_failed", f"turn {spec.turn_index} failed: {rec.error_reason}")
                     self._finish(skipped)
@@ -415,16 +444,22 @@ class Runner:
         return prev_end_ns
 
     def _new_record(self, spec, due_ns: int) -> RequestRecord:
-        return RequestRecord(index=spec.index, intended_send_s=(due_ns - self.t0_ns) / 1e9,
-                             prompt_tokens=spec.prompt_tokens, is_warmup=spec.is_warmup,
-                             session_id=spec.session_id, turn_index=spec.turn_index)
+        return RequestRecord(
+            index=spec.index,
+            intended_send_s=(due_ns - self.t0_ns) / 1e9,
+            prompt_tokens=spec.prompt_tokens,
+            is_warmup=spec.is_warmup,
+            session_id=spec.session_id,
+            turn_index=spec.turn_index,
+        )
 
     def _finish(self, rec: RequestRecord) -> None:
         self.records.append(rec)
         self.on_record(rec)
 
-    async def _request(self, spec, due_ns: int, messages: list | None, need_answer: bool,
-                       then=None) -> tuple[RequestRecord, str, int]:
+    async def _request(
+        self, spec, due_ns: int, messages: list | None, need_answer: bool, then=None
+    ) -> tuple[RequestRecord, str, int]:
         # a first turn's bytes were built before t0; a later turn's depend on the answers so far
         payload = self._prebuilt.pop(spec.index, None) or self._request_bytes(spec, messages)
         sent = self._sent_early.pop(spec.index, (None, None, None))[2]
@@ -463,9 +498,14 @@ class Runner:
     def _request_bytes(self, spec, messages: list | None) -> bytes:
         """What is sent for one turn: the JSON body, with its HTTP head on the stamped client's path."""
         t = self.target
-        body = json.dumps({**self.backend.request_body(t.api, t.model, spec.output_tokens, prompt=spec.prompt,
-                                                       messages=messages, ignore_eos=t.ignore_eos),
-                           **(spec.extra_body or {})}).encode()
+        body = json.dumps(
+            {
+                **self.backend.request_body(
+                    t.api, t.model, spec.output_tokens, prompt=spec.prompt, messages=messages, ignore_eos=t.ignore_eos
+                ),
+                **(spec.extra_body or {}),
+            }
+        ).encode()
         return self._client.request_bytes(body) if self._client is not None else body
 
     async def _digester(self) -> None:
@@ -510,8 +550,9 @@ class Runner:
             rec.request_written_s = (rec.request_written_s - self.t0_ns) / 1e9
         return reads, times, end_ns
 
-    async def _send_and_read_stamped(self, rec: RequestRecord, request: bytes, written, sent=None,
-                                     then=None) -> tuple[list[bytes], tuple, int]:
+    async def _send_and_read_stamped(
+        self, rec: RequestRecord, request: bytes, written, sent=None, then=None
+    ) -> tuple[list[bytes], tuple, int]:
         """The stamped client's path: each body piece with the kernel's and the loop's time of its read."""
         try:
             resp = await self._client.post(request, written, sent, then)
@@ -522,8 +563,11 @@ class Runner:
                 return [], (None, []), time.perf_counter_ns()
             rec.http_status = part.status
             rec.stamp_source = "loop" if part.unstamped_reads else "kernel"
-            return part.pieces, (part.kernel_ns if rec.stamp_source == "kernel" else None, part.loop_ns), \
-                time.perf_counter_ns()  # what arrived before the failure: the record keeps it (partial)
+            return (
+                part.pieces,
+                (part.kernel_ns if rec.stamp_source == "kernel" else None, part.loop_ns),
+                time.perf_counter_ns(),
+            )  # what arrived before the failure: the record keeps it (partial)
         rec.request_written_s = resp.written_ns
         rec.http_status = resp.status
         rec.stamp_source = "loop" if resp.unstamped_reads else "kernel"
@@ -541,8 +585,9 @@ class Runner:
         clock = time.perf_counter_ns
         try:
             async with asyncio.timeout(self.target.request_timeout_s):
-                async with self._session.post(self._url, data=body, headers=self._headers,
-                                              trace_request_ctx=(rec, written)) as resp:
+                async with self._session.post(
+                    self._url, data=body, headers=self._headers, trace_request_ctx=(rec, written)
+                ) as resp:
                     rec.http_status = resp.status
                     if resp.status >= 400:
                         detail = (await read_at_most(resp.content, ERROR_BODY_BYTES)).decode("utf-8", "replace")
@@ -628,6 +673,8 @@ def run_async(coro):
 
 def run_blocking(runner_factory: Callable[[], Runner]) -> RunOutcome:
     """Runs a Runner (made inside the loop) to its end."""
+
     async def main():
         return await runner_factory().run()
+
     return run_async(main())

@@ -12,6 +12,7 @@ Sweep: `load.sweep` lists offered loads, in increasing order, run one after anot
 requests/s for open arrivals, requests in flight for `arrival: closed`. Each value replaces
 `load.rate` (or `load.concurrency`) for its point; the request count applies to every point.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -22,13 +23,28 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo
-from pydantic import field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from backends import available, load_backend
 from harness.distributions import Dist, dist_from_yaml
-from harness.limits import (MAX_CONCURRENCY, MAX_RATE_PER_S, MAX_REQUESTS, MAX_SCHEDULE_S,
-                            MAX_TOKENS_PER_REQUEST, DEFAULT_MAX_RESPONSE_BYTES)
+from harness.limits import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    MAX_CONCURRENCY,
+    MAX_RATE_PER_S,
+    MAX_REQUESTS,
+    MAX_SCHEDULE_S,
+    MAX_TOKENS_PER_REQUEST,
+)
 from harness.plan.spec import PlanSpec
 from harness.stamped_http import choose_stamps
 from harness.telemetry import TelemetryConfig
@@ -43,6 +59,7 @@ class ScenarioError(Exception):
 
 def _bounded(limit: float, unit: str):
     """After-validator: every parameter of a distribution finite and at most `limit`."""
+
     def check(dist: Dist) -> Dist:
         for name in ("mean", "std", "min", "max"):
             value = getattr(dist, name)
@@ -51,13 +68,16 @@ def _bounded(limit: float, unit: str):
             if value is not None and value > limit:
                 raise ValueError(f"{name} {value:g} is more than the limit of {limit:g} {unit}")
         return dist
+
     return AfterValidator(check)
 
 
-TokenLength = Annotated[Dist, BeforeValidator(lambda v: dist_from_yaml(v, whole_numbers=True)),
-                        _bounded(MAX_TOKENS_PER_REQUEST, "tokens")]
-Seconds = Annotated[Dist, BeforeValidator(lambda v: dist_from_yaml(v, whole_numbers=False)),
-                    _bounded(MAX_SCHEDULE_S, "seconds")]
+TokenLength = Annotated[
+    Dist, BeforeValidator(lambda v: dist_from_yaml(v, whole_numbers=True)), _bounded(MAX_TOKENS_PER_REQUEST, "tokens")
+]
+Seconds = Annotated[
+    Dist, BeforeValidator(lambda v: dist_from_yaml(v, whole_numbers=False)), _bounded(MAX_SCHEDULE_S, "seconds")
+]
 
 
 def _resolve_existing_file(value: str | None, info: ValidationInfo, field_path: str) -> str | None:
@@ -84,8 +104,10 @@ HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110's token: w
 
 def numbers_as_text(value: Any) -> Any:
     """YAML reads `--port, 8000` or `OMP_NUM_THREADS: 2` as ints; command lines and environments are text."""
+
     def as_text(v: Any) -> Any:
         return str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
     if isinstance(value, dict):
         return {k: as_text(v) for k, v in value.items()}
     return [as_text(v) for v in value] if isinstance(value, list) else value
@@ -145,11 +167,15 @@ class BackendConfig(Strict):
         for name, value in headers.items():
             for what, text in (("name", name), ("value", value)):
                 if any(c in text for c in "\r\n\0"):
-                    raise ScenarioError(f"backend.headers.{name.strip()}: the header {what} {text!r} contains a "
-                                        "line break or NUL, which would split the HTTP request; write it on one line")
+                    raise ScenarioError(
+                        f"backend.headers.{name.strip()}: the header {what} {text!r} contains a "
+                        "line break or NUL, which would split the HTTP request; write it on one line"
+                    )
             if not HEADER_NAME.fullmatch(name):  # a server answers 400 to every request, /health first
-                raise ScenarioError(f"backend.headers: {name!r} is not a valid HTTP header name: use letters, digits "
-                                    f"and !#$%&'*+-.^_`|~ only, no spaces or ':' (e.g. X-Api-Key)")
+                raise ScenarioError(
+                    f"backend.headers: {name!r} is not a valid HTTP header name: use letters, digits "
+                    f"and !#$%&'*+-.^_`|~ only, no spaces or ':' (e.g. X-Api-Key)"
+                )
         return headers
 
     @field_validator("metrics_url")
@@ -163,9 +189,11 @@ class BackendConfig(Strict):
     @classmethod
     def _names_as_text(cls, pages: Any) -> Any:
         if not isinstance(pages, dict):
-            raise ScenarioError(f"backend.replica_metrics: {pages!r} is not valid: give a mapping of replica name "
-                                f"to its Prometheus page, e.g. {{replica-0: http://127.0.0.1:8001/metrics}}")
-        return {str(k): v for k, v in pages.items()}   # YAML reads `0: http://...` with an int key
+            raise ScenarioError(
+                f"backend.replica_metrics: {pages!r} is not valid: give a mapping of replica name "
+                f"to its Prometheus page, e.g. {{replica-0: http://127.0.0.1:8001/metrics}}"
+            )
+        return {str(k): v for k, v in pages.items()}  # YAML reads `0: http://...` with an int key
 
     @field_validator("replica_metrics")
     @classmethod
@@ -173,11 +201,15 @@ class BackendConfig(Strict):
         for name, url in pages.items():
             # the name becomes a Prometheus label value (replica="<name>") in server_metrics.csv
             if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name):
-                raise ScenarioError(f"backend.replica_metrics: replica name {name!r} is not valid; use letters, "
-                                    f"digits, '.', '_' and '-' (e.g. replica-0: http://127.0.0.1:8001/metrics)")
+                raise ScenarioError(
+                    f"backend.replica_metrics: replica name {name!r} is not valid; use letters, "
+                    f"digits, '.', '_' and '-' (e.g. replica-0: http://127.0.0.1:8001/metrics)"
+                )
             if not url.startswith(("http://", "https://")):
-                raise ScenarioError(f"backend.replica_metrics.{name}: {url!r} is not valid: give the replica's "
-                                    f"Prometheus page as an http(s) URL (e.g. http://127.0.0.1:8001/metrics)")
+                raise ScenarioError(
+                    f"backend.replica_metrics.{name}: {url!r} is not valid: give the replica's "
+                    f"Prometheus page as an http(s) URL (e.g. http://127.0.0.1:8001/metrics)"
+                )
         return pages
 
     @field_validator("url")
@@ -199,12 +231,14 @@ class BackendConfig(Strict):
         if path.exists():
             return str(path.resolve())
         if value.startswith(("/", ".", "~")) or value.endswith((".gguf", ".json")):
-            raise ScenarioError(f"backend.tokenizer: {value!r} not found (looked in {path.parent.resolve()}); give "
-                                f"a GGUF file, a folder with tokenizer.json, or a Hugging Face name")
+            raise ScenarioError(
+                f"backend.tokenizer: {value!r} not found (looked in {path.parent.resolve()}); give "
+                f"a GGUF file, a folder with tokenizer.json, or a Hugging Face name"
+            )
         return value
 
     @model_validator(mode="after")
-    def _url_or_launch(self) -> "BackendConfig":
+    def _url_or_launch(self) -> BackendConfig:
         if self.url is None and self.launch is None:
             raise ScenarioError("backend.url: missing; give the engine's URL, or `launch: {}` to start it")
         if self.stamps == "kernel" and self.url is not None:
@@ -214,21 +248,32 @@ class BackendConfig(Strict):
                 raise ScenarioError(str(e)) from None
         launch = self.launch
         if launch is not None and launch.command and launch.program:
-            raise ScenarioError("backend.launch.program: give either launch.command (the whole command line) or "
-                                "launch.program (the default command with another program), not both")
-        if launch is not None and launch.command and not any("{port}" in part for part in [launch.command, *launch.args]):
+            raise ScenarioError(
+                "backend.launch.program: give either launch.command (the whole command line) or "
+                "launch.program (the default command with another program), not both"
+            )
+        if (
+            launch is not None
+            and launch.command
+            and not any("{port}" in part for part in [launch.command, *launch.args])
+        ):
             if not load_backend(self.kind).launch_env(1):  # engines told their port by environment need no {port}
                 raise ScenarioError(
                     f"backend.launch.command: {launch.command!r} has no {{port}}; bench picks a free port and "
                     f"fills it in, so write it where the engine takes its port (e.g. --port {{port}}); "
-                    f"placeholders: {LAUNCH_PLACEHOLDERS}")
+                    f"placeholders: {LAUNCH_PLACEHOLDERS}"
+                )
         return self
 
 
 WORKLOAD_ONLY_FIELDS = {
-    "num_groups": "shared_prefix", "prefix_tokens": "shared_prefix", "group_assignment": "shared_prefix",
-    "turns": "multi_turn", "think_time_s": "multi_turn",
-    "path": "file", "format": "file",
+    "num_groups": "shared_prefix",
+    "prefix_tokens": "shared_prefix",
+    "group_assignment": "shared_prefix",
+    "turns": "multi_turn",
+    "think_time_s": "multi_turn",
+    "path": "file",
+    "format": "file",
     "schemas": "structured",
 }
 
@@ -258,19 +303,25 @@ class WorkloadConfig(Strict):
         return _resolve_existing_file(value, info, "workload.schemas")
 
     @model_validator(mode="after")
-    def _fields_match_kind(self) -> "WorkloadConfig":
+    def _fields_match_kind(self) -> WorkloadConfig:
         for name, owner in WORKLOAD_ONLY_FIELDS.items():
             # Compared with the default, not "was it written", so a resolved_dict() validates again.
             if owner != self.kind and getattr(self, name) != type(self).model_fields[name].default:
                 raise ScenarioError(f"workload.{name}: only used when workload.kind is {owner} (kind is {self.kind})")
-        required = {"shared_prefix": ("num_groups", "prefix_tokens"), "multi_turn": ("turns",), "file": ("path",),
-                    "structured": ("schemas",)}
+        required = {
+            "shared_prefix": ("num_groups", "prefix_tokens"),
+            "multi_turn": ("turns",),
+            "file": ("path",),
+            "structured": ("schemas",),
+        }
         for name in required.get(self.kind, ()):
             if getattr(self, name) is None:
                 raise ScenarioError(f"workload.{name}: missing; workload.kind {self.kind} needs it")
         if self.kind == "structured" and self.ignore_eos:
-            raise ScenarioError("workload.ignore_eos: set it to false for kind structured; the grammar decides "
-                                "where an answer ends, and output_tokens is only its upper bound")
+            raise ScenarioError(
+                "workload.ignore_eos: set it to false for kind structured; the grammar decides "
+                "where an answer ends, and output_tokens is only its upper bound"
+            )
         return self
 
 
@@ -281,11 +332,13 @@ class LoadConfig(Strict):
     concurrency: int | None = Field(default=None, ge=1, le=MAX_CONCURRENCY, description="requests in flight")
     trace: str | None = None
     trace_format: Literal["auto", "mooncake", "azure", "burstgpt"] = "auto"
-    trace_block_size: int = Field(default=512, ge=1, le=MAX_TOKENS_PER_REQUEST,
-                                  description="tokens per Mooncake hash_id block")
+    trace_block_size: int = Field(
+        default=512, ge=1, le=MAX_TOKENS_PER_REQUEST, description="tokens per Mooncake hash_id block"
+    )
     time_scale: float = Field(default=1.0, gt=0, le=1000)  # multiplies trace gaps: 0.5 replays twice as fast
-    num_requests: int | None = Field(default=None, ge=1, le=MAX_REQUESTS,
-                                     description="measured requests (warm-ups come on top)")
+    num_requests: int | None = Field(
+        default=None, ge=1, le=MAX_REQUESTS, description="measured requests (warm-ups come on top)"
+    )
     duration_s: float | None = Field(default=None, gt=0, le=MAX_SCHEDULE_S, description="seconds of measured load")
     max_requests: int = Field(default=2000, ge=1, le=MAX_REQUESTS, description="requests")  # plan cap with duration_s
     warmup_requests: int = Field(default=0, ge=0, le=MAX_REQUESTS)
@@ -330,7 +383,7 @@ class LoadConfig(Strict):
         return sweep
 
     @model_validator(mode="after")
-    def _cross_field_checks(self) -> "LoadConfig":
+    def _cross_field_checks(self) -> LoadConfig:
         if self.sweep is not None:
             self._check_sweep()
         if self.arrival in ("constant", "poisson", "gamma") and self.rate is None and self.sweep is None:
@@ -355,25 +408,35 @@ class LoadConfig(Strict):
         span_s = (self.num_requests + self.warmup_requests) / rate
         if span_s > MAX_SCHEDULE_S:
             field = "load.rate" if self.sweep is None else "load.sweep"
-            raise ScenarioError(f"{field}: {rate:g} requests/s for {self.num_requests + self.warmup_requests} "
-                                f"requests spans {span_s:.3g} s, more than the limit of {MAX_SCHEDULE_S:g} s "
-                                "(7 days); raise the rate or send fewer requests")
+            raise ScenarioError(
+                f"{field}: {rate:g} requests/s for {self.num_requests + self.warmup_requests} "
+                f"requests spans {span_s:.3g} s, more than the limit of {MAX_SCHEDULE_S:g} s "
+                "(7 days); raise the rate or send fewer requests"
+            )
 
     def _check_sweep(self) -> None:
         """A sweep supplies each point's rate (open arrivals) or concurrency (closed), so neither is required."""
         if self.arrival == "trace":
-            raise ScenarioError("load.sweep: a trace sets its own pace; leave load.sweep out, or scale the "
-                                "trace with load.time_scale in separate runs")
+            raise ScenarioError(
+                "load.sweep: a trace sets its own pace; leave load.sweep out, or scale the "
+                "trace with load.time_scale in separate runs"
+            )
         if self.arrival == "closed":
             if any(v > MAX_CONCURRENCY for v in self.sweep):
-                raise ScenarioError(f"load.sweep: {self.sweep} is not valid: arrival closed sweeps requests in "
-                                    f"flight, at most the limit of {MAX_CONCURRENCY}")
+                raise ScenarioError(
+                    f"load.sweep: {self.sweep} is not valid: arrival closed sweeps requests in "
+                    f"flight, at most the limit of {MAX_CONCURRENCY}"
+                )
             if any(not v.is_integer() for v in self.sweep):
-                raise ScenarioError(f"load.sweep: {self.sweep} is not valid: arrival closed sweeps requests in "
-                                    f"flight, so each value must be a whole number, e.g. [1, 4, 16]")
+                raise ScenarioError(
+                    f"load.sweep: {self.sweep} is not valid: arrival closed sweeps requests in "
+                    f"flight, so each value must be a whole number, e.g. [1, 4, 16]"
+                )
         elif any(v > MAX_RATE_PER_S for v in self.sweep):
-            raise ScenarioError(f"load.sweep: {self.sweep} is not valid: each rate must be at most the limit of "
-                                f"{MAX_RATE_PER_S:g} requests/s")
+            raise ScenarioError(
+                f"load.sweep: {self.sweep} is not valid: each rate must be at most the limit of "
+                f"{MAX_RATE_PER_S:g} requests/s"
+            )
 
 
 class SloConfig(Strict):
@@ -404,8 +467,10 @@ class Candidate(Strict):
     @classmethod
     def _folder_safe(cls, name: str) -> str:
         if not re.match(FOLDER_SAFE, name):
-            raise ValueError("must start with a letter or digit and hold only letters, digits, '.', '_' and '-' "
-                             "(it names the candidate's results folder), e.g. 2xDP-cache_aware")
+            raise ValueError(
+                "must start with a letter or digit and hold only letters, digits, '.', '_' and '-' "
+                "(it names the candidate's results folder), e.g. 2xDP-cache_aware"
+            )
         return name
 
 
@@ -426,8 +491,10 @@ class Scenario(Strict):
     def _folder_safe_name(cls, name: str) -> str:
         # the name becomes results/<name>-<time>/: a '/' or a leading '.' could put it anywhere
         if not re.match(FOLDER_SAFE, name):
-            raise ValueError("must start with a letter or digit and hold only letters, digits, '.', '_' and '-' "
-                             "(it names the results folder)")
+            raise ValueError(
+                "must start with a letter or digit and hold only letters, digits, '.', '_' and '-' "
+                "(it names the results folder)"
+            )
         return name
 
     @model_validator(mode="before")
@@ -443,34 +510,48 @@ class Scenario(Strict):
         if isinstance(load, dict) and isinstance(tune_load, dict):
             arrival = load.get("arrival", "poisson")
             if "concurrency" in tune_load and arrival != "closed":
-                raise ScenarioError("tune.load.concurrency: searches requests in flight, so set load.arrival: "
-                                    "closed (or search tune.load.rate)")
+                raise ScenarioError(
+                    "tune.load.concurrency: searches requests in flight, so set load.arrival: "
+                    "closed (or search tune.load.rate)"
+                )
             if "rate" in tune_load and arrival in ("closed", "trace"):
-                raise ScenarioError(f"tune.load.rate: load.arrival {arrival} has no rate; use "
-                                    f"tune.load.concurrency for closed, or arrival poisson/constant/gamma")
+                raise ScenarioError(
+                    f"tune.load.rate: load.arrival {arrival} has no rate; use "
+                    f"tune.load.concurrency for closed, or arrival poisson/constant/gamma"
+                )
             for field in ("rate", "concurrency"):
                 bounds = tune_load.get(field)
                 if isinstance(bounds, dict) and load.get(field) is None and "min" in bounds:
                     value = bounds["min"]
-                    load = {**load, field: int(value) if field == "concurrency" and isinstance(value, float)
-                            and value.is_integer() else value}
+                    load = {
+                        **load,
+                        field: int(value)
+                        if field == "concurrency" and isinstance(value, float) and value.is_integer()
+                        else value,
+                    }
             data = {**data, "load": load}
         return data
 
     @model_validator(mode="after")
-    def _workload_fits_load(self) -> "Scenario":
+    def _workload_fits_load(self) -> Scenario:
         if self.workload.kind == "multi_turn" and self.load.arrival == "trace":
-            raise ScenarioError("load.arrival: trace does not combine with workload.kind multi_turn; "
-                                "use constant, poisson, gamma or closed")
+            raise ScenarioError(
+                "load.arrival: trace does not combine with workload.kind multi_turn; "
+                "use constant, poisson, gamma or closed"
+            )
         if self.candidates:
             if self.backend.launch is None:
-                raise ScenarioError("candidates: each candidate is a deployment bench starts with its launch_args, "
-                                    "so the backend needs backend.launch (e.g. `launch: {}`), not only backend.url")
+                raise ScenarioError(
+                    "candidates: each candidate is a deployment bench starts with its launch_args, "
+                    "so the backend needs backend.launch (e.g. `launch: {}`), not only backend.url"
+                )
             names = [c.name for c in self.candidates]
             twice = sorted({n for n in names if names.count(n) > 1})
             if twice:
-                raise ScenarioError(f"candidates: the name {twice[0]!r} is given twice; each candidate needs its own "
-                                    f"name (it names its results folder)")
+                raise ScenarioError(
+                    f"candidates: the name {twice[0]!r} is given twice; each candidate needs its own "
+                    f"name (it names its results folder)"
+                )
         if self.tune is not None:
             self._check_tune()
         return self
@@ -478,19 +559,25 @@ class Scenario(Strict):
     def _check_tune(self) -> None:
         tune, load = self.tune, self.load
         if tune.space and self.backend.launch is None:
-            raise ScenarioError("tune.space: each configuration is an engine bench starts with those flags, so the "
-                                "backend needs backend.launch (e.g. `launch: {}`), not only backend.url")
+            raise ScenarioError(
+                "tune.space: each configuration is an engine bench starts with those flags, so the "
+                "backend needs backend.launch (e.g. `launch: {}`), not only backend.url"
+            )
         if not any(v is not None for v in self.slo.model_dump().values()):
-            raise ScenarioError("slo: tune finds the highest load that meets the SLOs, so give at least one "
-                                "(e.g. slo: {ttft_ms: 2000, tpot_ms: 200})")
+            raise ScenarioError(
+                "slo: tune finds the highest load that meets the SLOs, so give at least one "
+                "(e.g. slo: {ttft_ms: 2000, tpot_ms: 200})"
+            )
         if self.candidates or load.sweep is not None:
             field = "candidates" if self.candidates else "load.sweep"
             raise ScenarioError(f"{field}: tune chooses the configurations and loads itself; leave {field} out")
         if load.num_requests is None:
-            raise ScenarioError("load.num_requests: tune runs each point for a number of requests; give "
-                                "load.num_requests instead of load.duration_s")
+            raise ScenarioError(
+                "load.num_requests: tune runs each point for a number of requests; give "
+                "load.num_requests instead of load.duration_s"
+            )
 
-    def candidate_scenarios(self) -> list[tuple[Candidate, "Scenario"]]:
+    def candidate_scenarios(self) -> list[tuple[Candidate, Scenario]]:
         """Each candidate with the scenario it runs: its launch_args after backend.launch.args."""
         out = []
         for c in self.candidates:
@@ -499,12 +586,14 @@ class Scenario(Strict):
             out.append((c, self.model_copy(update={"backend": backend, "candidates": []})))
         return out
 
-    def sweep_points(self) -> list["Scenario"]:
+    def sweep_points(self) -> list[Scenario]:
         """One scenario per load.sweep value, that value as its load.rate (load.concurrency when closed)."""
         load = self.load
         field, cast = ("concurrency", int) if load.arrival == "closed" else ("rate", float)
-        return [self.model_copy(update={"load": load.model_copy(update={"sweep": None, field: cast(v)})})
-                for v in load.sweep or ()]
+        return [
+            self.model_copy(update={"load": load.model_copy(update={"sweep": None, field: cast(v)})})
+            for v in load.sweep or ()
+        ]
 
     def resolved_dict(self) -> dict[str, Any]:
         """Every field with defaults filled in and paths made absolute: what run.json records.
@@ -530,15 +619,17 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as error:
         line = error.object.count(b"\n", 0, error.start) + 1
-        raise ScenarioError(f"{path} line {line}: not UTF-8 text (byte {error.object[error.start]:#04x}); "
-                            "save the scenario as UTF-8") from None
+        raise ScenarioError(
+            f"{path} line {line}: not UTF-8 text (byte {error.object[error.start]:#04x}); save the scenario as UTF-8"
+        ) from None
     except yaml.YAMLError as error:
         raise ScenarioError(f"{path}: not valid YAML: {error}") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ScenarioError(f"{path}: the top level must be a mapping (name:, backend:, workload:, load:), "
-                            f"got {type(data).__name__}")
+        raise ScenarioError(
+            f"{path}: the top level must be a mapping (name:, backend:, workload:, load:), got {type(data).__name__}"
+        )
     data.setdefault("name", path.stem)
     for override in overrides:
         apply_override(data, override)

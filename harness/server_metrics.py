@@ -29,6 +29,7 @@ router lists (the backend's replicas_path: native's `serve --data-parallel`). A 
 its own (404) leaves only the replicas' rows.
 The scraper runs in its own thread with its own HTTP client, so it never delays request timing.
 """
+
 from __future__ import annotations
 
 import csv
@@ -55,39 +56,53 @@ ENGINE_PREFIXES = ("vllm:", "sglang:", "native:", "native_router:", "llamacpp:",
 SCHEMA = {  # engine's name without its prefix -> schema name
     # vLLM, TensorRT-LLM, native: num_requests_{running,waiting}; SGLang: num_{running,queue}_reqs;
     # llama.cpp: requests_{processing,deferred}
-    "num_requests_running": "running", "num_running_reqs": "running", "requests_processing": "running",
-    "num_requests_waiting": "waiting", "num_queue_reqs": "waiting", "requests_deferred": "waiting",
+    "num_requests_running": "running",
+    "num_running_reqs": "running",
+    "requests_processing": "running",
+    "num_requests_waiting": "waiting",
+    "num_queue_reqs": "waiting",
+    "requests_deferred": "waiting",
     # SGLang keeps requests out of num_queue_reqs while their grammar compiles (num_grammar_queue_reqs) and, with
     # prefill/decode disaggregation, while they wait for a bootstrap (prefill prealloc), for decode memory (decode
     # prealloc) or for their KV cache to arrive (decode transfer): all of them wait. The prefill side's inflight
     # queue is not: its prefill is done and the decode side's transfer queue counts it again.
-    "num_grammar_queue_reqs": "waiting", "num_prefill_prealloc_queue_reqs": "waiting",
-    "num_decode_prealloc_queue_reqs": "waiting", "num_decode_transfer_queue_reqs": "waiting",
+    "num_grammar_queue_reqs": "waiting",
+    "num_prefill_prealloc_queue_reqs": "waiting",
+    "num_decode_prealloc_queue_reqs": "waiting",
+    "num_decode_transfer_queue_reqs": "waiting",
     # vLLM v1: kv_cache_usage_perc (gpu_cache_usage_perc is gone); SGLang: token_usage;
     # TensorRT-LLM: kv_cache_utilization (needs enable_iter_perf_stats); llama.cpp: none any more
-    "kv_cache_usage_perc": "kv_usage_fraction", "token_usage": "kv_usage_fraction",
+    "kv_cache_usage_perc": "kv_usage_fraction",
+    "token_usage": "kv_usage_fraction",
     "kv_cache_utilization": "kv_usage_fraction",
     # vLLM: num_preemptions_total; SGLang: num_retracted_requests_total (a counter; the old gauge
     # num_retracted_reqs is a per-interval value, not a total)
-    "num_preemptions_total": "preemptions", "num_retracted_requests_total": "preemptions",
+    "num_preemptions_total": "preemptions",
+    "num_retracted_requests_total": "preemptions",
     "prompt_tokens_total": "prompt_tokens",
-    "generation_tokens_total": "generation_tokens", "tokens_predicted_total": "generation_tokens",
+    "generation_tokens_total": "generation_tokens",
+    "tokens_predicted_total": "generation_tokens",
     # prompt tokens served from the prefix cache: vLLM and llama.cpp prompt_tokens_cached_total,
     # SGLang cached_tokens_total (one label set per cache_source: device, host, storage_<backend>),
     # TensorRT-LLM prompt_cached_tokens_total
-    "prompt_tokens_cached_total": "cached_prompt_tokens", "cached_tokens_total": "cached_prompt_tokens",
+    "prompt_tokens_cached_total": "cached_prompt_tokens",
+    "cached_tokens_total": "cached_prompt_tokens",
     "prompt_cached_tokens_total": "cached_prompt_tokens",
     # speculative decoding: vLLM and llama.cpp spec_decode_num_{draft,accepted}_tokens_total,
     # TensorRT-LLM the same names (iteration stats); SGLang gauges of the current rate and length
     "spec_decode_num_draft_tokens_total": "spec_draft_tokens",
     "spec_decode_num_accepted_tokens_total": "spec_accepted_tokens",
     "spec_decode_num_drafts_total": "spec_drafts",
-    "spec_accept_rate": "spec_accept_rate", "spec_accept_length": "spec_accept_length",
+    "spec_accept_rate": "spec_accept_rate",
+    "spec_accept_length": "spec_accept_length",
     # vLLM and SGLang (--enable-mfu-metrics): estimated_{read,write}_bytes_per_gpu_total, estimated_flops_per_gpu_total;
     # native: weight_bytes_read_total + kv_bytes_read_total, flops_total
-    "estimated_read_bytes_per_gpu_total": "read_bytes", "weight_bytes_read_total": "read_bytes",
-    "kv_bytes_read_total": "read_bytes", "estimated_write_bytes_per_gpu_total": "write_bytes",
-    "estimated_flops_per_gpu_total": "flops", "flops_total": "flops",
+    "estimated_read_bytes_per_gpu_total": "read_bytes",
+    "weight_bytes_read_total": "read_bytes",
+    "kv_bytes_read_total": "read_bytes",
+    "estimated_write_bytes_per_gpu_total": "write_bytes",
+    "estimated_flops_per_gpu_total": "flops",
+    "flops_total": "flops",
     "jump_forward_tokens_total": "jump_forward_tokens",
 }
 # vLLM's num_requests_waiting_by_reason{reason=capacity|deferred}: one schema row per reason
@@ -108,14 +123,18 @@ PREFIX_CACHE = {
 # them; llama.cpp's prompt_tokens_total leaves the cached ones out, so they are added from this counter
 PROMPT_TOKENS_WITHOUT_CACHED = {"llamacpp:prompt_tokens_total": "llamacpp:prompt_tokens_cached_total"}
 HISTOGRAMS = {
-    "time_to_first_token_seconds": "ttft_s", "inter_token_latency_seconds": "itl_s",
+    "time_to_first_token_seconds": "ttft_s",
+    "inter_token_latency_seconds": "itl_s",
     # vLLM v1: request_time_per_output_token_seconds; TensorRT-LLM still time_per_output_token_seconds
-    "time_per_output_token_seconds": "tpot_s", "request_time_per_output_token_seconds": "tpot_s",
+    "time_per_output_token_seconds": "tpot_s",
+    "request_time_per_output_token_seconds": "tpot_s",
     "e2e_request_latency_seconds": "e2e_s",
     # the phases (docs/metrics.md): vLLM, TensorRT-LLM and native request_{queue,prefill,decode}_time_seconds;
     # SGLang queue_time_seconds, and its prefill in per_stage_req_latency_seconds (STAGES)
-    "request_queue_time_seconds": "queue_s", "queue_time_seconds": "queue_s",
-    "request_prefill_time_seconds": "prefill_s", "request_decode_time_seconds": "decode_s",
+    "request_queue_time_seconds": "queue_s",
+    "queue_time_seconds": "queue_s",
+    "request_prefill_time_seconds": "prefill_s",
+    "request_decode_time_seconds": "decode_s",
 }
 # SGLang's per_stage_req_latency_seconds{stage}: prefill_forward is observed once per request, from its
 # first forward to the end of its prefill (SchedulerReqTimeStats.set_prefill_finished_time)
@@ -129,7 +148,7 @@ def engine_key(name: str) -> str | None:
     """The sample's name without its engine prefix; None for a name no engine prefix starts."""
     for prefix in ENGINE_PREFIXES:
         if name.startswith(prefix):
-            return name[len(prefix):]
+            return name[len(prefix) :]
     return None
 
 
@@ -168,11 +187,11 @@ def combine_label_sets(name: str, values: list[float]) -> float:
 
 def _histogram_row(key: str, labels: dict) -> tuple[str, str] | None:
     """(schema histogram name with its _bucket/_sum/_count suffix, engine metric name) for a histogram sample."""
-    if key.startswith(STAGE_HISTOGRAM):   # SGLang's per-stage latencies: only the stages that are a phase
+    if key.startswith(STAGE_HISTOGRAM):  # SGLang's per-stage latencies: only the stages that are a phase
         stage = STAGES.get(labels.get("stage", ""))
-        return (stage + key[len(STAGE_HISTOGRAM):], key + "/" + labels["stage"]) if stage else None
+        return (stage + key[len(STAGE_HISTOGRAM) :], key + "/" + labels["stage"]) if stage else None
     for engine_name, schema_name in HISTOGRAMS.items():
-        suffix = key[len(engine_name):] if key.startswith(engine_name) else None
+        suffix = key[len(engine_name) :] if key.startswith(engine_name) else None
         if suffix in ("_bucket", "_sum", "_count"):
             return schema_name + suffix, key
     return None
@@ -181,6 +200,7 @@ def _histogram_row(key: str, labels: dict) -> tuple[str, str] | None:
 def prefix_cache_counters(values_by_name: dict[str, list[float]]) -> dict[str, float]:
     """{prefix_cache_hits, prefix_cache_queries[, prefix_cache_hit_rate]} in tokens since the engine started,
     from the PREFIX_CACHE counters of whichever engine wrote the page; {} when it has none."""
+
     def total(names: list[str]) -> float:
         return sum(combine_label_sets(n, values_by_name[n]) for n in names if n in values_by_name)
 
@@ -199,7 +219,7 @@ def parse_page(text: str, extra: dict | None = None) -> tuple[Rows, Rows]:
     """(raw rows, schema rows), each (name, value, labels) from one Prometheus text page; `extra`
     labels (a replica's id) are added to every row."""
     extra = extra or {}
-    own = format_labels(extra)   # the labels of a schema row ("" but for a replica's page)
+    own = format_labels(extra)  # the labels of a schema row ("" but for a replica's page)
     raw: list[tuple[str, float, str]] = []
     per_metric: dict[tuple[str, str, str], list[float]] = {}  # (schema name, labels, engine metric) -> label sets
     values_by_name: dict[str, list[float]] = {}
@@ -218,7 +238,8 @@ def parse_page(text: str, extra: dict | None = None) -> tuple[Rows, Rows]:
                 per_metric.setdefault((SCHEMA[key], own, name), []).append(sample.value)
             elif key in BY_REASON and "reason" in sample.labels:
                 per_metric.setdefault((f"{BY_REASON[key]}_{sample.labels['reason']}", own, name), []).append(
-                    sample.value)
+                    sample.value
+                )
             histogram = _histogram_row(key, sample.labels)
             if histogram:
                 row_name, metric = histogram
@@ -233,7 +254,7 @@ def parse_page(text: str, extra: dict | None = None) -> tuple[Rows, Rows]:
     for schema_name, value in prefix_cache_counters(values_by_name).items():
         combined[(schema_name, own)] = [value]
     schema = []
-    for (schema_name, labels), values in combined.items():   # several engine metrics of one schema name add up
+    for (schema_name, labels), values in combined.items():  # several engine metrics of one schema name add up
         fraction = schema_name in FRACTIONS
         schema.append((f"bench:{schema_name}", sum(values) / len(values) if fraction else sum(values), labels))
     return raw, schema
@@ -268,8 +289,12 @@ def window_hit_rate(series: dict, start_s: float, end_s: float) -> dict | None:
     queries = window_delta(series.get("bench:prefix_cache_queries"), start_s, end_s)
     if hits is None or not queries:
         return None
-    return {"hit_rate": hits / queries, "hit_tokens": hits, "queried_tokens": queries,
-            "source": "engine counters, delta over the measured window"}
+    return {
+        "hit_rate": hits / queries,
+        "hit_tokens": hits,
+        "queried_tokens": queries,
+        "source": "engine counters, delta over the measured window",
+    }
 
 
 def window_speculative(series: dict, start_s: float, end_s: float) -> dict:
@@ -277,12 +302,14 @@ def window_speculative(series: dict, start_s: float, end_s: float) -> dict:
     and their ratio from counter deltas (vLLM, llama.cpp, native); SGLang exposes only gauges of its recent
     batches, so there the mean of spec_accept_rate over the window's scrapes, marked as such. {} without
     speculation."""
+
     def delta(name: str) -> float:
         return window_delta(series.get(f"bench:{name}"), start_s, end_s) or 0.0
+
     drafted, accepted, drafts = delta("spec_draft_tokens"), delta("spec_accepted_tokens"), delta("spec_drafts")
     if drafted > 0:
         out = {"draft_tokens": int(drafted), "accepted_tokens": int(accepted), "acceptance_rate": accepted / drafted}
-        if drafts > 0:   # conventionally counting the target's own token, as vLLM logs it
+        if drafts > 0:  # conventionally counting the target's own token, as vLLM logs it
             out.update(drafts=int(drafts), mean_acceptance_length=1 + accepted / drafts)
         return out
     rates = [v for t, v in series.get("bench:spec_accept_rate", []) if start_s <= t <= end_s]
@@ -294,10 +321,19 @@ def window_speculative(series: dict, start_s: float, end_s: float) -> dict:
 class ServerMetricsScraper(threading.Thread):
     """scraper.start() ... scraper.stop() -> status for run.json. `url` None: nothing to scrape."""
 
-    def __init__(self, url: str | None, t0_ns: int, out_path: str | Path, interval_s: float = 0.5,
-                 timeout_s: float = 2.0, headers: dict | None = None, why_none: str = "",
-                 missing_page_hint: str = "set backend.metrics_url", replicas_url: str | None = None,
-                 replica_pages: list[tuple[str, str]] | None = None):
+    def __init__(
+        self,
+        url: str | None,
+        t0_ns: int,
+        out_path: str | Path,
+        interval_s: float = 0.5,
+        timeout_s: float = 2.0,
+        headers: dict | None = None,
+        why_none: str = "",
+        missing_page_hint: str = "set backend.metrics_url",
+        replicas_url: str | None = None,
+        replica_pages: list[tuple[str, str]] | None = None,
+    ):
         super().__init__(name="server-metrics", daemon=True)
         self.url, self.t0_ns, self.interval_s, self.timeout_s = url, t0_ns, interval_s, timeout_s
         self.out_path, self.headers, self.why_none = Path(out_path), headers or {}, why_none
@@ -328,7 +364,7 @@ class ServerMetricsScraper(threading.Thread):
             self._scrape_replicas(writer)
 
     def _scrape_once(self, writer) -> None:
-        if self.url is None or self.gave_up:   # only the replicas' pages (backend.replica_metrics)
+        if self.url is None or self.gave_up:  # only the replicas' pages (backend.replica_metrics)
             return
         self.scrapes += 1
         try:
@@ -362,8 +398,9 @@ class ServerMetricsScraper(threading.Thread):
                     self.replica_pages = []
                 elif status < 400:
                     path = urlparse(self.url).path
-                    self.replica_pages = [(str(r["id"]), r["url"].rstrip("/") + path)
-                                          for r in json.loads(body)["replicas"]]
+                    self.replica_pages = [
+                        (str(r["id"]), r["url"].rstrip("/") + path) for r in json.loads(body)["replicas"]
+                    ]
             except Exception as e:  # not answering yet: ask again at the next scrape
                 self.last_error = f"{self.replicas_url}: {type(e).__name__}: {e}"
         return self.replica_pages or []

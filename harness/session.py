@@ -4,6 +4,7 @@ A sweep opens one session for all its points; a single run opens its own. Leavin
 block stops an engine bench started (an exception, Ctrl-C and SIGTERM included); an engine that
 was already running is left alone.
 """
+
 from __future__ import annotations
 
 import math
@@ -51,6 +52,7 @@ def engine_sizing(scenario: Scenario) -> EngineSizing:
         if dist.max is not None:
             return dist.max
         return dist.expected + 4 * (dist.std or 0.0)
+
     if workload.kind == "file" or load.arrival == "trace":
         tokens = UNKNOWN_TOKENS_PER_REQUEST
     else:
@@ -67,8 +69,9 @@ def engine_session(scenario: Scenario, log_path: Path, say=lambda text: None):
     launched = None
     if backend.launch is not None:
         say(f"starting the {backend.kind} engine (log: {log_path})")
-        launched = launch(engine, backend.launch, backend.url, backend.model, log_path, backend.headers,
-                          engine_sizing(scenario))
+        launched = launch(
+            engine, backend.launch, backend.url, backend.model, log_path, backend.headers, engine_sizing(scenario)
+        )
     try:
         url = launched.url if launched else backend.url
         probe(url, backend.headers, ready_paths=engine.ready_paths)  # one clear error before any load

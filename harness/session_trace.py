@@ -9,6 +9,7 @@ Every block is whole (input_length = blocks x block_tokens, the answer rounded u
 history): a Mooncake hash_id names a full block, and whole blocks keep turn k-1's prompt an exact
 prefix of turn k's when the harness replays the trace (harness/workload.py, `load.trace_block_size`).
 """
+
 from __future__ import annotations
 
 import json
@@ -25,11 +26,11 @@ from harness.limits import MAX_REQUESTS, MAX_TOKENS_PER_REQUEST
 class SessionTraceConfig:
     sessions: int = 12
     turns: int = 4
-    block_tokens: int = 16                     # the scenario's load.trace_block_size must match
-    system_blocks: int = 2                     # shared by every session's prompt; 0: none
-    user_blocks: tuple[int, int] = (3, 6)      # a user message, in blocks (uniform, inclusive)
+    block_tokens: int = 16  # the scenario's load.trace_block_size must match
+    system_blocks: int = 2  # shared by every session's prompt; 0: none
+    user_blocks: tuple[int, int] = (3, 6)  # a user message, in blocks (uniform, inclusive)
     output_tokens: tuple[int, int] = (12, 24)  # an answer (uniform, inclusive)
-    session_gap_s: float = 3.0                 # mean time between session starts (exponential)
+    session_gap_s: float = 3.0  # mean time between session starts (exponential)
     think_time_s: tuple[float, float] = (10.0, 18.0)  # between a session's turns (uniform)
     seed: int = 0
 
@@ -39,21 +40,31 @@ class SessionTraceConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')}: must be at least 1, got {getattr(self, name)}")
         if self.sessions * self.turns > MAX_REQUESTS:
-            raise ValueError(f"--sessions x --turns: {self.sessions * self.turns} requests, more than the limit of "
-                             f"{MAX_REQUESTS}; use fewer sessions")
+            raise ValueError(
+                f"--sessions x --turns: {self.sessions * self.turns} requests, more than the limit of "
+                f"{MAX_REQUESTS}; use fewer sessions"
+            )
         if self.system_blocks < 0:
             raise ValueError(f"--system-blocks: must be 0 or more, got {self.system_blocks}")
-        for name, (low, high), floor in (("user_blocks", self.user_blocks, 1), ("output_tokens", self.output_tokens, 1),
-                                         ("think_time_s", self.think_time_s, 0)):
+        for name, (low, high), floor in (
+            ("user_blocks", self.user_blocks, 1),
+            ("output_tokens", self.output_tokens, 1),
+            ("think_time_s", self.think_time_s, 0),
+        ):
             if not floor <= low <= high:
                 raise ValueError(f"--{name.replace('_', '-')}: {low}..{high} is not valid: need {floor} <= min <= max")
         if self.session_gap_s < 0:
             raise ValueError(f"--session-gap-s: must be 0 or more, got {self.session_gap_s}")
-        longest = self.block_tokens * (self.system_blocks + self.turns * self.user_blocks[1]
-                                       + (self.turns - 1) * math.ceil(self.output_tokens[1] / self.block_tokens))
+        longest = self.block_tokens * (
+            self.system_blocks
+            + self.turns * self.user_blocks[1]
+            + (self.turns - 1) * math.ceil(self.output_tokens[1] / self.block_tokens)
+        )
         if longest > MAX_TOKENS_PER_REQUEST:
-            raise ValueError(f"--turns/--user-blocks: a last turn could reach {longest} tokens, more than the limit "
-                             f"of {MAX_TOKENS_PER_REQUEST}; use fewer turns or shorter messages")
+            raise ValueError(
+                f"--turns/--user-blocks: a last turn could reach {longest} tokens, more than the limit "
+                f"of {MAX_TOKENS_PER_REQUEST}; use fewer turns or shorter messages"
+            )
 
 
 def session_trace_rows(config: SessionTraceConfig) -> list[dict]:
@@ -61,12 +72,13 @@ def session_trace_rows(config: SessionTraceConfig) -> list[dict]:
     each with its `session_id` and `turn` besides (a reader of the format ignores extra fields)."""
     config.check()
     rng = np.random.default_rng([config.seed, 11])
-    next_id = config.system_blocks   # ids 0 .. system_blocks-1 are the shared system prompt
+    next_id = config.system_blocks  # ids 0 .. system_blocks-1 are the shared system prompt
 
     def new_blocks(n: int) -> list[int]:
         nonlocal next_id
         next_id += n
         return list(range(next_id - n, next_id))
+
     rows = []
     start_s = 0.0
     for session in range(config.sessions):
@@ -76,10 +88,17 @@ def session_trace_rows(config: SessionTraceConfig) -> list[dict]:
         for turn in range(config.turns):
             context += new_blocks(int(rng.integers(config.user_blocks[0], config.user_blocks[1] + 1)))
             output_tokens = int(rng.integers(config.output_tokens[0], config.output_tokens[1] + 1))
-            rows.append({"timestamp": round(at_s * 1000), "input_length": len(context) * config.block_tokens,
-                         "output_length": output_tokens, "hash_ids": list(context),
-                         "session_id": session, "turn": turn})
-            context += new_blocks(math.ceil(output_tokens / config.block_tokens))   # the answer, in the history
+            rows.append(
+                {
+                    "timestamp": round(at_s * 1000),
+                    "input_length": len(context) * config.block_tokens,
+                    "output_length": output_tokens,
+                    "hash_ids": list(context),
+                    "session_id": session,
+                    "turn": turn,
+                }
+            )
+            context += new_blocks(math.ceil(output_tokens / config.block_tokens))  # the answer, in the history
             at_s += float(rng.uniform(*config.think_time_s))
     rows.sort(key=lambda row: (row["timestamp"], row["session_id"]))
     return rows

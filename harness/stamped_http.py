@@ -15,24 +15,28 @@ wait in one socket, no read size can give the older one its own time. Each read 
 event gets the stamp of the read that completed it, exact when it was the newest segment of that
 read and an upper bound otherwise (events that share a stamp show it in requests.jsonl).
 """
+
 from __future__ import annotations
 
 import asyncio
-import socket
 import platform
+import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 from urllib.parse import urlsplit
 
 import httptools
 
 # Python's socket module does not name it; 35 on Linux x86 and the asm-generic architectures (arm64,
 # riscv), where its struct timespec is two 64-bit integers on 64-bit builds
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux")
-                         and platform.machine() in ("x86_64", "aarch64", "riscv64") else None)
+SO_TIMESTAMPNS = getattr(
+    socket,
+    "SO_TIMESTAMPNS",
+    35 if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch64", "riscv64") else None,
+)
 ANCILLARY_BYTES = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # one struct timespec
 READ_BYTES = 1 << 16
 
@@ -48,8 +52,9 @@ class HttpStreamError(Exception):
 
 
 def too_large_detail(max_bytes: int) -> str:
-    return (f"the answer passed backend.max_response_bytes={max_bytes} bytes; raise it if the engine really "
-            "sends that much")
+    return (
+        f"the answer passed backend.max_response_bytes={max_bytes} bytes; raise it if the engine really sends that much"
+    )
 
 
 def kernel_stamps_unavailable(url: str) -> str | None:
@@ -65,6 +70,7 @@ def kernel_stamps_unavailable(url: str) -> str | None:
 class StampedResponse:
     """One answer: the decoded body piece by piece, each with the kernel and loop stamps of the read that
     brought it (perf_counter_ns; kernel_ns is the loop stamp where a read had no kernel stamp)."""
+
     status: int = 0
     pieces: list[bytes] = field(default_factory=list)
     kernel_ns: list[int] = field(default_factory=list)
@@ -78,8 +84,14 @@ class StampedResponse:
 class _Exchange:
     """httptools' callbacks for one response, and the read loop that feeds it."""
 
-    def __init__(self, conn: "_Connection", clock: "ClockOffset", max_bytes: int, error_body_bytes: int,
-                 answered: Callable[["_Exchange"], None]):
+    def __init__(
+        self,
+        conn: _Connection,
+        clock: ClockOffset,
+        max_bytes: int,
+        error_body_bytes: int,
+        answered: Callable[[_Exchange], None],
+    ):
         self.conn, self.clock, self.answered = conn, clock, answered
         self.parser = httptools.HttpResponseParser(self)
         self.out = StampedResponse()
@@ -137,8 +149,12 @@ class _Exchange:
             if self.close_delimited and out.status:
                 self.complete = True
                 return self._end(None)
-            return self._end(HttpStreamError("stream_cut", f"the server closed the connection after {out.reads - 1} "
-                                             "reads, before the response's end"))
+            return self._end(
+                HttpStreamError(
+                    "stream_cut",
+                    f"the server closed the connection after {out.reads - 1} reads, before the response's end",
+                )
+            )
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -210,11 +226,23 @@ class StampedClient:
     """Keep-alive connections to one http:// server; `post` sends one request and reads its answer, `send_wave`
     sends many that are due at once (post then reads each)."""
 
-    def __init__(self, url: str, path: str, headers: dict, keep_alive: bool = True,
-                 max_response_bytes: int = 1 << 26, error_body_bytes: int = 300, timeout_s: float = 600.0):
+    def __init__(
+        self,
+        url: str,
+        path: str,
+        headers: dict,
+        keep_alive: bool = True,
+        max_response_bytes: int = 1 << 26,
+        error_body_bytes: int = 300,
+        timeout_s: float = 600.0,
+    ):
         parts = urlsplit(url)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
-        self.keep_alive, self.max_response_bytes, self.error_body_bytes = keep_alive, max_response_bytes, error_body_bytes
+        self.keep_alive, self.max_response_bytes, self.error_body_bytes = (
+            keep_alive,
+            max_response_bytes,
+            error_body_bytes,
+        )
         # every request is a POST to one path: the head is built once, the length added per request
         lines = [f"POST {path} HTTP/1.1", f"Host: {parts.netloc}"] + (["Connection: close"] if not keep_alive else [])
         lines += [f"{k}: {v}" for k, v in headers.items() if k.lower() not in ("host", "content-length", "connection")]
@@ -236,7 +264,7 @@ class StampedClient:
         """The whole HTTP request for `body`, ready for `post`: built before t0 where the plan allows."""
         return b"%s%d\r\n\r\n%s" % (self._head, len(body), body)
 
-    def send_wave(self, requests: list[bytes]) -> list["_Exchange | None"]:
+    def send_wave(self, requests: list[bytes]) -> list[_Exchange | None]:
         """Sends every request of a wave (all due now) on idle connections, one after another in one tight loop:
         nothing but the send and its two clock reads sits between two sends, and each request's exchange (its
         parser, deadline, reader) is made after the whole wave is on the wire, before anything can be read.
@@ -258,8 +286,13 @@ class StampedClient:
             sends.append((conn, start_ns, sent, clock()))
         return [None if s is None else self._exchange(request, *s) for request, s in zip(requests, sends)]
 
-    async def post(self, request: bytes, on_written=None, sent: "_Exchange | None" = None,
-                   then: Callable[[StampedResponse], None] | None = None) -> StampedResponse:
+    async def post(
+        self,
+        request: bytes,
+        on_written=None,
+        sent: _Exchange | None = None,
+        then: Callable[[StampedResponse], None] | None = None,
+    ) -> StampedResponse:
         """Sends `request` (from request_bytes) and returns the whole answer within timeout_s; with `sent`, the
         exchange send_wave made for it, only what its send left. `on_written()` is called as soon as the request
         is with the kernel, before this coroutine yields to any other task when a connection is idle. `then(answer)`
@@ -285,8 +318,9 @@ class StampedClient:
             if exchange.unsent:  # a long prompt: the rest when the socket has room
                 left_s = self.timeout_s - (time.perf_counter_ns() - exchange.start_ns) / 1e9
                 try:
-                    await asyncio.wait_for(asyncio.get_running_loop().sock_sendall(conn.sock, exchange.unsent),
-                                           max(0.0, left_s))
+                    await asyncio.wait_for(
+                        asyncio.get_running_loop().sock_sendall(conn.sock, exchange.unsent), max(0.0, left_s)
+                    )
                 except TimeoutError:  # an OSError too: asked first
                     raise HttpStreamError("timeout", self._timeout_detail()) from None
                 except OSError as e:
@@ -316,8 +350,9 @@ class StampedClient:
         if exchange.then is not None:
             exchange.then(exchange.out)
 
-    def _exchange(self, request: bytes, conn: _Connection, start_ns: int, sent: int | OSError,
-                  written_ns: int) -> _Exchange:
+    def _exchange(
+        self, request: bytes, conn: _Connection, start_ns: int, sent: int | OSError, written_ns: int
+    ) -> _Exchange:
         """What reads the answer to a request whose first send returned `sent` (bytes, or the error)."""
         exchange = _Exchange(conn, self.clock, self.max_response_bytes, self.error_body_bytes, self._answered)
         exchange.start_ns, exchange.out.written_ns = start_ns, written_ns
@@ -391,6 +426,7 @@ class StampedClient:
             if not conn.dead:
                 asyncio.get_running_loop().remove_reader(conn.sock.fileno())
             conn.sock.close()
+
 
 STAMPS = ("auto", "kernel", "loop")
 

@@ -6,6 +6,7 @@ status (pending, running, completed, interrupted, failed), rewritten as each poi
 a sweep cut short says which points are whole. A launched engine (backend.launch) is started once,
 its log in OUT/engine.log, and stopped after the last point: every point sees the same process.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -33,8 +34,13 @@ def sweep_kind(scenario: Scenario) -> str:
     return "concurrency" if scenario.load.arrival == "closed" else "rate"
 
 
-def run_sweep(scenario: Scenario, out_dir: Path, workers: str | None = None, overwrite: bool = False,
-              reporter: Reporter | None = None) -> list[SweepPointStatus]:
+def run_sweep(
+    scenario: Scenario,
+    out_dir: Path,
+    workers: str | None = None,
+    overwrite: bool = False,
+    reporter: Reporter | None = None,
+) -> list[SweepPointStatus]:
     """Runs every point against one engine. A point cut by a signal, by the engine's exit or with records
     missing (incomplete) ends the sweep (later points stay pending); an exception marks its point failed
     and goes on to the caller."""
@@ -50,8 +56,9 @@ def run_sweep(scenario: Scenario, out_dir: Path, workers: str | None = None, ove
             save()
             reporter.info(f"point {point.index + 1}/{len(points)}: {kind} {point.offered_load:g}")
             try:
-                point.result = run_scenario(point_scenario, out_dir / point.dir, workers=workers, session=session,
-                                            reporter=reporter)
+                point.result = run_scenario(
+                    point_scenario, out_dir / point.dir, workers=workers, session=session, reporter=reporter
+                )
             except KeyboardInterrupt:
                 point.status = "interrupted"
                 raise
@@ -62,8 +69,13 @@ def run_sweep(scenario: Scenario, out_dir: Path, workers: str | None = None, ove
                 save()
             result = point.result
             # records missing (a lost client process) make a point as unusable as the engine's exit
-            point.status = ("failed" if result.engine_exit or result.incomplete_reasons
-                            else "interrupted" if result.summary["interrupted"] else "completed")
+            point.status = (
+                "failed"
+                if result.engine_exit or result.incomplete_reasons
+                else "interrupted"
+                if result.summary["interrupted"]
+                else "completed"
+            )
             point.client_bound = result.client_bound
             save()
             reporter.info(point_line(point, kind))
@@ -85,11 +97,17 @@ def point_line(point: SweepPointStatus, kind: str) -> str:
 
     def ms(v):
         return "-" if v is None else f"{v:.0f} ms"
-    flags = "".join(f"; {flag}" for flag, on in (("CLIENT-BOUND", point.client_bound),
-                                                 (point.status, point.status != "completed")) if on)
-    return (f"  offered {offered}: {thr['requests_per_s']:.2f} req/s, {thr['output_tokens_per_s']:.1f} output tok/s, "
-            f"TTFT p50 {ms(ttft['p50'])} p99 {ms(ttft['p99'])}, goodput {100 * good['fraction']:.0f}% "
-            f"({good['requests_per_s']:.2f} req/s){flags}")
+
+    flags = "".join(
+        f"; {flag}"
+        for flag, on in (("CLIENT-BOUND", point.client_bound), (point.status, point.status != "completed"))
+        if on
+    )
+    return (
+        f"  offered {offered}: {thr['requests_per_s']:.2f} req/s, {thr['output_tokens_per_s']:.1f} output tok/s, "
+        f"TTFT p50 {ms(ttft['p50'])} p99 {ms(ttft['p99'])}, goodput {100 * good['fraction']:.0f}% "
+        f"({good['requests_per_s']:.2f} req/s){flags}"
+    )
 
 
 def capacity_line(scenario: Scenario, points: list[SweepPointStatus]) -> str:
@@ -105,6 +123,8 @@ def capacity_line(scenario: Scenario, points: list[SweepPointStatus]) -> str:
     limits = ", ".join(f"{k.removesuffix('_ms').upper()} ≤ {v:g} ms" for k, v in slo.items())
     capacity = max_load_meeting_slo([LoadPoint.from_summary(p.offered_load, p.result.summary) for p in done])
     partial = len(done) < len(points)
-    return (f"highest {kind} meeting {limits} for {DEFAULT_ATTAINMENT:.0%} of requests"
-            + (f", from the {len(done)} completed of {len(points)} points" if partial else "")
-            + f": {capacity.describe(unit)}")
+    return (
+        f"highest {kind} meeting {limits} for {DEFAULT_ATTAINMENT:.0%} of requests"
+        + (f", from the {len(done)} completed of {len(points)} points" if partial else "")
+        + f": {capacity.describe(unit)}"
+    )

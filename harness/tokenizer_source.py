@@ -9,6 +9,7 @@
 
 How prompts are built from a source, and how prompt and answer tokens are counted: harness/prompts.py.
 """
+
 from __future__ import annotations
 
 import functools
@@ -19,7 +20,9 @@ from pathlib import Path
 
 from backends.http import request
 
-WORDS = list(dict.fromkeys("""the of and to in is that for it as was with be by on not he this are or his from at which but have an
+WORDS = list(
+    dict.fromkeys(
+        """the of and to in is that for it as was with be by on not he this are or his from at which but have an
 they you were her she there been one all we their has would when if so no will more can who some out other them
 time only new about like into its then these two first any my now such our after most made over also did many
 before must through back where much your way well down should because each just those people how too little
@@ -29,8 +32,9 @@ found part again light water river house stone field music paper market garden t
 system number group city night power family story money school point law company question order fire animal
 model memory server token request queue batch cache block engine speed load user answer reply data text
 island mountain forest winter summer morning evening bridge road train ship voice color picture
-""".split()))
-
+""".split()
+    )
+)
 
 
 class TokenizerError(Exception):
@@ -87,19 +91,23 @@ class ServerTokenizer(TokenizerSource):
         except OSError as e:
             if isinstance(e, TimeoutError) or isinstance(getattr(e, "reason", None), TimeoutError):
                 # a route that hangs is there but broken: passing it over must be said (absent ones are not)
-                raise TokenizerError(f"backend.url: POST {self.name} did not answer within {self.timeout_s:g} s",
-                                     absent=False) from None
-            raise TokenizerError(f"backend.url: POST {self.name} failed ({getattr(e, 'reason', e)})",
-                                 absent=True) from None
+                raise TokenizerError(
+                    f"backend.url: POST {self.name} did not answer within {self.timeout_s:g} s", absent=False
+                ) from None
+            raise TokenizerError(
+                f"backend.url: POST {self.name} failed ({getattr(e, 'reason', e)})", absent=True
+            ) from None
         if status >= 400:
-            raise TokenizerError(f"backend.url: POST {self.name} answered HTTP {status}: "
-                                 f"{data[:120].decode('utf-8', 'replace')}", absent=status in (404, 405))
+            raise TokenizerError(
+                f"backend.url: POST {self.name} answered HTTP {status}: {data[:120].decode('utf-8', 'replace')}",
+                absent=status in (404, 405),
+            )
         try:
             tokens = json.loads(data)["tokens"]
         except (ValueError, KeyError, TypeError):
             tokens = None
         if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
-            raise TokenizerError(f"backend.url: POST {self.name} answered {data[:120]!r}, not {{\"tokens\": [ids]}}")
+            raise TokenizerError(f'backend.url: POST {self.name} answered {data[:120]!r}, not {{"tokens": [ids]}}')
         return tokens
 
     def check(self, timeout_s: float = 5.0) -> str | None:
@@ -137,9 +145,11 @@ def _load_local_tokenizer(source: str):
         # Lazy import: the harness works without native_engine
         from native_engine.model_files import resolve_model
         from native_engine.tokenizer import Tokenizer
+
         gguf_tokenizer = Tokenizer.from_gguf(resolve_model(source))
         return gguf_tokenizer, functools.partial(gguf_tokenizer.encode, add_special=True)
     from tokenizers import Tokenizer as HFTokenizer
+
     if path.is_dir():
         path = path / "tokenizer.json"
     hf = HFTokenizer.from_file(str(path)) if path.is_file() else HFTokenizer.from_pretrained(source)
@@ -163,7 +173,7 @@ class ApproximateTokenizer(TokenizerSource):
                 ids.append(self.id_by_word[piece])
                 continue
             for start in range(0, len(piece), 4):  # unknown text: a hashed id per 4 characters
-                ids.append(len(WORDS) + zlib.crc32(piece[start:start + 4].encode()) % 65536)
+                ids.append(len(WORDS) + zlib.crc32(piece[start : start + 4].encode()) % 65536)
         return ids
 
 
@@ -172,8 +182,10 @@ def local_tokenizer(source: str) -> LocalTokenizer:
     try:
         return LocalTokenizer(source)
     except Exception as e:  # tokenizers and gguf raise their own types for a bad file or an unknown name
-        raise TokenizerError(f"backend.tokenizer: cannot load {source!r} ({type(e).__name__}: {e}); give a GGUF "
-                             f"file, a folder with tokenizer.json, or a Hugging Face name this machine can fetch") from None
+        raise TokenizerError(
+            f"backend.tokenizer: cannot load {source!r} ({type(e).__name__}: {e}); give a GGUF "
+            f"file, a folder with tokenizer.json, or a Hugging Face name this machine can fetch"
+        ) from None
 
 
 def resolve_tokenizer(scenario, url: str | None = None, warnings: list[str] | None = None) -> TokenizerSource:

@@ -8,6 +8,7 @@ Three public formats are read into the same `TraceRow`s:
 - BurstGPT CSV: `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`, Timestamp in seconds.
 Rows come back sorted by arrival time.
 """
+
 from __future__ import annotations
 
 import csv
@@ -43,8 +44,9 @@ def read_utf8(path: str | Path, field_path: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
-        raise ScenarioError(f"{field_path}: {path} line {line}: not UTF-8 text (byte {data[error.start]:#04x}); "
-                            "save the file as UTF-8") from None
+        raise ScenarioError(
+            f"{field_path}: {path} line {line}: not UTF-8 text (byte {data[error.start]:#04x}); save the file as UTF-8"
+        ) from None
 
 
 def detect_format(path: Path) -> str:
@@ -57,10 +59,14 @@ def detect_format(path: Path) -> str:
             return "azure"
         if all(column in header for column in BURSTGPT_COLUMNS):
             return "burstgpt"
-        raise ScenarioError(f"load.trace: {path}: header {header} is neither Azure ({','.join(AZURE_COLUMNS)}) "
-                            f"nor BurstGPT ({','.join(BURSTGPT_COLUMNS)}); set load.trace_format")
-    raise ScenarioError(f"load.trace: {path}: cannot tell the format from the extension {path.suffix!r}; "
-                        f"set load.trace_format to one of {', '.join(TRACE_FORMATS)}")
+        raise ScenarioError(
+            f"load.trace: {path}: header {header} is neither Azure ({','.join(AZURE_COLUMNS)}) "
+            f"nor BurstGPT ({','.join(BURSTGPT_COLUMNS)}); set load.trace_format"
+        )
+    raise ScenarioError(
+        f"load.trace: {path}: cannot tell the format from the extension {path.suffix!r}; "
+        f"set load.trace_format to one of {', '.join(TRACE_FORMATS)}"
+    )
 
 
 def load_trace(path: str | Path, trace_format: str = "auto") -> list[TraceRow]:
@@ -71,17 +77,20 @@ def load_trace(path: str | Path, trace_format: str = "auto") -> list[TraceRow]:
         trace_format = detect_format(path)
     readers = {"mooncake": _read_mooncake, "azure": _read_azure, "burstgpt": _read_burstgpt}
     if trace_format not in readers:
-        raise ScenarioError(f"load.trace_format: {trace_format!r} is not valid: must be auto or one of "
-                            f"{', '.join(TRACE_FORMATS)}")
+        raise ScenarioError(
+            f"load.trace_format: {trace_format!r} is not valid: must be auto or one of {', '.join(TRACE_FORMATS)}"
+        )
     rows = readers[trace_format](path)
     if not rows:
         raise ScenarioError(f"load.trace: {path}: no requests in the file")
     rows.sort(key=lambda row: row.timestamp_s)
     span_s = rows[-1].timestamp_s - rows[0].timestamp_s
     if span_s > MAX_SCHEDULE_S:  # a stray row would otherwise hold the run open for years, silently
-        raise ScenarioError(f"load.trace: {path} line {rows[-1].line}: its timestamp is {span_s:.4g} s after the "
-                            f"first request (line {rows[0].line}), more than the limit of {MAX_SCHEDULE_S:g} s "
-                            "(7 days); check the row and the timestamps' unit (Mooncake: ms)")
+        raise ScenarioError(
+            f"load.trace: {path} line {rows[-1].line}: its timestamp is {span_s:.4g} s after the "
+            f"first request (line {rows[0].line}), more than the limit of {MAX_SCHEDULE_S:g} s "
+            "(7 days); check the row and the timestamps' unit (Mooncake: ms)"
+        )
     return rows
 
 
@@ -133,20 +142,28 @@ def _read_mooncake(path: Path) -> list[TraceRow]:
             raise ScenarioError(f"{where}: expected a JSON object, got {type(record).__name__}")
         for key in ("timestamp", "input_length", "output_length"):
             if key not in record:
-                raise ScenarioError(f"{where}: field {key!r} is missing (Mooncake rows have timestamp in ms, "
-                                    "input_length, output_length, hash_ids)")
+                raise ScenarioError(
+                    f"{where}: field {key!r} is missing (Mooncake rows have timestamp in ms, "
+                    "input_length, output_length, hash_ids)"
+                )
         hash_ids = record.get("hash_ids")
         if hash_ids is not None:
             if not isinstance(hash_ids, list):
                 raise ScenarioError(f"{where} field 'hash_ids': {hash_ids!r} is not valid: must be a list of ints")
             hash_ids = tuple(_whole_number(h, f"{where} field 'hash_ids'") for h in hash_ids)
-        rows.append(TraceRow(
-            timestamp_s=_seconds(record["timestamp"], f"{where} field 'timestamp'") / 1000.0,
-            input_tokens=_whole_number(record["input_length"], f"{where} field 'input_length'", MAX_TOKENS_PER_REQUEST),
-            output_tokens=_whole_number(record["output_length"], f"{where} field 'output_length'",
-                                        MAX_TOKENS_PER_REQUEST),
-            hash_ids=hash_ids, line=line_number,
-        ))
+        rows.append(
+            TraceRow(
+                timestamp_s=_seconds(record["timestamp"], f"{where} field 'timestamp'") / 1000.0,
+                input_tokens=_whole_number(
+                    record["input_length"], f"{where} field 'input_length'", MAX_TOKENS_PER_REQUEST
+                ),
+                output_tokens=_whole_number(
+                    record["output_length"], f"{where} field 'output_length'", MAX_TOKENS_PER_REQUEST
+                ),
+                hash_ids=hash_ids,
+                line=line_number,
+            )
+        )
     return rows
 
 
@@ -155,8 +172,9 @@ def _csv_records(path: Path, needed: tuple[str, ...]):
     reader = csv.DictReader(io.StringIO(read_utf8(path, "load.trace"), newline=""))
     missing = [column for column in needed if column not in (reader.fieldnames or [])]
     if missing:
-        raise ScenarioError(f"load.trace: {path} line 1: header lacks column(s) {', '.join(missing)} "
-                            f"(found {reader.fieldnames})")
+        raise ScenarioError(
+            f"load.trace: {path} line 1: header lacks column(s) {', '.join(missing)} (found {reader.fieldnames})"
+        )
     for record in reader:
         yield reader.line_num, record
 
@@ -169,15 +187,21 @@ def _read_azure(path: Path) -> list[TraceRow]:
             # Python 3.11 reads the trace's 7 fractional digits (it keeps 6).
             arrival = datetime.fromisoformat(record["TIMESTAMP"].strip())
         except (ValueError, AttributeError):
-            raise ScenarioError(f"{where} TIMESTAMP: {record['TIMESTAMP']!r} is not valid: "
-                                "must be a datetime like 2023-11-16 18:15:46.6805900") from None
-        rows.append(TraceRow(
-            # Naive times read as UTC, so a daylight-saving change here cannot bend the gaps.
-            timestamp_s=(arrival if arrival.tzinfo else arrival.replace(tzinfo=timezone.utc)).timestamp(),
-            input_tokens=_whole_number(record["ContextTokens"], f"{where} ContextTokens", MAX_TOKENS_PER_REQUEST),
-            output_tokens=_whole_number(record["GeneratedTokens"], f"{where} GeneratedTokens", MAX_TOKENS_PER_REQUEST),
-            line=line_number,
-        ))
+            raise ScenarioError(
+                f"{where} TIMESTAMP: {record['TIMESTAMP']!r} is not valid: "
+                "must be a datetime like 2023-11-16 18:15:46.6805900"
+            ) from None
+        rows.append(
+            TraceRow(
+                # Naive times read as UTC, so a daylight-saving change here cannot bend the gaps.
+                timestamp_s=(arrival if arrival.tzinfo else arrival.replace(tzinfo=timezone.utc)).timestamp(),
+                input_tokens=_whole_number(record["ContextTokens"], f"{where} ContextTokens", MAX_TOKENS_PER_REQUEST),
+                output_tokens=_whole_number(
+                    record["GeneratedTokens"], f"{where} GeneratedTokens", MAX_TOKENS_PER_REQUEST
+                ),
+                line=line_number,
+            )
+        )
     return rows
 
 
@@ -185,11 +209,14 @@ def _read_burstgpt(path: Path) -> list[TraceRow]:
     rows = []
     for line_number, record in _csv_records(path, BURSTGPT_COLUMNS):
         where = f"load.trace: {path} line {line_number} column"
-        rows.append(TraceRow(
-            timestamp_s=_seconds(record["Timestamp"], f"{where} Timestamp"),
-            input_tokens=_whole_number(record["Request tokens"], f"{where} Request tokens", MAX_TOKENS_PER_REQUEST),
-            output_tokens=_whole_number(record["Response tokens"], f"{where} Response tokens",
-                                        MAX_TOKENS_PER_REQUEST),
-            line=line_number,
-        ))
+        rows.append(
+            TraceRow(
+                timestamp_s=_seconds(record["Timestamp"], f"{where} Timestamp"),
+                input_tokens=_whole_number(record["Request tokens"], f"{where} Request tokens", MAX_TOKENS_PER_REQUEST),
+                output_tokens=_whole_number(
+                    record["Response tokens"], f"{where} Response tokens", MAX_TOKENS_PER_REQUEST
+                ),
+                line=line_number,
+            )
+        )
     return rows

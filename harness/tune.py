@@ -17,6 +17,7 @@ Across configurations: the whole grid when there are at most `tune.full_grid_max
 successive halving on the probe: every configuration gets its short probe, and only the best third by the
 probe's throughput (an upper bound of what it can carry within SLOs) is searched.
 """
+
 from __future__ import annotations
 
 import math
@@ -74,8 +75,13 @@ class TrialRow:
     reason: str = ""
 
     def measured(self) -> Measured:
-        return Measured(self.offered_load, bool(self.passed), self.goodput_fraction or 0.0, self.requests_per_s,
-                        exact=self.stopped_early is None)
+        return Measured(
+            self.offered_load,
+            bool(self.passed),
+            self.goodput_fraction or 0.0,
+            self.requests_per_s,
+            exact=self.stopped_early is None,
+        )
 
 
 @dataclass
@@ -123,7 +129,7 @@ class Tuner:
             for c in self.configs:
                 self._search(c, probe_only=True)
             scored = sorted((c for c in self.configs if self._score(c) is not None), key=lambda c: -self._score(c))
-            survivors = scored[:max(1, math.ceil(len(self.configs) * HALVING_KEEP))]
+            survivors = scored[: max(1, math.ceil(len(self.configs) * HALVING_KEEP))]
             why = "predicted capacity" if self.scenario.plan is not None else "probe's throughput"
             for c in self.configs:
                 if c not in survivors and c.status != "failed":
@@ -156,9 +162,18 @@ class Tuner:
                     return None
                 row = self._trial(c, load, probe, stack, session)
                 return None if row is None else row.measured()
+
             try:
-                result = search_capacity(measure, self.kind, bounds.min, bounds.max, self.tune.attainment,
-                                         self.tune.precision, self.tune.max_points, start=start)
+                result = search_capacity(
+                    measure,
+                    self.kind,
+                    bounds.min,
+                    bounds.max,
+                    self.tune.attainment,
+                    self.tune.precision,
+                    self.tune.max_points,
+                    start=start,
+                )
             except (BackendUnreachable, TokenizerError, TrialFailed) as e:
                 c.status, c.reason = "failed", short_reason(str(e))
                 self.reporter.warning(f"configuration {c.name} failed: {e}")
@@ -189,10 +204,18 @@ class Tuner:
             summary = simulate_scenario(self._point_scenario(c, load, probe))
             fraction = summary["goodput"]["fraction"]
             return Measured(load, fraction >= self.tune.attainment, fraction, summary["throughput"]["requests_per_s"])
+
         bounds = self.tune.load.bounds
         try:
-            result = search_capacity(measure, self.kind, bounds.min, bounds.max, self.tune.attainment,
-                                     self.tune.precision, 2 * self.tune.max_points)
+            result = search_capacity(
+                measure,
+                self.kind,
+                bounds.min,
+                bounds.max,
+                self.tune.attainment,
+                self.tune.precision,
+                2 * self.tune.max_points,
+            )
         except ScenarioError as e:
             self.reporter.warning(f"{c.name}: bench plan cannot simulate it ({e}); the search starts from a probe")
             return {"offered_load": None, "error": str(e)}
@@ -214,12 +237,18 @@ class Tuner:
             load, rps = lo + w * (hi - lo), a.requests_per_s + w * (b.requests_per_s - a.requests_per_s)
         elif lo is not None:
             load, rps = lo, by_load[lo].requests_per_s
-        return {"offered_load": load, "status": result.status, "bracket": [lo, hi], "requests_per_s": rps,
-                "points": len(result.points)}
+        return {
+            "offered_load": load,
+            "status": result.status,
+            "bracket": [lo, hi],
+            "requests_per_s": rps,
+            "points": len(result.points),
+        }
 
     # ---- one trial -------------------------------------------------------------------------
-    def _trial(self, c: ConfigRow, load: float, probe: bool, stack: ExitStack,
-               session: list[EngineSession]) -> TrialRow | None:
+    def _trial(
+        self, c: ConfigRow, load: float, probe: bool, stack: ExitStack, session: list[EngineSession]
+    ) -> TrialRow | None:
         seq = len(c.trials)
         kind = "probe" if probe else "point"
         name = f"probe-{self.kind}-{load:g}" if probe else point_dir_name(seq - 1, self.kind, load)
@@ -240,8 +269,14 @@ class Tuner:
         self.reporter.info(f"{c.name}: {kind} at {self.kind} {load:g}")
         begun = time.monotonic()
         try:
-            result = run_scenario(self._point_scenario(c, load, probe), self.out / row.dir, workers=self.workers,
-                                  session=session[0], reporter=self.reporter, watch=self._watch(probe))
+            result = run_scenario(
+                self._point_scenario(c, load, probe),
+                self.out / row.dir,
+                workers=self.workers,
+                session=session[0],
+                reporter=self.reporter,
+                watch=self._watch(probe),
+            )
         except BaseException:
             row.status = "interrupted"
             raise
@@ -272,8 +307,9 @@ class Tuner:
             update.update(num_requests=self.tune.probe_requests, warmup_requests=0)
         backend = s.backend
         if backend.launch is not None:
-            backend = backend.model_copy(update={"launch": backend.launch.model_copy(
-                update={"args": [*backend.launch.args, *c.launch_args]})})
+            backend = backend.model_copy(
+                update={"launch": backend.launch.model_copy(update={"args": [*backend.launch.args, *c.launch_args]})}
+            )
         return s.model_copy(update={"backend": backend, "load": s.load.model_copy(update=update), "tune": None})
 
     def _watch(self, probe: bool) -> PointWatch | None:
@@ -300,7 +336,7 @@ class Tuner:
         row.stopped_early = stop
         if stop:  # the verdict it proved; the fraction is its bound
             row.passed = stop["passed"]
-            bound = (stop["met"] if stop["passed"] else stop["planned_requests"] - stop["missed"])
+            bound = stop["met"] if stop["passed"] else stop["planned_requests"] - stop["missed"]
             row.goodput_fraction = bound / stop["planned_requests"]
             if stop["reason"] == "over_saturated":  # failed by its slopes; what it measured, at most the bound
                 row.goodput_fraction = min(fraction, row.goodput_fraction)
@@ -323,8 +359,10 @@ class Tuner:
         if not manifest:
             raise ResultsError(f"--resume: {self.out} holds no {TUNE_MANIFEST}; run without --resume to start")
         if manifest.get("scenario") != self.scenario.resolved_dict():
-            raise ResultsError(f"--resume: the scenario changed since {self.out / TUNE_MANIFEST} was written; "
-                               f"resume with the same scenario and --set options, or tune into a new --output")
+            raise ResultsError(
+                f"--resume: the scenario changed since {self.out / TUNE_MANIFEST} was written; "
+                f"resume with the same scenario and --set options, or tune into a new --output"
+            )
         rows = [TrialRow(**t) for t in manifest.get("trials", [])]
         return {(t.config, t.seq): t for t in rows if t.status == "completed"}
 
@@ -341,13 +379,29 @@ class Tuner:
             points = [t for t in c.trials if t.kind == "point" and t.status != "pending"]
             if not (self.out / c.name).is_dir():
                 continue
-            rows = [{"index": t.seq - 1, "offered_load": t.offered_load, "dir": Path(t.dir).name,
-                     "status": t.status, "client_bound": t.client_bound} for t in points]
+            rows = [
+                {
+                    "index": t.seq - 1,
+                    "offered_load": t.offered_load,
+                    "dir": Path(t.dir).name,
+                    "status": t.status,
+                    "client_bound": t.client_bound,
+                }
+                for t in points
+            ]
             write_manifest(self.out / c.name, self.kind, self.scenario.resolved_dict(), rows)
             done = any(t.status == "completed" for t in points)
-            candidates.append({"name": c.name, "dir": c.name, "launch_args": c.launch_args,
-                               "accelerators": c.accelerators, "status": "completed" if done else c.status,
-                               "reason": c.reason, "client_bound": any(t.client_bound for t in points)})
+            candidates.append(
+                {
+                    "name": c.name,
+                    "dir": c.name,
+                    "launch_args": c.launch_args,
+                    "accelerators": c.accelerators,
+                    "status": "completed" if done else c.status,
+                    "reason": c.reason,
+                    "client_bound": any(t.client_bound for t in points),
+                }
+            )
         write_candidates(self.out, self.scenario.resolved_dict(), candidates)
 
 

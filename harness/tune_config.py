@@ -11,6 +11,7 @@ after backend.launch.args (`true` writes the flag alone, `false` leaves it out, 
 A configuration "carries" a load when at least `attainment` of its requests meet the scenario's `slo:`,
 as `bench run` judges goodput.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -41,6 +42,7 @@ class LoadBounds(_Strict):
 
 class TuneLoad(_Strict):
     """One of the two: requests/s for open arrivals, requests in flight for `load.arrival: closed`."""
+
     rate: LoadBounds | None = None
     concurrency: LoadBounds | None = None
 
@@ -65,6 +67,7 @@ class TuneLoad(_Strict):
 
 class TuneBudget(_Strict):
     """Limits on the whole search; the first one reached ends it (finished trials are kept)."""
+
     runs: int | None = Field(default=None, ge=1, le=100_000, description="trials")
     requests: int | None = Field(default=None, ge=1, le=MAX_REQUESTS, description="requests")
     minutes: float | None = Field(default=None, gt=0, le=7 * 24 * 60, description="minutes")
@@ -94,8 +97,9 @@ class TuneConfig(_Strict):
                 raise ValueError(f"{flag}: give at least one value, e.g. {flag}: [4, 8]")
             for v in values:
                 if not isinstance(v, (bool, int, float, str)) or (isinstance(v, float) and not math.isfinite(v)):
-                    raise ValueError(f"{flag}: {v!r} is not valid; each value is true/false (flag on/off), "
-                                     f"a number or text")
+                    raise ValueError(
+                        f"{flag}: {v!r} is not valid; each value is true/false (flag on/off), a number or text"
+                    )
             if len({repr(v) for v in values}) != len(values):
                 raise ValueError(f"{flag}: {values} lists a value twice; give each once")
         return space

@@ -15,6 +15,7 @@
 The search is deterministic given the points it is told, which is what lets `bench tune --resume` replay
 finished trials instead of running them again.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,6 +29,7 @@ SAFEGUARD = 0.25  # narrowing stays within [lo + 25%, hi - 25%] of the bracket
 @dataclass
 class Measured:
     """What the search needs from one trial."""
+
     offered_load: float
     passed: bool
     goodput_fraction: float  # the share that met the SLOs; for an early-stopped point, the bound it proved
@@ -56,8 +58,16 @@ def probe_load(kind: str, lo: float, hi: float) -> float:
     return hi if kind == "rate" else _round(kind, math.sqrt(lo * hi))
 
 
-def search_capacity(measure: Measure, kind: str, bound_lo: float, bound_hi: float, attainment: float,
-                    precision: float, max_points: int, start: float | None = None) -> SearchResult:
+def search_capacity(
+    measure: Measure,
+    kind: str,
+    bound_lo: float,
+    bound_hi: float,
+    attainment: float,
+    precision: float,
+    max_points: int,
+    start: float | None = None,
+) -> SearchResult:
     """`start`: the first load (a prediction, `bench plan`'s); without one a probe finds it."""
     if start is None:
         probe = measure(probe_load(kind, bound_lo, bound_hi), True)
@@ -77,8 +87,9 @@ def search_capacity(measure: Measure, kind: str, bound_lo: float, bound_hi: floa
     return SearchResult(points, lo, hi, status)
 
 
-def next_load(points: list[Measured], kind: str, bound_lo: float, bound_hi: float, attainment: float,
-              precision: float) -> float | None:
+def next_load(
+    points: list[Measured], kind: str, bound_lo: float, bound_hi: float, attainment: float, precision: float
+) -> float | None:
     """The next load to measure, or None when the search is done."""
     lo, hi = _bracket(points)
     if lo is None:  # nothing passed yet: go down
@@ -106,8 +117,9 @@ def _bracket(points: list[Measured]) -> tuple[float | None, float | None]:
     return (max(passes) if passes else None), lowest_fail
 
 
-def _fresh(points: list[Measured], kind: str, load: float, lo: float | None = None,
-           hi: float | None = None) -> float | None:
+def _fresh(
+    points: list[Measured], kind: str, load: float, lo: float | None = None, hi: float | None = None
+) -> float | None:
     """The load rounded for its kind; None when that is one already measured (no whole number left between)."""
     load = _round(kind, load)
     if kind == "concurrency" and lo is not None and hi is not None and not lo < load < hi:

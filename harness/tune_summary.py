@@ -1,5 +1,6 @@
 """What `bench tune` writes and prints from its search (harness/tune.py): tune.json's document, the recommendation
 with its margin, the search's cost beside a dense sweep's, the console lines and `--dry-run`'s plan."""
+
 from __future__ import annotations
 
 import math
@@ -17,12 +18,20 @@ def tune_document(tuner) -> dict:
     configs = [{k: v for k, v in asdict(c).items() if k != "trials"} for c in tuner.configs]
     trials = [asdict(t) for c in tuner.configs for t in c.trials]
     tune = tuner.tune
-    return {"status": tuner.status, "kind": tuner.kind, "unit": unit(tuner.kind), "attainment": tune.attainment,
-            "slo": active_slo(tuner.scenario.slo.model_dump()), "method": tuner.method,
-            "method_why": method_why(tuner.method, len(tuner.configs), tune.full_grid_max),
-            "configurations": configs, "trials": trials, "recommended": recommend(tuner.configs),
-            "cost": {"search": search_cost(trials, configs), "dense_sweep": dense_cost(tuner)},
-            "scenario": tuner.scenario.resolved_dict()}
+    return {
+        "status": tuner.status,
+        "kind": tuner.kind,
+        "unit": unit(tuner.kind),
+        "attainment": tune.attainment,
+        "slo": active_slo(tuner.scenario.slo.model_dump()),
+        "method": tuner.method,
+        "method_why": method_why(tuner.method, len(tuner.configs), tune.full_grid_max),
+        "configurations": configs,
+        "trials": trials,
+        "recommended": recommend(tuner.configs),
+        "cost": {"search": search_cost(trials, configs), "dense_sweep": dense_cost(tuner)},
+        "scenario": tuner.scenario.resolved_dict(),
+    }
 
 
 def unit(kind: str) -> str:
@@ -32,19 +41,30 @@ def unit(kind: str) -> str:
 def method_why(method: str, n: int, grid_max: int) -> str:
     if method == "grid":
         return f"{n} configuration(s), at most tune.full_grid_max = {grid_max}: every one is searched"
-    return (f"{n} configurations, more than tune.full_grid_max = {grid_max}: successive halving on the probe "
-            f"(each gets a short probe; the best third by its throughput is searched)")
+    return (
+        f"{n} configurations, more than tune.full_grid_max = {grid_max}: successive halving on the probe "
+        f"(each gets a short probe; the best third by its throughput is searched)"
+    )
 
 
 def recommend(configs: list) -> dict | None:
     """The configuration with the highest capacity, and by how much it leads the next one."""
-    ranked = sorted((c for c in configs if c.capacity and c.capacity["offered_load"] is not None),
-                    key=lambda c: -c.capacity["offered_load"])
+    ranked = sorted(
+        (c for c in configs if c.capacity and c.capacity["offered_load"] is not None),
+        key=lambda c: -c.capacity["offered_load"],
+    )
     if not ranked:
         return None
     best = ranked[0]
-    out = {"name": best.name, "launch_args": best.launch_args, "capacity": best.capacity["offered_load"],
-           "bracket": best.capacity["bracket"], "next": None, "margin": None, "separated": None}
+    out = {
+        "name": best.name,
+        "launch_args": best.launch_args,
+        "capacity": best.capacity["offered_load"],
+        "bracket": best.capacity["bracket"],
+        "next": None,
+        "margin": None,
+        "separated": None,
+    }
     if len(ranked) > 1:
         nxt = ranked[1]
         out.update(next=nxt.name, margin=best.capacity["offered_load"] / nxt.capacity["offered_load"] - 1)
@@ -57,8 +77,12 @@ def recommend(configs: list) -> dict | None:
 def search_cost(trials: list[dict], configs: list[dict]) -> dict:
     ran = [t for t in trials if t["status"] != "pending"]
     seconds = sum(t["wall_s"] for t in ran) + sum(c["engine_start_s"] for c in configs)
-    return {"runs": len(ran), "requests": sum(t["requests"] for t in ran), "minutes": seconds / 60,
-            "seconds_saved_by_early_stops": sum(t["seconds_saved"] or 0.0 for t in ran)}
+    return {
+        "runs": len(ran),
+        "requests": sum(t["requests"] for t in ran),
+        "minutes": seconds / 60,
+        "seconds_saved_by_early_stops": sum(t["seconds_saved"] or 0.0 for t in ran),
+    }
 
 
 def dense_grid(kind: str, lo: float, hi: float, precision: float) -> list[float]:
@@ -79,8 +103,12 @@ def dense_cost(tuner) -> dict:
         ran = [t for c in tuner.configs for t in c.trials if t.status == "completed"]
         per_request = sum(t.wall_s for t in ran) / max(1, sum(t.requests for t in ran))
         seconds = requests * per_request
-    return {"points_per_configuration": len(grid), "runs": len(grid) * len(tuner.configs), "requests": requests,
-            "minutes_at_least": seconds / 60}
+    return {
+        "points_per_configuration": len(grid),
+        "runs": len(grid) * len(tuner.configs),
+        "requests": requests,
+        "minutes_at_least": seconds / 60,
+    }
 
 
 def capacity_text(cap: dict | None, kind: str) -> str:
@@ -94,8 +122,10 @@ def capacity_text(cap: dict | None, kind: str) -> str:
 
 def trial_line(row, kind: str) -> str:
     verdict = "pass" if row.passed else "FAIL"
-    line = (f"{row.kind} {kind} {row.offered_load:g}: {verdict}, goodput {100 * (row.goodput_fraction or 0):.0f}%, "
-            f"{row.requests_per_s:.2f} req/s, {row.requests} requests in {row.wall_s:.1f} s")
+    line = (
+        f"{row.kind} {kind} {row.offered_load:g}: {verdict}, goodput {100 * (row.goodput_fraction or 0):.0f}%, "
+        f"{row.requests_per_s:.2f} req/s, {row.requests} requests in {row.wall_s:.1f} s"
+    )
     if row.stopped_early:
         saved = f", ~{row.seconds_saved:.1f} s saved" if row.seconds_saved else ""
         line += f"; stopped early ({row.stopped_early['reason']}{saved})"
@@ -115,15 +145,19 @@ def plan_lines(scenario: Scenario) -> list[str]:
     seconds = len(settings) * tune.probe_requests / bounds.max + searched * tune.max_points * per_point / mid
     lines = [f"{len(settings)} configuration(s); {method_why(method, len(settings), tune.full_grid_max)}"]
     lines += [f"  {config_name(s)}: {' '.join(launch_args(s)) or '(the launch as written)'}" for s in settings]
-    lines.append(f"each: one engine start, a probe of {tune.probe_requests} requests, then up to {tune.max_points} "
-                 f"points of {per_point} requests between {kind} {bounds.min:g} and {bounds.max:g} "
-                 f"(until the bracket is within {tune.precision:.0%})")
+    lines.append(
+        f"each: one engine start, a probe of {tune.probe_requests} requests, then up to {tune.max_points} "
+        f"points of {per_point} requests between {kind} {bounds.min:g} and {bounds.max:g} "
+        f"(until the bracket is within {tune.precision:.0%})"
+    )
     estimate = f"at most {len(settings) + searched * tune.max_points} runs, {worst_requests} requests"
     if kind == "rate":  # open arrivals: a schedule's span is known; a closed loop's depends on the engine
         estimate += f", about {seconds / 60:.1f} minutes of load (+ engine starts; early stops cut it)"
     dense = dense_grid(kind, bounds.min, bounds.max, tune.precision)
-    lines.append(estimate + f"; a dense sweep to the same precision: {len(dense) * len(settings)} runs, "
-                 f"{len(dense) * len(settings) * per_point} requests")
+    lines.append(
+        estimate + f"; a dense sweep to the same precision: {len(dense) * len(settings)} runs, "
+        f"{len(dense) * len(settings) * per_point} requests"
+    )
     budget = {k: v for k, v in tune.budget.model_dump().items() if v is not None}
     lines.append("budget: " + (", ".join(f"{k} {v:g}" for k, v in budget.items()) or "none"))
     return lines

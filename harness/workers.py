@@ -5,6 +5,7 @@ on Linux), so intended send times stay on one timeline. Worker w takes every N-t
 is a request, or a whole multi-turn session) and streams its records back to the parent,
 which writes them as they come.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -15,10 +16,10 @@ import queue
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for_connections
-from typing import Callable
 
 from harness.client_capacity import PLANNING_FIGURE, ClientCapacity
 from harness.limits import MAX_WORKERS_PER_CORE
@@ -28,8 +29,9 @@ from harness.runner import Runner, RunOutcome, Target, group_jobs, run_blocking,
 WORKER_START_TIMEOUT_S = 120.0  # spawning imports the harness anew in each process
 
 
-def workers_needed(requests: list, concurrency: int | None, duration_hint_s: float | None,
-                   capacity: ClientCapacity = PLANNING_FIGURE) -> int:
+def workers_needed(
+    requests: list, concurrency: int | None, duration_hint_s: float | None, capacity: ClientCapacity = PLANNING_FIGURE
+) -> int:
     """Client processes the plan needs: one per `capacity` (harness.client_capacity) of streamed tokens/s
     (closed loop: per 256 streams), whatever the cores. More processes only help with cores to spare."""
     offsets = [r.intended_offset_s for r in requests if r.intended_offset_s is not None]
@@ -40,8 +42,14 @@ def workers_needed(requests: list, concurrency: int | None, duration_hint_s: flo
     return max(1, math.ceil((concurrency or 1) / 256))
 
 
-def resolve_workers(option, requests: list, concurrency: int | None, duration_hint_s: float | None,
-                    cpu_count: int, capacity: ClientCapacity = PLANNING_FIGURE) -> int:
+def resolve_workers(
+    option,
+    requests: list,
+    concurrency: int | None,
+    duration_hint_s: float | None,
+    cpu_count: int,
+    capacity: ClientCapacity = PLANNING_FIGURE,
+) -> int:
     """`auto`: the processes the plan needs (workers_needed), at most one per core but one."""
     if option is None or option == "auto":
         return min(workers_needed(requests, concurrency, duration_hint_s, capacity), max(1, cpu_count - 1))
@@ -53,8 +61,10 @@ def resolve_workers(option, requests: list, concurrency: int | None, duration_hi
         raise ValueError(f"load.workers: {n} is not valid: use auto or a whole number >= 1")
     most = MAX_WORKERS_PER_CORE * cpu_count
     if n > most:  # each is a full Python process; past the cores they only take turns
-        raise ValueError(f"load.workers: {n} is not valid: at most {most} client processes on this machine "
-                         f"({MAX_WORKERS_PER_CORE} per core, {cpu_count} cores); use auto")
+        raise ValueError(
+            f"load.workers: {n} is not valid: at most {most} client processes on this machine "
+            f"({MAX_WORKERS_PER_CORE} per core, {cpu_count} cores); use auto"
+        )
     return n
 
 
@@ -67,23 +77,29 @@ def client_bound_advice(summary: dict, cpu_count: int | None) -> str:
     cpu_s, window_s = summary.get("client_cpu_s"), summary.get("window_s")
     used = f"; its processes used {cpu_s / window_s:.2f} cores in all on average" if cpu_s and window_s else ""
     needed, sizing = summary.get("workers_needed") or 0, summary.get("workers_sizing") or {}
-    each_takes = (sizing.get("describe") or
-                  f"{PLANNING_FIGURE.tokens_per_s_per_worker:,.0f} streamed tokens/s each, a planning figure")
+    each_takes = (
+        sizing.get("describe")
+        or f"{PLANNING_FIGURE.tokens_per_s_per_worker:,.0f} streamed tokens/s each, a planning figure"
+    )
     if needed > workers:
         used += f"; this load needs about {needed} client processes ({each_takes})"
     elif sizing.get("source") == "measured":  # what this machine's client was measured to take
         used += f"; a client process here plans {each_takes}"
     if nodes:
-        return (f"the load already ran on {nodes} Ray node(s), one client process each{used}: add nodes so each "
-                f"holds fewer streams{each}, or lower the load")
+        return (
+            f"the load already ran on {nodes} Ray node(s), one client process each{used}: add nodes so each "
+            f"holds fewer streams{each}, or lower the load"
+        )
     cpu_count = cpu_count or os.cpu_count() or 1
     spare = max(1, cpu_count - 1)
     if workers < spare:
         return f"use --workers {spare} (up to one per core but one, here {cpu_count} cores){used}, or lower the load"
-    return (f"more client processes cannot help: this machine has {cpu_count} core(s) and the client already uses "
-            f"{workers} process(es){used}. Give each process fewer streams{each} (lower load.concurrency or "
-            f"load.rate), run bench on a machine with more cores, or spread the load over several machines with "
-            f"--ray (pip install -e '.[ray]')")
+    return (
+        f"more client processes cannot help: this machine has {cpu_count} core(s) and the client already uses "
+        f"{workers} process(es){used}. Give each process fewer streams{each} (lower load.concurrency or "
+        f"load.rate), run bench on a machine with more cores, or spread the load over several machines with "
+        f"--ray (pip install -e '.[ray]')"
+    )
 
 
 def concurrency_share(total: int | None, n: int, w: int) -> int | None:
@@ -93,9 +109,17 @@ def concurrency_share(total: int | None, n: int, w: int) -> int | None:
     return total // n + (1 if w < total % n else 0)
 
 
-async def run_plan(requests: list, target: Target, concurrency: int | None, workers: int,
-                   on_record: Callable[[RequestRecord], None], stop: asyncio.Event,
-                   dispatch_until_s: float | None = None, t0_ns: int | None = None, crew=None) -> RunOutcome:
+async def run_plan(
+    requests: list,
+    target: Target,
+    concurrency: int | None,
+    workers: int,
+    on_record: Callable[[RequestRecord], None],
+    stop: asyncio.Event,
+    dispatch_until_s: float | None = None,
+    t0_ns: int | None = None,
+    crew=None,
+) -> RunOutcome:
     """t0_ns: the run's clock origin (perf_counter_ns), picked by the caller so other recorders
     share it; with several workers it moves later if they were not all started by then.
     crew: a harness.ray_shards.RayCrew, started, to send the load from a Ray cluster's nodes instead.
@@ -104,18 +128,19 @@ async def run_plan(requests: list, target: Target, concurrency: int | None, work
         outcome = await crew.run(target, on_record, stop, dispatch_until_s, t0_ns)
     elif workers <= 1:
         cpu_start = time.process_time()
-        outcome = await Runner(target, requests, concurrency, on_record, t0_ns=t0_ns, stop=stop,
-                               dispatch_until_s=dispatch_until_s).run()
+        outcome = await Runner(
+            target, requests, concurrency, on_record, t0_ns=t0_ns, stop=stop, dispatch_until_s=dispatch_until_s
+        ).run()
         outcome.client_cpu_s = time.process_time() - cpu_start
     else:
-        outcome = await _run_processes(requests, target, concurrency, workers, on_record, stop, dispatch_until_s,
-                                       t0_ns)
+        outcome = await _run_processes(requests, target, concurrency, workers, on_record, stop, dispatch_until_s, t0_ns)
     outcome.incomplete_reasons = incomplete_reasons(outcome, len(requests), dispatch_until_s is not None)
     return outcome
 
 
-def lost_records(requests: list, recorded: set, t0_ns: int, dispatch_until_s: float | None, stopped: bool,
-                 reason: str, detail: str) -> list[RequestRecord]:
+def lost_records(
+    requests: list, recorded: set, t0_ns: int, dispatch_until_s: float | None, stopped: bool, reason: str, detail: str
+) -> list[RequestRecord]:
     """A failed record (`reason`) for each of a lost client's planned `requests` without one (`recorded`: indices),
     so the summary counts them. Not planned: those due after a duration's end, or (open loop) after the loss once
     the run was being stopped anyway."""
@@ -126,9 +151,14 @@ def lost_records(requests: list, recorded: set, t0_ns: int, dispatch_until_s: fl
         offset = spec.intended_offset_s
         if spec.index in recorded or (cutoff_s is not None and offset is not None and offset > cutoff_s):
             continue
-        rec = RequestRecord(index=spec.index, intended_send_s=lost_at_s if offset is None else offset,
-                            prompt_tokens=spec.prompt_tokens, is_warmup=spec.is_warmup,
-                            session_id=spec.session_id, turn_index=spec.turn_index)
+        rec = RequestRecord(
+            index=spec.index,
+            intended_send_s=lost_at_s if offset is None else offset,
+            prompt_tokens=spec.prompt_tokens,
+            is_warmup=spec.is_warmup,
+            session_id=spec.session_id,
+            turn_index=spec.turn_index,
+        )
         rec.end_s = max(lost_at_s, rec.intended_send_s)
         rec.fail(reason, detail)
         out.append(rec)
@@ -139,9 +169,11 @@ def incomplete_reasons(outcome: RunOutcome, planned: int, stops_at_duration: boo
     """Why the records do not cover the plan; an interrupted run or one stopped by its duration may stop early."""
     reasons = []
     for lost in outcome.lost_workers:
-        reasons.append(f"client worker {lost['worker']} (pid {lost['pid']}) {lost['exit']}: {lost['recorded']} of "
-                       f"its {lost['planned']} planned requests recorded, {lost['worker_lost_failures']} more "
-                       f"counted failed (worker_lost)")
+        reasons.append(
+            f"client worker {lost['worker']} (pid {lost['pid']}) {lost['exit']}: {lost['recorded']} of "
+            f"its {lost['planned']} planned requests recorded, {lost['worker_lost_failures']} more "
+            f"counted failed (worker_lost)"
+        )
     missing = planned - len(outcome.records)
     if missing > 0 and not outcome.interrupted and not stops_at_duration:
         reasons.append(f"{missing} of {planned} planned requests have no record")
@@ -151,6 +183,7 @@ def incomplete_reasons(outcome: RunOutcome, planned: int, stops_at_duration: boo
 @dataclass
 class _Worker:
     """The parent's view of one client process, over its own pipe: a death is an EOF there."""
+
     index: int
     process: mp.Process
     conn: Connection
@@ -185,16 +218,20 @@ class _Worker:
         return f"exited with code {code} before finishing"
 
 
-async def _run_processes(requests, target, concurrency, workers, on_record, stop, dispatch_until_s,
-                         t0_ns) -> RunOutcome:
+async def _run_processes(
+    requests, target, concurrency, workers, on_record, stop, dispatch_until_s, t0_ns
+) -> RunOutcome:
     ctx = mp.get_context("spawn")
     jobs = group_jobs(requests)
     crew: list[_Worker] = []
     for w in range(workers):
         mine = [spec for job in jobs[w::workers] for spec in job]
         parent_end, child_end = ctx.Pipe()
-        p = ctx.Process(target=_worker_main, daemon=True,
-                        args=(w, mine, target, concurrency_share(concurrency, workers, w), dispatch_until_s, child_end))
+        p = ctx.Process(
+            target=_worker_main,
+            daemon=True,
+            args=(w, mine, target, concurrency_share(concurrency, workers, w), dispatch_until_s, child_end),
+        )
         p.start()
         child_end.close()  # the worker holds the only other end, so its death reads as EOF here
         crew.append(_Worker(w, p, parent_end, mine))
@@ -248,15 +285,30 @@ async def _run_processes(requests, target, concurrency, workers, on_record, stop
         c.process.join(timeout=5)
         if not c.done:
             exit_description = c.exit_description()
-            never = lost_records(c.requests, c.recorded, t0_ns, dispatch_until_s, stop.is_set(), "worker_lost",
-                                 f"client worker {c.index} (pid {c.process.pid}) {exit_description} before this "
-                                 f"request's record reached the parent")
+            never = lost_records(
+                c.requests,
+                c.recorded,
+                t0_ns,
+                dispatch_until_s,
+                stop.is_set(),
+                "worker_lost",
+                f"client worker {c.index} (pid {c.process.pid}) {exit_description} before this "
+                f"request's record reached the parent",
+            )
             for rec in never:
                 records.append(rec)
                 on_record(rec)
-            lost.append({"worker": c.index, "pid": c.process.pid, "exit": exit_description,
-                         "exitcode": c.process.exitcode, "planned": len(c.requests), "recorded": len(c.recorded),
-                         "worker_lost_failures": len(never)})
+            lost.append(
+                {
+                    "worker": c.index,
+                    "pid": c.process.pid,
+                    "exit": exit_description,
+                    "exitcode": c.process.exitcode,
+                    "planned": len(c.requests),
+                    "recorded": len(c.recorded),
+                    "worker_lost_failures": len(never),
+                }
+            )
     return RunOutcome(records, loop_lag, t0_ns, interrupted or stop.is_set(), lost_workers=lost, client_cpu_s=cpu_s)
 
 
@@ -268,6 +320,7 @@ def _worker_main(w, requests, target, concurrency, dispatch_until_s, conn: Conne
     def feed() -> None:
         while (message := outbox.get()) is not None:
             conn.send(message)
+
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
     outbox.put(("ready", w))
@@ -284,12 +337,29 @@ def _worker_main(w, requests, target, concurrency, dispatch_until_s, conn: Conne
             while not conn.poll():
                 await asyncio.sleep(0.05)
             stop.set()
+
         asyncio.get_running_loop().create_task(watch_stop())
-        return Runner(target, requests, concurrency, lambda rec: outbox.put(("record", asdict(rec))),
-                      t0_ns=t0_ns, stop=stop, dispatch_until_s=dispatch_until_s)
+        return Runner(
+            target,
+            requests,
+            concurrency,
+            lambda rec: outbox.put(("record", asdict(rec))),
+            t0_ns=t0_ns,
+            stop=stop,
+            dispatch_until_s=dispatch_until_s,
+        )
 
     outcome = run_blocking(make_runner)
-    outbox.put(("done", {"worker": w, "loop_lag_s": outcome.loop_lag_s, "interrupted": outcome.interrupted,
-                         "cpu_s": time.process_time() - cpu_start}))
+    outbox.put(
+        (
+            "done",
+            {
+                "worker": w,
+                "loop_lag_s": outcome.loop_lag_s,
+                "interrupted": outcome.interrupted,
+                "cpu_s": time.process_time() - cpu_start,
+            },
+        )
+    )
     outbox.put(None)
     feeder.join()

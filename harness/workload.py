@@ -11,6 +11,7 @@ schedule, the lengths and the prompt words, so changing a prompt length does not
 - Prompt text and the token-count rule (BOS included in a prompt's count, never in an answer's):
   harness/prompts.py, the same for every kind.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,24 +29,24 @@ from harness.traces import TraceRow, load_trace, read_jsonl, read_utf8
 
 @dataclass
 class RequestSpec:
-    index: int                       # 0-based position in the plan; warm-up requests come first
-    prompt: str | None               # completions: the full prompt; chat: the new user message
-    messages: list[dict] | None      # file workloads with chat messages (sent as-is on the chat API)
-    prompt_tokens: int               # token count of the prompt as built
-    output_tokens: int               # max_tokens to ask
+    index: int  # 0-based position in the plan; warm-up requests come first
+    prompt: str | None  # completions: the full prompt; chat: the new user message
+    messages: list[dict] | None  # file workloads with chat messages (sent as-is on the chat API)
+    prompt_tokens: int  # token count of the prompt as built
+    output_tokens: int  # max_tokens to ask
     intended_offset_s: float | None  # seconds after run start; None = closed loop or a later turn
-    session_id: int | None = None    # multi_turn: turns of one session share it
+    session_id: int | None = None  # multi_turn: turns of one session share it
     turn_index: int = 0
-    think_time_s: float = 0.0        # multi_turn turn > 0: wait after the previous turn's answer
+    think_time_s: float = 0.0  # multi_turn turn > 0: wait after the previous turn's answer
     is_warmup: bool = False
-    extra_body: dict | None = None   # merged into the request body (structured: response_format)
+    extra_body: dict | None = None  # merged into the request body (structured: response_format)
 
 
 @dataclass
 class Plan:
     requests: list[RequestSpec]
-    token_count_method: str          # "server_tokenize" | "local_tokenizer" | "approximate"
-    duration_s: float | None         # stop dispatching at this offset (load.duration_s runs only)
+    token_count_method: str  # "server_tokenize" | "local_tokenizer" | "approximate"
+    duration_s: float | None  # stop dispatching at this offset (load.duration_s runs only)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -68,8 +69,10 @@ def _schedule(scenario: Scenario, warmup_slots: int, measured_slots: int | None)
         rows = load_trace(load.trace, load.trace_format)
         offsets = trace_offsets_s([row.timestamp_s for row in rows], load.time_scale)
         if len(rows) <= warmup_slots:
-            raise ScenarioError(f"load.warmup_requests: {warmup_slots} is not valid: the trace has only "
-                                f"{len(rows)} requests; use fewer warm-ups")
+            raise ScenarioError(
+                f"load.warmup_requests: {warmup_slots} is not valid: the trace has only "
+                f"{len(rows)} requests; use fewer warm-ups"
+            )
         start_s = offsets[warmup_slots]
         end = len(rows) if measured_slots is None else min(len(rows), warmup_slots + measured_slots)
         duration_end_s = None
@@ -81,11 +84,14 @@ def _schedule(scenario: Scenario, warmup_slots: int, measured_slots: int | None)
     if measured_slots is not None:
         rest = open_loop_offsets_s(load.arrival, load.rate, load.burstiness, measured_slots, rng)
         return _Schedule([float(x) for x in np.concatenate([warmup[:-1], warmup[-1] + rest])], warmup_slots, None)
-    measured = open_loop_offsets_until_s(load.arrival, load.rate, load.burstiness, load.duration_s, rng,
-                                         max_count=load.max_requests)
+    measured = open_loop_offsets_until_s(
+        load.arrival, load.rate, load.burstiness, load.duration_s, rng, max_count=load.max_requests
+    )
     if measured is None:
-        raise ScenarioError(f"load.max_requests: {load.max_requests} is too small for rate {load.rate:g}/s "
-                            f"over duration_s {load.duration_s:g}; raise load.max_requests or shorten the run")
+        raise ScenarioError(
+            f"load.max_requests: {load.max_requests} is too small for rate {load.rate:g}/s "
+            f"over duration_s {load.duration_s:g}; raise load.max_requests or shorten the run"
+        )
     offsets = np.concatenate([warmup[:-1], warmup[-1] + measured])
     return _Schedule([float(x) for x in offsets], warmup_slots, float(warmup[-1]) + load.duration_s)
 
@@ -112,8 +118,10 @@ def build_plan(scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
     elif workload.kind == "structured":
         rows = _read_schema_file(workload.schemas, n)
         prompts = [(row["prompt"], len(tokenizer.encode(row["prompt"]))) for row in rows]
-        extra_bodies = [{"response_format": {"type": "json_schema", "json_schema": {
-            "name": row["name"], "schema": row["schema"]}}} for row in rows]
+        extra_bodies = [
+            {"response_format": {"type": "json_schema", "json_schema": {"name": row["name"], "schema": row["schema"]}}}
+            for row in rows
+        ]
     elif workload.kind == "shared_prefix":
         prompts = _shared_prefix_prompts(scenario, tokenizer, n, length_rng, prompt_rng)
     elif workload.kind == "repeat":
@@ -126,9 +134,16 @@ def build_plan(scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
         lengths = workload.input_tokens.sample(length_rng, n)
         prompts = [prompt_builder(tokenizer).random_text(prompt_rng, int(k)) for k in lengths]
     requests = [
-        RequestSpec(index=i, prompt=text, messages=messages[i], prompt_tokens=count,
-                    output_tokens=int(output_tokens[i]), intended_offset_s=schedule.offsets_s[i],
-                    is_warmup=i < schedule.warmup_slots, extra_body=extra_bodies[i])
+        RequestSpec(
+            index=i,
+            prompt=text,
+            messages=messages[i],
+            prompt_tokens=count,
+            output_tokens=int(output_tokens[i]),
+            intended_offset_s=schedule.offsets_s[i],
+            is_warmup=i < schedule.warmup_slots,
+            extra_body=extra_bodies[i],
+        )
         for i, (text, count) in enumerate(prompts)
     ]
     return Plan(requests, tokenizer.method, schedule.duration_s, warnings)
@@ -137,15 +152,19 @@ def build_plan(scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
 def _shared_prefix_prompts(scenario, tokenizer, n, length_rng, prompt_rng) -> list[tuple[str, int]]:
     workload = scenario.workload
     builder = prompt_builder(tokenizer)
-    prefixes = [np.random.default_rng([scenario.seed, 4, g]).choice(builder.word_ids, size=workload.prefix_tokens)
-                for g in range(workload.num_groups)]
+    prefixes = [
+        np.random.default_rng([scenario.seed, 4, g]).choice(builder.word_ids, size=workload.prefix_tokens)
+        for g in range(workload.num_groups)
+    ]
     if workload.group_assignment == "round_robin":
         groups = np.arange(n) % workload.num_groups
     else:
         groups = length_rng.integers(0, workload.num_groups, size=n)
     suffix_lengths = workload.input_tokens.sample(length_rng, n)
-    return [builder.random_text(prompt_rng, workload.prefix_tokens + int(k), prefix_ids=prefixes[g])
-            for g, k in zip(groups, suffix_lengths)]
+    return [
+        builder.random_text(prompt_rng, workload.prefix_tokens + int(k), prefix_ids=prefixes[g])
+        for g, k in zip(groups, suffix_lengths)
+    ]
 
 
 REPEAT_INSTRUCTION = "Repeat the following text exactly, word for word.\n\nText:"
@@ -181,8 +200,9 @@ def _multi_turn_plan(scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
     turns = workload.turns
     warmup_sessions = math.ceil(load.warmup_requests / turns)
     # A closed loop run by duration gets load.max_requests requests, so that many turns, not sessions.
-    measured_requests = load.max_requests if load.arrival == "closed" and load.num_requests is None \
-        else load.num_requests
+    measured_requests = (
+        load.max_requests if load.arrival == "closed" and load.num_requests is None else load.num_requests
+    )
     measured_sessions = None if measured_requests is None else math.ceil(measured_requests / turns)
     schedule = _schedule(scenario, warmup_sessions, measured_sessions)
     length_rng = np.random.default_rng([scenario.seed, 1])
@@ -200,11 +220,20 @@ def _multi_turn_plan(scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
         thinks_s = workload.think_time_s.sample_s(length_rng, session_turns)
         for turn in range(session_turns):
             text, count = prompt_builder(tokenizer).random_text(prompt_rng, int(lengths[turn]))
-            requests.append(RequestSpec(
-                index=len(requests), prompt=text, messages=None, prompt_tokens=count,
-                output_tokens=int(outputs[turn]), intended_offset_s=offset_s if turn == 0 else None,
-                session_id=session_id, turn_index=turn,
-                think_time_s=float(thinks_s[turn]) if turn > 0 else 0.0, is_warmup=is_warmup))
+            requests.append(
+                RequestSpec(
+                    index=len(requests),
+                    prompt=text,
+                    messages=None,
+                    prompt_tokens=count,
+                    output_tokens=int(outputs[turn]),
+                    intended_offset_s=offset_s if turn == 0 else None,
+                    session_id=session_id,
+                    turn_index=turn,
+                    think_time_s=float(thinks_s[turn]) if turn > 0 else 0.0,
+                    is_warmup=is_warmup,
+                )
+            )
     return Plan(requests, tokenizer.method, schedule.duration_s)
 
 
@@ -226,11 +255,17 @@ def _read_schema_file(path: str, n: int) -> list[dict]:
     for where, record in read_jsonl(path, "workload.schemas"):
         schema = record.get("schema") if isinstance(record, dict) else None
         if not isinstance(schema, dict):
-            raise ScenarioError(f"{where}: needs \"schema\": a JSON schema object (plus optional \"prompt\", \"name\")")
+            raise ScenarioError(f'{where}: needs "schema": a JSON schema object (plus optional "prompt", "name")')
         name, prompt = record.get("name", f"schema_{len(rows)}"), record.get("prompt")
-        rows.append({"name": str(name), "schema": schema,
-                     "prompt": prompt if isinstance(prompt, str) and prompt else
-                     f"Answer with a JSON object that follows this schema: {json.dumps(schema)}"})
+        rows.append(
+            {
+                "name": str(name),
+                "schema": schema,
+                "prompt": prompt
+                if isinstance(prompt, str) and prompt
+                else f"Answer with a JSON object that follows this schema: {json.dumps(schema)}",
+            }
+        )
     if not rows:
         raise ScenarioError(f"workload.schemas: {path}: no schemas")
     return [rows[i % len(rows)] for i in range(n)]
@@ -251,18 +286,27 @@ def _read_jsonl(path: str) -> tuple[list[dict], int]:
     rows = []
     for where, record in read_jsonl(path, "workload.path"):
         prompt, messages = (record.get("prompt"), record.get("messages")) if isinstance(record, dict) else (0, 0)
-        if not isinstance(prompt, str) and not (isinstance(messages, list) and messages
-                                                and all(isinstance(m, dict) for m in messages)):
-            raise ScenarioError(f"{where}: needs \"prompt\": a string, or \"messages\": a list of "
-                                "{\"role\", \"content\"} objects")
+        if not isinstance(prompt, str) and not (
+            isinstance(messages, list) and messages and all(isinstance(m, dict) for m in messages)
+        ):
+            raise ScenarioError(
+                f'{where}: needs "prompt": a string, or "messages": a list of {{"role", "content"}} objects'
+            )
         output_tokens = record.get("output_tokens")
-        if output_tokens is not None and (isinstance(output_tokens, bool) or not isinstance(output_tokens, int)
-                                          or output_tokens < 1):
-            raise ScenarioError(f"{where} field 'output_tokens': {output_tokens!r} is not valid: "
-                                "must be a whole number >= 1")
-        rows.append({"prompt": prompt if isinstance(prompt, str) else None,
-                     "messages": messages if isinstance(messages, list) else None,
-                     "output_tokens": output_tokens, "answer": None})
+        if output_tokens is not None and (
+            isinstance(output_tokens, bool) or not isinstance(output_tokens, int) or output_tokens < 1
+        ):
+            raise ScenarioError(
+                f"{where} field 'output_tokens': {output_tokens!r} is not valid: must be a whole number >= 1"
+            )
+        rows.append(
+            {
+                "prompt": prompt if isinstance(prompt, str) else None,
+                "messages": messages if isinstance(messages, list) else None,
+                "output_tokens": output_tokens,
+                "answer": None,
+            }
+        )
     return rows, 0
 
 
@@ -271,10 +315,11 @@ def _read_sharegpt(path: str) -> tuple[list[dict], int]:
     try:
         entries = json.loads(read_utf8(path, "workload.path"))
     except json.JSONDecodeError as error:
-        raise ScenarioError(f"workload.path: {path} line {error.lineno} column {error.colno}: "
-                            f"not valid JSON: {error.msg}") from None
+        raise ScenarioError(
+            f"workload.path: {path} line {error.lineno} column {error.colno}: not valid JSON: {error.msg}"
+        ) from None
     if not isinstance(entries, list):
-        raise ScenarioError(f"workload.path: {path}: ShareGPT files are a JSON list of {{\"conversations\": [...]}}")
+        raise ScenarioError(f'workload.path: {path}: ShareGPT files are a JSON list of {{"conversations": [...]}}')
     rows, skipped = [], 0
     for entry in entries:
         turns = entry.get("conversations") if isinstance(entry, dict) else None
@@ -282,8 +327,13 @@ def _read_sharegpt(path: str) -> tuple[list[dict], int]:
         first_human = next((i for i, t in enumerate(turns) if t.get("from") == "human"), None)
         answer = turns[first_human + 1] if first_human is not None and first_human + 1 < len(turns) else {}
         prompt = turns[first_human].get("value") if first_human is not None else None
-        if not isinstance(prompt, str) or not prompt or answer.get("from") != "gpt" \
-                or not isinstance(answer.get("value"), str) or not answer["value"]:
+        if (
+            not isinstance(prompt, str)
+            or not prompt
+            or answer.get("from") != "gpt"
+            or not isinstance(answer.get("value"), str)
+            or not answer["value"]
+        ):
             skipped += 1
             continue
         rows.append({"prompt": prompt, "messages": None, "output_tokens": None, "answer": answer["value"]})

@@ -1,4 +1,5 @@
 """`python -m native_engine serve ...`: the same command as `bench serve`."""
+
 import typer
 
 from native_engine.cli import serve

@@ -1,4 +1,5 @@
 """The BLAS under numpy: its thread count, and the read bandwidth a decode step is bound by."""
+
 from __future__ import annotations
 
 import time

@@ -11,6 +11,7 @@ A cached block no sequence holds (reference count 0) counts as free until its sl
 Prefill tokens computed again (a prefix evicted and met again, or a preempted sequence) are
 counted by remembering the chain hashes of the last 8 x num_blocks distinct blocks computed.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict, deque
@@ -26,7 +27,7 @@ PREFIX_CACHES = ("hash", "radix")
 class Block:
     block_id: int
     ref_count: int = 0
-    block_hash: int | None = None     # hash cache: set once the block is full and its KV computed
+    block_hash: int | None = None  # hash cache: set once the block is full and its KV computed
     token_ids: tuple[int, ...] = field(default_factory=tuple)  # checked on a hit: hashes can collide
 
 
@@ -39,7 +40,7 @@ class HashPrefixCache:
 
     def __init__(self, blocks: list[Block], block_size: int):
         self.blocks, self.block_size = blocks, block_size
-        self.evictable: OrderedDict[int, None] = OrderedDict()      # ref 0 with a key, LRU order
+        self.evictable: OrderedDict[int, None] = OrderedDict()  # ref 0 with a key, LRU order
         self.hash_to_block_id: dict[int, int] = {}
 
     @property
@@ -54,7 +55,7 @@ class HashPrefixCache:
         bs = self.block_size
         for i in range(max_blocks):
             block_id = self.hash_to_block_id.get(seq.block_hashes[i])
-            if block_id is None or self.blocks[block_id].token_ids != tuple(seq.token_ids[i * bs:(i + 1) * bs]):
+            if block_id is None or self.blocks[block_id].token_ids != tuple(seq.token_ids[i * bs : (i + 1) * bs]):
                 break
             hit.append(block_id)
         return hit
@@ -66,7 +67,7 @@ class HashPrefixCache:
             key = seq.block_hashes[i]
             if block.block_hash is not None or key in self.hash_to_block_id:
                 continue  # another sequence computed the same prefix at the same time; keep theirs
-            block.block_hash, block.token_ids = key, tuple(seq.token_ids[i * bs:(i + 1) * bs])
+            block.block_hash, block.token_ids = key, tuple(seq.token_ids[i * bs : (i + 1) * bs])
             self.hash_to_block_id[key] = block.block_id
 
     def released(self, block_id: int) -> None:
@@ -85,8 +86,9 @@ class HashPrefixCache:
 
 
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int = 16, enable_prefix_caching: bool = True,
-                 prefix_cache: str = "hash"):
+    def __init__(
+        self, num_blocks: int, block_size: int = 16, enable_prefix_caching: bool = True, prefix_cache: str = "hash"
+    ):
         if num_blocks < 1:
             raise ValueError("kv_cache_tokens: holds no whole block; give at least block_size tokens")
         if block_size < 1:
@@ -104,7 +106,7 @@ class BlockManager:
         self.prefix_cache_queries_tokens = 0
         self.prefix_cache_hits_tokens = 0
         self.recomputed_prefill_tokens = 0
-        self._computed_hashes: OrderedDict[int, None] = OrderedDict()   # the last 8 x num_blocks
+        self._computed_hashes: OrderedDict[int, None] = OrderedDict()  # the last 8 x num_blocks
 
     # ---- capacity -------------------------------------------------------------------------
     @property
@@ -124,7 +126,7 @@ class BlockManager:
         bs = self.block_size
         for i in range(len(seq.block_hashes), num_full_blocks):
             parent = seq.block_hashes[i - 1] if i else None
-            seq.block_hashes.append(chain_hash(parent, tuple(seq.token_ids[i * bs:(i + 1) * bs])))
+            seq.block_hashes.append(chain_hash(parent, tuple(seq.token_ids[i * bs : (i + 1) * bs])))
 
     def find_cached_prefix(self, seq: Sequence) -> list[int]:
         """Block ids holding the longest cached prefix of seq. No side effects.
@@ -148,7 +150,7 @@ class BlockManager:
         total_tokens = seq.num_computed_tokens + num_cached * self.block_size + num_new_tokens
         num_new_blocks = self.blocks_needed(total_tokens) - len(seq.block_table) - num_cached
         if num_new_blocks <= 0 and not num_cached and seq.block_table:
-            return True   # most decode steps: the token fits the last block
+            return True  # most decode steps: the token fits the last block
         reclaimed = sum(1 for b in cached_block_ids if self.blocks[b].ref_count == 0)
         if num_new_blocks > self.num_free_blocks - reclaimed:
             return False
@@ -185,7 +187,7 @@ class BlockManager:
         if num_full <= seq.num_keyed_blocks:
             return
         self._update_block_hashes(seq, num_full)
-        for h in seq.block_hashes[seq.num_keyed_blocks:num_full]:
+        for h in seq.block_hashes[seq.num_keyed_blocks : num_full]:
             self._computed_hashes[h] = None
             self._computed_hashes.move_to_end(h)
         while len(self._computed_hashes) > 8 * self.num_blocks:

@@ -7,6 +7,7 @@ No replica outlives this process: they stay in its process group (so the harness
 which ends the group, ends them too), each asks the kernel for SIGTERM when its parent dies
 (PR_SET_PDEATHSIG, Linux), and stopping this process (SIGINT/SIGTERM) stops them first.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -31,9 +32,19 @@ from native_engine.routing import CacheAwareConfig, Policy
 
 log = logging.getLogger("native_engine.deployment")
 # The serve options that belong to the deployment, not to each replica.
-DEPLOYMENT_OPTIONS = {"host", "port", "data_parallel", "router_policy", "router_cache_threshold",
-                      "router_balance_abs_threshold", "router_balance_rel_threshold", "blas_threads",
-                      "disaggregate", "kv_transfer_dir", "pin_cpus"}
+DEPLOYMENT_OPTIONS = {
+    "host",
+    "port",
+    "data_parallel",
+    "router_policy",
+    "router_cache_threshold",
+    "router_balance_abs_threshold",
+    "router_balance_rel_threshold",
+    "blas_threads",
+    "disaggregate",
+    "kv_transfer_dir",
+    "pin_cpus",
+}
 READY_LINE = re.compile(r"serving .* on http://([0-9.]+):(\d+)")
 STOP_GRACE_S = 10.0
 PR_SET_PDEATHSIG = 1
@@ -44,7 +55,7 @@ class ReplicaProcess:
     id: str
     process: subprocess.Popen
     url: str = ""
-    stopping: bool = False   # set when we stop it: its exit is then no news
+    stopping: bool = False  # set when we stop it: its exit is then no news
 
 
 def replica_args(ctx: typer.Context) -> list[str]:
@@ -72,23 +83,39 @@ def die_with_parent(cpu: int | None = None) -> None:
     parent = os.getppid()
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != parent:   # the parent died before prctl took effect
+    if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)
 
 
-def start_replicas(ids: list[str], engine_args: list[str], blas_threads: int,
-                   pin_cpus: bool = False) -> list[ReplicaProcess]:
+def start_replicas(
+    ids: list[str], engine_args: list[str], blas_threads: int, pin_cpus: bool = False
+) -> list[ReplicaProcess]:
     """Starts all at once (they load the model in parallel), then waits for each to print its port.
     pin_cpus: replica k on the k-th core this process may use (round the cores again past the last)."""
     replicas = []
     cores = sorted(os.sched_getaffinity(0)) if pin_cpus else []
     for k, i in enumerate(ids):
         cpu = cores[k % len(cores)] if cores else None
-        command = [sys.executable, "-m", "native_engine", "serve", "--host", "127.0.0.1", "--port", "0",
-                   "--blas-threads", str(blas_threads), *engine_args]
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   preexec_fn=functools.partial(die_with_parent, cpu)
-                                   if sys.platform == "linux" else None)
+        command = [
+            sys.executable,
+            "-m",
+            "native_engine",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--blas-threads",
+            str(blas_threads),
+            *engine_args,
+        ]
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            preexec_fn=functools.partial(die_with_parent, cpu) if sys.platform == "linux" else None,
+        )
         replicas.append(ReplicaProcess(i, process))
     try:
         for r in replicas:
@@ -100,8 +127,9 @@ def start_replicas(ids: list[str], engine_args: list[str], blas_threads: int,
                     r.url = f"http://{found.group(1)}:{found.group(2)}"
                     break
             if not r.url:
-                raise RuntimeError(f"replica {r.id} exited with code {r.process.wait()} before serving:\n"
-                                   + "".join(seen[-20:]))
+                raise RuntimeError(
+                    f"replica {r.id} exited with code {r.process.wait()} before serving:\n" + "".join(seen[-20:])
+                )
             threading.Thread(target=relay_output, args=(r,), daemon=True).start()
     except BaseException:
         stop_replicas(replicas)
@@ -115,8 +143,14 @@ def relay_output(replica: ReplicaProcess) -> None:
         sys.stderr.write(f"[replica {replica.id}] {line}")
     code = replica.process.wait()
     how = f"signal {signal.Signals(-code).name}" if code < 0 else f"code {code}"
-    log.log(logging.INFO if replica.stopping or code == 0 else logging.ERROR, "replica %s (pid %d, %s) exited with %s",
-            replica.id, replica.process.pid, replica.url, how)
+    log.log(
+        logging.INFO if replica.stopping or code == 0 else logging.ERROR,
+        "replica %s (pid %d, %s) exited with %s",
+        replica.id,
+        replica.process.pid,
+        replica.url,
+        how,
+    )
 
 
 def stop_replicas(replicas: list[ReplicaProcess]) -> None:
@@ -140,12 +174,24 @@ def serve_deployment(ctx: typer.Context) -> int:
     try:
         spec = DisaggregationSpec.parse(p["disaggregate"]) if p["disaggregate"] is not None else None
         if spec and p["data_parallel"] > 1:
-            raise ValueError("--disaggregate: give it or --data-parallel, not both (prefill=P,decode=D already "
-                             "says how many engine processes run)")
+            raise ValueError(
+                "--disaggregate: give it or --data-parallel, not both (prefill=P,decode=D already "
+                "says how many engine processes run)"
+            )
         ids = spec.worker_ids() if spec else [str(i) for i in range(p["data_parallel"])]
-        policy = None if spec else Policy(p["router_policy"], ids, CacheAwareConfig(
-            cache_threshold=p["router_cache_threshold"], balance_abs_threshold=p["router_balance_abs_threshold"],
-            balance_rel_threshold=p["router_balance_rel_threshold"]))
+        policy = (
+            None
+            if spec
+            else Policy(
+                p["router_policy"],
+                ids,
+                CacheAwareConfig(
+                    cache_threshold=p["router_cache_threshold"],
+                    balance_abs_threshold=p["router_balance_abs_threshold"],
+                    balance_rel_threshold=p["router_balance_rel_threshold"],
+                ),
+            )
+        )
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         return 2
@@ -184,14 +230,17 @@ def pinned(pid: int) -> str:
     return f", cpu {next(iter(cores))}" if len(cores) == 1 else ""
 
 
-async def run_front(front: Router | Disaggregator, what: str, host: str, port: int, replicas: list[ReplicaProcess],
-                    blas_threads: int) -> None:
+async def run_front(
+    front: Router | Disaggregator, what: str, host: str, port: int, replicas: list[ReplicaProcess], blas_threads: int
+) -> None:
     runner, bound_port = await start_router(front, host, port)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     listing = ", ".join(f"{r.id}={r.url} (pid {r.process.pid}{pinned(r.process.pid)})" for r in replicas)
-    typer.echo(f"native_engine {what} serving on http://{host}:{bound_port} in front of "
-               f"{len(replicas)} replicas, {blas_threads} BLAS threads each: {listing}")
+    typer.echo(
+        f"native_engine {what} serving on http://{host}:{bound_port} in front of "
+        f"{len(replicas)} replicas, {blas_threads} BLAS threads each: {listing}"
+    )
     await stop.wait()
     await runner.cleanup()

@@ -18,6 +18,7 @@ workers are its replicas, named prefill-i and decode-i. The coordinator's own /m
 the handoffs cost, read from each answer's timings: native_router:kv_transfer_bytes, _blocks and
 _seconds (the prefill worker's copy out plus the decode worker's copy in).
 """
+
 from __future__ import annotations
 
 import json
@@ -42,11 +43,13 @@ class DisaggregationSpec:
     decode: int
 
     @classmethod
-    def parse(cls, value: str) -> "DisaggregationSpec":
+    def parse(cls, value: str) -> DisaggregationSpec:
         found = SPEC.fullmatch(value.replace(" ", ""))
         if not found or min(int(found.group(1)), int(found.group(2))) < 1:
-            raise ValueError(f"--disaggregate: got {value!r}; give the worker counts as prefill=P,decode=D with "
-                             "P and D at least 1, e.g. --disaggregate prefill=1,decode=1")
+            raise ValueError(
+                f"--disaggregate: got {value!r}; give the worker counts as prefill=P,decode=D with "
+                "P and D at least 1, e.g. --disaggregate prefill=1,decode=1"
+            )
         return cls(int(found.group(1)), int(found.group(2)))
 
     def worker_ids(self) -> list[str]:
@@ -58,15 +61,22 @@ class Disaggregator:
         ids = spec.worker_ids()
         self.router = Router(worker_urls, Policy("least_load", ids), replica_ids=ids)
         self.transfer_dir = transfer_dir
-        self.pids: dict[str, int] = {}   # set by the deployment; listed on /replicas
+        self.pids: dict[str, int] = {}  # set by the deployment; listed on /replicas
         r = self.router.metrics.registry
-        self.transfer_bytes = Counter("native_router:kv_transfer_bytes", "KV-cache bytes handed from prefill "
-                                      "to decode workers", registry=r)
-        self.transfer_blocks = Counter("native_router:kv_transfer_blocks", "KV-cache blocks handed from prefill "
-                                       "to decode workers", registry=r)
-        self.transfer_seconds = Histogram("native_router:kv_transfer_seconds", "Per request: the prefill worker's "
-                                          "copy of the KV into the transfer file plus the decode worker's copy into "
-                                          "its cache", buckets=TRANSFER_BUCKETS, registry=r)
+        self.transfer_bytes = Counter(
+            "native_router:kv_transfer_bytes", "KV-cache bytes handed from prefill to decode workers", registry=r
+        )
+        self.transfer_blocks = Counter(
+            "native_router:kv_transfer_blocks", "KV-cache blocks handed from prefill to decode workers", registry=r
+        )
+        self.transfer_seconds = Histogram(
+            "native_router:kv_transfer_seconds",
+            "Per request: the prefill worker's "
+            "copy of the KV into the transfer file plus the decode worker's copy into "
+            "its cache",
+            buckets=TRANSFER_BUCKETS,
+            registry=r,
+        )
 
     @staticmethod
     def role(worker_id: str) -> str:
@@ -81,18 +91,20 @@ class Disaggregator:
         if isinstance(body, dict) and "kv_transfer" in body:
             return error_response(400, "kv_transfer is set by the coordinator; leave it out", "BadRequestError")
         if not isinstance(body, dict) or any(body.get(k) is not None for k in GRAMMAR_FIELDS):
-            return await self.send(request, "decode", raw)   # the worker answers a malformed body with its 400
-        first = await self.send(request, "prefill", json.dumps({**body, "stream": False,
-                                                                "kv_transfer": {"role": "prefill"}}).encode())
+            return await self.send(request, "decode", raw)  # the worker answers a malformed body with its 400
+        first = await self.send(
+            request, "prefill", json.dumps({**body, "stream": False, "kv_transfer": {"role": "prefill"}}).encode()
+        )
         if first.status != 200:
-            return first   # the engine's own answer: a 400 naming the field, a 503 when its queue is full
+            return first  # the engine's own answer: a 400 naming the field, a 503 when its queue is full
         kv = json.loads(first.body).get("kv_transfer") or {}
         if not kv.get("kv_file"):
-            return error_response(502, "the prefill worker answered without its kv_transfer; see its log",
-                                  "BadGatewayError")
+            return error_response(
+                502, "the prefill worker answered without its kv_transfer; see its log", "BadGatewayError"
+            )
         try:
             return await self.send(request, "decode", json.dumps({**body, "kv_transfer": kv}).encode())
-        finally:   # the decode worker deletes the file once mapped; one it never read goes here
+        finally:  # the decode worker deletes the file once mapped; one it never read goes here
             leftover = os.path.join(self.transfer_dir, os.path.basename(kv["kv_file"]))
             if os.path.exists(leftover):
                 os.unlink(leftover)
@@ -101,11 +113,13 @@ class Disaggregator:
         """To the least busy worker of the role that is up; to another if it could not be reached at all."""
         tried = set()
         while True:
-            candidates = [r for r in self.router.replicas.values()
-                          if self.role(r.id) == role and r.up and r.id not in tried]
+            candidates = [
+                r for r in self.router.replicas.values() if self.role(r.id) == role and r.up and r.id not in tried
+            ]
             if not candidates:
-                return error_response(503, f"no {role} worker is up; see the coordinator's log",
-                                      "ServiceUnavailableError")
+                return error_response(
+                    503, f"no {role} worker is up; see the coordinator's log", "ServiceUnavailableError"
+                )
             worker: Replica = min(candidates, key=lambda r: r.in_flight)
             try:
                 return await self.router.forward(request, worker, raw, seen=self.account if role == "decode" else None)
@@ -132,9 +146,22 @@ class Disaggregator:
                     self.transfer_seconds.observe((timings.get("kv_export_ms", 0) + timings["kv_import_ms"]) / 1e3)
 
     async def list_workers(self, request: web.Request) -> web.Response:
-        return web.json_response({"policy": "disaggregated", "replicas": [
-            {"id": r.id, "role": self.role(r.id), "url": r.url, "up": r.up, "in_flight": r.in_flight,
-             "pid": self.pids.get(r.id)} for r in self.router.replicas.values()]})
+        return web.json_response(
+            {
+                "policy": "disaggregated",
+                "replicas": [
+                    {
+                        "id": r.id,
+                        "role": self.role(r.id),
+                        "url": r.url,
+                        "up": r.up,
+                        "in_flight": r.in_flight,
+                        "pid": self.pids.get(r.id),
+                    }
+                    for r in self.router.replicas.values()
+                ],
+            }
+        )
 
     def build_app(self) -> web.Application:
         """The router's endpoints, with generation and the worker listing the coordinator's own."""

@@ -1,4 +1,5 @@
 """Read a Llama-architecture GGUF file into fp32 numpy weights laid out for `x @ W`."""
+
 from __future__ import annotations
 
 import functools
@@ -147,15 +148,17 @@ def load_gguf(path: str | Path | gguf.GGUFReader) -> tuple[ModelConfig, ModelWei
     layers = []
     for i in range(c.n_layers):
         p = f"blk.{i}."
-        layers.append(LayerWeights(
-            attn_norm=tensor(p + "attn_norm.weight"),
-            # Q and K rows as llama.cpp's converter stored them: RoPE rotates adjacent pairs (2i, 2i+1)
-            wqkv=for_x_at_w(tensor(p + "attn_q.weight"), tensor(p + "attn_k.weight"), tensor(p + "attn_v.weight")),
-            wo=for_x_at_w(tensor(p + "attn_output.weight")),
-            ffn_norm=tensor(p + "ffn_norm.weight"),
-            w_gate_up=for_x_at_w(tensor(p + "ffn_gate.weight"), tensor(p + "ffn_up.weight")),
-            w_down=for_x_at_w(tensor(p + "ffn_down.weight")),
-        ))
+        layers.append(
+            LayerWeights(
+                attn_norm=tensor(p + "attn_norm.weight"),
+                # Q and K rows as llama.cpp's converter stored them: RoPE rotates adjacent pairs (2i, 2i+1)
+                wqkv=for_x_at_w(tensor(p + "attn_q.weight"), tensor(p + "attn_k.weight"), tensor(p + "attn_v.weight")),
+                wo=for_x_at_w(tensor(p + "attn_output.weight")),
+                ffn_norm=tensor(p + "ffn_norm.weight"),
+                w_gate_up=for_x_at_w(tensor(p + "ffn_gate.weight"), tensor(p + "ffn_up.weight")),
+                w_down=for_x_at_w(tensor(p + "ffn_down.weight")),
+            )
+        )
     embedding = tensor("token_embd.weight")
     if embedding.shape != (c.vocab_size, c.hidden_size):
         raise ValueError(f"token_embd.weight has shape {embedding.shape}, expected {(c.vocab_size, c.hidden_size)}")
@@ -165,6 +168,11 @@ def load_gguf(path: str | Path | gguf.GGUFReader) -> tuple[ModelConfig, ModelWei
     else:  # tied: one copy, laid out for the lm_head matmul; lookups read it transposed
         lm_head = for_x_at_w(embedding)
         embedding = lm_head.T
-    weights = ModelWeights(token_embedding=embedding, layers=layers,
-                           output_norm=tensor("output_norm.weight"), lm_head=lm_head, gguf_reader=reader)
+    weights = ModelWeights(
+        token_embedding=embedding,
+        layers=layers,
+        output_norm=tensor("output_norm.weight"),
+        lm_head=lm_head,
+        gguf_reader=reader,
+    )
     return config, weights

@@ -5,6 +5,7 @@ minimum m and 32 unsigned 4-bit q, so w = d * q + m. gguf_model.py dequantizes t
 here they stay 4-bit, so a kernel that reads (q, d, m) computes with exactly the file's weights.
 A matrix stored in another type (F32, Q8_0, ...) is quantized to Q4_1 blocks by gguf's own quantizer.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ Q4_1 = gguf.GGMLQuantizationType.Q4_1
 @dataclass
 class Q4Matrix:
     """w[o, BLOCK * b + j] = scale[o, b] * q[o, BLOCK * b + j] + minimum[o, b]."""
+
     q: np.ndarray  # uint8 [out, in], 0..15
     scale: np.ndarray  # float16 [out, in / BLOCK]
     minimum: np.ndarray  # float16 [out, in / BLOCK]
@@ -55,13 +57,20 @@ def quantize(w_out_in: np.ndarray) -> Q4Matrix:
 
 def stack_rows(*parts: Q4Matrix) -> Q4Matrix:
     """Rows concatenated: the fused matrices (q, k, v; gate, up), as gguf_model.py fuses them."""
-    return Q4Matrix(q=np.concatenate([p.q for p in parts]), scale=np.concatenate([p.scale for p in parts]),
-                    minimum=np.concatenate([p.minimum for p in parts]))
+    return Q4Matrix(
+        q=np.concatenate([p.q for p in parts]),
+        scale=np.concatenate([p.scale for p in parts]),
+        minimum=np.concatenate([p.minimum for p in parts]),
+    )
 
 
 # the tensors of each fused matrix of LayerWeights, in gguf_model.py's order
-LAYER_TENSORS = {"wqkv": ("attn_q", "attn_k", "attn_v"), "wo": ("attn_output",),
-                 "w_gate_up": ("ffn_gate", "ffn_up"), "w_down": ("ffn_down",)}
+LAYER_TENSORS = {
+    "wqkv": ("attn_q", "attn_k", "attn_v"),
+    "wo": ("attn_output",),
+    "w_gate_up": ("ffn_gate", "ffn_up"),
+    "w_down": ("ffn_down",),
+}
 
 
 def layer_matrices(weights: ModelWeights, layer: int) -> dict[str, Q4Matrix]:

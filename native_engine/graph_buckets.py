@@ -7,6 +7,7 @@ number of blocks. Padding rows read and write one scratch block that the block m
 out (the runner's cache has one block more), and attend to one key there, so they cannot touch a
 real sequence and never divide by zero; their logits are dropped.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ def bucket_for(n: int, sizes: list[int]) -> int | None:
 @dataclass
 class PaddedDecode:
     """One decode step at a captured size; rows [0, n) are the real ones, in chunk order."""
+
     n: int
     tokens: np.ndarray  # [size] int64
     positions: np.ndarray  # [size] int64, for the RoPE rows
@@ -44,8 +46,15 @@ class PaddedDecode:
     key_bias: np.ndarray  # [size, 1, 1, max_blocks * block_size] float32: 0 for a valid key, -inf after
 
 
-def pad_decode(tokens: list[int], positions: list[int], tables: list[list[int]], size: int, max_blocks: int,
-               block_size: int, scratch_block: int) -> PaddedDecode | None:
+def pad_decode(
+    tokens: list[int],
+    positions: list[int],
+    tables: list[list[int]],
+    size: int,
+    max_blocks: int,
+    block_size: int,
+    scratch_block: int,
+) -> PaddedDecode | None:
     """Single-token chunks (token, position, block table each) padded to `size` rows and `max_blocks` blocks;
     None when one sequence's context needs more than max_blocks blocks (that step runs eagerly)."""
     n = len(tokens)
@@ -72,4 +81,4 @@ def pad_decode(tokens: list[int], positions: list[int], tables: list[list[int]],
 
 def unpad(logits: np.ndarray, padded: PaddedDecode) -> np.ndarray:
     """The real rows' logits, C-contiguous (the sampler scans rows)."""
-    return np.ascontiguousarray(logits[:padded.n])
+    return np.ascontiguousarray(logits[: padded.n])

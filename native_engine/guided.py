@@ -13,6 +13,7 @@
   next `"`-opened string is undecided), so what the engine appends is a prefix of the canonical
   tokenization of the forced text, and the model then samples from that boundary.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,8 @@ class GrammarError(ValueError):
 
 @dataclass(frozen=True)
 class Grammar:
-    param: str       # the request field it came from, for error messages
-    text: str        # llguidance's grammar (its JSON form)
+    param: str  # the request field it came from, for error messages
+    text: str  # llguidance's grammar (its JSON form)
 
 
 def grammar_from_request(body: dict) -> Grammar | None:
@@ -46,7 +47,9 @@ def grammar_from_request(body: dict) -> Grammar | None:
 
     given = [k for k in ("response_format", "guided_json", "guided_regex") if body.get(k) is not None]
     if len(given) > 1:
-        raise GrammarError(given[1], f"send one of response_format, guided_json, guided_regex, not {' and '.join(given)}")
+        raise GrammarError(
+            given[1], f"send one of response_format, guided_json, guided_regex, not {' and '.join(given)}"
+        )
     if not given:
         return None
     param, value = given[0], body[given[0]]
@@ -58,8 +61,11 @@ def grammar_from_request(body: dict) -> Grammar | None:
         schema = _json_value(param, value)
     else:
         if not isinstance(value, dict) or value.get("type") not in ("text", "json_object", "json_schema"):
-            raise GrammarError(param, 'must be {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}, '
-                                      '{"type": "json_object"} or {"type": "text"}')
+            raise GrammarError(
+                param,
+                'must be {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}, '
+                '{"type": "json_object"} or {"type": "text"}',
+            )
         if value["type"] == "text":
             return None
         if value["type"] == "json_object":
@@ -75,7 +81,7 @@ def grammar_from_request(body: dict) -> Grammar | None:
 
 
 def _json_value(param: str, value):
-    if isinstance(value, str):   # guided_json may come as a JSON string (vLLM accepts both)
+    if isinstance(value, str):  # guided_json may come as a JSON string (vLLM accepts both)
         try:
             return json.loads(value)
         except json.JSONDecodeError as exc:
@@ -87,7 +93,7 @@ def llg_tokenizer(tokenizer):
     """llguidance's view of our GGUF vocabulary: each token's raw bytes, plus our encoder."""
     import llguidance as llg
 
-    class Vocabulary:   # the attributes llguidance.TokenizerWrapper reads
+    class Vocabulary:  # the attributes llguidance.TokenizerWrapper reads
         eos_token_id = tokenizer.eos_token_id
         bos_token_id = tokenizer.bos_token_id
         tokens = [tokenizer.token_bytes(i) for i in range(tokenizer.vocab_size)]
@@ -107,13 +113,14 @@ def _first_lines(error: str) -> str:
 class GuidedDecoding:
     def __init__(self, tokenizer):
         self._tokenizer = tokenizer
-        self._llg_tokenizer = None   # built on first use (~0.3 s for 49k tokens)
+        self._llg_tokenizer = None  # built on first use (~0.3 s for 49k tokens)
         self._executor = None
 
     @property
     def llg_tokenizer(self):
         if self._llg_tokenizer is None:
             import llguidance as llg
+
             self._llg_tokenizer = llg_tokenizer(self._tokenizer)
             self._executor = llg.LLExecutor()
         return self._llg_tokenizer
@@ -144,15 +151,26 @@ class GuidedDecoding:
         if not rows:
             return
         bitmask = np.zeros((len(rows), self._mask_words), dtype=np.int32)
-        self._executor.unsafe_compute_mask_ptr([(seqs[r].grammar_matcher, i) for i, r in enumerate(rows)],
-                                               bitmask.ctypes.data, bitmask.shape[1] * 4, len(rows))
+        self._executor.unsafe_compute_mask_ptr(
+            [(seqs[r].grammar_matcher, i) for i, r in enumerate(rows)],
+            bitmask.ctypes.data,
+            bitmask.shape[1] * 4,
+            len(rows),
+        )
         allowed = np.unpackbits(bitmask.view(np.uint8), axis=1, bitorder="little").astype(bool)
         vocab = logits.shape[1]
-        allowed = allowed[:, :vocab] if allowed.shape[1] >= vocab else np.pad(allowed, ((0, 0), (0, vocab - allowed.shape[1])))
+        allowed = (
+            allowed[:, :vocab]
+            if allowed.shape[1] >= vocab
+            else np.pad(allowed, ((0, 0), (0, vocab - allowed.shape[1])))
+        )
         for i, r in enumerate(rows):
-            if not allowed[i].any():   # a matcher in error (it should not happen): end the sequence
-                log.warning("grammar allows no token for %s (%s); ending it", seqs[r].request_id,
-                            _first_lines(seqs[r].grammar_matcher.get_error()))
+            if not allowed[i].any():  # a matcher in error (it should not happen): end the sequence
+                log.warning(
+                    "grammar allows no token for %s (%s); ending it",
+                    seqs[r].request_id,
+                    _first_lines(seqs[r].grammar_matcher.get_error()),
+                )
                 allowed[i, self.llg_tokenizer.eos_token] = True
         sub = logits[rows]
         sub[~allowed] = -np.inf

@@ -5,6 +5,7 @@ byte at a time stays: 100 such sockets stayed open 40 s. Here, once the first by
 connection, the whole head must follow within `head_timeout_s`, or the connection is closed. The deadline covers
 the head only: bodies have the server's body-read timeout, and a streamed answer may last as long as it lasts.
 """
+
 from __future__ import annotations
 
 import asyncio

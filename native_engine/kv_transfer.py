@@ -11,6 +11,7 @@ The header says what the blocks are (model shape, block size) and what the decod
 on exactly where the prefill worker stopped: the prompt's token ids, the first sampled token and the
 request's random generator state (so a seeded sampled request continues as it would have colocated).
 """
+
 from __future__ import annotations
 
 import json
@@ -24,11 +25,18 @@ import numpy as np
 MAGIC = b"NATIVEKV"
 VERSION = 1
 HEADER_ALIGN = 64
-_PREFIX = struct.Struct("<8sII")   # magic, version, header length
+_PREFIX = struct.Struct("<8sII")  # magic, version, header length
 SHAPE_FIELDS = ("n_layers", "n_kv_heads", "head_dim", "block_size")
 # What a prefill worker's answer reports that the decode worker's timings pass on (llm_engine.request_timings)
-HANDOFF_TIMINGS = ("queue_ms", "prefill_ms", "prompt_n", "cache_n", "kv_transfer_bytes", "kv_transfer_blocks",
-                   "kv_export_ms")
+HANDOFF_TIMINGS = (
+    "queue_ms",
+    "prefill_ms",
+    "prompt_n",
+    "cache_n",
+    "kv_transfer_bytes",
+    "kv_transfer_blocks",
+    "kv_export_ms",
+)
 
 
 class KVTransferError(ValueError):
@@ -38,12 +46,13 @@ class KVTransferError(ValueError):
 @dataclass
 class KVHandoff:
     """What a decode worker needs to continue a request a prefill worker started."""
+
     prompt_token_ids: list[int]
     first_token_id: int
     rng_state: dict
-    k_blocks: np.ndarray      # [n_layers, num_blocks, block_size, n_kv_heads, head_dim], a view of the mapped file
+    k_blocks: np.ndarray  # [n_layers, num_blocks, block_size, n_kv_heads, head_dim], a view of the mapped file
     v_blocks: np.ndarray
-    num_bytes: int            # of the K and V blocks (the file is a header longer)
+    num_bytes: int  # of the K and V blocks (the file is a header longer)
 
 
 def cache_arrays(runner) -> tuple[np.ndarray, np.ndarray]:
@@ -63,14 +72,23 @@ def block_bytes(shape: dict) -> int:
     return 2 * shape["n_layers"] * shape["block_size"] * shape["n_kv_heads"] * shape["head_dim"] * 4
 
 
-def export_blocks(path: str, runner, block_ids: list[int], prompt_token_ids: list[int], first_token_id: int,
-                  rng_state: dict) -> dict:
+def export_blocks(
+    path: str, runner, block_ids: list[int], prompt_token_ids: list[int], first_token_id: int, rng_state: dict
+) -> dict:
     """Write the blocks to a new file at path; returns {"bytes", "blocks", "seconds"} of the copy."""
     start_s = time.perf_counter()
     shape = cache_shape(runner)
-    header = json.dumps({"version": VERSION, **shape, "dtype": "float32", "num_blocks": len(block_ids),
-                         "prompt_token_ids": prompt_token_ids, "first_token_id": first_token_id,
-                         "rng_state": rng_state}).encode()
+    header = json.dumps(
+        {
+            "version": VERSION,
+            **shape,
+            "dtype": "float32",
+            "num_blocks": len(block_ids),
+            "prompt_token_ids": prompt_token_ids,
+            "first_token_id": first_token_id,
+            "rng_state": rng_state,
+        }
+    ).encode()
     offset = _data_offset(len(header))
     k_cache, v_cache = cache_arrays(runner)
     ids = np.asarray(block_ids, dtype=np.int64)
@@ -98,33 +116,47 @@ def read_handoff(path: str, shape: dict) -> KVHandoff:
                 raise KVTransferError(f"{path} is not a KV transfer file (no {MAGIC.decode()} header)")
             _, version, header_len = _PREFIX.unpack(prefix)
             if version != VERSION:
-                raise KVTransferError(f"{path} is KV transfer version {version}; this engine reads version {VERSION}: "
-                                      "run the same native_engine on the prefill and decode workers")
+                raise KVTransferError(
+                    f"{path} is KV transfer version {version}; this engine reads version {VERSION}: "
+                    "run the same native_engine on the prefill and decode workers"
+                )
             header = json.loads(f.read(header_len))
     except FileNotFoundError:
-        raise KVTransferError(f"{path} does not exist: the prefill worker's KV was deleted or never written "
-                              "(each transfer file is read once)") from None
+        raise KVTransferError(
+            f"{path} does not exist: the prefill worker's KV was deleted or never written "
+            "(each transfer file is read once)"
+        ) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise KVTransferError(f"{path}: the header is not valid JSON ({exc})") from None
     for name in SHAPE_FIELDS:
         if header.get(name) != shape[name]:
             hint = "--block-size" if name == "block_size" else "--model"
-            raise KVTransferError(f"{path}: {name} is {header.get(name)} in the transfer but {shape[name]} here: "
-                                  f"give the prefill and decode workers the same {hint}")
+            raise KVTransferError(
+                f"{path}: {name} is {header.get(name)} in the transfer but {shape[name]} here: "
+                f"give the prefill and decode workers the same {hint}"
+            )
     if header.get("dtype") != "float32":
         raise KVTransferError(f"{path}: dtype {header.get('dtype')!r}; only float32 KV is transferred")
     num_blocks = header.get("num_blocks")
     prompt = header.get("prompt_token_ids")
-    if not isinstance(num_blocks, int) or not isinstance(prompt, list) or not prompt \
-            or -(-len(prompt) // shape["block_size"]) != num_blocks:
-        raise KVTransferError(f"{path}: {num_blocks} blocks do not cover the prompt's "
-                              f"{len(prompt) if isinstance(prompt, list) else '?'} tokens")
+    if (
+        not isinstance(num_blocks, int)
+        or not isinstance(prompt, list)
+        or not prompt
+        or -(-len(prompt) // shape["block_size"]) != num_blocks
+    ):
+        raise KVTransferError(
+            f"{path}: {num_blocks} blocks do not cover the prompt's "
+            f"{len(prompt) if isinstance(prompt, list) else '?'} tokens"
+        )
     blocks_shape = (shape["n_layers"], num_blocks, shape["block_size"], shape["n_kv_heads"], shape["head_dim"])
     nbytes = 2 * int(np.prod(blocks_shape)) * 4
     offset = _data_offset(header_len)
     if size != offset + nbytes:
-        raise KVTransferError(f"{path} holds {size} bytes; {num_blocks} blocks of this shape need "
-                              f"{offset + nbytes} (a truncated or foreign file)")
+        raise KVTransferError(
+            f"{path} holds {size} bytes; {num_blocks} blocks of this shape need "
+            f"{offset + nbytes} (a truncated or foreign file)"
+        )
     data = np.memmap(path, dtype=np.float32, mode="r", offset=offset, shape=(2, *blocks_shape))
     return KVHandoff(prompt, int(header["first_token_id"]), header["rng_state"], data[0], data[1], nbytes)
 
@@ -144,7 +176,7 @@ def receive_handoff(answer: dict, transfer_dir: str, shape: dict) -> tuple[KVHan
         if os.path.exists(path):
             os.unlink(path)
     timings = {k: answer[k] for k in HANDOFF_TIMINGS if k in answer}
-    timings["kv_import_ms"] = (time.perf_counter() - start_s) * 1e3   # the engine adds its copy's time
+    timings["kv_import_ms"] = (time.perf_counter() - start_s) * 1e3  # the engine adds its copy's time
     return handoff, timings
 
 

@@ -7,6 +7,7 @@ RequestStream from `open_stream()` yields them per request. Requests and aborts 
 engine thread through an inbox and are applied between steps, so the scheduler and block
 manager are only touched by one thread.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -38,28 +39,30 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class EngineConfig:
-    model: str = "smollm2"               # "smollm2" or a path to a GGUF file
+    model: str = "smollm2"  # "smollm2" or a path to a GGUF file
     served_model_name: str = "smollm2"
     kv_block_size: int = 16
-    kv_cache_tokens: int = 32768         # KV cache capacity (46 KB a token for SmolLM2); whole blocks
+    kv_cache_tokens: int = 32768  # KV cache capacity (46 KB a token for SmolLM2); whole blocks
     enable_prefix_caching: bool = True
-    prefix_cache: str = "hash"           # "hash" (vLLM's hash chain) or "radix" (SGLang's radix tree)
-    step_trace: bool = False             # keep a record of every step (GET /step_trace)
-    enable_jump_forward: bool = True     # constrained requests: append grammar-forced tokens in one step
-    runtime: str = "numpy"               # "numpy" (fp32 reference), "torch" or "auto"; see runtime.py
-    dtype: str = "int4"                  # torch's weights: "int4" (the GGUF's Q4_1 blocks), "int8", "bf16" or "fp32"
-    threads: int = 0                     # torch's threads (0: one per core this process may use)
-    device: str = "cpu"                  # torch's device: "cpu", "cuda" or "auto" (cuda when torch sees a GPU)
-    cuda_graphs: bool = True             # on CUDA: replay captured graphs for decode steps (off: launch each kernel)
+    prefix_cache: str = "hash"  # "hash" (vLLM's hash chain) or "radix" (SGLang's radix tree)
+    step_trace: bool = False  # keep a record of every step (GET /step_trace)
+    enable_jump_forward: bool = True  # constrained requests: append grammar-forced tokens in one step
+    runtime: str = "numpy"  # "numpy" (fp32 reference), "torch" or "auto"; see runtime.py
+    dtype: str = "int4"  # torch's weights: "int4" (the GGUF's Q4_1 blocks), "int8", "bf16" or "fp32"
+    threads: int = 0  # torch's threads (0: one per core this process may use)
+    device: str = "cpu"  # torch's device: "cpu", "cuda" or "auto" (cuda when torch sees a GPU)
+    cuda_graphs: bool = True  # on CUDA: replay captured graphs for decode steps (off: launch each kernel)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
-    speculative: SpeculativeConfig | None = None   # None: no speculative decoding
-    kv_transfer_dir: str | None = None   # a worker of a disaggregated deployment: KV files go here (kv_transfer.py)
+    speculative: SpeculativeConfig | None = None  # None: no speculative decoding
+    kv_transfer_dir: str | None = None  # a worker of a disaggregated deployment: KV files go here (kv_transfer.py)
 
     def __post_init__(self):
         k = self.speculative.num_speculative_tokens if self.speculative else 0
         if k + 1 > self.scheduler.max_num_batched_tokens:
-            raise ValueError(f"--num-speculative-tokens: {k} drafts and the last token must fit one step's budget "
-                             f"(--max-num-batched-tokens {self.scheduler.max_num_batched_tokens})")
+            raise ValueError(
+                f"--num-speculative-tokens: {k} drafts and the last token must fit one step's budget "
+                f"(--max-num-batched-tokens {self.scheduler.max_num_batched_tokens})"
+            )
 
 
 @dataclass
@@ -88,12 +91,13 @@ class Completion:
 @dataclass
 class LoadedModel:
     """Weights and tokenizer, loadable once and shared (read-only) by several engines."""
+
     config: ModelConfig
     weights: ModelWeights
     tokenizer: Tokenizer
 
     @classmethod
-    def load(cls, model: str) -> "LoadedModel":
+    def load(cls, model: str) -> LoadedModel:
         path = resolve_model(model)
         config, weights = load_gguf(path)
         return cls(config, weights, Tokenizer.from_gguf(path))
@@ -105,36 +109,64 @@ def request_timings(seq: Sequence) -> dict:
     last token); a preempted request's re-prefill counts in decode, where the client waits for it.
     prompt_n counts the prompt tokens computed, cached ones excluded (cache_n), as llama.cpp's do."""
     ms = lambda a, b: round((b - a) * 1e3, 3) if a is not None and b is not None else None  # noqa: E731
-    return {"queue_ms": ms(seq.arrival_s, seq.scheduled_s), "prefill_ms": ms(seq.scheduled_s, seq.first_token_s),
-            "decode_ms": ms(seq.first_token_s, seq.last_token_s), "prompt_n": seq.num_prompt_tokens - seq.num_cached_tokens,
-            "cache_n": seq.num_cached_tokens, "predicted_n": seq.num_output_tokens,
-            "preemptions": seq.num_preemptions, **seq.kv_transfer}
+    return {
+        "queue_ms": ms(seq.arrival_s, seq.scheduled_s),
+        "prefill_ms": ms(seq.scheduled_s, seq.first_token_s),
+        "decode_ms": ms(seq.first_token_s, seq.last_token_s),
+        "prompt_n": seq.num_prompt_tokens - seq.num_cached_tokens,
+        "cache_n": seq.num_cached_tokens,
+        "predicted_n": seq.num_output_tokens,
+        "preemptions": seq.num_preemptions,
+        **seq.kv_transfer,
+    }
 
 
 def _merge_outputs(outs: list[RequestOutput]) -> RequestOutput:
     """Several tokens of one sequence from one step (accepted drafts) as one output, as vLLM streams them."""
     last = outs[-1]
-    return RequestOutput(last.request_id, [t for o in outs for t in o.new_token_ids], "".join(o.new_text for o in outs),
-                         last.finished, last.finish_reason, last.stop_reason, last.num_prompt_tokens,
-                         last.num_output_tokens, last.num_cached_tokens, last.timings)
+    return RequestOutput(
+        last.request_id,
+        [t for o in outs for t in o.new_token_ids],
+        "".join(o.new_text for o in outs),
+        last.finished,
+        last.finish_reason,
+        last.stop_reason,
+        last.num_prompt_tokens,
+        last.num_output_tokens,
+        last.num_cached_tokens,
+        last.timings,
+    )
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig, loaded: "LoadedModel | None" = None):
+    def __init__(self, config: EngineConfig, loaded: LoadedModel | None = None):
         self.config = config
         loaded = loaded or LoadedModel.load(config.model)
         self.model_config, weights, self.tokenizer = loaded.config, loaded.weights, loaded.tokenizer
         num_blocks = config.kv_cache_tokens // max(config.kv_block_size, 1)
-        self.block_manager = BlockManager(num_blocks, config.kv_block_size, config.enable_prefix_caching,
-                                          config.prefix_cache)
-        self.runner = make_runner(self.model_config, weights, num_blocks, config.kv_block_size,
-                                  config.runtime, config.dtype, config.threads, config.device, config.cuda_graphs,
-                                  few_rows_weights=config.speculative is not None)
+        self.block_manager = BlockManager(
+            num_blocks, config.kv_block_size, config.enable_prefix_caching, config.prefix_cache
+        )
+        self.runner = make_runner(
+            self.model_config,
+            weights,
+            num_blocks,
+            config.kv_block_size,
+            config.runtime,
+            config.dtype,
+            config.threads,
+            config.device,
+            config.cuda_graphs,
+            few_rows_weights=config.speculative is not None,
+        )
         self.scheduler = Scheduler(config.scheduler, self.block_manager)
         spec = config.speculative
         self.proposer = NgramProposer(spec) if spec else None
-        self.metrics = EngineMetrics(config.served_model_name, spec.num_speculative_tokens if spec else 0,
-                                     kv_transfer=config.kv_transfer_dir is not None)
+        self.metrics = EngineMetrics(
+            config.served_model_name,
+            spec.num_speculative_tokens if spec else 0,
+            kv_transfer=config.kv_transfer_dir is not None,
+        )
         self.guided = GuidedDecoding(self.tokenizer)
         # A sequence must fit in the whole cache on its own, or preemption could never make room.
         self.max_model_len = min(self.model_config.context_length, num_blocks * config.kv_block_size)
@@ -153,9 +185,15 @@ class LLMEngine:
         self._flops_args = (self.runner.matmul_params, self.runner.lm_head_params, c.n_layers, c.n_heads * c.head_dim)
 
     # ---- requests -------------------------------------------------------------------------
-    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                    export_kv_to: str | None = None, handoff: KVHandoff | None = None,
-                    handoff_timings: dict | None = None) -> None:
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        export_kv_to: str | None = None,
+        handoff: KVHandoff | None = None,
+        handoff_timings: dict | None = None,
+    ) -> None:
         """Thread-safe. Raises QueueFullError when max_waiting requests are already waiting, and
         ValueError for token ids outside the vocabulary (the server names the field first).
 
@@ -169,8 +207,9 @@ class LLMEngine:
         if not prompt_token_ids:
             raise ValueError("prompt: must hold at least one token")
         if (export_kv_to or handoff) and self.config.kv_transfer_dir is None:
-            raise ValueError("kv_transfer_dir: a KV handoff needs the engine's transfer directory "
-                             "(serve --disaggregate)")
+            raise ValueError(
+                "kv_transfer_dir: a KV handoff needs the engine's transfer directory (serve --disaggregate)"
+            )
         if len(self.scheduler.waiting) + len(self._inbox) >= self.config.scheduler.max_waiting:
             raise QueueFullError(f"waiting queue is full ({self.config.scheduler.max_waiting} requests)")
         seq = Sequence(request_id, list(prompt_token_ids), params)
@@ -209,7 +248,9 @@ class LLMEngine:
                     self.scheduler.add(seq)
                 except (QueueFullError, GrammarError):  # queue refilled by preemptions; grammar checked by the server
                     self._seqs.pop(seq.request_id, None)
-                    self._emit([RequestOutput(seq.request_id, [], "", True, "abort", None, seq.num_prompt_tokens, 0, 0)])
+                    self._emit(
+                        [RequestOutput(seq.request_id, [], "", True, "abort", None, seq.num_prompt_tokens, 0, 0)]
+                    )
                     continue
                 self._seqs[seq.request_id] = seq
             elif kind == "reset_prefix_cache":
@@ -229,20 +270,20 @@ class LLMEngine:
             self._propose_drafts()
         chunks = self.scheduler.schedule()
         if not chunks:
-            self._record_step(0, 0, 0, 0)   # gauges still move after aborts
+            self._record_step(0, 0, 0, 0)  # gauges still move after aborts
             return admitted
-        sampling, drafts, seq_chunks, is_decode = [], [], [], []   # one pass over the batch: it runs every step
+        sampling, drafts, seq_chunks, is_decode = [], [], [], []  # one pass over the batch: it runs every step
         for c in chunks:
             seq, start, samples = c.seq, c.seq.num_computed_tokens, c.completes_prompt
-            draft = seq.spec_token_ids[:c.num_draft_tokens] if seq.spec_token_ids else []
-            known = seq.token_ids[start:start + c.num_new_tokens]
+            draft = seq.spec_token_ids[: c.num_draft_tokens] if seq.spec_token_ids else []
+            known = seq.token_ids[start : start + c.num_new_tokens]
             sampling.append(samples)
             drafts.append(draft)
             seq_chunks.append(SeqChunk(known + draft if draft else known, start, seq.block_table, samples, bool(draft)))
             is_decode.append(c.num_new_tokens == 1 and seq.num_output_tokens > 0)
         forward_start_s = time.perf_counter()
         logits = self.runner.forward(seq_chunks)
-        self.last_forward_s = time.perf_counter() - forward_start_s   # the rest of a step is engine overhead
+        self.last_forward_s = time.perf_counter() - forward_start_s  # the rest of a step is engine overhead
         kv_positions_read = 0
         for c, d in zip(chunks, drafts):
             # Draft positions hold KV only once accepted (below); until then the sequence ends before them.
@@ -258,7 +299,7 @@ class LLMEngine:
             row_seqs = [seq for seq, d in zip(seqs, drafts) for _ in range(1 + len(d))]
             row_outputs = [seq.num_output_tokens + j for seq, d in zip(seqs, drafts) for j in range(1 + len(d))]
             mask_stop_tokens(logits, row_seqs, list(self.eos_token_ids), row_outputs)
-            self.guided.mask_logits(logits, row_seqs)   # constrained sequences never have drafts
+            self.guided.mask_logits(logits, row_seqs)  # constrained sequences never have drafts
             new_ids = sample_with_drafts(logits, seqs, drafts)
             self.guided.accept(seqs, [ids[0] for ids in new_ids])
         except Exception as exc:
@@ -296,16 +337,26 @@ class LLMEngine:
                 outputs.append(out)
             except Exception as exc:
                 outputs.append(self._fail_sequence(seq, exc))
-        self._record_step(prompt_tokens, generation_tokens, max(self.runner.last_step_bytes_read - kv_bytes, 0),
-                          kv_bytes, flops)
+        self._record_step(
+            prompt_tokens, generation_tokens, max(self.runner.last_step_bytes_read - kv_bytes, 0), kv_bytes, flops
+        )
         if self.step_trace is not None:
             bm = self.block_manager
             self.step_trace.record(  # in step_trace.FIELDS order
-                start_ns, time.perf_counter_ns(), int(self.last_forward_s * 1e9),
-                [c.num_new_tokens for c, d in zip(chunks, is_decode) if not d], sum(is_decode),
-                bm.num_blocks - bm.num_free_blocks, self.scheduler.num_preemptions - seen_preemptions,
-                bm.prefix_cache_hits_tokens - seen_hits, self.runner.last_step_bytes_read, flops,
-                len(self.scheduler.running), len(self.scheduler.waiting), kv_positions_read)
+                start_ns,
+                time.perf_counter_ns(),
+                int(self.last_forward_s * 1e9),
+                [c.num_new_tokens for c, d in zip(chunks, is_decode) if not d],
+                sum(is_decode),
+                bm.num_blocks - bm.num_free_blocks,
+                self.scheduler.num_preemptions - seen_preemptions,
+                bm.prefix_cache_hits_tokens - seen_hits,
+                self.runner.last_step_bytes_read,
+                flops,
+                len(self.scheduler.running),
+                len(self.scheduler.waiting),
+                kv_positions_read,
+            )
         return admitted + outputs
 
     def _propose_drafts(self) -> None:
@@ -313,7 +364,7 @@ class LLMEngine:
         for seq in self.scheduler.running:
             can_emit = min(seq.params.max_tokens - seq.num_output_tokens, self.max_model_len - seq.num_tokens)
             decoding = seq.num_tokens - seq.num_computed_tokens == 1
-            drafting = decoding and can_emit > 1 and seq.grammar_matcher is None   # a grammar would have to mask drafts
+            drafting = decoding and can_emit > 1 and seq.grammar_matcher is None  # a grammar would have to mask drafts
             seq.spec_token_ids = self.proposer.propose(seq.token_ids, can_emit - 1) if drafting else []
 
     def _start_grammar(self, seq: Sequence) -> None:
@@ -331,7 +382,7 @@ class LLMEngine:
         """Append the tokens the grammar forces after this one; the next step computes their KV as
         one chunk. The first output also carries the tokens forced before the first sample."""
         if seq.first_token_s == now and seq.num_output_tokens > 1:
-            out.new_token_ids = seq.token_ids[seq.num_prompt_tokens:]
+            out.new_token_ids = seq.token_ids[seq.num_prompt_tokens :]
         if out.finished or not self.config.enable_jump_forward:
             return out
         limit = min(seq.params.max_tokens - seq.num_output_tokens, self.max_model_len - seq.num_tokens)
@@ -349,12 +400,17 @@ class LLMEngine:
     def _export_kv(self, seq: Sequence) -> None:
         """A prefill worker's request finished with its first token: write the prompt's KV blocks out
         before the blocks are freed (and, uncached, reused)."""
-        blocks = seq.block_table[:self.block_manager.blocks_needed(seq.num_prompt_tokens)]
-        cost = export_blocks(seq.export_kv_to, self.runner, blocks, seq.prompt_token_ids, seq.token_ids[-1],
-                             seq.rng.bit_generator.state)
+        blocks = seq.block_table[: self.block_manager.blocks_needed(seq.num_prompt_tokens)]
+        cost = export_blocks(
+            seq.export_kv_to, self.runner, blocks, seq.prompt_token_ids, seq.token_ids[-1], seq.rng.bit_generator.state
+        )
         self.metrics.record_kv_transfer("send", cost["bytes"], cost["blocks"], cost["seconds"])
-        seq.kv_transfer.update(kv_file=os.path.basename(seq.export_kv_to), kv_transfer_bytes=cost["bytes"],
-                               kv_transfer_blocks=cost["blocks"], kv_export_ms=round(cost["seconds"] * 1e3, 3))
+        seq.kv_transfer.update(
+            kv_file=os.path.basename(seq.export_kv_to),
+            kv_transfer_bytes=cost["bytes"],
+            kv_transfer_blocks=cost["blocks"],
+            kv_export_ms=round(cost["seconds"] * 1e3, 3),
+        )
 
     def _admit_handoff(self, seq: Sequence) -> RequestOutput:
         """A decode worker's request: the prompt's KV from the prefill worker goes into blocks of this
@@ -366,7 +422,7 @@ class LLMEngine:
             return self._import_handoff(seq, handoff)
         except QueueFullError:
             raise
-        except Exception as exc:   # this request's handoff failed: only it ends
+        except Exception as exc:  # this request's handoff failed: only it ends
             if seq in self.scheduler.running or seq in self.scheduler.waiting:
                 self.scheduler.finish(seq, "error")
             elif seq.block_table:
@@ -380,7 +436,7 @@ class LLMEngine:
         seq.rng.bit_generator.state = handoff.rng_state
         cached = bm.find_cached_prefix(seq)
         if bm.allocate(seq, seq.num_prompt_tokens - len(cached) * bm.block_size, cached):
-            import_blocks(self.runner, handoff, seq.block_table[len(cached):], first_block=len(cached))
+            import_blocks(self.runner, handoff, seq.block_table[len(cached) :], first_block=len(cached))
             seq.num_computed_tokens = seq.num_prompt_tokens
             bm.cache_computed_blocks(seq)
             seq.status = SequenceStatus.RUNNING
@@ -390,10 +446,10 @@ class LLMEngine:
             seq.kv_transfer["kv_import_ms"] = round(seq.kv_transfer.get("kv_import_ms", 0) + seconds * 1e3, 3)
         else:
             self.scheduler.add(seq)
-            seq.kv_transfer["kv_import_ms"] = None   # not imported: prefilled again here
+            seq.kv_transfer["kv_import_ms"] = None  # not imported: prefilled again here
         now = time.perf_counter()
         seq.scheduled_s = seq.first_token_s = seq.last_token_s = now
-        seq.num_cached_tokens = seq.kv_transfer.get("cache_n", 0)   # the prefill worker's hits, as usage reports
+        seq.num_cached_tokens = seq.kv_transfer.get("cache_n", 0)  # the prefill worker's hits, as usage reports
         self.metrics.time_to_first_token.observe(now - seq.arrival_s)
         self.metrics.generation_tokens.inc()
         seq.token_ids.append(handoff.first_token_id)
@@ -401,13 +457,27 @@ class LLMEngine:
 
     # ---- failures: one request's fault ends only that request ---------------------------------
     def _fail_sequence(self, seq: Sequence, exc: Exception, traceback: bool = True) -> RequestOutput:
-        log.error("request %s finished with finish_reason 'error': %s: %s", seq.request_id,
-                  type(exc).__name__, exc, exc_info=exc if traceback else None)
+        log.error(
+            "request %s finished with finish_reason 'error': %s: %s",
+            seq.request_id,
+            type(exc).__name__,
+            exc,
+            exc_info=exc if traceback else None,
+        )
         if seq.status != SequenceStatus.FINISHED:
             self.scheduler.finish(seq, "error")
         self._seqs.pop(seq.request_id, None)
-        return RequestOutput(seq.request_id, [], "", True, "error", None, seq.num_prompt_tokens,
-                             seq.num_output_tokens, seq.num_cached_tokens)
+        return RequestOutput(
+            seq.request_id,
+            [],
+            "",
+            True,
+            "error",
+            None,
+            seq.num_prompt_tokens,
+            seq.num_output_tokens,
+            seq.num_cached_tokens,
+        )
 
     def _isolate_sampling_failure(self, exc: Exception, logits, chunks, sampling, drafts) -> list[RequestOutput]:
         """The batched mask/sample raised. Fail the rows that raise alone (tried on copies, with
@@ -421,26 +491,40 @@ class LLMEngine:
             row = rows.stop
             rng_state = c.seq.rng.bit_generator.state
             try:
-                mask_stop_tokens(logits[rows].copy(), [c.seq] * (1 + len(draft)), list(self.eos_token_ids),
-                                 [c.seq.num_output_tokens + j for j in range(1 + len(draft))])
+                mask_stop_tokens(
+                    logits[rows].copy(),
+                    [c.seq] * (1 + len(draft)),
+                    list(self.eos_token_ids),
+                    [c.seq.num_output_tokens + j for j in range(1 + len(draft))],
+                )
                 sample_with_drafts(logits[rows].copy(), [c.seq], [draft])
             except Exception as row_exc:
                 outputs.append(self._fail_sequence(c.seq, row_exc))
                 continue
             c.seq.rng.bit_generator.state = rng_state
-            c.seq.num_computed_tokens -= c.num_new_tokens - len(draft)   # drafts were never counted computed
-        if not outputs:   # no single row is at fault: the batch is, and each of its requests fails
+            c.seq.num_computed_tokens -= c.num_new_tokens - len(draft)  # drafts were never counted computed
+        if not outputs:  # no single row is at fault: the batch is, and each of its requests fails
             log.error("sampling failed for the whole batch", exc_info=exc)
             outputs = [self._fail_sequence(c.seq, exc, traceback=False) for c in sampled]
         return outputs
 
-    def _record_step(self, prompt_tokens: int, generation_tokens: int, weight_bytes: int, kv_bytes: int,
-                     flops: int = 0) -> None:
+    def _record_step(
+        self, prompt_tokens: int, generation_tokens: int, weight_bytes: int, kv_bytes: int, flops: int = 0
+    ) -> None:
         bm = self.block_manager
         self.metrics.record_step(
-            len(self.scheduler.running), len(self.scheduler.waiting), bm.usage,
-            bm.prefix_cache_queries_tokens, bm.prefix_cache_hits_tokens, self.scheduler.num_preemptions,
-            prompt_tokens, generation_tokens, weight_bytes, kv_bytes, flops)
+            len(self.scheduler.running),
+            len(self.scheduler.waiting),
+            bm.usage,
+            bm.prefix_cache_queries_tokens,
+            bm.prefix_cache_hits_tokens,
+            self.scheduler.num_preemptions,
+            prompt_tokens,
+            generation_tokens,
+            weight_bytes,
+            kv_bytes,
+            flops,
+        )
         self.metrics.record_prefix_cache(self.scheduler.num_cached_prompt_tokens, bm.recomputed_prefill_tokens)
 
     def _process_token(self, seq: Sequence, token_id: int, now: float) -> RequestOutput:
@@ -472,16 +556,25 @@ class LLMEngine:
         # Hold back text that might be the start of a stop string until it is decided.
         hold = 0 if finished or not p.stop else p.longest_stop - 1
         release_to = max(seq.num_released_chars, len(seq.text) - hold)
-        new_text = seq.text[seq.num_released_chars:release_to]
+        new_text = seq.text[seq.num_released_chars : release_to]
         seq.num_released_chars = release_to
         if finished:
             self.scheduler.finish(seq, finish_reason)
             seq.stop_reason = stop_reason
             self._seqs.pop(seq.request_id, None)
             self.metrics.record_finished(seq, now)
-        return RequestOutput(seq.request_id, [token_id], new_text, finished, finish_reason, stop_reason,
-                             seq.num_prompt_tokens, num_output_tokens, seq.num_cached_tokens,
-                             request_timings(seq) if finished else None)
+        return RequestOutput(
+            seq.request_id,
+            [token_id],
+            new_text,
+            finished,
+            finish_reason,
+            stop_reason,
+            seq.num_prompt_tokens,
+            num_output_tokens,
+            seq.num_cached_tokens,
+            request_timings(seq) if finished else None,
+        )
 
     # ---- synchronous use ------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[Completion]:
@@ -498,7 +591,11 @@ class LLMEngine:
                 r.token_ids += out.new_token_ids
                 r.text += out.new_text
                 if out.finished:
-                    r.finish_reason, r.stop_reason, r.num_cached_tokens = out.finish_reason, out.stop_reason, out.num_cached_tokens
+                    r.finish_reason, r.stop_reason, r.num_cached_tokens = (
+                        out.finish_reason,
+                        out.stop_reason,
+                        out.num_cached_tokens,
+                    )
                     remaining.discard(out.request_id)
         return [results[i] for i in ids]
 
@@ -523,7 +620,7 @@ class LLMEngine:
                 continue
             try:
                 outputs = self.step()
-            except Exception as exc:   # outside any one request (forward pass, scheduler): all fail
+            except Exception as exc:  # outside any one request (forward pass, scheduler): all fail
                 log.exception("engine step failed; finishing every request with finish_reason 'error'")
                 outputs = [self._fail_sequence(seq, exc, traceback=False) for seq in list(self._seqs.values())]
                 self._record_step(0, 0, 0, 0)
@@ -536,8 +633,9 @@ class LLMEngine:
             if queue is not None:
                 queue.put_nowait(out)
 
-    def open_stream(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                    **handoff) -> "RequestStream":
+    def open_stream(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, **handoff
+    ) -> RequestStream:
         """Start a request whose outputs arrive on the event loop; raises QueueFullError at once.
 
         Always close() the stream (try/finally): an unfinished one is aborted and its blocks freed.
@@ -559,7 +657,7 @@ class RequestStream:
         self.engine, self.request_id, self._queue = engine, request_id, queue
         self.finished = False
 
-    def __aiter__(self) -> "RequestStream":
+    def __aiter__(self) -> RequestStream:
         return self
 
     async def __anext__(self) -> RequestOutput:

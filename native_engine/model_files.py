@@ -1,4 +1,5 @@
 """Where model files come from: a name we know ("smollm2") or a local GGUF path."""
+
 from __future__ import annotations
 
 import importlib.util

@@ -4,6 +4,7 @@ Every token of every sequence in the step goes through each weight matrix in one
 only attention is split: single-token (decode) chunks run batched, a few per group, through
 a padded block-table gather; longer (prefill) chunks run one by one with a causal mask.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,6 +38,7 @@ class SeqChunk:
 @dataclass
 class _DecodeGroup:
     """Single-token chunks whose attention runs as one batched matmul."""
+
     rows: np.ndarray  # [n] rows in the flat batch
     blocks: np.ndarray  # [n, max_blocks] block tables padded with block 0
     key_bias: np.ndarray  # [n, 1, 1, max_blocks * block_size] 0 where a key position is valid, else -inf
@@ -45,6 +47,7 @@ class _DecodeGroup:
 @dataclass
 class _StepPlan:
     """Where each chunk's rows sit in the flat batch and what its attention reads."""
+
     tokens: np.ndarray  # [n_tokens] all chunks' new tokens, in chunk order
     slots: np.ndarray  # [n_tokens] flat KV slot each new token is written to
     rope: np.ndarray  # [n_tokens, 1, head_dim / 2] complex64 rotation at each token's position, for all layers
@@ -87,8 +90,14 @@ def softmax_last_axis(scores: np.ndarray) -> np.ndarray:
 
 
 class ModelRunner:
-    def __init__(self, config: ModelConfig, weights: ModelWeights, num_kv_blocks: int, kv_block_size: int = 16,
-                 few_rows_weights: bool = False):
+    def __init__(
+        self,
+        config: ModelConfig,
+        weights: ModelWeights,
+        num_kv_blocks: int,
+        kv_block_size: int = 16,
+        few_rows_weights: bool = False,
+    ):
         """few_rows_weights: keep [out, in] copies of the layer matrices (+430 MB for SmolLM2) so that
         steps of 2..FEW_ROWS_MAX tokens run near matrix-vector speed (speculative decoding)."""
         if num_kv_blocks < 1 or kv_block_size < 1:
@@ -109,8 +118,9 @@ class ModelRunner:
         self.kv_bytes_per_token = 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4
         self.weight_bytes = weights.matrix_bytes()
         self.lm_head_bytes = weights.lm_head.nbytes
-        self.matmul_params = sum(m.size for layer in weights.layers
-                                 for m in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down))
+        self.matmul_params = sum(
+            m.size for layer in weights.layers for m in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down)
+        )
         self.lm_head_params = weights.lm_head.size
         self.lm_head_rows = np.ascontiguousarray(weights.lm_head.T)  # [vocab, hidden]; see LM_HEAD_SLICE_ROWS
         # tied: the token embedding is a strided view of lm_head; rows of the contiguous copy gather 30x faster
@@ -123,8 +133,14 @@ class ModelRunner:
         inv_freq = 1.0 / (c.rope_theta ** (np.arange(0, half, dtype=np.float64) * 2 / c.head_dim))
         angles = np.arange(c.context_length, dtype=np.float64)[:, None] * inv_freq[None, :]
         self.rope_rotation = np.exp(1j * angles).astype(np.complex64)  # [context, head_dim / 2]
-        self.layer_rows = [{name: np.ascontiguousarray(getattr(layer, name).T) for name in _LAYER_MATRICES}
-                           for layer in weights.layers] if few_rows_weights else None
+        self.layer_rows = (
+            [
+                {name: np.ascontiguousarray(getattr(layer, name).T) for name in _LAYER_MATRICES}
+                for layer in weights.layers
+            ]
+            if few_rows_weights
+            else None
+        )
 
     def _matmul(self, x: np.ndarray, layer: int, name: str) -> np.ndarray:
         """x @ the layer's matrix `name`, through the [out, in] copy in cache-sized slices for few rows."""
@@ -134,7 +150,7 @@ class ModelRunner:
         step = max(16, FEW_ROWS_SLICE_BYTES // (4 * rows.shape[1]) // 16 * 16)
         out = np.empty((rows.shape[0], len(x)), dtype=np.float32)
         for start in range(0, rows.shape[0], step):
-            np.matmul(rows[start:start + step], x.T, out=out[start:start + step])
+            np.matmul(rows[start : start + step], x.T, out=out[start : start + step])
         return np.ascontiguousarray(out.T)
 
     # -- planning -------------------------------------------------------------
@@ -149,12 +165,16 @@ class ModelRunner:
             if n == 0:
                 raise ValueError(f"chunks[{i}].token_ids is empty; send at least one token per chunk")
             if chunk.start_pos < 0 or end > c.context_length:
-                raise ValueError(f"chunks[{i}] covers positions [{chunk.start_pos}, {end}); the model's "
-                                 f"context_length is {c.context_length}")
+                raise ValueError(
+                    f"chunks[{i}] covers positions [{chunk.start_pos}, {end}); the model's "
+                    f"context_length is {c.context_length}"
+                )
             table = np.asarray(chunk.block_table, dtype=np.int64)
             if len(table) * bs < end:
-                raise ValueError(f"chunks[{i}].block_table has {len(table)} blocks of {bs}; positions up to {end} "
-                                 f"need {-(-end // bs)}")
+                raise ValueError(
+                    f"chunks[{i}].block_table has {len(table)} blocks of {bs}; positions up to {end} "
+                    f"need {-(-end // bs)}"
+                )
             if len(table) and (table.min() < 0 or table.max() >= self.num_kv_blocks):
                 raise ValueError(f"chunks[{i}].block_table holds ids outside [0, {self.num_kv_blocks})")
             pos = np.arange(chunk.start_pos, end)
@@ -175,8 +195,15 @@ class ModelRunner:
             raise ValueError(f"token ids must lie in [0, {c.vocab_size}); got {int(tokens.min())}..{int(tokens.max())}")
         groups = self._decode_groups(decode_rows, decode_tables, decode_lengths)
         positions = np.concatenate(positions)
-        return _StepPlan(tokens, np.concatenate(slots), self.rope_rotation[positions][:, None, :], groups, prefill,
-                         np.asarray(logit_rows, dtype=np.int64), kv_read)
+        return _StepPlan(
+            tokens,
+            np.concatenate(slots),
+            self.rope_rotation[positions][:, None, :],
+            groups,
+            prefill,
+            np.asarray(logit_rows, dtype=np.int64),
+            kv_read,
+        )
 
     def _decode_groups(self, rows: list[int], tables: list[np.ndarray], lengths: list[int]) -> list[_DecodeGroup]:
         """Sequences of similar length together, each group's gathered keys small enough to stay in cache.
@@ -248,18 +275,18 @@ class ModelRunner:
         for i, layer in enumerate(w.layers):
             qkv = self._matmul(rms_norm(x, layer.attn_norm, c.rms_eps), i, "wqkv")
             # RoPE, in place: q and k heads sit side by side in qkv, their pairs (2i, 2i+1) are complex numbers
-            qkv[:, :q_dim + kv_dim].reshape(n_tokens, -1, c.head_dim).view(np.complex64)[...] *= plan.rope
+            qkv[:, : q_dim + kv_dim].reshape(n_tokens, -1, c.head_dim).view(np.complex64)[...] *= plan.rope
             q = qkv[:, :q_dim].reshape(n_tokens, c.n_heads, c.head_dim)
-            self.k_cache[i].reshape(slot_rows)[plan.slots] = qkv[:, q_dim:q_dim + kv_dim]
-            self.v_cache[i].reshape(slot_rows)[plan.slots] = qkv[:, q_dim + kv_dim:]
+            self.k_cache[i].reshape(slot_rows)[plan.slots] = qkv[:, q_dim : q_dim + kv_dim]
+            self.v_cache[i].reshape(slot_rows)[plan.slots] = qkv[:, q_dim + kv_dim :]
             attn = np.empty((n_tokens, q_dim), dtype=np.float32)
             for decode in plan.decode_groups:
                 attn[decode.rows] = self._decode_attention(i, q[decode.rows], decode)
             for row, n, start_pos, table in plan.prefill:
-                attn[row:row + n] = self._prefill_attention(i, q[row:row + n], start_pos, table)
+                attn[row : row + n] = self._prefill_attention(i, q[row : row + n], start_pos, table)
             x += self._matmul(attn, i, "wo")
             gate_up = self._matmul(rms_norm(x, layer.ffn_norm, c.rms_eps), i, "w_gate_up")
-            x += self._matmul(silu_times(gate_up[:, :c.ffn_size], gate_up[:, c.ffn_size:]), i, "w_down")
+            x += self._matmul(silu_times(gate_up[:, : c.ffn_size], gate_up[:, c.ffn_size :]), i, "w_down")
         self.last_step_bytes_read = self.weight_bytes + plan.kv_positions_read * self.kv_bytes_per_token
         if not len(plan.logit_rows):
             self.last_step_bytes_read -= self.lm_head_bytes
@@ -277,8 +304,8 @@ class ModelRunner:
         step = FEW_ROWS_SLICE_BYTES // (4 * h.shape[1]) // 16 * 16 if few else LM_HEAD_SLICE_ROWS
         slice_out = np.empty((step, len(h)), dtype=np.float32)
         for start in range(0, self.config.vocab_size, step):
-            rows = self.lm_head_rows[start:start + step]
-            out = slice_out[:len(rows)]
+            rows = self.lm_head_rows[start : start + step]
+            out = slice_out[: len(rows)]
             np.matmul(rows, h.T, out=out)
-            logits[:, start:start + len(rows)] = out.T
+            logits[:, start : start + len(rows)] = out.T
         return logits

@@ -5,6 +5,7 @@ Approximate, as in SGLang's router: it records where prompts were routed, not wh
 cache still holds, so it needs no tokenizer and no messages from the replicas. Text, not token ids:
 the same text makes the same tokens, and matching characters is cheap.
 """
+
 from __future__ import annotations
 
 import time
@@ -13,10 +14,10 @@ from dataclasses import dataclass, field
 
 @dataclass(eq=False)
 class Node:
-    text: str = ""                                                  # the edge label leading here
+    text: str = ""  # the edge label leading here
     parent: Node | None = None
-    children: dict[str, Node] = field(default_factory=dict)         # by first character of the edge
-    last_used: dict[str, float] = field(default_factory=dict)       # tenant -> last time a prompt passed here
+    children: dict[str, Node] = field(default_factory=dict)  # by first character of the edge
+    last_used: dict[str, float] = field(default_factory=dict)  # tenant -> last time a prompt passed here
 
 
 def common_prefix_len(a: str, b: str) -> int:
@@ -25,7 +26,7 @@ def common_prefix_len(a: str, b: str) -> int:
     n = min(len(a), len(b))
     if a[:n] == b[:n]:
         return n
-    lo, hi = 0, n   # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if a[lo:mid] == b[lo:mid]:
@@ -38,7 +39,7 @@ def common_prefix_len(a: str, b: str) -> int:
 class PrefixTree:
     def __init__(self) -> None:
         self.root = Node()
-        self.chars_of: dict[str, int] = {}    # tenant -> characters of the tree it holds (its "cache size")
+        self.chars_of: dict[str, int] = {}  # tenant -> characters of the tree it holds (its "cache size")
 
     def add_tenant(self, tenant: str) -> None:
         self.chars_of.setdefault(tenant, 0)
@@ -61,7 +62,7 @@ class PrefixTree:
             if tenant not in child.last_used:
                 self.chars_of[tenant] += len(child.text)
             child.last_used[tenant] = now
-            node, rest = child, rest[len(child.text):]
+            node, rest = child, rest[len(child.text) :]
 
     def _split(self, child: Node, at: int) -> Node:
         """Cut child's edge after `at` characters; returns the new upper node (same tenants)."""
@@ -105,11 +106,14 @@ class PrefixTree:
         as a replica's own cache evicts its least recently used blocks."""
         for tenant, size in self.chars_of.items():
             while size > max_chars:
-                leaves = [n for n in self._nodes() if tenant in n.last_used
-                          and not any(tenant in c.last_used for c in n.children.values())]
+                leaves = [
+                    n
+                    for n in self._nodes()
+                    if tenant in n.last_used and not any(tenant in c.last_used for c in n.children.values())
+                ]
                 if not leaves:
                     break
-                leaf = min(leaves, key=lambda n: n.last_used[tenant])   # its parent may be the next leaf
+                leaf = min(leaves, key=lambda n: n.last_used[tenant])  # its parent may be the next leaf
                 del leaf.last_used[tenant]
                 size -= len(leaf.text)
                 if not leaf.last_used:

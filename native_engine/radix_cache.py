@@ -16,6 +16,7 @@ block can be reached by peeling leaves. Eviction takes the tail block of the lea
 released leaf whose tail is unreferenced, one block at a time; a leaf left empty is removed and
 its parent may become the next leaf.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -27,23 +28,23 @@ from native_engine.sequence import Sequence
 
 @dataclass(eq=False)
 class Node:
-    parent: "Node | None"
+    parent: Node | None
     block_tokens: list[tuple[int, ...]] = field(default_factory=list)
     block_ids: list[int] = field(default_factory=list)
-    children: dict[tuple[int, ...], "Node"] = field(default_factory=dict)
-    last_access: int = 0      # a tick of the cache's clock: when a block of it was last released
+    children: dict[tuple[int, ...], Node] = field(default_factory=dict)
+    last_access: int = 0  # a tick of the cache's clock: when a block of it was last released
     removed: bool = False
 
 
 class RadixCache:
     def __init__(self, blocks: list, block_size: int):
-        self.blocks = blocks          # the block manager's Block list; only ref_count is read
+        self.blocks = blocks  # the block manager's Block list; only ref_count is read
         self.block_size = block_size
         self.root = Node(None)
-        self.node_of: dict[int, Node] = {}    # cached block id -> the node holding it
-        self.num_evictable = 0                # cached blocks no sequence holds
+        self.node_of: dict[int, Node] = {}  # cached block id -> the node holding it
+        self.num_evictable = 0  # cached blocks no sequence holds
         self._clock = itertools.count(1)
-        self._order = itertools.count()       # tie-break in the heap
+        self._order = itertools.count()  # tie-break in the heap
         # Candidate leaves as (last_access, order, node); an entry is checked when popped.
         self._heap: list[tuple[int, int, Node]] = []
 
@@ -52,7 +53,7 @@ class RadixCache:
 
     def _block_keys(self, seq: Sequence, num_blocks: int) -> list[tuple[int, ...]]:
         bs = self.block_size
-        return [tuple(seq.token_ids[i * bs:(i + 1) * bs]) for i in range(num_blocks)]
+        return [tuple(seq.token_ids[i * bs : (i + 1) * bs]) for i in range(num_blocks)]
 
     # ---- lookup and insertion -------------------------------------------------------------
     def match(self, seq: Sequence, max_blocks: int) -> list[int]:
@@ -61,12 +62,12 @@ class RadixCache:
         hit: list[int] = []
         node = self.root
         while len(hit) < max_blocks:
-            child = node.children.get(tuple(tokens[len(hit) * bs:(len(hit) + 1) * bs]))
+            child = node.children.get(tuple(tokens[len(hit) * bs : (len(hit) + 1) * bs]))
             if child is None:
                 break
             for key, block_id in zip(child.block_tokens, child.block_ids):
                 i = len(hit)
-                if i == max_blocks or tuple(tokens[i * bs:(i + 1) * bs]) != key:
+                if i == max_blocks or tuple(tokens[i * bs : (i + 1) * bs]) != key:
                     return hit
                 hit.append(block_id)
             node = child
@@ -88,7 +89,7 @@ class RadixCache:
                     node.children[keys[i]] = child
                 else:
                     child = node
-                child.block_tokens += keys[i:]     # a fresh child, or the leaf seq ends at grows
+                child.block_tokens += keys[i:]  # a fresh child, or the leaf seq ends at grows
                 child.block_ids += ids[i:]
                 for block_id in ids[i:]:
                     self.node_of[block_id] = child
@@ -100,7 +101,7 @@ class RadixCache:
                 i, j = i + 1, j + 1
             if j < len(child.block_ids):
                 if i == num_blocks:
-                    return            # seq's blocks end inside this edge: all cached already
+                    return  # seq's blocks end inside this edge: all cached already
                 self._split(child, j)
             node = child
 
@@ -130,7 +131,7 @@ class RadixCache:
     def evict(self) -> int:
         """Drop the least recently released unreferenced tail block; returns its id, now uncached."""
         while True:
-            access, _, node = heapq.heappop(self._heap)   # num_evictable > 0 guarantees an entry
+            access, _, node = heapq.heappop(self._heap)  # num_evictable > 0 guarantees an entry
             if access == node.last_access and self._is_evictable_leaf(node):
                 break
         block_id, key = node.block_ids.pop(), node.block_tokens.pop()
@@ -140,17 +141,22 @@ class RadixCache:
             self._push(node)
         else:
             node.removed = True
-            del node.parent.children[key]    # an emptied node's last block was its first
+            del node.parent.children[key]  # an emptied node's last block was its first
             self._push(node.parent)
         return block_id
 
     def _is_evictable_leaf(self, node: Node) -> bool:
-        return (not node.removed and node is not self.root and not node.children and bool(node.block_ids)
-                and self.blocks[node.block_ids[-1]].ref_count == 0)
+        return (
+            not node.removed
+            and node is not self.root
+            and not node.children
+            and bool(node.block_ids)
+            and self.blocks[node.block_ids[-1]].ref_count == 0
+        )
 
     def _push(self, node: Node) -> None:
         if self._is_evictable_leaf(node):
             heapq.heappush(self._heap, (node.last_access, next(self._order), node))
-        if len(self._heap) > 2 * len(self.node_of) + 64:   # drop stale entries now and then
+        if len(self._heap) > 2 * len(self.node_of) + 64:  # drop stale entries now and then
             self._heap = [e for e in self._heap if e[0] == e[2].last_access and self._is_evictable_leaf(e[2])]
             heapq.heapify(self._heap)

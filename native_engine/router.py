@@ -6,13 +6,14 @@ the connection, until its /health answers again (probed every HEALTH_INTERVAL_S)
 could not reach its replica at all is sent to another; one whose replica failed while answering gets
 a 502 (or, mid-stream, an SSE error event) naming the replica.
 """
+
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import aiohttp
 from aiohttp import web
@@ -43,7 +44,7 @@ class Replica:
 class ReplicaFailed(Exception):
     def __init__(self, replica: Replica, exc: Exception, reached: bool):
         super().__init__(f"replica {replica.id} ({replica.url}) failed: {type(exc).__name__}: {exc}")
-        self.replica, self.reached = replica, reached   # reached: the replica may have started on it
+        self.replica, self.reached = replica, reached  # reached: the replica may have started on it
 
 
 class Router:
@@ -53,7 +54,7 @@ class Router:
         self.policy = policy
         self.metrics = RouterMetrics()
         self.http: aiohttp.ClientSession | None = None
-        for r in self.replicas.values():   # every replica's series exists from the start, at 0
+        for r in self.replicas.values():  # every replica's series exists from the start, at 0
             self.metrics.up.labels(r.id).set(1)
             self.metrics.requests.labels(r.id)
             self.metrics.in_flight.labels(r.id)
@@ -97,7 +98,7 @@ class Router:
         try:
             body = json.loads(raw)
         except ValueError:
-            body = None   # the replica answers malformed bodies with its own 400
+            body = None  # the replica answers malformed bodies with its own 400
         text = prompt_text(body) if isinstance(body, dict) else ""
         tried = set()
         while True:
@@ -116,10 +117,11 @@ class Router:
                 self.mark(replica, False, str(exc))
                 if exc.reached:
                     return error_response(502, f"{exc}; the request was lost with it", "BadGatewayError")
-                tried.add(replica.id)   # it never reached the replica: safe to send elsewhere
+                tried.add(replica.id)  # it never reached the replica: safe to send elsewhere
 
-    async def forward(self, request: web.Request, replica: Replica, raw: bytes,
-                      seen: Callable[[bytes], None] | None = None) -> web.StreamResponse:
+    async def forward(
+        self, request: web.Request, replica: Replica, raw: bytes, seen: Callable[[bytes], None] | None = None
+    ) -> web.StreamResponse:
         """seen (disaggregation.py): called with the answer's body, or each run of whole SSE events, as passed on."""
         self.metrics.requests.labels(replica.id).inc()
         replica.in_flight += 1
@@ -130,7 +132,7 @@ class Router:
                 upstream = await self.http.post(replica.url + request.path, data=raw, headers=headers)
             except aiohttp.ClientConnectorError as exc:
                 raise ReplicaFailed(replica, exc, reached=False) from None
-            except aiohttp.ClientError as exc:   # it took the request, then went away before answering
+            except aiohttp.ClientError as exc:  # it took the request, then went away before answering
                 raise ReplicaFailed(replica, exc, reached=True) from None
             async with upstream:
                 passed = {k: upstream.headers[k] for k in PASSED_HEADERS if k in upstream.headers}
@@ -146,20 +148,26 @@ class Router:
                 await response.prepare(request)
                 pending = b""
                 while True:
-                    try:   # only reading the replica is its failure; a failed write is the client's
+                    try:  # only reading the replica is its failure; a failed write is the client's
                         chunk = await upstream.content.readany()
                     except aiohttp.ClientError as exc:
                         failed = ReplicaFailed(replica, exc, reached=True)
                         self.metrics.failures.labels(replica.id, "mid_stream").inc()
                         self.mark(replica, False, str(failed))
-                        event = {"error": {"message": f"{failed}; the stream was cut off", "type": "BadGatewayError",
-                                           "param": None, "code": 502}}
+                        event = {
+                            "error": {
+                                "message": f"{failed}; the stream was cut off",
+                                "type": "BadGatewayError",
+                                "param": None,
+                                "code": 502,
+                            }
+                        }
                         await response.write(b"data: " + json.dumps(event).encode() + b"\n\ndata: [DONE]\n\n")
                         break
                     if not chunk:
                         break
                     whole, sep, pending = (pending + chunk).rpartition(b"\n\n")
-                    if sep:   # only whole events: a cut-off one would read as malformed JSON
+                    if sep:  # only whole events: a cut-off one would read as malformed JSON
                         if seen is not None:
                             seen(whole)
                         await response.write(whole + sep)
@@ -173,10 +181,17 @@ class Router:
     async def to_any(self, request: web.Request) -> web.Response:
         for replica in sorted(self.replicas.values(), key=lambda r: (not r.up, r.id)):
             try:
-                async with self.http.request(request.method, replica.url + request.path, data=await request.read(),
-                                             headers={"Content-Type": request.headers.get("Content-Type", "")}) as up:
-                    return web.Response(status=up.status, body=await up.read(),
-                                        headers={k: up.headers[k] for k in PASSED_HEADERS if k in up.headers})
+                async with self.http.request(
+                    request.method,
+                    replica.url + request.path,
+                    data=await request.read(),
+                    headers={"Content-Type": request.headers.get("Content-Type", "")},
+                ) as up:
+                    return web.Response(
+                        status=up.status,
+                        body=await up.read(),
+                        headers={k: up.headers[k] for k in PASSED_HEADERS if k in up.headers},
+                    )
             except aiohttp.ClientError as exc:
                 self.mark(replica, False, f"{request.path}: {type(exc).__name__}: {exc}")
         return error_response(503, "no engine replica is up; see the router's log", "ServiceUnavailableError")
@@ -185,8 +200,14 @@ class Router:
         return web.Response(status=200 if self.up_ids() else 503)
 
     async def list_replicas(self, request: web.Request) -> web.Response:
-        return web.json_response({"policy": self.policy.name, "replicas": [
-            {"id": r.id, "url": r.url, "up": r.up, "in_flight": r.in_flight} for r in self.replicas.values()]})
+        return web.json_response(
+            {
+                "policy": self.policy.name,
+                "replicas": [
+                    {"id": r.id, "url": r.url, "up": r.up, "in_flight": r.in_flight} for r in self.replicas.values()
+                ],
+            }
+        )
 
     async def render_metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -209,8 +230,10 @@ class Router:
     async def _lifetime(self, app):
         # No total timeout: a long generation is fine. Connections are not pooled per replica past the
         # request, so a dead replica's stale keep-alive connection is not reused.
-        self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
-                                          connector=aiohttp.TCPConnector(limit=0, force_close=True))
+        self.http = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
+            connector=aiohttp.TCPConnector(limit=0, force_close=True),
+        )
         watcher = asyncio.create_task(self.watch_health())
         yield
         watcher.cancel()
@@ -218,8 +241,9 @@ class Router:
 
 
 def error_response(status: int, message: str, err_type: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": err_type, "param": None, "code": status}},
-                             status=status)
+    return web.json_response(
+        {"error": {"message": message, "type": err_type, "param": None, "code": status}}, status=status
+    )
 
 
 async def start_router(router: Router, host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, int]:

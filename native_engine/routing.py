@@ -9,6 +9,7 @@ cache_aware, as sgl-router's CacheAwarePolicy decides:
 Either way the prompt is then recorded under the chosen replica. Defaults are sgl-router's
 CacheAwareConfig defaults (0.5, 32, 1.1); its Python launcher has used 0.3, 64 and 1.5.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -24,14 +25,14 @@ class CacheAwareConfig:
     cache_threshold: float = 0.5
     balance_abs_threshold: int = 32
     balance_rel_threshold: float = 1.1
-    max_tree_chars: int = 2**22         # per replica; older prompts are forgotten beyond it
+    max_tree_chars: int = 2**22  # per replica; older prompts are forgotten beyond it
 
 
 @dataclass
 class Decision:
     replica: str
-    reason: str                 # round_robin | least_load | imbalanced | cache_hit | cache_miss
-    matched_chars: int = 0      # cache_aware: prefix of the prompt the chosen replica was sent before
+    reason: str  # round_robin | least_load | imbalanced | cache_hit | cache_miss
+    matched_chars: int = 0  # cache_aware: prefix of the prompt the chosen replica was sent before
 
 
 class Policy:

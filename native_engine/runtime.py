@@ -3,6 +3,7 @@
 Everything above the runner (scheduler, block manager, sampler, server) is the same for both;
 the runner only has to take SeqChunks and return fp32 logits.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -25,15 +26,26 @@ def resolve_runtime(runtime: str) -> str:
     if runtime == "auto":
         return "auto" if torch_available() else "numpy"
     if runtime == "torch" and not torch_available():
-        raise ValueError("runtime 'torch' needs torch, its CPU build: pip install torch --index-url "
-                         "https://download.pytorch.org/whl/cpu, then pip install -e '.[torch]' (docs/runtimes.md); "
-                         "or use --runtime numpy")
+        raise ValueError(
+            "runtime 'torch' needs torch, its CPU build: pip install torch --index-url "
+            "https://download.pytorch.org/whl/cpu, then pip install -e '.[torch]' (docs/runtimes.md); "
+            "or use --runtime numpy"
+        )
     return runtime
 
 
-def make_runner(config: ModelConfig, weights: ModelWeights, num_kv_blocks: int, kv_block_size: int,
-                runtime: str = "numpy", dtype: str = "int4", threads: int = 0, device: str = "cpu",
-                cuda_graphs: bool = True, few_rows_weights: bool = False):
+def make_runner(
+    config: ModelConfig,
+    weights: ModelWeights,
+    num_kv_blocks: int,
+    kv_block_size: int,
+    runtime: str = "numpy",
+    dtype: str = "int4",
+    threads: int = 0,
+    device: str = "cpu",
+    cuda_graphs: bool = True,
+    few_rows_weights: bool = False,
+):
     """A ModelRunner (numpy fp32, exact reference) or a TorchModelRunner (weights in `dtype`, on `device`);
     'auto' with torch installed: whichever is faster on this machine (auto_runtime.py measures).
     few_rows_weights (numpy only): keep transposed layer weights for speculative verification chunks."""
@@ -44,15 +56,28 @@ def make_runner(config: ModelConfig, weights: ModelWeights, num_kv_blocks: int, 
     def torch_runner():
         # torch is imported only here
         from native_engine.torch_runner import TorchModelRunner
-        return TorchModelRunner(config, weights, num_kv_blocks, kv_block_size, dtype=dtype, threads=threads,
-                                device=device, cuda_graphs=cuda_graphs)
+
+        return TorchModelRunner(
+            config,
+            weights,
+            num_kv_blocks,
+            kv_block_size,
+            dtype=dtype,
+            threads=threads,
+            device=device,
+            cuda_graphs=cuda_graphs,
+        )
 
     def numpy_runner():
         from native_engine.model_runner import ModelRunner
-        return ModelRunner(config, weights, num_kv_blocks=num_kv_blocks, kv_block_size=kv_block_size,
-                           few_rows_weights=few_rows_weights)
+
+        return ModelRunner(
+            config, weights, num_kv_blocks=num_kv_blocks, kv_block_size=kv_block_size, few_rows_weights=few_rows_weights
+        )
+
     if runtime == "auto":
         from native_engine.auto_runtime import pick_runner
+
         return pick_runner(torch_runner, numpy_runner)
     if runtime == "torch":
         return torch_runner()

@@ -7,6 +7,7 @@ near tie: docs/engine.md). Passes over the vocabulary run
 on whole [rows, vocab] arrays; per-row Python only touches short arrays (a few hundred
 top_k/top_p candidates, one 512-token block of the draw).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,8 +20,9 @@ _CANDIDATE_FLOORS = (1e-3, 1e-6)
 _DRAW_BLOCK = 512
 
 
-def mask_stop_tokens(logits: np.ndarray, seqs: list[Sequence], eos_token_ids: list[int],
-                     num_output_tokens: list[int] | None = None) -> None:
+def mask_stop_tokens(
+    logits: np.ndarray, seqs: list[Sequence], eos_token_ids: list[int], num_output_tokens: list[int] | None = None
+) -> None:
     """min_tokens: forbid EOS and stop tokens until a sequence has produced enough tokens.
 
     num_output_tokens: the output count each row's token would follow, where a sequence has
@@ -57,11 +59,11 @@ def _probabilities(logits: np.ndarray, seqs: list[Sequence]) -> np.ndarray:
     probs = logits
     probs /= temps[:, None]
     probs -= probs.max(axis=1, keepdims=True)
-    np.exp(probs, out=probs)            # unnormalised; the best token of each row has weight 1
+    np.exp(probs, out=probs)  # unnormalised; the best token of each row has weight 1
 
     min_p = np.array([s.params.min_p for s in seqs], dtype=np.float32)
     if min_p.any():
-        probs[probs < min_p[:, None]] = 0.0   # min_p is relative to the best token, whose weight is 1
+        probs[probs < min_p[:, None]] = 0.0  # min_p is relative to the best token, whose weight is 1
 
     top_k = np.array([s.params.top_k if s.params.top_k > 0 else 0 for s in seqs])
     top_p = np.array([s.params.top_p for s in seqs], dtype=np.float32)
@@ -82,10 +84,10 @@ def _draw(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
     for r in range(len(probs)):
         # side="right": never a zero-mass block or token.
         b = min(int(np.searchsorted(block_cdf[r], targets[r], side="right")), len(starts) - 1)
-        segment = probs[r, starts[b]:starts[b] + _DRAW_BLOCK]
+        segment = probs[r, starts[b] : starts[b] + _DRAW_BLOCK]
         within = targets[r] - (block_cdf[r, b - 1] if b else 0.0)
         i = int(np.searchsorted(np.cumsum(segment, dtype=np.float64), within, side="right"))
-        if i >= len(segment):   # float rounding past the block's end: its last token with mass
+        if i >= len(segment):  # float rounding past the block's end: its last token with mass
             i = int(np.flatnonzero(segment)[-1])
         ids[r] = starts[b] + i
     return ids
@@ -104,11 +106,11 @@ def _truncate(p: np.ndarray, top_k: np.ndarray, top_p: np.ndarray) -> np.ndarray
         for floor in (*_CANDIDATE_FLOORS, 0.0):
             candidates = row[row >= floor] if floor else row
             if len(candidates) < k < vocab:
-                continue                                     # fewer than k candidates
+                continue  # fewer than k candidates
             kept = -np.sort(-candidates)[:k]
-            base = kept.sum() if k < vocab else totals[r]    # top_p is a share of what top_k kept
+            base = kept.sum() if k < vocab else totals[r]  # top_p is a share of what top_k kept
             if k == vocab and floor and kept.sum() < top_p[r] * base:
-                continue                                     # the nucleus reaches below the floor
+                continue  # the nucleus reaches below the floor
             cum = np.cumsum(kept)
             n_keep = min(int(np.searchsorted(cum, top_p[r] * base)) + 1, len(kept))  # the crossing token stays
             row[row < kept[n_keep - 1]] = 0.0
@@ -139,13 +141,13 @@ def sample_with_drafts(logits: np.ndarray, seqs: list[Sequence], drafts: list[li
     out = []
     for i, (seq, draft) in enumerate(zip(seqs, drafts)):
         if seq.params.greedy:
-            target = best[starts[i]:starts[i + 1]]
+            target = best[starts[i] : starts[i + 1]]
             n_ok = 0
             while n_ok < len(draft) and draft[n_ok] == target[n_ok]:
                 n_ok += 1
             out.append(list(draft[:n_ok]) + [int(target[n_ok])])
         else:
-            out.append(verify_sampled(probs[prob_start[i]:prob_start[i] + 1 + len(draft)], draft, seq.rng))
+            out.append(verify_sampled(probs[prob_start[i] : prob_start[i] + 1 + len(draft)], draft, seq.rng))
     return out
 
 
@@ -155,9 +157,9 @@ def verify_sampled(probs: np.ndarray, draft: list[int], rng: np.random.Generator
     for j, x in enumerate(draft):
         row = probs[j]
         if rng.random() * row.sum(dtype=np.float64) < row[x]:
-            continue   # accepted with probability p(x)
+            continue  # accepted with probability p(x)
         row[x] = 0.0
-        if not row.any():   # p(x) was 1 within rounding: nothing else to draw; keep x
+        if not row.any():  # p(x) was 1 within rounding: nothing else to draw; keep x
             continue
         return list(draft[:j]) + [int(_draw(row[None], np.array([rng.random()]))[0])]
     return list(draft) + [int(_draw(probs[len(draft)][None], np.array([rng.random()]))[0])]

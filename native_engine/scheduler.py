@@ -14,17 +14,17 @@ requests that share a cached prefix run while it is cached instead of evicting e
 arrived after it is admitted before it from then on. Like SGLang, only the first LPM_WINDOW
 waiting requests are matched each step, which bounds the lookup cost of a long queue.
 """
+
 from __future__ import annotations
 
 import bisect
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from native_engine.block_manager import BlockManager
 from native_engine.sequence import Sequence, SequenceStatus
-
 
 SCHEDULE_POLICIES = ("fcfs", "lpm")
 LPM_WINDOW = 128
@@ -38,13 +38,14 @@ class SchedulerConfig:
     enable_chunked_prefill: bool = True
     # Static batching (for comparison only): admit a new batch only when the running batch is empty.
     static_batching: bool = False
-    schedule_policy: str = "fcfs"      # "fcfs" or "lpm"
-    schedule_aging_s: float = 10.0     # lpm: after this long waiting, a request goes first (FCFS)
+    schedule_policy: str = "fcfs"  # "fcfs" or "lpm"
+    schedule_aging_s: float = 10.0  # lpm: after this long waiting, a request goes first (FCFS)
 
     def __post_init__(self):
         if self.schedule_policy not in SCHEDULE_POLICIES:
-            raise ValueError(f"schedule_policy: must be one of {', '.join(SCHEDULE_POLICIES)}, "
-                             f"not {self.schedule_policy!r}")
+            raise ValueError(
+                f"schedule_policy: must be one of {', '.join(SCHEDULE_POLICIES)}, not {self.schedule_policy!r}"
+            )
         if not self.schedule_aging_s >= 0:
             raise ValueError("schedule_aging_s: must be >= 0 seconds (0 makes lpm behave as fcfs)")
         if self.max_num_seqs < 1:
@@ -76,15 +77,16 @@ class QueueFullError(Exception):
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, block_manager: BlockManager,
-                 clock: Callable[[], float] = time.perf_counter):
+    def __init__(
+        self, config: SchedulerConfig, block_manager: BlockManager, clock: Callable[[], float] = time.perf_counter
+    ):
         self.config = config
         self.block_manager = block_manager
-        self.clock = clock   # seconds; `bench plan` gives its virtual clock (harness/plan/simulator.py)
+        self.clock = clock  # seconds; `bench plan` gives its virtual clock (harness/plan/simulator.py)
         self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []   # kept sorted by arrival: the last is the preemption victim
+        self.running: list[Sequence] = []  # kept sorted by arrival: the last is the preemption victim
         self.num_preemptions = 0
-        self.num_cached_prompt_tokens = 0   # prefix-cache hits at each request's first admission
+        self.num_cached_prompt_tokens = 0  # prefix-cache hits at each request's first admission
 
     def add(self, seq: Sequence) -> None:
         if len(self.waiting) >= self.config.max_waiting:
@@ -105,7 +107,7 @@ class Scheduler:
             seq = self.running[i]
             num_new = min(seq.num_tokens - seq.num_computed_tokens + len(seq.spec_token_ids), budget)
             if seq.spec_token_ids and not self.block_manager.allocate(seq, num_new):
-                seq.spec_token_ids = []   # no room for the drafts: decode without them rather than preempt
+                seq.spec_token_ids = []  # no room for the drafts: decode without them rather than preempt
                 num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
             while not self.block_manager.allocate(seq, num_new):
                 preempted = True

@@ -5,6 +5,7 @@ Bad input gets a 400 whose `param` names the field (sizes and timeouts: "request
 a full waiting queue gets a 503 with Retry-After. A client that goes away mid-request (handler
 cancelled or write fails) aborts its request, which frees its KV blocks before the next step.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -60,37 +61,45 @@ async def read_json(request: web.Request) -> dict:
     try:
         raw = await asyncio.wait_for(request.read(), read_timeout_s)
     except web.HTTPRequestEntityTooLarge:
-        raise RequestError(f"request body is over this server's limit of {request.client_max_size} bytes; "
-                           "send a shorter prompt", "body", 413, "RequestEntityTooLarge") from None
+        raise RequestError(
+            f"request body is over this server's limit of {request.client_max_size} bytes; send a shorter prompt",
+            "body",
+            413,
+            "RequestEntityTooLarge",
+        ) from None
     except asyncio.TimeoutError:
-        raise RequestError(f"request body did not arrive within {read_timeout_s:g} s", "body", 408,
-                           "RequestTimeout") from None
+        raise RequestError(
+            f"request body did not arrive within {read_timeout_s:g} s", "body", 408, "RequestTimeout"
+        ) from None
     charset = request.charset or "utf-8"
     try:
         body = json.loads(raw.decode(charset))
     except LookupError:
-        raise RequestError(f"Content-Type names charset {charset!r}, which is unknown; send UTF-8",
-                           "Content-Type") from None
+        raise RequestError(
+            f"Content-Type names charset {charset!r}, which is unknown; send UTF-8", "Content-Type"
+        ) from None
     except UnicodeDecodeError as exc:
         raise RequestError(f"request body is not valid {charset} ({exc}); send UTF-8 JSON", "body") from None
     except RecursionError:
         raise RequestError("request body is nested too deeply; send a flat JSON object", "body") from None
-    except ValueError as exc:   # JSONDecodeError, and integers past Python's 4300-digit limit
+    except ValueError as exc:  # JSONDecodeError, and integers past Python's 4300-digit limit
         reason = "a number has more than 4300 digits" if "digits" in str(exc) else str(exc)
         raise RequestError(f"request body is not valid JSON ({reason}); send a JSON object", "body") from None
     if not isinstance(body, dict):
         raise RequestError("request body must be a JSON object", "body")
     bad = path_of_lone_surrogate(body)
     if bad:
-        raise RequestError(f"{bad} holds a lone UTF-16 surrogate (such as \\ud800), which is not text; "
-                           "send valid Unicode", bad.split(".")[0].split("[")[0])
+        raise RequestError(
+            f"{bad} holds a lone UTF-16 surrogate (such as \\ud800), which is not text; send valid Unicode",
+            bad.split(".")[0].split("[")[0],
+        )
     return body
 
 
 def path_of_lone_surrogate(body) -> str | None:
     """Where a JSON `\\ud800` escape left a string that UTF-8 (and so the tokenizer) cannot hold."""
     stack = [("", body)]
-    while stack:   # not recursive: bodies may nest as deep as the JSON parser allows
+    while stack:  # not recursive: bodies may nest as deep as the JSON parser allows
         path, value = stack.pop()
         if isinstance(value, str):
             try:
@@ -107,19 +116,27 @@ def path_of_lone_surrogate(body) -> str | None:
 
 def check_unsupported(body: dict) -> None:
     """Options this engine does not implement are refused unless they ask for the default."""
-    defaults = {"logprobs": (None, False), "top_logprobs": (None, 0), "echo": (None, False), "best_of": (None, 1),
-                "suffix": (None, "")}
+    defaults = {
+        "logprobs": (None, False),
+        "top_logprobs": (None, 0),
+        "echo": (None, False),
+        "best_of": (None, 1),
+        "suffix": (None, ""),
+    }
     for name, allowed in defaults.items():
         value = body.get(name)
         if not any(value is a or type(value) is type(a) and value == a for a in allowed):
-            raise RequestError(f"{name} is not supported by this engine; leave it out (or send "
-                               f"{json.dumps(allowed[-1])}), got {json.dumps(value)[:40]}", name)
+            raise RequestError(
+                f"{name} is not supported by this engine; leave it out (or send "
+                f"{json.dumps(allowed[-1])}), got {json.dumps(value)[:40]}",
+                name,
+            )
 
 
 def check_model(body: dict, served_name: str) -> None:
     model = body.get("model")
     if model is not None and model != served_name:
-        raise RequestError(f"model {model!r} is not served here; use \"{served_name}\" (see GET /v1/models)", "model")
+        raise RequestError(f'model {model!r} is not served here; use "{served_name}" (see GET /v1/models)', "model")
 
 
 def typed(body: dict, name: str, kinds: tuple, default, kind_name: str):
@@ -129,8 +146,9 @@ def typed(body: dict, name: str, kinds: tuple, default, kind_name: str):
     if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
         raise RequestError(f"{name} must be {kind_name}, got {json.dumps(value)[:40]}", name)
     if isinstance(value, float) and not math.isfinite(value) or isinstance(value, int) and abs(value) > MAX_INT:
-        raise RequestError(f"{name} must be a finite number of magnitude below 2**63, got {json.dumps(value)[:40]}",
-                           name)
+        raise RequestError(
+            f"{name} must be a finite number of magnitude below 2**63, got {json.dumps(value)[:40]}", name
+        )
     return value
 
 
@@ -142,9 +160,12 @@ def check_text_fits(engine: LLMEngine, num_chars: int, field: str) -> None:
     """Refuse, before tokenizing it, text that cannot fit the context whatever its tokens."""
     limit = engine.max_model_len * engine.tokenizer.max_token_bytes
     if num_chars > limit:
-        raise RequestError(f"{field} is {num_chars} characters; no text over {limit} characters fits this server's "
-                           f"context of {engine.max_model_len} tokens (a token spans at most "
-                           f"{engine.tokenizer.max_token_bytes} bytes); send a shorter {field}", field)
+        raise RequestError(
+            f"{field} is {num_chars} characters; no text over {limit} characters fits this server's "
+            f"context of {engine.max_model_len} tokens (a token spans at most "
+            f"{engine.tokenizer.max_token_bytes} bytes); send a shorter {field}",
+            field,
+        )
 
 
 def prompt_ids_of_completion(body: dict, engine: LLMEngine) -> list[int]:
@@ -165,15 +186,18 @@ def prompt_ids_of_completion(body: dict, engine: LLMEngine) -> list[int]:
 
 
 def message_text(i: int, content) -> str:
-    if isinstance(content, list):   # content parts: this engine reads text only
+    if isinstance(content, list):  # content parts: this engine reads text only
         for j, part in enumerate(content):
             where = f"messages[{i}].content[{j}]"
             if not isinstance(part, dict) or part.get("type") != "text":
-                raise RequestError(f"{where} must be a text part {{\"type\": \"text\", \"text\": ...}}; "
-                                   "this engine reads text only", "messages")
+                raise RequestError(
+                    f'{where} must be a text part {{"type": "text", "text": ...}}; this engine reads text only',
+                    "messages",
+                )
             if not isinstance(part.get("text"), str):
-                raise RequestError(f"{where}.text must be a string, got {json.dumps(part.get('text'))[:40]}",
-                                   "messages")
+                raise RequestError(
+                    f"{where}.text must be a string, got {json.dumps(part.get('text'))[:40]}", "messages"
+                )
         return "".join(part["text"] for part in content)
     if not isinstance(content, str):
         raise RequestError(f"messages[{i}].content must be a string or a list of text parts", "messages")
@@ -185,19 +209,21 @@ def chat_prompt_ids(body: dict, engine: LLMEngine) -> list[int]:
     from the chat template; message text that spells one is tokenized as plain text."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise RequestError("messages is required: a non-empty list of {\"role\", \"content\"}", "messages")
+        raise RequestError('messages is required: a non-empty list of {"role", "content"}', "messages")
     flat = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise RequestError(f"messages[{i}] must have a string role and string content", "messages")
         if engine.tokenizer.control_tokens_in(m["role"]):
-            raise RequestError(f"messages[{i}].role must be a role name (user, assistant, system), got "
-                               f"{json.dumps(m['role'])[:40]}", "messages")
+            raise RequestError(
+                f"messages[{i}].role must be a role name (user, assistant, system), got {json.dumps(m['role'])[:40]}",
+                "messages",
+            )
         flat.append({"role": m["role"], "content": message_text(i, m.get("content"))})
     check_text_fits(engine, sum(len(m["content"]) for m in flat), "messages")
     try:
         return engine.tokenizer.encode_chat(flat, add_generation_prompt=True)
-    except ValueError as exc:   # the template's own checks (roles, order)
+    except ValueError as exc:  # the template's own checks (roles, order)
         raise RequestError(f"messages: {exc}", "messages") from None
 
 
@@ -206,13 +232,17 @@ async def off_loop(blocking, *args):
     return await asyncio.get_running_loop().run_in_executor(None, blocking, *args)
 
 
-def sampling_params(body: dict, prompt_len: int, max_model_len: int, default_max_tokens: int | None,
-                    prompt_field: str, vocab_size: int) -> SamplingParams:
+def sampling_params(
+    body: dict, prompt_len: int, max_model_len: int, default_max_tokens: int | None, prompt_field: str, vocab_size: int
+) -> SamplingParams:
     if prompt_len == 0:
         raise RequestError(f"{prompt_field} is empty; send at least one token", prompt_field)
     if prompt_len >= max_model_len:
-        raise RequestError(f"{prompt_field} is {prompt_len} tokens; this server's context (max_model_len) is "
-                           f"{max_model_len}, which must also hold at least one output token", prompt_field)
+        raise RequestError(
+            f"{prompt_field} is {prompt_len} tokens; this server's context (max_model_len) is "
+            f"{max_model_len}, which must also hold at least one output token",
+            prompt_field,
+        )
     if typed(body, "n", (int,), 1, "an integer") != 1:
         raise RequestError("n must be 1 (one completion per request)", "n")
     number, integer = (int, float), (int,)
@@ -220,8 +250,11 @@ def sampling_params(body: dict, prompt_len: int, max_model_len: int, default_max
     max_tokens = typed(body, "max_completion_tokens", integer, max_tokens, "an integer")
     max_tokens = max_tokens if max_tokens is not None else (default_max_tokens or max_model_len - prompt_len)
     if max_tokens < 1 or prompt_len + max_tokens > max_model_len:
-        raise RequestError(f"max_tokens must be in [1, {max_model_len - prompt_len}] (context {max_model_len} "
-                           f"minus the prompt's {prompt_len} tokens), got {max_tokens}", "max_tokens")
+        raise RequestError(
+            f"max_tokens must be in [1, {max_model_len - prompt_len}] (context {max_model_len} "
+            f"minus the prompt's {prompt_len} tokens), got {max_tokens}",
+            "max_tokens",
+        )
     stop = typed(body, "stop", (str, list), [], "a string or a list of strings")
     stop = [stop] if isinstance(stop, str) else stop
     if not all(isinstance(s, str) and s for s in stop):
@@ -231,11 +264,17 @@ def sampling_params(body: dict, prompt_len: int, max_model_len: int, default_max
         raise RequestError(f"stop_token_ids must be a list of token ids in [0, {vocab_size})", "stop_token_ids")
     try:
         return SamplingParams(
-            max_tokens=max_tokens, temperature=float(typed(body, "temperature", number, 1.0, "a number")),
-            top_k=typed(body, "top_k", integer, 0, "an integer"), top_p=float(typed(body, "top_p", number, 1.0, "a number")),
-            min_p=float(typed(body, "min_p", number, 0.0, "a number")), seed=typed(body, "seed", integer, None, "an integer"),
+            max_tokens=max_tokens,
+            temperature=float(typed(body, "temperature", number, 1.0, "a number")),
+            top_k=typed(body, "top_k", integer, 0, "an integer"),
+            top_p=float(typed(body, "top_p", number, 1.0, "a number")),
+            min_p=float(typed(body, "min_p", number, 0.0, "a number")),
+            seed=typed(body, "seed", integer, None, "an integer"),
             min_tokens=typed(body, "min_tokens", integer, 0, "an integer"),
-            ignore_eos=typed(body, "ignore_eos", (bool,), False, "true or false"), stop=stop, stop_token_ids=stop_token_ids)
+            ignore_eos=typed(body, "ignore_eos", (bool,), False, "true or false"),
+            stop=stop,
+            stop_token_ids=stop_token_ids,
+        )
     except ValueError as exc:  # SamplingParams messages start with the field name
         raise RequestError(str(exc), str(exc).split(":")[0]) from None
 
@@ -245,7 +284,7 @@ async def output_grammar(body: dict, engine: LLMEngine) -> Grammar | None:
     try:
         grammar = grammar_from_request(body)
         if grammar is not None:
-            await asyncio.to_thread(engine.guided.check, grammar)   # off the loop: a large schema takes a while
+            await asyncio.to_thread(engine.guided.check, grammar)  # off the loop: a large schema takes a while
         return grammar
     except GrammarError as exc:
         raise RequestError(str(exc), exc.param) from None
@@ -258,27 +297,45 @@ async def output_grammar(body: dict, engine: LLMEngine) -> Grammar | None:
 def kv_transfer_field(body: dict, engine: LLMEngine) -> dict | None:
     value = typed(body, "kv_transfer", (dict,), None, "an object")
     if value is not None and engine.config.kv_transfer_dir is None:
-        raise RequestError("kv_transfer is only for the workers of a disaggregated deployment (serve "
-                           "--disaggregate); leave it out", "kv_transfer")
+        raise RequestError(
+            "kv_transfer is only for the workers of a disaggregated deployment (serve --disaggregate); leave it out",
+            "kv_transfer",
+        )
     if value is not None and value.get("role") != "prefill" and not isinstance(value.get("kv_file"), str):
-        raise RequestError('kv_transfer must be {"role": "prefill"} or a prefill worker\'s kv_transfer answer '
-                           '(with its kv_file)', "kv_transfer")
+        raise RequestError(
+            'kv_transfer must be {"role": "prefill"} or a prefill worker\'s kv_transfer answer (with its kv_file)',
+            "kv_transfer",
+        )
     return value
 
 
 # ---- OpenAI response shapes -------------------------------------------------------------------
 def usage(out: RequestOutput) -> dict:
-    return {"prompt_tokens": out.num_prompt_tokens, "total_tokens": out.num_prompt_tokens + out.num_output_tokens,
-            "completion_tokens": out.num_output_tokens,
-            "prompt_tokens_details": {"cached_tokens": out.num_cached_tokens}}
+    return {
+        "prompt_tokens": out.num_prompt_tokens,
+        "total_tokens": out.num_prompt_tokens + out.num_output_tokens,
+        "completion_tokens": out.num_output_tokens,
+        "prompt_tokens_details": {"cached_tokens": out.num_cached_tokens},
+    }
 
 
 def stream_choice(chat: bool, text: str, out: RequestOutput) -> dict:
-    finish = {"finish_reason": out.finish_reason, "stop_reason": out.stop_reason} if out.finished else {"finish_reason": None}
+    finish = (
+        {"finish_reason": out.finish_reason, "stop_reason": out.stop_reason}
+        if out.finished
+        else {"finish_reason": None}
+    )
     if chat:
         return {"index": 0, "delta": {"content": text}, "logprobs": None, **finish, "token_ids": None}
-    return {"index": 0, "text": text, "logprobs": None, **finish, "stop_reason": out.stop_reason,
-            "prompt_token_ids": None, "token_ids": None}
+    return {
+        "index": 0,
+        "text": text,
+        "logprobs": None,
+        **finish,
+        "stop_reason": out.stop_reason,
+        "prompt_token_ids": None,
+        "token_ids": None,
+    }
 
 
 def compact_json(payload) -> str:
@@ -293,6 +350,7 @@ class TokenEvents:
     """SSE events of one request's stream. An unfinished output's event is the same bytes as sse() of its
     whole chunk, built once per request with a marker where the text goes, so a token encodes only its
     text (the stream's hot path: one event a token, for every stream, on the event loop)."""
+
     _MARKER = "\x00text\x00"
 
     def __init__(self, head: dict, chat: bool):
@@ -300,7 +358,7 @@ class TokenEvents:
         unfinished = RequestOutput("", [], "", False, None, None, 0, 0, 0)
         event = self.chunk_event(unfinished, self._MARKER)
         marker = compact_json(self._MARKER).encode()
-        self._parts = event.split(marker) if event.count(marker) == 1 else None   # None: the marker is in head
+        self._parts = event.split(marker) if event.count(marker) == 1 else None  # None: the marker is in head
 
     def chunk_event(self, out: RequestOutput, text: str, **extra) -> bytes:
         return sse({**self.head, "choices": [stream_choice(self.chat, text, out)], **extra})
@@ -318,10 +376,11 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
         check_model(body, served_name)
         check_unsupported(body)
         kv_transfer, handoff = kv_transfer_field(body, engine), {}
-        if kv_transfer is not None and "kv_file" in kv_transfer:   # the prompt comes tokenized, with its KV
+        if kv_transfer is not None and "kv_file" in kv_transfer:  # the prompt comes tokenized, with its KV
             try:
                 handoff["handoff"], handoff["handoff_timings"] = receive_handoff(
-                    kv_transfer, engine.config.kv_transfer_dir, cache_shape(engine.runner))
+                    kv_transfer, engine.config.kv_transfer_dir, cache_shape(engine.runner)
+                )
             except KVTransferError as exc:
                 raise RequestError(f"kv_transfer: {exc}", "kv_transfer") from None
             prompt_ids, prompt_field = handoff["handoff"].prompt_token_ids, "messages" if chat else "prompt"
@@ -329,18 +388,27 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
             prompt_ids, prompt_field = await off_loop(chat_prompt_ids, body, engine), "messages"
         else:
             prompt_ids, prompt_field = await off_loop(prompt_ids_of_completion, body, engine), "prompt"
-        params = sampling_params(body, len(prompt_ids), engine.max_model_len, None if chat else 16, prompt_field,
-                                 engine.model_config.vocab_size)
+        params = sampling_params(
+            body,
+            len(prompt_ids),
+            engine.max_model_len,
+            None if chat else 16,
+            prompt_field,
+            engine.model_config.vocab_size,
+        )
         params.grammar = await output_grammar(body, engine)
         streaming = typed(body, "stream", (bool,), False, "true or false")
         options = typed(body, "stream_options", (dict,), {}, "an object")
         include_usage = bool(options.get("include_usage", False))
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}"
         if kv_transfer is not None and params.grammar is not None:
-            raise RequestError("kv_transfer: a constrained request (response_format, guided_*) is not handed off; "
-                               "send it whole to one worker", "kv_transfer")
+            raise RequestError(
+                "kv_transfer: a constrained request (response_format, guided_*) is not handed off; "
+                "send it whole to one worker",
+                "kv_transfer",
+            )
         if kv_transfer is not None and kv_transfer.get("role") == "prefill":
-            params.max_tokens = 1   # the client's max_tokens was checked above; the decode worker runs the rest
+            params.max_tokens = 1  # the client's max_tokens was checked above; the decode worker runs the rest
             handoff["export_kv_to"] = os.path.join(engine.config.kv_transfer_dir, request_id + ".kv")
         try:
             stream = engine.open_stream(request_id, prompt_ids, params, **handoff)
@@ -349,29 +417,45 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
     except RequestError as exc:
         return exc.response()
 
-    head = {"id": request_id, "object": "chat.completion.chunk" if chat else "text_completion",
-            "created": int(time.time()), "model": served_name}
+    head = {
+        "id": request_id,
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": served_name,
+    }
     try:
         if not streaming:
             text, last = "", None
             async for last in stream:
                 text += last.new_text
             if last.finish_reason in ("abort", "error"):
-                return RequestError("the engine failed while running this request (its log says why)", None, 500,
-                                    "InternalServerError").response()
-            choice = {"index": 0, "logprobs": None, "finish_reason": last.finish_reason, "stop_reason": last.stop_reason}
+                return RequestError(
+                    "the engine failed while running this request (its log says why)", None, 500, "InternalServerError"
+                ).response()
+            choice = {
+                "index": 0,
+                "logprobs": None,
+                "finish_reason": last.finish_reason,
+                "stop_reason": last.stop_reason,
+            }
             if chat:
                 choice["message"] = {"role": "assistant", "content": text, "tool_calls": []}
             else:
-                choice = {"index": 0, "text": text, **{k: v for k, v in choice.items() if k != "index"},
-                          "prompt_logprobs": None}
+                choice = {
+                    "index": 0,
+                    "text": text,
+                    **{k: v for k, v in choice.items() if k != "index"},
+                    "prompt_logprobs": None,
+                }
             head["object"] = "chat.completion" if chat else "text_completion"
-            if "export_kv_to" in handoff:   # a prefill worker's answer: where the KV is and what it cost
+            if "export_kv_to" in handoff:  # a prefill worker's answer: where the KV is and what it cost
                 head["kv_transfer"] = last.timings
-            elif "handoff" in handoff:      # the coordinator reads the handoff's cost there (streams: last chunk)
+            elif "handoff" in handoff:  # the coordinator reads the handoff's cost there (streams: last chunk)
                 head["timings"] = last.timings
-            return web.json_response(dumps=compact_json, data={**head, "choices": [choice], "usage": usage(last),
-                                      "system_fingerprint": SYSTEM_FINGERPRINT})
+            return web.json_response(
+                dumps=compact_json,
+                data={**head, "choices": [choice], "usage": usage(last), "system_fingerprint": SYSTEM_FINGERPRINT},
+            )
 
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
@@ -390,8 +474,9 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
                 extra["system_fingerprint"] = SYSTEM_FINGERPRINT
             await response.write(events.chunk_event(out, out.new_text, **extra))
             if include_usage:
-                await response.write(sse({**head, "choices": [], "usage": usage(out),
-                                          "system_fingerprint": SYSTEM_FINGERPRINT}))
+                await response.write(
+                    sse({**head, "choices": [], "usage": usage(out), "system_fingerprint": SYSTEM_FINGERPRINT})
+                )
         await response.write(sse(b"[DONE]"))
         await response.write_eof()
         return response
@@ -410,9 +495,23 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 # ---- other endpoints ------------------------------------------------------------------------
 async def models(request: web.Request) -> web.Response:
     engine, name = request.app[ENGINE_KEY], request.app[NAME_KEY]
-    return web.json_response(dumps=compact_json, data={"object": "list", "data": [{
-        "id": name, "object": "model", "created": int(time.time()), "owned_by": "native_engine",
-        "root": name, "parent": None, "max_model_len": engine.max_model_len}]})
+    return web.json_response(
+        dumps=compact_json,
+        data={
+            "object": "list",
+            "data": [
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": int(time.time()),
+                    "owned_by": "native_engine",
+                    "root": name,
+                    "parent": None,
+                    "max_model_len": engine.max_model_len,
+                }
+            ],
+        },
+    )
 
 
 async def health(request: web.Request) -> web.Response:
@@ -428,13 +527,17 @@ async def tokenize(request: web.Request) -> web.Response:
             tokens = await off_loop(chat_prompt_ids, body, engine)
         elif isinstance(body.get("prompt"), str):
             check_text_fits(engine, len(body["prompt"]), "prompt")
-            tokens = await off_loop(engine.tokenizer.encode, body["prompt"], body.get("add_special_tokens", True) is True)
+            tokens = await off_loop(
+                engine.tokenizer.encode, body["prompt"], body.get("add_special_tokens", True) is True
+            )
         else:
             raise RequestError("prompt (a string) or messages is required", "prompt")
     except RequestError as exc:
         return exc.response()
-    return web.json_response(dumps=compact_json, data={"count": len(tokens), "max_model_len": engine.max_model_len, "tokens": tokens,
-                              "token_strs": None})
+    return web.json_response(
+        dumps=compact_json,
+        data={"count": len(tokens), "max_model_len": engine.max_model_len, "tokens": tokens, "token_strs": None},
+    )
 
 
 async def detokenize(request: web.Request) -> web.Response:
@@ -453,8 +556,9 @@ async def detokenize(request: web.Request) -> web.Response:
 async def step_trace(request: web.Request) -> web.Response:
     trace = request.app[ENGINE_KEY].step_trace
     if trace is None:
-        return RequestError("the step trace is off; start the server with --step-trace", None, 404,
-                            "NotFoundError").response()
+        return RequestError(
+            "the step trace is off; start the server with --step-trace", None, 404, "NotFoundError"
+        ).response()
     return web.json_response(dumps=compact_json, data=trace.as_dict())
 
 
@@ -495,16 +599,25 @@ def build_app(engine: LLMEngine) -> web.Application:
     return app
 
 
-async def start_server(engine: LLMEngine, host: str = "127.0.0.1", port: int = 0,
-                       idle_connection_timeout_s: float = IDLE_CONNECTION_TIMEOUT_S,
-                       shutdown_grace_s: float = SHUTDOWN_GRACE_S,
-                       head_timeout_s: float = HEAD_TIMEOUT_S) -> tuple[web.AppRunner, int]:
+async def start_server(
+    engine: LLMEngine,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    idle_connection_timeout_s: float = IDLE_CONNECTION_TIMEOUT_S,
+    shutdown_grace_s: float = SHUTDOWN_GRACE_S,
+    head_timeout_s: float = HEAD_TIMEOUT_S,
+) -> tuple[web.AppRunner, int]:
     """Serve in the running loop; returns the runner (await runner.cleanup() to stop) and the bound port.
     runner.cleanup() stops listening at once, gives the requests in flight shutdown_grace_s to finish, then
     cancels the rest (each aborts its engine request; its client sees the stream cut)."""
     # handler_cancellation: a client that disconnects cancels its handler, whose finally aborts the request.
-    runner = web.AppRunner(build_app(engine), handler_cancellation=True, access_log=None,
-                           keepalive_timeout=idle_connection_timeout_s, shutdown_timeout=shutdown_grace_s)
+    runner = web.AppRunner(
+        build_app(engine),
+        handler_cancellation=True,
+        access_log=None,
+        keepalive_timeout=idle_connection_timeout_s,
+        shutdown_timeout=shutdown_grace_s,
+    )
     await runner.setup()
     use_head_deadline(runner, head_timeout_s)
     site = web.TCPSite(runner, host, port)

@@ -8,29 +8,31 @@ agrees with plus one token of its own (sampler.sample_with_drafts), and the engi
 sequence's KV length back over the rejected ones. Pays off where outputs copy their input
 (summaries, edits, extraction, code), and costs a wider forward pass where they do not.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
-MAX_SPECULATIVE_TOKENS = 16   # a verification chunk is k+1 tokens; beyond this the step grows with little gain
+MAX_SPECULATIVE_TOKENS = 16  # a verification chunk is k+1 tokens; beyond this the step grows with little gain
 
 
 @dataclass
 class SpeculativeConfig:
     method: str = "ngram"
-    num_speculative_tokens: int = 4      # k: drafted tokens verified per step
-    ngram_max: int = 4                   # longest suffix looked up
-    ngram_min: int = 2                   # shortest suffix accepted as a match
+    num_speculative_tokens: int = 4  # k: drafted tokens verified per step
+    ngram_max: int = 4  # longest suffix looked up
+    ngram_min: int = 2  # shortest suffix accepted as a match
 
     def __post_init__(self):
         # Messages name the `bench serve` flags: this is where a bad flag is caught, at startup.
         if self.method != "ngram":
             raise ValueError(f"--speculative: {self.method!r} is not a proposer here; use ngram")
         if not 1 <= self.num_speculative_tokens <= MAX_SPECULATIVE_TOKENS:
-            raise ValueError(f"--num-speculative-tokens: must be in [1, {MAX_SPECULATIVE_TOKENS}], "
-                             f"got {self.num_speculative_tokens}")
+            raise ValueError(
+                f"--num-speculative-tokens: must be in [1, {MAX_SPECULATIVE_TOKENS}], got {self.num_speculative_tokens}"
+            )
         if self.ngram_max < 1:
             raise ValueError(f"--ngram-max: must be >= 1, got {self.ngram_max}")
         if not 1 <= self.ngram_min <= self.ngram_max:
@@ -58,8 +60,8 @@ def propose_ngram(token_ids: list[int] | np.ndarray, k: int, ngram_min: int, ngr
     best = int(match_len.max())
     if best < ngram_min:
         return []
-    end = int(ends[np.flatnonzero(match_len == best)[-1]])   # the most recent of the longest matches
-    return tokens[end + 1:end + 1 + k].tolist()
+    end = int(ends[np.flatnonzero(match_len == best)[-1]])  # the most recent of the longest matches
+    return tokens[end + 1 : end + 1 + k].tolist()
 
 
 class NgramProposer:

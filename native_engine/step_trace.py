@@ -9,16 +9,31 @@ model takes it as the batch's context). GET /step_trace returns them; harness/en
 turns them into a Chrome/Perfetto trace. Records are plain tuples in a bounded deque: appending one costs about a
 microsecond against steps of milliseconds (benchmarks/step_trace_cost.py measures it).
 """
+
 from __future__ import annotations
 
 from collections import deque
 
-FIELDS = ("start_ns", "end_ns", "forward_ns", "prefill_chunks", "decode_seqs", "kv_blocks_used",
-          "preemptions", "prefix_hit_tokens", "bytes_read", "flops", "running", "waiting", "kv_positions_read")
+FIELDS = (
+    "start_ns",
+    "end_ns",
+    "forward_ns",
+    "prefill_chunks",
+    "decode_seqs",
+    "kv_blocks_used",
+    "preemptions",
+    "prefix_hit_tokens",
+    "bytes_read",
+    "flops",
+    "running",
+    "waiting",
+    "kv_positions_read",
+)
 
 
-def step_flops(weight_params: int, lm_head_params: int, n_layers: int, q_dim: int,
-               chunks: list[tuple[int, int]], n_logits: int) -> int:
+def step_flops(
+    weight_params: int, lm_head_params: int, n_layers: int, q_dim: int, chunks: list[tuple[int, int]], n_logits: int
+) -> int:
     """FLOPs of one forward pass: 2 per weight per token (matmuls), 2 per lm_head weight per
     sampled row, and attention's QK^T and AV, 4 * q_dim per (query token, context position).
     `chunks`: (start_pos, n_tokens) per sequence; a chunk attends to its own earlier tokens too."""
@@ -39,5 +54,9 @@ class StepTrace:
     def as_dict(self) -> dict:
         """The JSON /step_trace answers: field names once, then one row per step."""
         rows = list(self.steps)
-        return {"clock": "perf_counter_ns", "fields": list(FIELDS), "steps": [list(r) for r in rows],
-                "dropped": self.recorded - len(rows)}
+        return {
+            "clock": "perf_counter_ns",
+            "fields": list(FIELDS),
+            "steps": [list(r) for r in rows],
+            "dropped": self.recorded - len(rows),
+        }

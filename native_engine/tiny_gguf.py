@@ -1,4 +1,5 @@
 """A tiny random Llama GGUF with a working tokenizer and chat template, for fast tests."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -46,9 +47,20 @@ def _add_matrix(writer: gguf.GGUFWriter, name: str, out_in: np.ndarray, qtype: g
         writer.add_tensor(name, out_in)
 
 
-def write_tiny_llama_gguf(path: str | Path, seed: int = 0, n_layers: int = 2, hidden: int = 64, n_heads: int = 4,
-                          n_kv_heads: int = 2, ffn: int = 128, vocab: int | None = None, context_length: int = 2048,
-                          rope_theta: float = 10000.0, tokenizer: str = "bytes", tied_embeddings: bool = True) -> Path:
+def write_tiny_llama_gguf(
+    path: str | Path,
+    seed: int = 0,
+    n_layers: int = 2,
+    hidden: int = 64,
+    n_heads: int = 4,
+    n_kv_heads: int = 2,
+    ffn: int = 128,
+    vocab: int | None = None,
+    context_length: int = 2048,
+    rope_theta: float = 10000.0,
+    tokenizer: str = "bytes",
+    tied_embeddings: bool = True,
+) -> Path:
     """Write the file and return its path.
 
     tokenizer: "bytes" (a 269-token byte-level BPE, always available) or "smollm2" (the real

@@ -1,4 +1,5 @@
 """The GGUF's byte-level BPE tokenizer, its chat template, and streaming detokenization."""
+
 from __future__ import annotations
 
 import codecs
@@ -24,8 +25,9 @@ PRE_TOKENIZERS = {"smollm": SMOLLM_PRE_TOKENIZER_REGEXES}
 
 def byte_level_alphabet() -> dict[str, int]:
     """GPT-2's reversible map from printable characters back to the bytes they stand for."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
-        range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars = printable[:]
     extra = 0
     for byte in range(256):
@@ -37,8 +39,17 @@ def byte_level_alphabet() -> dict[str, int]:
 
 
 class Tokenizer:
-    def __init__(self, tokens: list[str], token_types: list[int], merges: list[str], pre: str, bos_token_id: int,
-                 eos_token_ids: list[int], add_bos: bool, chat_template: str | None):
+    def __init__(
+        self,
+        tokens: list[str],
+        token_types: list[int],
+        merges: list[str],
+        pre: str,
+        bos_token_id: int,
+        eos_token_ids: list[int],
+        add_bos: bool,
+        chat_template: str | None,
+    ):
         """eos_token_ids: the declared eos first, then other turn-ending control tokens."""
         if pre not in PRE_TOKENIZERS:
             raise ValueError(f"tokenizer.ggml.pre is {pre!r}; supported: {', '.join(PRE_TOKENIZERS)}")
@@ -49,14 +60,19 @@ class Tokenizer:
         self.add_bos = add_bos
         self.chat_template = chat_template
         self.special_token_ids = {i for i, t in enumerate(token_types) if t == gguf.TokenType.CONTROL}
-        bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)},
-                         merges=[tuple(m.split(" ", 1)) for m in merges], ignore_merges=False)
+        bpe = models.BPE(
+            vocab={t: i for i, t in enumerate(tokens)},
+            merges=[tuple(m.split(" ", 1)) for m in merges],
+            ignore_merges=False,
+        )
         self._bpe = BpeTokenizer(bpe)
         splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in PRE_TOKENIZERS[pre]]
         self._bpe.pre_tokenizer = pre_tokenizers.Sequence(
-            splits + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+            splits + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+        )
         self._bpe.add_special_tokens(
-            [AddedToken(tokens[i], special=True, normalized=False) for i in sorted(self.special_token_ids)])
+            [AddedToken(tokens[i], special=True, normalized=False) for i in sorted(self.special_token_ids)]
+        )
         # The same BPE, reading control-token spellings in the text as plain text (for chat content).
         self._plain_bpe = BpeTokenizer.from_str(self._bpe.to_str())
         self._plain_bpe.encode_special_tokens = True
@@ -76,7 +92,7 @@ class Tokenizer:
         self.max_token_bytes = max(map(len, self._token_bytes))
 
     @classmethod
-    def from_gguf(cls, path_or_reader: str | Path | gguf.GGUFReader) -> "Tokenizer":
+    def from_gguf(cls, path_or_reader: str | Path | gguf.GGUFReader) -> Tokenizer:
         reader = open_gguf(path_or_reader)
 
         def field(key, default=None):
@@ -92,8 +108,10 @@ class Tokenizer:
             raise ValueError(f"tokenizer.ggml.model is {kind!r}; native_engine reads only 'gpt2' (byte-level BPE)")
         eos = int(field("tokenizer.ggml.eos_token_id"))
         return cls(
-            tokens=field("tokenizer.ggml.tokens"), token_types=field("tokenizer.ggml.token_type"),
-            merges=field("tokenizer.ggml.merges"), pre=field("tokenizer.ggml.pre"),
+            tokens=field("tokenizer.ggml.tokens"),
+            token_types=field("tokenizer.ggml.token_type"),
+            merges=field("tokenizer.ggml.merges"),
+            pre=field("tokenizer.ggml.pre"),
             bos_token_id=int(field("tokenizer.ggml.bos_token_id")),
             eos_token_ids=[eos] + [i for i in stop_token_ids(reader) if i != eos],
             add_bos=bool(field("tokenizer.ggml.add_bos_token", False)),
@@ -130,10 +148,11 @@ class Tokenizer:
         content (trim) would see the marker, so contents go in as sent.
         """
         nonce = uuid.uuid4().hex
-        marked = [{**m, "content": f"\x00{nonce}:{i}\x00"} if isinstance(m, dict) else m
-                  for i, m in enumerate(messages)]
+        marked = [
+            {**m, "content": f"\x00{nonce}:{i}\x00"} if isinstance(m, dict) else m for i, m in enumerate(messages)
+        ]
         rendered = self.apply_chat_template(marked, add_generation_prompt)
-        parts = re.split(f"\x00{nonce}:(\\d+)\x00", rendered)   # template, content index, template, ...
+        parts = re.split(f"\x00{nonce}:(\\d+)\x00", rendered)  # template, content index, template, ...
         ids: list[int] = []
         run = ""
         for k, part in enumerate(parts):
@@ -142,7 +161,7 @@ class Tokenizer:
                 continue
             pos = 0
             for control in self._control_regex.finditer(part) if self._control_ids else ():
-                run += part[pos:control.start()]
+                run += part[pos : control.start()]
                 ids += self._encode(self._plain_bpe, run) if run else []
                 ids.append(self._control_ids[control.group()])
                 run, pos = "", control.end()
@@ -160,20 +179,28 @@ class Tokenizer:
         if not self.chat_template:
             raise ValueError("this GGUF has no tokenizer.chat_template; send a plain prompt instead of messages")
         for i, message in enumerate(messages):
-            if not isinstance(message, dict) or not isinstance(message.get("role"), str) \
-                    or not isinstance(message.get("content"), str):
+            if (
+                not isinstance(message, dict)
+                or not isinstance(message.get("role"), str)
+                or not isinstance(message.get("content"), str)
+            ):
                 raise ValueError(f"messages[{i}] must be a dict with str 'role' and str 'content'")
         # the settings transformers renders chat templates with
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                            extensions=["jinja2.ext.loopcontrols"])
+        env = ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+        )
 
         def raise_exception(message):
             raise ValueError(f"chat template: {message}")
 
         template = env.from_string(self.chat_template)
-        return template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                               bos_token=self._tokens[self.bos_token_id], eos_token=self._tokens[self.eos_token_id],
-                               raise_exception=raise_exception)
+        return template.render(
+            messages=messages,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self._tokens[self.bos_token_id],
+            eos_token=self._tokens[self.eos_token_id],
+            raise_exception=raise_exception,
+        )
 
 
 class IncrementalDetokenizer:

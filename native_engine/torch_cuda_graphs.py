@@ -6,6 +6,7 @@ A decode step of SmolLM2 is ~400 small kernels (30 layers x norms, matmuls, RoPE
 attention); launched one by one from Python, the GPU idles between them. A graph launches them all
 at once. Graphs are captured lazily, the first time a step needs that size.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,16 +32,23 @@ class CudaDecode:
     def _buffers(self, size: int) -> dict[str, torch.Tensor]:
         dev, bs = self.runner.device, self.runner.kv_block_size
         long = dict(dtype=torch.int64, device=dev)
-        return {"tokens": torch.zeros(size, **long), "positions": torch.zeros(size, **long),
-                "slots": torch.full((size,), self.scratch_block * bs, **long),
-                "blocks": torch.full((size, self.max_blocks), self.scratch_block, **long),
-                "key_bias": torch.zeros((size, 1, 1, self.max_blocks * bs), device=dev)}
+        return {
+            "tokens": torch.zeros(size, **long),
+            "positions": torch.zeros(size, **long),
+            "slots": torch.full((size,), self.scratch_block * bs, **long),
+            "blocks": torch.full((size, self.max_blocks), self.scratch_block, **long),
+            "key_bias": torch.zeros((size, 1, 1, self.max_blocks * bs), device=dev),
+        }
 
     def _step(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         r = self.runner
         rope = self.rope.index_select(0, inputs["positions"])[:, None, :]
-        x = r.layers_forward(inputs["tokens"], rope, inputs["slots"],
-                             lambda i, q: r.decode_attention(i, q, inputs["blocks"], inputs["key_bias"]))
+        x = r.layers_forward(
+            inputs["tokens"],
+            rope,
+            inputs["slots"],
+            lambda i, q: r.decode_attention(i, q, inputs["blocks"], inputs["key_bias"]),
+        )
         return r.logits(x)
 
     def _capture(self, size: int) -> tuple:
@@ -61,9 +69,15 @@ class CudaDecode:
         size = bucket_for(len(chunks), self.sizes)
         if size is None:
             return None
-        padded = pad_decode([ch.token_ids[0] for ch in chunks], [ch.start_pos for ch in chunks],
-                            [ch.block_table for ch in chunks], size, self.max_blocks, self.runner.kv_block_size,
-                            self.scratch_block)
+        padded = pad_decode(
+            [ch.token_ids[0] for ch in chunks],
+            [ch.start_pos for ch in chunks],
+            [ch.block_table for ch in chunks],
+            size,
+            self.max_blocks,
+            self.runner.kv_block_size,
+            self.scratch_block,
+        )
         if padded is None:
             return None
         if not self.use_graphs:

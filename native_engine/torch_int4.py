@@ -8,6 +8,7 @@ The kernel unpacks the weights once per input row, so it is fast for few rows (d
 concurrency: a matrix-vector product reads 4.5 bits a weight) and slow for many; steps of many rows
 take a dense copy of the same dequantized weights: bf16, or fp32 on a CPU without bf16 units (torch_kernels.py).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -46,6 +47,7 @@ class Int4Linear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if len(x) <= INT4_MAX_ROWS:
-            return torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16), self.packed, BLOCK,
-                                                                self.scales_and_zeros)
+            return torch.ops.aten._weight_int4pack_mm_for_cpu(
+                x.to(torch.bfloat16), self.packed, BLOCK, self.scales_and_zeros
+            )
         return F.linear(x.to(self.many_rows_dense.dtype), self.many_rows_dense)

@@ -7,6 +7,7 @@ per token too and run torch._int_mm (VNNI/AMX on CPUs: compute-bound, int8 x int
 a matrix whose inputs carry outlier channels (ffn_down), which takes a dense copy for many rows. On a CPU
 without VNNI/AMX every many-row step takes the dense copy, fp32 there (torch_kernels.py decides).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,8 +30,9 @@ class Linear:
     y comes in its kernel's dtype (bf16 from the bf16 and int8 weight-only kernels, else fp32): callers
     add it to fp32 residuals (the add upcasts) or cast it, and a bf16 y feeds the next bf16 kernel as is."""
 
-    def __init__(self, w_in_out: np.ndarray, dtype: str, kernels: CpuKernels, device: str = "cpu",
-                 outlier_inputs: bool = False):
+    def __init__(
+        self, w_in_out: np.ndarray, dtype: str, kernels: CpuKernels, device: str = "cpu", outlier_inputs: bool = False
+    ):
         if dtype not in DTYPES[1:]:
             raise ValueError(f"dtype {dtype!r}: choose one of {', '.join(DTYPES[1:])} (int4 is torch_int4.Int4Linear)")
         weight = torch.from_numpy(np.ascontiguousarray(w_in_out.T)).to(device)  # [out, in], as torch's kernels take
@@ -92,7 +94,8 @@ class LayerMatrices:
             blocks = gguf_q4.layer_matrices(weights, index)
             self.wqkv, self.wo, self.w_gate_up, self.w_down = (
                 Int4Linear(blocks[name], getattr(layer, name).T, kernels.dense_dtype)
-                for name in ("wqkv", "wo", "w_gate_up", "w_down"))
+                for name in ("wqkv", "wo", "w_gate_up", "w_down")
+            )
             return
         self.wqkv = Linear(layer.wqkv, dtype, kernels, device)
         self.wo = Linear(layer.wo, dtype, kernels, device)

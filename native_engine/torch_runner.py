@@ -11,6 +11,7 @@ Install torch's CPU build first (`pip install torch --index-url https://download
 then `pip install -e '.[torch]'`: PyPI's Linux torch is the CUDA build (docs/runtimes.md).
 Which kernels run many-row steps depends on the CPU: torch_kernels.py.
 """
+
 from __future__ import annotations
 
 import logging
@@ -54,8 +55,17 @@ class TorchModelRunner:
     _plan = ModelRunner._plan
     _decode_groups = ModelRunner._decode_groups
 
-    def __init__(self, config: ModelConfig, weights: ModelWeights, num_kv_blocks: int, kv_block_size: int = 16,
-                 dtype: str = "int4", threads: int = 0, device: str = "cpu", cuda_graphs: bool = True):
+    def __init__(
+        self,
+        config: ModelConfig,
+        weights: ModelWeights,
+        num_kv_blocks: int,
+        kv_block_size: int = 16,
+        dtype: str = "int4",
+        threads: int = 0,
+        device: str = "cpu",
+        cuda_graphs: bool = True,
+    ):
         if num_kv_blocks < 1 or kv_block_size < 1:
             raise ValueError(f"num_kv_blocks ({num_kv_blocks}) and kv_block_size ({kv_block_size}) must be >= 1")
         if dtype not in DTYPES:
@@ -81,8 +91,9 @@ class TorchModelRunner:
         self.k_cache = torch.zeros(cache_shape, dtype=torch.float32, device=device)  # zeros: pages touched now
         self.v_cache = torch.zeros(cache_shape, dtype=torch.float32, device=device)
         kv_dim = c.n_kv_heads * c.head_dim  # each layer's cache as rows of slots, for the step's writes
-        self.k_slots, self.v_slots = ([layer.view(-1, kv_dim) for layer in cache]
-                                      for cache in (self.k_cache, self.v_cache))
+        self.k_slots, self.v_slots = (
+            [layer.view(-1, kv_dim) for layer in cache] for cache in (self.k_cache, self.v_cache)
+        )
         self.kv_cache_bytes = 2 * self.k_cache.numel() * 4
         self.kv_bytes_per_token = 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4
         # FLOPs count weights, not bytes: int4 holds half a byte a weight, int8 one, bf16 two
@@ -98,6 +109,7 @@ class TorchModelRunner:
         self.cuda_decode = None  # decode-only steps on CUDA: one fixed-shape function, graph-captured or not
         if device == "cuda":
             from native_engine.torch_cuda_graphs import CudaDecode
+
             self.cuda_decode = CudaDecode(self, graphs=cuda_graphs)
 
     def weight_bytes_read(self, rows: int, logit_rows: int) -> int:
@@ -118,8 +130,12 @@ class TorchModelRunner:
         keys = self.k_cache[layer].index_select(0, blocks.reshape(-1)).view(n, -1, c.n_kv_heads, c.head_dim)
         values = self.v_cache[layer].index_select(0, blocks.reshape(-1)).view(n, -1, c.n_kv_heads, c.head_dim)
         out = F.scaled_dot_product_attention(
-            q.reshape(n, c.n_kv_heads, group, c.head_dim), keys.transpose(1, 2), values.transpose(1, 2),
-            attn_mask=key_bias, scale=self.attn_scale)
+            q.reshape(n, c.n_kv_heads, group, c.head_dim),
+            keys.transpose(1, 2),
+            values.transpose(1, 2),
+            attn_mask=key_bias,
+            scale=self.attn_scale,
+        )
         return out.reshape(n, c.n_heads * c.head_dim)
 
     def _one_decode_attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor):
@@ -128,8 +144,9 @@ class TorchModelRunner:
         work (16 us on one thread, 35 to 700 us on two of a shared 2-core machine)."""
         c = self.config
         torch.set_num_threads(1)
-        out = F.scaled_dot_product_attention(q.view(1, c.n_kv_heads, -1, c.head_dim), keys, values,
-                                             scale=self.attn_scale)
+        out = F.scaled_dot_product_attention(
+            q.view(1, c.n_kv_heads, -1, c.head_dim), keys, values, scale=self.attn_scale
+        )
         torch.set_num_threads(self.threads)
         return out.view(1, c.n_heads * c.head_dim)
 
@@ -143,13 +160,16 @@ class TorchModelRunner:
             # a view, never a copy: this step's own keys are written into the cache after it is made
             rows = cache.view(*cache.shape[:-4], 1, -1, c.n_kv_heads, c.head_dim)
             return rows[..., :context, :, :].transpose(-3, -2)
+
         if table[-1] - table[0] == len(table) - 1 and np.all(np.diff(table) == 1):
             blocks = slice(int(table[0]), int(table[-1]) + 1)
             keys, values = heads_first(self.k_cache[:, blocks]), heads_first(self.v_cache[:, blocks])
             return lambda i: (keys[i], values[i])
         blocks = self._tensor(table)
-        return lambda i: (heads_first(self.k_cache[i].index_select(0, blocks)),
-                          heads_first(self.v_cache[i].index_select(0, blocks)))
+        return lambda i: (
+            heads_first(self.k_cache[i].index_select(0, blocks)),
+            heads_first(self.v_cache[i].index_select(0, blocks)),
+        )
 
     def _prefill_attention(self, layer: int, q: torch.Tensor, start_pos: int, table: np.ndarray):
         c, bs = self.config, self.kv_block_size
@@ -157,11 +177,18 @@ class TorchModelRunner:
         blocks = self._tensor(table[: -(-context // bs)])
         keys = self.k_cache[layer].index_select(0, blocks).reshape(-1, c.n_kv_heads, c.head_dim)[:context]
         values = self.v_cache[layer].index_select(0, blocks).reshape(-1, c.n_kv_heads, c.head_dim)[:context]
-        causal = (torch.arange(context, device=self.device)[None, :]
-                  <= (start_pos + torch.arange(n, device=self.device))[:, None])  # [n, context]
+        causal = (
+            torch.arange(context, device=self.device)[None, :]
+            <= (start_pos + torch.arange(n, device=self.device))[:, None]
+        )  # [n, context]
         out = F.scaled_dot_product_attention(
-            q.transpose(0, 1)[None], keys.transpose(0, 1)[None], values.transpose(0, 1)[None],
-            attn_mask=causal, scale=self.attn_scale, enable_gqa=True)  # [1, n_heads, n, head_dim]
+            q.transpose(0, 1)[None],
+            keys.transpose(0, 1)[None],
+            values.transpose(0, 1)[None],
+            attn_mask=causal,
+            scale=self.attn_scale,
+            enable_gqa=True,
+        )  # [1, n_heads, n, head_dim]
         return out[0].transpose(0, 1).reshape(n, c.n_heads * c.head_dim)
 
     # -- the step -------------------------------------------------------------------
@@ -177,13 +204,13 @@ class TorchModelRunner:
         for i, layer in enumerate(self.layers):
             qkv = layer.wqkv(F.rms_norm(x, (c.hidden_size,), layer.attn_norm, c.rms_eps)).float()
             # RoPE: q and k heads side by side, their pairs (2i, 2i+1) as complex numbers, as in model_runner
-            qk = torch.view_as_complex(qkv[:, :q_dim + kv_dim].view(n_tokens, -1, c.head_dim // 2, 2))
+            qk = torch.view_as_complex(qkv[:, : q_dim + kv_dim].view(n_tokens, -1, c.head_dim // 2, 2))
             qk = torch.view_as_real(qk * rope).view(n_tokens, q_dim + kv_dim)
             self.k_slots[i].index_copy_(0, slots, qk[:, q_dim:])
-            self.v_slots[i].index_copy_(0, slots, qkv[:, q_dim + kv_dim:])
+            self.v_slots[i].index_copy_(0, slots, qkv[:, q_dim + kv_dim :])
             x = x + layer.wo(attend(i, qk[:, :q_dim].view(n_tokens, c.n_heads, c.head_dim)))
             gate_up = layer.w_gate_up(F.rms_norm(x, (c.hidden_size,), layer.ffn_norm, c.rms_eps))
-            x = x + layer.w_down(F.silu(gate_up[:, :c.ffn_size]).mul_(gate_up[:, c.ffn_size:]))
+            x = x + layer.w_down(F.silu(gate_up[:, : c.ffn_size]).mul_(gate_up[:, c.ffn_size :]))
         return x
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -196,8 +223,10 @@ class TorchModelRunner:
         if not chunks:
             raise ValueError("forward() needs at least one SeqChunk")
         plan = self._plan(chunks)
-        self.last_step_bytes_read = (self.weight_bytes_read(len(plan.tokens), len(plan.logit_rows))
-                                     + plan.kv_positions_read * self.kv_bytes_per_token)
+        self.last_step_bytes_read = (
+            self.weight_bytes_read(len(plan.tokens), len(plan.logit_rows))
+            + plan.kv_positions_read * self.kv_bytes_per_token
+        )
         if self.cuda_decode is not None and not plan.prefill and len(plan.logit_rows) == len(chunks):
             found = self.cuda_decode.run(chunks)
             if found is not None:
@@ -208,16 +237,18 @@ class TorchModelRunner:
             def attend(i, q):
                 return self._one_decode_attention(q, *kv(i))
         else:
-            groups = [(self._tensor(g.rows), self._tensor(g.blocks), self._tensor(g.key_bias))
-                      for g in plan.decode_groups]
+            groups = [
+                (self._tensor(g.rows), self._tensor(g.blocks), self._tensor(g.key_bias)) for g in plan.decode_groups
+            ]
 
             def attend(i, q):
                 out = torch.empty((len(q), c.n_heads * c.head_dim), device=self.device)
                 for rows, blocks, key_bias in groups:
                     out[rows] = self.decode_attention(i, q[rows], blocks, key_bias)
                 for row, n, start_pos, table in plan.prefill:
-                    out[row:row + n] = self._prefill_attention(i, q[row:row + n], start_pos, table)
+                    out[row : row + n] = self._prefill_attention(i, q[row : row + n], start_pos, table)
                 return out
+
         x = self.layers_forward(self._tensor(plan.tokens), self._tensor(plan.rope), self._tensor(plan.slots), attend)
         if not len(plan.logit_rows):
             return np.zeros((0, c.vocab_size), dtype=np.float32)

@@ -1,6 +1,7 @@
 """Results folders of `bench run` with `candidates:` (harness/candidates.py): OUT/candidates.json
 and a folder per candidate. Given such a folder, reports read each completed candidate as one
 results folder named after it; failed ones are listed with their reason, not silently dropped."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ def expand_candidates(paths, labels: list[str] | None = None) -> Expanded:
             out.labels.append(label)
             out.accelerators[label] = int(c.get("accelerators", 1))
     if not out.paths:
-        raise ResultsError(f"{', '.join(map(str, paths))}: no candidate completed ({'; '.join(out.left_out)}); "
-                           f"see candidates.json and each candidate's engine.log")
+        raise ResultsError(
+            f"{', '.join(map(str, paths))}: no candidate completed ({'; '.join(out.left_out)}); "
+            f"see candidates.json and each candidate's engine.log"
+        )
     return out

@@ -23,6 +23,7 @@ nights (and a change older than a quarter is not news).
 Values are compared on the log scale when all are positive: run-to-run noise is multiplicative and a
 +15% step then looks the same at any level.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ class Finding:
     def change(self) -> float:
         return (self.after - self.before) / self.before if self.before else float("inf")
 
-    def matches(self, other: "Finding") -> bool:
+    def matches(self, other: Finding) -> bool:
         """The same change as seen on another night: one more night can move a step by one, and a drift's
         start by several (its fitted knot), so drifts match when they overlap."""
         if self.kind == other.kind == "drift":
@@ -77,8 +78,9 @@ def energy_q(x: np.ndarray, min_size: int = MIN_SEGMENT) -> np.ndarray:
     return q
 
 
-def e_divisive(x, min_size: int = MIN_SEGMENT, permutations: int = PERMUTATIONS, alpha: float = ALPHA,
-               seed: int = 0) -> list[int]:
+def e_divisive(
+    x, min_size: int = MIN_SEGMENT, permutations: int = PERMUTATIONS, alpha: float = ALPHA, seed: int = 0
+) -> list[int]:
     """Significant change points of x, sorted: each the index of the first value after a change."""
     x = np.asarray(x, dtype=float)
     rng = np.random.default_rng(seed)
@@ -95,8 +97,9 @@ def e_divisive(x, min_size: int = MIN_SEGMENT, permutations: int = PERMUTATIONS,
         q_seen, (a, b), tau = best
         shuffled = rng.permuted(np.tile(x[a:b], (permutations, 1)), axis=1)
         rows = max(1, MAX_CELLS // (b - a) ** 2)  # a year of nights: 199 x 365 x 365 would be 200 MB at once
-        q_chance = np.concatenate([energy_q(shuffled[i:i + rows], min_size).max(axis=1)
-                                   for i in range(0, permutations, rows)])
+        q_chance = np.concatenate(
+            [energy_q(shuffled[i : i + rows], min_size).max(axis=1) for i in range(0, permutations, rows)]
+        )
         p = (1 + np.count_nonzero(q_chance >= q_seen - 1e-12 * abs(q_seen))) / (permutations + 1)
         if p > alpha:
             return sorted(points)

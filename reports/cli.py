@@ -5,27 +5,34 @@ Exit codes: 0 fine, 1 the gate found a regression, 2 bad input (folder, rules fi
 The reports modules are imported when a command runs: pandas and plotly take about a second to
 import, which every `bench run` would otherwise pay.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
 from harness.results import ResultsError
-from reports.console import console, fail as _fail, warn as _warn
+from reports.console import console
+from reports.console import fail as _fail
+from reports.console import warn as _warn
 
 
-def report(run_dirs: List[Path] = typer.Argument(None, help="results folders (runs or sweeps); several are overlaid"),
-           output: Path = typer.Option(Path("report.html"), "-o", "--output",
-                                       help="HTML file; the Markdown summary goes beside it, same name with .md "
-                                            "(report.html -> report.md)"),
-           label: List[str] = typer.Option([], "--label", help="a name per folder, in order (default: folder names)"),
-           attainment: float = typer.Option(0.9, "--attainment",
-                                            help="share of requests that must meet the SLOs at a sweep point"),
-           history: Optional[Path] = typer.Option(None, "--history", help="instead: trends of a history file"),
-           rules: Optional[Path] = typer.Option(None, "--rules", help="with --history: gate rules (metrics, thresholds)"),
-           ) -> None:
+def report(
+    run_dirs: list[Path] = typer.Argument(None, help="results folders (runs or sweeps); several are overlaid"),
+    output: Path = typer.Option(
+        Path("report.html"),
+        "-o",
+        "--output",
+        help="HTML file; the Markdown summary goes beside it, same name with .md (report.html -> report.md)",
+    ),
+    label: list[str] = typer.Option([], "--label", help="a name per folder, in order (default: folder names)"),
+    attainment: float = typer.Option(
+        0.9, "--attainment", help="share of requests that must meet the SLOs at a sweep point"
+    ),
+    history: Path | None = typer.Option(None, "--history", help="instead: trends of a history file"),
+    rules: Path | None = typer.Option(None, "--rules", help="with --history: gate rules (metrics, thresholds)"),
+) -> None:
     """Write one self-contained HTML report (offline) and a Markdown summary; or, with --history, trend charts."""
     from reports.report import write_report
 
@@ -33,10 +40,12 @@ def report(run_dirs: List[Path] = typer.Argument(None, help="results folders (ru
         raise _fail(f"-o/--output: {output} should end in .html (the Markdown summary is written beside it as .md)")
     if history is not None:
         from reports.history_cli import report_history
+
         return report_history(history, output, rules, run_dirs)
     if not run_dirs:
         raise _fail("RUN_DIRS: give results folders, or --history DB for the trend report")
     from reports.tune_report import is_tune_dir, write_tune_report
+
     if len(run_dirs) == 1 and is_tune_dir(run_dirs[0]):  # a `bench tune` folder
         try:
             tuned = write_tune_report(run_dirs[0], output)
@@ -54,16 +63,20 @@ def report(run_dirs: List[Path] = typer.Argument(None, help="results folders (ru
     console.print(f"report: {output} and {output.with_suffix('.md')} ({len(content.figures)} plots)")
 
 
-def gate(baseline: Path = typer.Argument(..., help="baseline: a run folder, or a folder of run-N/ repeats"),
-         current: Optional[Path] = typer.Argument(None, help="current: a run folder, or a folder of run-N/ repeats"),
-         rules: Optional[Path] = typer.Option(None, "--rules", help="gate rules YAML (default: built-in, as ci/gate.yaml)"),
-         summary_md: Optional[Path] = typer.Option(None, "--summary-md", help="also write the Markdown summary here"),
-         strict: bool = typer.Option(False, "--strict", help="exit 5 when a metric is inconclusive (for CI)"),
-         history: Optional[Path] = typer.Option(None, "--history", help="judge CURRENT against this history file "
-                                                "(`bench history add`); BASELINE, if given, while it is short"),
-         last: int = typer.Option(20, "--last", min=2, help="with --history: the nights to compare against"),
-         min_history: int = typer.Option(10, "--min-history", min=2, help="with --history: nights it needs"),
-         ) -> None:
+def gate(
+    baseline: Path = typer.Argument(..., help="baseline: a run folder, or a folder of run-N/ repeats"),
+    current: Path | None = typer.Argument(None, help="current: a run folder, or a folder of run-N/ repeats"),
+    rules: Path | None = typer.Option(None, "--rules", help="gate rules YAML (default: built-in, as ci/gate.yaml)"),
+    summary_md: Path | None = typer.Option(None, "--summary-md", help="also write the Markdown summary here"),
+    strict: bool = typer.Option(False, "--strict", help="exit 5 when a metric is inconclusive (for CI)"),
+    history: Path | None = typer.Option(
+        None,
+        "--history",
+        help="judge CURRENT against this history file (`bench history add`); BASELINE, if given, while it is short",
+    ),
+    last: int = typer.Option(20, "--last", min=2, help="with --history: the nights to compare against"),
+    min_history: int = typer.Option(10, "--min-history", min=2, help="with --history: nights it needs"),
+) -> None:
     """Compare runs metric by metric; exit 1 on a significant regression beyond its threshold."""
     from reports import gate as g
     from reports.repeats import check_same_scenario, load_run_set
@@ -71,6 +84,7 @@ def gate(baseline: Path = typer.Argument(..., help="baseline: a run folder, or a
     note = ""
     if history is not None:
         from reports.history_cli import gate_against_history
+
         baseline, current = (None, baseline) if current is None else (baseline, current)
         note = gate_against_history(history, current, rules, last, min_history, summary_md, baseline)
     elif current is None:
@@ -90,19 +104,30 @@ def gate(baseline: Path = typer.Argument(..., help="baseline: a run folder, or a
     raise typer.Exit(g.exit_code(verdicts, strict))
 
 
-def select(results: List[Path] = typer.Argument(..., help="one results folder (sweep or run) per engine, or a "
-                                                "folder of candidates (`bench run` of a scenario with candidates:)"),
-           slo: str = typer.Option("", "--slo", help="SLO limits in ms, e.g. ttft_ms=500,tpot_ms=50 (default: the "
-                                   "SLOs the runs were made with, when they share them)"),
-           gpu_cost_per_hour: Optional[float] = typer.Option(None, "--gpu-cost-per-hour",
-                                                             help="price of one accelerator-hour (without it: ranked "
-                                                                  "by output tokens/s per accelerator)"),
-           accelerators: int = typer.Option(1, "--accelerators", help="accelerators each engine ran on"),
-           label: List[str] = typer.Option([], "--label", help="an engine name per folder, in order"),
-           attainment: float = typer.Option(0.9, "--attainment", help="share of requests that must meet the SLOs"),
-           output: Path = typer.Option(Path("selection.html"), "-o", "--output",
-                                       help="HTML file; the Markdown goes beside it, same name with .md"),
-           ) -> None:
+def select(
+    results: list[Path] = typer.Argument(
+        ...,
+        help="one results folder (sweep or run) per engine, or a "
+        "folder of candidates (`bench run` of a scenario with candidates:)",
+    ),
+    slo: str = typer.Option(
+        "",
+        "--slo",
+        help="SLO limits in ms, e.g. ttft_ms=500,tpot_ms=50 (default: the "
+        "SLOs the runs were made with, when they share them)",
+    ),
+    gpu_cost_per_hour: float | None = typer.Option(
+        None,
+        "--gpu-cost-per-hour",
+        help="price of one accelerator-hour (without it: ranked by output tokens/s per accelerator)",
+    ),
+    accelerators: int = typer.Option(1, "--accelerators", help="accelerators each engine ran on"),
+    label: list[str] = typer.Option([], "--label", help="an engine name per folder, in order"),
+    attainment: float = typer.Option(0.9, "--attainment", help="share of requests that must meet the SLOs"),
+    output: Path = typer.Option(
+        Path("selection.html"), "-o", "--output", help="HTML file; the Markdown goes beside it, same name with .md"
+    ),
+) -> None:
     """Engine or deployment selection: capacity within SLOs, tokens/s per accelerator, cost per million tokens,
     a ranking and why."""
     from reports.select import parse_slo, write_selection
@@ -110,8 +135,15 @@ def select(results: List[Path] = typer.Argument(..., help="one results folder (s
     if output.suffix.lower() != ".html":
         raise _fail(f"-o/--output: {output} should end in .html (the Markdown is written beside it as .md)")
     try:
-        sel = write_selection(results, output, slo=parse_slo(slo) if slo else None, gpu_cost_per_hour=gpu_cost_per_hour,
-                              accelerators=accelerators, labels=label or None, attainment=attainment)
+        sel = write_selection(
+            results,
+            output,
+            slo=parse_slo(slo) if slo else None,
+            gpu_cost_per_hour=gpu_cost_per_hour,
+            accelerators=accelerators,
+            labels=label or None,
+            attainment=attainment,
+        )
     except (ResultsError, ValueError) as e:
         raise _fail(str(e))
     typer.echo(sel.recommendation)

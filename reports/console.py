@@ -1,4 +1,5 @@
 """What the reports commands (`report`, `gate`, `select`, `history`) print on stderr, and their exit codes."""
+
 from __future__ import annotations
 
 import typer

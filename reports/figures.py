@@ -3,6 +3,7 @@
 Plain SVG traces only (no WebGL): the report must draw in any browser, headless ones too.
 Long series are thinned before plotting so a report of a 100k-request run stays small.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,9 +39,19 @@ def latency_cdfs(runs: list[RunData]) -> go.Figure:
         for k, (name, col) in enumerate(panels):
             ms = (run.itl_s if col is None else run.requests[col].to_numpy(dtype=float)) * 1e3
             x, y = cdf_points(ms)
-            fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=run.label, legendgroup=run.label,
-                                     showlegend=k == 0, line=dict(color=color(i))),
-                          row=k // 2 + 1, col=k % 2 + 1)
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=y,
+                    mode="lines",
+                    name=run.label,
+                    legendgroup=run.label,
+                    showlegend=k == 0,
+                    line=dict(color=color(i)),
+                ),
+                row=k // 2 + 1,
+                col=k % 2 + 1,
+            )
     fig.update_xaxes(title_text="ms")
     fig.update_yaxes(title_text="fraction of requests ≤ x", range=[0, 1.02])
     fig.update_layout(title="Latency distributions (CDF)", height=650, **LAYOUT)
@@ -61,18 +72,25 @@ def timeline(run: RunData) -> go.Figure:
     df = run.requests.sort_values("intended_send_s").head(MAX_TIMELINE_REQUESTS).reset_index(drop=True)
     rows = df.index.to_numpy()
     ok, bad = df[df["ok"]], df[~df["ok"]]
-    parts = (("waiting for a slot (concurrency cap)", ok["intended_send_s"], ok["send_s"], ok.index, "#bbbbbb"),
-             ("sent → first token", ok["send_s"], ok["first_token_s"], ok.index, "#f0a030"),
-             ("first → last token", ok["first_token_s"], ok["end_s"], ok.index, "#3070c0"),
-             ("failed", bad["intended_send_s"], bad["end_s"], bad.index, "#d62728"))
+    parts = (
+        ("waiting for a slot (concurrency cap)", ok["intended_send_s"], ok["send_s"], ok.index, "#bbbbbb"),
+        ("sent → first token", ok["send_s"], ok["first_token_s"], ok.index, "#f0a030"),
+        ("first → last token", ok["first_token_s"], ok["end_s"], ok.index, "#3070c0"),
+        ("failed", bad["intended_send_s"], bad["end_s"], bad.index, "#d62728"),
+    )
     fig = go.Figure()
     for name, a, b, ys, c in parts:
         x, y = _segments(a.to_numpy(dtype=float), b.to_numpy(dtype=float), ys)
         if x:
             fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=name, line=dict(color=c, width=3)))
     shown = f" (first {len(rows)} of {len(run.requests)})" if len(run.requests) > len(rows) else ""
-    fig.update_layout(title=f"Per-request timeline: {run.label}{shown}", xaxis_title="seconds from t0",
-                      yaxis_title="request (by intended send time)", height=420, **LAYOUT)
+    fig.update_layout(
+        title=f"Per-request timeline: {run.label}{shown}",
+        xaxis_title="seconds from t0",
+        yaxis_title="request (by intended send time)",
+        height=420,
+        **LAYOUT,
+    )
     return fig
 
 
@@ -82,22 +100,60 @@ def _window_s(run: RunData) -> float:
 
 
 def over_time(runs: list[RunData]) -> go.Figure:
-    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
-                        subplot_titles=("TTFT by send time", "ITL per window (median)", "Output tokens/s per window"))
+    fig = make_subplots(
+        rows=3,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.07,
+        subplot_titles=("TTFT by send time", "ITL per window (median)", "Output tokens/s per window"),
+    )
     for i, run in enumerate(runs):
         c, df, w = color(i), run.requests, _window_s(run)
         done = df[df["ok"]]
-        fig.add_trace(go.Scatter(x=done["intended_send_s"], y=done["ttft_s"] * 1e3, mode="markers", name=run.label,
-                                 legendgroup=run.label, marker=dict(color=c, size=4)), row=1, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=done["intended_send_s"],
+                y=done["ttft_s"] * 1e3,
+                mode="markers",
+                name=run.label,
+                legendgroup=run.label,
+                marker=dict(color=c, size=4),
+            ),
+            row=1,
+            col=1,
+        )
         if run.token_times_s.size:
             edges = np.arange(0, run.token_times_s[-1] + w, w)
             counts, _ = np.histogram(run.token_times_s, bins=edges)
             mids = edges[:-1] + w / 2
-            fig.add_trace(go.Scatter(x=mids, y=counts / w, mode="lines", line=dict(color=c), legendgroup=run.label,
-                                     showlegend=False, name=run.label), row=3, col=1)
+            fig.add_trace(
+                go.Scatter(
+                    x=mids,
+                    y=counts / w,
+                    mode="lines",
+                    line=dict(color=c),
+                    legendgroup=run.label,
+                    showlegend=False,
+                    name=run.label,
+                ),
+                row=3,
+                col=1,
+            )
             x_itl, y_itl = _itl_by_window(run, edges)
-            fig.add_trace(go.Scatter(x=x_itl, y=y_itl, mode="lines+markers", line=dict(color=c), marker=dict(size=3),
-                                     legendgroup=run.label, showlegend=False, name=run.label), row=2, col=1)
+            fig.add_trace(
+                go.Scatter(
+                    x=x_itl,
+                    y=y_itl,
+                    mode="lines+markers",
+                    line=dict(color=c),
+                    marker=dict(size=3),
+                    legendgroup=run.label,
+                    showlegend=False,
+                    name=run.label,
+                ),
+                row=2,
+                col=1,
+            )
     fig.update_yaxes(title_text="ms", row=1, col=1)
     fig.update_yaxes(title_text="ms", row=2, col=1)
     fig.update_yaxes(title_text="tokens/s", row=3, col=1)

@@ -17,6 +17,7 @@ Verdicts, with "worse" meaning higher latency or lower throughput/goodput:
 Only a regression fails the gate (exit 1). When no metric regressed but some could not be decided the
 headline says "inconclusive"; `bench gate --strict` (for CI) then exits 5.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -48,14 +49,17 @@ class MetricRule(BaseModel):
     better: Literal["lower", "higher"]
     threshold: float = Field(gt=0, lt=10, description="relative change, e.g. 0.1 for 10%")
     # one run per side: whole runs differ by 10-25% here, so only a change this large is trusted
-    single_run_threshold: float = Field(default=0.5, gt=0, lt=10,
-                                        description="relative change a one-run-per-side comparison must pass")
+    single_run_threshold: float = Field(
+        default=0.5, gt=0, lt=10, description="relative change a one-run-per-side comparison must pass"
+    )
 
     @model_validator(mode="after")
-    def _single_run_threshold_is_larger(self) -> "MetricRule":
+    def _single_run_threshold_is_larger(self) -> MetricRule:
         if self.single_run_threshold < self.threshold:
-            raise ValueError(f"single_run_threshold ({self.single_run_threshold}) must be >= threshold "
-                             f"({self.threshold}): one run per side is the less certain comparison")
+            raise ValueError(
+                f"single_run_threshold ({self.single_run_threshold}) must be >= threshold "
+                f"({self.threshold}): one run per side is the less certain comparison"
+            )
         return self
 
 
@@ -71,12 +75,20 @@ class GateRules(BaseModel):
     metrics: dict[str, MetricRule]
 
 
-DEFAULT_RULES = {"metrics": {
-    "ttft_p50": {"source": "ttft", "statistic": "p50", "better": "lower", "threshold": 0.10},
-    "ttft_p99": {"source": "ttft", "statistic": "p99", "better": "lower", "threshold": 0.20},
-    "tpot_p50": {"source": "tpot", "statistic": "p50", "better": "lower", "threshold": 0.10},
-    "output_tokens_per_s": {"source": "output_tokens_per_s", "statistic": "mean", "better": "higher", "threshold": 0.10},
-    "goodput": {"source": "goodput", "statistic": "mean", "better": "higher", "threshold": 0.05}}}
+DEFAULT_RULES = {
+    "metrics": {
+        "ttft_p50": {"source": "ttft", "statistic": "p50", "better": "lower", "threshold": 0.10},
+        "ttft_p99": {"source": "ttft", "statistic": "p99", "better": "lower", "threshold": 0.20},
+        "tpot_p50": {"source": "tpot", "statistic": "p50", "better": "lower", "threshold": 0.10},
+        "output_tokens_per_s": {
+            "source": "output_tokens_per_s",
+            "statistic": "mean",
+            "better": "higher",
+            "threshold": 0.10,
+        },
+        "goodput": {"source": "goodput", "statistic": "mean", "better": "higher", "threshold": 0.05},
+    }
+}
 
 
 def load_rules(path: str | Path | None) -> GateRules:
@@ -124,8 +136,7 @@ def samples(run: RunData, rule: MetricRule, rules: GateRules, slo: dict) -> np.n
     if rule.source == "itl":
         return run.itl_s * 1e3
     if rule.source == "goodput":
-        return np.array([float(lat is not None and meets_slo(lat, slo))
-                         for lat in map(request_latency, run.records)])
+        return np.array([float(lat is not None and meets_slo(lat, slo)) for lat in map(request_latency, run.records)])
     start = float(df["intended_send_s"].min()) if len(df) else 0.0
     end = float(np.nanmax(df["end_s"])) if len(df) else 0.0
     if rule.source == "output_tokens_per_s":
@@ -142,28 +153,38 @@ def judge(name: str, rule: MetricRule, baseline: RunSet, current: RunSet, rules:
     b_min, c_min = min(x.size for x in b), min(x.size for x in c)
     if c_min < rules.min_samples <= b_min and rule.source in PER_REQUEST_SOURCES and rule.source != "goodput":
         # the baseline had enough; a current run lost them (failures, no tokens): that is itself a regression
-        return MetricVerdict(name, rule, "regression", note=f"a current run has {c_min} samples, baseline "
-                             f"runs >= {b_min}", **sides)
+        return MetricVerdict(
+            name, rule, "regression", note=f"a current run has {c_min} samples, baseline runs >= {b_min}", **sides
+        )
     enough = min(rules.min_samples, rules.windows) if rule.source in WINDOW_SOURCES else rules.min_samples
     if min(b_min, c_min) < enough:
-        return MetricVerdict(name, rule, "inconclusive",
-                             note=f"too few samples in a run ({b_min} vs {c_min}; need {enough})", **sides)
+        return MetricVerdict(
+            name, rule, "inconclusive", note=f"too few samples in a run ({b_min} vs {c_min}; need {enough})", **sides
+        )
     needed = samples_for_tail(rule.statistic, rules.min_tail_samples)
     if min(b_min, c_min) < needed:
-        return MetricVerdict(name, rule, "inconclusive", note=f"{rule.statistic} needs >= {needed} samples per run "
-                             f"to hold {rules.min_tail_samples} beyond it ({b_min} vs {c_min})", **sides)
+        return MetricVerdict(
+            name,
+            rule,
+            "inconclusive",
+            note=f"{rule.statistic} needs >= {needed} samples per run "
+            f"to hold {rules.min_tail_samples} beyond it ({b_min} vs {c_min})",
+            **sides,
+        )
     stat = statistic_fn(rule.statistic)
     b_values, c_values = ([float(stat(x[None, :])[0]) for x in side] for side in (b, c))
     sides.update(baseline_spread=_spread(b_values), current_spread=_spread(c_values))
     one_run_each = len(b) == 1 and len(c) == 1
     try:
-        ch = (bootstrap_relative_change(b[0], c[0], rule.statistic, rules.resamples, rules.confidence, rules.seed)
-              if one_run_each else run_level_change(b_values, c_values, rules.confidence))
+        ch = (
+            bootstrap_relative_change(b[0], c[0], rule.statistic, rules.resamples, rules.confidence, rules.seed)
+            if one_run_each
+            else run_level_change(b_values, c_values, rules.confidence)
+        )
     except ValueError as e:
         return MetricVerdict(name, rule, "inconclusive", note=str(e), **sides)
     verdict, note = verdict_for_change(ch, rule, one_run_each)
-    return MetricVerdict(name, rule, verdict, ch.baseline, ch.current, ch.change, ch.ci_low, ch.ci_high, note,
-                         **sides)
+    return MetricVerdict(name, rule, verdict, ch.baseline, ch.current, ch.change, ch.ci_low, ch.ci_high, note, **sides)
 
 
 def verdict_for_change(ch: RelativeChange, rule: MetricRule, one_run_each: bool) -> tuple[str, str]:
@@ -180,8 +201,10 @@ def verdict_for_change(ch: RelativeChange, rule: MetricRule, one_run_each: bool)
     else:
         verdict = "inconclusive"
     if one_run_each and verdict in ("regression", "improvement") and abs(worse) <= rule.single_run_threshold:
-        return "inconclusive", (f"one run per side: the interval misses run-to-run variation, so only a change "
-                                f"beyond ±{100 * rule.single_run_threshold:.0f}% counts; repeat the runs")
+        return "inconclusive", (
+            f"one run per side: the interval misses run-to-run variation, so only a change "
+            f"beyond ±{100 * rule.single_run_threshold:.0f}% counts; repeat the runs"
+        )
     return verdict, ""
 
 
@@ -220,50 +243,93 @@ def exit_code(verdicts: list[MetricVerdict], strict: bool = False) -> int:
 def scenario_differences(baseline: RunSet, current: RunSet) -> list[str]:
     """Scenario keys that differ besides name, workload and load (those must match, see repeats.py): a backend,
     SLO or launch change is worth a warning. The URL and the seed differ between repeats by design."""
+
     def flat(d, prefix=""):
         out = {}
         for k, v in (d or {}).items():
             key = f"{prefix}{k}"
             out.update(flat(v, key + ".") if isinstance(v, dict) else {key: v})
         return out
+
     a, b = flat(baseline.scenario), flat(current.scenario)
     keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k not in ("backend.url", "name", "seed"))
     return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in keys]
 
 
 def render_markdown(baseline: RunSet, current: RunSet, verdicts: list[MetricVerdict], rules: GateRules) -> str:
-    icon = {"pass": "✅ pass", "regression": "❌ regression", "improvement": "🚀 improvement",
-            "inconclusive": "❔ inconclusive"}
+    icon = {
+        "pass": "✅ pass",
+        "regression": "❌ regression",
+        "improvement": "🚀 improvement",
+        "inconclusive": "❔ inconclusive",
+    }
     rows = []
     for v in verdicts:
         unit = "ms" if v.rule.source in ("ttft", "tpot", "e2e", "itl") else ""
-        num = (lambda x: "-" if x is None else (f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"))
-        value = (lambda x, spread: "-" if x is None else num(x) + ("" if spread is None else f" ± {num(spread)}")
-                 + (unit and " " + unit))
-        pct = (lambda x: "-" if x is None else f"{100 * x:+.1f}%")
+        num = lambda x: "-" if x is None else (f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}")
+        value = lambda x, spread: (
+            "-" if x is None else num(x) + ("" if spread is None else f" ± {num(spread)}") + (unit and " " + unit)
+        )
+        pct = lambda x: "-" if x is None else f"{100 * x:+.1f}%"
         ci = "-" if v.ci_low is None else f"[{pct(v.ci_low)}, {pct(v.ci_high)}]"
-        rows.append([v.name, f"{v.rule.source} {v.rule.statistic}", f"{v.baseline_runs} / {v.current_runs}",
-                     value(v.baseline, v.baseline_spread), value(v.current, v.current_spread), pct(v.change), ci,
-                     f"±{100 * v.rule.threshold:.0f}% ({v.rule.better} is better)", icon[v.verdict], v.note])
+        rows.append(
+            [
+                v.name,
+                f"{v.rule.source} {v.rule.statistic}",
+                f"{v.baseline_runs} / {v.current_runs}",
+                value(v.baseline, v.baseline_spread),
+                value(v.current, v.current_spread),
+                pct(v.change),
+                ci,
+                f"±{100 * v.rule.threshold:.0f}% ({v.rule.better} is better)",
+                icon[v.verdict],
+                v.note,
+            ]
+        )
     status = gate_status(verdicts)
     n_b, n_c = len(baseline.runs), len(current.runs)
     if n_b == 1 and n_c == 1:
-        method = (f"one run per side: {rules.confidence:.0%} block-bootstrap intervals within the runs "
-                  f"({rules.resamples} resamples, seed {rules.seed}); they miss run-to-run variation, so a change must "
-                  f"also pass the metric's single-run threshold. Repeat the runs (a folder of run-N/ folders per side) "
-                  f"for a firm verdict.")
+        method = (
+            f"one run per side: {rules.confidence:.0%} block-bootstrap intervals within the runs "
+            f"({rules.resamples} resamples, seed {rules.seed}); they miss run-to-run variation, so a change must "
+            f"also pass the metric's single-run threshold. Repeat the runs (a folder of run-N/ folders per side) "
+            f"for a firm verdict."
+        )
     else:
-        method = (f"{rules.confidence:.0%} Welch t intervals over runs (each run's statistic is one sample, log scale; "
-                  f"values are means over runs ± their standard deviation)"
-                  + ("; a side with one run takes the other side's run-to-run spread." if min(n_b, n_c) == 1 else "."))
+        method = (
+            f"{rules.confidence:.0%} Welch t intervals over runs (each run's statistic is one sample, log scale; "
+            f"values are means over runs ± their standard deviation)"
+            + ("; a side with one run takes the other side's run-to-run spread." if min(n_b, n_c) == 1 else ".")
+        )
     undecided = sum(v.verdict == "inconclusive" for v in verdicts)
-    headline = {"failed": "FAILED", "passed": "passed",
-                "inconclusive": f"inconclusive ({undecided} of {len(verdicts)} metrics undecided, none regressed)"}
-    out = [f"## Benchmark gate: {headline[status]}", "",
-           f"Baseline `{baseline.path}` ({n_b} run{'s' * (n_b > 1)}) vs current `{current.path}` "
-           f"({n_c} run{'s' * (n_c > 1)}); {method}", "",
-           md_table(["metric", "statistic", "runs (base / cur)", "baseline", "current", "change",
-                     f"{rules.confidence:.0%} CI", "threshold", "verdict", "note"], rows), ""]
+    headline = {
+        "failed": "FAILED",
+        "passed": "passed",
+        "inconclusive": f"inconclusive ({undecided} of {len(verdicts)} metrics undecided, none regressed)",
+    }
+    out = [
+        f"## Benchmark gate: {headline[status]}",
+        "",
+        f"Baseline `{baseline.path}` ({n_b} run{'s' * (n_b > 1)}) vs current `{current.path}` "
+        f"({n_c} run{'s' * (n_c > 1)}); {method}",
+        "",
+        md_table(
+            [
+                "metric",
+                "statistic",
+                "runs (base / cur)",
+                "baseline",
+                "current",
+                "change",
+                f"{rules.confidence:.0%} CI",
+                "threshold",
+                "verdict",
+                "note",
+            ],
+            rows,
+        ),
+        "",
+    ]
     diffs = scenario_differences(baseline, current)
     if diffs:
         out += ["> **Warning**: the runs used different settings: " + "; ".join(diffs), ""]
@@ -271,6 +337,9 @@ def render_markdown(baseline: RunSet, current: RunSet, verdicts: list[MetricVerd
         for run in side.runs:
             flags = [f for f in ("client_bound", "interrupted") if run.summary.get(f)]
             if flags:
-                out += [f"> **Warning**: the {role} run `{run.path}` is {' and '.join(flags)}: its latencies are not "
-                        f"the engine's alone.", ""]
+                out += [
+                    f"> **Warning**: the {role} run `{run.path}` is {' and '.join(flags)}: its latencies are not "
+                    f"the engine's alone.",
+                    "",
+                ]
     return "\n".join(out)

@@ -9,6 +9,7 @@ together form a batch (one nightly job's repeats; `--batch`, by default one per 
 batch is one point of a series, its value the mean of its runs' values (geometric when all are positive,
 as the gate compares runs). A series is one scenario hash on one kind of runner.
 """
+
 from __future__ import annotations
 
 import sqlite3
@@ -43,6 +44,7 @@ CREATE INDEX IF NOT EXISTS runs_by_series ON runs (scenario_hash, runner_kind, f
 @dataclass
 class Night:
     """One point of a series: a batch of runs of one scenario on one kind of runner."""
+
     batch: str
     finished_at: str
     commit: str | None
@@ -79,8 +81,15 @@ class AddResult:
     already: list[Path]
 
 
-def add_runs(db: str | Path, paths, batch: str | None = None, commit: str | None = None, branch: str | None = None,
-             runner: str | None = None, rules=None) -> AddResult:
+def add_runs(
+    db: str | Path,
+    paths,
+    batch: str | None = None,
+    commit: str | None = None,
+    branch: str | None = None,
+    runner: str | None = None,
+    rules=None,
+) -> AddResult:
     """Records each run (all of them or, if any is refused, none). `rules`: GateRules whose metrics are
     stored besides the standard set (reports.run_values)."""
     from reports.load import load_run
@@ -103,15 +112,32 @@ def add_runs(db: str | Path, paths, batch: str | None = None, commit: str | None
                 ident = identify(p, run.run_info, runner)
                 cur = conn.execute(
                     "INSERT OR IGNORE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (ident.run_id, batch, ident.scenario_name, ident.scenario_hash, ident.runner_kind, ident.host,
-                     commit, branch, ident.engine, ident.engine_version, ident.model, ident.harness_version,
-                     ident.finished_at, added_at, str(p.resolve())))
+                    (
+                        ident.run_id,
+                        batch,
+                        ident.scenario_name,
+                        ident.scenario_hash,
+                        ident.runner_kind,
+                        ident.host,
+                        commit,
+                        branch,
+                        ident.engine,
+                        ident.engine_version,
+                        ident.model,
+                        ident.harness_version,
+                        ident.finished_at,
+                        added_at,
+                        str(p.resolve()),
+                    ),
+                )
                 if cur.rowcount == 0:
                     result.already.append(p)
                     continue
                 values = run_values(run, rules)
-                conn.executemany("INSERT INTO metrics VALUES (?,?,?,?)",
-                                 [(ident.run_id, name, value, n) for name, (value, n) in values.items()])
+                conn.executemany(
+                    "INSERT INTO metrics VALUES (?,?,?,?)",
+                    [(ident.run_id, name, value, n) for name, (value, n) in values.items()],
+                )
                 result.added.append(p)
     finally:
         conn.close()
@@ -122,8 +148,10 @@ def series_keys(db: str | Path) -> list[tuple[str, str, str, int]]:
     """(scenario name, scenario hash, runner kind, runs) of every series in the file, largest first."""
     conn = connect(db)
     try:
-        return conn.execute("SELECT scenario_name, scenario_hash, runner_kind, COUNT(*) FROM runs "
-                            "GROUP BY scenario_hash, runner_kind ORDER BY COUNT(*) DESC").fetchall()
+        return conn.execute(
+            "SELECT scenario_name, scenario_hash, runner_kind, COUNT(*) FROM runs "
+            "GROUP BY scenario_hash, runner_kind ORDER BY COUNT(*) DESC"
+        ).fetchall()
     finally:
         conn.close()
 
@@ -141,8 +169,11 @@ def nights(db: str | Path, scenario: str, runner: str, metrics, exclude_runs=())
     runs; runs in `exclude_runs` (tonight's, when they were already added) are left out."""
     conn = connect(db)
     try:
-        rows = conn.execute("SELECT run_id, batch, finished_at, commit_sha, branch FROM runs WHERE scenario_hash = ? "
-                            "AND runner_kind = ? ORDER BY finished_at, rowid", (scenario, runner)).fetchall()
+        rows = conn.execute(
+            "SELECT run_id, batch, finished_at, commit_sha, branch FROM runs WHERE scenario_hash = ? "
+            "AND runner_kind = ? ORDER BY finished_at, rowid",
+            (scenario, runner),
+        ).fetchall()
         rows = [r for r in rows if r[0] not in set(exclude_runs)]
         by_batch: dict[str, Night] = {}
         for run_id, batch, finished_at, commit, branch in rows:
@@ -153,8 +184,10 @@ def nights(db: str | Path, scenario: str, runner: str, metrics, exclude_runs=())
         for night in by_batch.values():
             per_run: dict[str, list] = {m: [] for m in metrics}
             for name, value, n in conn.execute(
-                    f"SELECT name, value, samples FROM metrics WHERE name IN ({marks}) AND run_id IN "
-                    f"({','.join('?' * len(night.run_ids))})", metrics + night.run_ids):
+                f"SELECT name, value, samples FROM metrics WHERE name IN ({marks}) AND run_id IN "
+                f"({','.join('?' * len(night.run_ids))})",
+                metrics + night.run_ids,
+            ):
                 per_run[name].append((value, n))
             for name, vals in per_run.items():
                 night.values[name] = batch_value([v for v, _ in vals])

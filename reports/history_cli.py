@@ -2,34 +2,38 @@
 
 Exit codes as reports/cli.py: 0 fine, 1 the gate found a regression, 2 bad input.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
-from reports.console import EXIT_REGRESSION, console, fail as _fail
+from reports.console import EXIT_REGRESSION, console
+from reports.console import fail as _fail
 
 history_app = typer.Typer(no_args_is_help=True, help="The results store: record runs, print their series over nights.")
 DEFAULT_DB = Path("history.db")
 
 
 @history_app.command("add")
-def add(run_dirs: List[Path] = typer.Argument(..., help="run folders, or folders of run-N/ repeats"),
-        db: Path = typer.Option(DEFAULT_DB, "--db", help="history file (SQLite; created if missing)"),
-        batch: Optional[str] = typer.Option(None, "--batch", envvar="GITHUB_RUN_ID",
-                                            help="runs of one night share it (default: one per call)"),
-        commit: Optional[str] = typer.Option(None, "--commit", help="default: $GITHUB_SHA, else git rev-parse HEAD"),
-        branch: Optional[str] = typer.Option(None, "--branch", help="default: $GITHUB_REF_NAME, else git's branch"),
-        runner: Optional[str] = typer.Option(None, "--runner-kind", envvar="BENCH_RUNNER_KIND",
-                                             help="kind of machine (default: OS-arch-Ncpu from run.json)"),
-        rules: Optional[Path] = typer.Option(None, "--rules", help="gate rules whose metrics to store as well"),
-        ) -> None:
+def add(
+    run_dirs: list[Path] = typer.Argument(..., help="run folders, or folders of run-N/ repeats"),
+    db: Path = typer.Option(DEFAULT_DB, "--db", help="history file (SQLite; created if missing)"),
+    batch: str | None = typer.Option(
+        None, "--batch", envvar="GITHUB_RUN_ID", help="runs of one night share it (default: one per call)"
+    ),
+    commit: str | None = typer.Option(None, "--commit", help="default: $GITHUB_SHA, else git rev-parse HEAD"),
+    branch: str | None = typer.Option(None, "--branch", help="default: $GITHUB_REF_NAME, else git's branch"),
+    runner: str | None = typer.Option(
+        None, "--runner-kind", envvar="BENCH_RUNNER_KIND", help="kind of machine (default: OS-arch-Ncpu from run.json)"
+    ),
+    rules: Path | None = typer.Option(None, "--rules", help="gate rules whose metrics to store as well"),
+) -> None:
     """Record finished runs (identity and per-run statistics). Adding a run again changes nothing."""
+    from harness.results import ResultsError
     from reports.gate import GateRulesError, load_rules
     from reports.history import add_runs
-    from harness.results import ResultsError
     from reports.repeats import run_dirs as expand
     from reports.run_identity import HistoryError
 
@@ -44,11 +48,13 @@ def add(run_dirs: List[Path] = typer.Argument(..., help="run folders, or folders
 
 
 @history_app.command("show")
-def show(db: Path = typer.Argument(..., help="history file"),
-         metric: List[str] = typer.Option([], "--metric", help="metric name, e.g. tpot_p50 or summary.ttft_ms.p99 "
-                                                                "(default: the gate's metrics)"),
-         last: int = typer.Option(30, "--last", help="nights to print per series"),
-         ) -> None:
+def show(
+    db: Path = typer.Argument(..., help="history file"),
+    metric: list[str] = typer.Option(
+        [], "--metric", help="metric name, e.g. tpot_p50 or summary.ttft_ms.p99 (default: the gate's metrics)"
+    ),
+    last: int = typer.Option(30, "--last", help="nights to print per series"),
+) -> None:
     """Print each series (scenario x runner kind) night by night."""
     import pandas as pd
 
@@ -66,28 +72,44 @@ def show(db: Path = typer.Argument(..., help="history file"),
         unknown = sorted(set(names) - set(recorded))
         if unknown:
             gate_metrics = ", ".join(m for m in recorded if not m.startswith("summary."))
-            raise _fail(f"--metric: {', '.join(unknown)} not recorded; recorded are {gate_metrics}, and summary.json's "
-                  f"figures as summary.<path> (e.g. summary.ttft_ms.p99)")
+            raise _fail(
+                f"--metric: {', '.join(unknown)} not recorded; recorded are {gate_metrics}, and summary.json's "
+                f"figures as summary.<path> (e.g. summary.ttft_ms.p99)"
+            )
         for name, scenario, runner, n_runs in keys:
             every = nights(db, scenario, runner, names)
             series, first = every[-last:], max(0, len(every) - last)
-            rows = [{"night": first + i + 1, "date (UTC)": n.finished_at[:16].replace("T", " "),
-                     "commit": (n.commit or "-")[:10], "branch": n.branch or "-", "runs": len(n.run_ids),
-                     **{m: "-" if n.values.get(m) is None else f"{n.values[m]:.4g}" for m in names}}
-                    for i, n in enumerate(series)]
+            rows = [
+                {
+                    "night": first + i + 1,
+                    "date (UTC)": n.finished_at[:16].replace("T", " "),
+                    "commit": (n.commit or "-")[:10],
+                    "branch": n.branch or "-",
+                    "runs": len(n.run_ids),
+                    **{m: "-" if n.values.get(m) is None else f"{n.values[m]:.4g}" for m in names},
+                }
+                for i, n in enumerate(series)
+            ]
             typer.echo(f"{name} ({scenario}) on {runner}: {n_runs} runs, the last {len(series)} nights")
             typer.echo(pd.DataFrame(rows).to_string(index=False) + "\n")
     except HistoryError as e:
         raise _fail(str(e))
 
 
-def gate_against_history(db: Path, current: Path, rules: Optional[Path], last: int, min_history: int,
-                         summary_md: Optional[Path], baseline: Optional[Path]) -> str:
+def gate_against_history(
+    db: Path,
+    current: Path,
+    rules: Path | None,
+    last: int,
+    min_history: int,
+    summary_md: Path | None,
+    baseline: Path | None,
+) -> str:
     """`bench gate --history`: exits with the verdict when the history is long enough; else returns a note for
     the gate against BASELINE (or, without one, exits 0: nothing to compare against)."""
+    from harness.results import ResultsError
     from reports.gate import GateRulesError, load_rules
     from reports.history_gate import gate_history, render_markdown
-    from harness.results import ResultsError
     from reports.run_identity import HistoryError
 
     try:
@@ -96,8 +118,9 @@ def gate_against_history(db: Path, current: Path, rules: Optional[Path], last: i
     except (GateRulesError, HistoryError, ResultsError) as e:
         raise _fail(str(e))
     if result is None:
-        note = (f"> History `{db}` has fewer than {min_history} comparable nights (--min-history): "
-                + ("gated against the committed baseline instead.\n\n" if baseline else "no gate tonight.\n\n"))
+        note = f"> History `{db}` has fewer than {min_history} comparable nights (--min-history): " + (
+            "gated against the committed baseline instead.\n\n" if baseline else "no gate tonight.\n\n"
+        )
         if baseline is None:
             typer.echo(note)
             if summary_md:
@@ -111,7 +134,7 @@ def gate_against_history(db: Path, current: Path, rules: Optional[Path], last: i
     raise typer.Exit(EXIT_REGRESSION if result.failed else 0)
 
 
-def report_history(db: Path, output: Path, rules: Optional[Path], run_dirs) -> None:
+def report_history(db: Path, output: Path, rules: Path | None, run_dirs) -> None:
     """`bench report --history DB`: the trend report."""
     from reports.gate import GateRulesError, load_rules
     from reports.run_identity import HistoryError
@@ -124,4 +147,3 @@ def report_history(db: Path, output: Path, rules: Optional[Path], run_dirs) -> N
     except (GateRulesError, HistoryError) as e:
         raise _fail(str(e))
     console.print(f"trend report: {output} ({len(content.figures)} series, {len(content.rows)} findings)")
-

@@ -10,6 +10,7 @@ Per metric of the rules:
     it fails the gate once, on the night it is found; later nights list it as seen (SEEN_NIGHTS).
 Fails (exit 1) on a regression verdict or a new finding in the worse direction.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -19,8 +20,15 @@ from pathlib import Path
 import numpy as np
 
 from reports.changepoint import Finding, findings
-from reports.gate import GateRules, MetricRule, MetricVerdict, PER_REQUEST_SOURCES, WINDOW_SOURCES
-from reports.gate import samples_for_tail, verdict_for_change  # the gate's own rules, not a copy of them
+from reports.gate import (  # the gate's own rules, not a copy of them
+    PER_REQUEST_SOURCES,
+    WINDOW_SOURCES,
+    GateRules,
+    MetricRule,
+    MetricVerdict,
+    samples_for_tail,
+    verdict_for_change,
+)
 from reports.history import Night, batch_value, nights
 from reports.markdown import md_table
 from reports.repeats import RunSet, check_same_scenario, load_run_set
@@ -28,9 +36,8 @@ from reports.run_identity import identify, revision, runner_kind, scenario_hash
 from reports.run_values import metric_key, run_values
 from reports.stats import run_level_change
 
-
 SEEN_NIGHTS = 3  # a finding the analyses of any of the last 3 nights showed is not new (measured on seeded
-                 # 1%/night drifts: 4 repeated alarms in 18 series with 1 night, 1 with 2, none with 3)
+# 1%/night drifts: 4 repeated alarms in 18 series with 1 night, 1 with 2, none with 3)
 
 
 @dataclass
@@ -52,16 +59,22 @@ class HistoryGate:
 
     @property
     def failed(self) -> bool:
-        return any(m.verdict.verdict == "regression" or any(worse(m.verdict.rule, f) for f in m.new)
-                   for m in self.metrics)
+        return any(
+            m.verdict.verdict == "regression" or any(worse(m.verdict.rule, f) for f in m.new) for m in self.metrics
+        )
 
 
 def tonight(current: RunSet, rules: GateRules) -> Night:
     """The current runs as one more night of the series."""
     per_run = [run_values(r, rules) for r in current.runs]
     commit, branch = revision()
-    night = Night("tonight", datetime.now(timezone.utc).isoformat(timespec="seconds"), commit, branch,
-                  [identify(r.path, r.run_info).run_id for r in current.runs])
+    night = Night(
+        "tonight",
+        datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        commit,
+        branch,
+        [identify(r.path, r.run_info).run_id for r in current.runs],
+    )
     for name in per_run[0]:
         night.values[name] = batch_value([v[name][0] for v in per_run])
         counts = [v[name][1] for v in per_run if v[name][1] is not None]
@@ -87,14 +100,15 @@ def gate_history(db: Path, current_path: Path, rules: GateRules, last: int, min_
     return gate
 
 
-def judge_metric(name: str, rule: MetricRule, history: list[Night], now: Night, rules: GateRules,
-                 last: int) -> MetricHistory:
+def judge_metric(
+    name: str, rule: MetricRule, history: list[Night], now: Night, rules: GateRules, last: int
+) -> MetricHistory:
     key = metric_key(rule)
     had = [n for n in history if n.values.get(key) is not None]
     values = [n.values[key] for n in had]
     sides = {"baseline_runs": len(values), "current_runs": len(now.run_ids)}
     # what the last nights' gates saw: a change near the noise can drop out for a night and come back
-    views = [findings(values[:len(values) - m], rule.threshold) for m in range(SEEN_NIGHTS) if len(values) > m]
+    views = [findings(values[: len(values) - m], rule.threshold) for m in range(SEEN_NIGHTS) if len(values) > m]
     before = views[0] if views else []
     series, found, new = had, before, []
     if now.values.get(key) is not None:
@@ -115,14 +129,24 @@ def judge_metric(name: str, rule: MetricRule, history: list[Night], now: Night, 
         return result
     needed = max(enough, samples_for_tail(rule.statistic, rules.min_tail_samples))
     if have < needed or len(base) < 2:
-        result.verdict.note = (f"a current run has {have} samples; {rule.statistic} needs >= {needed}" if have < needed
-                               else f"{len(base)} night(s) since the last step: too few to compare against")
+        result.verdict.note = (
+            f"a current run has {have} samples; {rule.statistic} needs >= {needed}"
+            if have < needed
+            else f"{len(base)} night(s) since the last step: too few to compare against"
+        )
         return result
     ch = run_level_change(base, [now.values[key]], rules.confidence)
     verdict, note = verdict_for_change(ch, rule, one_run_each=False)
     v = result.verdict
     v.verdict, v.note, v.baseline, v.current, v.change, v.ci_low, v.ci_high = (
-        verdict, note, ch.baseline, ch.current, ch.change, ch.ci_low, ch.ci_high)
+        verdict,
+        note,
+        ch.baseline,
+        ch.current,
+        ch.change,
+        ch.ci_low,
+        ch.ci_high,
+    )
     v.baseline_spread = float(np.std(base, ddof=1))
     return result
 
@@ -134,10 +158,21 @@ def worse(rule: MetricRule, f: Finding) -> bool:
 def describe(name: str, series: list[Night], f: Finding, rule: MetricRule) -> list[str]:
     """A finding as a table row: metric, what, the first night after it (its commit, date), levels, direction."""
     night = series[f.index]
-    what = f"step {100 * f.change:+.1f}%" if f.kind == "step" else (
-        f"drift {100 * f.change:+.1f}% over {f.end - f.index + 1} nights")
-    return [name, what, f"#{f.index + 1} of {len(series)}", (night.commit or "?")[:10], night.finished_at[:10],
-            _num(f.before), _num(f.after), "worse" if worse(rule, f) else "better"]
+    what = (
+        f"step {100 * f.change:+.1f}%"
+        if f.kind == "step"
+        else (f"drift {100 * f.change:+.1f}% over {f.end - f.index + 1} nights")
+    )
+    return [
+        name,
+        what,
+        f"#{f.index + 1} of {len(series)}",
+        (night.commit or "?")[:10],
+        night.finished_at[:10],
+        _num(f.before),
+        _num(f.after),
+        "worse" if worse(rule, f) else "better",
+    ]
 
 
 def _num(x) -> str:
@@ -145,36 +180,74 @@ def _num(x) -> str:
 
 
 def render_markdown(gate: HistoryGate, rules: GateRules) -> str:
-    icon = {"pass": "✅ pass", "regression": "❌ regression", "improvement": "🚀 improvement",
-            "inconclusive": "❔ inconclusive"}
-    pct = (lambda x: "-" if x is None else f"{100 * x:+.1f}%")
+    icon = {
+        "pass": "✅ pass",
+        "regression": "❌ regression",
+        "improvement": "🚀 improvement",
+        "inconclusive": "❔ inconclusive",
+    }
+    pct = lambda x: "-" if x is None else f"{100 * x:+.1f}%"
     rows, found = [], []
     for m in gate.metrics:
         v = m.verdict
         unit = " ms" if v.rule.source in ("ttft", "tpot", "e2e", "itl") else ""
         spread = "" if v.baseline_spread is None else f" ± {_num(v.baseline_spread)}"
-        rows.append([v.name, f"{v.rule.source} {v.rule.statistic}", f"{v.baseline_runs} / 1",
-                     "-" if v.baseline is None else _num(v.baseline) + spread + unit,
-                     "-" if v.current is None else _num(v.current) + unit, pct(v.change),
-                     "-" if v.ci_low is None else f"[{pct(v.ci_low)}, {pct(v.ci_high)}]",
-                     f"±{100 * v.rule.threshold:.0f}% ({v.rule.better} is better)", icon[v.verdict], v.note])
+        rows.append(
+            [
+                v.name,
+                f"{v.rule.source} {v.rule.statistic}",
+                f"{v.baseline_runs} / 1",
+                "-" if v.baseline is None else _num(v.baseline) + spread + unit,
+                "-" if v.current is None else _num(v.current) + unit,
+                pct(v.change),
+                "-" if v.ci_low is None else f"[{pct(v.ci_low)}, {pct(v.ci_high)}]",
+                f"±{100 * v.rule.threshold:.0f}% ({v.rule.better} is better)",
+                icon[v.verdict],
+                v.note,
+            ]
+        )
         for f in m.findings:
             status = ("❌ new tonight" if worse(v.rule, f) else "🚀 new tonight") if f in m.new else "seen before"
             found.append(describe(v.name, m.nights, f, v.rule) + [status])
     n = len(gate.current.runs)
-    out = [f"## Benchmark gate against history: {'FAILED' if gate.failed else 'passed'}", "",
-           f"Current `{gate.current.path}` ({n} run{'s' * (n > 1)}, one more night) against the history in "
-           f"`{gate.db}`: {gate.history_nights} comparable nights (scenario `{gate.current.scenario.get('name')}` "
-           f"{gate.scenario_hash}, runner `{gate.runner_kind}`). Verdicts: {rules.confidence:.0%} Welch t intervals "
-           f"over nights (a night's value is the mean of its runs; tonight takes the history's night-to-night spread) "
-           f"against the last nights since the latest known step. Change points: e-divisive means "
-           f"(permutation test) over the nights; a step counts beyond the metric's threshold, a drift beyond half of "
-           f"it; a new one in the worse direction fails the gate once.", "",
-           md_table(["metric", "statistic", "nights (base / cur)", "baseline", "current", "change",
-                     f"{rules.confidence:.0%} CI", "threshold", "verdict", "note"], rows), ""]
+    out = [
+        f"## Benchmark gate against history: {'FAILED' if gate.failed else 'passed'}",
+        "",
+        f"Current `{gate.current.path}` ({n} run{'s' * (n > 1)}, one more night) against the history in "
+        f"`{gate.db}`: {gate.history_nights} comparable nights (scenario `{gate.current.scenario.get('name')}` "
+        f"{gate.scenario_hash}, runner `{gate.runner_kind}`). Verdicts: {rules.confidence:.0%} Welch t intervals "
+        f"over nights (a night's value is the mean of its runs; tonight takes the history's night-to-night spread) "
+        f"against the last nights since the latest known step. Change points: e-divisive means "
+        f"(permutation test) over the nights; a step counts beyond the metric's threshold, a drift beyond half of "
+        f"it; a new one in the worse direction fails the gate once.",
+        "",
+        md_table(
+            [
+                "metric",
+                "statistic",
+                "nights (base / cur)",
+                "baseline",
+                "current",
+                "change",
+                f"{rules.confidence:.0%} CI",
+                "threshold",
+                "verdict",
+                "note",
+            ],
+            rows,
+        ),
+        "",
+    ]
     if found:
-        out += ["### Change points", "", md_table(["metric", "change", "from night", "first commit", "date",
-                                                   "before", "after", "direction", "status"], found), ""]
+        out += [
+            "### Change points",
+            "",
+            md_table(
+                ["metric", "change", "from night", "first commit", "date", "before", "after", "direction", "status"],
+                found,
+            ),
+            "",
+        ]
     else:
         out += ["No change point or drift in the history.", ""]
     return "\n".join(out)

@@ -1,4 +1,5 @@
 """HTML rendering: jinja2 templates, plotly.js inlined once so the file works offline."""
+
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -16,23 +17,42 @@ PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
 
 def environment() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
 
 
 def figure_divs(figures) -> list[tuple[str, str]]:
     """(heading, <div> + drawing <script>) per figure; the drawing code needs plotly.js on the page."""
-    return [(heading, fig.to_html(full_html=False, include_plotlyjs=False, config=PLOT_CONFIG))
-            for heading, fig in figures]
+    return [
+        (heading, fig.to_html(full_html=False, include_plotlyjs=False, config=PLOT_CONFIG)) for heading, fig in figures
+    ]
 
 
 def render(template: str, figures, **context) -> str:
-    return environment().get_template(template).render(
-        plotly_js=get_plotlyjs(), plots=figure_divs(figures),
-        generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), **context)
+    return (
+        environment()
+        .get_template(template)
+        .render(
+            plotly_js=get_plotlyjs(),
+            plots=figure_divs(figures),
+            generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            **context,
+        )
+    )
 
 
 def render_report_html(content) -> str:
-    return render("report.html.j2", content.figures, title=content.title, c=content, summary_columns=SUMMARY_COLUMNS,
-                  prediction_columns=PREDICTION_COLUMNS,
-                  replica_columns=REPLICA_COLUMNS)
+    return render(
+        "report.html.j2",
+        content.figures,
+        title=content.title,
+        c=content,
+        summary_columns=SUMMARY_COLUMNS,
+        prediction_columns=PREDICTION_COLUMNS,
+        replica_columns=REPLICA_COLUMNS,
+    )

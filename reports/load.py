@@ -6,6 +6,7 @@ become tables: server_metrics.csv (`t_s,name,value,labels`) and telemetry.csv
 sweep.json does not mark completed (cut by Ctrl-C, failed) are left out, as their partial counts
 would pass for a load the engine could not take. Latencies use harness.metrics, the one implementation.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,14 +15,37 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.metrics import active_slo, meets_slo, request_latency, summarize
-from harness.results import (RequestRecord, ResultsError, is_run_dir, parse_point_dir, point_dirs, read_json,
-                             read_records, read_statuses)
 from harness.engine_trace import read_engine_trace
+from harness.metrics import active_slo, meets_slo, request_latency, summarize
+from harness.results import (
+    RequestRecord,
+    ResultsError,
+    is_run_dir,
+    parse_point_dir,
+    point_dirs,
+    read_json,
+    read_records,
+    read_statuses,
+)
 
-REQUEST_COLUMNS = ["index", "intended_send_s", "actual_send_s", "send_s", "end_s", "ok", "error_reason",
-                   "output_tokens", "prompt_tokens", "first_token_s", "ttft_s", "tpot_s", "e2e_s", "max_itl_s"]
+REQUEST_COLUMNS = [
+    "index",
+    "intended_send_s",
+    "actual_send_s",
+    "send_s",
+    "end_s",
+    "ok",
+    "error_reason",
+    "output_tokens",
+    "prompt_tokens",
+    "first_token_s",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "max_itl_s",
+]
 __all__ = ["ResultsError", "RunData", "Sweep", "SweepPoint", "load_results", "load_run", "load_sweep"]
+
 
 @dataclass
 class RunData:
@@ -74,8 +98,9 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
     every_record = read_records(path, warnings)
     if not every_record:
         log = " (see engine.log)" if (path / "engine.log").is_file() else ""
-        raise ResultsError(f"{path}: requests.jsonl holds no request: the run never sent one{log}; "
-                           f"rerun it or leave this folder out")
+        raise ResultsError(
+            f"{path}: requests.jsonl holds no request: the run never sent one{log}; rerun it or leave this folder out"
+        )
     # in send order (the file is in completion order): the gate's block bootstrap needs time order
     records = sorted((r for r in every_record if not r.is_warmup), key=lambda r: (r.intended_send_s, r.index))
     summary = read_json(path / "summary.json")
@@ -84,15 +109,24 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
     rows, itl, token_times = [], [], []
     for r in records:
         lat = request_latency(r)
-        rows.append({
-            "index": r.index, "intended_send_s": r.intended_send_s, "actual_send_s": r.actual_send_s,
-            "send_s": r.intended_send_s + r.cap_wait_s, "end_s": r.end_s, "ok": r.ok,
-            "error_reason": r.error_reason, "output_tokens": r.output_tokens, "prompt_tokens": r.prompt_tokens,
-            "first_token_s": r.token_times_s[0] if r.token_times_s else None,
-            "ttft_s": lat.ttft_s if lat else None, "tpot_s": lat.tpot_s if lat else None,
-            "e2e_s": lat.e2e_s if lat else None,
-            "max_itl_s": max(lat.itl_token_s) if lat and lat.itl_token_s else None,
-        })
+        rows.append(
+            {
+                "index": r.index,
+                "intended_send_s": r.intended_send_s,
+                "actual_send_s": r.actual_send_s,
+                "send_s": r.intended_send_s + r.cap_wait_s,
+                "end_s": r.end_s,
+                "ok": r.ok,
+                "error_reason": r.error_reason,
+                "output_tokens": r.output_tokens,
+                "prompt_tokens": r.prompt_tokens,
+                "first_token_s": r.token_times_s[0] if r.token_times_s else None,
+                "ttft_s": lat.ttft_s if lat else None,
+                "tpot_s": lat.tpot_s if lat else None,
+                "e2e_s": lat.e2e_s if lat else None,
+                "max_itl_s": max(lat.itl_token_s) if lat and lat.itl_token_s else None,
+            }
+        )
         if lat is not None:
             itl.extend(lat.itl_token_s)
             per_chunk = r.tokens_per_chunk or [1] * len(r.token_times_s)
@@ -101,10 +135,20 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
     for col in ("ttft_s", "tpot_s", "e2e_s", "max_itl_s", "first_token_s", "end_s", "actual_send_s"):
         if col in requests:
             requests[col] = pd.to_numeric(requests[col], errors="coerce")
-    return RunData(path, label or path.name, run_info, summary, records, requests,
-                   np.asarray(itl, dtype=np.float64), np.sort(np.asarray(token_times, dtype=np.float64)),
-                   _read_csv(path / "server_metrics.csv"), _read_csv(path / "telemetry.csv"), warnings,
-                   read_engine_trace(path / "engine_trace.json") if (path / "engine_trace.json").is_file() else [])
+    return RunData(
+        path,
+        label or path.name,
+        run_info,
+        summary,
+        records,
+        requests,
+        np.asarray(itl, dtype=np.float64),
+        np.sort(np.asarray(token_times, dtype=np.float64)),
+        _read_csv(path / "server_metrics.csv"),
+        _read_csv(path / "telemetry.csv"),
+        warnings,
+        read_engine_trace(path / "engine_trace.json") if (path / "engine_trace.json").is_file() else [],
+    )
 
 
 def load_sweep(path: str | Path, label: str | None = None) -> Sweep:

@@ -1,18 +1,37 @@
 """Markdown rendering: the same tables as the HTML report, for PR comments and CI summaries."""
+
 from __future__ import annotations
 
 from reports.prediction import PREDICTION_COLUMNS
 from reports.replicas import REPLICA_COLUMNS
 
-SUMMARY_COLUMNS = ("run", "completed", "failed", "req/s", "output tok/s", "goodput req/s", "goodput %",
-                   "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "TPOT p50", "TPOT p99", "E2E p50", "E2E p99")
+SUMMARY_COLUMNS = (
+    "run",
+    "completed",
+    "failed",
+    "req/s",
+    "output tok/s",
+    "goodput req/s",
+    "goodput %",
+    "TTFT p50",
+    "TTFT p99",
+    "ITL p50",
+    "ITL p99",
+    "TPOT p50",
+    "TPOT p99",
+    "E2E p50",
+    "E2E p99",
+)
 
 
 def md_table(columns, rows) -> str:
     def cell(v) -> str:
         return str(v).replace("|", "\\|")
-    lines = ["| " + " | ".join(cell(c) for c in columns) + " |",
-             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(columns))) + "|"]
+
+    lines = [
+        "| " + " | ".join(cell(c) for c in columns) + " |",
+        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(columns))) + "|",
+    ]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
 
@@ -21,8 +40,14 @@ def render_report_md(content) -> str:
     out = [f"# {content.title}", ""]
     out += [f"> {note}" for note in content.notes]
     if content.summary_rows:
-        out += ["## Summary", "", "Latencies in ms from each request's intended send time; goodput = completed "
-                "requests that met every SLO.", "", md_table(SUMMARY_COLUMNS, content.summary_rows), ""]
+        out += [
+            "## Summary",
+            "",
+            "Latencies in ms from each request's intended send time; goodput = completed requests that met every SLO.",
+            "",
+            md_table(SUMMARY_COLUMNS, content.summary_rows),
+            "",
+        ]
     if content.prediction_rows:
         out += ["## Prediction beside measurement", "", md_table(PREDICTION_COLUMNS, content.prediction_rows), ""]
     if content.diagnosis_rows:
@@ -30,18 +55,39 @@ def render_report_md(content) -> str:
     if content.roofline_rows:
         out += ["## Roofline", "", md_table(["run", "placement"], content.roofline_rows), ""]
     if content.replica_rows:
-        out += ["## Replicas", "", "Over each run, warm-ups included (the router's and each replica's own counters).",
-                "", *[f"- {note}" for note in content.replica_notes], "",
-                md_table(REPLICA_COLUMNS, content.replica_rows), ""]
+        out += [
+            "## Replicas",
+            "",
+            "Over each run, warm-ups included (the router's and each replica's own counters).",
+            "",
+            *[f"- {note}" for note in content.replica_notes],
+            "",
+            md_table(REPLICA_COLUMNS, content.replica_rows),
+            "",
+        ]
         if content.decision_rows:
             out += [md_table(["run", "policy", "reason", "routing decisions"], content.decision_rows), ""]
     for s in content.sweeps:
         unit = "req/s" if s.sweep.load_kind == "rate" else "in flight"
-        out += [f"## Sweep: {s.sweep.label}", "",
-                f"**Highest {s.sweep.load_kind} meeting the SLOs for {s.capacity.attainment:.0%} of requests: "
-                f"{s.capacity.describe(unit)}**", "", md_table(SUMMARY_COLUMNS, s.rows), ""]
-    out += ["## Runs", "", md_table(["run", "backend", "offered load", "SLO (ms)", "harness", "host", "status"],
-                                    content.context_rows), ""]
-    out += ["Plots (CDFs, timelines, over-time, server metrics) are in the HTML report: "
-            + ", ".join(heading for heading, _ in content.figures) + ".", ""]
+        out += [
+            f"## Sweep: {s.sweep.label}",
+            "",
+            f"**Highest {s.sweep.load_kind} meeting the SLOs for {s.capacity.attainment:.0%} of requests: "
+            f"{s.capacity.describe(unit)}**",
+            "",
+            md_table(SUMMARY_COLUMNS, s.rows),
+            "",
+        ]
+    out += [
+        "## Runs",
+        "",
+        md_table(["run", "backend", "offered load", "SLO (ms)", "harness", "host", "status"], content.context_rows),
+        "",
+    ]
+    out += [
+        "Plots (CDFs, timelines, over-time, server metrics) are in the HTML report: "
+        + ", ".join(heading for heading, _ in content.figures)
+        + ".",
+        "",
+    ]
     return "\n".join(out)

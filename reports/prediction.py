@@ -1,11 +1,18 @@
 """Prediction beside measurement: each simulated run (`bench plan`, summary.json `simulated: true`)
 set against each measured run of the same report, metric by metric, with the prediction's error."""
+
 from __future__ import annotations
 
 PREDICTION_COLUMNS = ["metric", "measured run", "measured", "simulated run", "predicted", "error %"]
-METRICS = (("TTFT p50 ms", "ttft_ms", "p50"), ("TTFT p90 ms", "ttft_ms", "p90"), ("TPOT p50 ms", "tpot_ms", "p50"),
-           ("ITL p50 ms", "itl_ms", "p50"), ("E2E p50 ms", "e2e_ms", "p50"),
-           ("output tok/s", "throughput", "output_tokens_per_s"), ("goodput req/s", "goodput", "requests_per_s"))
+METRICS = (
+    ("TTFT p50 ms", "ttft_ms", "p50"),
+    ("TTFT p90 ms", "ttft_ms", "p90"),
+    ("TPOT p50 ms", "tpot_ms", "p50"),
+    ("ITL p50 ms", "itl_ms", "p50"),
+    ("E2E p50 ms", "e2e_ms", "p50"),
+    ("output tok/s", "throughput", "output_tokens_per_s"),
+    ("goodput req/s", "goodput", "requests_per_s"),
+)
 
 
 def is_simulated(summary: dict) -> bool:
@@ -22,8 +29,9 @@ def prediction_rows(runs) -> list[list[str]]:
             for name, block, stat in METRICS:
                 actual, predicted = (m.summary.get(block) or {}).get(stat), (s.summary.get(block) or {}).get(stat)
                 error = 100 * (predicted - actual) / actual if actual and predicted is not None else None
-                rows.append([name, m.label, _fmt(actual), s.label, _fmt(predicted),
-                             "-" if error is None else f"{error:+.1f}"])
+                rows.append(
+                    [name, m.label, _fmt(actual), s.label, _fmt(predicted), "-" if error is None else f"{error:+.1f}"]
+                )
     return rows
 
 

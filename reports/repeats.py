@@ -3,6 +3,7 @@
 comparable when they ran the same scenario: same name, workload and load (the seed may differ:
 the same distribution with fresh prompts keeps a shared engine's prefix cache out of the picture).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,15 +40,19 @@ def check_same_scenario(*sides: RunSet) -> None:
             odd = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
             if odd:
                 detail = "; ".join(f"{k}: {got.get(k)!r} vs {want.get(k)!r}" for k in odd)
-                raise ResultsError(f"{run.path}: not the same scenario as {first.path} ({detail}); "
-                                   f"gate only repeats of one scenario against each other")
+                raise ResultsError(
+                    f"{run.path}: not the same scenario as {first.path} ({detail}); "
+                    f"gate only repeats of one scenario against each other"
+                )
 
 
 def scenario_settings(scenario: dict) -> dict:
     """A resolved scenario's name, workload and load as flat dotted keys. Unset (None) keys are left out: a run
     recorded before a new scenario option existed has no key for it, a newer one has it as None."""
+
     def flat(value, key: str) -> dict:
         if isinstance(value, dict):
             return {k: v for sub, x in value.items() for k, v in flat(x, f"{key}.{sub}").items()}
         return {} if value is None else {key: value}
+
     return {k: v for name in SAME_SCENARIO_KEYS for k, v in flat(scenario.get(name), name).items()}

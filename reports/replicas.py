@@ -9,6 +9,7 @@ the prefix-cache hit rate as hit / queried prompt tokens (`*:prefix_cache_{hits,
 cached / all prompt tokens), and the router's decisions by reason. Gauges (running, waiting, KV use)
 are summarised over the scrapes. A run without replica labels has no view (None).
 """
+
 from __future__ import annotations
 
 import re
@@ -23,8 +24,11 @@ REASON_LABEL = re.compile(r'(?:^|,)reason="([^"]*)"')
 POLICY_LABEL = re.compile(r'(?:^|,)policy="([^"]*)"')
 ROLE = re.compile(r"^(.+)-\d+$")  # `prefill-0`: role `prefill`; `0`: no role
 EVEN_SPLIT_TOLERANCE = 0.1  # a replica's share this far from 1/N still reads as an even split
-GAUGES = {"bench:running": "requests running", "bench:waiting": "requests waiting",
-          "bench:kv_usage_fraction": "KV cache in use (fraction)"}
+GAUGES = {
+    "bench:running": "requests running",
+    "bench:waiting": "requests waiting",
+    "bench:kv_usage_fraction": "KV cache in use (fraction)",
+}
 
 
 @dataclass
@@ -59,8 +63,11 @@ class ReplicaView:
             roles.setdefault(named.group(1) if named else "", []).append(r)
         if len(roles) > 1:
             single = [members[0].replica for members in roles.values() if len(members) == 1]
-            parts = ([f"one replica per role ({', '.join(single)})"] if len(single) == len(roles) else
-                     [f"{role}: {_split(members)}" for role, members in roles.items() if len(members) > 1])
+            parts = (
+                [f"one replica per role ({', '.join(single)})"]
+                if len(single) == len(roles)
+                else [f"{role}: {_split(members)}" for role, members in roles.items() if len(members) > 1]
+            )
         else:
             parts = [_split(self.replicas)]
         rates = [f"{r.hit_rate:.2f} on replica {r.replica}" for r in self.replicas if r.hit_rate is not None]
@@ -109,11 +116,19 @@ def _hit_rate(rows: pd.DataFrame) -> tuple[float | None, pd.DataFrame]:
     hits = rows[rows["name"].str.endswith("prefix_cache_hits_total") & ~rows["name"].str.contains("external")]
     queries = rows[rows["name"].str.endswith("prefix_cache_queries_total") & ~rows["name"].str.contains("external")]
     if hits.empty or queries.empty:  # other engines: the same pair in the schema (harness/server_metrics.py)
-        hits, queries = rows[rows["name"] == "bench:prefix_cache_hits"], rows[rows["name"] == "bench:prefix_cache_queries"]
+        hits, queries = (
+            rows[rows["name"] == "bench:prefix_cache_hits"],
+            rows[rows["name"] == "bench:prefix_cache_queries"],
+        )
     if hits.empty or queries.empty:
         return None, pd.DataFrame(columns=["t_s", "value"])
-    both = pd.concat([hits.groupby("t_s")["value"].sum().rename("h"),
-                      queries.groupby("t_s")["value"].sum().rename("q")], axis=1).dropna().sort_index()
+    both = (
+        pd.concat(
+            [hits.groupby("t_s")["value"].sum().rename("h"), queries.groupby("t_s")["value"].sum().rename("q")], axis=1
+        )
+        .dropna()
+        .sort_index()
+    )
     dq = both["q"].diff()
     per_interval = (both["h"].diff() / dq.where(dq > 0)).dropna()
     total_q = both["q"].iloc[-1] - both["q"].iloc[0]
@@ -138,18 +153,30 @@ def replica_view(run: RunData, label: str | None = None) -> ReplicaView | None:
         rows = own[own["replica"] == rid]
         gauges = {name: rows[rows["name"] == name]["value"] for name in GAUGES}
         hit_rate, hit_series = _hit_rate(rows)
-        stats.append(ReplicaStats(
-            rid, _growth(routed[routed["replica"] == rid], router_start),
-            _growth(rows[rows["name"] == "bench:generation_tokens"]),
-            hit_rate, *(float(agg(g)) if len(g) else None for agg, g in (
-                (pd.Series.mean, gauges["bench:running"]), (pd.Series.max, gauges["bench:waiting"]),
-                (pd.Series.max, gauges["bench:kv_usage_fraction"])))))
+        stats.append(
+            ReplicaStats(
+                rid,
+                _growth(routed[routed["replica"] == rid], router_start),
+                _growth(rows[rows["name"] == "bench:generation_tokens"]),
+                hit_rate,
+                *(
+                    float(agg(g)) if len(g) else None
+                    for agg, g in (
+                        (pd.Series.mean, gauges["bench:running"]),
+                        (pd.Series.max, gauges["bench:waiting"]),
+                        (pd.Series.max, gauges["bench:kv_usage_fraction"]),
+                    )
+                ),
+            )
+        )
         for name, panel in GAUGES.items():
             part = rows[rows["name"] == name]
             series.append(pd.DataFrame({"t_s": part["t_s"], "value": part["value"], "replica": rid, "panel": panel}))
         series.append(hit_series.assign(replica=rid, panel="prefix-cache hit rate (per interval)"))
-    failed = frame[(frame["name"] == "native_router:request_failures_total")
-                   & frame["labels"].map(lambda labels: (REASON_LABEL.search(labels) or [0, ""])[1] != "connect")]
+    failed = frame[
+        (frame["name"] == "native_router:request_failures_total")
+        & frame["labels"].map(lambda labels: (REASON_LABEL.search(labels) or [0, ""])[1] != "connect")
+    ]
     for s in stats if len(routed) else ():
         s.lost = _growth(failed[failed["replica"] == s.replica], router_start) or 0.0
     for attr, share in (("requests", "request_share"), ("generation_tokens", "token_share")):
@@ -173,21 +200,42 @@ def _natural(replica: str):
 
 def replica_rows(views: list[ReplicaView]) -> list[list[str]]:
     """The Markdown/HTML table: a row per replica of each run."""
+
     def num(v, fmt):
         return "-" if v is None else format(v, fmt)
+
     rows = []
     for v in views:
         for r in v.replicas:
             requests = "-" if r.requests is None else f"{r.requests:.0f} ({num(r.request_share, '.0%')})"
             tokens = "-" if r.generation_tokens is None else f"{r.generation_tokens:.0f} ({num(r.token_share, '.0%')})"
-            rows.append([v.label, r.replica, requests, num(r.lost, ".0f"), tokens, num(r.hit_rate, ".2f"),
-                         num(r.mean_running, ".2f"), num(r.peak_waiting, ".0f"), num(r.peak_kv_fraction, ".2f")])
+            rows.append(
+                [
+                    v.label,
+                    r.replica,
+                    requests,
+                    num(r.lost, ".0f"),
+                    tokens,
+                    num(r.hit_rate, ".2f"),
+                    num(r.mean_running, ".2f"),
+                    num(r.peak_waiting, ".0f"),
+                    num(r.peak_kv_fraction, ".2f"),
+                ]
+            )
     return rows
 
 
-REPLICA_COLUMNS = ("run", "replica", "requests routed (share)", "lost there", "output tokens (share)",
-                   "prefix-cache hit rate",
-                   "mean running", "peak waiting", "peak KV use")
+REPLICA_COLUMNS = (
+    "run",
+    "replica",
+    "requests routed (share)",
+    "lost there",
+    "output tokens (share)",
+    "prefix-cache hit rate",
+    "mean running",
+    "peak waiting",
+    "peak KV use",
+)
 
 
 def decision_rows(views: list[ReplicaView]) -> list[list[str]]:

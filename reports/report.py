@@ -1,4 +1,5 @@
 """`bench report`: results folders in, one offline HTML file and a Markdown file out."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,12 +9,12 @@ from reports.candidates import expand_candidates
 from reports.explain_figures import phase_bars, step_timeline
 from reports.figures import latency_cdfs, over_time, timeline
 from reports.html import render_report_html
+from reports.load import RunData, Sweep, load_results
 from reports.markdown import render_report_md
 from reports.prediction import is_simulated, prediction_rows
 from reports.replica_figures import replica_comparison, replica_load
 from reports.replicas import decision_rows, replica_rows, replica_view
 from reports.server_figures import server_metrics, telemetry
-from reports.load import RunData, Sweep, load_results
 from reports.sweep import DEFAULT_ATTAINMENT, SloCapacity, max_rate_meeting_slo
 from reports.sweep_figures import goodput_vs_load, throughput_latency
 
@@ -53,45 +54,81 @@ def summary_row(label: str, summary: dict) -> list[str]:
 
     def ms(metric, stat):
         return fmt((summary.get(metric) or {}).get(stat))
-    return [label, str(req.get("completed", "-")), str(req.get("failed", "-")), fmt(thr.get("requests_per_s"), 2),
-            fmt(thr.get("output_tokens_per_s")), fmt(good.get("requests_per_s"), 2),
-            fmt(100 * good["fraction"] if "fraction" in good else None),
-            ms("ttft_ms", "p50"), ms("ttft_ms", "p99"), ms("itl_ms", "p50"), ms("itl_ms", "p99"),
-            ms("tpot_ms", "p50"), ms("tpot_ms", "p99"), ms("e2e_ms", "p50"), ms("e2e_ms", "p99")]
+
+    return [
+        label,
+        str(req.get("completed", "-")),
+        str(req.get("failed", "-")),
+        fmt(thr.get("requests_per_s"), 2),
+        fmt(thr.get("output_tokens_per_s")),
+        fmt(good.get("requests_per_s"), 2),
+        fmt(100 * good["fraction"] if "fraction" in good else None),
+        ms("ttft_ms", "p50"),
+        ms("ttft_ms", "p99"),
+        ms("itl_ms", "p50"),
+        ms("itl_ms", "p99"),
+        ms("tpot_ms", "p50"),
+        ms("tpot_ms", "p99"),
+        ms("e2e_ms", "p50"),
+        ms("e2e_ms", "p99"),
+    ]
 
 
 def context_row(run: RunData, label: str | None = None) -> list[str]:
     info = run.run_info
     backend, load = info.get("backend", {}), info.get("scenario", {}).get("load", {})
-    offered = (f"{load.get('arrival')} rate {load.get('rate')}/s" if load.get("rate")
-               else f"{load.get('arrival')} concurrency {load.get('concurrency')}")
+    offered = (
+        f"{load.get('arrival')} rate {load.get('rate')}/s"
+        if load.get("rate")
+        else f"{load.get('arrival')} concurrency {load.get('concurrency')}"
+    )
     slo = ", ".join(f"{k} {v:g}" for k, v in run.slo.items() if v is not None) or "none"
-    flags = [f for f, on in (("CLIENT-BOUND", run.summary.get("client_bound")),
-                             ("interrupted", run.summary.get("interrupted")),
-                             ("SIMULATED (bench plan)", is_simulated(run.summary))) if on]
-    return [label or run.label, f"{backend.get('kind', '?')} ({backend.get('model', '?')})", offered if load else "-",
-            slo, info.get("versions", {}).get("harness", "-"), info.get("host", {}).get("hostname", "-"),
-            ", ".join(flags) or "ok"]
+    flags = [
+        f
+        for f, on in (
+            ("CLIENT-BOUND", run.summary.get("client_bound")),
+            ("interrupted", run.summary.get("interrupted")),
+            ("SIMULATED (bench plan)", is_simulated(run.summary)),
+        )
+        if on
+    ]
+    return [
+        label or run.label,
+        f"{backend.get('kind', '?')} ({backend.get('model', '?')})",
+        offered if load else "-",
+        slo,
+        info.get("versions", {}).get("harness", "-"),
+        info.get("host", {}).get("hostname", "-"),
+        ", ".join(flags) or "ok",
+    ]
 
 
 def build_report(paths, labels: list[str] | None = None, attainment: float = DEFAULT_ATTAINMENT) -> ReportContent:
-    expanded = expand_candidates(paths, labels)   # a folder of candidates: each one its own sweep or run
+    expanded = expand_candidates(paths, labels)  # a folder of candidates: each one its own sweep or run
     runs, sweeps = load_results(expanded.paths, expanded.labels)
     sections = []
     for sw in sweeps:
         cap = max_rate_meeting_slo(sw.points, attainment=attainment)
-        sections.append(SweepSection(sw, cap, [summary_row(f"{sw.load_kind} {p.offered_load:g}", p.run.summary)
-                                               for p in sw.points]))
+        sections.append(
+            SweepSection(sw, cap, [summary_row(f"{sw.load_kind} {p.offered_load:g}", p.run.summary) for p in sw.points])
+        )
     names = " vs ".join(x.label for x in runs + sweeps)
-    content = ReportContent(f"Benchmark report: {names}", runs, sections,
-                            [summary_row(r.label, r.summary) for r in runs],
-                            [context_row(r) for r in runs]
-                            + [context_row(s.points[0].run, f"{s.label} (sweep, first point)") for s in sweeps])
+    content = ReportContent(
+        f"Benchmark report: {names}",
+        runs,
+        sections,
+        [summary_row(r.label, r.summary) for r in runs],
+        [context_row(r) for r in runs]
+        + [context_row(s.points[0].run, f"{s.label} (sweep, first point)") for s in sweeps],
+    )
     if sweeps:
-        content.figures += [("Goodput against offered load", goodput_vs_load(sweeps, [s.capacity for s in sections])),
-                            ("Throughput against latency", throughput_latency(sweeps))]
-        content.figures += [(f"Latency distributions per point: {s.label}", latency_cdfs([p.run for p in s.points]))
-                            for s in sweeps]
+        content.figures += [
+            ("Goodput against offered load", goodput_vs_load(sweeps, [s.capacity for s in sections])),
+            ("Throughput against latency", throughput_latency(sweeps)),
+        ]
+        content.figures += [
+            (f"Latency distributions per point: {s.label}", latency_cdfs([p.run for p in s.points])) for s in sweeps
+        ]
     content.prediction_rows = prediction_rows(runs)
     for run in runs:
         content.diagnosis_rows += [[run.label, f["severity"], f["message"]] for f in run.summary.get("diagnosis") or ()]
@@ -108,8 +145,9 @@ def build_report(paths, labels: list[str] | None = None, attainment: float = DEF
             if fig is not None:
                 content.figures.append((fig_name, fig))
         content.figures += [(f"Timeline: {r.label}", timeline(r)) for r in runs[:MAX_TIMELINES]]
-        content.figures += [(f"Engine steps: {r.label}", fig) for r in runs[:MAX_TIMELINES]
-                            if (fig := step_timeline(r)) is not None]
+        content.figures += [
+            (f"Engine steps: {r.label}", fig) for r in runs[:MAX_TIMELINES] if (fig := step_timeline(r)) is not None
+        ]
         if len(runs) > MAX_TIMELINES:
             content.notes.append(f"Timelines are drawn for the first {MAX_TIMELINES} runs only.")
     _add_replicas(content, runs, sweeps)
@@ -120,8 +158,11 @@ def build_report(paths, labels: list[str] | None = None, attainment: float = DEF
     labelled = [(r.label, r) for r in runs] + [(f"{s.label} {p.run.label}", p.run) for s in sweeps for p in s.points]
     for label, run in labelled:
         if run.summary.get("client_bound"):
-            content.notes.append(f"{label}: the client fell behind its schedule ("
-                                 + "; ".join(run.summary.get("client_bound_reasons", [])) + "); latencies include client delay.")
+            content.notes.append(
+                f"{label}: the client fell behind its schedule ("
+                + "; ".join(run.summary.get("client_bound_reasons", []))
+                + "); latencies include client delay."
+            )
     return content
 
 
@@ -139,8 +180,13 @@ def _add_replicas(content: ReportContent, runs: list[RunData], sweeps: list[Swee
     content.figures += [(f"Load per replica: {v.label}", replica_load(v)) for v in views[:MAX_TIMELINES]]
 
 
-def write_report(paths, out_html: Path, out_md: Path | None = None, labels: list[str] | None = None,
-                 attainment: float = DEFAULT_ATTAINMENT) -> ReportContent:
+def write_report(
+    paths,
+    out_html: Path,
+    out_md: Path | None = None,
+    labels: list[str] | None = None,
+    attainment: float = DEFAULT_ATTAINMENT,
+) -> ReportContent:
 
     content = build_report(paths, labels, attainment)
     out_html = Path(out_html)

@@ -6,6 +6,7 @@ same kind of runner (`runner_kind`). The commit and branch come from the caller,
 variables or the git checkout (`revision`). The finish time is summary.json's modification time: run.json
 holds no wall-clock time.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -40,10 +41,12 @@ class RunIdentity:
 def scenario_hash(scenario: dict) -> str:
     """The resolved scenario less backend.url (a launched engine's port) and seed (fresh per repeat), unset keys
     dropped (a newer harness lists new options as None): equal for every repeat of one experiment."""
+
     def clean(value):
         if isinstance(value, dict):
             return {k: clean(v) for k, v in value.items() if v is not None}
         return value
+
     s = clean(scenario)
     s.pop("seed", None)
     s.get("backend", {}).pop("url", None)
@@ -65,8 +68,10 @@ def check_complete(path: Path) -> None:
     """Refuses (HistoryError) a run folder that is not one finished, clean `bench run`."""
     if not (path / "requests.jsonl").is_file():
         raise HistoryError(f"{path}: not a run folder (no requests.jsonl); pass a folder written by `bench run`")
-    for name, why in (("run.json", "it was not written by `bench run`"),
-                      ("summary.json", "the run did not finish (killed before its summary); run it again")):
+    for name, why in (
+        ("run.json", "it was not written by `bench run`"),
+        ("summary.json", "the run did not finish (killed before its summary); run it again"),
+    ):
         if not (path / name).is_file():
             raise HistoryError(f"{path}: no {name}: {why}")
     try:
@@ -75,21 +80,28 @@ def check_complete(path: Path) -> None:
         raise HistoryError(f"{path}: summary.json is not valid JSON ({e}); the run was cut while writing it") from None
     req = summary.get("requests") or {}
     if summary.get("interrupted"):
-        raise HistoryError(f"{path}: interrupted (Ctrl-C): {req.get('completed', '?')} requests completed of the "
-                           f"planned load; its figures are not comparable, run it again")
+        raise HistoryError(
+            f"{path}: interrupted (Ctrl-C): {req.get('completed', '?')} requests completed of the "
+            f"planned load; its figures are not comparable, run it again"
+        )
     if summary.get("client_bound"):
         try:
             cpu_count = json.loads((path / "run.json").read_text(encoding="utf-8")).get("host", {}).get("cpu_count")
         except ValueError:
             cpu_count = None
-        raise HistoryError(f"{path}: client-bound (" + "; ".join(summary.get("client_bound_reasons") or []) +
-                           "): its latencies include client delay; run it again: "
-                           + client_bound_advice(summary, cpu_count))
+        raise HistoryError(
+            f"{path}: client-bound ("
+            + "; ".join(summary.get("client_bound_reasons") or [])
+            + "): its latencies include client delay; run it again: "
+            + client_bound_advice(summary, cpu_count)
+        )
     lines = sum(1 for line in (path / "requests.jsonl").open(encoding="utf-8") if line.strip())
     expected = req.get("measured", 0) + req.get("warmup", 0)
     if lines != expected:
-        raise HistoryError(f"{path}: requests.jsonl has {lines} records but summary.json counts {expected}: the "
-                           f"folder is incomplete or was changed after the run")
+        raise HistoryError(
+            f"{path}: requests.jsonl has {lines} records but summary.json counts {expected}: the "
+            f"folder is incomplete or was changed after the run"
+        )
     if not req.get("measured"):
         raise HistoryError(f"{path}: no measured requests")
 
@@ -98,21 +110,31 @@ def identify(path: Path, run_info: dict, runner: str | None = None) -> RunIdenti
     digest = hashlib.sha256((path / "run.json").read_bytes() + (path / "summary.json").read_bytes()).hexdigest()
     scenario, backend = run_info.get("scenario") or {}, run_info.get("backend") or {}
     finished = datetime.fromtimestamp((path / "summary.json").stat().st_mtime, timezone.utc)
-    return RunIdentity(digest[:20], scenario.get("name") or "?", scenario_hash(scenario), runner_kind(run_info, runner),
-                       (run_info.get("host") or {}).get("hostname"), backend.get("kind"),
-                       backend.get("engine_version"), backend.get("model"),
-                       (run_info.get("versions") or {}).get("harness"), finished.isoformat(timespec="milliseconds"))
+    return RunIdentity(
+        digest[:20],
+        scenario.get("name") or "?",
+        scenario_hash(scenario),
+        runner_kind(run_info, runner),
+        (run_info.get("host") or {}).get("hostname"),
+        backend.get("kind"),
+        backend.get("engine_version"),
+        backend.get("model"),
+        (run_info.get("versions") or {}).get("harness"),
+        finished.isoformat(timespec="milliseconds"),
+    )
 
 
 def revision(commit: str | None = None, branch: str | None = None) -> tuple[str | None, str | None]:
     """The commit and branch runs are recorded under: as given, else GitHub Actions' $GITHUB_SHA and
     $GITHUB_REF_NAME, else the git checkout in the working directory (None outside one)."""
+
     def git(*args) -> str | None:
         try:
             out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10)
         except (OSError, subprocess.TimeoutExpired):
             return None
         return out.stdout.strip() or None if out.returncode == 0 else None
+
     commit = commit or os.environ.get("GITHUB_SHA") or git("rev-parse", "HEAD")
     branch = branch or os.environ.get("GITHUB_REF_NAME") or git("rev-parse", "--abbrev-ref", "HEAD")
     return commit, (None if branch == "HEAD" else branch)  # HEAD: a detached checkout, no branch

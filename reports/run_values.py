@@ -6,6 +6,7 @@ rule finds its value whatever the rule is called. A standard set is always store
 has its past); the rules passed in add their own. Summary figures are stored as `summary.<dotted.path>`
 (summary.ttft_ms.p99, summary.throughput.output_tokens_per_s).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,10 +24,15 @@ def metric_key(rule: MetricRule) -> str:
 
 
 def standard_rules() -> list[MetricRule]:
-    rules = [MetricRule(source=s, statistic=stat, better="lower", threshold=0.1)
-             for s in LATENCY_SOURCES for stat in LATENCY_STATISTICS]
-    return rules + [MetricRule(source=s, statistic="mean", better="higher", threshold=0.1)
-                    for s in ("goodput", "output_tokens_per_s", "requests_per_s")]
+    rules = [
+        MetricRule(source=s, statistic=stat, better="lower", threshold=0.1)
+        for s in LATENCY_SOURCES
+        for stat in LATENCY_STATISTICS
+    ]
+    return rules + [
+        MetricRule(source=s, statistic="mean", better="higher", threshold=0.1)
+        for s in ("goodput", "output_tokens_per_s", "requests_per_s")
+    ]
 
 
 def run_values(run: RunData, rules: GateRules | None = None) -> dict[str, tuple[float | None, int | None]]:

@@ -7,6 +7,7 @@ tokens/s per accelerator within the SLOs; engines that never met them come last.
 why (select_why.py). A folder of `candidates:` (harness/candidates.py) stands for its deployments, each
 with the accelerators it declared; the SLOs default to the ones the runs were made with.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,13 +23,21 @@ from reports.figures import LAYOUT, color
 from reports.html import render
 from reports.load import Sweep, SweepPoint, load_results
 from reports.markdown import md_table
-from reports.sweep import DEFAULT_ATTAINMENT, SloCapacity, max_rate_meeting_slo, point_goodput
 from reports.select_why import why
+from reports.sweep import DEFAULT_ATTAINMENT, SloCapacity, max_rate_meeting_slo, point_goodput
 from reports.sweep_figures import goodput_fraction_vs_load, throughput_latency
 
 SLO_KEYS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
-COLUMNS = ("rank", "engine", "backend", "highest rate within SLOs", "output tok/s per accelerator",
-           "$ per 1M output tokens", "sweep points", "notes")
+COLUMNS = (
+    "rank",
+    "engine",
+    "backend",
+    "highest rate within SLOs",
+    "output tok/s per accelerator",
+    "$ per 1M output tokens",
+    "sweep points",
+    "notes",
+)
 
 
 @dataclass
@@ -48,8 +57,11 @@ class EngineResult:
         cap = self.capacity
         if cap.status == "none":
             return "none"
-        text = (f"{cap.offered_load:.3g} req/s" if self.load_kind == "rate"
-                else f"{cap.offered_load:.3g} in flight ({cap.requests_per_s:.3g} req/s)")
+        text = (
+            f"{cap.offered_load:.3g} req/s"
+            if self.load_kind == "rate"
+            else f"{cap.offered_load:.3g} in flight ({cap.requests_per_s:.3g} req/s)"
+        )
         return text + (" (at least)" if cap.status == "at_least" else "")
 
 
@@ -80,8 +92,10 @@ def parse_slo(text: str) -> dict:
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, sep, value = part.partition("=")
         if not sep or key.strip() not in SLO_KEYS:
-            raise ValueError(f"--slo: {part!r} is not valid; use KEY=MS with KEY one of {', '.join(SLO_KEYS)}, "
-                             "e.g. --slo ttft_ms=500,tpot_ms=50")
+            raise ValueError(
+                f"--slo: {part!r} is not valid; use KEY=MS with KEY one of {', '.join(SLO_KEYS)}, "
+                "e.g. --slo ttft_ms=500,tpot_ms=50"
+            )
         try:
             slo[key.strip()] = float(value)
         except ValueError:
@@ -101,8 +115,14 @@ def as_sweep(run) -> Sweep:
     return Sweep(run.path, run.label, kind, [SweepPoint(float(value), run)])
 
 
-def select(paths, slo: dict | None = None, gpu_cost_per_hour: float | None = None, accelerators: int = 1,
-           labels: list[str] | None = None, attainment: float = DEFAULT_ATTAINMENT) -> Selection:
+def select(
+    paths,
+    slo: dict | None = None,
+    gpu_cost_per_hour: float | None = None,
+    accelerators: int = 1,
+    labels: list[str] | None = None,
+    attainment: float = DEFAULT_ATTAINMENT,
+) -> Selection:
     if gpu_cost_per_hour is not None and gpu_cost_per_hour <= 0:
         raise ValueError("--gpu-cost-per-hour: must be > 0 (the price of one accelerator-hour, e.g. 2.5)")
     if accelerators < 1:
@@ -111,31 +131,48 @@ def select(paths, slo: dict | None = None, gpu_cost_per_hour: float | None = Non
     runs, sweeps = load_results(expanded.paths, expanded.labels)
     sweeps = sweeps + [as_sweep(r) for r in runs]
     slo = slo or runs_slo(sweeps)
-    engines = [_engine(sw, slo, gpu_cost_per_hour, expanded.accelerators.get(sw.label, accelerators), attainment)
-               for sw in sweeps]
+    engines = [
+        _engine(sw, slo, gpu_cost_per_hour, expanded.accelerators.get(sw.label, accelerators), attainment)
+        for sw in sweeps
+    ]
     ranking = rank(engines)
     recommendation, caveats = _recommend(ranking, sweeps, slo, attainment)
     if expanded.left_out:
         caveats.insert(0, "Not compared, as they did not complete: " + "; ".join(expanded.left_out) + ".")
-    return Selection(slo, attainment, gpu_cost_per_hour, accelerators, engines, sweeps, recommendation, caveats,
-                     [e.label for e in ranking], expanded.left_out)
+    return Selection(
+        slo,
+        attainment,
+        gpu_cost_per_hour,
+        accelerators,
+        engines,
+        sweeps,
+        recommendation,
+        caveats,
+        [e.label for e in ranking],
+        expanded.left_out,
+    )
 
 
 def runs_slo(sweeps: list[Sweep]) -> dict:
     """The SLOs the runs were made with, when they all agree (the comparison needs one set)."""
     slos = {json.dumps(active_slo(sw.points[0].run.slo), sort_keys=True) for sw in sweeps}
     if len(slos) != 1 or slos == {"{}"}:
-        raise ValueError("--slo: missing, and the runs do not share one set of SLOs to compare them at "
-                         f"({' vs '.join(sorted(slos))}); give them, e.g. --slo ttft_ms=500,tpot_ms=50")
-    return active_slo(sweeps[0].points[0].run.slo)   # in the order the scenario wrote them
+        raise ValueError(
+            "--slo: missing, and the runs do not share one set of SLOs to compare them at "
+            f"({' vs '.join(sorted(slos))}); give them, e.g. --slo ttft_ms=500,tpot_ms=50"
+        )
+    return active_slo(sweeps[0].points[0].run.slo)  # in the order the scenario wrote them
 
 
 def rank(engines: list[EngineResult]) -> list[EngineResult]:
     """Best first: cheapest per token (or, without a price, most output tokens/s per accelerator within the
     SLOs); the engines that never met the SLOs after them, most requests within the SLOs at their lowest load first."""
     usable = [e for e in engines if e.tokens_per_s_per_accelerator]
-    usable.sort(key=lambda e: e.cost_per_million_tokens if e.cost_per_million_tokens is not None
-                else -e.tokens_per_s_per_accelerator)
+    usable.sort(
+        key=lambda e: (
+            e.cost_per_million_tokens if e.cost_per_million_tokens is not None else -e.tokens_per_s_per_accelerator
+        )
+    )
     return usable + sorted((e for e in engines if e not in usable), key=lambda e: -e.lowest_load_goodput)
 
 
@@ -155,9 +192,18 @@ def _engine(sw: Sweep, slo, cost_per_hour, accelerators, attainment) -> EngineRe
     model = _file_name(str(info.get("model", "?")))  # a GGUF path reads as its file name
     if accelerators != 1:
         notes.append(f"{accelerators} accelerators")
-    return EngineResult(sw.label, f"{info.get('kind', '?')} ({model})", cap, tok_s, cost,
-                        len(sw.points), sw.load_kind, notes, why(sw, cap, slo, attainment),
-                        point_goodput(min(sw.points, key=lambda p: p.offered_load), slo))
+    return EngineResult(
+        sw.label,
+        f"{info.get('kind', '?')} ({model})",
+        cap,
+        tok_s,
+        cost,
+        len(sw.points),
+        sw.load_kind,
+        notes,
+        why(sw, cap, slo, attainment),
+        point_goodput(min(sw.points, key=lambda p: p.offered_load), slo),
+    )
 
 
 def _client_bound_note(sw: Sweep, cap: SloCapacity) -> str | None:
@@ -167,53 +213,76 @@ def _client_bound_note(sw: Sweep, cap: SloCapacity) -> str | None:
     if not bound_points:
         return None
     bound = [p.offered_load for p in bound_points]
-    first_fail = next((p.offered_load for p in sorted(sw.points, key=lambda p: p.offered_load)
-                       if cap.offered_load is None or p.offered_load > cap.offered_load), None)
+    first_fail = next(
+        (
+            p.offered_load
+            for p in sorted(sw.points, key=lambda p: p.offered_load)
+            if cap.offered_load is None or p.offered_load > cap.offered_load
+        ),
+        None,
+    )
     loads = f"{sw.load_kind} {', '.join(f'{x:g}' for x in bound)}"
     if first_fail is None or min(bound) <= first_fail:
         run = bound_points[0].run
         advice = client_bound_advice(run.summary, run.run_info.get("host", {}).get("cpu_count"))
-        return f"the client fell behind at {loads}, which the capacity rests on: rerun on a quieter machine, or {advice}"
+        return (
+            f"the client fell behind at {loads}, which the capacity rests on: rerun on a quieter machine, or {advice}"
+        )
     return f"the client fell behind at {loads}, past the capacity (those points do not move it)"
 
 
 def _recommend(ranking: list[EngineResult], sweeps: list[Sweep], slo: dict, attainment: float):
     slo_text = ", ".join(f"{k.removesuffix('_ms').upper()} ≤ {v:g} ms" for k, v in slo.items())
-    caveats = [f"Measured for this workload only (the scenarios of these runs), at SLOs {slo_text} for "
-               f"{attainment:.0%} of requests; another prompt/output length mix or arrival pattern can change the order.",
-               "Measured on this hardware and these software versions: "
-               + "; ".join(_where(sw) for sw in sweeps) + ".",
-               "Cost assumes the accelerators are busy at that rate all hour; idle time raises the real cost."]
+    caveats = [
+        f"Measured for this workload only (the scenarios of these runs), at SLOs {slo_text} for "
+        f"{attainment:.0%} of requests; another prompt/output length mix or arrival pattern can change the order.",
+        "Measured on this hardware and these software versions: " + "; ".join(_where(sw) for sw in sweeps) + ".",
+        "Cost assumes the accelerators are busy at that rate all hour; idle time raises the real cost.",
+    ]
     if all(e.cost_per_million_tokens is None for e in ranking):
-        caveats.pop()   # no price (or nothing met the SLOs): no cost to qualify
+        caveats.pop()  # no price (or nothing met the SLOs): no cost to qualify
     if all(_cpu_only(sw) for sw in sweeps):
-        unit = ("per machine here, or per the accelerators (cores) a candidate declared"
-                if any("accelerators" in n for e in ranking for n in e.notes) else "per machine here")
-        caveats.append(f"No GPU was seen in these runs (CPU only): \"per accelerator\" means {unit}, "
-                       "the price is the machine's, and on GPUs the engines can rank differently.")
+        unit = (
+            "per machine here, or per the accelerators (cores) a candidate declared"
+            if any("accelerators" in n for e in ranking for n in e.notes)
+            else "per machine here"
+        )
+        caveats.append(
+            f'No GPU was seen in these runs (CPU only): "per accelerator" means {unit}, '
+            "the price is the machine's, and on GPUs the engines can rank differently."
+        )
     workloads = {repr(sw.points[0].run.run_info.get("scenario", {}).get("workload")) for sw in sweeps}
     if len(workloads) > 1:
-        caveats.insert(0, "WARNING: the engines were run with different workloads; the comparison is not like for like.")
+        caveats.insert(
+            0, "WARNING: the engines were run with different workloads; the comparison is not like for like."
+        )
     usable = [e for e in ranking if e.tokens_per_s_per_accelerator]
     if not usable:
         return f"No engine met the SLOs ({slo_text}) at any tested load; relax the SLOs or test lower loads.", caveats
     best = usable[0]
     priced = best.cost_per_million_tokens is not None
     unit = "req/s" if best.load_kind == "rate" else "requests in flight"
-    text = (f"Choose {best.label}: within {slo_text} it sustains {best.capacity.describe(unit)} at "
-            f"{best.tokens_per_s_per_accelerator:,.1f} output tokens/s per accelerator"
-            + (f", ${best.cost_per_million_tokens:,.2f} per million output tokens" if priced else ""))
+    text = (
+        f"Choose {best.label}: within {slo_text} it sustains {best.capacity.describe(unit)} at "
+        f"{best.tokens_per_s_per_accelerator:,.1f} output tokens/s per accelerator"
+        + (f", ${best.cost_per_million_tokens:,.2f} per million output tokens" if priced else "")
+    )
     if len(usable) > 1:
         runner_up = usable[1]
-        ratio = (runner_up.cost_per_million_tokens / best.cost_per_million_tokens if priced
-                 else best.tokens_per_s_per_accelerator / runner_up.tokens_per_s_per_accelerator)
+        ratio = (
+            runner_up.cost_per_million_tokens / best.cost_per_million_tokens
+            if priced
+            else best.tokens_per_s_per_accelerator / runner_up.tokens_per_s_per_accelerator
+        )
         better = "cheaper per token than" if priced else "the output tokens/s within the SLOs of"
         if ratio < 1.1:
             what = "cost per token" if priced else "output tokens/s"
             text += f", within 10% of {runner_up.label}'s {what}: a rerun could swap them, so weigh other factors"
         elif runner_up.capacity.status == "at_least":  # its limit is above its sweep: its figure is a bound
-            text += (f", up to {ratio:.1f}× {better} {runner_up.label} (which never missed the SLOs "
-                     f"in its sweep, so it may do better)")
+            text += (
+                f", up to {ratio:.1f}× {better} {runner_up.label} (which never missed the SLOs "
+                f"in its sweep, so it may do better)"
+            )
         else:
             text += f", {ratio:.1f}× {better} {runner_up.label}"
     if best.why:
@@ -235,8 +304,10 @@ def _where(sw: Sweep) -> str:
     if args:
         engine += f" started with `{' '.join(launch_args_text(args, str(backend.get('model', '?'))))}`"
     device = " CPU only," if _cpu_only(sw) else ""
-    return (f"{sw.label}: {engine}, on {host.get('hostname', '?')} ({host.get('cpu_count', '?')} CPUs,{device} "
-            f"{host.get('platform', '?')}), harness {ver.get('harness', '?')}")
+    return (
+        f"{sw.label}: {engine}, on {host.get('hostname', '?')} ({host.get('cpu_count', '?')} CPUs,{device} "
+        f"{host.get('platform', '?')}), harness {ver.get('harness', '?')}"
+    )
 
 
 def launch_args_text(args: list, model: str) -> list[str]:
@@ -265,13 +336,24 @@ def _cpu_only(sw: Sweep) -> bool:
 
 def rows(sel: Selection) -> list[list[str]]:
     """The table, best first."""
+
     def money(x):
         return "n/a" if x is None else f"${x:,.2f}"
+
     by_label = {e.label: e for e in sel.engines}
-    return [[str(i), e.label, e.backend, e.capacity_text(),
-             "n/a" if e.tokens_per_s_per_accelerator is None else f"{e.tokens_per_s_per_accelerator:,.1f}",
-             money(e.cost_per_million_tokens), str(e.points), "; ".join(e.notes)]
-            for i, e in enumerate((by_label[label] for label in sel.ranking), start=1)]
+    return [
+        [
+            str(i),
+            e.label,
+            e.backend,
+            e.capacity_text(),
+            "n/a" if e.tokens_per_s_per_accelerator is None else f"{e.tokens_per_s_per_accelerator:,.1f}",
+            money(e.cost_per_million_tokens),
+            str(e.points),
+            "; ".join(e.notes),
+        ]
+        for i, e in enumerate((by_label[label] for label in sel.ranking), start=1)
+    ]
 
 
 def why_lines(sel: Selection) -> list[str]:
@@ -281,30 +363,60 @@ def why_lines(sel: Selection) -> list[str]:
 
 def cost_figure(sel: Selection) -> go.Figure:
     usable = [e for e in sel.engines if e.cost_per_million_tokens is not None]
-    fig = go.Figure(go.Bar(x=[e.label for e in usable], y=[e.cost_per_million_tokens for e in usable],
-                           marker_color=[color(sel.engines.index(e)) for e in usable]))
-    fig.update_layout(title="Cost per million output tokens at the highest rate within SLOs", yaxis_title="$",
-                      height=400, **LAYOUT)
+    fig = go.Figure(
+        go.Bar(
+            x=[e.label for e in usable],
+            y=[e.cost_per_million_tokens for e in usable],
+            marker_color=[color(sel.engines.index(e)) for e in usable],
+        )
+    )
+    fig.update_layout(
+        title="Cost per million output tokens at the highest rate within SLOs", yaxis_title="$", height=400, **LAYOUT
+    )
     return fig
 
 
 def render_markdown(sel: Selection) -> str:
-    head = [f"# Engine selection: {', '.join(e.label for e in sel.engines)}", "", f"**Recommendation.** {sel.recommendation}",
-            "", sel.price_text(), "",
-            md_table(COLUMNS, rows(sel)), "", "## Why", "", *[f"- {line}" for line in why_lines(sel)],
-            "", "## Caveats", ""]
+    head = [
+        f"# Engine selection: {', '.join(e.label for e in sel.engines)}",
+        "",
+        f"**Recommendation.** {sel.recommendation}",
+        "",
+        sel.price_text(),
+        "",
+        md_table(COLUMNS, rows(sel)),
+        "",
+        "## Why",
+        "",
+        *[f"- {line}" for line in why_lines(sel)],
+        "",
+        "## Caveats",
+        "",
+    ]
     return "\n".join(head + [f"- {c}" for c in sel.caveats] + [""])
 
 
 def write_selection(paths, out_html: Path, out_md: Path | None = None, **kwargs) -> Selection:
     sel = select(paths, **kwargs)
-    figures = [("Goodput against offered load", goodput_fraction_vs_load(sel.sweeps, sel.slo, sel.attainment)),
-               ("Throughput against latency", throughput_latency(sel.sweeps))]
+    figures = [
+        ("Goodput against offered load", goodput_fraction_vs_load(sel.sweeps, sel.slo, sel.attainment)),
+        ("Throughput against latency", throughput_latency(sel.sweeps)),
+    ]
     if any(e.cost_per_million_tokens for e in sel.engines):
         figures.append(("Cost per million output tokens", cost_figure(sel)))
     out_html = Path(out_html)
     out_html.parent.mkdir(parents=True, exist_ok=True)
-    out_html.write_text(render("select.html.j2", figures, title="Engine selection", sel=sel, columns=COLUMNS,
-                               rows=rows(sel), why=why_lines(sel)), encoding="utf-8")
+    out_html.write_text(
+        render(
+            "select.html.j2",
+            figures,
+            title="Engine selection",
+            sel=sel,
+            columns=COLUMNS,
+            rows=rows(sel),
+            why=why_lines(sel),
+        ),
+        encoding="utf-8",
+    )
     (Path(out_md) if out_md else out_html.with_suffix(".md")).write_text(render_markdown(sel), encoding="utf-8")
     return sel

@@ -1,6 +1,7 @@
 """Why `bench select` ranks a candidate where it does, in one line each: its latencies at the highest
 tested load that met the SLOs, which SLO it missed first above it, and, for a deployment behind a
 router, how the replicas shared that load (reports/replicas.py)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,13 +42,15 @@ def why(sw: Sweep, cap: SloCapacity, slo: dict, attainment: float) -> str:
     parts = []
     if passed:
         last = passed[-1]
-        parts.append(f"at {last.offered_load:g} {unit}: {latencies(last.run)}, "
-                     f"{point_goodput(last, slo):.0%} within the SLOs")
+        parts.append(
+            f"at {last.offered_load:g} {unit}: {latencies(last.run)}, {point_goodput(last, slo):.0%} within the SLOs"
+        )
     if first_fail is not None:
         parts.append(f"first missed at {first_fail.offered_load:g} {unit}, on {missed_most(first_fail.run, slo)}")
     shown = passed[-1] if passed else points[0]
     view = replica_view(shown.run)
     if view is not None:
-        parts.append(view.imbalance().removeprefix(f"{view.label}: ").rstrip(".")
-                     + f" (at {shown.offered_load:g} {unit})")
+        parts.append(
+            view.imbalance().removeprefix(f"{view.label}: ").rstrip(".") + f" (at {shown.offered_load:g} {unit})"
+        )
     return "; ".join(parts)

@@ -4,6 +4,7 @@ Scheduler gauges are plotted as scraped; the prefix-cache hit rate is derived fr
 query counters (their increase between two scrapes), because a running total hides when the
 cache stopped helping. Histogram series and `_created` timestamps are left out.
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -14,18 +15,45 @@ from reports.figures import LAYOUT, color
 from reports.load import RunData
 
 # vLLM (and the built-in engine under `native:`), then llama.cpp's names for the same state
-GAUGES = ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "gpu_cache_usage_perc",
-          "requests_processing", "requests_deferred", "kv_cache_usage_ratio")
-BENCH_GAUGES = {"bench:running": "requests running", "bench:waiting": "requests waiting",
-                "bench:kv_usage_fraction": "KV cache in use (fraction)"}
+GAUGES = (
+    "num_requests_running",
+    "num_requests_waiting",
+    "kv_cache_usage_perc",
+    "gpu_cache_usage_perc",
+    "requests_processing",
+    "requests_deferred",
+    "kv_cache_usage_ratio",
+)
+BENCH_GAUGES = {
+    "bench:running": "requests running",
+    "bench:waiting": "requests waiting",
+    "bench:kv_usage_fraction": "KV cache in use (fraction)",
+}
 HIT_RATE = "prefix cache hit rate"
 SKIP_SUFFIXES = ("_bucket", "_sum", "_count", "_created")
 # harness/telemetry names (host.py, gpu.py, engine_bytes.py), most telling first
-TELEMETRY_FIRST = ("cpu_percent", "bandwidth_util", "read_bytes_per_s", "DCGM_FI_PROF_DRAM_ACTIVE",
-                   "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_GPU_UTIL", "rss_bytes", "memory_used_bytes",
-                   "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE", "flops_per_s", "write_bytes_per_s")
-TELEMETRY_SKIP = SKIP_SUFFIXES + ("_total", "TOTAL_ENERGY_CONSUMPTION", "CLOCK_THROTTLE_REASONS",
-                                  "memory_bandwidth_peak_bytes_per_s", "num_processes", "FB_TOTAL")
+TELEMETRY_FIRST = (
+    "cpu_percent",
+    "bandwidth_util",
+    "read_bytes_per_s",
+    "DCGM_FI_PROF_DRAM_ACTIVE",
+    "DCGM_FI_PROF_SM_ACTIVE",
+    "DCGM_FI_DEV_GPU_UTIL",
+    "rss_bytes",
+    "memory_used_bytes",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "flops_per_s",
+    "write_bytes_per_s",
+)
+TELEMETRY_SKIP = SKIP_SUFFIXES + (
+    "_total",
+    "TOTAL_ENERGY_CONSUMPTION",
+    "CLOCK_THROTTLE_REASONS",
+    "memory_bandwidth_peak_bytes_per_s",
+    "num_processes",
+    "FB_TOTAL",
+)
 MAX_PANELS = 8
 
 
@@ -37,10 +65,15 @@ def _hit_rate(frame: pd.DataFrame) -> pd.DataFrame | None:
     """Δhits / Δqueries between scrapes, from bench:prefix_cache_hits and bench:prefix_cache_queries (the same
     counters on every engine, harness/server_metrics.py), else `*prefix_cache_{hits,queries}_total` (files from
     before those rows)."""
-    hits, queries = frame[frame["name"] == "bench:prefix_cache_hits"], frame[frame["name"] == "bench:prefix_cache_queries"]
+    hits, queries = (
+        frame[frame["name"] == "bench:prefix_cache_hits"],
+        frame[frame["name"] == "bench:prefix_cache_queries"],
+    )
     if hits.empty or queries.empty:
         hits = frame[frame["name"].str.endswith("prefix_cache_hits_total") & ~frame["name"].str.contains("external")]
-        queries = frame[frame["name"].str.endswith("prefix_cache_queries_total") & ~frame["name"].str.contains("external")]
+        queries = frame[
+            frame["name"].str.endswith("prefix_cache_queries_total") & ~frame["name"].str.contains("external")
+        ]
     if hits.empty or queries.empty:
         return None
     h = hits.groupby("t_s")["value"].sum().sort_index()
@@ -117,16 +150,27 @@ def telemetry(runs: list[RunData]) -> go.Figure | None:
 
 def _small_multiples(title: str, per_run) -> go.Figure:
     names = list(dict.fromkeys(n for _, _, panels in per_run for n in panels))[:MAX_PANELS]  # first run's order
-    fig = make_subplots(rows=len(names), cols=1, shared_xaxes=True, subplot_titles=names,
-                        vertical_spacing=min(0.08, 0.3 / len(names)))
+    fig = make_subplots(
+        rows=len(names), cols=1, shared_xaxes=True, subplot_titles=names, vertical_spacing=min(0.08, 0.3 / len(names))
+    )
     shown = set()
     for row, name in enumerate(names, start=1):
         for i, run, panels in per_run:
-            for key, part in (panels[name].groupby("key", sort=True) if name in panels else []):
+            for key, part in panels[name].groupby("key", sort=True) if name in panels else []:
                 label = f"{run.label} {key}".strip()
-                fig.add_trace(go.Scatter(x=part["t_s"], y=part["value"], mode="lines", name=label,
-                                         legendgroup=run.label, showlegend=run.label not in shown,
-                                         line=dict(color=color(i))), row=row, col=1)
+                fig.add_trace(
+                    go.Scatter(
+                        x=part["t_s"],
+                        y=part["value"],
+                        mode="lines",
+                        name=label,
+                        legendgroup=run.label,
+                        showlegend=run.label not in shown,
+                        line=dict(color=color(i)),
+                    ),
+                    row=row,
+                    col=1,
+                )
                 shown.add(run.label)
     fig.update_xaxes(title_text="seconds from t0", row=len(names), col=1)
     fig.update_layout(title=title, height=max(320, 200 * len(names)), **LAYOUT)

@@ -11,6 +11,7 @@ latencies move together, and resampling them one by one would make the interval 
 
 With repeated runs (`run_level_change`), each run's statistic is one sample: see there.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -58,12 +59,18 @@ def _resampled(samples: np.ndarray, stat, n_resamples: int, rng: np.random.Gener
         rows = min(step, n_resamples - start)
         starts = rng.integers(0, n - block + 1, size=(rows, n_blocks))
         idx = (starts[:, :, None] + offsets).reshape(rows, -1)[:, :n]
-        out[start:start + rows] = stat(samples[idx])
+        out[start : start + rows] = stat(samples[idx])
     return out
 
 
-def bootstrap_relative_change(baseline, current, statistic: str = "p50", n_resamples: int = DEFAULT_RESAMPLES,
-                              confidence: float = DEFAULT_CONFIDENCE, seed: int = 0) -> RelativeChange:
+def bootstrap_relative_change(
+    baseline,
+    current,
+    statistic: str = "p50",
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = 0,
+) -> RelativeChange:
     base = np.asarray(baseline, dtype=np.float64)
     cur = np.asarray(current, dtype=np.float64)
     base, cur = base[np.isfinite(base)], cur[np.isfinite(cur)]
@@ -75,7 +82,7 @@ def bootstrap_relative_change(baseline, current, statistic: str = "p50", n_resam
         raise ValueError(f"baseline {statistic} is 0; a relative change is undefined")
     rng = np.random.default_rng(seed)
     # the point estimate uses every sample; the interval's resampling every k-th (time order kept)
-    base, cur = (x[::-(-x.size // MAX_BOOTSTRAP_SAMPLES)] for x in (base, cur))
+    base, cur = (x[:: -(-x.size // MAX_BOOTSTRAP_SAMPLES)] for x in (base, cur))
     b = _resampled(base, stat, n_resamples, rng)
     c = _resampled(cur, stat, n_resamples, rng)
     ok = b != 0
@@ -85,8 +92,9 @@ def bootstrap_relative_change(baseline, current, statistic: str = "p50", n_resam
     return RelativeChange(b0, c0, (c0 - b0) / b0, float(lo), float(hi))
 
 
-def window_rates(event_times_s: np.ndarray, weights: np.ndarray | None, start_s: float, end_s: float,
-                 n_windows: int) -> np.ndarray:
+def window_rates(
+    event_times_s: np.ndarray, weights: np.ndarray | None, start_s: float, end_s: float, n_windows: int
+) -> np.ndarray:
     """Events (or weighted events, e.g. tokens) per second in each of n equal windows of [start, end].
 
     The mean of the windows is the run's rate, and the windows vary as the run did, so
@@ -142,7 +150,7 @@ def _t_quantile(x: np.ndarray, y: np.ndarray, confidence: float) -> float:
     if x.size > 1 and y.size > 1:
         vx, vy = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
         # Welch-Satterthwaite; with no spread at all the interval is the point and df does not matter
-        df = (vx + vy) ** 2 / (vx ** 2 / (x.size - 1) + vy ** 2 / (y.size - 1)) if vx + vy > 0 else 1.0
+        df = (vx + vy) ** 2 / (vx**2 / (x.size - 1) + vy**2 / (y.size - 1)) if vx + vy > 0 else 1.0
     else:
         df = max(x.size, y.size) - 1.0
     return float(scipy_stats.t.ppf(0.5 + confidence / 2, df))

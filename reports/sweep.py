@@ -1,4 +1,5 @@
 """Capacity under SLOs of a sweep read from disk (the rule itself: harness/capacity.py)."""
+
 from __future__ import annotations
 
 from harness.capacity import DEFAULT_ATTAINMENT, LoadPoint, SloCapacity, max_load_meeting_slo
@@ -14,7 +15,9 @@ def point_goodput(point: SweepPoint, slo: dict | None) -> float:
     return point.run.goodput_fraction(slo)
 
 
-def max_rate_meeting_slo(points: list[SweepPoint], slo: dict | None = None,
-                         attainment: float = DEFAULT_ATTAINMENT) -> SloCapacity:
-    return max_load_meeting_slo([LoadPoint.from_summary(p.offered_load, p.run.summary, point_goodput(p, slo))
-                                 for p in points], attainment)
+def max_rate_meeting_slo(
+    points: list[SweepPoint], slo: dict | None = None, attainment: float = DEFAULT_ATTAINMENT
+) -> SloCapacity:
+    return max_load_meeting_slo(
+        [LoadPoint.from_summary(p.offered_load, p.run.summary, point_goodput(p, slo)) for p in points], attainment
+    )

@@ -5,6 +5,7 @@ would list tonight (reports.changepoint over every night). The shaded band is th
 applies to a night: from the `last` nights before it, none from before a step (as reports.history_gate
 compares), a night outside it differs from them beyond noise; a regression also needs the threshold.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -47,9 +48,16 @@ class SeriesTrend:
     @property
     def row(self) -> list[str]:
         first, last = (self.nights[0], self.nights[-1]) if self.nights else (None, None)
-        when = (lambda n: "-" if n is None else f"{n.finished_at[:16].replace('T', ' ')} {(n.commit or '?')[:7]}")
-        return [self.scenario_name, self.scenario_hash, self.runner_kind, str(len(self.nights)), str(self.runs),
-                when(first), when(last)]
+        when = lambda n: "-" if n is None else f"{n.finished_at[:16].replace('T', ' ')} {(n.commit or '?')[:7]}"
+        return [
+            self.scenario_name,
+            self.scenario_hash,
+            self.runner_kind,
+            str(len(self.nights)),
+            str(self.runs),
+            when(first),
+            when(last),
+        ]
 
 
 @dataclass
@@ -92,15 +100,17 @@ def build_trends(db: str | Path, rules: GateRules, last: int = DEFAULT_LAST) -> 
             values = [n.values[key] for n in had]
             found = findings(values, rule.threshold)
             steps = [f.index for f in found if f.kind == "step"]
-            series.metrics.append(MetricTrend(name, rule, had, values, found,
-                                              gate_band(values, steps, last, rules.confidence)))
+            series.metrics.append(
+                MetricTrend(name, rule, had, values, found, gate_band(values, steps, last, rules.confidence))
+            )
             content.rows += [[series.title] + describe(name, had, f, rule) for f in found]
         content.series.append(series)
     return content
 
 
-def write_trend_report(db: str | Path, out_html: str | Path, rules: GateRules,
-                       last: int = DEFAULT_LAST) -> TrendContent:
+def write_trend_report(
+    db: str | Path, out_html: str | Path, rules: GateRules, last: int = DEFAULT_LAST
+) -> TrendContent:
     """The HTML trend report, and a Markdown file of its findings beside it."""
     from reports.html import render
     from reports.markdown import md_table
@@ -110,8 +120,17 @@ def write_trend_report(db: str | Path, out_html: str | Path, rules: GateRules,
     content.figures = [(s.title, trend_figure(s)) for s in content.series]
     out_html = Path(out_html)
     out_html.parent.mkdir(parents=True, exist_ok=True)
-    out_html.write_text(render("history.html.j2", content.figures, title=content.title, c=content,
-                               finding_columns=FINDING_COLUMNS, last=last), encoding="utf-8")
+    out_html.write_text(
+        render(
+            "history.html.j2",
+            content.figures,
+            title=content.title,
+            c=content,
+            finding_columns=FINDING_COLUMNS,
+            last=last,
+        ),
+        encoding="utf-8",
+    )
     md = [f"# {content.title}", ""]
     md += ([md_table(FINDING_COLUMNS, content.rows)] if content.rows else ["No change point or drift."]) + [""]
     out_html.with_suffix(".md").write_text("\n".join(md), encoding="utf-8")

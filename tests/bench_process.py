@@ -1,4 +1,5 @@
 """`bench` as a user runs it: a fresh process of the harness CLI, for tests of the whole path."""
+
 from __future__ import annotations
 
 import signal

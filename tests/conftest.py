@@ -1,4 +1,5 @@
 """Fixtures shared by several test files."""
+
 import pytest
 
 from native_engine.blas import set_blas_threads
@@ -36,10 +37,12 @@ def tiny_path(tmp_path_factory):
     """The default tiny GGUF (seed 0): a real file the engine loads in milliseconds, for tests of the serving
     machinery rather than of the model."""
     from native_engine.tiny_gguf import write_tiny_llama_gguf
+
     return write_tiny_llama_gguf(tmp_path_factory.mktemp("m") / "tiny.gguf", seed=0)
 
 
 @pytest.fixture(scope="module")
 def tiny(tiny_path):
     from native_engine.llm_engine import LoadedModel
+
     return LoadedModel.load(str(tiny_path))

@@ -10,6 +10,7 @@ here as it would against the engine. Each generate path streams tests/fixtures/e
 <engine>_metrics.txt; readiness, version and profiler paths answer 200. Every request body it gets is
 appended to --log as one JSON line ({"path", "body"}), so tests can check the dialect the harness spoke.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,6 +27,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "engines"
 @dataclass(frozen=True)
 class Routes:
     """What one engine's HTTP server answers. streams: POST path -> the capture it replays (<engine>_<file>)."""
+
     source: str  # where the routes are defined upstream
     streams: dict[str, str]
     ready: tuple[str, ...]  # GET paths answering 200 once the model is loaded
@@ -37,29 +39,52 @@ class Routes:
 
 OPENAI = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
 ROUTES = {
-    "vllm": Routes("vllm/entrypoints/openai/api_server.py (routes listed at start-up: /health, /ping, /v1/models, "
-                   "/version, /v1/completions, /v1/chat/completions, /metrics; /start_profile, /stop_profile "
-                   "with a profiler configured)",
-                   OPENAI, ("/health", "/ping", "/v1/models"), ("/version",), "/metrics",
-                   ("/start_profile", "/stop_profile")),
-    "sglang": Routes("python/sglang/srt/entrypoints/http_server.py (/generate, /v1/*, /health, /health_generate, "
-                     "/get_model_info, /server_info and its old name /get_server_info, /metrics with "
-                     "--enable-metrics, /start_profile, /stop_profile)",
-                     {**OPENAI, "/generate": "generate"}, ("/health", "/health_generate", "/v1/models", "/get_model_info"),
-                     ("/server_info", "/get_server_info"), "/metrics", ("/start_profile", "/stop_profile")),
+    "vllm": Routes(
+        "vllm/entrypoints/openai/api_server.py (routes listed at start-up: /health, /ping, /v1/models, "
+        "/version, /v1/completions, /v1/chat/completions, /metrics; /start_profile, /stop_profile "
+        "with a profiler configured)",
+        OPENAI,
+        ("/health", "/ping", "/v1/models"),
+        ("/version",),
+        "/metrics",
+        ("/start_profile", "/stop_profile"),
+    ),
+    "sglang": Routes(
+        "python/sglang/srt/entrypoints/http_server.py (/generate, /v1/*, /health, /health_generate, "
+        "/get_model_info, /server_info and its old name /get_server_info, /metrics with "
+        "--enable-metrics, /start_profile, /stop_profile)",
+        {**OPENAI, "/generate": "generate"},
+        ("/health", "/health_generate", "/v1/models", "/get_model_info"),
+        ("/server_info", "/get_server_info"),
+        "/metrics",
+        ("/start_profile", "/stop_profile"),
+    ),
     # /metrics there is a JSON list of iteration stats, not Prometheus text (docs/source/commands/trtllm-serve.rst)
-    "trtllm": Routes("tensorrt_llm/serve/openai_server.py and docs/source/commands/trtllm-serve.rst (/v1/models, "
-                     "/v1/completions, /v1/chat/completions, /health, /metrics, /version; /prometheus/metrics "
-                     "mounted with return_perf_metrics)",
-                     OPENAI, ("/health", "/v1/models"), ("/version",), "/prometheus/metrics"),
-    "ollama": Routes("docs/api.md (POST /api/generate, /api/chat, /api/pull; GET /api/version, /api/tags, /api/ps)",
-                     {"/api/generate": "completions", "/api/chat": "chat"}, ("/api/version", "/api/tags", "/api/ps"),
-                     ("/api/version",), extra_posts=("/api/pull",)),
-    "llamacpp": Routes("tools/server/server.cpp and tools/server/README.md (/health, /v1/health, /props, /metrics "
-                       "with --metrics, /models, /v1/models, /completion(s), /v1/completions, /chat/completions, "
-                       "/v1/chat/completions)",
-                       {"/completion": "completions", "/completions": "completions", "/chat/completions": "chat",
-                        **OPENAI}, ("/health", "/v1/health", "/models", "/v1/models"), ("/props",), "/metrics"),
+    "trtllm": Routes(
+        "tensorrt_llm/serve/openai_server.py and docs/source/commands/trtllm-serve.rst (/v1/models, "
+        "/v1/completions, /v1/chat/completions, /health, /metrics, /version; /prometheus/metrics "
+        "mounted with return_perf_metrics)",
+        OPENAI,
+        ("/health", "/v1/models"),
+        ("/version",),
+        "/prometheus/metrics",
+    ),
+    "ollama": Routes(
+        "docs/api.md (POST /api/generate, /api/chat, /api/pull; GET /api/version, /api/tags, /api/ps)",
+        {"/api/generate": "completions", "/api/chat": "chat"},
+        ("/api/version", "/api/tags", "/api/ps"),
+        ("/api/version",),
+        extra_posts=("/api/pull",),
+    ),
+    "llamacpp": Routes(
+        "tools/server/server.cpp and tools/server/README.md (/health, /v1/health, /props, /metrics "
+        "with --metrics, /models, /v1/models, /completion(s), /v1/completions, /chat/completions, "
+        "/v1/chat/completions)",
+        {"/completion": "completions", "/completions": "completions", "/chat/completions": "chat", **OPENAI},
+        ("/health", "/v1/health", "/models", "/v1/models"),
+        ("/props",),
+        "/metrics",
+    ),
 }
 
 
@@ -91,11 +116,13 @@ def build_app(engine: str, itl_s: float, log_path: Path | None, llm_api_options:
                 await resp.write(chunk)
             await resp.write_eof()
             return resp
+
         return handler
 
     def unrecorded(capture: str):
         async def handler(request: web.Request) -> web.Response:
             return web.Response(status=501, text=f"no capture tests/fixtures/engines/{engine}_{capture}.sse recorded")
+
         return handler
 
     async def ok(request: web.Request) -> web.Response:
@@ -126,7 +153,8 @@ def build_app(engine: str, itl_s: float, log_path: Path | None, llm_api_options:
         app.router.add_get(path, version)
     # trtllm-serve mounts /prometheus/metrics only with return_perf_metrics: true in its options file
     trtllm_without_page = engine == "trtllm" and not (
-        llm_api_options and "return_perf_metrics: true" in llm_api_options.read_text())
+        llm_api_options and "return_perf_metrics: true" in llm_api_options.read_text()
+    )
     if routes.metrics and not trtllm_without_page:
         app.router.add_get(routes.metrics, metrics)
     for path in routes.profile:
@@ -145,8 +173,13 @@ def main() -> None:
     parser.add_argument("--extra_llm_api_options", type=Path, default=None)  # trtllm-serve's YAML options
     args = parser.parse_args()
     print(f"PORT {args.port}", flush=True)
-    web.run_app(build_app(args.engine, args.itl_ms / 1000, args.log, args.extra_llm_api_options), host="127.0.0.1", port=args.port,
-                print=None, access_log=None)
+    web.run_app(
+        build_app(args.engine, args.itl_ms / 1000, args.log, args.extra_llm_api_options),
+        host="127.0.0.1",
+        port=args.port,
+        print=None,
+        access_log=None,
+    )
 
 
 if __name__ == "__main__":

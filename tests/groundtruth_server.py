@@ -19,6 +19,7 @@ With --max-streams N it streams at most N requests at a time and queues the rest
 one's TTFT counts from when it gets a slot): its latency steps up at a known load, N / (TTFT + tokens x ITL)
 requests per second.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,21 @@ class GroundTruthConfig:
 
 
 class _Stream:
-    __slots__ = ("proto", "chat", "total", "sent", "k", "itl_ns", "first_due_ns", "recv_ns",
-                 "write_ns", "fail", "prompt_tokens", "rid", "ttft_ns")
+    __slots__ = (
+        "proto",
+        "chat",
+        "total",
+        "sent",
+        "k",
+        "itl_ns",
+        "first_due_ns",
+        "recv_ns",
+        "write_ns",
+        "fail",
+        "prompt_tokens",
+        "rid",
+        "ttft_ns",
+    )
 
 
 class _Socket:
@@ -60,7 +74,7 @@ class _Socket:
     receive time (an asyncio transport reads with recv and cannot); writes as a transport does: send at once,
     buffer the rest until the socket has room, close after the buffer is out."""
 
-    def __init__(self, server: "GroundTruthServer", sock: socket.socket):
+    def __init__(self, server: GroundTruthServer, sock: socket.socket):
         self.server, self.sock, self.fd = server, sock, sock.fileno()
         self.proto = _Http(server, self)
         self.pending = b""
@@ -84,7 +98,7 @@ class _Socket:
             return
         if not self.pending:
             try:
-                data = data[self.sock.send(data):]
+                data = data[self.sock.send(data) :]
             except (BlockingIOError, InterruptedError):
                 pass
             except OSError:
@@ -96,7 +110,7 @@ class _Socket:
 
     def _flush(self) -> None:
         try:
-            self.pending = self.pending[self.sock.send(self.pending):]
+            self.pending = self.pending[self.sock.send(self.pending) :]
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -244,15 +258,16 @@ class GroundTruthServer:
             t.write(_chunked(out + _final_events(s).replace(b'"length"', b'"%s"' % finish)) + _END)
             s.proto.finished()
             return None
-        if s.fail.startswith("cut_after_") and s.sent >= int(s.fail[len("cut_after_"):]):
+        if s.fail.startswith("cut_after_") and s.sent >= int(s.fail[len("cut_after_") :]):
             t.write(_chunked(out))
             t.close()  # no terminating chunk: the stream is cut mid-way
             return None
         if s.sent >= s.total:
             final = _final_events(s)
             if s.fail.startswith("usage_"):
-                final = final.replace(b'"completion_tokens":%d' % s.total,
-                                      b'"completion_tokens":%s' % s.fail[len("usage_"):].encode())
+                final = final.replace(
+                    b'"completion_tokens":%d' % s.total, b'"completion_tokens":%s' % s.fail[len("usage_") :].encode()
+                )
             out += final
             t.write(_chunked(out) + _END)
             s.proto.finished()
@@ -261,7 +276,7 @@ class GroundTruthServer:
         return s.first_due_ns + (s.sent // s.k) * s.itl_ns * s.k
 
     # --- requests ---
-    def handle(self, proto: "_Http", method: str, path: str, body: bytes, kernel_ns: int) -> None:
+    def handle(self, proto: _Http, method: str, path: str, body: bytes, kernel_ns: int) -> None:
         """kernel_ns: when the request's last bytes reached the socket (the kernel's stamp), before this
         single-threaded server got round to reading them."""
         if method == "GET" and path in ("/health", "/v1/models"):
@@ -297,19 +312,33 @@ class GroundTruthServer:
         s.write_ns = []
         s.rid = opts.get("id")
         if s.rid is not None and len(self.records) < 200_000:
-            self.records[s.rid] = {"recv_ns": recv_ns, "recv_kernel_ns": kernel_ns, "write_ns": s.write_ns, "k": s.k,
-                                   "body_bytes": len(body)}
+            self.records[s.rid] = {
+                "recv_ns": recv_ns,
+                "recv_kernel_ns": kernel_ns,
+                "write_ns": s.write_ns,
+                "k": s.k,
+                "body_bytes": len(body),
+            }
         proto.start_stream(s.chat, status=500 if fail == "endless_500" else 200)
         if fail != "stall":
             self.add_stream(s)
 
     def pop_stats(self) -> dict:
         late = sorted(self.lateness_ns)
+
         def pct(q):
             return late[min(len(late) - 1, int(q * len(late)))] / 1e6 if late else None
-        stats = {"lateness_ms": {"count": len(late), "mean": sum(late) / len(late) / 1e6 if late else None,
-                                 "p50": pct(0.5), "p99": pct(0.99), "max": late[-1] / 1e6 if late else None},
-                 "records": self.records}
+
+        stats = {
+            "lateness_ms": {
+                "count": len(late),
+                "mean": sum(late) / len(late) / 1e6 if late else None,
+                "p50": pct(0.5),
+                "p99": pct(0.99),
+                "max": late[-1] / 1e6 if late else None,
+            },
+            "records": self.records,
+        }
         self.lateness_ns, self.records = [], {}
         return stats
 
@@ -346,12 +375,20 @@ def _build_token_event(s: _Stream, n: int) -> bytes:
 
 
 def _final_events(s: _Stream) -> bytes:
-    finish = ('{"index":0,"delta":{},"finish_reason":"length"}' if s.chat
-              else '{"index":0,"text":"","finish_reason":"length"}')
+    finish = (
+        '{"index":0,"delta":{},"finish_reason":"length"}'
+        if s.chat
+        else '{"index":0,"text":"","finish_reason":"length"}'
+    )
     usage = '{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}' % (
-        s.prompt_tokens, s.total, s.prompt_tokens + s.total)
-    return (b'data: {"id":"gt","choices":[%s]}\n\ndata: {"id":"gt","choices":[],"usage":%s}\n\n'
-            b"data: [DONE]\n\n" % (finish.encode(), usage.encode()))
+        s.prompt_tokens,
+        s.total,
+        s.prompt_tokens + s.total,
+    )
+    return b'data: {"id":"gt","choices":[%s]}\n\ndata: {"id":"gt","choices":[],"usage":%s}\n\ndata: [DONE]\n\n' % (
+        finish.encode(),
+        usage.encode(),
+    )
 
 
 class _Http:
@@ -375,8 +412,8 @@ class _Http:
                 length = int(value)
         if len(self.buf) < head_end + 4 + length:
             return
-        body = self.buf[head_end + 4:head_end + 4 + length]
-        self.buf = self.buf[head_end + 4 + length:]
+        body = self.buf[head_end + 4 : head_end + 4 + length]
+        self.buf = self.buf[head_end + 4 + length :]
         method, path = head[0].split(" ")[:2]
         self.server.handle(self, method, path.split("?")[0], body, kernel_ns)
 
@@ -385,13 +422,17 @@ class _Http:
 
     def respond(self, status: int, obj: dict) -> None:
         body = json.dumps(obj).encode()
-        self.transport.write(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-                             b"Connection: %s\r\n\r\n%s" % (status, len(body), self._conn_header(), body))
+        self.transport.write(
+            b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+            b"Connection: %s\r\n\r\n%s" % (status, len(body), self._conn_header(), body)
+        )
         self.finished()
 
     def start_stream(self, chat: bool, status: int = 200) -> None:
-        head = (b"HTTP/1.1 %d X\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
-                b"Connection: %s\r\n\r\n" % (status, self._conn_header()))
+        head = (
+            b"HTTP/1.1 %d X\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+            b"Connection: %s\r\n\r\n" % (status, self._conn_header())
+        )
         if chat:  # like real servers: a role-only delta before any token
             head += _chunked(b'data: {"id":"gt","choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n')
         self.transport.write(head)
@@ -410,10 +451,22 @@ class GroundTruthProcess:
         self.proc = None
         self.port = None
 
-    def __enter__(self) -> "GroundTruthProcess":
+    def __enter__(self) -> GroundTruthProcess:
         c = self.config
-        args = [sys.executable, __file__, "--port", "0", "--ttft-ms", str(c.ttft_ms), "--itl-ms", str(c.itl_ms),
-                "--tokens-per-chunk", str(c.tokens_per_chunk), "--max-streams", str(c.max_streams)]
+        args = [
+            sys.executable,
+            __file__,
+            "--port",
+            "0",
+            "--ttft-ms",
+            str(c.ttft_ms),
+            "--itl-ms",
+            str(c.itl_ms),
+            "--tokens-per-chunk",
+            str(c.tokens_per_chunk),
+            "--max-streams",
+            str(c.max_streams),
+        ]
         args += [] if c.keep_alive else ["--close"]
         self.proc = subprocess.Popen(self.prefix + args, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
@@ -433,8 +486,11 @@ class GroundTruthProcess:
 
 
 async def _main(args) -> None:
-    server = GroundTruthServer(GroundTruthConfig(args.ttft_ms, args.itl_ms, args.tokens_per_chunk,
-                                                 keep_alive=not args.close, max_streams=args.max_streams))
+    server = GroundTruthServer(
+        GroundTruthConfig(
+            args.ttft_ms, args.itl_ms, args.tokens_per_chunk, keep_alive=not args.close, max_streams=args.max_streams
+        )
+    )
     port = await server.start(args.port)
     print(f"PORT {port}", flush=True)
     await asyncio.Event().wait()
@@ -459,23 +515,42 @@ def gt_request(index: int, offset_s: float | None, output_tokens: int = 16, chat
     try:
         from harness.workload import RequestSpec
     except ImportError:  # the workload module is written in parallel; same fields
-        from dataclasses import make_dataclass, field as dc_field
-        RequestSpec = make_dataclass("RequestSpec", [
-            ("index", int), ("prompt", object), ("messages", object), ("prompt_tokens", int),
-            ("output_tokens", int), ("intended_offset_s", object), ("session_id", object, dc_field(default=None)),
-            ("turn_index", int, dc_field(default=0)), ("think_time_s", float, dc_field(default=0.0)),
-            ("is_warmup", bool, dc_field(default=False))])
+        from dataclasses import field as dc_field
+        from dataclasses import make_dataclass
+
+        RequestSpec = make_dataclass(
+            "RequestSpec",
+            [
+                ("index", int),
+                ("prompt", object),
+                ("messages", object),
+                ("prompt_tokens", int),
+                ("output_tokens", int),
+                ("intended_offset_s", object),
+                ("session_id", object, dc_field(default=None)),
+                ("turn_index", int, dc_field(default=0)),
+                ("think_time_s", float, dc_field(default=0.0)),
+                ("is_warmup", bool, dc_field(default=False)),
+            ],
+        )
     directives.setdefault("id", index)
     tag = "[gt " + " ".join(f"{k}={v}" for k, v in directives.items()) + "]"
     prompt = f"request {index} {tag}"
     messages = [{"role": "user", "content": prompt}] if chat else None
-    return RequestSpec(index=index, prompt=None if chat else prompt, messages=messages, prompt_tokens=4,
-                       output_tokens=output_tokens, intended_offset_s=offset_s)
+    return RequestSpec(
+        index=index,
+        prompt=None if chat else prompt,
+        messages=messages,
+        prompt_tokens=4,
+        output_tokens=output_tokens,
+        intended_offset_s=offset_s,
+    )
 
 
 def fetch_stats(url: str) -> dict:
     """The server's write times and lateness since the last call (the call clears them)."""
     import urllib.request
+
     with urllib.request.urlopen(url + "/stats", timeout=30) as resp:
         return json.loads(resp.read())
 
@@ -515,6 +590,13 @@ def errors_against_truth(records, t0_ns: int, server_records: dict, loop_stamps:
         first_delivery.append((got[0] - writes[0]) / 1e6)
         itl_err += [((b - a) - (wb - wa)) / 1e6 for a, b, wa, wb in zip(got, got[1:], writes, writes[1:])]
         delivery += [(g - w) / 1e6 for g, w in zip(got, writes)]
-    return {"ttft_err_ms": ttft_err, "itl_err_ms": itl_err, "true_ttft_ms": true_ttft,
-            "send_lag_ms": send_lag, "first_delivery_ms": first_delivery, "delivery_ms": delivery,
-            "way_in_ms": way_in, "server_queue_ms": server_queue}
+    return {
+        "ttft_err_ms": ttft_err,
+        "itl_err_ms": itl_err,
+        "true_ttft_ms": true_ttft,
+        "send_lag_ms": send_lag,
+        "first_delivery_ms": first_delivery,
+        "delivery_ms": delivery,
+        "way_in_ms": way_in,
+        "server_queue_ms": server_queue,
+    }

@@ -1,4 +1,5 @@
 """Helpers shared by several test modules (a test module never imports another test module)."""
+
 from __future__ import annotations
 
 import json
@@ -47,12 +48,14 @@ def _assert_greedy_tie(logits: np.ndarray, pair: tuple[int, int], position: int)
     gap = logits[top2[0]] - logits[top2[1]]
     assert set(pair) == set(top2.tolist()) and gap < NEAR_TIE_LOGIT_GAP, (
         f"greedy tokens part at output {position} ({pair[0]} vs {pair[1]}) where the best two are {top2.tolist()} "
-        f"with a logit gap of {gap:.2e}, not a near tie (< {NEAR_TIE_LOGIT_GAP}): a real divergence")
+        f"with a logit gap of {gap:.2e}, not a near tie (< {NEAR_TIE_LOGIT_GAP}): a real divergence"
+    )
 
 
 def _assert_sampled_tie(logits: np.ndarray, pair: tuple[int, int], position: int, params):
-    assert (params.top_k, params.top_p, params.min_p) in ((0, 1.0, 0.0), (-1, 1.0, 0.0)), \
+    assert (params.top_k, params.top_p, params.min_p) in ((0, 1.0, 0.0), (-1, 1.0, 0.0)), (
         "near ties are worked out for plain temperature sampling only: set no top_k, top_p or min_p"
+    )
     rng = np.random.default_rng(params.seed)
     u = [rng.random() for _ in range(position + 1)][position]  # one draw per output token
     scaled = logits / params.temperature
@@ -62,7 +65,8 @@ def _assert_sampled_tie(logits: np.ndarray, pair: tuple[int, int], position: int
     share = abs(u * cdf[-1] - edge) / cdf[-1]
     assert math.isclose(cdf[high - 1], edge) and share < NEAR_TIE_CDF_SHARE, (
         f"sampled tokens part at output {position} ({pair[0]} vs {pair[1]}) where the draw lies {share:.2e} of the "
-        f"mass from their edge, not a near tie (< {NEAR_TIE_CDF_SHARE}): a real divergence")
+        f"mass from their edge, not a near tie (< {NEAR_TIE_CDF_SHARE}): a real divergence"
+    )
 
 
 def _logits_after(loaded, token_ids: list[int]) -> np.ndarray:
@@ -75,8 +79,9 @@ def _logits_after(loaded, token_ids: list[int]) -> np.ndarray:
 
 
 # ---- results folders as `bench run` leaves them (report, gate, history, select) ------------------------------
-def synthetic_records(n=60, rate=4.0, ttft_s=0.05, itl_s=0.01, tokens=16, seed=0, ttft_sigma=0.2,
-                      fail_every=0, slow_from=None):
+def synthetic_records(
+    n=60, rate=4.0, ttft_s=0.05, itl_s=0.01, tokens=16, seed=0, ttft_sigma=0.2, fail_every=0, slow_from=None
+):
     """Requests sent at `rate`/s with lognormal TTFTs around ttft_s and steady ITLs; `slow_from`: index after
     which TTFT doubles (a server that fell behind)."""
     rng = np.random.default_rng(seed)
@@ -99,21 +104,35 @@ def synthetic_records(n=60, rate=4.0, ttft_s=0.05, itl_s=0.01, tokens=16, seed=0
     return records
 
 
-def write_run(path, records, slo=None, rate=4.0, kind="native", server_metrics=False, telemetry=False,
-              explain=False):
+def write_run(path, records, slo=None, rate=4.0, kind="native", server_metrics=False, telemetry=False, explain=False):
     """A results folder as `bench run` leaves it; `explain`: with the native engine's per-request
     timings, phases_ms and diagnosis in summary.json, and an engine_trace.json."""
     slo = slo or {"ttft_ms": 200.0, "tpot_ms": 50.0}
     writer = ResultWriter(path)
-    writer.write_run_info({"scenario": {"name": "synthetic", "backend": {"kind": kind, "url": "http://127.0.0.1:1"},
-                                        "load": {"arrival": "constant", "rate": rate}, "slo": slo},
-                           "versions": {"harness": "0.1.0"}, "host": {"hostname": "test"},
-                           "backend": {"kind": kind, "model": "smollm2"}})
+    writer.write_run_info(
+        {
+            "scenario": {
+                "name": "synthetic",
+                "backend": {"kind": kind, "url": "http://127.0.0.1:1"},
+                "load": {"arrival": "constant", "rate": rate},
+                "slo": slo,
+            },
+            "versions": {"harness": "0.1.0"},
+            "host": {"hostname": "test"},
+            "backend": {"kind": kind, "model": "smollm2"},
+        }
+    )
     for r in records:
         if explain and r.ok:
             ttft_ms = (r.token_times_s[0] - r.intended_send_s) * 1e3
-            r.server_timings = {"queue_ms": 0.6 * ttft_ms, "prefill_ms": 0.3 * ttft_ms, "decode_ms": 40.0,
-                                "cache_n": 0, "prompt_n": r.prompt_tokens, "preemptions": 0}
+            r.server_timings = {
+                "queue_ms": 0.6 * ttft_ms,
+                "prefill_ms": 0.3 * ttft_ms,
+                "decode_ms": 40.0,
+                "cache_n": 0,
+                "prompt_n": r.prompt_tokens,
+                "preemptions": 0,
+            }
         writer.append(r)
     writer.close()
     summary = summarize(records, slo)
@@ -122,19 +141,35 @@ def write_run(path, records, slo=None, rate=4.0, kind="native", server_metrics=F
         from harness.diagnosis import Run, diagnose
         from harness.engine_trace import write_engine_trace
         from harness.phases import phases
+
         summary["phases_ms"] = phases(records)
         summary["diagnosis"] = diagnose(Run(summary, records))
-        steps = [{"t_s": 0.03 * k, "dur_s": 0.025, "forward_s": 0.02, "prefill_tokens": 64 if k % 10 == 0 else 0,
-                  "prefill_chunks": [64] if k % 10 == 0 else [], "decode_seqs": 1 + k % 4, "kv_blocks_used": 10 + k % 7,
-                  "preemptions": 0, "prefix_hit_tokens": 16 if k % 10 == 0 else 0, "bytes_read": 5e8,
-                  "flops": 1e9, "running": 1 + k % 4, "waiting": k % 3} for k in range(200)]
+        steps = [
+            {
+                "t_s": 0.03 * k,
+                "dur_s": 0.025,
+                "forward_s": 0.02,
+                "prefill_tokens": 64 if k % 10 == 0 else 0,
+                "prefill_chunks": [64] if k % 10 == 0 else [],
+                "decode_seqs": 1 + k % 4,
+                "kv_blocks_used": 10 + k % 7,
+                "preemptions": 0,
+                "prefix_hit_tokens": 16 if k % 10 == 0 else 0,
+                "bytes_read": 5e8,
+                "flops": 1e9,
+                "running": 1 + k % 4,
+                "waiting": k % 3,
+            }
+            for k in range(200)
+        ]
         write_engine_trace(path / "engine_trace.json", steps)
     writer.write_summary(summary)
     end = max(r.end_s for r in records)
     if server_metrics:
         times = np.arange(0, end, 0.5)
-        rows = ["t_s,name,value,labels"] + [f"{t:.2f},vllm:num_requests_running,{int(3 + 2 * np.sin(t))},model=smollm2"
-                                            for t in times]
+        rows = ["t_s,name,value,labels"] + [
+            f"{t:.2f},vllm:num_requests_running,{int(3 + 2 * np.sin(t))},model=smollm2" for t in times
+        ]
         rows += [f"{t:.2f},vllm:kv_cache_usage_perc,{min(1, t / end):.3f},model=smollm2" for t in times]
         # counters: 3 of every 4 prefix-cache queries hit; a histogram that the report leaves out
         rows += [f"{t:.2f},vllm:prefix_cache_queries_total,{8 * k},model=smollm2" for k, t in enumerate(times)]
@@ -143,8 +178,9 @@ def write_run(path, records, slo=None, rate=4.0, kind="native", server_metrics=F
         (path / "server_metrics.csv").write_text("\n".join(rows) + "\n")
     if telemetry:
         # as harness/telemetry writes it: host counters, the engine's byte counters and their rate
-        rows = ["t_s,source,name,value"] + [f"{t:.2f},engine_process,cpu_percent,{150 + 30 * np.cos(t):.1f}"
-                                            for t in np.arange(0, end, 0.5)]
+        rows = ["t_s,source,name,value"] + [
+            f"{t:.2f},engine_process,cpu_percent,{150 + 30 * np.cos(t):.1f}" for t in np.arange(0, end, 0.5)
+        ]
         rows += [f"{t:.2f},engine_metrics,native:weight_bytes_read_total,{1e9 * t:.0f}" for t in np.arange(0, end, 0.5)]
         rows += [f"{t:.2f},engine_metrics,read_bytes_per_s,{1e9:.0f}" for t in np.arange(0, end, 0.5)]
         rows += [f"{t:.2f},host,memory_used_bytes,{2e9 + 1e6 * t:.0f}" for t in np.arange(0, end, 0.5)]
@@ -171,16 +207,22 @@ async def post(http, url, payload):
 
 def streamed_text(events):
     chunks = [json.loads(e) for e in events if e != "[DONE]"]
-    return "".join(c["choices"][0].get("text") or c["choices"][0].get("delta", {}).get("content") or ""
-                   for c in chunks if c.get("choices"))
+    return "".join(
+        c["choices"][0].get("text") or c["choices"][0].get("delta", {}).get("content") or ""
+        for c in chunks
+        if c.get("choices")
+    )
 
 
 async def metric(http, url, name, **labels):
     async with http.get(url + "/metrics") as resp:
         text = await resp.text()
     want = [f'{k}="{v}"' for k, v in labels.items()]
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith((name + "{", name + " ")) and all(w in line for w in want))
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith((name + "{", name + " ")) and all(w in line for w in want)
+    )
 
 
 def alive(pid: int) -> bool:

@@ -8,6 +8,7 @@ from a local GGUF file) and its BLAS read-bandwidth probe (host telemetry). nati
 of the harness, so that edge stays one way.
 Run `python tests/test_architecture.py` to print the package graph.
 """
+
 import ast
 import sys
 from importlib.metadata import EntryPoint
@@ -27,8 +28,13 @@ HARNESS_USES_NATIVE_ENGINE = {
     "harness.plan.architectures": {"native_engine.gguf_model"},
     "harness.plan.deployment": {"native_engine.cli", "native_engine.routing", "native_engine.scheduler"},
     "harness.plan.replica": {"native_engine.block_manager", "native_engine.scheduler", "native_engine.sequence"},
-    "harness.plan.simulator": {"native_engine.llm_engine", "native_engine.routing", "native_engine.scheduler",
-                               "native_engine.sequence", "native_engine.server"},
+    "harness.plan.simulator": {
+        "native_engine.llm_engine",
+        "native_engine.routing",
+        "native_engine.scheduler",
+        "native_engine.sequence",
+        "native_engine.server",
+    },
 }
 
 
@@ -68,12 +74,13 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(nxt)):
                 return found
         stack.pop()
         state[node] = 2
         return None
+
     for node in sorted(graph):
         if node not in state and (found := visit(node)):
             return found
@@ -87,7 +94,9 @@ def package_of(module: str) -> str:
 def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for src, targets in graph.items():
-        out.setdefault(package_of(src), set()).update(package_of(t) for t in targets if package_of(t) != package_of(src))
+        out.setdefault(package_of(src), set()).update(
+            package_of(t) for t in targets if package_of(t) != package_of(src)
+        )
     return out
 
 
@@ -99,8 +108,11 @@ def test_packages_depend_one_way_and_harness_never_imports_reports():
     graph = import_graph()
     packages = package_graph(graph)
     assert find_cycle(packages) is None, f"package cycle: {find_cycle(packages)}"
-    harness_imports = {m: {t for t in ts if package_of(t) in ("reports", "native_engine")}
-                       for m, ts in graph.items() if package_of(m) == "harness"}
+    harness_imports = {
+        m: {t for t in ts if package_of(t) in ("reports", "native_engine")}
+        for m, ts in graph.items()
+        if package_of(m) == "harness"
+    }
     assert {m: ts for m, ts in harness_imports.items() if ts} == HARNESS_USES_NATIVE_ENGINE
     assert packages["reports"] == {"harness"}
     assert packages["backends"] == set() and packages["native_engine"] == set()
@@ -110,6 +122,7 @@ def test_other_packages_commands_come_from_the_entry_point_group():
     """report/gate/select/serve are in `bench` without harness importing them (an install older than the
     `bench.commands` group lacks them: reinstall with `pip install -e .`)."""
     from harness.cli import app
+
     assert {"report", "gate", "select", "serve"} <= {info.name for info in app.registered_commands}
     assert "history" in {info.name for info in app.registered_groups}
 
@@ -120,14 +133,17 @@ def _declared(name: str, value: str) -> EntryPoint:
 
 def test_a_declared_command_is_added_or_stops_bench_naming_it():
     from harness.cli import add_declared_commands
+
     cli = typer.Typer()
     cli.command()(lambda: None)  # a first command, named "<lambda>"
     add_declared_commands(cli, [_declared("tidy", "shutil:rmtree")])
     assert [info.name for info in cli.registered_commands][-1] == "tidy"
-    for bad, why in ((_declared("ghost", "no_such_module_here:ghost"), "ModuleNotFoundError"),
-                     (_declared("gone", "shutil:no_such_function"), "AttributeError"),
-                     (_declared("plain", "shutil:__name__"), "not a function"),
-                     (_declared("tidy", "os:getcwd"), "already exists")):
+    for bad, why in (
+        (_declared("ghost", "no_such_module_here:ghost"), "ModuleNotFoundError"),
+        (_declared("gone", "shutil:no_such_function"), "AttributeError"),
+        (_declared("plain", "shutil:__name__"), "not a function"),
+        (_declared("tidy", "os:getcwd"), "already exists"),
+    ):
         with pytest.raises(RuntimeError) as error:
             add_declared_commands(cli, [bad])
         assert f"bench command {bad.name!r}" in str(error.value) and bad.value in str(error.value)

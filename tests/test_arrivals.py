@@ -1,4 +1,5 @@
 """Arrival processes: rate and burstiness over many draws, and how schedules land in a plan."""
+
 import numpy as np
 import pytest
 
@@ -11,20 +12,27 @@ DRAWS = 10_000
 
 
 def scenario(load: dict, seed: int = 0, workload: dict | None = None) -> Scenario:
-    return Scenario.model_validate({
-        "name": "t", "backend": {"kind": "openai", "url": "http://127.0.0.1:8000"},
-        "workload": workload or {"kind": "random", "input_tokens": 8, "output_tokens": 4},
-        "load": load, "seed": seed,
-    })
+    return Scenario.model_validate(
+        {
+            "name": "t",
+            "backend": {"kind": "openai", "url": "http://127.0.0.1:8000"},
+            "workload": workload or {"kind": "random", "input_tokens": 8, "output_tokens": 4},
+            "load": load,
+            "seed": seed,
+        }
+    )
 
 
-@pytest.mark.parametrize("arrival, rate, burstiness, target_cv", [
-    ("constant", 5.0, 1.0, 0.0),
-    ("poisson", 4.0, 1.0, 1.0),
-    ("gamma", 4.0, 0.5, 1 / np.sqrt(0.5)),
-    ("gamma", 10.0, 2.0, 1 / np.sqrt(2.0)),
-    ("gamma", 2.0, 1.0, 1.0),
-])
+@pytest.mark.parametrize(
+    "arrival, rate, burstiness, target_cv",
+    [
+        ("constant", 5.0, 1.0, 0.0),
+        ("poisson", 4.0, 1.0, 1.0),
+        ("gamma", 4.0, 0.5, 1 / np.sqrt(0.5)),
+        ("gamma", 10.0, 2.0, 1 / np.sqrt(2.0)),
+        ("gamma", 2.0, 1.0, 1.0),
+    ],
+)
 def test_rate_and_burstiness_over_many_draws(arrival, rate, burstiness, target_cv):
     # One fixed seed: with 10,000 gaps the rate's standard error is 1% (Poisson) to 1.4% (gamma 0.5),
     # so a 2% bound is about two standard errors; unseeded, it would fail now and then by chance.
@@ -51,6 +59,7 @@ def test_burstier_gamma_has_more_short_gaps_and_more_long_ones():
 def test_same_seed_same_schedule_other_seed_other_schedule():
     def draw(seed):
         return open_loop_offsets_s("poisson", 2.0, 1.0, 100, np.random.default_rng(seed))
+
     assert np.array_equal(draw(3), draw(3))
     assert not np.array_equal(draw(3), draw(4))
 
@@ -68,8 +77,9 @@ def test_trace_offsets_are_relative_to_the_first_and_scaled():
 
 
 def test_plan_puts_warmups_first_then_exactly_num_requests():
-    plan = build_plan(scenario({"arrival": "poisson", "rate": 5.0, "num_requests": 30, "warmup_requests": 3}),
-                      ApproximateTokenizer())
+    plan = build_plan(
+        scenario({"arrival": "poisson", "rate": 5.0, "num_requests": 30, "warmup_requests": 3}), ApproximateTokenizer()
+    )
     offsets = [r.intended_offset_s for r in plan.requests]
     assert [r.is_warmup for r in plan.requests] == [True] * 3 + [False] * 30
     assert offsets == sorted(offsets) and offsets[0] == 0.0
@@ -93,19 +103,23 @@ def test_duration_run_too_long_for_the_cap_says_which_knob_to_turn():
 
 
 def test_closed_loop_has_no_schedule():
-    plan = build_plan(scenario({"arrival": "closed", "concurrency": 4, "num_requests": 12, "warmup_requests": 2}),
-                      ApproximateTokenizer())
+    plan = build_plan(
+        scenario({"arrival": "closed", "concurrency": 4, "num_requests": 12, "warmup_requests": 2}),
+        ApproximateTokenizer(),
+    )
     assert len(plan.requests) == 14 and all(r.intended_offset_s is None for r in plan.requests)
-    timed = build_plan(scenario({"arrival": "closed", "concurrency": 4, "duration_s": 5.0, "max_requests": 50}),
-                       ApproximateTokenizer())
+    timed = build_plan(
+        scenario({"arrival": "closed", "concurrency": 4, "duration_s": 5.0, "max_requests": 50}), ApproximateTokenizer()
+    )
     assert len(timed.requests) == 50 and timed.duration_s == 5.0
 
 
 def test_prompt_lengths_do_not_move_the_schedule():
     load = {"arrival": "gamma", "rate": 3.0, "burstiness": 0.5, "num_requests": 20}
     short = build_plan(scenario(load, workload={"input_tokens": 8}), ApproximateTokenizer())
-    long = build_plan(scenario(load, workload={"input_tokens": {"dist": "uniform", "min": 50, "max": 90}}),
-                      ApproximateTokenizer())
+    long = build_plan(
+        scenario(load, workload={"input_tokens": {"dist": "uniform", "min": 50, "max": 90}}), ApproximateTokenizer()
+    )
     assert [r.intended_offset_s for r in short.requests] == [r.intended_offset_s for r in long.requests]
     assert [r.prompt for r in short.requests] != [r.prompt for r in long.requests]
 

@@ -1,11 +1,12 @@
 """Per-engine request bodies and stream parsing, on real captures (vLLM, llama-server) and on
 fixtures written from the engines' documented formats (SGLang, TensorRT-LLM, Ollama)."""
+
 import os
 from pathlib import Path
 
 import pytest
-
 from bench_process import bench
+
 from backends import available, load_backend
 from backends.base import NATIVE, json_lines
 from backends.openai import StreamError
@@ -17,7 +18,7 @@ WORDS = " The cache keeps the keys and values."
 def split_reads(path: Path, size: int) -> tuple[list[bytes], list[int]]:
     """The file cut into network reads of `size` bytes, read i arriving at (i + 1) * 1000 ns."""
     data = path.read_bytes()
-    reads = [data[i:i + size] for i in range(0, len(data), size)]
+    reads = [data[i : i + size] for i in range(0, len(data), size)]
     return reads, [(i + 1) * 1000 for i in range(len(reads))]
 
 
@@ -43,7 +44,8 @@ def test_a_third_party_package_adds_a_backend_through_the_entry_point_group(tmp_
     (site / "myplug" / "__init__.py").write_text(
         "from backends.base import Backend\n"
         "class MyEngine(Backend):\n    name = 'myengine'\n    description = 'a plug-in engine'\n"
-        "    metrics_path = '/stats'\n")
+        "    metrics_path = '/stats'\n"
+    )
     dist = site / "myplug-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: myplug\nVersion: 0.1\n")
@@ -59,14 +61,17 @@ def test_a_third_party_package_adds_a_backend_through_the_entry_point_group(tmp_
     assert without.returncode == 2 and "backend.kind: 'myengine' is not valid" in without.stderr
 
 
-@pytest.mark.parametrize("kind, must_have, must_not_have", [
-    ("vllm", {"ignore_eos": True, "min_tokens": 8}, ()),
-    ("sglang", {"ignore_eos": True, "min_tokens": 8}, ()),
-    ("trtllm", {"ignore_eos": True, "min_tokens": 8}, ()),
-    ("native", {"ignore_eos": True}, ()),
-    ("llamacpp", {"ignore_eos": True}, ("min_tokens",)),
-    ("ollama", {"options": {"num_predict": 8}, "raw": True}, ("ignore_eos", "max_tokens")),
-])
+@pytest.mark.parametrize(
+    "kind, must_have, must_not_have",
+    [
+        ("vllm", {"ignore_eos": True, "min_tokens": 8}, ()),
+        ("sglang", {"ignore_eos": True, "min_tokens": 8}, ()),
+        ("trtllm", {"ignore_eos": True, "min_tokens": 8}, ()),
+        ("native", {"ignore_eos": True}, ()),
+        ("llamacpp", {"ignore_eos": True}, ("min_tokens",)),
+        ("ollama", {"options": {"num_predict": 8}, "raw": True}, ("ignore_eos", "max_tokens")),
+    ],
+)
 def test_exact_length_dialects(kind, must_have, must_not_have):
     body = load_backend(kind).request_body("completions", "m", 8, prompt="hi", ignore_eos=True)
     assert must_have.items() <= body.items()
@@ -74,8 +79,9 @@ def test_exact_length_dialects(kind, must_have, must_not_have):
 
 
 def test_llama_cpp_python_biases_eos_away_or_says_what_is_missing():
-    body = load_backend("llamacpp_python", eos_token_ids=(0, 2)).request_body("chat", "m", 8, prompt="hi",
-                                                                               ignore_eos=True)
+    body = load_backend("llamacpp_python", eos_token_ids=(0, 2)).request_body(
+        "chat", "m", 8, prompt="hi", ignore_eos=True
+    )
     assert body["logit_bias"] == {"0": -100.0, "2": -100.0} and "ignore_eos" not in body
     with pytest.raises(ValueError, match="backend.eos_token_ids"):
         load_backend("llamacpp_python").request_body("chat", "m", 8, prompt="hi", ignore_eos=True)
@@ -85,8 +91,11 @@ def test_sglang_native_generate_body_and_unknown_api():
     sglang = load_backend("sglang")
     assert sglang.endpoint_path(NATIVE) == "/generate"
     body = sglang.request_body(NATIVE, "m", 8, prompt="hi", ignore_eos=True)
-    assert body == {"text": "hi", "stream": True,
-                    "sampling_params": {"max_new_tokens": 8, "ignore_eos": True, "min_new_tokens": 8}}
+    assert body == {
+        "text": "hi",
+        "stream": True,
+        "sampling_params": {"max_new_tokens": 8, "ignore_eos": True, "min_new_tokens": 8},
+    }
     with pytest.raises(ValueError, match="backend.api: vllm supports"):
         load_backend("vllm").endpoint_path(NATIVE)
 
@@ -114,7 +123,7 @@ def test_ollama_thinking_tokens_are_tokens_but_not_text():
     parsed = load_backend("ollama").parse_stream("chat", reads, times)
     assert parsed.text == WORDS  # the answer only
     assert parsed.counted_tokens == 12 == parsed.usage_completion_tokens  # eval_count counts the thinking
-    assert parsed.reasoning_tokens == 4 and parsed.first_answer_chunk == 4   # 4 thinking chunks, then the answer
+    assert parsed.reasoning_tokens == 4 and parsed.first_answer_chunk == 4  # 4 thinking chunks, then the answer
 
 
 def test_launch_args_for_what_the_run_asks(tmp_path):
@@ -125,19 +134,24 @@ def test_launch_args_for_what_the_run_asks(tmp_path):
     trt = load_backend("trtllm")
     args = trt.launch_args(tmp_path, ["trtllm-serve", "m"])
     assert args[0] == "--extra_llm_api_options"
-    assert "return_perf_metrics: true" in open(args[1]).read() and "enable_iter_perf_stats: true" in open(args[1]).read()
+    assert (
+        "return_perf_metrics: true" in open(args[1]).read() and "enable_iter_perf_stats: true" in open(args[1]).read()
+    )
     assert trt.launch_args(tmp_path, ["trtllm-serve", "m", "--extra_llm_api_options", "mine.yaml"]) == []
 
 
-@pytest.mark.parametrize("kind, api, name, tokens, timings", [
-    ("vllm", "completions", "vllm_completions", 16, False),
-    ("vllm", "chat", "vllm_chat", None, False),
-    ("llamacpp", "completions", "llamacpp_completions", 16, True),
-    ("llamacpp", "chat", "llamacpp_chat", 24, True),
-    ("sglang", "completions", "sglang_completions", 8, False),
-    ("trtllm", "chat", "trtllm_chat", 8, False),
-    ("trtllm", "completions", "trtllm_completions", 8, False),
-])
+@pytest.mark.parametrize(
+    "kind, api, name, tokens, timings",
+    [
+        ("vllm", "completions", "vllm_completions", 16, False),
+        ("vllm", "chat", "vllm_chat", None, False),
+        ("llamacpp", "completions", "llamacpp_completions", 16, True),
+        ("llamacpp", "chat", "llamacpp_chat", 24, True),
+        ("sglang", "completions", "sglang_completions", 8, False),
+        ("trtllm", "chat", "trtllm_chat", 8, False),
+        ("trtllm", "completions", "trtllm_completions", 8, False),
+    ],
+)
 def test_openai_streams_of_each_engine(kind, api, name, tokens, timings):
     reads, times = split_reads(FIXTURES / f"{name}.sse", 50)
     parsed = load_backend(kind).parse_stream(api, reads, times)

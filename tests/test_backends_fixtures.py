@@ -1,5 +1,6 @@
 """`bench run` end to end against engines that cannot run here: the fixture server replays each
 engine's stream and /metrics formats, launched by bench like the real engine would be."""
+
 import csv
 import json
 import sys
@@ -14,8 +15,15 @@ from harness.results import read_records
 FIXTURE_SERVER = Path(__file__).parent / "fixture_server.py"
 
 
-def bench_run(tmp_path: Path, kind: str, api: str = "completions", extra_backend: str = "",
-              num_requests: int = 4, output: list | None = None, extra_args: str = "") -> tuple[Path, list[dict]]:
+def bench_run(
+    tmp_path: Path,
+    kind: str,
+    api: str = "completions",
+    extra_backend: str = "",
+    num_requests: int = 4,
+    output: list | None = None,
+    extra_args: str = "",
+) -> tuple[Path, list[dict]]:
     log = tmp_path / "requests_seen.jsonl"
     command = f"{sys.executable} {FIXTURE_SERVER} --engine {kind} --port {{port}} --itl-ms 2 --log {log}{extra_args}"
     scenario = tmp_path / "s.yaml"
@@ -24,7 +32,8 @@ def bench_run(tmp_path: Path, kind: str, api: str = "completions", extra_backend
         f"ready_timeout_s: 30}}{extra_backend}}}\n"
         f"workload: {{kind: random, input_tokens: 8, output_tokens: 8}}\n"
         f"load: {{arrival: constant, rate: 20, num_requests: {num_requests}}}\n"
-        "telemetry: {interval_ms: 100, gpu: false}\n")
+        "telemetry: {interval_ms: 100, gpu: false}\n"
+    )
     out = tmp_path / "out"
     result = CliRunner().invoke(app, ["run", str(scenario), "--output", str(out), "--allow-client-bound"])
     assert result.exit_code == 0, result.output
@@ -41,18 +50,42 @@ def schema_rows(out: Path) -> dict[str, float]:
     return {r["name"]: float(r["value"]) for r in rows if r["name"].startswith("bench:") and not r["labels"]}
 
 
-@pytest.mark.parametrize("kind, api, body_check, schema", [
-    ("sglang", "native", lambda b: b["sampling_params"] == {"max_new_tokens": 8, "ignore_eos": True,
-                                                            "min_new_tokens": 8},
-     {"bench:running": 3.0, "bench:waiting": 3.0, "bench:kv_usage_fraction": 0.25,  # waiting: 1 queued + 2 grammar
-      "bench:prefix_cache_hit_rate": 64 / 170, "bench:read_bytes": 8e9}),  # cached / prompt tokens, not the gauge
-    ("sglang", "completions", lambda b: b["ignore_eos"] and b["min_tokens"] == 8, {"bench:generation_tokens": 80.0}),
-    ("trtllm", "chat", lambda b: b["ignore_eos"] and b["messages"][0]["role"] == "user",
-     {"bench:kv_usage_fraction": 0.125, "bench:prefix_cache_hit_rate": 32 / 170, "bench:ttft_s_count": 10.0}),
-    ("vllm", "completions", lambda b: b["ignore_eos"] and b["min_tokens"] == 8,
-     {"bench:generation_tokens": 56.0, "bench:itl_s_count": 53.0}),
-    ("llamacpp", "chat", lambda b: b["ignore_eos"] and "min_tokens" not in b, {"bench:generation_tokens": 1468.0}),
-])
+@pytest.mark.parametrize(
+    "kind, api, body_check, schema",
+    [
+        (
+            "sglang",
+            "native",
+            lambda b: b["sampling_params"] == {"max_new_tokens": 8, "ignore_eos": True, "min_new_tokens": 8},
+            {
+                "bench:running": 3.0,
+                "bench:waiting": 3.0,
+                "bench:kv_usage_fraction": 0.25,  # waiting: 1 queued + 2 grammar
+                "bench:prefix_cache_hit_rate": 64 / 170,
+                "bench:read_bytes": 8e9,
+            },
+        ),  # cached / prompt tokens, not the gauge
+        (
+            "sglang",
+            "completions",
+            lambda b: b["ignore_eos"] and b["min_tokens"] == 8,
+            {"bench:generation_tokens": 80.0},
+        ),
+        (
+            "trtllm",
+            "chat",
+            lambda b: b["ignore_eos"] and b["messages"][0]["role"] == "user",
+            {"bench:kv_usage_fraction": 0.125, "bench:prefix_cache_hit_rate": 32 / 170, "bench:ttft_s_count": 10.0},
+        ),
+        (
+            "vllm",
+            "completions",
+            lambda b: b["ignore_eos"] and b["min_tokens"] == 8,
+            {"bench:generation_tokens": 56.0, "bench:itl_s_count": 53.0},
+        ),
+        ("llamacpp", "chat", lambda b: b["ignore_eos"] and "min_tokens" not in b, {"bench:generation_tokens": 1468.0}),
+    ],
+)
 def test_bench_run_through_each_engine_format(tmp_path, kind, api, body_check, schema):
     out, seen = bench_run(tmp_path, kind, api)
     records = read_records(out)
@@ -94,8 +127,7 @@ def test_profiler_hooks_wrap_the_load(tmp_path):
     paths = [s["path"] for s in seen]
     assert paths[0] == "/start_profile" and paths[-1] == "/stop_profile"
     assert paths[1:-1] == ["/v1/completions"] * 2
-    assert json.loads((out / "run.json").read_text())["profile"] == {"start_http_status": 200,
-                                                                     "stop_http_status": 200}
+    assert json.loads((out / "run.json").read_text())["profile"] == {"start_http_status": 200, "stop_http_status": 200}
 
 
 def test_trtllm_without_perf_metrics_says_why_there_is_no_page(tmp_path):
@@ -122,8 +154,13 @@ def test_replica_pages_named_in_the_scenario_are_scraped_with_their_label(tmp_pa
     try:
         for name, engine in (("r0", "vllm"), ("r1", "sglang")):
             port = free_port()
-            procs.append(subprocess.Popen([sys.executable, str(FIXTURE_SERVER), "--engine", engine, "--port",
-                                           str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(FIXTURE_SERVER), "--engine", engine, "--port", str(port)],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
             replicas[name] = f"http://127.0.0.1:{port}/metrics"
         for url in replicas.values():
             deadline = time.monotonic() + 30
@@ -143,23 +180,27 @@ def test_replica_pages_named_in_the_scenario_are_scraped_with_their_label(tmp_pa
     with open(out / "server_metrics.csv") as f:
         rows = list(csv.DictReader(f))
     last = {(r["name"], r["labels"]): float(r["value"]) for r in rows}
-    assert last[("bench:generation_tokens", "")] == 56             # the router's own page (vLLM replay)
-    assert last[("bench:generation_tokens", 'replica="r0"')] == 56   # vLLM's page
+    assert last[("bench:generation_tokens", "")] == 56  # the router's own page (vLLM replay)
+    assert last[("bench:generation_tokens", 'replica="r0"')] == 56  # vLLM's page
     assert last[("bench:kv_usage_fraction", 'replica="r1"')] == 0.25  # SGLang's token_usage
     assert any(name == "sglang:num_running_reqs" and 'replica="r1"' in labels for name, labels in last)
     assert json.loads((out / "run.json").read_text())["server_metrics"]["replicas"] == 2
 
 
-@pytest.mark.parametrize("attribute, wrong", [
-    ("paths", {"completions": "/v1/completion", "chat": "/v1/chat/completions"}),  # one letter short
-    ("metrics_path", "/v1/metrics"),
-])
+@pytest.mark.parametrize(
+    "attribute, wrong",
+    [
+        ("paths", {"completions": "/v1/completion", "chat": "/v1/chat/completions"}),  # one letter short
+        ("metrics_path", "/v1/metrics"),
+    ],
+)
 def test_a_wrong_path_in_a_backend_fails_against_the_engines_routes(tmp_path, monkeypatch, attribute, wrong):
     """The fixture server answers the engine's own routes (fixture_server.ROUTES, cited), never the constants
     of the code under test: a backend asking at a wrong path fails against it as it would against the engine."""
     from fixture_server import build_app
 
     from backends.vllm import VllmBackend
+
     monkeypatch.setattr(VllmBackend, attribute, wrong)
     served = {r.resource.canonical for r in build_app("vllm", 0.0, None).router.routes()}
     assert {"/v1/completions", "/metrics"} <= served
@@ -170,7 +211,8 @@ def test_a_wrong_path_in_a_backend_fails_against_the_engines_routes(tmp_path, mo
     scenario.write_text(
         f"name: fx\nbackend: {{kind: vllm, api: completions, model: smollm2, launch: {{command: '{command}', "
         "ready_timeout_s: 30}}\nworkload: {kind: random, input_tokens: 8, output_tokens: 8}\n"
-        "load: {arrival: constant, rate: 20, num_requests: 2}\ntelemetry: {interval_ms: 100, gpu: false}\n")
+        "load: {arrival: constant, rate: 20, num_requests: 2}\ntelemetry: {interval_ms: 100, gpu: false}\n"
+    )
     out = tmp_path / "out"
     CliRunner().invoke(app, ["run", str(scenario), "--output", str(out), "--allow-client-bound"])
     if attribute == "paths":

@@ -3,6 +3,7 @@ requests against the real SmolLM2 model, stops it, and leaves complete results.
 
 The binary comes from $LLAMA_SERVER, else the cache of benchmarks/build_llama_server.sh
 (CI runs that script first)."""
+
 import csv
 import importlib.util
 import json
@@ -10,8 +11,8 @@ import os
 from pathlib import Path
 
 import pytest
-
 from bench_process import bench
+
 from harness.launcher import group_alive
 from harness.results import read_records
 
@@ -19,8 +20,11 @@ CACHED = Path.home() / ".cache/llm-serving-bench/llama-server-0.3.36/bin/llama-s
 LLAMA_SERVER = Path(os.environ.get("LLAMA_SERVER") or CACHED)
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not LLAMA_SERVER.is_file(), reason=f"no llama-server: LLAMA_SERVER is unset and {CACHED} does "
-                       f"not exist; run `bash benchmarks/build_llama_server.sh` (~10 min on 2 cores)"),
+    pytest.mark.skipif(
+        not LLAMA_SERVER.is_file(),
+        reason=f"no llama-server: LLAMA_SERVER is unset and {CACHED} does "
+        f"not exist; run `bash benchmarks/build_llama_server.sh` (~10 min on 2 cores)",
+    ),
 ]
 
 
@@ -42,7 +46,8 @@ def test_bench_runs_llama_server_end_to_end(tmp_path):
         "workload: {kind: random, input_tokens: 16, output_tokens: 12}\n"
         # closed loop reuses connections: llama-server closes each after its stream
         "load: {arrival: closed, concurrency: 2, num_requests: 6}\n"
-        "telemetry: {interval_ms: 250, gpu: false}\n")
+        "telemetry: {interval_ms: 250, gpu: false}\n"
+    )
     out = tmp_path / "out"
     res = bench("run", scenario, "--output", out, "--allow-client-bound", timeout_s=240)
     assert res.returncode == 0, res.stderr

@@ -1,7 +1,8 @@
 """Paged block manager: allocation, freeing, prefix-cache hits (hash chain and radix tree), LRU eviction, counters."""
-import pytest
 
+import pytest
 from helpers import make_seq, run_prefill
+
 from native_engine.block_manager import PREFIX_CACHES, BlockManager
 
 
@@ -45,7 +46,7 @@ def test_shared_prefix_hits_full_blocks_and_counts_tokens(kind):
     assert run_prefill(bm, first) == []
     second = make_seq(list(range(8)) + [50, 51, 52], "b")
     cached = run_prefill(bm, second)
-    assert cached == first.block_table[:2]       # two full shared blocks, not the partial third
+    assert cached == first.block_table[:2]  # two full shared blocks, not the partial third
     assert second.block_table[:2] == first.block_table[:2]
     assert bm.blocks[cached[0]].ref_count == 2
     assert bm.prefix_cache_queries_tokens == 10 + 11
@@ -57,7 +58,7 @@ def test_hit_always_leaves_one_token_to_compute(kind):
     bm = BlockManager(num_blocks=16, block_size=4, prefix_cache=kind)
     run_prefill(bm, make_seq(range(8), "a"))
     again = make_seq(range(8), "b")
-    assert len(bm.find_cached_prefix(again)) == 1   # 8 tokens: only the first block may hit
+    assert len(bm.find_cached_prefix(again)) == 1  # 8 tokens: only the first block may hit
 
 
 @pytest.mark.parametrize("kind", PREFIX_CACHES)
@@ -71,7 +72,7 @@ def test_hit_requires_same_whole_prefix_not_same_block(kind):
 @pytest.mark.parametrize("kind", PREFIX_CACHES)
 def test_freed_blocks_stay_cached_until_evicted_least_recent_first(kind):
     bm = BlockManager(num_blocks=4, block_size=2, prefix_cache=kind)
-    a = make_seq([1, 2, 3, 4, 5], "a")      # blocks: [1,2] [3,4] [5]
+    a = make_seq([1, 2, 3, 4, 5], "a")  # blocks: [1,2] [3,4] [5]
     run_prefill(bm, a)
     bm.free(a)
     assert bm.num_free_blocks == 4 and bm.usage == 0.0
@@ -88,11 +89,11 @@ def test_hit_on_evictable_block_takes_it_out_of_the_free_pool(kind):
     a = make_seq([1, 2, 3], "a")
     run_prefill(bm, a)
     bm.free(a)
-    b = make_seq([1, 2, 4, 5, 6, 7], "b")   # hits [1,2], needs 2 more blocks: 3 in all
+    b = make_seq([1, 2, 4, 5, 6, 7], "b")  # hits [1,2], needs 2 more blocks: 3 in all
     cached = bm.find_cached_prefix(b)
     assert bm.allocate(b, 4, cached)
     assert bm.num_free_blocks == 0 and b.block_table[0] == cached[0]
-    c = make_seq([1, 2, 9], "c")   # the shared block is free to share, but c's own block is not there
+    c = make_seq([1, 2, 9], "c")  # the shared block is free to share, but c's own block is not there
     assert not bm.allocate(c, 1, bm.find_cached_prefix(c))
     assert bm.blocks[cached[0]].ref_count == 1
 

@@ -1,5 +1,6 @@
 """`candidates:`: one scenario run against several deployments of the built-in engine (real processes
 on 127.0.0.1, the tiny random-weight model), then `bench select` over the folder ranks them."""
+
 import json
 
 import pytest
@@ -20,15 +21,19 @@ SLO = {"ttft_ms": 500.0}
 def scenario_file(tmp_path, candidates: str, extra: str = "") -> str:
     model = write_tiny_llama_gguf(tmp_path / "tiny.gguf", seed=0)
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"doc {i % 2}: {DOC} question {i}", "output_tokens": 192}) + "\n"
-                               for i in range(24)))
+    prompts.write_text(
+        "".join(
+            json.dumps({"prompt": f"doc {i % 2}: {DOC} question {i}", "output_tokens": 192}) + "\n" for i in range(24)
+        )
+    )
     path = tmp_path / "s.yaml"
     path.write_text(
         f"name: shapes\nbackend: {{kind: native, launch: {{args: [--model, '{model}'], ready_timeout_s: 120}}}}\n"
         f"workload: {{kind: file, path: '{prompts}'}}\n"
         "load: {arrival: constant, sweep: [4, 40], num_requests: 24}\n"
         f"slo: {{ttft_ms: {SLO['ttft_ms']:g}}}\ntelemetry: {{interval_ms: 100, gpu: false}}\n{extra}"
-        f"candidates:\n{candidates}")
+        f"candidates:\n{candidates}"
+    )
     return path
 
 
@@ -40,34 +45,45 @@ def top_point_goodput(folder) -> float:
 
 
 def test_each_candidate_runs_in_turn_and_select_ranks_them_by_measured_goodput(tmp_path):
-    path = scenario_file(tmp_path, (
-        "  - {name: serial, launch_args: [--max-num-seqs, 1]}\n"     # one request at a time: queues at 40 req/s
-        "  - {name: 2xDP-rr, launch_args: [--data-parallel, 2, --router-policy, round_robin]}\n"
-        "  - {name: 1P1D, launch_args: [--no-such-deployment-flag]}\n"))   # an engine without the flag
+    path = scenario_file(
+        tmp_path,
+        (
+            "  - {name: serial, launch_args: [--max-num-seqs, 1]}\n"  # one request at a time: queues at 40 req/s
+            "  - {name: 2xDP-rr, launch_args: [--data-parallel, 2, --router-policy, round_robin]}\n"
+            "  - {name: 1P1D, launch_args: [--no-such-deployment-flag]}\n"
+        ),
+    )  # an engine without the flag
     out = tmp_path / "out"
     statuses = run_candidates(load_scenario(path), out, reporter=Reporter())
-    assert [(s.name, s.status) for s in statuses] == [("serial", "completed"), ("2xDP-rr", "completed"),
-                                                     ("1P1D", "failed")]
+    assert [(s.name, s.status) for s in statuses] == [
+        ("serial", "completed"),
+        ("2xDP-rr", "completed"),
+        ("1P1D", "failed"),
+    ]
     assert "exited" in statuses[2].reason and "No such option: --no-such-deployment-flag" in statuses[2].reason
     manifest = json.loads((out / "candidates.json").read_text())
     assert [c["status"] for c in manifest["candidates"]] == ["completed", "completed", "failed"]
     run_json = json.loads(next((out / "2xDP-rr").glob("point-*/run.json")).read_text())
-    assert run_json["scenario"]["backend"]["launch"]["args"][-4:] == ["--data-parallel", "2", "--router-policy",
-                                                                       "round_robin"]
+    assert run_json["scenario"]["backend"]["launch"]["args"][-4:] == [
+        "--data-parallel",
+        "2",
+        "--router-policy",
+        "round_robin",
+    ]
     assert 'replica="1"' in next((out / "2xDP-rr").glob("point-*/server_metrics.csv")).read_text().replace('""', '"')
     assert "replica=" not in next((out / "serial").glob("point-*/server_metrics.csv")).read_text()
 
-    sel = select([out])   # the SLOs the runs were made with; no price: ranked by tokens/s per accelerator
+    sel = select([out])  # the SLOs the runs were made with; no price: ranked by tokens/s per accelerator
     assert sel.slo == SLO and sel.left_out and sel.left_out[0].startswith("1P1D: failed")
     measured = {name: top_point_goodput(out / name) for name in ("serial", "2xDP-rr")}
-    assert measured["2xDP-rr"] > measured["serial"]   # the queueing shape misses its TTFT at 40 req/s
+    assert measured["2xDP-rr"] > measured["serial"]  # the queueing shape misses its TTFT at 40 req/s
     assert sel.ranking == sorted(measured, key=measured.get, reverse=True)
     assert sel.recommendation.startswith(f"Choose {sel.ranking[0]}:")
     by = {e.label: e for e in sel.engines}
     assert "first missed at 40 req/s, on TTFT" in by["serial"].why
     assert "requests were split evenly" in by["2xDP-rr"].why
     assert sel.caveats[0].startswith("Not compared, as they did not complete: 1P1D: failed")
-    report = build_report([out])   # `bench report` of the same folder: each candidate a sweep, replicas shown
+    report = build_report([out])  # `bench report` of the same folder: each candidate a sweep, replicas shown
     assert [s.sweep.label for s in report.sweeps] == ["serial", "2xDP-rr"]
     assert {row[0] for row in report.replica_rows} == {"2xDP-rr rate 4", "2xDP-rr rate 40"}
 
@@ -78,7 +94,8 @@ def test_candidates_are_checked_before_anything_runs(tmp_path):
     with pytest.raises(ScenarioError, match="candidates.0.name: 'a b' is not valid: must start with a letter"):
         load_scenario(scenario_file(tmp_path, "  - {name: 'a b'}\n"))
     path = tmp_path / "url.yaml"
-    path.write_text("name: u\nbackend: {kind: native, url: 'http://127.0.0.1:9'}\nload: {rate: 1}\n"
-                    "candidates: [{name: a}]\n")
+    path.write_text(
+        "name: u\nbackend: {kind: native, url: 'http://127.0.0.1:9'}\nload: {rate: 1}\ncandidates: [{name: a}]\n"
+    )
     with pytest.raises(ScenarioError, match="candidates: each candidate is a deployment bench starts"):
         load_scenario(path)

@@ -1,4 +1,5 @@
 """reports/changepoint.py: e-divisive means against its definition, and steps told from drifts on seeded series."""
+
 import itertools
 
 import numpy as np
@@ -40,7 +41,7 @@ def test_a_step_is_a_step_and_a_ramp_is_a_drift():
     step = findings(_noisy([20] * 20 + [23] * 10, 0.01, seed=4), threshold=0.10)
     assert [(f.kind, f.index) for f in step] == [("step", 20)]
     assert step[0].change == pytest.approx(0.15, abs=0.02) and step[0].before == pytest.approx(20, rel=0.02)
-    ramp = findings(_noisy([20] * 20 + [20 * 1.01 ** k for k in range(1, 11)], 0.005, seed=5), threshold=0.10)
+    ramp = findings(_noisy([20] * 20 + [20 * 1.01**k for k in range(1, 11)], 0.005, seed=5), threshold=0.10)
     assert [f.kind for f in ramp] == ["drift"] and 18 <= ramp[0].index <= 21 and ramp[0].end == 29
     assert ramp[0].change == pytest.approx(0.10, abs=0.025)  # where the fitted line is by the last night
     # better is a direction too: a throughput that fell by 15% is found the same way
@@ -50,7 +51,7 @@ def test_a_step_is_a_step_and_a_ramp_is_a_drift():
 def test_small_changes_are_not_findings():
     # a significant but small step (4%, below a 10% threshold) and a drift of 3% in all are not reported
     assert findings(_noisy([20] * 20 + [20.8] * 10, 0.003, seed=7), threshold=0.10) == []
-    assert findings(_noisy([20] * 20 + [20 * 1.003 ** k for k in range(1, 11)], 0.001, seed=8), 0.10) == []
+    assert findings(_noisy([20] * 20 + [20 * 1.003**k for k in range(1, 11)], 0.001, seed=8), 0.10) == []
 
 
 def test_seeded_a_a_series_raise_nothing():

@@ -1,16 +1,17 @@
 """`bench` end to end: validate, run (against the ground-truth server), results layout, launching."""
+
 import json
 import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from bench_process import bench
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess
+from typer.testing import CliRunner
+
 from harness.cli import app
-from harness.results import read_records
 from harness.metrics import client_bound_reasons
+from harness.results import read_records
 
 GT_SERVER = Path(__file__).parent / "groundtruth_server.py"
 STAT_KEYS = {"mean", "std", "min", "p50", "p90", "p95", "p99", "p999", "max"}
@@ -22,12 +23,18 @@ def gt():
         yield server
 
 
-def _scenario(tmp_path, backend: str, load: str = "{arrival: poisson, rate: 40, num_requests: 30}",
-              slo: str = "{ttft_ms: 500, tpot_ms: 50}") -> Path:
+def _scenario(
+    tmp_path,
+    backend: str,
+    load: str = "{arrival: poisson, rate: 40, num_requests: 30}",
+    slo: str = "{ttft_ms: 500, tpot_ms: 50}",
+) -> Path:
     path = tmp_path / "scenario.yaml"
-    path.write_text(f"name: clitest\nbackend: {backend}\n"
-                    "workload: {kind: random, input_tokens: 16, output_tokens: 8}\n"
-                    f"load: {load}\nslo: {slo}\n")
+    path.write_text(
+        f"name: clitest\nbackend: {backend}\n"
+        "workload: {kind: random, input_tokens: 16, output_tokens: 8}\n"
+        f"load: {load}\nslo: {slo}\n"
+    )
     return path
 
 
@@ -49,8 +56,17 @@ def test_run_writes_results(gt, tmp_path):
     scenario = _scenario(tmp_path, f"{{kind: openai, url: '{gt.url}', model: gt}}")
     out = tmp_path / "out"
     # --allow-client-bound: on a shared machine the client may be starved; that has its own test
-    res = bench("run", scenario, "--output", out, "--set", "load.num_requests=12", "--set", "load.warmup_requests=2",
-                 "--allow-client-bound")
+    res = bench(
+        "run",
+        scenario,
+        "--output",
+        out,
+        "--set",
+        "load.num_requests=12",
+        "--set",
+        "load.warmup_requests=2",
+        "--allow-client-bound",
+    )
     assert res.returncode == 0, res.stderr
     run_info = json.loads((out / "run.json").read_text())
     assert run_info["scenario"]["load"]["num_requests"] == 12
@@ -70,8 +86,11 @@ def test_run_writes_results(gt, tmp_path):
 
 def test_client_bound_run_fails_loudly_unless_allowed(gt, tmp_path):
     # far more requests per second than one Python process can send on time
-    scenario = _scenario(tmp_path, f"{{kind: openai, url: '{gt.url}', model: gt}}",
-                         load="{arrival: constant, rate: 20000, num_requests: 600}")
+    scenario = _scenario(
+        tmp_path,
+        f"{{kind: openai, url: '{gt.url}', model: gt}}",
+        load="{arrival: constant, rate: 20000, num_requests: 600}",
+    )
     res = bench("run", scenario, "--output", tmp_path / "a", "--workers", "1")
     assert res.returncode == 3, res.stderr
     assert "CLIENT-BOUND" in res.stderr
@@ -87,8 +106,13 @@ def test_client_bound_reasons():
 
 
 def test_launch_starts_and_stops_the_engine(tmp_path):
-    backend = ("{kind: openai, model: gt, launch: {command: '" + sys.executable + " " + str(GT_SERVER)
-               + " --port {port} --ttft-ms 5 --itl-ms 1', ready_timeout_s: 30}}")
+    backend = (
+        "{kind: openai, model: gt, launch: {command: '"
+        + sys.executable
+        + " "
+        + str(GT_SERVER)
+        + " --port {port} --ttft-ms 5 --itl-ms 1', ready_timeout_s: 30}}"
+    )
     scenario = _scenario(tmp_path, backend, load="{arrival: constant, rate: 50, num_requests: 5}")
     out = tmp_path / "out"
     res = bench("run", scenario, "--output", out, "--allow-client-bound")
@@ -98,13 +122,17 @@ def test_launch_starts_and_stops_the_engine(tmp_path):
     assert "groundtruth_server.py --port" in log and "PORT " in log
     url = json.loads((out / "run.json").read_text())["backend"]["url"]
     from harness.launcher import BackendUnreachable, probe
+
     with pytest.raises(BackendUnreachable):
         probe(url, timeout_s=1)  # stopped after the run
 
 
 def test_workers_share_one_schedule(gt, tmp_path):
-    scenario = _scenario(tmp_path, f"{{kind: openai, url: '{gt.url}', model: gt}}",
-                         load="{arrival: constant, rate: 50, num_requests: 20}")
+    scenario = _scenario(
+        tmp_path,
+        f"{{kind: openai, url: '{gt.url}', model: gt}}",
+        load="{arrival: constant, rate: 50, num_requests: 20}",
+    )
     out = tmp_path / "out"
     res = bench("run", scenario, "--output", out, "--workers", "2", "--allow-client-bound")
     assert res.returncode == 0, res.stderr
@@ -117,7 +145,9 @@ def test_workers_share_one_schedule(gt, tmp_path):
 
 def test_workers_option():
     from groundtruth_server import gt_request
+
     from harness.workers import resolve_workers
+
     reqs = [gt_request(i, i * 0.01, 99) for i in range(101)]  # 9,999 output tokens over 1 s
     assert resolve_workers("auto", reqs, None, None, cpu_count=16) == 2
     assert resolve_workers("auto", reqs, None, None, cpu_count=2) == 1  # one core stays free

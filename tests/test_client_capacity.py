@@ -1,13 +1,22 @@
 """The client's measured capacity (harness/client_capacity.py): a real run records it, the next `workers: auto`
 sizes from it, and a file that cannot be read is a warning and the planning figure, never a crash."""
+
 import json
 from pathlib import Path
 
 import pytest
-
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, gt_request
-from harness.client_capacity import (CAPACITY_FILE_ENV, KEEP_LAST, PLANNING_FIGURE, WORKER_CPU_SHARE, capacity_file,
-                                     load_capacity, machine_key, record_capacity)
+
+from harness.client_capacity import (
+    CAPACITY_FILE_ENV,
+    KEEP_LAST,
+    PLANNING_FIGURE,
+    WORKER_CPU_SHARE,
+    capacity_file,
+    load_capacity,
+    machine_key,
+    record_capacity,
+)
 from harness.run import Reporter, run_scenario, sizing_info
 from harness.scenario import load_scenario
 from harness.workers import client_bound_advice, resolve_workers, workers_needed
@@ -24,17 +33,21 @@ def gt():
 
 def test_a_run_records_its_client_capacity_and_the_next_auto_sizes_from_it(gt, tmp_path, own_client_capacity_file):
     path = tmp_path / "s.yaml"
-    path.write_text(f"name: cap\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
-                    "workload: {kind: random, input_tokens: 8, output_tokens: 64}\n"
-                    "load: {arrival: closed, concurrency: 16, num_requests: 160, workers: auto}\n")
+    path.write_text(
+        f"name: cap\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
+        "workload: {kind: random, input_tokens: 8, output_tokens: 64}\n"
+        "load: {arrival: closed, concurrency: 16, num_requests: 160, workers: auto}\n"
+    )
     reporter = Reporter()
     first = run_scenario(load_scenario(path), tmp_path / "one", reporter=reporter)
-    assert "workers: auto chose 1 client process(es) (5,000 streamed tokens/s each, a planning figure)" in \
-        reporter.lines
+    assert (
+        "workers: auto chose 1 client process(es) (5,000 streamed tokens/s each, a planning figure)" in reporter.lines
+    )
     assert first.run_info["workers_sizing"]["source"] == "planning figure" and first.run_info["workers"] == 1
     measured = first.summary["client_capacity_measured"]
     assert measured["tokens"] == 160 * 64 and measured["cpu_s"] == pytest.approx(
-        first.summary["client_cpu_s"], abs=1e-4)
+        first.summary["client_cpu_s"], abs=1e-4
+    )
     stored = json.loads(own_client_capacity_file.read_text())["machines"]
     client = first.run_info["stamps"]["used"]
     assert stored[machine_key(client)]["measurements"] == [measured]
@@ -70,17 +83,25 @@ def test_auto_follows_the_stored_capacity_per_client_path_over_the_last_runs(tmp
     assert resolve_workers("auto", BUSY_PLAN, None, None, cpu_count=64, capacity=slow) == 25
     assert warnings == []
     advice = client_bound_advice({"workers": 1, "workers_needed": 25, "workers_sizing": sizing_info(slow)}, 2)
-    assert "25 client processes (4,000 streamed tokens/s each: 0.4 of a core at the 10,000 tokens per CPU-second " \
-           f"measured here over {KEEP_LAST} run(s))" in advice and "--workers" not in advice
+    assert (
+        "25 client processes (4,000 streamed tokens/s each: 0.4 of a core at the 10,000 tokens per CPU-second "
+        f"measured here over {KEEP_LAST} run(s))"
+        in advice
+        and "--workers" not in advice
+    )
     enough = client_bound_advice({"workers": 1, "workers_needed": 1, "workers_sizing": sizing_info(slow)}, 2)
     assert "a client process here plans 4,000 streamed tokens/s each: 0.4 of a core at the 10,000" in enough
 
 
-@pytest.mark.parametrize("content, said", [("{not json", "cannot be read"),
-                                           ('{"format": 99, "machines": {}}', "is not in format 1"),
-                                           ('[1, 2]', "is not in format 1")])
-def test_a_capacity_file_that_is_not_ours_is_a_warning_and_the_planning_figure(own_client_capacity_file, content,
-                                                                               said):
+@pytest.mark.parametrize(
+    "content, said",
+    [
+        ("{not json", "cannot be read"),
+        ('{"format": 99, "machines": {}}', "is not in format 1"),
+        ("[1, 2]", "is not in format 1"),
+    ],
+)
+def test_a_capacity_file_that_is_not_ours_is_a_warning_and_the_planning_figure(own_client_capacity_file, content, said):
     own_client_capacity_file.write_text(content)
     warnings = []
     assert load_capacity("loop", warnings) is PLANNING_FIGURE
@@ -93,8 +114,9 @@ def test_a_capacity_file_that_is_not_ours_is_a_warning_and_the_planning_figure(o
 
 @pytest.mark.faults
 def test_malformed_measurements_are_a_warning_too(own_client_capacity_file):
-    own_client_capacity_file.write_text(json.dumps(
-        {"format": 1, "machines": {machine_key("loop"): {"measurements": [{"tokens": "many"}]}}}))
+    own_client_capacity_file.write_text(
+        json.dumps({"format": 1, "machines": {machine_key("loop"): {"measurements": [{"tokens": "many"}]}}})
+    )
     warnings = []
     assert load_capacity("loop", warnings) is PLANNING_FIGURE and "malformed measurements" in warnings[0]
 
@@ -113,8 +135,9 @@ def file_a_module_fixture_records_into():
     return capacity_file()  # a module-scoped fixture starts before the function-scoped own_client_capacity_file
 
 
-def test_runs_in_module_fixtures_never_record_into_the_users_cache(file_a_module_fixture_records_into,
-                                                                   own_client_capacity_file):
+def test_runs_in_module_fixtures_never_record_into_the_users_cache(
+    file_a_module_fixture_records_into, own_client_capacity_file
+):
     users_cache = Path.home() / ".cache" / "llm-serving-bench"
     assert users_cache not in file_a_module_fixture_records_into.parents
     assert file_a_module_fixture_records_into != own_client_capacity_file  # the session's file, not this test's
@@ -122,28 +145,36 @@ def test_runs_in_module_fixtures_never_record_into_the_users_cache(file_a_module
 
 def _prompts_scenario(tmp_path, url: str, fails: list[str]) -> Path:
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"request {i} [gt id={i}{f' fail={f}' if f else ''}]",
-                                           "output_tokens": 6}) + "\n" for i, f in enumerate(fails)))
+    prompts.write_text(
+        "".join(
+            json.dumps({"prompt": f"request {i} [gt id={i}{f' fail={f}' if f else ''}]", "output_tokens": 6}) + "\n"
+            for i, f in enumerate(fails)
+        )
+    )
     path = tmp_path / "s.yaml"
-    path.write_text(f"name: poison\nbackend: {{kind: openai, url: '{url}', model: gt}}\n"
-                    f"workload: {{kind: file, path: '{prompts}'}}\n"
-                    f"load: {{arrival: constant, rate: 50, num_requests: {len(fails)}, workers: 1}}\n"
-                    "telemetry: {interval_ms: 200, gpu: false}\n")
+    path.write_text(
+        f"name: poison\nbackend: {{kind: openai, url: '{url}', model: gt}}\n"
+        f"workload: {{kind: file, path: '{prompts}'}}\n"
+        f"load: {{arrival: constant, rate: 50, num_requests: {len(fails)}, workers: 1}}\n"
+        "telemetry: {interval_ms: 200, gpu: false}\n"
+    )
     return path
 
 
 @pytest.mark.faults
 @pytest.mark.parametrize("claimed", ["1e12", "1000000000000", "NaN"])
-def test_a_server_reporting_absurd_usage_leaves_the_capacity_cache_unchanged(gt, tmp_path, monkeypatch,
-                                                                               own_client_capacity_file, claimed):
+def test_a_server_reporting_absurd_usage_leaves_the_capacity_cache_unchanged(
+    gt, tmp_path, monkeypatch, own_client_capacity_file, claimed
+):
     # the run's CPU filters off, so only the fix keeps the server's counts out (a failed 0.4 s run once passed them)
     monkeypatch.setattr("harness.client_capacity.MIN_CPU_S", 0.0)
     monkeypatch.setattr("harness.client_capacity.MIN_BUSY_CORES", 0.0)
     record_capacity("loop", 40_000, 1.0, 2.0, "earlier", [])
     record_capacity("kernel", 40_000, 1.0, 2.0, "earlier", [])
     before = own_client_capacity_file.read_bytes()
-    result = run_scenario(load_scenario(_prompts_scenario(tmp_path, gt.url, [f"usage_{claimed}"] * 4)),
-                          tmp_path / "out")
+    result = run_scenario(
+        load_scenario(_prompts_scenario(tmp_path, gt.url, [f"usage_{claimed}"] * 4)), tmp_path / "out"
+    )
     assert result.summary["failures"] == {"bad_usage": 4} and result.mostly_failed
     assert result.summary["client_capacity_measured"] is None
     assert own_client_capacity_file.read_bytes() == before
@@ -153,8 +184,9 @@ def test_a_server_reporting_absurd_usage_leaves_the_capacity_cache_unchanged(gt,
 def test_only_completed_requests_count_towards_a_kept_measurement(gt, tmp_path, monkeypatch, own_client_capacity_file):
     monkeypatch.setattr("harness.client_capacity.MIN_CPU_S", 0.0)
     monkeypatch.setattr("harness.client_capacity.MIN_BUSY_CORES", 0.0)
-    result = run_scenario(load_scenario(_prompts_scenario(tmp_path, gt.url, ["usage_1e12", "", "", ""])),
-                          tmp_path / "out")
+    result = run_scenario(
+        load_scenario(_prompts_scenario(tmp_path, gt.url, ["usage_1e12", "", "", ""])), tmp_path / "out"
+    )
     assert result.summary["requests"]["completed"] == 3 and not result.mostly_failed
     assert result.summary["client_capacity_measured"]["tokens"] == 3 * 6  # not 1e12 + 18
     strict = json.loads(own_client_capacity_file.read_text(), parse_constant=lambda name: pytest.fail(name))
@@ -165,12 +197,17 @@ def test_only_completed_requests_count_towards_a_kept_measurement(gt, tmp_path, 
 @pytest.mark.faults
 def test_a_cache_holding_nonsense_is_ignored_with_a_warning_and_repaired_on_the_next_write(own_client_capacity_file):
     good = {"tokens": 40_000, "cpu_s": 1.0, "tokens_per_cpu_s": 40_000.0, "at": "t", "run": "good"}
-    nonsense = [{"tokens": 4_000_000_000_000, "cpu_s": 0.4, "tokens_per_cpu_s": 1e13, "at": "t", "run": "1e12"},
-                {"tokens": 4, "cpu_s": 0.4, "tokens_per_cpu_s": float("nan"), "at": "t", "run": "nan"},
-                {"tokens": -5, "cpu_s": 1.0, "at": "t", "run": "negative"},
-                {"tokens": 100, "cpu_s": float("inf"), "at": "t", "run": "inf"}]
-    own_client_capacity_file.write_text(json.dumps(  # json.dumps writes NaN and Infinity as an old version did
-        {"format": 1, "machines": {machine_key("loop"): {"measurements": nonsense + [good]}}}))
+    nonsense = [
+        {"tokens": 4_000_000_000_000, "cpu_s": 0.4, "tokens_per_cpu_s": 1e13, "at": "t", "run": "1e12"},
+        {"tokens": 4, "cpu_s": 0.4, "tokens_per_cpu_s": float("nan"), "at": "t", "run": "nan"},
+        {"tokens": -5, "cpu_s": 1.0, "at": "t", "run": "negative"},
+        {"tokens": 100, "cpu_s": float("inf"), "at": "t", "run": "inf"},
+    ]
+    own_client_capacity_file.write_text(
+        json.dumps(  # json.dumps writes NaN and Infinity as an old version did
+            {"format": 1, "machines": {machine_key("loop"): {"measurements": nonsense + [good]}}}
+        )
+    )
     warnings = []
     capacity = load_capacity("loop", warnings)
     assert capacity.tokens_per_cpu_s == pytest.approx(40_000) and capacity.measurements == 1

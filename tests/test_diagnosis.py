@@ -1,4 +1,5 @@
 """Each diagnosis rule on fixture runs on both sides of its threshold."""
+
 import pytest
 
 from harness.diagnosis import Run, diagnose
@@ -10,9 +11,19 @@ def rec(i, send, ttft_s, gaps_s=(0.05, 0.05), prompt=16, timings=None, mismatch=
     times = [send + ttft_s]
     for g in gaps_s:
         times.append(times[-1] + g)
-    return RequestRecord(index=i, intended_send_s=send, actual_send_s=send, request_written_s=send + 0.001,
-                         token_times_s=times, tokens_per_chunk=[1] * len(times), end_s=times[-1], prompt_tokens=prompt,
-                         output_tokens=len(times), server_timings=timings or {}, token_count_mismatch=mismatch)
+    return RequestRecord(
+        index=i,
+        intended_send_s=send,
+        actual_send_s=send,
+        request_written_s=send + 0.001,
+        token_times_s=times,
+        tokens_per_chunk=[1] * len(times),
+        end_s=times[-1],
+        prompt_tokens=prompt,
+        output_tokens=len(times),
+        server_timings=timings or {},
+        token_count_mismatch=mismatch,
+    )
 
 
 def run(summary=None, records=(), series=None, steps=(), scenario=None):
@@ -25,9 +36,14 @@ def rules(r):
 
 
 def phases_summary(queue_share, ttft_ms=1000.0):
-    return {"phases_ms": {"queue": {"mean": queue_share * ttft_ms}, "ttft": {"mean": ttft_ms},
-                          "ttft_share": {"queue": queue_share, "prefill": 0.1, "other": 0.9 - queue_share},
-                          "main_ttft_part": "queue" if queue_share > 0.45 else "other"}}
+    return {
+        "phases_ms": {
+            "queue": {"mean": queue_share * ttft_ms},
+            "ttft": {"mean": ttft_ms},
+            "ttft_share": {"queue": queue_share, "prefill": 0.1, "other": 0.9 - queue_share},
+            "main_ttft_part": "queue" if queue_share > 0.45 else "other",
+        }
+    }
 
 
 RECORDS = [rec(i, i * 0.5, 0.2) for i in range(4)]
@@ -40,7 +56,6 @@ def test_saturation_names_queueing_as_the_main_share_with_its_percentage():
     assert "saturation" not in rules(run(phases_summary(0.1), RECORDS, {"bench:waiting": [(0.5, 0), (1.0, 0)]}))
 
 
-
 def test_queue_time_with_an_empty_waiting_gauge_is_a_step_boundary_wait_not_saturation():
     found = rules(run(phases_summary(0.32), RECORDS, {"bench:waiting": [(0.5, 0), (1.0, 0)]}))["saturation"]
     assert found["severity"] == "info" and found["message"].startswith("step-boundary wait, not saturation")
@@ -48,9 +63,13 @@ def test_queue_time_with_an_empty_waiting_gauge_is_a_step_boundary_wait_not_satu
     one_waited = rules(run(phases_summary(0.32), RECORDS, {"bench:waiting": [(0.5, 1), (1.0, 0)]}))["saturation"]
     assert one_waited["message"].startswith("saturated: queueing is 32% of TTFT")
 
+
 def test_batch_limit_when_running_is_stuck_and_kv_is_free():
-    series = {"bench:running": [(t, 4) for t in (0.2, 0.6, 1.0, 1.4)], "bench:waiting": [(t, 6) for t in (0.2, 0.6, 1.0, 1.4)],
-              "bench:kv_usage_fraction": [(t, 0.1) for t in (0.2, 0.6, 1.0, 1.4)]}
+    series = {
+        "bench:running": [(t, 4) for t in (0.2, 0.6, 1.0, 1.4)],
+        "bench:waiting": [(t, 6) for t in (0.2, 0.6, 1.0, 1.4)],
+        "bench:kv_usage_fraction": [(t, 0.1) for t in (0.2, 0.6, 1.0, 1.4)],
+    }
     found = rules(run({}, RECORDS, series))["batch_limit"]
     assert "4 running while up to 6 waited" in found["message"] and "10%" in found["message"]
     series["bench:kv_usage_fraction"] = [(t, 0.95) for t in (0.2, 0.6, 1.0, 1.4)]  # memory is what is full
@@ -83,8 +102,11 @@ def test_prefill_interference_when_stalls_line_up_with_long_prefills():
 def test_head_of_line_when_short_requests_queue_behind_long_ones():
     def records(queue_ms):
         short = [rec(i, i * 0.1, 1.0, prompt=16, timings={"queue_ms": queue_ms, "prefill_ms": 20.0}) for i in range(4)]
-        long = [rec(4 + i, i * 0.1, 1.5, prompt=1024, timings={"queue_ms": 10.0, "prefill_ms": 900.0}) for i in range(2)]
+        long = [
+            rec(4 + i, i * 0.1, 1.5, prompt=1024, timings={"queue_ms": 10.0, "prefill_ms": 900.0}) for i in range(2)
+        ]
         return short + long
+
     found = rules(run({}, records(900.0)))["head_of_line"]
     assert "90% of their TTFT" in found["message"]
     assert "head_of_line" not in rules(run({}, records(50.0)))
@@ -93,7 +115,10 @@ def test_head_of_line_when_short_requests_queue_behind_long_ones():
 def test_decode_roofline_memory_and_compute_bound():
     memory = place(bytes_moved=1e9, flops=2e9, seconds=0.1, peak_flops=100e9, peak_bytes_per_s=20e9)
     assert memory["bound"] == "memory" and memory["bandwidth_fraction"] == pytest.approx(0.5)
-    assert line("decode", memory) == "decode is memory-bound: 50% of bandwidth, 20% of compute, intensity 2.0 FLOP/byte (ridge 5.0)"
+    assert (
+        line("decode", memory)
+        == "decode is memory-bound: 50% of bandwidth, 20% of compute, intensity 2.0 FLOP/byte (ridge 5.0)"
+    )
     compute = place(bytes_moved=1e8, flops=8e9, seconds=0.1, peak_flops=100e9, peak_bytes_per_s=20e9)
     assert compute["bound"] == "compute"
     for point, expected in ((memory, "memory-bound"), (compute, "compute-bound")):
@@ -114,24 +139,39 @@ def test_roofline_from_steps_against_given_ceilings():
 
 
 def test_roofline_on_a_gpu_against_its_published_peaks():
-    telemetry = {"engine_read_bytes_per_s": 3.0e12, "engine_flops_per_s": 1.0e14,
-                 "gpu_dram_active_mean": 0.71, "gpu_tensor_active_mean": 0.04}
+    telemetry = {
+        "engine_read_bytes_per_s": 3.0e12,
+        "engine_flops_per_s": 1.0e14,
+        "gpu_dram_active_mean": 0.71,
+        "gpu_tensor_active_mean": 0.04,
+    }
     roof = roofline([], telemetry, "vllm", gpu_name="NVIDIA H200")
     assert roof["ceilings"]["bytes_per_s"] == 4.8e12 and roof["ceilings"]["flops_per_s"] == 989e12
     point = roof["points"]["all steps"]
     assert point["bound"] == "memory" and point["bandwidth_fraction"] == pytest.approx(0.625)
     assert "DRAM active 71%, tensor pipes active 4% (memory-bound)" in roof["hardware"]["line"]
     # no engine counters (vLLM without --enable-mfu-metrics): the GPU's own counters still answer
-    only_hw = roofline([], {"gpu_dram_active_mean": 0.2, "gpu_tensor_active_mean": 0.6}, "sglang", gpu_name="NVIDIA H100 80GB HBM3")
+    only_hw = roofline(
+        [], {"gpu_dram_active_mean": 0.2, "gpu_tensor_active_mean": 0.6}, "sglang", gpu_name="NVIDIA H100 80GB HBM3"
+    )
     assert "compute-bound" in rules(run({"roofline": only_hw}, RECORDS))["decode_bound"]["message"]
     assert roofline([], telemetry, "vllm", gpu_name="NVIDIA L4")["ceilings"]["bytes_per_s"] == 0.3e12  # not L40S
 
 
 def test_prefix_cache_miss_on_a_shared_prefix_workload():
     scenario = {"workload": {"kind": "shared_prefix", "prefix_tokens": 512, "input_tokens": {"mean": 64}}}
+
     def records(cache_n):  # llama.cpp's timings: prompt_n is the tokens computed, the cached ones not counted
-        return [rec(i, i * 0.2, 0.3, timings={"queue_ms": 1.0, "prefill_ms": 5.0, "cache_n": cache_n,
-                                              "prompt_n": 576 - cache_n}) for i in range(4)]
+        return [
+            rec(
+                i,
+                i * 0.2,
+                0.3,
+                timings={"queue_ms": 1.0, "prefill_ms": 5.0, "cache_n": cache_n, "prompt_n": 576 - cache_n},
+            )
+            for i in range(4)
+        ]
+
     found = rules(run({}, records(0), scenario=scenario))["prefix_cache_miss"]
     assert "0% of prompt tokens came from the cache" in found["message"] and "89% could" in found["message"]
     assert "prefix_cache_miss" not in rules(run({}, records(512), scenario=scenario))
@@ -144,18 +184,22 @@ def test_prefix_cache_miss_on_a_shared_prefix_workload():
 def test_prefix_cache_miss_from_the_window_counters_where_records_carry_no_cache_count():
     scenario = {"workload": {"kind": "shared_prefix", "prefix_tokens": 512, "input_tokens": {"mean": 64}}}
     plain = [rec(i, i * 0.2, 0.3) for i in range(4)]
-    window = {"hit_rate": 0.2, "hit_tokens": 460, "queried_tokens": 2304}   # harness.server_metrics.window_hit_rate
+    window = {"hit_rate": 0.2, "hit_tokens": 460, "queried_tokens": 2304}  # harness.server_metrics.window_hit_rate
     found = rules(run({"prefix_cache": window}, plain, scenario=scenario))["prefix_cache_miss"]
     assert found["evidence"]["hit_fraction"] == 0.2 and "counters over the window" in found["evidence"]["source"]
-    assert "prefix_cache_miss" not in rules(run({"prefix_cache": {**window, "hit_rate": 0.8}}, plain, scenario=scenario))
+    assert "prefix_cache_miss" not in rules(
+        run({"prefix_cache": {**window, "hit_rate": 0.8}}, plain, scenario=scenario)
+    )
     # the per-scrape rate since the engine started is not read: a low one alone finds nothing
     since_start = {"bench:prefix_cache_hit_rate": [(0.1, 0.0), (0.5, 0.0)]}
     assert "prefix_cache_miss" not in rules(run({}, plain, since_start, scenario=scenario))
 
 
 def test_client_bound_by_its_share_of_ttft():
-    summary = {"phases_ms": {"ttft_share": {"client_lag": 0.3, "connect_send": 0.05}},
-               "client_bound_reasons": ["send lag p99 40.0 ms > 5.0 ms"]}
+    summary = {
+        "phases_ms": {"ttft_share": {"client_lag": 0.3, "connect_send": 0.05}},
+        "client_bound_reasons": ["send lag p99 40.0 ms > 5.0 ms"],
+    }
     found = rules(run(summary, RECORDS))["client_bound"]
     assert found["severity"] == "critical" and "35% of TTFT" in found["message"]
     summary["phases_ms"]["ttft_share"] = {"client_lag": 0.01, "connect_send": 0.0}
@@ -172,5 +216,6 @@ def test_token_count_mismatch():
 
 def test_findings_most_severe_first():
     findings = diagnose(run({"token_count_mismatches": 1, **phases_summary(0.9)}, RECORDS))
-    assert [f["severity"] for f in findings] == sorted((f["severity"] for f in findings),
-                                                       key=["critical", "warning", "info"].index)
+    assert [f["severity"] for f in findings] == sorted(
+        (f["severity"] for f in findings), key=["critical", "warning", "info"].index
+    )

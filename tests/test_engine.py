@@ -1,23 +1,27 @@
 """The engine loop: same greedy output alone / batched / chunked / cached / preempted (real
 SmolLM2; up to a near tie, tests/helpers.py), and stop handling, aborts and streaming on a tiny random GGUF."""
+
 import asyncio
 
 import pytest
-
 from helpers import assert_same_tokens_up_to_near_tie
+
 from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
 from native_engine.scheduler import SchedulerConfig
 from native_engine.sequence import SamplingParams
 
-TEXT = ("Paged attention stores the key and value cache in fixed-size blocks, so memory is allocated on demand "
-        "and shared between requests with a common prefix. Continuous batching admits new requests at every "
-        "step instead of waiting for the whole batch, and chunked prefill splits long prompts so that running "
-        "streams keep producing tokens while a long prompt is processed.")
+TEXT = (
+    "Paged attention stores the key and value cache in fixed-size blocks, so memory is allocated on demand "
+    "and shared between requests with a common prefix. Continuous batching admits new requests at every "
+    "step instead of waiting for the whole batch, and chunked prefill splits long prompts so that running "
+    "streams keep producing tokens while a long prompt is processed."
+)
 
 
 def engine_for(loaded, kv_cache_tokens=4096, prefix_caching=True, **scheduler):
-    config = EngineConfig(kv_cache_tokens=kv_cache_tokens, enable_prefix_caching=prefix_caching,
-                          scheduler=SchedulerConfig(**scheduler))
+    config = EngineConfig(
+        kv_cache_tokens=kv_cache_tokens, enable_prefix_caching=prefix_caching, scheduler=SchedulerConfig(**scheduler)
+    )
     return LLMEngine(config, loaded)
 
 
@@ -30,16 +34,17 @@ def smollm2():
 def test_greedy_output_same_alone_batched_chunked_and_from_prefix_cache(smollm2):
     tok = smollm2.tokenizer
     words = TEXT.split()
-    prompts = [tok.encode(" ".join(words[: 3 + 2 * i])) for i in range(16)]   # 3..33 words
-    target = 15                                                                 # > 32 tokens: 2 chunks
+    prompts = [tok.encode(" ".join(words[: 3 + 2 * i])) for i in range(16)]  # 3..33 words
+    target = 15  # > 32 tokens: 2 chunks
     greedy = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
     alone = engine_for(smollm2, prefix_caching=False, max_num_batched_tokens=1024)
     [reference] = alone.generate([prompts[target]], greedy)
     [reference_4] = alone.generate([prompts[4]], greedy)
 
     batched = engine_for(smollm2, max_num_batched_tokens=32, max_num_seqs=16)
-    params = [SamplingParams(max_tokens=3 + i % 4, temperature=0.8, seed=i) if i % 3 == 1 else greedy
-              for i in range(16)]
+    params = [
+        SamplingParams(max_tokens=3 + i % 4, temperature=0.8, seed=i) if i % 3 == 1 else greedy for i in range(16)
+    ]
     params[target] = params[4] = greedy
     assert len(prompts[target]) > 32
     results = batched.generate(prompts, params)
@@ -57,12 +62,12 @@ def test_greedy_output_same_alone_batched_chunked_and_from_prefix_cache(smollm2)
 def test_preemption_recomputes_to_the_same_greedy_output(smollm2):
     tok = smollm2.tokenizer
     words = TEXT.split()
-    prompts = [tok.encode(" ".join(words[5 * i: 5 * i + 22])) for i in range(4)]   # 24-27 tokens each
+    prompts = [tok.encode(" ".join(words[5 * i : 5 * i + 22])) for i in range(4)]  # 24-27 tokens each
     # Prompts fill 2 blocks of 16 each (8 in all); crossing 32 tokens needs a 3rd: preemption.
     greedy = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
     roomy = engine_for(smollm2, prefix_caching=False)
     expected = [r.token_ids for r in roomy.generate(prompts, greedy)]
-    small = engine_for(smollm2, kv_cache_tokens=128, prefix_caching=False)   # 8 blocks for 12 needed
+    small = engine_for(smollm2, kv_cache_tokens=128, prefix_caching=False)  # 8 blocks for 12 needed
     got = [r.token_ids for r in small.generate(prompts, greedy)]
     assert small.scheduler.num_preemptions > 0
     for prompt, g, e in zip(prompts, got, expected, strict=True):
@@ -93,8 +98,9 @@ def test_stop_string_cuts_text_and_names_the_stop(tiny):
     [full] = engine.generate([prompt], base)
     stop = full.text[20:23]
     cut = full.text.find(stop)
-    [stopped] = engine.generate([prompt], SamplingParams(max_tokens=60, temperature=HOT, seed=3, ignore_eos=True,
-                                                         stop=[stop, "never-appears"]))
+    [stopped] = engine.generate(
+        [prompt], SamplingParams(max_tokens=60, temperature=HOT, seed=3, ignore_eos=True, stop=[stop, "never-appears"])
+    )
     assert stopped.text == full.text[:cut]
     assert stopped.finish_reason == "stop" and stopped.stop_reason == stop
     assert full.finish_reason == "length" and len(full.token_ids) == 60
@@ -106,14 +112,19 @@ def test_stop_token_ids_and_min_tokens(tiny):
     [full] = engine.generate([prompt], SamplingParams(max_tokens=30, temperature=HOT, seed=5, ignore_eos=True))
     stop_id = full.token_ids[4]
     first = full.token_ids.index(stop_id)
-    [stopped] = engine.generate([prompt], SamplingParams(max_tokens=30, temperature=HOT, seed=5, ignore_eos=True,
-                                                         stop_token_ids=[stop_id]))
-    assert stopped.token_ids == full.token_ids[:first + 1]
+    [stopped] = engine.generate(
+        [prompt], SamplingParams(max_tokens=30, temperature=HOT, seed=5, ignore_eos=True, stop_token_ids=[stop_id])
+    )
+    assert stopped.token_ids == full.token_ids[: first + 1]
     assert stopped.finish_reason == "stop" and stopped.stop_reason == stop_id
-    [late] = engine.generate([prompt], SamplingParams(max_tokens=30, temperature=HOT, seed=5, ignore_eos=True,
-                                                      stop_token_ids=[stop_id], min_tokens=first + 2))
+    [late] = engine.generate(
+        [prompt],
+        SamplingParams(
+            max_tokens=30, temperature=HOT, seed=5, ignore_eos=True, stop_token_ids=[stop_id], min_tokens=first + 2
+        ),
+    )
     assert len(late.token_ids) >= first + 2
-    assert stop_id not in late.token_ids[:first + 2]
+    assert stop_id not in late.token_ids[: first + 2]
 
 
 def test_abort_frees_blocks_of_running_and_waiting_requests(tiny):
@@ -144,13 +155,15 @@ async def test_streams_from_the_engine_thread_and_close_aborts(tiny):
 
         long = engine.open_stream("s2", prompt, SamplingParams(max_tokens=1500, ignore_eos=True))
         await long.__anext__()
-        long.close()                                  # the client went away
+        long.close()  # the client went away
         for _ in range(200):
             if engine.block_manager.usage == 0 and not engine.scheduler.has_work():
                 break
             await asyncio.sleep(0.01)
         assert engine.block_manager.usage == 0 and not engine.scheduler.has_work()
-        generated = engine.metrics.registry.get_sample_value("native:generation_tokens_total", {"model_name": "smollm2"})
-        assert 12 < generated < 12 + 1500     # s2 was aborted, not run to the end
+        generated = engine.metrics.registry.get_sample_value(
+            "native:generation_tokens_total", {"model_name": "smollm2"}
+        )
+        assert 12 < generated < 12 + 1500  # s2 was aborted, not run to the end
     finally:
         engine.stop()

@@ -1,10 +1,11 @@
 """`bench run` of the built-in engine (a tiny GGUF) with backend.trace: per-request engine timings,
 phases_ms, the step trace as Chrome trace JSON, roofline and diagnosis in summary.json."""
+
 import json
 
 import pytest
-
 from bench_process import bench
+
 from harness.results import read_records
 from native_engine.tiny_gguf import write_tiny_llama_gguf
 
@@ -19,7 +20,8 @@ def traced_run(tmp_path_factory):
         f'"--max-num-seqs", "2"], ready_timeout_s: 60}}}}\n'
         "workload: {kind: random, input_tokens: 48, output_tokens: 8}\n"
         "load: {arrival: poisson, rate: 40, num_requests: 12}\n"
-        "telemetry: {interval_ms: 100, gpu: false}\n")
+        "telemetry: {interval_ms: 100, gpu: false}\n"
+    )
     out = tmp / "out"
     res = bench("run", scenario, "--output", out, "--allow-client-bound", timeout_s=180)
     assert res.returncode == 0, res.stderr
@@ -41,7 +43,9 @@ def test_engine_trace_is_valid_chrome_trace_json(traced_run):
     kinds_per_track = {}
     for e in timed:
         if "tid" in e:
-            kinds_per_track.setdefault(e["tid"], set()).add(e["ph"] if e["ph"] != "X" or e["tid"] != names["steps"] else "step")
+            kinds_per_track.setdefault(e["tid"], set()).add(
+                e["ph"] if e["ph"] != "X" or e["tid"] != names["steps"] else "step"
+            )
     assert all(len(kinds) == 1 for kinds in kinds_per_track.values())  # one track per kind of event
     steps = [e for e in complete if e["tid"] == names["steps"]]
     assert {e["name"] for e in steps} <= {"prefill", "decode", "mixed"} and "decode" in {e["name"] for e in steps}

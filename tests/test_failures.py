@@ -1,19 +1,25 @@
 """Failures never stop a run or lose data: each kind comes from a server that really produces it."""
+
 import asyncio
 import json
 
 import pytest
-
 from bench_process import bench, bench_started, interrupt_once_written
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, GroundTruthServer, gt_request
+
 from harness.launcher import BackendUnreachable, free_port, probe
 from harness.metrics import summarize
 from harness.results import ResultWriter, read_records
 from harness.runner import Runner, Target
 
 FAILURES = {  # server directive -> the reason the runner must record
-    "http_500": "http_5xx", "http_503": "http_5xx", "http_429": "http_429", "http_400": "http_4xx",
-    "cut_after_3": "stream_cut", "malformed_json": "malformed_json", "malformed_sse": "malformed_sse",
+    "http_500": "http_5xx",
+    "http_503": "http_5xx",
+    "http_429": "http_429",
+    "http_400": "http_4xx",
+    "cut_after_3": "stream_cut",
+    "malformed_json": "malformed_json",
+    "malformed_sse": "malformed_sse",
     "stall": "timeout",
 }
 
@@ -26,8 +32,7 @@ async def test_every_failure_kind_is_recorded_and_the_run_goes_on(tmp_path):
         reqs.append(gt_request(2 * n, 0.01 * n, 8, fail=fail))
         reqs.append(gt_request(2 * n + 1, 0.01 * n + 0.005, 8))  # a good request after each bad one
     writer = ResultWriter(tmp_path)
-    out = await Runner(Target(f"http://127.0.0.1:{port}", request_timeout_s=0.5), reqs,
-                       on_record=writer.append).run()
+    out = await Runner(Target(f"http://127.0.0.1:{port}", request_timeout_s=0.5), reqs, on_record=writer.append).run()
     writer.close()
     await server.stop_listening()
 
@@ -45,7 +50,8 @@ async def test_every_failure_kind_is_recorded_and_the_run_goes_on(tmp_path):
     on_disk = read_records(tmp_path)
     assert sorted(r.index for r in on_disk) == sorted(by_index)
     assert [r.to_json() for r in sorted(on_disk, key=lambda r: r.index)] == [
-        by_index[i].to_json() for i in sorted(by_index)]
+        by_index[i].to_json() for i in sorted(by_index)
+    ]
 
 
 async def test_refused_connections_mid_run_are_failures():
@@ -56,6 +62,7 @@ async def test_refused_connections_mid_run_are_failures():
     async def close_listener():
         await asyncio.sleep(0.2)
         await server.stop_listening()
+
     closer = asyncio.create_task(close_listener())
     out = await Runner(Target(f"http://127.0.0.1:{port}"), reqs).run()
     await closer
@@ -70,8 +77,10 @@ def test_unreachable_server_is_one_clear_error_before_any_load(tmp_path):
     with pytest.raises(BackendUnreachable, match=f"backend.url: cannot reach http://127.0.0.1:{port}"):
         probe(f"http://127.0.0.1:{port}")
     scenario = tmp_path / "s.yaml"
-    scenario.write_text(f"name: down\nbackend: {{kind: openai, url: 'http://127.0.0.1:{port}', model: gt}}\n"
-                        "load: {arrival: constant, rate: 10, num_requests: 5}\n")
+    scenario.write_text(
+        f"name: down\nbackend: {{kind: openai, url: 'http://127.0.0.1:{port}', model: gt}}\n"
+        "load: {arrival: constant, rate: 10, num_requests: 5}\n"
+    )
     res = bench("run", scenario, "--output", tmp_path / "r", timeout_s=60)
     assert res.returncode == 4  # the run failed
     assert "cannot reach" in res.stderr and "backend.launch" in res.stderr
@@ -82,9 +91,11 @@ def test_unreachable_server_is_one_clear_error_before_any_load(tmp_path):
 def test_ctrl_c_keeps_every_completed_record_and_marks_the_summary(tmp_path, workers):
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=20, itl_ms=10)) as gt:
         scenario = tmp_path / "s.yaml"
-        scenario.write_text(f"name: cut\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
-                            "workload: {kind: random, input_tokens: 8, output_tokens: 20}\n"
-                            "load: {arrival: constant, rate: 20, num_requests: 400}\n")
+        scenario.write_text(
+            f"name: cut\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
+            "workload: {kind: random, input_tokens: 8, output_tokens: 20}\n"
+            "load: {arrival: constant, rate: 20, num_requests: 400}\n"
+        )
         out_dir = tmp_path / "r"
         proc = bench_started("run", scenario, "--output", out_dir, "--workers", workers)
         stderr = interrupt_once_written(proc, out_dir / "requests.jsonl", 10)  # some requests have finished

@@ -4,23 +4,24 @@ Each test reproduces the fault (a ground-truth server told to misbehave, a SIGKI
 break a reader) and asserts that the run says so instead of reporting wrong numbers or a traceback.
 Marked `faults` (`pytest -m faults` runs just these); they are fast and run in the normal suite too.
 """
+
 import json
 import os
 import signal
 from pathlib import Path
 
 import pytest
-
 from bench_process import bench, bench_started, wait_until_written
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, GroundTruthServer, gt_request
+
 from harness.limits import MAX_TOKENS_PER_REQUEST
 from harness.metrics import summarize
 from harness.runner import Runner, Target
 from harness.scenario import ScenarioError, load_scenario
 from harness.tokenizer_source import ApproximateTokenizer
 from harness.traces import load_trace
-from harness.workload import build_plan
 from harness.workers import resolve_workers
+from harness.workload import build_plan
 
 pytestmark = pytest.mark.faults
 
@@ -81,16 +82,31 @@ async def test_an_absurd_usage_count_fails_the_request_not_the_summary(claimed):
 
 def test_bench_run_says_which_answers_were_cut(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"request {i} [gt id={i}{' fail=abort_after_3' * (i == 2)}]",
-                                           "output_tokens": 6}) + "\n" for i in range(4)))
+    prompts.write_text(
+        "".join(
+            json.dumps({"prompt": f"request {i} [gt id={i}{' fail=abort_after_3' * (i == 2)}]", "output_tokens": 6})
+            + "\n"
+            for i in range(4)
+        )
+    )
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=5, itl_ms=2)) as gt:
         scenario = tmp_path / "s.yaml"
-        scenario.write_text(f"name: cut\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
-                            f"workload: {{kind: file, path: {prompts}}}\n"
-                            "load: {arrival: constant, rate: 20, num_requests: 4}\n"
-                            "slo: {ttft_ms: 10000}\ntelemetry: {interval_ms: 200, gpu: false}\n")
-        res = bench("run", scenario, "--output", tmp_path / "out", "--workers", "1", "--allow-client-bound",
-                    env={**os.environ, "COLUMNS": "200"})
+        scenario.write_text(
+            f"name: cut\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
+            f"workload: {{kind: file, path: {prompts}}}\n"
+            "load: {arrival: constant, rate: 20, num_requests: 4}\n"
+            "slo: {ttft_ms: 10000}\ntelemetry: {interval_ms: 200, gpu: false}\n"
+        )
+        res = bench(
+            "run",
+            scenario,
+            "--output",
+            tmp_path / "out",
+            "--workers",
+            "1",
+            "--allow-client-bound",
+            env={**os.environ, "COLUMNS": "200"},
+        )
     assert "3 completed, 1 failed" in res.stderr and "failures: finish_abort=1" in res.stderr, res.stderr
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["failures"] == {"finish_abort": 1} and summary["goodput"]["fraction"] == 0.75
@@ -107,10 +123,12 @@ def _spawned_children(pid: int) -> list[int]:
 def test_a_killed_worker_marks_the_run_incomplete_and_exits_4(tmp_path):
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=5, itl_ms=5)) as gt:
         scenario = tmp_path / "s.yaml"
-        scenario.write_text(f"name: kill\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
-                            "workload: {kind: random, input_tokens: 8, output_tokens: 8}\n"
-                            "load: {arrival: constant, rate: 20, num_requests: 60}\n"
-                            "telemetry: {interval_ms: 200, gpu: false}\n")
+        scenario.write_text(
+            f"name: kill\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
+            "workload: {kind: random, input_tokens: 8, output_tokens: 8}\n"
+            "load: {arrival: constant, rate: 20, num_requests: 60}\n"
+            "telemetry: {interval_ms: 200, gpu: false}\n"
+        )
         out = tmp_path / "out"
         proc = bench_started("run", scenario, "--output", out, "--workers", "2", "--allow-client-bound")
         requests_file = out / "requests.jsonl"
@@ -131,8 +149,10 @@ def test_a_killed_worker_marks_the_run_incomplete_and_exits_4(tmp_path):
     assert lost["planned"] == 30 and 0 < lost["recorded"] < 30
     never = 30 - lost["recorded"]  # its requests without a record are counted failed, not left out
     assert lost["worker_lost_failures"] == never and summary["failures"].get("worker_lost") == never
-    assert f"{lost['recorded']} of its 30 planned requests recorded, {never} more counted failed (worker_lost)" \
+    assert (
+        f"{lost['recorded']} of its 30 planned requests recorded, {never} more counted failed (worker_lost)"
         in summary["incomplete_reasons"][0]
+    )
     req = summary["requests"]
     assert req["measured"] == 60 and req["failed"] >= never and summary["goodput"]["fraction"] <= 1 - never / 60
     assert f"{req['completed']} completed, {req['failed']} failed" in said and f"worker_lost={never}" in said
@@ -143,10 +163,12 @@ def test_a_killed_worker_marks_the_run_incomplete_and_exits_4(tmp_path):
 def test_a_sweep_point_with_a_killed_worker_is_failed_and_the_sweep_exits_4(tmp_path):
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=5, itl_ms=5)) as gt:
         scenario = tmp_path / "s.yaml"
-        scenario.write_text(f"name: killsweep\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
-                            "workload: {kind: random, input_tokens: 8, output_tokens: 8}\n"
-                            "load: {arrival: constant, num_requests: 60, sweep: [40, 80]}\n"
-                            "telemetry: {interval_ms: 200, gpu: false}\n")
+        scenario.write_text(
+            f"name: killsweep\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
+            "workload: {kind: random, input_tokens: 8, output_tokens: 8}\n"
+            "load: {arrival: constant, num_requests: 60, sweep: [40, 80]}\n"
+            "telemetry: {interval_ms: 200, gpu: false}\n"
+        )
         out = tmp_path / "out"
         proc = bench_started("run", scenario, "--output", out, "--workers", "2", "--allow-client-bound")
         requests_file = out / "point-000-rate-40" / "requests.jsonl"
@@ -165,23 +187,32 @@ def test_a_sweep_point_with_a_killed_worker_is_failed_and_the_sweep_exits_4(tmp_
     assert not (out / "point-001-rate-80").exists()
 
 
-@pytest.mark.parametrize("override, message", [
-    ("load.rate=.inf", "load.rate: inf is not valid: must be a finite number"),
-    ("load.rate=0.000001", "load.rate: 1e-06 requests/s for 10 requests spans 1e+07 s, more than the limit"),
-    ("load.num_requests=100000000000", "load.num_requests: 100000000000 is not valid: must be <= 1000000"),
-    ("load.concurrency=10000000000", "load.concurrency: 10000000000 is not valid: must be <= 100000"),
-    ("workload.output_tokens=1000000000000", "workload.output_tokens: 1000000000000 is not valid: mean 1e+12 "
-                                             "is more than the limit of 1e+06 tokens"),
-    ("backend.request_timeout_s=1.0e+300", "backend.request_timeout_s: 1e+300 is not valid: must be <= 604800"),
-    ("backend.headers={Authorization: \"Bearer x\\r\\nX-Admin: 1\"}",
-     "backend.headers.Authorization: the header value 'Bearer x\\r\\nX-Admin: 1' contains a line break"),
-    ("backend.headers={Bad Header Name: x}", "backend.headers: 'Bad Header Name' is not a valid HTTP header name"),
-    ("backend.headers={'X-Key:': x}", "backend.headers: 'X-Key:' is not a valid HTTP header name"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("load.rate=.inf", "load.rate: inf is not valid: must be a finite number"),
+        ("load.rate=0.000001", "load.rate: 1e-06 requests/s for 10 requests spans 1e+07 s, more than the limit"),
+        ("load.num_requests=100000000000", "load.num_requests: 100000000000 is not valid: must be <= 1000000"),
+        ("load.concurrency=10000000000", "load.concurrency: 10000000000 is not valid: must be <= 100000"),
+        (
+            "workload.output_tokens=1000000000000",
+            "workload.output_tokens: 1000000000000 is not valid: mean 1e+12 is more than the limit of 1e+06 tokens",
+        ),
+        ("backend.request_timeout_s=1.0e+300", "backend.request_timeout_s: 1e+300 is not valid: must be <= 604800"),
+        (
+            'backend.headers={Authorization: "Bearer x\\r\\nX-Admin: 1"}',
+            "backend.headers.Authorization: the header value 'Bearer x\\r\\nX-Admin: 1' contains a line break",
+        ),
+        ("backend.headers={Bad Header Name: x}", "backend.headers: 'Bad Header Name' is not a valid HTTP header name"),
+        ("backend.headers={'X-Key:': x}", "backend.headers: 'X-Key:' is not a valid HTTP header name"),
+    ],
+)
 def test_numbers_and_headers_past_their_bounds_name_the_field(tmp_path, override, message):
     scenario = tmp_path / "s.yaml"
-    scenario.write_text("name: b\nbackend: {kind: openai, url: 'http://127.0.0.1:9'}\n"
-                        "load: {arrival: constant, rate: 4, num_requests: 10}\n")
+    scenario.write_text(
+        "name: b\nbackend: {kind: openai, url: 'http://127.0.0.1:9'}\n"
+        "load: {arrival: constant, rate: 4, num_requests: 10}\n"
+    )
     with pytest.raises(ScenarioError) as caught:
         load_scenario(scenario, [override])
     assert message in str(caught.value)
@@ -194,14 +225,23 @@ def test_worker_count_is_bounded_by_the_cores():
         resolve_workers("1000", reqs, None, None, cpu_count=2)
 
 
-@pytest.mark.parametrize("row, message", [
-    ('{"timestamp": Infinity, "input_length": 8, "output_length": 8}',
-     "line 2 field 'timestamp': inf is not valid: must be a finite number"),
-    ('{"timestamp": 1e15, "input_length": 8, "output_length": 8}',
-     "line 2: its timestamp is 1e+12 s after the first request (line 1), more than the limit of 604800 s"),
-    ('{"timestamp": 5, "input_length": 100000000000, "output_length": 8}',
-     "line 2 field 'input_length': 100000000000 is not valid: must be at most the limit of 1000000 tokens"),
-])
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        (
+            '{"timestamp": Infinity, "input_length": 8, "output_length": 8}',
+            "line 2 field 'timestamp': inf is not valid: must be a finite number",
+        ),
+        (
+            '{"timestamp": 1e15, "input_length": 8, "output_length": 8}',
+            "line 2: its timestamp is 1e+12 s after the first request (line 1), more than the limit of 604800 s",
+        ),
+        (
+            '{"timestamp": 5, "input_length": 100000000000, "output_length": 8}',
+            "line 2 field 'input_length': 100000000000 is not valid: must be at most the limit of 1000000 tokens",
+        ),
+    ],
+)
 def test_trace_rows_past_their_bounds_name_the_line(tmp_path, row, message):
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"timestamp": 0, "input_length": 8, "output_length": 8}\n' + row + "\n")
@@ -218,17 +258,23 @@ def test_non_utf8_files_are_named_with_exit_2_and_no_traceback(tmp_path):
     assert f"{scenario} line 1: not UTF-8 text (byte 0xe9)" in " ".join(res.stderr.split())
     for name, field in (("t.jsonl", "load.trace"), ("t.csv", "load.trace")):
         trace = tmp_path / name
-        good = '{"timestamp": 0, "input_length": 8, "output_length": 8}\n' if name.endswith("jsonl") \
+        good = (
+            '{"timestamp": 0, "input_length": 8, "output_length": 8}\n'
+            if name.endswith("jsonl")
             else "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n0,m,8,8,16,x\n"
+        )
         trace.write_bytes(good.encode() + b"\xff\xfe broken\n")
         with pytest.raises(ScenarioError, match=f"{field}: {trace} line {good.count(chr(10)) + 1}: not UTF-8"):
             load_trace(trace)
     for name in ("w.jsonl", "w.json"):  # a prompt file, JSONL or ShareGPT
-        (tmp_path / name).write_bytes(b'[{"prompt": "caf\xe9"}]\n' if name.endswith("json")
-                                      else b'{"prompt": "ok"}\n{"prompt": "caf\xe9"}\n')
+        (tmp_path / name).write_bytes(
+            b'[{"prompt": "caf\xe9"}]\n' if name.endswith("json") else b'{"prompt": "ok"}\n{"prompt": "caf\xe9"}\n'
+        )
         scenario.write_text("name: w\nbackend: {kind: openai, url: 'http://127.0.0.1:9', api: chat}\n")
-        workload = load_scenario(scenario, [ f"workload={{kind: file, path: {tmp_path / name}}}",
-                                            "load={arrival: constant, rate: 4, num_requests: 2}"])
+        workload = load_scenario(
+            scenario,
+            [f"workload={{kind: file, path: {tmp_path / name}}}", "load={arrival: constant, rate: 4, num_requests: 2}"],
+        )
         line = 1 if name.endswith("json") else 2
         with pytest.raises(ScenarioError, match=f"workload.path: {tmp_path / name} line {line}: not UTF-8"):
             build_plan(workload, ApproximateTokenizer())
@@ -237,6 +283,7 @@ def test_non_utf8_files_are_named_with_exit_2_and_no_traceback(tmp_path):
 def test_missing_records_make_a_run_incomplete_unless_it_was_cut_short_on_purpose():
     from harness.runner import RunOutcome
     from harness.workers import incomplete_reasons
+
     outcome = RunOutcome(records=[object()] * 7, loop_lag_s=[], t0_ns=0, interrupted=False)
     assert incomplete_reasons(outcome, 10, stops_at_duration=False) == ["3 of 10 planned requests have no record"]
     assert incomplete_reasons(outcome, 10, stops_at_duration=True) == []  # duration_s ended dispatching

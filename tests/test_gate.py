@@ -1,16 +1,18 @@
 """`bench gate`: verdicts per metric from intervals over runs (or within one run a side); exit 1 only on a regression."""
+
 import json
 
 import numpy as np
 import pytest
 import typer
+from helpers import synthetic_records, write_run
 from typer.testing import CliRunner
 
-from reports.cli import gate as gate_command, report as report_command
+from reports.cli import gate as gate_command
+from reports.cli import report as report_command
 from reports.gate import GateRulesError, compare, exit_code, load_rules
 from reports.repeats import load_run_set
 from reports.stats import bootstrap_relative_change, run_level_change, window_rates
-from helpers import synthetic_records, write_run
 
 RULES = load_rules(None)
 
@@ -32,8 +34,10 @@ def write_side(root, factors, seed=0, rate=4.0, **kw):
 
 
 def _sides(tmp_path, base_factors, cur_factors, **kw):
-    return (load_run_set(write_side(tmp_path / "base", base_factors, seed=10, **kw)),
-            load_run_set(write_side(tmp_path / "cur", cur_factors, seed=20, **kw)))
+    return (
+        load_run_set(write_side(tmp_path / "base", base_factors, seed=10, **kw)),
+        load_run_set(write_side(tmp_path / "cur", cur_factors, seed=20, **kw)),
+    )
 
 
 def _gate_cli(*args):
@@ -139,8 +143,17 @@ def test_markdown_shows_runs_values_with_spread_and_the_method(tmp_path):
     assert result.exit_code == 0, result.output
     header = next(line for line in result.output.splitlines() if line.startswith("| metric"))
     assert [c.strip() for c in header.strip("|").split("|")] == [
-        "metric", "statistic", "runs (base / cur)", "baseline", "current", "change", "95% CI", "threshold",
-        "verdict", "note"]
+        "metric",
+        "statistic",
+        "runs (base / cur)",
+        "baseline",
+        "current",
+        "change",
+        "95% CI",
+        "threshold",
+        "verdict",
+        "note",
+    ]
     row = next(line for line in result.output.splitlines() if line.startswith("| ttft_p50"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[2] == "3 / 4" and " ± " in cells[3] and cells[3].endswith(" ms")
@@ -211,6 +224,7 @@ def test_bad_rules_name_the_key(tmp_path):
 
 def test_ci_rules_file_is_valid():
     from pathlib import Path
+
     rules = load_rules(Path(__file__).parent.parent / "ci" / "gate.yaml")
     assert {"ttft_p50", "ttft_p99", "tpot_p50", "output_tokens_per_s", "goodput"} <= set(rules.metrics)
 
@@ -221,18 +235,21 @@ def test_committed_nightly_baseline_is_clean_repeats_of_the_nightly_scenario():
 
     from harness.scenario import load_scenario
     from reports.repeats import check_same_scenario, scenario_settings
+
     root = Path(__file__).parent.parent
     base = load_run_set(root / "ci" / "baselines" / "nightly")
     assert len(base.runs) >= 3
     check_same_scenario(base)
-    assert scenario_settings(base.scenario) == scenario_settings(load_scenario(root / "scenarios" / "nightly.yaml")
-                                                                 .resolved_dict())
+    assert scenario_settings(base.scenario) == scenario_settings(
+        load_scenario(root / "scenarios" / "nightly.yaml").resolved_dict()
+    )
     assert all(r.summary["requests"]["failed"] == 0 and not r.summary["client_bound"] for r in base.runs)
 
 
 def test_real_runs_against_the_ground_truth_server(tmp_path):
     """A/A through the real runner passes; one run each of a server 60% slower (past the single-run threshold) fails."""
     from groundtruth_server import GroundTruthConfig, GroundTruthProcess, gt_request
+
     from harness.runner import Runner, Target, run_blocking
 
     def real_run(name, ttft_ms, itl_ms):
@@ -273,9 +290,11 @@ def test_headline_says_inconclusive_when_nothing_was_decided_and_strict_fails_on
 
     def side(root, seed, itl_factor):
         for k, f in enumerate([0.97, 1.0, 1.03]):
-            write_run(root / f"run-{k + 1}", synthetic_records(seed=seed + k, ttft_s=0.05 * f,
-                                                               itl_s=0.01 * f * itl_factor))
+            write_run(
+                root / f"run-{k + 1}", synthetic_records(seed=seed + k, ttft_s=0.05 * f, itl_s=0.01 * f * itl_factor)
+            )
         return root
+
     assert _gate_cli(side(tmp_path / "b", 10, 1.0), side(tmp_path / "c", 20, 1.3), "--strict").exit_code == 1
     assert _gate_cli(side(tmp_path / "aa1", 10, 1.0), side(tmp_path / "aa2", 30, 1.0)).exit_code == 0
 
@@ -310,10 +329,13 @@ def test_report_names_its_markdown_after_the_html_and_refuses_an_empty_run(tmp_p
     assert CliRunner().invoke(app, ["report", str(run), "-o", str(tmp_path / "X.md")]).exit_code == 2
     # the folder of a run that never sent a request (its engine did not start): a message, not a traceback
     from harness.results import ResultWriter
+
     ResultWriter(tmp_path / "never").close()
     (tmp_path / "never" / "engine.log").write_text("$ llama-server ...\nerror: model not found\n")
-    for args in (["report", str(tmp_path / "never"), "-o", str(tmp_path / "n.html")],
-                 ["gate", str(tmp_path / "never"), str(run)]):
+    for args in (
+        ["report", str(tmp_path / "never"), "-o", str(tmp_path / "n.html")],
+        ["gate", str(tmp_path / "never"), str(run)],
+    ):
         result = CliRunner().invoke(app, args)
         said = " ".join(result.output.split())
         assert result.exit_code == 2 and "holds no request: the run never sent one (see engine.log)" in said

@@ -1,4 +1,5 @@
 """GGUF loading: config from metadata, weight layout, model file resolution, clear errors."""
+
 import importlib.util
 
 import gguf
@@ -13,8 +14,18 @@ from native_engine.tiny_gguf import write_tiny_llama_gguf
 
 @pytest.fixture(scope="module")
 def tiny_path(tmp_path_factory):
-    return write_tiny_llama_gguf(tmp_path_factory.mktemp("g") / "tiny.gguf", seed=3, n_layers=3, hidden=96,
-                                 n_heads=6, n_kv_heads=2, ffn=160, vocab=300, context_length=512, rope_theta=5e4)
+    return write_tiny_llama_gguf(
+        tmp_path_factory.mktemp("g") / "tiny.gguf",
+        seed=3,
+        n_layers=3,
+        hidden=96,
+        n_heads=6,
+        n_kv_heads=2,
+        ffn=160,
+        vocab=300,
+        context_length=512,
+        rope_theta=5e4,
+    )
 
 
 def test_config_comes_from_metadata(tiny_path):
@@ -47,12 +58,12 @@ def test_fused_columns_hold_the_dequantized_tensors(tiny_path):
     raw = {t.name: gguf.quants.dequantize(t.data, t.tensor_type) for t in reader.tensors}
     layer, c = weights.layers[1], config
     q_dim, kv_dim = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
-    np.testing.assert_array_equal(layer.wqkv[:, q_dim + kv_dim:], raw["blk.1.attn_v.weight"].T)
-    np.testing.assert_array_equal(layer.w_gate_up[:, :c.ffn_size], raw["blk.1.ffn_gate.weight"].T)
-    np.testing.assert_array_equal(layer.w_gate_up[:, c.ffn_size:], raw["blk.1.ffn_up.weight"].T)
+    np.testing.assert_array_equal(layer.wqkv[:, q_dim + kv_dim :], raw["blk.1.attn_v.weight"].T)
+    np.testing.assert_array_equal(layer.w_gate_up[:, : c.ffn_size], raw["blk.1.ffn_gate.weight"].T)
+    np.testing.assert_array_equal(layer.w_gate_up[:, c.ffn_size :], raw["blk.1.ffn_up.weight"].T)
     np.testing.assert_array_equal(layer.w_down, raw["blk.1.ffn_down.weight"].T)
     np.testing.assert_array_equal(layer.wqkv[:, :q_dim], raw["blk.1.attn_q.weight"].T)  # pairs (2i, 2i+1) kept
-    np.testing.assert_array_equal(layer.wqkv[:, q_dim:q_dim + kv_dim], raw["blk.1.attn_k.weight"].T)
+    np.testing.assert_array_equal(layer.wqkv[:, q_dim : q_dim + kv_dim], raw["blk.1.attn_k.weight"].T)
     assert weights.matrix_bytes() > sum(a.nbytes for a in (layer.wqkv, layer.w_gate_up)) * c.n_layers
 
 

@@ -1,4 +1,5 @@
 """Fixed shapes for CUDA-graph decode steps: which sizes are captured and how a step is padded (no GPU needed)."""
+
 import numpy as np
 import pytest
 
@@ -24,8 +25,9 @@ def test_bucket_is_the_next_captured_size_or_none_above():
 
 def test_padding_rows_touch_only_the_scratch_block():
     bs, scratch = 4, 99
-    padded = pad_decode([11, 12, 13], [5, 0, 8], [[7, 3], [2], [1, 4, 6]], size=4, max_blocks=3, block_size=bs,
-                        scratch_block=scratch)
+    padded = pad_decode(
+        [11, 12, 13], [5, 0, 8], [[7, 3], [2], [1, 4, 6]], size=4, max_blocks=3, block_size=bs, scratch_block=scratch
+    )
     assert padded.n == 3
     assert padded.tokens.tolist() == [11, 12, 13, 0]
     assert padded.positions.tolist() == [5, 0, 8, 0]

@@ -8,6 +8,7 @@ The gate's metrics are the ones the server's ITL sets (ITL, TPOT, tokens/s); TTF
 on this shared machine is mostly the client's and server's scheduling delay, which moves with the
 neighbours' load by more than the 10% threshold (measured: a +11% step in an A/A series).
 """
+
 import gc
 import json
 import re
@@ -17,26 +18,37 @@ import sqlite3
 import numpy as np
 import pytest
 import yaml
-from typer.testing import CliRunner
-
 from bench_process import bench_started, interrupt_once_written
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, gt_request
+from helpers import write_run
+from typer.testing import CliRunner
+
 from harness.cli import app
 from reports.gate import load_rules
 from reports.history import add_runs, nights
 from reports.history_gate import gate_history
-from helpers import write_run
 
 ITL_MS, FLAT, AFTER = 20.0, 20, 10
 STARVED_LOOP_LAG_MS = 20.0
-FUTURES = {"step": [ITL_MS * 1.15] * AFTER, "drift": [ITL_MS * 1.01 ** k for k in range(1, AFTER + 1)],
-           "aa": [ITL_MS] * AFTER}
+FUTURES = {
+    "step": [ITL_MS * 1.15] * AFTER,
+    "drift": [ITL_MS * 1.01**k for k in range(1, AFTER + 1)],
+    "aa": [ITL_MS] * AFTER,
+}
 COMMITS = [f"{k:02d}" + "c0ffee" * 6 for k in range(FLAT + AFTER)]  # night k was built from commit COMMITS[k]
-RULES_YAML = {"min_samples": 8, "metrics": {
-    "itl_p50": {"source": "itl", "statistic": "p50", "better": "lower", "threshold": 0.10},
-    "tpot_p50": {"source": "tpot", "statistic": "p50", "better": "lower", "threshold": 0.10},
-    "output_tokens_per_s": {"source": "output_tokens_per_s", "statistic": "mean", "better": "higher",
-                            "threshold": 0.10}}}
+RULES_YAML = {
+    "min_samples": 8,
+    "metrics": {
+        "itl_p50": {"source": "itl", "statistic": "p50", "better": "lower", "threshold": 0.10},
+        "tpot_p50": {"source": "tpot", "statistic": "p50", "better": "lower", "threshold": 0.10},
+        "output_tokens_per_s": {
+            "source": "output_tokens_per_s",
+            "statistic": "mean",
+            "better": "higher",
+            "threshold": 0.10,
+        },
+    },
+}
 
 
 @pytest.fixture(autouse=True)
@@ -66,8 +78,10 @@ def runs(tmp_path_factory):
         with GroundTruthProcess(GroundTruthConfig(ttft_ms=20, itl_ms=ITL_MS)) as gt:
             _night(gt.url, ITL_MS)  # warm-up: the first run pays for connections and imports
             for name, itls in plan.items():
-                out[name] = [write_run(root / f"{name}-{k:02d}", _night(gt.url, itl), slo={"ttft_ms": 500.0})
-                             for k, itl in enumerate(itls)]
+                out[name] = [
+                    write_run(root / f"{name}-{k:02d}", _night(gt.url, itl), slo={"ttft_ms": 500.0})
+                    for k, itl in enumerate(itls)
+                ]
     finally:
         gc.unfreeze()
     return out
@@ -86,8 +100,10 @@ def _night(url: str, itl_ms: float, tries: int = 3):
         lag_ms = float(np.percentile(outcome.loop_lag_s, 99)) * 1e3 if outcome.loop_lag_s else 0.0
         if lag_ms <= STARVED_LOOP_LAG_MS:
             return outcome.records
-    pytest.skip(f"machine overloaded: the client's event loop lagged {lag_ms:.0f} ms (p99) in {tries} tries of one "
-                f"night (limit {STARVED_LOOP_LAG_MS:.0f} ms); the series would measure the machine, not the server")
+    pytest.skip(
+        f"machine overloaded: the client's event loop lagged {lag_ms:.0f} ms (p99) in {tries} tries of one "
+        f"night (limit {STARVED_LOOP_LAG_MS:.0f} ms); the series would measure the machine, not the server"
+    )
 
 
 def replay(db, paths, rules, monkeypatch):
@@ -189,7 +205,8 @@ def test_history_add_is_idempotent_and_show_prints_the_series(runs, tmp_path):
 
 def _only_series(db):
     from reports.history import series_keys
-    (_, scenario, runner, _), = series_keys(db)
+
+    ((_, scenario, runner, _),) = series_keys(db)
     return scenario, runner
 
 
@@ -197,9 +214,11 @@ def test_incomplete_runs_are_refused_with_the_reason(runs, tmp_path):
     """A run cut by Ctrl-C (a real `bench run`, interrupted), and one killed before its summary."""
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=20, itl_ms=10)) as gt:
         scenario = tmp_path / "s.yaml"
-        scenario.write_text(f"name: cut\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
-                            "workload: {kind: random, input_tokens: 8, output_tokens: 20}\n"
-                            "load: {arrival: constant, rate: 20, num_requests: 400}\n")
+        scenario.write_text(
+            f"name: cut\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
+            "workload: {kind: random, input_tokens: 8, output_tokens: 20}\n"
+            "load: {arrival: constant, rate: 20, num_requests: 400}\n"
+        )
         proc = bench_started("run", scenario, "--output", tmp_path / "cut")
         interrupt_once_written(proc, tmp_path / "cut" / "requests.jsonl", 5)
     assert json.loads((tmp_path / "cut" / "summary.json").read_text())["interrupted"] is True
@@ -231,8 +250,18 @@ def test_gate_cli_uses_history_when_long_enough_else_the_baseline(runs, rules_fi
     for path in runs["flat"][5:]:
         assert _cli("history", "add", path, "--db", db).exit_code == 0
     # 16 nights now; tonight's run is one of them, and is left out of its own history
-    judged = _cli("gate", runs["flat"][-1], "--history", db, "--last", "8", "--rules", rules_file,
-                  "--summary-md", tmp_path / "g.md")
+    judged = _cli(
+        "gate",
+        runs["flat"][-1],
+        "--history",
+        db,
+        "--last",
+        "8",
+        "--rules",
+        rules_file,
+        "--summary-md",
+        tmp_path / "g.md",
+    )
     assert judged.exit_code == 0, judged.output
     assert "Benchmark gate against history: passed" in judged.output and "15 comparable nights" in judged.output
     row = next(line for line in judged.raw.splitlines() if line.startswith("| itl_p50"))
@@ -295,14 +324,23 @@ def test_the_trend_band_is_where_the_gate_sees_no_change():
 def test_repeats_of_one_scenario_share_a_hash_and_another_load_does_not(monkeypatch):
     from reports.run_identity import runner_kind, scenario_hash
 
-    base = {"name": "nightly", "seed": 0, "backend": {"kind": "native", "url": "http://127.0.0.1:4001"},
-            "load": {"arrival": "closed", "concurrency": 4, "sweep": None}}
-    repeat = {**base, "seed": 7, "backend": {"kind": "native", "url": "http://127.0.0.1:5123"},
-              "load": {"arrival": "closed", "concurrency": 4}}  # fresh seed and port; an older harness had no sweep
+    base = {
+        "name": "nightly",
+        "seed": 0,
+        "backend": {"kind": "native", "url": "http://127.0.0.1:4001"},
+        "load": {"arrival": "closed", "concurrency": 4, "sweep": None},
+    }
+    repeat = {
+        **base,
+        "seed": 7,
+        "backend": {"kind": "native", "url": "http://127.0.0.1:5123"},
+        "load": {"arrival": "closed", "concurrency": 4},
+    }  # fresh seed and port; an older harness had no sweep
     assert scenario_hash(repeat) == scenario_hash(base)
     assert scenario_hash({**base, "load": {"arrival": "closed", "concurrency": 8}}) != scenario_hash(base)
-    assert scenario_hash({**base, "backend": {"kind": "native", "launch": {"args": ["--blas-threads", "2"]}}}) \
-        != scenario_hash(base)
+    assert scenario_hash(
+        {**base, "backend": {"kind": "native", "launch": {"args": ["--blas-threads", "2"]}}}
+    ) != scenario_hash(base)
     info = {"host": {"platform": "Linux-6.8.0-x86_64-with-glibc2.39", "machine": "x86_64", "cpu_count": 4}}
     assert runner_kind(info) == "Linux-x86_64-4cpu"
     monkeypatch.setenv("BENCH_RUNNER_KIND", "ubuntu-24.04")

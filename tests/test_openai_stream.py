@@ -1,4 +1,5 @@
 """The OpenAI SSE dialect against real captured streams and hand-made edge cases."""
+
 import json
 from pathlib import Path
 
@@ -12,12 +13,12 @@ CAPTURES = Path(__file__).parent / "fixtures" / "engines"
 
 
 def _capture(name: str) -> bytes:
-    return (CAPTURES / name).read_bytes()   # a missing capture fails the test: it is part of the repository
+    return (CAPTURES / name).read_bytes()  # a missing capture fails the test: it is part of the repository
 
 
 def _reads_of(raw: bytes, size: int) -> tuple[list[bytes], list[int]]:
     """Split a stream into fixed-size reads, as a network would, timed 1..n."""
-    reads = [raw[i:i + size] for i in range(0, len(raw), size)]
+    reads = [raw[i : i + size] for i in range(0, len(raw), size)]
     return reads, list(range(1, len(reads) + 1))
 
 
@@ -34,15 +35,18 @@ def _expected_tokens(raw: bytes) -> tuple[int, str]:
     return count, "".join(text)
 
 
-@pytest.mark.parametrize("name,usage", [
-    ("vllm_chat.sse", 24),
-    ("vllm_completions_no_usage.sse", None),
-    ("vllm_completions.sse", 16),
-    ("llamacpp_chat.sse", 24),
-    ("llamacpp_completions.sse", 16),
-    ("llamacpp_python_chat.sse", None),   # llama-cpp-python: no usage in streams
-    ("llamacpp_python_completions.sse", None),
-])
+@pytest.mark.parametrize(
+    "name,usage",
+    [
+        ("vllm_chat.sse", 24),
+        ("vllm_completions_no_usage.sse", None),
+        ("vllm_completions.sse", 16),
+        ("llamacpp_chat.sse", 24),
+        ("llamacpp_completions.sse", 16),
+        ("llamacpp_python_chat.sse", None),  # llama-cpp-python: no usage in streams
+        ("llamacpp_python_completions.sse", None),
+    ],
+)
 @pytest.mark.parametrize("read_size", [1, 7, 100_000])
 def test_real_captures_parse_whatever_the_read_boundaries(name, usage, read_size):
     raw = _capture(name)
@@ -91,12 +95,15 @@ def test_crlf_line_endings_and_comments():
     assert parsed.text == "x" and parsed.saw_done
 
 
-@pytest.mark.parametrize("raw,reason", [
-    (b"data: {not json}\n\n", "malformed_json"),
-    (b"this is not sse\n\n", "malformed_sse"),
-    (b'data: {"error": {"message": "overloaded"}}\n\n', "server_error_event"),
-    (b'data: {"choices":[{"text":"a"}]}\n\ndata: {"choi', "stream_cut"),
-])
+@pytest.mark.parametrize(
+    "raw,reason",
+    [
+        (b"data: {not json}\n\n", "malformed_json"),
+        (b"this is not sse\n\n", "malformed_sse"),
+        (b'data: {"error": {"message": "overloaded"}}\n\n', "server_error_event"),
+        (b'data: {"choices":[{"text":"a"}]}\n\ndata: {"choi', "stream_cut"),
+    ],
+)
 def test_bad_streams_raise_with_a_reason(raw, reason):
     with pytest.raises(StreamError) as err:
         parse_sse([raw], [1])
@@ -108,8 +115,9 @@ def test_request_bodies():
     assert chat["messages"] == [{"role": "user", "content": "hi"}]
     assert chat["stream"] is True and chat["stream_options"] == {"include_usage": True}
     assert chat["ignore_eos"] is True and chat["min_tokens"] == 8 and chat["max_tokens"] == 8
-    comp = build_request_body("completions", "m", 4, messages=[{"role": "user", "content": "a"},
-                                                               {"role": "assistant", "content": "b"}])
+    comp = build_request_body(
+        "completions", "m", 4, messages=[{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    )
     assert comp["prompt"] == "a\nb" and "ignore_eos" not in comp
     assert Backend().endpoint_path("chat") == "/v1/chat/completions"
     with pytest.raises(ValueError, match="backend.api"):

@@ -1,5 +1,6 @@
 """`bench plan`: the engine's own scheduler on a virtual clock, the fitted step model, and results folders that
 the report, select and gate code reads like a measured run's."""
+
 import json
 
 import pytest
@@ -22,8 +23,19 @@ from reports.select import write_selection
 
 # A step model with stated costs, for the tests of scheduling (what the simulator does with step times,
 # not what the step times are): 20 ms a step, 1 ms a prompt token, 2 ms a decoding sequence.
-STATED = FittedStepModel({"intercept_s": 0.02, "per_prefill_token_s": 1e-3, "per_prefill_seq_s": 0.0,
-                          "per_decode_seq_s": 2e-3, "per_context_token_s": 0.0}, 0.0, 0.0, {}, [])
+STATED = FittedStepModel(
+    {
+        "intercept_s": 0.02,
+        "per_prefill_token_s": 1e-3,
+        "per_prefill_seq_s": 0.0,
+        "per_decode_seq_s": 2e-3,
+        "per_context_token_s": 0.0,
+    },
+    0.0,
+    0.0,
+    {},
+    [],
+)
 
 
 def write_scenario(path, body: dict):
@@ -40,10 +52,13 @@ def measured(tmp_path_factory):
     """A real traced run of the native engine (a tiny random GGUF with SmolLM2's tokenizer)."""
     tmp = tmp_path_factory.mktemp("plan")
     model = write_tiny_llama_gguf(tmp / "tiny.gguf", tokenizer="smollm2")
-    body = {"backend": native(["--model", str(model), "--max-num-seqs", "4"], trace=True),
-            "workload": {"kind": "random", "input_tokens": 48, "output_tokens": 8},
-            "load": {"arrival": "poisson", "rate": 20, "num_requests": 16},
-            "slo": {"ttft_ms": 60000}, "telemetry": {"interval_ms": 100, "gpu": False}}
+    body = {
+        "backend": native(["--model", str(model), "--max-num-seqs", "4"], trace=True),
+        "workload": {"kind": "random", "input_tokens": 48, "output_tokens": 8},
+        "load": {"arrival": "poisson", "rate": 20, "num_requests": 16},
+        "slo": {"ttft_ms": 60000},
+        "telemetry": {"interval_ms": 100, "gpu": False},
+    }
     scenario = write_scenario(tmp / "s.yaml", body)
     res = bench("run", scenario, "--output", tmp / "measured", "--allow-client-bound", timeout_s=240)
     assert res.returncode == 0, res.stderr
@@ -51,18 +66,38 @@ def measured(tmp_path_factory):
 
 
 def test_fit_recovers_the_costs_of_steps_it_is_given(tmp_path):
-    costs = {"intercept_s": 4e-3, "per_prefill_token_s": 5e-5, "per_prefill_seq_s": 1e-3, "per_decode_seq_s": 3e-4,
-             "per_context_token_s": 2e-7}
+    costs = {
+        "intercept_s": 4e-3,
+        "per_prefill_token_s": 5e-5,
+        "per_prefill_seq_s": 1e-3,
+        "per_decode_seq_s": 3e-4,
+        "per_context_token_s": 2e-7,
+    }
     steps, t_s = [], 0.0
     for i in range(60):
-        shape = StepShape(prefill_tokens=(i * 37) % 256, prefill_seqs=i % 3, decode_seqs=(i * 7) % 17,
-                          context_tokens=(i * 131) % 3000)
+        shape = StepShape(
+            prefill_tokens=(i * 37) % 256, prefill_seqs=i % 3, decode_seqs=(i * 7) % 17, context_tokens=(i * 131) % 3000
+        )
         dur_s = FittedStepModel(costs, 0.0, 0.0, {}, []).step_time_s(shape)
-        steps.append({"t_s": t_s, "dur_s": dur_s, "forward_s": dur_s, "prefill_tokens": shape.prefill_tokens,
-                      "prefill_chunks": [1] * shape.prefill_seqs, "decode_seqs": shape.decode_seqs,
-                      "kv_blocks_used": 0, "preemptions": 0, "prefix_hit_tokens": 0, "bytes_read": 0, "flops": 0,
-                      "running": 0, "waiting": 0, "kv_positions_read": shape.context_tokens})
-        t_s += dur_s + 1e-4   # the engine loop's gap between back-to-back steps
+        steps.append(
+            {
+                "t_s": t_s,
+                "dur_s": dur_s,
+                "forward_s": dur_s,
+                "prefill_tokens": shape.prefill_tokens,
+                "prefill_chunks": [1] * shape.prefill_seqs,
+                "decode_seqs": shape.decode_seqs,
+                "kv_blocks_used": 0,
+                "preemptions": 0,
+                "prefix_hit_tokens": 0,
+                "bytes_read": 0,
+                "flops": 0,
+                "running": 0,
+                "waiting": 0,
+                "kv_positions_read": shape.context_tokens,
+            }
+        )
+        t_s += dur_s + 1e-4  # the engine loop's gap between back-to-back steps
     write_engine_trace(tmp_path / "engine_trace.json", steps)
     # client TTFT 50 ms over the engine's queue + prefill: the server's per-request overhead
     rec = RequestRecord(0, 0.0, token_times_s=[0.25], server_timings={"queue_ms": 100.0, "prefill_ms": 100.0})
@@ -92,8 +127,8 @@ def test_plan_writes_a_run_folder_fitted_to_a_measured_run(measured):
     assert isinstance(summary["diagnosis"], list)
     records = read_records(tmp / "predicted")
     assert len(records) == 16 and all(r.ok and r.output_tokens == 8 for r in records)
-    assert summary["phases_ms"]["source"] == measured_summary["phases_ms"]["source"]   # the engine's own account
-    assert (tmp / "predicted" / "engine_trace.json").is_file()   # the simulated steps, for the report's timeline
+    assert summary["phases_ms"]["source"] == measured_summary["phases_ms"]["source"]  # the engine's own account
+    assert (tmp / "predicted" / "engine_trace.json").is_file()  # the simulated steps, for the report's timeline
     with pytest.raises(ValueError, match="is a simulated run"):
         fit_step_model([tmp / "predicted"])
 
@@ -116,15 +151,22 @@ def test_simulated_and_measured_folders_load_through_report_select_and_gate(meas
 
 
 def test_a_scheduler_change_changes_the_simulation(tmp_path, monkeypatch):
-    spec = write_scenario(tmp_path / "s.yaml", {
-        "backend": native([]), "workload": {"kind": "random", "input_tokens": 64, "output_tokens": 16},
-        "load": {"arrival": "poisson", "rate": 4, "num_requests": 20}, "plan": {"step_model": "roofline"}})
+    spec = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "backend": native([]),
+            "workload": {"kind": "random", "input_tokens": 64, "output_tokens": 16},
+            "load": {"arrival": "poisson", "rate": 4, "num_requests": 20},
+            "plan": {"step_model": "roofline"},
+        },
+    )
     before = simulate_scenario(load_scenario(spec), step_model=STATED)
     real_post_init = scheduler.SchedulerConfig.__post_init__
 
-    def one_sequence_a_step(self):   # as if the engine's default batch were a single sequence
+    def one_sequence_a_step(self):  # as if the engine's default batch were a single sequence
         real_post_init(self)
         self.max_num_seqs = 1
+
     monkeypatch.setattr(scheduler.SchedulerConfig, "__post_init__", one_sequence_a_step)
     after = simulate_scenario(load_scenario(spec), step_model=STATED)
     assert after["plan"]["deployment"]["max_num_seqs"] == 1
@@ -133,18 +175,24 @@ def test_a_scheduler_change_changes_the_simulation(tmp_path, monkeypatch):
 
 
 def chat_trace(tmp_path, sessions: int = 6):
-    config = SessionTraceConfig(sessions=sessions, turns=3, block_tokens=16, system_blocks=2, session_gap_s=1.0,
-                                think_time_s=(4.0, 6.0))
+    config = SessionTraceConfig(
+        sessions=sessions, turns=3, block_tokens=16, system_blocks=2, session_gap_s=1.0, think_time_s=(4.0, 6.0)
+    )
     return write_session_trace(config, tmp_path / "trace.jsonl")
 
 
 def exact_prefix_hits(tmp_path, launch_args: list[str]) -> tuple[int, int]:
     """(later turns whose cached prefix is exactly the previous turn's prompt, later turns)."""
     rows = chat_trace(tmp_path)
-    spec = write_scenario(tmp_path / "s.yaml", {
-        "backend": native(launch_args), "workload": {"kind": "random", "ignore_eos": True},
-        "load": {"arrival": "trace", "trace": "trace.jsonl", "trace_block_size": 16},
-        "plan": {"step_model": "roofline"}})
+    spec = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "backend": native(launch_args),
+            "workload": {"kind": "random", "ignore_eos": True},
+            "load": {"arrival": "trace", "trace": "trace.jsonl", "trace_block_size": 16},
+            "plan": {"step_model": "roofline"},
+        },
+    )
     simulate_scenario(load_scenario(spec), tmp_path / "out", step_model=STATED, overwrite=True)
     records = sorted(read_records(tmp_path / "out"), key=lambda r: r.index)
     assert [r.prompt_tokens for r in records] == [row["input_length"] for row in rows]
@@ -169,9 +217,15 @@ def test_cache_aware_routing_keeps_more_sessions_on_their_cached_prefix(tmp_path
 
 
 def test_closed_loop_keeps_its_requests_in_flight(tmp_path):
-    spec = write_scenario(tmp_path / "s.yaml", {
-        "backend": native([]), "workload": {"kind": "random", "input_tokens": 32, "output_tokens": 8},
-        "load": {"arrival": "closed", "concurrency": 3, "num_requests": 12}, "plan": {"step_model": "roofline"}})
+    spec = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "backend": native([]),
+            "workload": {"kind": "random", "input_tokens": 32, "output_tokens": 8},
+            "load": {"arrival": "closed", "concurrency": 3, "num_requests": 12},
+            "plan": {"step_model": "roofline"},
+        },
+    )
     summary = simulate_scenario(load_scenario(spec), tmp_path / "out", step_model=STATED)
     assert summary["requests"]["completed"] == 12
     assert summary["concurrency"]["max"] == 3
@@ -184,41 +238,64 @@ def test_closed_loop_keeps_its_requests_in_flight(tmp_path):
 
 
 def test_launch_args_are_read_by_the_engines_own_command_line():
-    d = deployment_from_args(["--max-num-batched-tokens", "512", "--no-chunked-prefill", "--kv-cache-tokens",
-                              "4096", "--data-parallel", "3", "--router-policy", "least_load"], "smollm2")
+    d = deployment_from_args(
+        [
+            "--max-num-batched-tokens",
+            "512",
+            "--no-chunked-prefill",
+            "--kv-cache-tokens",
+            "4096",
+            "--data-parallel",
+            "3",
+            "--router-policy",
+            "least_load",
+        ],
+        "smollm2",
+    )
     assert (d.scheduler.max_num_batched_tokens, d.scheduler.enable_chunked_prefill) == (512, False)
     assert (d.num_kv_blocks, d.replicas, d.router_policy) == (256, 3, "least_load")
     with pytest.raises(ValueError, match="backend.launch.args: No such option: --max-num-seq"):
         deployment_from_args(["--max-num-seq", "4"], "smollm2")
 
 
-@pytest.mark.parametrize(("plan", "message"), [
-    ({"step_model": "bogus"}, "plan.step_model: .* must be {fitted: \\[RUN_DIR"),
-    ({"step_model": {"fitted": ["nowhere"]}}, "run folder 'nowhere' not found"),
-    ({"step_model": {"fitted": ["."], "roofline": {}}}, "give exactly one step model"),
-    ({"step_model": "roofline", "replicas": 0}, "plan.replicas: 0 is not valid"),
-])
+@pytest.mark.parametrize(
+    ("plan", "message"),
+    [
+        ({"step_model": "bogus"}, "plan.step_model: .* must be {fitted: \\[RUN_DIR"),
+        ({"step_model": {"fitted": ["nowhere"]}}, "run folder 'nowhere' not found"),
+        ({"step_model": {"fitted": ["."], "roofline": {}}}, "give exactly one step model"),
+        ({"step_model": "roofline", "replicas": 0}, "plan.replicas: 0 is not valid"),
+    ],
+)
 def test_a_bad_plan_block_names_the_field(tmp_path, plan, message):
-    spec = write_scenario(tmp_path / "s.yaml", {"backend": native([]), "load": {"arrival": "poisson", "rate": 1},
-                                                "plan": plan})
+    spec = write_scenario(
+        tmp_path / "s.yaml", {"backend": native([]), "load": {"arrival": "poisson", "rate": 1}, "plan": plan}
+    )
     with pytest.raises(ScenarioError, match=message):
         load_scenario(spec)
 
 
 def test_a_fitted_run_without_a_step_trace_is_refused(tmp_path):
     (tmp_path / "run").mkdir()
-    spec = write_scenario(tmp_path / "s.yaml", {"backend": native([]), "load": {"arrival": "poisson", "rate": 1},
-                                                "plan": {"step_model": {"fitted": ["run"]}}})
+    spec = write_scenario(
+        tmp_path / "s.yaml",
+        {"backend": native([]), "load": {"arrival": "poisson", "rate": 1}, "plan": {"step_model": {"fitted": ["run"]}}},
+    )
     with pytest.raises(ScenarioError, match="has no engine_trace.json; measure the run with backend.trace: true"):
         simulate_scenario(load_scenario(spec))
 
 
 def test_a_prompt_past_the_context_is_refused_as_the_server_refuses_it(tmp_path):
-    spec = write_scenario(tmp_path / "s.yaml", {
-        "backend": native(["--kv-cache-tokens", "256"]),
-        "workload": {"kind": "random", "input_tokens": 300, "output_tokens": 8},
-        "load": {"arrival": "closed", "concurrency": 1, "num_requests": 4}, "plan": {"step_model": "roofline"}})
+    spec = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "backend": native(["--kv-cache-tokens", "256"]),
+            "workload": {"kind": "random", "input_tokens": 300, "output_tokens": 8},
+            "load": {"arrival": "closed", "concurrency": 1, "num_requests": 4},
+            "plan": {"step_model": "roofline"},
+        },
+    )
     simulate_scenario(load_scenario(spec), tmp_path / "out", step_model=STATED)
     records = read_records(tmp_path / "out")
-    assert len(records) == 4   # each refusal frees the closed loop's slot for the next request
+    assert len(records) == 4  # each refusal frees the closed loop's slot for the next request
     assert all(r.error_reason == "http_4xx" and "max_model_len) is 256" in r.error_detail for r in records)

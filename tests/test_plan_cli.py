@@ -1,28 +1,54 @@
 """`bench plan --memory` and `bench plan SCENARIO --search` as a user runs them."""
+
 import json
 
 from bench_process import bench
 
 
 def test_memory_for_llama_8b_at_fp16_kv():
-    res = bench("plan", "--memory", "--model", "llama-3.1-8b", "--kv-dtype", "fp16", "--context", "8192",
-                "--concurrency", "32", "--hardware", "H100")
+    res = bench(
+        "plan",
+        "--memory",
+        "--model",
+        "llama-3.1-8b",
+        "--kv-dtype",
+        "fp16",
+        "--context",
+        "8192",
+        "--concurrency",
+        "32",
+        "--hardware",
+        "H100",
+    )
     assert res.returncode == 0, res.stderr
     out = res.stdout
     assert "KV cache: 131,072 bytes per token" in out
-    assert "weights: 16.06 GB" in out                  # 8,030,261,248 parameters x 2 bytes
-    assert "32 sequences x 8,192 tokens = 34.36 GB" in out   # 32 x 8192 x 131072 bytes
+    assert "weights: 16.06 GB" in out  # 8,030,261,248 parameters x 2 bytes
+    assert "32 sequences x 8,192 tokens = 34.36 GB" in out  # 32 x 8192 x 131072 bytes
     # 80 GB x 0.9 - 16.06 GB - 1 GiB reserve = 54.87 GB, in blocks of 16 x 131072 bytes
     assert "26,162 blocks of 16 tokens" in out and "fits: yes" in out
 
 
 def test_memory_seven_billion_at_four_bits_on_a_16_gib_laptop():
-    res = bench("plan", "--memory", "--model", "mistral-7b", "--weight-bits", "4.5", "--context", "8192",
-                "--concurrency", "4", "--gpu-memory", "16GiB")
+    res = bench(
+        "plan",
+        "--memory",
+        "--model",
+        "mistral-7b",
+        "--weight-bits",
+        "4.5",
+        "--context",
+        "8192",
+        "--concurrency",
+        "4",
+        "--gpu-memory",
+        "16GiB",
+    )
     assert res.returncode == 0, res.stderr
     assert "weights: 4.08 GB" in res.stdout and "fits: yes" in res.stdout
-    bf16 = bench("plan", "--memory", "--model", "mistral-7b", "--context", "8192", "--concurrency", "4",
-                 "--gpu-memory", "16GiB")
+    bf16 = bench(
+        "plan", "--memory", "--model", "mistral-7b", "--context", "8192", "--concurrency", "4", "--gpu-memory", "16GiB"
+    )
     assert "fits: NO" in bf16.stdout
 
 
@@ -41,7 +67,8 @@ def test_search_writes_and_prints_the_selection_table(tmp_path):
         "workload: {kind: random, input_tokens: 128, output_tokens: 16, ignore_eos: true}\n"
         "load: {arrival: poisson, rate: 10, num_requests: 24}\n"
         "slo: {ttft_ms: 500, tpot_ms: 50}\n"
-        "plan: {model: llama-3.1-70b, step_model: roofline, prices: {H100: 3.0}}\n")
+        "plan: {model: llama-3.1-70b, step_model: roofline, prices: {H100: 3.0}}\n"
+    )
     res = bench("plan", scenario, "--search", "--output", tmp_path / "out", "--max-gpus", "8", timeout_s=300)
     assert res.returncode == 0, res.stderr
     # 70B at bf16 is 141 GB: one 80 GB H100 cannot hold it, so the search starts at TP 2
@@ -61,6 +88,7 @@ def test_search_without_prices_names_the_field(tmp_path):
     scenario.write_text(
         "name: search-cli\nbackend: {kind: native, model: smollm2, launch: {}}\n"
         "workload: {kind: random, input_tokens: 16, output_tokens: 4}\nload: {arrival: poisson, rate: 1, "
-        "num_requests: 2}\nslo: {ttft_ms: 500}\nplan: {model: llama-3.1-8b, step_model: roofline}\n")
+        "num_requests: 2}\nslo: {ttft_ms: 500}\nplan: {model: llama-3.1-8b, step_model: roofline}\n"
+    )
     res = bench("plan", scenario, "--search", "--output", tmp_path / "out")
     assert res.returncode != 0 and "plan.prices" in res.stderr

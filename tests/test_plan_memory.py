@@ -1,4 +1,5 @@
 """Architectures and memory planning against counts written out by hand from the models' config.json."""
+
 import json
 
 import pytest
@@ -52,8 +53,15 @@ def test_gguf_metadata_matches_the_builtin_entry():
 
 
 def test_hf_config_json(tmp_path):
-    config = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
-              "intermediate_size": 14336, "vocab_size": 32768, "torch_dtype": "bfloat16"}
+    config = {
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "vocab_size": 32768,
+        "torch_dtype": "bfloat16",
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     arch = from_hf_config(path)

@@ -1,5 +1,6 @@
 """`bench plan --search` on a small scenario simulated on the roofline: its pick is the cheapest deployment an
 exhaustive sweep of the same space finds meeting the SLOs, in fewer simulations."""
+
 import json
 from itertools import product
 
@@ -36,14 +37,19 @@ def test_search_picks_the_cheapest_deployment_meeting_the_slos(scenario, tmp_pat
 
     # every (GPU, TP, replicas) of up to 4 GPUs, simulated the same way
     sweep = Search(scenario, tmp_path / "sweep")
-    everything = [sweep.evaluate(gpu, tp, replicas, price)
-                  for (gpu, price), tp, replicas in product(scenario.plan.prices.items(), (1, 2), (1, 2, 3, 4))
-                  if tp * replicas <= 4]
+    everything = [
+        sweep.evaluate(gpu, tp, replicas, price)
+        for (gpu, price), tp, replicas in product(scenario.plan.prices.items(), (1, 2), (1, 2, 3, 4))
+        if tp * replicas <= 4
+    ]
     meeting = [e for e in everything if e.meets_slo]
     cheapest = min(meeting, key=lambda e: e.dollars_per_hour)
     assert (results[0].best.gpu, results[0].best.tensor_parallel, results[0].best.replicas) == (
-        cheapest.gpu, cheapest.tensor_parallel, cheapest.replicas)
-    for r in results:   # per GPU type too
+        cheapest.gpu,
+        cheapest.tensor_parallel,
+        cheapest.replicas,
+    )
+    for r in results:  # per GPU type too
         own = [e for e in meeting if e.gpu == r.gpu]
         assert r.best.dollars_per_hour == min(e.dollars_per_hour for e in own)
     assert not any(e.meets_slo for e in everything if e.gpu == "L4" and e.tensor_parallel == 1)
@@ -54,8 +60,10 @@ def test_search_picks_the_cheapest_deployment_meeting_the_slos(scenario, tmp_pat
     saved = json.loads((tmp_path / "out" / "search.json").read_text())
     assert saved["results"][0]["best"]["dollars_per_mtok"] > 0
     assert any("decode step alone" in n for r in saved["results"] if r["gpu"] == "L4" for n in r["notes"])
-    assert (tmp_path / "out" / "simulations" / f"{cheapest.gpu}-tp{cheapest.tensor_parallel}-x"
-            f"{cheapest.replicas}" / "summary.json").is_file()
+    assert (
+        tmp_path / "out" / "simulations" / f"{cheapest.gpu}-tp{cheapest.tensor_parallel}-x"
+        f"{cheapest.replicas}" / "summary.json"
+    ).is_file()
 
 
 def test_search_needs_prices_and_a_roofline(scenario, tmp_path):
@@ -65,13 +73,15 @@ def test_search_needs_prices_and_a_roofline(scenario, tmp_path):
     unknown = scenario.model_copy(update={"plan": scenario.plan.model_copy(update={"prices": {"TPUv5": 1.0}})})
     with pytest.raises(ValueError, match=r"plan.prices: hardware 'TPUv5'.*MI300X"):
         Search(unknown, tmp_path)
-    fitted = scenario.model_copy(update={"plan": scenario.plan.model_copy(
-        update={"step_model": StepModelSpec(fitted=[str(tmp_path)])})})
+    fitted = scenario.model_copy(
+        update={"plan": scenario.plan.model_copy(update={"step_model": StepModelSpec(fitted=[str(tmp_path)])})}
+    )
     with pytest.raises(ValueError, match="step_model: roofline"):
         Search(fitted, tmp_path)
 
 
 def test_table_lists_a_gpu_type_with_no_deployment_last():
     from harness.plan.search import GpuResult
+
     lines = table_lines([GpuResult("L4", notes=["nothing up to 4 GPUs met the SLOs"])])
     assert lines[2].startswith("| L4 | - |") and "nothing up to 4 GPUs" in lines[2]

@@ -1,5 +1,6 @@
 """Emptying the prefix cache between benchmark points: the block manager's reset, the native server's
 POST /reset_prefix_cache (vLLM's route) and harness.prefix_reset, which `bench tune` calls before each trial."""
+
 import asyncio
 
 import aiohttp
@@ -19,8 +20,11 @@ async def _cached_tokens(http, url: str) -> int:
     async with http.post(url + "/v1/completions", json=body) as resp:
         assert resp.status == 200
         text = await resp.text()
-    return next(int(line.split('"cache_n":')[1].split(",")[0].split("}")[0]) for line in text.splitlines()
-                if '"cache_n"' in line)
+    return next(
+        int(line.split('"cache_n":')[1].split(",")[0].split("}")[0])
+        for line in text.splitlines()
+        if '"cache_n"' in line
+    )
 
 
 async def test_reset_route_empties_the_prefix_cache(tiny):

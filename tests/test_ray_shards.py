@@ -8,6 +8,7 @@ resolve_ip_for_localhost; its loopback-only switch refuses a second node), so it
 there; the load itself goes to the ground-truth server on 127.0.0.1.
 Skipped with its reason when the ray extra is not installed. The clock estimator's own tests need no Ray.
 """
+
 import json
 import os
 import shutil
@@ -21,9 +22,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from bench_process import bench_started, interrupt_once_written
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess
+
 from harness.clock_offset import measure_offset
 from harness.ray_shards import DistributedError
 from harness.run import run_scenario
@@ -41,6 +42,7 @@ def test_clock_offset_brackets_a_known_offset_with_half_the_shortest_round_trip(
         reading = time.time_ns() + true_offset_ns
         time.sleep(next(delays) / 2)
         return reading
+
     est = measure_offset(remote_clock_ns, exchanges=6)
     assert abs(est.offset_s - true_offset_ns / 1e9) <= est.uncertainty_s + 1e-6
     assert est.uncertainty_s == pytest.approx(est.round_trip_min_s / 2)
@@ -83,10 +85,24 @@ def _stop(proc: subprocess.Popen) -> None:
 
 def _ray_start(args: list[str], log: Path) -> subprocess.Popen:
     ray_cli = str(Path(sys.executable).parent / "ray")
-    proc = subprocess.Popen([ray_cli, "start", "--block", "--disable-usage-stats", "--node-ip-address", "127.0.0.1",
-                             "--object-store-memory", str(80 * 1024 * 1024),
-                             "--dashboard-agent-listen-port", str(_free_port()), *args],
-                            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            ray_cli,
+            "start",
+            "--block",
+            "--disable-usage-stats",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--object-store-memory",
+            str(80 * 1024 * 1024),
+            "--dashboard-agent-listen-port",
+            str(_free_port()),
+            *args,
+        ],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + START_TIMEOUT_S
     while "Ray runtime started" not in log.read_text():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -103,11 +119,18 @@ def ray_cluster():
     port = _free_port()
     started = []
     try:
-        started.append(_ray_start(["--head", "--port", str(port), "--num-cpus", "1", "--include-dashboard=false",
-                                   "--temp-dir", temp_dir],
-                                  Path(temp_dir) / "head.log"))
-        started.append(_ray_start(["--address", f"127.0.0.1:{port}", "--num-cpus", "1",
-                                   "--resources", '{"node_b": 1}'], Path(temp_dir) / "node_b.log"))
+        started.append(
+            _ray_start(
+                ["--head", "--port", str(port), "--num-cpus", "1", "--include-dashboard=false", "--temp-dir", temp_dir],
+                Path(temp_dir) / "head.log",
+            )
+        )
+        started.append(
+            _ray_start(
+                ["--address", f"127.0.0.1:{port}", "--num-cpus", "1", "--resources", '{"node_b": 1}'],
+                Path(temp_dir) / "node_b.log",
+            )
+        )
         yield f"127.0.0.1:{port}"
     finally:
         for proc in reversed(started):
@@ -119,10 +142,12 @@ def _scenario(tmp_path: Path, url: str, address: str, load: str, extra: str = ""
     """The runs below set ray_max_clock_uncertainty_ms: 5: a Ray round trip here is ~0.7 ms (±0.4 ms, inside the
     default 1 ms), but other tests and helpers load these 2 cores, and a spike must not fail a test of counting."""
     path = tmp_path / "s.yaml"
-    path.write_text(f"name: ray\nbackend: {{kind: openai, url: '{url}', model: gt}}\n"
-                    "workload: {kind: random, input_tokens: 8, output_tokens: 8}\n"
-                    f"load: {{{load}, ray: '{address}'{extra}}}\n"
-                    "telemetry: {interval_ms: 500, gpu: false}\n")
+    path.write_text(
+        f"name: ray\nbackend: {{kind: openai, url: '{url}', model: gt}}\n"
+        "workload: {kind: random, input_tokens: 8, output_tokens: 8}\n"
+        f"load: {{{load}, ray: '{address}'{extra}}}\n"
+        "telemetry: {interval_ms: 500, gpu: false}\n"
+    )
     return load_scenario(path, [])
 
 
@@ -134,8 +159,13 @@ def _records(out: Path) -> list[dict]:
 def test_two_nodes_run_256_streams_with_per_node_counts_adding_up(ray_cluster, tmp_path):
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=20, itl_ms=10)) as gt:
         # 512 requests, 256 in flight at once: each node's actor holds 128 streams
-        scn = _scenario(tmp_path, gt.url, ray_cluster, "arrival: closed, concurrency: 256, num_requests: 512",
-                        ", ray_max_clock_uncertainty_ms: 5")
+        scn = _scenario(
+            tmp_path,
+            gt.url,
+            ray_cluster,
+            "arrival: closed, concurrency: 256, num_requests: 512",
+            ", ray_max_clock_uncertainty_ms: 5",
+        )
         result = run_scenario(scn, tmp_path / "out")
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     nodes = run["ray"]["nodes"]
@@ -143,7 +173,9 @@ def test_two_nodes_run_256_streams_with_per_node_counts_adding_up(ray_cluster, t
     assert [n["planned"] for n in nodes] == [256, 256]
     assert all(n["recorded"] == n["completed"] == 256 and n["lost"] is None for n in nodes)
     for n in nodes:  # each offset measured, within the bound the scenario set
-        assert n["clock_uncertainty_s"] <= 0.005 and n["round_trip_min_s"] == pytest.approx(2 * n["clock_uncertainty_s"])
+        assert n["clock_uncertainty_s"] <= 0.005 and n["round_trip_min_s"] == pytest.approx(
+            2 * n["clock_uncertainty_s"]
+        )
     records = _records(tmp_path / "out")
     assert len(records) == 512 == len({r["index"] for r in records})
     assert result.summary["requests"]["completed"] == 512 and not result.summary["incomplete"]
@@ -170,10 +202,16 @@ def test_a_killed_node_actor_leaves_a_complete_correctly_counted_run(ray_cluster
                 killed.append(pid)
                 return
             time.sleep(0.05)
+
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=20, itl_ms=10)) as gt:
         # 200 requests over ~5 s: the kill lands after ~40 records, long before either node is done
-        scn = _scenario(tmp_path, gt.url, ray_cluster, "arrival: constant, rate: 40, num_requests: 200",
-                        ", ray_max_clock_uncertainty_ms: 5")
+        scn = _scenario(
+            tmp_path,
+            gt.url,
+            ray_cluster,
+            "arrival: constant, rate: 40, num_requests: 200",
+            ", ray_max_clock_uncertainty_ms: 5",
+        )
         killer = threading.Thread(target=kill_one_actor_mid_run)
         killer.start()
         result = run_scenario(scn, out)
@@ -197,10 +235,18 @@ def test_a_killed_node_actor_leaves_a_complete_correctly_counted_run(ray_cluster
 def test_a_clock_known_less_precisely_than_the_bound_refuses_the_run(ray_cluster, tmp_path):
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=20, itl_ms=10)) as gt:
         # a round trip through Ray takes far more than 2 microseconds, so no node can meet a ±1 µs bound
-        scn = _scenario(tmp_path, gt.url, ray_cluster, "arrival: constant, rate: 40, num_requests: 20",
-                        ", ray_max_clock_uncertainty_ms: 0.001")
-        with pytest.raises(DistributedError, match=r"load.ray_max_clock_uncertainty_ms: the clock of node \S+ "
-                                                   r".* is known only to ±[0-9.]+ ms .* above the bound of 0.001 ms"):
+        scn = _scenario(
+            tmp_path,
+            gt.url,
+            ray_cluster,
+            "arrival: constant, rate: 40, num_requests: 20",
+            ", ray_max_clock_uncertainty_ms: 0.001",
+        )
+        with pytest.raises(
+            DistributedError,
+            match=r"load.ray_max_clock_uncertainty_ms: the clock of node \S+ "
+            r".* is known only to ±[0-9.]+ ms .* above the bound of 0.001 ms",
+        ):
             run_scenario(scn, tmp_path / "out")
     assert (tmp_path / "out" / "requests.jsonl").read_text() == ""  # refused before any request was sent
 
@@ -209,10 +255,12 @@ def test_a_clock_known_less_precisely_than_the_bound_refuses_the_run(ray_cluster
 def test_ctrl_c_of_the_driver_keeps_every_record_received(ray_cluster, tmp_path):
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=20, itl_ms=10)) as gt:
         path = tmp_path / "s.yaml"
-        path.write_text(f"name: ray\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
-                        "workload: {kind: random, input_tokens: 8, output_tokens: 8}\n"
-                        "load: {arrival: constant, rate: 40, num_requests: 400, ray_max_clock_uncertainty_ms: 5}\n"
-                        "telemetry: {interval_ms: 500, gpu: false}\n")
+        path.write_text(
+            f"name: ray\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
+            "workload: {kind: random, input_tokens: 8, output_tokens: 8}\n"
+            "load: {arrival: constant, rate: 40, num_requests: 400, ray_max_clock_uncertainty_ms: 5}\n"
+            "telemetry: {interval_ms: 500, gpu: false}\n"
+        )
         out = tmp_path / "out"
         proc = bench_started("run", path, "--output", out, "--ray", ray_cluster, "--allow-client-bound")
         stderr = interrupt_once_written(proc, out / "requests.jsonl", 40, timeout_s=120)
@@ -243,8 +291,10 @@ def test_every_nodes_records_sit_on_the_drivers_timeline(ray_cluster):
     import asyncio
 
     from groundtruth_server import fetch_stats, gt_request
+
     from harness.ray_shards import start_crew
     from harness.runner import Target, run_async, t0_ahead_ns
+
     requests = [gt_request(i, 0.01 * i, 8) for i in range(80)]
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=20, itl_ms=10)) as gt:
         crew = start_crew(ray_cluster, requests, None, max_uncertainty_ms=5)

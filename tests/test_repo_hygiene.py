@@ -1,4 +1,5 @@
 """The repository as a fresh clone sees it: no file names a path of the machine it was written on."""
+
 import re
 import subprocess
 from pathlib import Path
@@ -21,12 +22,16 @@ def test_no_tracked_file_names_an_absolute_machine_path():
     found = []
     for path in tracked_files():
         if not path.is_file():
-            continue   # deleted in the work tree, not yet committed
+            continue  # deleted in the work tree, not yet committed
         try:
             text = path.read_text()
         except UnicodeDecodeError:
-            continue   # binary (the report screenshot)
-        found += [f"{path.relative_to(ROOT)}:{n}: {line.strip()}" for n, line in enumerate(text.splitlines(), 1)
-                  if MACHINE_PATH.search(line)]
-    assert not found, "absolute machine paths (use a path relative to the repository, or a placeholder):\n" + \
-        "\n".join(found)
+            continue  # binary (the report screenshot)
+        found += [
+            f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+            for n, line in enumerate(text.splitlines(), 1)
+            if MACHINE_PATH.search(line)
+        ]
+    assert not found, "absolute machine paths (use a path relative to the repository, or a placeholder):\n" + "\n".join(
+        found
+    )

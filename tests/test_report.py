@@ -1,11 +1,12 @@
 """`bench report`: results folders (synthetic, and real ones from the ground-truth server) -> HTML + Markdown."""
+
 import json
 
 import numpy as np
 import pytest
+from helpers import synthetic_records, write_run, write_sweep
 from plotly.offline import get_plotlyjs
 
-from helpers import synthetic_records, write_run, write_sweep
 from reports.load import ResultsError, load_results, load_run
 from reports.report import write_report
 from reports.sweep import max_rate_meeting_slo
@@ -34,8 +35,11 @@ def test_report_of_two_runs_overlays_them_and_reports_server_metrics(tmp_path):
     assert max(first.x) == pytest.approx(load_run(a).requests["ttft_s"].max() * 1e3)
     server = content.figures[2][1]
     assert {t.name for t in server.data} == {"a model=smollm2", "a"}
-    assert [a.text for a in server.layout.annotations] == ["num_requests_running", "kv_cache_usage_perc",
-                                                           "prefix cache hit rate"]
+    assert [a.text for a in server.layout.annotations] == [
+        "num_requests_running",
+        "kv_cache_usage_perc",
+        "prefix cache hit rate",
+    ]
     assert set(np.round(server.data[2].y, 6)) == {0.75}  # derived from the counters' increase
     device = content.figures[3][1]
     assert [a.text for a in device.layout.annotations] == ["cpu_percent", "read_bytes_per_s", "memory_used_bytes"]
@@ -62,8 +66,11 @@ def test_sweep_report_states_interpolated_capacity(tmp_path):
     assert cap.offered_load == pytest.approx(expected)
     md = (tmp_path / "s.md").read_text()
     assert f"{cap.offered_load:.3g} req/s" in md
-    assert [h for h, _ in content.figures] == ["Goodput against offered load", "Throughput against latency",
-                                               "Latency distributions per point: sweep"]
+    assert [h for h, _ in content.figures] == [
+        "Goodput against offered load",
+        "Throughput against latency",
+        "Latency distributions per point: sweep",
+    ]
     assert [t.name for t in content.figures[2][1].data][::4] == ["rate 1", "rate 2", "rate 4", "rate 8"]
 
 
@@ -100,6 +107,7 @@ def test_bad_folders_get_clear_errors(tmp_path):
 def test_report_of_a_real_run_against_the_ground_truth_server(tmp_path):
     """A run through the real runner and results writer; the report's ITL CDF sits on the server's ITL."""
     from groundtruth_server import GroundTruthConfig, GroundTruthProcess, gt_request
+
     from harness.runner import Runner, Target, run_blocking
 
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=40.0, itl_ms=8.0)) as gt:
@@ -132,13 +140,22 @@ def test_server_metrics_in_the_harness_schema(tmp_path):
     a = write_run(tmp_path / "a", synthetic_records())
     rows = ["t_s,name,value,labels"]
     for k, t in enumerate(np.arange(0, 10, 0.5)):
-        rows += [f"{t},native:num_requests_running,{k % 4},model_name=x", f"{t},bench:running,{k % 4},",
-                 f"{t},bench:waiting,{k % 3},", f"{t},bench:kv_usage_fraction,0.5,",
-                 f"{t},bench:generation_tokens,{100 + 40 * k},", f"{t},bench:prefix_cache_hit_rate,0.1,"]
+        rows += [
+            f"{t},native:num_requests_running,{k % 4},model_name=x",
+            f"{t},bench:running,{k % 4},",
+            f"{t},bench:waiting,{k % 3},",
+            f"{t},bench:kv_usage_fraction,0.5,",
+            f"{t},bench:generation_tokens,{100 + 40 * k},",
+            f"{t},bench:prefix_cache_hit_rate,0.1,",
+        ]
     (a / "server_metrics.csv").write_text("\n".join(rows) + "\n")
     content = write_report([a], tmp_path / "r.html")
     fig = dict(content.figures)["Server metrics"]
     assert [x.text for x in fig.layout.annotations] == [
-        "requests running", "requests waiting", "KV cache in use (fraction)", "generation tokens/s (engine's count)",
-        "prefix cache hit rate"]
+        "requests running",
+        "requests waiting",
+        "KV cache in use (fraction)",
+        "generation tokens/s (engine's count)",
+        "prefix cache hit rate",
+    ]
     assert set(fig.data[3].y) == {80.0}  # 40 tokens per 0.5 s scrape

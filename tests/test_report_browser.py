@@ -4,6 +4,7 @@ Needs Debian's chromium and Playwright's playwright-core from npm (CI:
 `sudo apt-get install -y chromium nodejs npm && sudo npm install -g playwright-core`).
 The browser runs with networking off, so a report that needs the internet fails here.
 """
+
 import json
 import os
 import shutil
@@ -11,7 +12,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from helpers import synthetic_records, write_run, write_sweep
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -28,7 +28,8 @@ def _playwright_root() -> str | None:
 PLAYWRIGHT_ROOT = _playwright_root()
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None or PLAYWRIGHT_ROOT is None,
-    reason="needs chromium and playwright-core: apt-get install -y chromium && npm install -g playwright-core")
+    reason="needs chromium and playwright-core: apt-get install -y chromium && npm install -g playwright-core",
+)
 
 DRIVER = r"""
 const { chromium } = require('playwright-core');
@@ -61,9 +62,13 @@ def open_in_chromium(html: Path, tmp_path: Path) -> dict:
     script = tmp_path / "driver.js"
     script.write_text(DRIVER)
     shot = tmp_path / f"{html.stem}.png"
-    proc = subprocess.run([NODE, str(script), str(html.resolve()), str(shot), str(tmp_path / "profile"), CHROMIUM],
-                          capture_output=True, text=True, timeout=150,
-                          env={**os.environ, "NODE_PATH": PLAYWRIGHT_ROOT, "HOME": str(tmp_path)})
+    proc = subprocess.run(
+        [NODE, str(script), str(html.resolve()), str(shot), str(tmp_path / "profile"), CHROMIUM],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env={**os.environ, "NODE_PATH": PLAYWRIGHT_ROOT, "HOME": str(tmp_path)},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert shot.stat().st_size > 10_000  # kept in tmp_path to look at
@@ -97,8 +102,9 @@ def test_selection_report_renders(tmp_path):
 
     fast = write_sweep(tmp_path / "fast", capacity_rps=6)
     slow = write_sweep(tmp_path / "slow", capacity_rps=2, seed=5)
-    write_selection([fast, slow], tmp_path / "select.html", slo={"ttft_ms": 200.0, "tpot_ms": 50.0},
-                    gpu_cost_per_hour=2.0)
+    write_selection(
+        [fast, slow], tmp_path / "select.html", slo={"ttft_ms": 200.0, "tpot_ms": 50.0}, gpu_cost_per_hour=2.0
+    )
     result = open_in_chromium(tmp_path / "select.html", tmp_path)
     assert result["errors"] == [] and result["requests"] == []
     assert result["plots"] and all(p["svg"] >= 1 and p["traces"] >= 1 for p in result["plots"])
@@ -156,12 +162,21 @@ def test_tune_report_draws_the_pareto_front_and_the_capacity_table(tmp_path):
     from reports.tune_report import write_tune_report
 
     command = f"{sys.executable} {gt_server} --port {{port}} --ttft-ms 10 --itl-ms 10"
-    scenario = Scenario.model_validate({
-        "name": "gt-tune", "backend": {"kind": "openai", "model": "gt", "tokenizer": "smollm2",
-                                       "launch": {"command": command, "ready_timeout_s": 30}},
-        "workload": {"input_tokens": 8, "output_tokens": 5}, "slo": {"ttft_ms": 150},
-        "load": {"arrival": "constant", "num_requests": 20, "workers": 1},
-        "tune": {"space": {"--max-streams": [1, 3]}, "load": {"rate": {"min": 2, "max": 100}}, "precision": 0.5}})
+    scenario = Scenario.model_validate(
+        {
+            "name": "gt-tune",
+            "backend": {
+                "kind": "openai",
+                "model": "gt",
+                "tokenizer": "smollm2",
+                "launch": {"command": command, "ready_timeout_s": 30},
+            },
+            "workload": {"input_tokens": 8, "output_tokens": 5},
+            "slo": {"ttft_ms": 150},
+            "load": {"arrival": "constant", "num_requests": 20, "workers": 1},
+            "tune": {"space": {"--max-streams": [1, 3]}, "load": {"rate": {"min": 2, "max": 100}}, "precision": 0.5},
+        }
+    )
     doc = Tuner(scenario, tmp_path / "tune", Reporter(), resume=False, workers="1").run()
     report = write_tune_report(tmp_path / "tune", tmp_path / "tune.html")
     result = open_in_chromium(tmp_path / "tune.html", tmp_path)
@@ -171,6 +186,6 @@ def test_tune_report_draws_the_pareto_front_and_the_capacity_table(tmp_path):
     assert pareto["svg"] >= 1 and pareto["traces"] >= 3  # a trace per configuration and the front
     assert attainment["svg"] >= 1 and attainment["traces"] >= 2
     html = (tmp_path / "tune.html").read_text()
-    table = html[html.index('<div id="capacity-table">'):]
+    table = html[html.index('<div id="capacity-table">') :]
     assert all(f"<td>{c['name']}</td>" in table for c in doc["configurations"])
     assert report.front and doc["recommended"]["name"] == "max-streams-3"

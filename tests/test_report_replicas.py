@@ -2,6 +2,7 @@
 `serve --data-parallel 2` (tests/fixtures/deployment/README.md: cache_aware and round_robin on the
 same 3-document prompts). The router's and replicas' counters are checked against what the client
 recorded, an independent count."""
+
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ DOCUMENTS = 3  # prompts.jsonl: `doc 0|1|2: ...`
 @pytest.mark.parametrize("run_dir", [CACHE_AWARE, ROUND_ROBIN], ids=lambda p: p.name)
 def test_replica_counts_add_up_to_what_the_client_sent_and_received(run_dir):
     view = replica_view(load_run(run_dir))
-    records = read_records(run_dir)   # warm-ups too: the scrape spans the whole load
+    records = read_records(run_dir)  # warm-ups too: the scrape spans the whole load
     assert [r.replica for r in view.replicas] == ["0", "1"]
     assert sum(r.requests for r in view.replicas) == len(records)
     assert sum(view.decisions.values()) == len(records)
@@ -37,7 +38,7 @@ def test_round_robin_splits_evenly_and_cache_aware_keeps_each_document_on_one_re
     assert ca.policy == "cache_aware" and ca.decisions["cache_miss"] == DOCUMENTS
     assert min(r.hit_rate for r in ca.replicas) > max(r.hit_rate for r in rr.replicas)
     busiest = max(ca.replicas, key=lambda r: r.requests)
-    assert busiest.request_share > 0.6   # two documents on one replica, one on the other
+    assert busiest.request_share > 0.6  # two documents on one replica, one on the other
     assert f"replica {busiest.replica} served {busiest.request_share:.0%} of requests" in ca.imbalance()
     assert f"prefix-cache hit rate {ca.replicas[0].hit_rate:.2f} on replica 0" in ca.imbalance()
 
@@ -53,7 +54,7 @@ def test_report_of_two_deployments_shows_the_replicas_side_by_side(tmp_path):
     html = (tmp_path / "r.html").read_text()
     assert "<h2>Replicas</h2>" in html and html.count("Plotly.newPlot") == len(content.figures)
     comparison = dict(content.figures)["Replicas compared"]
-    assert {t.name for t in comparison.data} == {"ca", "rr"}   # a colour per run, the replicas on the x axis
+    assert {t.name for t in comparison.data} == {"ca", "rr"}  # a colour per run, the replicas on the x axis
 
 
 def test_a_run_without_replica_labels_has_no_replica_section(tmp_path):
@@ -78,5 +79,5 @@ def test_prefill_and_decode_replicas_are_told_apart_by_role():
     assert all(r.requests == len(records) for r in view.replicas)
     by = {r.replica: r for r in view.replicas}
     assert by["decode-0"].generation_tokens == sum(r.output_tokens for r in records)
-    assert by["prefill-0"].generation_tokens == len(records)   # the prefill replica samples each first token
+    assert by["prefill-0"].generation_tokens == len(records)  # the prefill replica samples each first token
     assert "one replica per role (decode-0, prefill-0)" in view.imbalance() and "split evenly" not in view.imbalance()

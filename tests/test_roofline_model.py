@@ -1,5 +1,6 @@
 """The roofline step model against step costs worked out by hand (Llama-3.1-8B on an H100), and its fit
 from a run's step trace."""
+
 import csv
 import dataclasses
 import json
@@ -38,7 +39,7 @@ def test_decode_at_batch_one_is_memory_bound():
     shape = StepShape(prefill_tokens=0, prefill_seqs=0, decode_seqs=1, context_tokens=1000)
     costs = llama_on_h100().costs(shape)
     flops = 2 * MATMUL_PARAMS + 2 * LM_HEAD_PARAMS + 4 * 32 * (32 * 128) * 1000
-    moved = WEIGHT_BYTES + (1000 + 1) * KV_PER_TOKEN   # every weight once, the context's KV read, one written
+    moved = WEIGHT_BYTES + (1000 + 1) * KV_PER_TOKEN  # every weight once, the context's KV read, one written
     assert costs.flops_per_gpu == pytest.approx(flops) and costs.bytes_per_gpu == pytest.approx(moved)
     assert costs.bound == "memory"
     assert costs.step_s == pytest.approx(moved / H100_BYTES_PER_S)  # 4.52 ms
@@ -83,12 +84,27 @@ def synthetic_run(tmp_path: Path, mfu: float, mbu: float, overhead_s: float) -> 
     """A run folder whose steps took exactly what the roofline with these parameters says."""
     peak_flops, peak_bytes = 1e12, 2e10
     steps = []
-    for i, (flops, moved) in enumerate([(5e8, 6e7), (8e8, 6.5e7), (2e11, 9e7), (4e11, 1.2e8), (3e8, 7e7),
-                                        (1e11, 8e7), (6e10, 7.5e7), (9e8, 6.2e7)]):
+    for i, (flops, moved) in enumerate(
+        [(5e8, 6e7), (8e8, 6.5e7), (2e11, 9e7), (4e11, 1.2e8), (3e8, 7e7), (1e11, 8e7), (6e10, 7.5e7), (9e8, 6.2e7)]
+    ):
         dur = max(flops / (peak_flops * mfu), moved / (peak_bytes * mbu)) + overhead_s
-        steps.append({"t_s": i * 0.5, "dur_s": dur, "forward_s": dur, "prefill_tokens": 0, "prefill_chunks": [],
-                      "decode_seqs": 1, "kv_blocks_used": 1, "preemptions": 0, "prefix_hit_tokens": 0,
-                      "bytes_read": moved, "flops": flops, "running": 1, "waiting": 0})
+        steps.append(
+            {
+                "t_s": i * 0.5,
+                "dur_s": dur,
+                "forward_s": dur,
+                "prefill_tokens": 0,
+                "prefill_chunks": [],
+                "decode_seqs": 1,
+                "kv_blocks_used": 1,
+                "preemptions": 0,
+                "prefix_hit_tokens": 0,
+                "bytes_read": moved,
+                "flops": flops,
+                "running": 1,
+                "waiting": 0,
+            }
+        )
     write_engine_trace(tmp_path / "engine_trace.json", steps)
     ceilings = {"flops_per_s": peak_flops, "bytes_per_s": peak_bytes}
     (tmp_path / "summary.json").write_text(json.dumps({"roofline": {"ceilings": ceilings}}))
@@ -114,10 +130,12 @@ def test_fit_on_a_measured_native_run():
     predicted = np.maximum(flops / (fit.peak_flops * defaults.mfu), moved / (fit.peak_bytes_per_s * defaults.mbu))
     default_error = float(np.median(np.abs(predicted + defaults.overhead_ms / 1e3 - dur) / dur))
     assert fit.median_abs_error < 0.5 < default_error
-    assert fit.params.overhead_ms > 100     # seconds-long steps of a 135M model: time spent off the CPU
+    assert fit.params.overhead_ms > 100  # seconds-long steps of a 135M model: time spent off the CPU
     # a regime without rows keeps its default, and says so
-    assert all(("mbu" in n and fit.params.mbu == defaults.mbu) or ("mfu" in n and fit.params.mfu == defaults.mfu)
-               for n in fit.notes)
+    assert all(
+        ("mbu" in n and fit.params.mbu == defaults.mbu) or ("mfu" in n and fit.params.mfu == defaults.mfu)
+        for n in fit.notes
+    )
 
 
 def test_fit_from_vllm_mfu_counters(tmp_path):
@@ -127,14 +145,24 @@ def test_fit_from_vllm_mfu_counters(tmp_path):
     totals = {"flops": 0.0, "bytes": 0.0, "steps": 0.0}
     rows, t_s = [], 0.0
     # (steps, FLOPs a step, bytes a step): decode-like intervals, then prefill-heavy ones
-    for n, flops, moved in [(100, 3e11, 1.6e10), (80, 5e11, 1.62e10), (120, 2e11, 1.61e10), (10, 2e14, 1.7e10),
-                            (6, 4e14, 1.8e10), (8, 1e14, 1.65e10), (90, 4e11, 1.63e10)]:
+    for n, flops, moved in [
+        (100, 3e11, 1.6e10),
+        (80, 5e11, 1.62e10),
+        (120, 2e11, 1.61e10),
+        (10, 2e14, 1.7e10),
+        (6, 4e14, 1.8e10),
+        (8, 1e14, 1.65e10),
+        (90, 4e11, 1.63e10),
+    ]:
         for key, value in VLLM_COUNTERS.items():
             total = totals.get(key, 3.0)  # running: 3 requests
             rows.append([f"{t_s:.6f}", value, total, 'engine="0",model_name="llama"'])
         t_s += n * (max(flops / (peak_flops * mfu), moved / (peak_bytes * mbu)) + overhead_s)
-        totals = {"flops": totals["flops"] + n * flops, "bytes": totals["bytes"] + n * moved,
-                  "steps": totals["steps"] + n}
+        totals = {
+            "flops": totals["flops"] + n * flops,
+            "bytes": totals["bytes"] + n * moved,
+            "steps": totals["steps"] + n,
+        }
     for key, value in VLLM_COUNTERS.items():
         rows.append([f"{t_s:.6f}", value, totals.get(key, 3.0), 'engine="0",model_name="llama"'])
     with open(tmp_path / "server_metrics.csv", "w", newline="") as f:
@@ -187,11 +215,12 @@ def test_a_roofline_deployment_takes_its_kv_blocks_from_the_gpus_memory(tmp_path
 def test_roofline_parameters_fitted_from_a_run_named_in_the_plan(tmp_path):
     scenario = roofline_scenario(tmp_path)
     spec = StepModelSpec.model_validate({"roofline": {"fit": str(FIXTURE_RUN), "mbu": 0.9}})
-    model = roofline_step_model(scenario.model_copy(update={"plan": scenario.plan.model_copy(
-        update={"step_model": spec})}))
+    model = roofline_step_model(
+        scenario.model_copy(update={"plan": scenario.plan.model_copy(update={"step_model": spec})})
+    )
     fitted = fit_roofline(FIXTURE_RUN, GPU_SPECS["L4"].bf16_flops, GPU_SPECS["L4"].hbm_bytes_per_s).params
     assert model.params.mfu == fitted.mfu and model.params.overhead_ms == fitted.overhead_ms
-    assert model.params.mbu == 0.9   # set in the plan: wins over the fit
+    assert model.params.mbu == 0.9  # set in the plan: wins over the fit
     with pytest.raises(ValueError, match="backend.trace: true"):
         StepModelSpec.model_validate({"roofline": {"fit": str(tmp_path)}})
 
@@ -205,7 +234,15 @@ def test_plan_errors_name_the_field(tmp_path):
     with pytest.raises(ScenarioError, match="plan.model.*no such file"):
         load_scenario(path)
     (tmp_path / "models").mkdir()
-    (tmp_path / "models" / "config.json").write_text(json.dumps({
-        "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
-        "vocab_size": 100}))
+    (tmp_path / "models" / "config.json").write_text(
+        json.dumps(
+            {
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "intermediate_size": 128,
+                "vocab_size": 100,
+            }
+        )
+    )
     assert load_scenario(path).plan.model == str(tmp_path / "models" / "config.json")  # beside the scenario

@@ -1,5 +1,6 @@
 """The data-parallel router on 127.0.0.1: in front of tiny engines in this process (outputs, policies,
 metrics), and `serve --data-parallel` as real processes (a replica killed mid-load, nothing left behind)."""
+
 import asyncio
 import json
 import os
@@ -11,8 +12,8 @@ import urllib.request
 
 import aiohttp
 import pytest
-
 from helpers import alive, metric, post, streamed_text, wait_gone
+
 from native_engine.llm_engine import EngineConfig, LLMEngine
 from native_engine.router import Router, start_router
 from native_engine.routing import Policy
@@ -36,7 +37,7 @@ async def deployment(tiny):
         router = Router(urls, Policy(policy, [str(i) for i in range(n)]))
         runner, port = await start_router(router)
         runners.append(runner)
-        return f"http://127.0.0.1:{port}", router, engines, runners[-1 - n:-1]
+        return f"http://127.0.0.1:{port}", router, engines, runners[-1 - n : -1]
 
     yield start, http
     await http.close()
@@ -51,7 +52,7 @@ async def test_greedy_outputs_through_the_router_equal_one_engines(deployment, t
     single_runner, port = await start_server(alone, "127.0.0.1", 0)
     single = f"http://127.0.0.1:{port}"
     try:
-        for i in range(4):   # round robin: two on each replica
+        for i in range(4):  # round robin: two on each replica
             completion = {"prompt": f"{DOC} question {i}", "max_tokens": 6, "temperature": 0, "ignore_eos": True}
             chat = {"messages": [{"role": "user", "content": f"hello {i}"}], "max_tokens": 6, "temperature": 0}
             status, direct = await post(http, single + "/v1/completions", completion)
@@ -106,7 +107,7 @@ async def test_cache_aware_keeps_a_shared_document_on_one_replica(deployment):
 async def test_a_replica_gone_is_reported_and_new_requests_go_to_the_other(deployment):
     start, http = deployment
     url, router, engines, replica_runners = await start("round_robin", 2)
-    await replica_runners[0].cleanup()   # replica 0 stops listening
+    await replica_runners[0].cleanup()  # replica 0 stops listening
     for i in range(4):
         status, body = await post(http, url + "/v1/completions", {"prompt": f"q{i}", "max_tokens": 2})
         assert status == 200, body
@@ -126,22 +127,34 @@ async def test_a_replica_gone_is_reported_and_new_requests_go_to_the_other(deplo
 async def test_a_client_gone_mid_stream_aborts_its_request_on_the_replica(deployment):
     start, http = deployment
     url, router, engines, _ = await start("round_robin", 1)
-    async with http.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 1800, "ignore_eos": True,
-                                                        "stream": True}) as resp:
-        await resp.content.readline()   # the stream has started; then the client goes away
+    async with http.post(
+        url + "/v1/completions", json={"prompt": "hi", "max_tokens": 1800, "ignore_eos": True, "stream": True}
+    ) as resp:
+        await resp.content.readline()  # the stream has started; then the client goes away
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and (router.replicas["0"].in_flight or engines[0].scheduler.running):
         await asyncio.sleep(0.05)
     assert router.replicas["0"].in_flight == 0 and not engines[0].scheduler.running
     generated = await metric(http, router.replicas["0"].url, "native:generation_tokens_total")
-    assert 0 < generated < 1800   # aborted, not run to the end
+    assert 0 < generated < 1800  # aborted, not run to the end
 
 
 # ---- real processes -----------------------------------------------------------------------------
 async def start_deployment(tiny_path, *flags):
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "native_engine", "serve", "--model", str(tiny_path), "--port", "0",
-        "--kv-cache-tokens", "4096", *flags, stdout=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "native_engine",
+        "serve",
+        "--model",
+        str(tiny_path),
+        "--port",
+        "0",
+        "--kv-cache-tokens",
+        "4096",
+        *flags,
+        stdout=asyncio.subprocess.PIPE,
+    )
     line = (await asyncio.wait_for(proc.stdout.readline(), timeout=120)).decode()
     url = re.search(r"serving on (http://127\.0\.0\.1:\d+)", line).group(1)
     return proc, url, [int(p) for p in re.findall(r"pid (\d+)", line)]
@@ -163,7 +176,7 @@ async def test_replica_killed_mid_load_fails_its_streams_clearly_and_the_rest_ca
             errors = [json.loads(e[-2])["error"] for _, e in results if "error" in e[-2]]
             assert len(errors) == 2 and all("replica 0" in e["message"] and e["code"] == 502 for e in errors)
             assert all(e[-1] == "[DONE]" for _, e in results)
-            for i in range(4):   # new requests: all to replica 1
+            for i in range(4):  # new requests: all to replica 1
                 status, body = await post(http, url + "/v1/completions", {"prompt": f"after {i}", "max_tokens": 3})
                 assert status == 200, body
             assert await metric(http, url, "native_router:replica_up", replica="0") == 0
@@ -182,7 +195,7 @@ async def test_no_replica_outlives_the_deployment_even_if_killed(tiny_path):
         async with http.get(url + "/health") as resp:
             assert resp.status == 200
     assert all(alive(p) for p in pids)
-    proc.send_signal(signal.SIGKILL)   # the replicas learn of it by PR_SET_PDEATHSIG only
+    proc.send_signal(signal.SIGKILL)  # the replicas learn of it by PR_SET_PDEATHSIG only
     await asyncio.wait_for(proc.wait(), timeout=60)
     assert wait_gone(pids) == []
 
@@ -197,8 +210,13 @@ async def test_the_harness_scrapes_the_router_and_each_replica_with_its_label(de
     url, router, engines, replica_runners = await start("round_robin", 2)
     for i in range(4):
         assert (await post(http, url + "/v1/completions", {"prompt": f"{DOC} {i}", "max_tokens": 2}))[0] == 200
-    scraper = ServerMetricsScraper(url + "/metrics", time.perf_counter_ns(), tmp_path / "sm.csv", interval_s=0.1,
-                                   replicas_url=url + NativeBackend.replicas_path)
+    scraper = ServerMetricsScraper(
+        url + "/metrics",
+        time.perf_counter_ns(),
+        tmp_path / "sm.csv",
+        interval_s=0.1,
+        replicas_url=url + NativeBackend.replicas_path,
+    )
     scraper.begin()
     await asyncio.sleep(0.5)
     status = await asyncio.to_thread(scraper.stop)
@@ -209,8 +227,10 @@ async def test_the_harness_scrapes_the_router_and_each_replica_with_its_label(de
     for replica in ("0", "1"):
         assert last[("native_router:requests_total", f'replica="{replica}"')] == 2
         assert last[("bench:prompt_tokens", f'replica="{replica}"')] > 0
-        assert any(n == "native:generation_tokens_total" and f'replica="{replica}"' in labels and v == 4
-                   for (n, labels), v in last.items())
+        assert any(
+            n == "native:generation_tokens_total" and f'replica="{replica}"' in labels and v == 4
+            for (n, labels), v in last.items()
+        )
     # one time stamp per round for all replicas: a counter summed over a t_s is the deployment's total
     per_t = {}
     for r in rows:
@@ -225,8 +245,13 @@ async def test_a_single_engine_has_no_replicas_to_scrape(tiny, tmp_path):
     runner, port = await start_server(LLMEngine(EngineConfig(kv_cache_tokens=1024), tiny), "127.0.0.1", 0)
     try:
         url = f"http://127.0.0.1:{port}"
-        scraper = ServerMetricsScraper(url + "/metrics", time.perf_counter_ns(), tmp_path / "sm.csv", interval_s=0.1,
-                                       replicas_url=url + "/replicas")
+        scraper = ServerMetricsScraper(
+            url + "/metrics",
+            time.perf_counter_ns(),
+            tmp_path / "sm.csv",
+            interval_s=0.1,
+            replicas_url=url + "/replicas",
+        )
         scraper.begin()
         await asyncio.sleep(0.3)
         status = await asyncio.to_thread(scraper.stop)
@@ -243,7 +268,7 @@ def descendants(root: int) -> set[int]:
         try:
             with open(f"/proc/{entry}/stat") as f:
                 ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except OSError:   # it ended meanwhile
+        except OSError:  # it ended meanwhile
             continue
         children.setdefault(ppid, []).append(int(entry))
     found, stack = set(), [root]
@@ -259,16 +284,18 @@ def deployment_run(tmp_path, tiny_path, n_requests: int, rate: float, output_tok
     router is up. Returns (bench process, results folder, router URL, replica pids, every process below bench)."""
     from bench_process import bench_started
 
-    prompts = tmp_path / "prompts.jsonl"   # a file: random prompts would need a real vocabulary (slow to load)
-    prompts.write_text("".join(json.dumps({"prompt": f"{DOC} {i}", "output_tokens": output_tokens}) + "\n"
-                               for i in range(n_requests)))
+    prompts = tmp_path / "prompts.jsonl"  # a file: random prompts would need a real vocabulary (slow to load)
+    prompts.write_text(
+        "".join(json.dumps({"prompt": f"{DOC} {i}", "output_tokens": output_tokens}) + "\n" for i in range(n_requests))
+    )
     scenario = tmp_path / "s.yaml"
     scenario.write_text(
         "name: dp\nbackend: {kind: native, launch: {args: [--model, '%s', --data-parallel, 2, --router-policy, "
         "round_robin], ready_timeout_s: 120}}\n"
         "workload: {kind: file, path: '%s'}\n"
         "load: {arrival: poisson, rate: %g, num_requests: %d}\n"
-        "telemetry: {interval_ms: 200, gpu: false}\n" % (tiny_path, prompts, rate, n_requests))
+        "telemetry: {interval_ms: 200, gpu: false}\n" % (tiny_path, prompts, rate, n_requests)
+    )
     out = tmp_path / "out"
     proc = bench_started("run", scenario, "--output", out, "--allow-client-bound")
     deadline = time.monotonic() + 120
@@ -279,7 +306,7 @@ def deployment_run(tmp_path, tiny_path, n_requests: int, rate: float, output_tok
         time.sleep(0.1)
     assert ready, proc.communicate()[1]
     pids = [int(p) for p in re.findall(r"pid (\d+)", ready.group(0))]
-    family = descendants(proc.pid)   # the router, its replicas, the launcher's guard
+    family = descendants(proc.pid)  # the router, its replicas, the launcher's guard
     assert len(pids) == 2 and set(pids) < family
     return proc, out, ready.group(1), pids, family
 
@@ -326,8 +353,9 @@ def test_bench_run_against_a_deployment_survives_a_killed_replica_and_leaves_no_
     failed = [r for r in records if not r.ok]
     assert len(failed) == req["failed"] == sum(summary["failures"].values()) >= stuck >= 1
     # cut off mid-stream (an SSE error event) or before its first byte (a 502), each naming the replica
-    assert all(r.error_reason in ("server_error_event", "http_5xx") and "replica 0" in str(r.error_detail)
-               for r in failed), [(r.error_reason, r.error_detail) for r in failed]
+    assert all(
+        r.error_reason in ("server_error_event", "http_5xx") and "replica 0" in str(r.error_detail) for r in failed
+    ), [(r.error_reason, r.error_detail) for r in failed]
     assert not summary["incomplete"] and "engine_exited" not in summary
     # round robin gave replica 0 at most half the requests, and after its death none: at least half completed,
     # so the run is not failed (exit 4 only below half, or with records missing)
@@ -339,6 +367,7 @@ def test_bench_run_against_a_deployment_survives_a_killed_replica_and_leaves_no_
     # the report's per-replica view: the requests the router lost with replica 0 are those the client saw fail
     from reports.load import load_run
     from reports.replicas import replica_view
+
     view = replica_view(load_run(out))
     by = {r.replica: r for r in view.replicas}
     assert by["0"].lost == len(failed) and by["1"].lost == 0
@@ -346,17 +375,19 @@ def test_bench_run_against_a_deployment_survives_a_killed_replica_and_leaves_no_
 
 
 @pytest.mark.faults
-@pytest.mark.parametrize("sig, code", [(None, 0), (signal.SIGINT, 130), (signal.SIGTERM, 143)],
-                         ids=["ends", "SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(
+    "sig, code", [(None, 0), (signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ends", "SIGINT", "SIGTERM"]
+)
 def test_no_process_of_a_launched_deployment_outlives_bench_run(tmp_path, tiny_path, sig, code):
     """The router, both replicas and the launcher's guard are gone once `bench run` has exited, whether the run
     ended or bench was interrupted mid-run; so is the router's process group."""
     proc, out, url, pids, family = deployment_run(tmp_path, tiny_path, n_requests=12, rate=4, output_tokens=40)
     with open(f"/proc/{pids[0]}/stat") as f:
-        router = int(f.read().rsplit(")", 1)[1].split()[1])   # the replicas' parent, leader of their group
+        router = int(f.read().rsplit(")", 1)[1].split()[1])  # the replicas' parent, leader of their group
     assert router in family and os.getpgid(router) == router == os.getpgid(pids[0])
     if sig is not None:
         from bench_process import wait_until_written
+
         wait_until_written(out / "requests.jsonl", 2)
         assert proc.poll() is None
         proc.send_signal(sig)

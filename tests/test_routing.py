@@ -1,4 +1,5 @@
 """The router's prefix tree and its policies (pure logic, no servers)."""
+
 import pytest
 
 from native_engine.prefix_tree import PrefixTree
@@ -32,7 +33,9 @@ def test_tree_forgets_a_tenant_and_evicts_least_recent_leaves():
     assert tree.match("shared prefix / new question", {"a"})[0] == len("shared prefix / new question")
     tree.remove_tenant("a")
     assert tree.chars_of["a"] == 0 and tree.match("shared prefix / new question", {"a", "b"}) == (
-        len("shared prefix / "), "b")
+        len("shared prefix / "),
+        "b",
+    )
     tree.remove_tenant("b")
     assert tree.root.children == {}
 
@@ -48,13 +51,16 @@ def test_round_robin_skips_replicas_that_are_down():
 
 def test_least_load_picks_fewest_in_flight():
     policy = Policy("least_load", ["0", "1", "2"])
-    assert policy.choose("x", {"0": 3, "1": 1, "2": 2}, {"0", "1", "2"}) .replica == "1"
+    assert policy.choose("x", {"0": 3, "1": 1, "2": 2}, {"0", "1", "2"}).replica == "1"
     assert policy.choose("x", {"0": 3, "1": 1, "2": 2}, {"0", "2"}).replica == "2"
 
 
 def test_cache_aware_follows_the_prefix_until_load_is_imbalanced():
-    policy = Policy("cache_aware", ["0", "1"], CacheAwareConfig(cache_threshold=0.5, balance_abs_threshold=4,
-                                                                balance_rel_threshold=1.5))
+    policy = Policy(
+        "cache_aware",
+        ["0", "1"],
+        CacheAwareConfig(cache_threshold=0.5, balance_abs_threshold=4, balance_rel_threshold=1.5),
+    )
     up = {"0", "1"}
     doc = "a long shared document " * 4
     first = policy.choose(doc + "question one", {}, up)
@@ -83,8 +89,15 @@ def test_prompt_text_of_completions_and_chats():
     assert prompt_text({"prompt": "hi"}) == prompt_text({"prompt": ["hi"]}) == "hi"
     assert prompt_text({"prompt": [5, 6]}) == "5,6,"
     turn1 = prompt_text({"messages": [{"role": "user", "content": "hi"}]})
-    turn2 = prompt_text({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"},
-                                      {"role": "user", "content": [{"type": "text", "text": "more"}]}]})
+    turn2 = prompt_text(
+        {
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "yo"},
+                {"role": "user", "content": [{"type": "text", "text": "more"}]},
+            ]
+        }
+    )
     assert turn2.startswith(turn1) and "more" in turn2
     assert prompt_text({"prompt": 5}) == ""
     with pytest.raises(ValueError, match="--router-policy"):

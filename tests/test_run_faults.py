@@ -1,5 +1,6 @@
 """`bench run` as a process, hit by faults: SIGTERM, kill -9 of bench, the launched engine dying, most
 requests failing. Each must end with a message and its exit code, and never leave an engine running."""
+
 import json
 import os
 import signal
@@ -8,10 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from bench_process import bench, bench_started, wait_until_written
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess
+from typer.testing import CliRunner
+
 from harness.cli import app
 from harness.results import read_records
 
@@ -21,11 +22,14 @@ GT_SERVER = Path(__file__).parent / "groundtruth_server.py"
 
 def launched_scenario(tmp_path, num_requests=400) -> Path:
     path = tmp_path / "s.yaml"
-    launch = (f"{{command: '{sys.executable} {GT_SERVER} --port {{port}} --ttft-ms 20 --itl-ms 10', "
-              "ready_timeout_s: 30}")
-    path.write_text(f"name: faults\nbackend: {{kind: openai, model: gt, launch: {launch}}}\n"
-                    "workload: {kind: random, input_tokens: 8, output_tokens: 20}\n"
-                    f"load: {{arrival: constant, rate: 20, num_requests: {num_requests}}}\n")
+    launch = (
+        f"{{command: '{sys.executable} {GT_SERVER} --port {{port}} --ttft-ms 20 --itl-ms 10', ready_timeout_s: 30}}"
+    )
+    path.write_text(
+        f"name: faults\nbackend: {{kind: openai, model: gt, launch: {launch}}}\n"
+        "workload: {kind: random, input_tokens: 8, output_tokens: 20}\n"
+        f"load: {{arrival: constant, rate: 20, num_requests: {num_requests}}}\n"
+    )
     return path
 
 
@@ -96,9 +100,11 @@ def test_a_run_where_most_requests_failed_exits_4_and_states_the_share(tmp_path)
     prompts.write_text("".join(json.dumps({"prompt": f"[gt fail=http_500 id={i}] hi"}) + "\n" for i in range(6)))
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=5, itl_ms=1)) as gt:
         scenario = tmp_path / "s.yaml"
-        scenario.write_text(f"name: failing\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
-                            f"workload: {{kind: file, path: '{prompts}', output_tokens: 4}}\n"
-                            "load: {arrival: constant, rate: 50, num_requests: 6}\n")
+        scenario.write_text(
+            f"name: failing\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
+            f"workload: {{kind: file, path: '{prompts}', output_tokens: 4}}\n"
+            "load: {arrival: constant, rate: 50, num_requests: 6}\n"
+        )
         res = bench("run", scenario, "--output", tmp_path / "r", "--workers", "1")
     assert res.returncode == 4, res.stderr
     said = " ".join(res.stderr.split())
@@ -108,8 +114,10 @@ def test_a_run_where_most_requests_failed_exits_4_and_states_the_share(tmp_path)
 
 def test_validate_refuses_a_launch_command_without_port(tmp_path):
     path = tmp_path / "s.yaml"
-    path.write_text("name: noport\nbackend: {kind: llamacpp, model: m.gguf, launch: {command: "
-                    "'/opt/llama-server -m m.gguf -c 4096'}}\nload: {arrival: constant, rate: 1}\n")
+    path.write_text(
+        "name: noport\nbackend: {kind: llamacpp, model: m.gguf, launch: {command: "
+        "'/opt/llama-server -m m.gguf -c 4096'}}\nload: {arrival: constant, rate: 1}\n"
+    )
     res = CliRunner().invoke(app, ["validate", str(path)])
     said = " ".join(res.output.split())
     assert res.exit_code == 2 and "backend.launch.command" in said and "{port}, {host}, {model}" in said
@@ -119,9 +127,11 @@ def test_validate_refuses_a_launch_command_without_port(tmp_path):
 def test_a_signal_while_the_engine_starts_still_writes_an_interrupted_summary(tmp_path, sig, code):
     path = tmp_path / "s.yaml"
     never_ready = f"{sys.executable} -c 'import time; time.sleep(120)' {{port}}"  # listens on nothing
-    path.write_text(f"name: starting\nbackend: {{kind: openai, model: gt, launch: {{command: \"{never_ready}\", "
-                    "ready_timeout_s: 60}}\nworkload: {kind: random, input_tokens: 8, output_tokens: 4}\n"
-                    "load: {arrival: constant, rate: 20, num_requests: 10}\n")
+    path.write_text(
+        f'name: starting\nbackend: {{kind: openai, model: gt, launch: {{command: "{never_ready}", '
+        "ready_timeout_s: 60}}\nworkload: {kind: random, input_tokens: 8, output_tokens: 4}\n"
+        "load: {arrival: constant, rate: 20, num_requests: 10}\n"
+    )
     out = tmp_path / "r"
     proc = bench_started("run", path, "--output", out, "--workers", "1")
     log = out / "engine.log"

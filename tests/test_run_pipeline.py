@@ -1,5 +1,6 @@
 """The run pipeline called directly (harness.run.run_scenario), without a subprocess: results folder rules,
 token-count sources and their messages, failed runs, the profiler warning, launch command building."""
+
 import json
 import os
 import sys
@@ -9,17 +10,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from groundtruth_server import GroundTruthConfig, GroundTruthProcess, gt_request
 
 from backends import load_backend
-from groundtruth_server import GroundTruthConfig, GroundTruthProcess, gt_request
 from harness.launcher import engine_command
 from harness.results import ResultsError, read_records
 from harness.run import Reporter, run_scenario
 from harness.scenario import LaunchConfig, ScenarioError, load_scenario
 from harness.session import engine_sizing
 from harness.tokenizer_source import ApproximateTokenizer, LocalTokenizer, TokenizerError, resolve_tokenizer
-from harness.workload import build_plan
 from harness.workers import client_bound_advice, resolve_workers, workers_needed
+from harness.workload import build_plan
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +29,13 @@ def gt():
         yield server
 
 
-def scenario(tmp_path, backend: str, workload: str = "{kind: random, input_tokens: 16, output_tokens: 4}",
-             load: str = "{arrival: constant, rate: 50, num_requests: 8}", name: str = "pipe"):
+def scenario(
+    tmp_path,
+    backend: str,
+    workload: str = "{kind: random, input_tokens: 16, output_tokens: 4}",
+    load: str = "{arrival: constant, rate: 50, num_requests: 8}",
+    name: str = "pipe",
+):
     path = tmp_path / f"{name}.yaml"
     path.write_text(f"name: {name}\nbackend: {backend}\nworkload: {workload}\nload: {load}\n")
     return load_scenario(path)
@@ -68,10 +74,14 @@ def test_an_output_folder_that_cannot_be_one_is_a_clear_error(gt, tmp_path, monk
 
 def test_most_requests_failing_makes_a_failed_run(gt, tmp_path):
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"[gt fail=http_500 id={i}] hi" if i % 4 else "fine"}) + "\n"
-                               for i in range(8)))
-    scn = scenario(tmp_path, f"{{kind: openai, url: '{gt.url}', model: gt}}",
-                   workload=f"{{kind: file, path: '{prompts}', output_tokens: 4}}")
+    prompts.write_text(
+        "".join(json.dumps({"prompt": f"[gt fail=http_500 id={i}] hi" if i % 4 else "fine"}) + "\n" for i in range(8))
+    )
+    scn = scenario(
+        tmp_path,
+        f"{{kind: openai, url: '{gt.url}', model: gt}}",
+        workload=f"{{kind: file, path: '{prompts}', output_tokens: 4}}",
+    )
     result = run_scenario(scn, tmp_path / "out", workers="1")
     assert result.summary["requests"]["completed"] == 2 and result.completed_share == 0.25
     assert result.mostly_failed and result.summary["failures"] == {"http_5xx": 6}
@@ -101,6 +111,7 @@ class TokenizeServer:
 
             def log_message(self, *args):
                 pass
+
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -110,11 +121,14 @@ class TokenizeServer:
         self.server.server_close()
 
 
-@pytest.mark.parametrize("status, body, said", [
-    (500, b"boom", "answered HTTP 500: boom"),
-    (200, b"<html>not json</html>", "answered b'<html>not json</html>', not {\"tokens\": [ids]}"),
-    (200, b'{"tokens": ["a", "b"]}', "not {\"tokens\": [ids]}"),
-])
+@pytest.mark.parametrize(
+    "status, body, said",
+    [
+        (500, b"boom", "answered HTTP 500: boom"),
+        (200, b"<html>not json</html>", "answered b'<html>not json</html>', not {\"tokens\": [ids]}"),
+        (200, b'{"tokens": ["a", "b"]}', 'not {"tokens": [ids]}'),
+    ],
+)
 def test_a_tokenize_route_answering_errors_or_garbage_is_passed_over_with_a_warning(tmp_path, status, body, said):
     server = TokenizeServer(lambda text: (status, body))
     try:
@@ -133,8 +147,10 @@ def test_a_tokenize_route_that_never_answers_is_passed_over_with_a_warning(tmp_p
         scn = scenario(tmp_path, f"{{kind: openai, url: '{server.url}', model: some-model}}")
         warnings = []
         assert isinstance(resolve_tokenizer(scn, warnings=warnings), ApproximateTokenizer)
-        assert warnings == [f"backend.url: POST {server.url}/tokenize did not answer within 5 s; prompt lengths are "
-                            "counted locally instead"]
+        assert warnings == [
+            f"backend.url: POST {server.url}/tokenize did not answer within 5 s; prompt lengths are "
+            "counted locally instead"
+        ]
     finally:
         server.close()
 
@@ -151,14 +167,19 @@ def test_a_tokenize_route_that_breaks_after_the_probe_is_a_tokenizer_error(tmp_p
 
 def test_a_scenario_key_gives_a_local_hugging_face_tokenizer(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
+
     from harness.tokenizer_source import WORDS
+
     vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(WORDS)}}
     hf = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     hf.pre_tokenizer = pre_tokenizers.Whitespace()
     (tmp_path / "tok").mkdir()
     hf.save(str(tmp_path / "tok" / "tokenizer.json"))
-    scn = scenario(tmp_path, "{kind: openai, url: 'http://127.0.0.1:9', model: m, tokenizer: tok}",
-                   workload="{kind: random, input_tokens: 40, output_tokens: 4}")
+    scn = scenario(
+        tmp_path,
+        "{kind: openai, url: 'http://127.0.0.1:9', model: m, tokenizer: tok}",
+        workload="{kind: random, input_tokens: 40, output_tokens: 4}",
+    )
     assert scn.backend.tokenizer == str((tmp_path / "tok").resolve())
     source = resolve_tokenizer(scn)
     assert isinstance(source, LocalTokenizer) and source.method == "local_tokenizer"
@@ -170,13 +191,27 @@ def test_a_scenario_key_gives_a_local_hugging_face_tokenizer(tmp_path):
 
 def test_launch_program_replaces_only_the_program_and_llama_server_is_sized_for_the_run(tmp_path):
     native = load_backend("native")
-    command = engine_command(native, LaunchConfig(program="/venv/bin/python", args=["--blas-threads", "1"]), 8123,
-                             "smollm2")
-    assert command == ["/venv/bin/python", "-m", "native_engine", "serve", "--host", "127.0.0.1", "--port", "8123",
-                       "--blas-threads", "1"]
-    scn = scenario(tmp_path, "{kind: llamacpp, model: m.gguf, launch: {}}",
-                   workload="{kind: random, input_tokens: {dist: uniform, min: 100, max: 300}, output_tokens: 64}",
-                   load="{arrival: closed, concurrency: 12, num_requests: 8}")
+    command = engine_command(
+        native, LaunchConfig(program="/venv/bin/python", args=["--blas-threads", "1"]), 8123, "smollm2"
+    )
+    assert command == [
+        "/venv/bin/python",
+        "-m",
+        "native_engine",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8123",
+        "--blas-threads",
+        "1",
+    ]
+    scn = scenario(
+        tmp_path,
+        "{kind: llamacpp, model: m.gguf, launch: {}}",
+        workload="{kind: random, input_tokens: {dist: uniform, min: 100, max: 300}, output_tokens: 64}",
+        load="{arrival: closed, concurrency: 12, num_requests: 8}",
+    )
     sizing = engine_sizing(scn)
     llama = engine_command(load_backend("llamacpp"), scn.backend.launch, 8124, "m.gguf", sizing)
     flag = {llama[i]: llama[i + 1] for i in range(len(llama) - 1)}
@@ -205,20 +240,24 @@ def test_client_bound_advice_suggests_workers_only_where_a_core_is_spare():
 
 def test_scenarios_that_would_misplace_the_engine_or_the_results_are_refused(tmp_path):
     base = "{kind: openai, model: m, launch: {command: '%s'}}"
-    with pytest.raises(ScenarioError, match=r"backend.launch.command: .* has no \{port\}.*\{port\}, \{host\}, \{model\}"):
+    with pytest.raises(
+        ScenarioError, match=r"backend.launch.command: .* has no \{port\}.*\{port\}, \{host\}, \{model\}"
+    ):
         scenario(tmp_path, base % "/opt/llama-server -m model.gguf")
     assert scenario(tmp_path, base % f"{sys.executable} server.py --port {{port}}").backend.launch.command
     with pytest.raises(ScenarioError, match="launch.program: give either launch.command"):
         scenario(tmp_path, "{kind: openai, model: m, launch: {command: 'x --port {port}', program: y}}")
     bad_name = tmp_path / "escape.yaml"
-    bad_name.write_text("name: ../../etc/x\nbackend: {kind: openai, url: 'http://127.0.0.1:9'}\n"
-                        "load: {arrival: constant, rate: 1}\n")
+    bad_name.write_text(
+        "name: ../../etc/x\nbackend: {kind: openai, url: 'http://127.0.0.1:9'}\nload: {arrival: constant, rate: 1}\n"
+    )
     with pytest.raises(ScenarioError, match=r"name: .*\(it names the results folder\)"):
         load_scenario(bad_name)
 
 
 def test_default_output_dir_never_leaves_results():
     from harness.results import default_output_dir
+
     assert default_output_dir("quickstart").parent == Path("results")
     for name in ("../../etc/x", "a/b", ".hidden"):
         with pytest.raises(ResultsError, match="cannot name a results folder"):
@@ -227,11 +266,14 @@ def test_default_output_dir_never_leaves_results():
 
 def test_a_sweep_folder_holding_results_is_refused_unless_overwritten(tmp_path):
     from harness.results import prepare_sweep_dir, read_statuses, write_manifest
+
     out = tmp_path / "sweep"
     prepare_sweep_dir(out)  # new: fine
     (out / "point-000-rate-1").mkdir()
     (out / "point-000-rate-1" / "requests.jsonl").write_text("")
-    write_manifest(out, "rate", {}, [{"index": 0, "offered_load": 1.0, "dir": "point-000-rate-1", "status": "completed"}])
+    write_manifest(
+        out, "rate", {}, [{"index": 0, "offered_load": 1.0, "dir": "point-000-rate-1", "status": "completed"}]
+    )
     assert read_statuses(out) == {"point-000-rate-1": "completed"}
     with pytest.raises(ResultsError, match="already holds results .*--overwrite"):
         prepare_sweep_dir(out)

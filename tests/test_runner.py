@@ -1,10 +1,11 @@
 """The runner against the ground-truth server (its own process, loopback): timing, counts, load shapes."""
+
 import statistics
 import time
 
 import pytest
-
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, errors_against_truth, fetch_stats, gt_request
+
 from harness.metrics import summarize
 from harness.runner import Runner, Target, collect_young, run_blocking, t0_ahead_ns
 
@@ -30,7 +31,8 @@ def test_16_streams_match_the_truth(gt):
     assert all(r.ok for r in out.records) and len(out.records) == 64
     # exact token counts: usage and counted chunks agree with what was asked
     assert {(r.output_tokens, r.output_tokens_counted, r.token_count_mismatch) for r in out.records} == {
-        (TOKENS, TOKENS, False)}
+        (TOKENS, TOKENS, False)
+    }
     err = errors_against_truth(out.records, out.t0_ns, stats["records"])
     assert len(err["ttft_err_ms"]) == 64
     # Medians: on a shared 2-core machine a stall of the client or server process now and
@@ -111,11 +113,18 @@ def test_t0_lead_covers_what_is_still_to_happen_before_the_first_send():
 
     def lead_s(workers, **left):
         return (t0_ahead_ns(workers, **left) - now_ns) / 1e9
+
     only_dispatch = lead_s(1, spawn=False, connect=False)
     one_process = lead_s(1, spawn=True, connect=True)  # one process spawns nothing: it only connects
     workers_ready = lead_s(4, spawn=False, connect=True)
-    assert 0 < only_dispatch < one_process < workers_ready < lead_s(2, spawn=True, connect=True) \
+    assert (
+        0
+        < only_dispatch
+        < one_process
+        < workers_ready
+        < lead_s(2, spawn=True, connect=True)
         < lead_s(4, spawn=True, connect=True)
+    )
     assert abs(one_process - lead_s(1, spawn=False, connect=True)) < 0.01
 
 
@@ -125,6 +134,7 @@ def test_collect_young_frees_cycles_that_the_disabled_collector_left():
 
     class Node:
         pass
+
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -144,6 +154,7 @@ def test_collect_young_frees_cycles_that_the_disabled_collector_left():
 
 def test_a_run_turns_the_automatic_collector_back_on(gt):
     import gc
+
     assert gc.isenabled()
     out, _ = _run(gt.url, [gt_request(i, None, 2) for i in range(3)], concurrency=2)
     assert len(out.records) == 3 and gc.isenabled()

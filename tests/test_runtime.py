@@ -1,4 +1,5 @@
 """The runtime seam: numpy stays the default and needs nothing more; torch is optional and only one file imports it."""
+
 import ast
 from pathlib import Path
 
@@ -49,13 +50,22 @@ def test_only_the_torch_runner_imports_torch_at_module_level():
     for package in ("harness", "backends", "reports", "native_engine"):
         for path in (ROOT / package).rglob("*.py"):
             for node in ast.parse(path.read_text(encoding="utf-8")).body:  # top-level statements only
-                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                         else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else []
+                )
                 if any(n == "torch" or n.startswith("torch.") for n in names):
                     offenders.add(str(path.relative_to(ROOT)))
-    assert offenders == {"native_engine/torch_runner.py", "native_engine/torch_linear.py",
-                         "native_engine/torch_int4.py", "native_engine/torch_cuda_graphs.py",
-                         "native_engine/torch_kernels.py"}
+    assert offenders == {
+        "native_engine/torch_runner.py",
+        "native_engine/torch_linear.py",
+        "native_engine/torch_int4.py",
+        "native_engine/torch_cuda_graphs.py",
+        "native_engine/torch_kernels.py",
+    }
 
 
 def test_numpy_runtime_refuses_a_gpu_device(tmp_path):

@@ -1,4 +1,5 @@
 """Sampler: greedy, temperature, top_k, top_p, min_p, seeds, min_tokens masking."""
+
 import numpy as np
 import pytest
 
@@ -42,7 +43,7 @@ def test_top_k_keeps_only_the_k_best():
 
 def test_top_p_keeps_the_smallest_nucleus_reaching_p():
     row = np.log(np.array([0.5, 0.3, 0.15, 0.05], dtype=np.float32))
-    freq = frequencies(row, dict(temperature=1.0, top_p=0.75))   # 0.5 + 0.3 reaches 0.75
+    freq = frequencies(row, dict(temperature=1.0, top_p=0.75))  # 0.5 + 0.3 reaches 0.75
     assert freq[2] == 0 and freq[3] == 0 and freq[1] > 0.25
 
 
@@ -55,7 +56,7 @@ def test_top_p_wider_than_the_candidate_set_is_still_exact():
 
 def test_min_p_drops_tokens_below_fraction_of_the_best():
     row = np.log(np.array([0.6, 0.3, 0.07, 0.03], dtype=np.float32))
-    freq = frequencies(row, dict(temperature=1.0, min_p=0.2))    # cut below 0.12
+    freq = frequencies(row, dict(temperature=1.0, min_p=0.2))  # cut below 0.12
     assert freq[2] == 0 and freq[3] == 0 and freq[1] > 0.2
 
 
@@ -78,8 +79,8 @@ def test_low_temperature_approaches_greedy():
 
 def test_min_tokens_masks_eos_and_stop_tokens_until_reached():
     logits = np.zeros((2, 10), dtype=np.float32)
-    logits[:, 9] = 50.0   # EOS would win
-    logits[:, 5] = 40.0   # a stop token next
+    logits[:, 9] = 50.0  # EOS would win
+    logits[:, 5] = 40.0  # a stop token next
     young = seq(temperature=0.0, min_tokens=2, stop_token_ids=[5])
     old = seq(temperature=0.0, min_tokens=2, stop_token_ids=[5])
     old.token_ids += [1, 1]
@@ -88,8 +89,9 @@ def test_min_tokens_masks_eos_and_stop_tokens_until_reached():
     assert ids[0] not in (5, 9) and ids[1] == 9
 
 
-@pytest.mark.parametrize("field,value", [("temperature", -1.0), ("top_p", 0.0), ("min_p", 1.5),
-                                         ("top_k", -2), ("max_tokens", 0)])
+@pytest.mark.parametrize(
+    "field,value", [("temperature", -1.0), ("top_p", 0.0), ("min_p", 1.5), ("top_k", -2), ("max_tokens", 0)]
+)
 def test_bad_params_name_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         SamplingParams(**{field: value})
@@ -97,7 +99,7 @@ def test_bad_params_name_the_field(field, value):
 
 def test_draw_spans_vocabulary_blocks_with_right_frequencies():
     row = np.full(2000, -np.inf, dtype=np.float32)
-    picks = [3, 700, 1500, 1999]                     # in different 512-token blocks, one at the very end
+    picks = [3, 700, 1500, 1999]  # in different 512-token blocks, one at the very end
     row[picks] = np.log([0.1, 0.2, 0.3, 0.4])
     freq = frequencies(row, dict(temperature=1.0))
     np.testing.assert_allclose(freq[picks], [0.1, 0.2, 0.3, 0.4], atol=0.03)

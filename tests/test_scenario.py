@@ -1,4 +1,5 @@
 """Scenario files: validation, error messages that name the path and the fix, overrides."""
+
 import json
 from pathlib import Path
 
@@ -53,40 +54,62 @@ def test_quickstart_is_small_and_starts_the_native_engine():
     assert scenario.load.num_requests <= 50 and scenario.workload.input_tokens.expected <= 128
 
 
-@pytest.mark.parametrize("overrides, expected", [
-    (["workload.kindd=random"], "workload.kindd: unknown key; did you mean 'kind'?"),
-    (["workload.input_tokens={dist: normal, mean: 8, sd: 2}"], "workload.input_tokens.sd: unknown key; did you mean 'std'?"),
-    (["lod.rate=3"], "lod: unknown key; did you mean 'load'?"),
-    (["load.rate=-1"], "load.rate: -1 is not valid: must be > 0 requests/s"),
-    (["load.rate=fast"], "load.rate: 'fast' is not valid: must be a valid number"),
-    (["load.rate=true"], "load.rate: True is not valid"),
-    (["load.num_requests=2.5"], "load.num_requests: 2.5 is not valid: must be a valid integer"),
-    (["load.burstiness=0"], "load.burstiness: 0 is not valid: must be > 0"),
-    (["load.concurrency=0"], "load.concurrency: 0 is not valid: must be >= 1 requests in flight"),
-    (["backend.kind=vlm"], "backend.kind: 'vlm' is not valid: must be 'openai', 'native', 'vllm'"),
-    (["backend.url=ftp://host"], "backend.url: 'ftp://host' is not valid: must start with http://"),
-    (["backend.url=null"], "backend.url: missing; give the engine's URL, or `launch: {}`"),
-    (["workload.input_tokens={dist: gauss, mean: 8}"], "workload.input_tokens.dist: 'gauss' is not valid: must be 'fixed'"),
-    (["workload.input_tokens={dist: uniform, min: 8}"], "workload.input_tokens: {'dist': 'uniform', 'min': 8} is not valid: dist uniform needs max"),
-    (["workload.input_tokens={dist: normal, mean: 8, std: 1, min: 9, max: 4}"], "min 9 is greater than max 4"),
-    (["workload.input_tokens=0"], "workload.input_tokens: 0 is not valid: must be a whole number of tokens >= 1"),
-    (["workload.output_tokens=many"], "workload.output_tokens: 'many' is not valid"),
-    (["load.arrival=gamma", "load.rate=null"], "load.rate: missing; arrival gamma needs a rate in requests/s"),
-    (["load.arrival=closed"], "load.concurrency: missing; arrival closed needs"),
-    (["load.arrival=trace"], "load.trace: missing; arrival trace needs a trace file"),
-    (["load.duration_s=30"], "give either load.num_requests or load.duration_s, not both"),
-    (["workload.kind=shared_prefix", "workload.prefix_tokens=64"], "workload.num_groups: missing; workload.kind shared_prefix needs it"),
-    (["workload.turns=3"], "workload.turns: only used when workload.kind is multi_turn (kind is random)"),
-    (["workload.kind=file"], "workload.path: missing"),
-    (["load.workers=0"], "load.workers: 0 is not valid: must be auto or a whole number of client processes >= 1"),
-    (["load.workers=many"], "load.workers: 'many' is not valid: must be auto or a whole number"),
-    (["slo.ttft_ms=-5"], "slo.ttft_ms: -5 is not valid: must be > 0 milliseconds"),
-    (["backend.replica_metrics={0: '127.0.0.1:8001/metrics'}"],
-     "backend.replica_metrics.0: '127.0.0.1:8001/metrics' is not valid: give the replica's Prometheus page as an http"),
-    (["backend.replica_metrics={'replica 0': 'http://127.0.0.1:8001/metrics'}"],
-     "backend.replica_metrics: replica name 'replica 0' is not valid; use letters, digits"),
-    (["backend.replica_metrics=[http://127.0.0.1:8001/metrics]"], "give a mapping of replica name to its Prometheus page"),
-])
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["workload.kindd=random"], "workload.kindd: unknown key; did you mean 'kind'?"),
+        (
+            ["workload.input_tokens={dist: normal, mean: 8, sd: 2}"],
+            "workload.input_tokens.sd: unknown key; did you mean 'std'?",
+        ),
+        (["lod.rate=3"], "lod: unknown key; did you mean 'load'?"),
+        (["load.rate=-1"], "load.rate: -1 is not valid: must be > 0 requests/s"),
+        (["load.rate=fast"], "load.rate: 'fast' is not valid: must be a valid number"),
+        (["load.rate=true"], "load.rate: True is not valid"),
+        (["load.num_requests=2.5"], "load.num_requests: 2.5 is not valid: must be a valid integer"),
+        (["load.burstiness=0"], "load.burstiness: 0 is not valid: must be > 0"),
+        (["load.concurrency=0"], "load.concurrency: 0 is not valid: must be >= 1 requests in flight"),
+        (["backend.kind=vlm"], "backend.kind: 'vlm' is not valid: must be 'openai', 'native', 'vllm'"),
+        (["backend.url=ftp://host"], "backend.url: 'ftp://host' is not valid: must start with http://"),
+        (["backend.url=null"], "backend.url: missing; give the engine's URL, or `launch: {}`"),
+        (
+            ["workload.input_tokens={dist: gauss, mean: 8}"],
+            "workload.input_tokens.dist: 'gauss' is not valid: must be 'fixed'",
+        ),
+        (
+            ["workload.input_tokens={dist: uniform, min: 8}"],
+            "workload.input_tokens: {'dist': 'uniform', 'min': 8} is not valid: dist uniform needs max",
+        ),
+        (["workload.input_tokens={dist: normal, mean: 8, std: 1, min: 9, max: 4}"], "min 9 is greater than max 4"),
+        (["workload.input_tokens=0"], "workload.input_tokens: 0 is not valid: must be a whole number of tokens >= 1"),
+        (["workload.output_tokens=many"], "workload.output_tokens: 'many' is not valid"),
+        (["load.arrival=gamma", "load.rate=null"], "load.rate: missing; arrival gamma needs a rate in requests/s"),
+        (["load.arrival=closed"], "load.concurrency: missing; arrival closed needs"),
+        (["load.arrival=trace"], "load.trace: missing; arrival trace needs a trace file"),
+        (["load.duration_s=30"], "give either load.num_requests or load.duration_s, not both"),
+        (
+            ["workload.kind=shared_prefix", "workload.prefix_tokens=64"],
+            "workload.num_groups: missing; workload.kind shared_prefix needs it",
+        ),
+        (["workload.turns=3"], "workload.turns: only used when workload.kind is multi_turn (kind is random)"),
+        (["workload.kind=file"], "workload.path: missing"),
+        (["load.workers=0"], "load.workers: 0 is not valid: must be auto or a whole number of client processes >= 1"),
+        (["load.workers=many"], "load.workers: 'many' is not valid: must be auto or a whole number"),
+        (["slo.ttft_ms=-5"], "slo.ttft_ms: -5 is not valid: must be > 0 milliseconds"),
+        (
+            ["backend.replica_metrics={0: '127.0.0.1:8001/metrics'}"],
+            "backend.replica_metrics.0: '127.0.0.1:8001/metrics' is not valid: give the replica's Prometheus page as an http",
+        ),
+        (
+            ["backend.replica_metrics={'replica 0': 'http://127.0.0.1:8001/metrics'}"],
+            "backend.replica_metrics: replica name 'replica 0' is not valid; use letters, digits",
+        ),
+        (
+            ["backend.replica_metrics=[http://127.0.0.1:8001/metrics]"],
+            "give a mapping of replica name to its Prometheus page",
+        ),
+    ],
+)
 def test_bad_values_name_the_path_the_value_and_the_fix(tmp_path, overrides, expected):
     assert expected in error_of(tmp_path, overrides)
 
@@ -122,23 +145,34 @@ def test_plain_numbers_become_fixed_distributions(tmp_path):
 
 
 def test_overrides_parse_values_as_yaml_and_create_missing_mappings(tmp_path):
-    scenario = load_scenario(write(tmp_path, BASE), [
-        "load.rate=8", "slo.ttft_ms=300", "backend.launch.ready_timeout_s=5", "backend.launch.args=[--port, 9]",
-        "backend.launch.env={OMP_NUM_THREADS: 2}", "seed=7", "load.workers=3",
-    ])
+    scenario = load_scenario(
+        write(tmp_path, BASE),
+        [
+            "load.rate=8",
+            "slo.ttft_ms=300",
+            "backend.launch.ready_timeout_s=5",
+            "backend.launch.args=[--port, 9]",
+            "backend.launch.env={OMP_NUM_THREADS: 2}",
+            "seed=7",
+            "load.workers=3",
+        ],
+    )
     assert scenario.load.workers == 3 and load_scenario(write(tmp_path, BASE)).load.workers == "auto"
     assert scenario.load.rate == 8.0 and scenario.slo.ttft_ms == 300 and scenario.seed == 7
     assert scenario.backend.launch.ready_timeout_s == 5 and scenario.backend.launch.args == ["--port", "9"]
     assert scenario.backend.launch.env == {"OMP_NUM_THREADS": "2"}
 
 
-@pytest.mark.parametrize("override, expected", [
-    ("load.rate", "override 'load.rate': expected dotted.path=value"),
-    ("=3", "expected dotted.path=value"),
-    ("load..rate=3", "expected dotted.path=value"),
-    ("load.rate.x=1", "override 'load.rate.x=1': load.rate is 4.0, not a mapping"),
-    ("load.rate=[1", "override 'load.rate=[1': the value is not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("load.rate", "override 'load.rate': expected dotted.path=value"),
+        ("=3", "expected dotted.path=value"),
+        ("load..rate=3", "expected dotted.path=value"),
+        ("load.rate.x=1", "override 'load.rate.x=1': load.rate is 4.0, not a mapping"),
+        ("load.rate=[1", "override 'load.rate=[1': the value is not valid YAML"),
+    ],
+)
 def test_malformed_overrides_are_rejected(override, expected):
     with pytest.raises(ScenarioError, match="override") as caught:
         apply_override(yaml.safe_load(yaml.safe_dump(BASE)), override)
@@ -170,8 +204,10 @@ def test_resolved_dict_is_json_and_round_trips(tmp_path):
 
 
 def test_resolved_dict_redacts_secrets(tmp_path):
-    scenario = load_scenario(write(tmp_path, BASE), [
-        "backend.headers={Authorization: Bearer sk-123}", "backend.launch.env={HF_TOKEN: hf_abc, OMP_NUM_THREADS: 2}"])
+    scenario = load_scenario(
+        write(tmp_path, BASE),
+        ["backend.headers={Authorization: Bearer sk-123}", "backend.launch.env={HF_TOKEN: hf_abc, OMP_NUM_THREADS: 2}"],
+    )
     resolved = json.dumps(scenario.resolved_dict())
     assert "sk-123" not in resolved and "hf_abc" not in resolved and '"OMP_NUM_THREADS": "2"' in resolved
     assert scenario.backend.headers["Authorization"] == "Bearer sk-123"  # the run itself still sends it

@@ -1,4 +1,5 @@
 """Scheduler: decode-first budgets, chunked prefill, FCFS admission, preemption, static batching."""
+
 import time
 
 import pytest
@@ -35,8 +36,8 @@ def test_chunked_prefill_splits_long_prompt_across_steps_and_decodes_go_first():
     assert run_step(s) == {"a": 3}
     b = make(13, "b", 1.0)
     s.add(b)
-    assert run_step(s) == {"a": 1, "b": 7}     # a's decode first, b gets the rest of the budget
-    assert run_step(s) == {"a": 1, "b": 6}     # b's prompt finishes: it samples
+    assert run_step(s) == {"a": 1, "b": 7}  # a's decode first, b gets the rest of the budget
+    assert run_step(s) == {"a": 1, "b": 6}  # b's prompt finishes: it samples
     assert b.num_output_tokens == 1
     assert run_step(s) == {"a": 1, "b": 1}
 
@@ -47,7 +48,7 @@ def test_without_chunked_prefill_a_prompt_runs_whole():
     run_step(s)
     s.add(make(8, "b", 1.0))
     s.add(make(20, "c", 2.0))
-    assert run_step(s) == {"a": 1}   # b (8) does not fit next to a's decode, and is not split
+    assert run_step(s) == {"a": 1}  # b (8) does not fit next to a's decode, and is not split
     s.finish(s.running[0], "stop")
     assert run_step(s) == {"b": 8}
     s.finish(s.running[0], "stop")
@@ -87,8 +88,8 @@ def test_preempted_sequence_is_readmitted_and_recomputes_everything():
     for q in seqs:
         s.add(q)
     run_step(s)
-    run_step(s)                       # r2 preempted
-    s.finish(seqs[0], "stop")         # frees 3 blocks
+    run_step(s)  # r2 preempted
+    s.finish(seqs[0], "stop")  # frees 3 blocks
     scheduled = run_step(s)
     assert scheduled["r1"] == 1
     assert 0 < scheduled["r2"] <= 5 and seqs[2].status == SequenceStatus.RUNNING
@@ -129,7 +130,7 @@ def test_prefix_hit_skips_cached_tokens():
     s.add(make(10, "a", 0.0))
     run_step(s)
     s.add(make(10, "b", 1.0))
-    assert run_step(s) == {"a": 1, "b": 2}   # two full blocks (8 tokens) come from the cache
+    assert run_step(s) == {"a": 1, "b": 2}  # two full blocks (8 tokens) come from the cache
     assert s.waiting == type(s.waiting)() and s.running[1].num_cached_tokens == 8
 
 
@@ -140,8 +141,9 @@ def test_bad_config_names_the_field():
 
 def prefix_scheduler(policy, aging_s=60.0):
     """One running request at a time, with prefix [1..8] cached by an earlier request."""
-    s = make_scheduler(block_size=4, max_num_seqs=1, max_num_batched_tokens=100, schedule_policy=policy,
-                       schedule_aging_s=aging_s)
+    s = make_scheduler(
+        block_size=4, max_num_seqs=1, max_num_batched_tokens=100, schedule_policy=policy, schedule_aging_s=aging_s
+    )
     warm = Sequence("warm", list(range(1, 10)), SamplingParams(max_tokens=1))
     s.add(warm)
     run_step(s)
@@ -171,9 +173,9 @@ def test_lpm_aging_puts_a_long_waiting_request_first():
     s.add(Sequence("old", [50] * 9, SamplingParams(max_tokens=1), arrival_s=now - 6.0))
     s.add(Sequence("old2", [51] * 9, SamplingParams(max_tokens=1), arrival_s=now - 5.5))
     s.add(Sequence("hot", list(range(1, 9)) + [70], SamplingParams(max_tokens=1), arrival_s=now))
-    assert list(run_step(s)) == ["old"]       # waited past the bound: ahead of the cached prefix
+    assert list(run_step(s)) == ["old"]  # waited past the bound: ahead of the cached prefix
     s.finish(s.running[0], "length")
-    assert list(run_step(s)) == ["old2"]      # aged requests keep their arrival order
+    assert list(run_step(s)) == ["old2"]  # aged requests keep their arrival order
     s.finish(s.running[0], "length")
     assert list(run_step(s)) == ["hot"]
 

@@ -1,13 +1,15 @@
 """`bench select`: capacity within SLOs per engine, cost per million tokens, a recommendation with caveats."""
+
 import json
 
 import pytest
 import typer
+from helpers import synthetic_records, write_run, write_sweep
 from typer.testing import CliRunner
 
-from reports.cli import report as report_command, select as select_command
+from reports.cli import report as report_command
+from reports.cli import select as select_command
 from reports.select import parse_slo, rows, select, write_selection
-from helpers import synthetic_records, write_run, write_sweep
 
 SLO = {"ttft_ms": 200.0, "tpot_ms": 50.0}
 
@@ -56,8 +58,12 @@ def test_single_runs_and_different_workloads(tmp_path):
 
 def test_parse_slo():
     assert parse_slo("ttft_ms=500, tpot_ms=50") == {"ttft_ms": 500.0, "tpot_ms": 50.0}
-    for bad, message in (("ttft=500", "KEY one of"), ("ttft_ms=fast", "not a number"), ("ttft_ms=0", "> 0"),
-                         ("", "empty")):
+    for bad, message in (
+        ("ttft=500", "KEY one of"),
+        ("ttft_ms=fast", "not a number"),
+        ("ttft_ms=0", "> 0"),
+        ("", "empty"),
+    ):
         with pytest.raises(ValueError, match=message):
             parse_slo(bad)
 
@@ -68,8 +74,9 @@ def test_cli(tmp_path):
     app.command("report")(report_command)
     fast = write_sweep(tmp_path / "fast", capacity_rps=6)
     out = tmp_path / "o" / "choice.html"
-    ok = CliRunner().invoke(app, ["select", str(fast), "--slo", "ttft_ms=200,tpot_ms=50",
-                                  "--gpu-cost-per-hour", "2", "-o", str(out)])
+    ok = CliRunner().invoke(
+        app, ["select", str(fast), "--slo", "ttft_ms=200,tpot_ms=50", "--gpu-cost-per-hour", "2", "-o", str(out)]
+    )
     assert ok.exit_code == 0, ok.output
     assert ok.output.startswith("Choose fast") and out.is_file() and out.with_suffix(".md").is_file()
     bad = CliRunner().invoke(app, ["select", str(fast), "--slo", "ttft_ms=200", "--gpu-cost-per-hour", "0"])
@@ -138,6 +145,7 @@ def test_client_bound_note_says_whether_the_capacity_rests_on_those_points(tmp_p
         path.write_text(json.dumps(summary))
         run_json = path.with_name("run.json")  # a 2-core client machine: no core spare for a second process
         run_json.write_text(json.dumps({**json.loads(run_json.read_text()), "host": {"cpu_count": 2}}))
+
     mark(16)  # past the first failing point (8): the capacity does not use it
     (engine,) = select([fast], slo=SLO, gpu_cost_per_hour=1.0).engines
     assert engine.capacity.status == "bracketed" and 4 < engine.capacity.offered_load < 8
@@ -145,23 +153,29 @@ def test_client_bound_note_says_whether_the_capacity_rests_on_those_points(tmp_p
     mark(1)
     (engine,) = select([fast], slo=SLO, gpu_cost_per_hour=1.0).engines
     (note,) = engine.notes
-    assert note.startswith("the client fell behind at rate 1, 16, which the capacity rests on: rerun on a quieter "
-                           "machine, or ")
+    assert note.startswith(
+        "the client fell behind at rate 1, 16, which the capacity rests on: rerun on a quieter machine, or "
+    )
     assert "more client processes cannot help" in note and "--workers" not in note and "--ray" in note
 
 
 def test_without_a_price_the_ranking_follows_goodput_per_accelerator_at_the_runs_slos(tmp_path):
     """Sweeps whose TTFT passes the SLO up to 6, 4 and 2 req/s: ranked by what they sustain within it,
     at the SLOs the runs were made with; a second accelerator halves a candidate's per-accelerator figure."""
-    sweeps = [write_sweep(tmp_path / name, rates=(1, 3, 5, 7, 9), capacity_rps=cap, seed=i)
-              for i, (name, cap) in enumerate((("two", 2), ("six", 6), ("four", 4)))]
+    sweeps = [
+        write_sweep(tmp_path / name, rates=(1, 3, 5, 7, 9), capacity_rps=cap, seed=i)
+        for i, (name, cap) in enumerate((("two", 2), ("six", 6), ("four", 4)))
+    ]
     sel = select(sweeps)
     assert sel.slo == SLO and sel.gpu_cost_per_hour is None
     assert sel.ranking == ["six", "four", "two"]
     by = {e.label: e for e in sel.engines}
     assert by["six"].capacity.offered_load > by["four"].capacity.offered_load > by["two"].capacity.offered_load
     assert all(e.cost_per_million_tokens is None for e in sel.engines)
-    assert sel.recommendation.startswith("Choose six:") and "the output tokens/s within the SLOs of four" in sel.recommendation
+    assert (
+        sel.recommendation.startswith("Choose six:")
+        and "the output tokens/s within the SLOs of four" in sel.recommendation
+    )
     assert "first missed at 7 req/s, on TTFT" in by["six"].why and "at 5 req/s: TTFT p90" in by["six"].why
     assert [row[:2] for row in rows(sel)] == [["1", "six"], ["2", "four"], ["3", "two"]]
     assert not any(c.startswith("Cost assumes") for c in sel.caveats)
@@ -185,16 +199,22 @@ def test_a_candidates_folder_stands_for_its_deployments_each_with_its_accelerato
     out = tmp_path / "shapes"
     write_sweep(out / "two-replicas", rates=(1, 3, 5, 7, 9), capacity_rps=6)
     write_sweep(out / "one-engine", rates=(1, 3, 5, 7, 9), capacity_rps=4, seed=3)
-    write_candidates(out, {}, [
-        {"name": "two-replicas", "dir": "two-replicas", "status": "completed", "accelerators": 2},
-        {"name": "one-engine", "dir": "one-engine", "status": "completed", "accelerators": 1},
-        {"name": "1P1D", "dir": "1P1D", "status": "failed", "reason": "No such option: --disaggregate"}])
+    write_candidates(
+        out,
+        {},
+        [
+            {"name": "two-replicas", "dir": "two-replicas", "status": "completed", "accelerators": 2},
+            {"name": "one-engine", "dir": "one-engine", "status": "completed", "accelerators": 1},
+            {"name": "1P1D", "dir": "1P1D", "status": "failed", "reason": "No such option: --disaggregate"},
+        ],
+    )
     sel = select([out])
     by = {e.label: e for e in sel.engines}
     # two replicas sustain more in all, but less per accelerator than one engine
     assert by["two-replicas"].capacity.output_tokens_per_s > by["one-engine"].capacity.output_tokens_per_s
     assert by["two-replicas"].tokens_per_s_per_accelerator == pytest.approx(
-        by["two-replicas"].capacity.output_tokens_per_s / 2)
+        by["two-replicas"].capacity.output_tokens_per_s / 2
+    )
     assert sel.ranking == ["one-engine", "two-replicas"] and "2 accelerators" in by["two-replicas"].notes
     assert sel.left_out == ["1P1D: failed (No such option: --disaggregate)"]
     assert sel.caveats[0] == "Not compared, as they did not complete: 1P1D: failed (No such option: --disaggregate)."

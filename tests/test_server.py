@@ -1,4 +1,5 @@
 """The OpenAI-compatible server on 127.0.0.1: response shapes, errors, 503, disconnects, metrics."""
+
 import asyncio
 import json
 
@@ -10,7 +11,7 @@ from native_engine.scheduler import SchedulerConfig
 from native_engine.server import start_server
 from native_engine.tiny_gguf import write_tiny_llama_gguf
 
-HOT = 8.0   # the tiny model's logits are very peaked; sample hot to get varied tokens
+HOT = 8.0  # the tiny model's logits are very peaked; sample hot to get varied tokens
 
 
 class Served:
@@ -25,7 +26,7 @@ class Served:
     async def sse(self, path, payload):
         async with self.http.post(self.url + path, json=payload) as resp:
             assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
-            events = [line[len("data: "):] for line in (await resp.text()).split("\n\n") if line]
+            events = [line[len("data: ") :] for line in (await resp.text()).split("\n\n") if line]
         assert events[-1] == "[DONE]"
         return [json.loads(e) for e in events[:-1]]
 
@@ -53,12 +54,28 @@ async def serve(tiny):
 
 async def test_completion_stream_has_vllm_chunk_shapes_and_usage(serve):
     s = await serve()
-    chunks = await s.sse("/v1/completions", {"model": "smollm2", "prompt": "hello", "max_tokens": 5, "stream": True,
-                                             "ignore_eos": True, "stream_options": {"include_usage": True}})
+    chunks = await s.sse(
+        "/v1/completions",
+        {
+            "model": "smollm2",
+            "prompt": "hello",
+            "max_tokens": 5,
+            "stream": True,
+            "ignore_eos": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     body, usage = chunks[:-1], chunks[-1]
     assert all(c["object"] == "text_completion" and c["id"].startswith("cmpl-") for c in chunks)
-    assert set(body[0]["choices"][0]) == {"index", "text", "logprobs", "finish_reason", "stop_reason",
-                                          "prompt_token_ids", "token_ids"}
+    assert set(body[0]["choices"][0]) == {
+        "index",
+        "text",
+        "logprobs",
+        "finish_reason",
+        "stop_reason",
+        "prompt_token_ids",
+        "token_ids",
+    }
     assert [c["choices"][0]["finish_reason"] for c in body] == [None] * (len(body) - 1) + ["length"]
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 5
     prompt_tokens = len(s.engine.tokenizer.encode("hello"))
@@ -67,8 +84,13 @@ async def test_completion_stream_has_vllm_chunk_shapes_and_usage(serve):
 
 async def test_chat_stream_starts_with_role_and_matches_non_stream_text(serve):
     s = await serve()
-    request = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "temperature": HOT, "seed": 1,
-               "ignore_eos": True}
+    request = {
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 8,
+        "temperature": HOT,
+        "seed": 1,
+        "ignore_eos": True,
+    }
     chunks = await s.sse("/v1/chat/completions", {**request, "stream": True})
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
@@ -81,21 +103,24 @@ async def test_chat_stream_starts_with_role_and_matches_non_stream_text(serve):
     assert body["usage"]["completion_tokens"] == 8
 
 
-@pytest.mark.parametrize("payload,param", [
-    ({"max_tokens": 4}, "prompt"),
-    ({"prompt": 12}, "prompt"),
-    ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
-    ({"prompt": "x", "max_tokens": 5000}, "max_tokens"),
-    ({"prompt": "x", "max_tokens": "many"}, "max_tokens"),
-    ({"prompt": "x", "model": "gpt-4"}, "model"),
-    ({"prompt": "x", "temperature": -1}, "temperature"),
-    ({"prompt": "x", "top_p": 2}, "top_p"),
-    ({"prompt": "x", "stream": "yes"}, "stream"),
-    ({"prompt": "x" * 3000}, "prompt"),
-    ({"prompt": ""}, "prompt"),
-    ({"prompt": "x", "seed": -3}, "seed"),
-    ({"prompt": "x", "stop": ["ok", 3]}, "stop"),
-])
+@pytest.mark.parametrize(
+    "payload,param",
+    [
+        ({"max_tokens": 4}, "prompt"),
+        ({"prompt": 12}, "prompt"),
+        ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
+        ({"prompt": "x", "max_tokens": 5000}, "max_tokens"),
+        ({"prompt": "x", "max_tokens": "many"}, "max_tokens"),
+        ({"prompt": "x", "model": "gpt-4"}, "model"),
+        ({"prompt": "x", "temperature": -1}, "temperature"),
+        ({"prompt": "x", "top_p": 2}, "top_p"),
+        ({"prompt": "x", "stream": "yes"}, "stream"),
+        ({"prompt": "x" * 3000}, "prompt"),
+        ({"prompt": ""}, "prompt"),
+        ({"prompt": "x", "seed": -3}, "seed"),
+        ({"prompt": "x", "stop": ["ok", 3]}, "stop"),
+    ],
+)
 async def test_bad_completion_requests_get_400_naming_the_field(serve, payload, param):
     s = await serve(kv_cache_tokens=2048)
     status, body, _ = await s.post("/v1/completions", payload)
@@ -108,8 +133,9 @@ async def test_bad_completion_requests_get_400_naming_the_field(serve, payload, 
 
 async def test_malformed_json_and_bad_messages(serve):
     s = await serve()
-    async with s.http.post(s.url + "/v1/completions", data=b"{not json",
-                           headers={"Content-Type": "application/json"}) as resp:
+    async with s.http.post(
+        s.url + "/v1/completions", data=b"{not json", headers={"Content-Type": "application/json"}
+    ) as resp:
         assert resp.status == 400 and (await resp.json())["error"]["param"] == "body"
     status, body, _ = await s.post("/v1/chat/completions", {"messages": [{"role": "user"}]})
     assert status == 400 and body["error"]["param"] == "messages"
@@ -139,13 +165,15 @@ async def test_client_disconnect_mid_stream_frees_its_blocks(serve):
     bm = s.engine.block_manager
     assert bm.num_free_blocks == bm.num_blocks
     assert await s.metric("native:kv_cache_usage_perc") == 0
-    assert await s.metric("native:generation_tokens_total") < 1800   # aborted, not run to the end
+    assert await s.metric("native:generation_tokens_total") < 1800  # aborted, not run to the end
 
 
 async def test_small_kv_cache_preempts_yet_outputs_match(serve):
     roomy, small = await serve(), await serve(kv_cache_tokens=160)
-    requests = [{"prompt": f"request {i} wants tokens", "max_tokens": 40, "temperature": HOT, "seed": i,
-                 "ignore_eos": True} for i in range(6)]
+    requests = [
+        {"prompt": f"request {i} wants tokens", "max_tokens": 40, "temperature": HOT, "seed": i, "ignore_eos": True}
+        for i in range(6)
+    ]
 
     async def texts(s):
         results = await asyncio.gather(*[s.post("/v1/completions", r) for r in requests])
@@ -163,7 +191,10 @@ async def test_prefix_cache_counters_on_metrics(serve):
     for _ in range(2):
         status, _, _ = await s.post("/v1/completions", {"prompt": prompt, "max_tokens": 2})
         assert status == 200
-    queries, hits = await s.metric("native:prefix_cache_queries_total"), await s.metric("native:prefix_cache_hits_total")
+    queries, hits = (
+        await s.metric("native:prefix_cache_queries_total"),
+        await s.metric("native:prefix_cache_hits_total"),
+    )
     n = len(s.engine.tokenizer.encode(prompt))
     assert queries == 2 * n and hits == 16 * ((n - 1) // 16)
     assert await s.metric("native:prompt_tokens_total") == 2 * n
@@ -196,14 +227,27 @@ async def test_python_m_native_engine_serve_starts_and_answers(tmp_path):
     path = write_tiny_llama_gguf(tmp_path / "tiny.gguf", seed=1)
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "native_engine", "serve", "--model", str(path), "--port", str(port),
-        "--kv-cache-tokens", "1024", "--served-model-name", "tiny", stdout=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "native_engine",
+        "serve",
+        "--model",
+        str(path),
+        "--port",
+        str(port),
+        "--kv-cache-tokens",
+        "1024",
+        "--served-model-name",
+        "tiny",
+        stdout=asyncio.subprocess.PIPE,
+    )
     try:
         line = await asyncio.wait_for(proc.stdout.readline(), timeout=60)
         assert f"http://127.0.0.1:{port}" in line.decode()
         async with aiohttp.ClientSession() as http:
-            async with http.post(f"http://127.0.0.1:{port}/v1/completions",
-                                 json={"model": "tiny", "prompt": "hi", "max_tokens": 3}) as resp:
+            async with http.post(
+                f"http://127.0.0.1:{port}/v1/completions", json={"model": "tiny", "prompt": "hi", "max_tokens": 3}
+            ) as resp:
                 assert resp.status == 200 and (await resp.json())["usage"]["completion_tokens"] == 3
     finally:
         proc.terminate()
@@ -214,8 +258,12 @@ def test_serve_rejects_bad_options_naming_them(tmp_path):
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "native_engine", "serve", "--model", str(tmp_path / "nope.gguf")],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "native_engine", "serve", "--model", str(tmp_path / "nope.gguf")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2 and "nope.gguf" in result.stderr and "model" in result.stderr
 
 
@@ -225,8 +273,12 @@ async def test_real_smollm2_answers_through_the_server():
     runner, port = await start_server(engine, "127.0.0.1", 0)
     try:
         async with aiohttp.ClientSession() as http:
-            request = {"model": "smollm2", "messages": [{"role": "user", "content": "What is the capital of France?"}],
-                       "max_tokens": 12, "temperature": 0}
+            request = {
+                "model": "smollm2",
+                "messages": [{"role": "user", "content": "What is the capital of France?"}],
+                "max_tokens": 12,
+                "temperature": 0,
+            }
             async with http.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=request) as resp:
                 body = await resp.json()
         assert resp.status == 200 and "Paris" in body["choices"][0]["message"]["content"]
@@ -242,11 +294,22 @@ async def test_metrics_page_has_vllm_names_under_native_prefix(serve):
         assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/plain")
         text = await resp.text()
     names = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
-    for name in ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "prefix_cache_queries_total",
-                 "prefix_cache_hits_total", "num_preemptions_total", "prompt_tokens_total", "generation_tokens_total",
-                 "time_to_first_token_seconds_bucket", "inter_token_latency_seconds_count",
-                 "e2e_request_latency_seconds_sum", "request_queue_time_seconds_count",
-                 "weight_bytes_read_total", "kv_bytes_read_total"):
+    for name in (
+        "num_requests_running",
+        "num_requests_waiting",
+        "kv_cache_usage_perc",
+        "prefix_cache_queries_total",
+        "prefix_cache_hits_total",
+        "num_preemptions_total",
+        "prompt_tokens_total",
+        "generation_tokens_total",
+        "time_to_first_token_seconds_bucket",
+        "inter_token_latency_seconds_count",
+        "e2e_request_latency_seconds_sum",
+        "request_queue_time_seconds_count",
+        "weight_bytes_read_total",
+        "kv_bytes_read_total",
+    ):
         assert f"native:{name}" in names, name
     assert 'model_name="smollm2"' in text
     assert await s.metric("native:weight_bytes_read_total") >= 3 * s.engine.runner.weight_bytes * 0.9
@@ -255,17 +318,21 @@ async def test_metrics_page_has_vllm_names_under_native_prefix(serve):
 
 
 @pytest.mark.parametrize("chat", [False, True])
-@pytest.mark.parametrize("model", ["smollm2", "odd \x00text\x00 \"name\""])
+@pytest.mark.parametrize("model", ["smollm2", 'odd \x00text\x00 "name"'])
 def test_token_events_are_the_bytes_of_the_whole_chunk(chat, model):
     """A token's event is built from a per-request template; it must equal sse() of the chunk dict for any
     text (quotes, escapes, non-ASCII, a marker-like string), and a head that holds the marker falls back."""
     from native_engine.llm_engine import RequestOutput
     from native_engine.server import TokenEvents, sse, stream_choice
 
-    head = {"id": "cmpl-1", "object": "chat.completion.chunk" if chat else "text_completion", "created": 7,
-            "model": model}
+    head = {
+        "id": "cmpl-1",
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": 7,
+        "model": model,
+    }
     events = TokenEvents(head, chat)
-    for text in ["hi", " \"quoted\" \\ back", "line\nbreak\ttab", "é漢字 🙂", "\x00text\x00", "\u2028"]:
+    for text in ["hi", ' "quoted" \\ back', "line\nbreak\ttab", "é漢字 🙂", "\x00text\x00", "\u2028"]:
         out = RequestOutput("cmpl-1", [5], text, False, None, None, 3, 1, 0)
         assert events.token_event(out) == sse({**head, "choices": [stream_choice(chat, text, out)]})
     done = RequestOutput("cmpl-1", [5], "end", True, "stop", "</s>", 3, 2, 0)

@@ -1,4 +1,5 @@
 """Prometheus pages of each engine mapped to one schema; the scraper thread on the run's clock."""
+
 import csv
 import threading
 import time
@@ -43,16 +44,20 @@ def test_llama_server_and_native_names():
     # llama.cpp's prompt_tokens_total excludes the cached ones: 140 cached of 125 + 140; no KV usage gauge any more
     assert s["bench:prefix_cache_hit_rate"] == pytest.approx(140 / 265) and "bench:kv_usage_fraction" not in s
     assert s["bench:running"] == 0 and s["bench:waiting"] == 0
-    native = ('native:num_requests_running{model_name="m"} 2\n'
-              'native:weight_bytes_read_total{model_name="m"} 100\nnative:kv_bytes_read_total{model_name="m"} 5\n'
-              'native:prefix_cache_hits_total{model_name="m"} 3\nnative:prefix_cache_queries_total{model_name="m"} 4\n')
+    native = (
+        'native:num_requests_running{model_name="m"} 2\n'
+        'native:weight_bytes_read_total{model_name="m"} 100\nnative:kv_bytes_read_total{model_name="m"} 5\n'
+        'native:prefix_cache_hits_total{model_name="m"} 3\nnative:prefix_cache_queries_total{model_name="m"} 4\n'
+    )
     s = schema(native)
     assert s["bench:running"] == 2 and s["bench:read_bytes"] == 105 and s["bench:prefix_cache_hit_rate"] == 0.75
 
 
 def test_fractions_average_and_counts_sum_over_label_sets():
-    page = ('vllm:kv_cache_usage_perc{engine="0"} 0.2\nvllm:kv_cache_usage_perc{engine="1"} 0.4\n'
-            'vllm:num_requests_running{engine="0"} 3\nvllm:num_requests_running{engine="1"} 4\n')
+    page = (
+        'vllm:kv_cache_usage_perc{engine="0"} 0.2\nvllm:kv_cache_usage_perc{engine="1"} 0.4\n'
+        'vllm:num_requests_running{engine="0"} 3\nvllm:num_requests_running{engine="1"} 4\n'
+    )
     s = schema(page)
     assert s["bench:kv_usage_fraction"] == pytest.approx(0.3) and s["bench:running"] == 7
 
@@ -113,8 +118,9 @@ def test_scraper_gives_up_on_404_and_says_why(page_server, tmp_path):
 def test_named_replica_pages_are_scraped_even_where_the_router_has_no_page(page_server, tmp_path):
     """backend.replica_metrics: a router without /metrics (404) still leaves each replica's rows, labelled."""
     pages = [("a", page_server + "/metrics"), ("b", page_server + "/metrics")]
-    scraper = ServerMetricsScraper(page_server + "/nope", time.perf_counter_ns(), tmp_path / "sm.csv", 0.05,
-                                   replica_pages=pages)
+    scraper = ServerMetricsScraper(
+        page_server + "/nope", time.perf_counter_ns(), tmp_path / "sm.csv", 0.05, replica_pages=pages
+    )
     scraper.begin()
     time.sleep(0.3)
     status = scraper.stop()
@@ -122,7 +128,7 @@ def test_named_replica_pages_are_scraped_even_where_the_router_has_no_page(page_
         rows = [r for r in csv.DictReader(f) if r["name"] == "bench:running"]
     assert status["sampled"] and status["replicas"] == 2 and "404" in status["last_error"]
     assert {r["labels"] for r in rows} == {'replica="a"', 'replica="b"'}
-    assert len(rows) >= 4 and scraper.scrapes == 1   # the router's page was asked once, then left alone
+    assert len(rows) >= 4 and scraper.scrapes == 1  # the router's page was asked once, then left alone
     only_replicas = ServerMetricsScraper(None, time.perf_counter_ns(), tmp_path / "r.csv", 0.05, replica_pages=pages)
     only_replicas.begin()
     time.sleep(0.15)
@@ -134,6 +140,7 @@ def test_named_replica_pages_are_scraped_even_where_the_router_has_no_page(page_
 
 class _TwoPages(BaseHTTPRequestHandler):
     """SGLang's page at the start of the window for the first scrape, the page at its end for every later one."""
+
     pages: tuple[bytes, bytes] = (b"", b"")
     served = 0
 
@@ -155,8 +162,12 @@ def scrape_sglang_window(tmp_path) -> Path:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _TwoPages)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        scraper = ServerMetricsScraper(f"http://127.0.0.1:{server.server_address[1]}/metrics",
-                                       time.perf_counter_ns(), tmp_path / "server_metrics.csv", interval_s=0.05)
+        scraper = ServerMetricsScraper(
+            f"http://127.0.0.1:{server.server_address[1]}/metrics",
+            time.perf_counter_ns(),
+            tmp_path / "server_metrics.csv",
+            interval_s=0.05,
+        )
         scraper.begin()
         while scraper.scrapes < 3:
             time.sleep(0.02)
@@ -172,7 +183,7 @@ def test_sglang_window_hit_rate_is_the_counters_delta_not_the_last_batch_gauge(t
     start_s, end_s = series["bench:running"][0][0], series["bench:running"][-1][0]
     with open(csv_path) as f:
         gauge = [float(r["value"]) for r in csv.DictReader(f) if r["name"] == "sglang:cache_hit_rate"]
-    assert gauge[0] == 0.1 and gauge[-1] == 0.9   # SGLang's own figure: the last prefill batch only
+    assert gauge[0] == 0.1 and gauge[-1] == 0.9  # SGLang's own figure: the last prefill batch only
     # cached (device + host) over prompt tokens: (560 + 40 - 200) / (1800 - 1000) over the window ...
     window = window_hit_rate(series, start_s, end_s)
     assert window["hit_rate"] == pytest.approx(0.5) and window["queried_tokens"] == 800
@@ -186,23 +197,30 @@ def test_sglang_prefill_phase_from_per_stage_latency_and_waiting_with_the_gramma
     start_s, end_s = series["bench:running"][0][0], series["bench:running"][-1][0]
     # prefill_forward: 10 more requests, 3.0 s more (decode_loop's 600 steps and request_process are not phases)
     assert histogram_means(csv_path, start_s, end_s) == pytest.approx({"queue": 150.0, "prefill": 300.0})
-    assert series["bench:waiting"][-1][1] == 5   # 2 in the waiting queue + 3 compiling their grammar
+    assert series["bench:waiting"][-1][1] == 5  # 2 in the waiting queue + 3 compiling their grammar
 
 
 def test_sglang_waiting_counts_the_disaggregation_queues_but_not_inflight_transfers():
     labels = '{engine_type="prefill",model_name="m",tp_rank="0"}'
-    queues = {"num_queue_reqs": 1, "num_grammar_queue_reqs": 2, "num_prefill_prealloc_queue_reqs": 3,
-              "num_prefill_inflight_queue_reqs": 4, "num_decode_prealloc_queue_reqs": 5,
-              "num_decode_transfer_queue_reqs": 6}
+    queues = {
+        "num_queue_reqs": 1,
+        "num_grammar_queue_reqs": 2,
+        "num_prefill_prealloc_queue_reqs": 3,
+        "num_prefill_inflight_queue_reqs": 4,
+        "num_decode_prealloc_queue_reqs": 5,
+        "num_decode_transfer_queue_reqs": 6,
+    }
     s = schema("".join(f"sglang:{name}{labels} {n}\n" for name, n in queues.items()))
     assert s["bench:waiting"] == 1 + 2 + 3 + 5 + 6
 
 
 def test_per_gpu_counters_are_averaged_here_as_in_engine_bytes():
     """Two data-parallel vLLM engines: per-GPU estimates stay per GPU (the mean) in both modules."""
-    page = "".join(f'vllm:estimated_{what}_per_gpu_total{{engine="{e}",model_name="m"}} {v}\n'
-                   for what, values in (("read_bytes", (1e11, 3e11)), ("write_bytes", (1e9, 3e9)),
-                                        ("flops", (4e12, 6e12))) for e, v in enumerate(values))
+    page = "".join(
+        f'vllm:estimated_{what}_per_gpu_total{{engine="{e}",model_name="m"}} {v}\n'
+        for what, values in (("read_bytes", (1e11, 3e11)), ("write_bytes", (1e9, 3e9)), ("flops", (4e12, 6e12)))
+        for e, v in enumerate(values)
+    )
     s = schema(page)
     assert (s["bench:read_bytes"], s["bench:write_bytes"], s["bench:flops"]) == (2e11, 2e9, 5e12)
     polled = engine_counters(page, {"vllm:estimated_read_bytes_per_gpu_total"})
@@ -213,8 +231,15 @@ def test_the_run_summary_takes_the_window_rate(tmp_path):
     """explain() (summary.json's prefix_cache) over requests that span the two scrapes."""
     csv_path = scrape_sglang_window(tmp_path)
     times = [t for t, _ in read_schema(csv_path)["bench:running"]]
-    done = RequestRecord(index=0, intended_send_s=times[0], actual_send_s=times[0], token_times_s=[times[-1]],
-                         tokens_per_chunk=[1], end_s=times[-1], output_tokens=1)
+    done = RequestRecord(
+        index=0,
+        intended_send_s=times[0],
+        actual_send_s=times[0],
+        token_times_s=[times[-1]],
+        tokens_per_chunk=[1],
+        end_s=times[-1],
+        output_tokens=1,
+    )
     summary = explain({}, [done], tmp_path, [], {"backend": {"kind": "sglang"}, "workload": {}})
     assert summary["prefix_cache"]["hit_rate"] == pytest.approx(0.5)
 
@@ -224,8 +249,10 @@ def test_the_console_prints_the_window_rate(tmp_path, monkeypatch):
 
     import harness.cli
     from harness.metrics import summarize
-    done = RequestRecord(index=0, intended_send_s=0.0, token_times_s=[0.1], tokens_per_chunk=[1], end_s=0.1,
-                         output_tokens=1)
+
+    done = RequestRecord(
+        index=0, intended_send_s=0.0, token_times_s=[0.1], tokens_per_chunk=[1], end_s=0.1, output_tokens=1
+    )
     summary = {**summarize([done]), "prefix_cache": {"hit_rate": 0.5, "hit_tokens": 400.0, "queried_tokens": 800.0}}
     monkeypatch.setattr(harness.cli, "console", Console(record=True, width=200))
     harness.cli.print_summary(summary, tmp_path)

@@ -1,10 +1,11 @@
 """`bench make-trace`: a Mooncake trace of multi-turn sessions, each turn extending the last one's blocks."""
+
 import json
 from pathlib import Path
 
 import pytest
-
 from bench_process import bench
+
 from harness.scenario import Scenario
 from harness.session_trace import SessionTraceConfig, session_trace_rows, write_session_trace
 from harness.tokenizer_source import LocalTokenizer
@@ -29,7 +30,7 @@ def test_each_turn_resends_the_conversation_and_adds_whole_blocks():
     assert sorted(sessions) == list(range(6))
     for turns in sessions.values():
         assert [t["turn"] for t in turns] == list(range(5))
-        assert turns[0]["hash_ids"][:3] == [0, 1, 2]   # the shared system prompt
+        assert turns[0]["hash_ids"][:3] == [0, 1, 2]  # the shared system prompt
         for before, after in zip(turns, turns[1:]):
             n = len(before["hash_ids"])
             assert after["hash_ids"][:n] == before["hash_ids"]
@@ -71,10 +72,15 @@ def test_the_committed_trace_is_what_make_trace_writes_and_replays_prefix_exactl
     assert out.read_bytes() == committed.read_bytes()
     rows = load_trace(committed)
     assert [r.hash_ids for r in rows] == [tuple(json.loads(line)["hash_ids"]) for line in out.read_text().splitlines()]
-    scenario = Scenario.model_validate({
-        "name": "t", "backend": {"kind": "openai", "url": "http://127.0.0.1:9"}, "workload": {"kind": "random"},
-        "seed": 0, "load": {"arrival": "trace", "trace": str(committed), "trace_block_size": 16,
-                            "warmup_requests": 0}})
+    scenario = Scenario.model_validate(
+        {
+            "name": "t",
+            "backend": {"kind": "openai", "url": "http://127.0.0.1:9"},
+            "workload": {"kind": "random"},
+            "seed": 0,
+            "load": {"arrival": "trace", "trace": str(committed), "trace_block_size": 16, "warmup_requests": 0},
+        }
+    )
     plan = build_plan(scenario, LocalTokenizer("smollm2"))
     assert [r.prompt_tokens for r in plan.requests] == [r.input_tokens for r in rows]
     # turn k-1's prompt is the start of turn k's: the engine can serve it from its prefix cache
@@ -87,11 +93,14 @@ def test_the_committed_trace_is_what_make_trace_writes_and_replays_prefix_exactl
 
 
 @pytest.mark.faults
-@pytest.mark.parametrize("args, message", [
-    (["--user-blocks", "5", "2"], "--user-blocks: 5..2 is not valid"),
-    (["--sessions", "0"], "--sessions: must be at least 1"),
-    (["--turns", "100", "--user-blocks", "5000", "6000"], "more than the limit"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--user-blocks", "5", "2"], "--user-blocks: 5..2 is not valid"),
+        (["--sessions", "0"], "--sessions: must be at least 1"),
+        (["--turns", "100", "--user-blocks", "5000", "6000"], "more than the limit"),
+    ],
+)
 def test_bad_options_name_the_option(tmp_path, args, message):
     done = bench("make-trace", tmp_path / "t.jsonl", *args)
     assert done.returncode == 2 and message in " ".join(done.stderr.split()), done.stderr

@@ -1,40 +1,50 @@
 """Kernel receive stamps (harness/stamped_http.py): present, never later than the loop's, right when the loop
 is late; the fallback is chosen and said; the closed loop sends before its bookkeeping; bad HTTP fails one
 request with its reason. Loopback servers only; timing asserted as relations, never absolute times."""
+
 import asyncio
-import json
 import importlib.util
+import json
 import statistics
 import time
 from pathlib import Path
 
 import pytest
+from groundtruth_server import (
+    GroundTruthConfig,
+    GroundTruthProcess,
+    GroundTruthServer,
+    errors_against_truth,
+    fetch_stats,
+    gt_request,
+)
 
-from groundtruth_server import (GroundTruthConfig, GroundTruthProcess, GroundTruthServer, errors_against_truth,
-                                fetch_stats, gt_request)
 from harness import stamped_http
 from harness.results import ResultWriter, read_records
 from harness.runner import Runner, Target, turn_messages
 from harness.scenario import ScenarioError, load_scenario
 
-pytestmark = pytest.mark.skipif(stamped_http.kernel_stamps_unavailable("http://x") is not None,
-                                reason="no kernel receive stamps on this system")
+pytestmark = pytest.mark.skipif(
+    stamped_http.kernel_stamps_unavailable("http://x") is not None, reason="no kernel receive stamps on this system"
+)
 
 
 async def _run_in_process(requests, concurrency=None, on_record=None, **target):
     server = GroundTruthServer(GroundTruthConfig(ttft_ms=5, itl_ms=2))
     port = await server.start()
     try:
-        return await Runner(Target(f"http://127.0.0.1:{port}", **target), requests, concurrency,
-                            on_record=on_record).run()
+        return await Runner(
+            Target(f"http://127.0.0.1:{port}", **target), requests, concurrency, on_record=on_record
+        ).run()
     finally:
         await server.stop_listening()
 
 
 async def test_each_chunk_has_a_kernel_stamp_no_later_than_the_loops_and_requests_jsonl_keeps_both(tmp_path):
     writer = ResultWriter(tmp_path)
-    out = await _run_in_process([gt_request(i, 0.003 * i, 12) for i in range(6)], on_record=writer.append,
-                                stamps="kernel")
+    out = await _run_in_process(
+        [gt_request(i, 0.003 * i, 12) for i in range(6)], on_record=writer.append, stamps="kernel"
+    )
     writer.close()
     on_disk = read_records(tmp_path)
     assert len(on_disk) == 6
@@ -45,18 +55,21 @@ async def test_each_chunk_has_a_kernel_stamp_no_later_than_the_loops_and_request
         assert rec.token_times_s == sorted(rec.token_times_s)
         assert rec.actual_send_s <= rec.request_written_s < rec.token_times_s[0]
     assert [r.to_json() for r in sorted(out.records, key=lambda r: r.index)] == [
-        r.to_json() for r in sorted(on_disk, key=lambda r: r.index)]
+        r.to_json() for r in sorted(on_disk, key=lambda r: r.index)
+    ]
 
 
 def test_a_blocked_loop_moves_the_loop_stamps_not_the_kernel_stamps():
     """The loop is blocked 12 ms every 31 ms while tokens come every 20 ms: shorter than a token gap, so the
     kernel's stamp of each chunk survives (a longer block merges two chunks into one stamp, see the module)."""
+
     async def blocking_load(url):
         loop = asyncio.get_running_loop()
 
         def block():
             time.sleep(0.012)
             loop.call_later(0.031, block)
+
         loop.call_later(0.031, block)
         return await Runner(Target(url, stamps="kernel"), [gt_request(i, 0.013 * i, 24) for i in range(4)]).run()
 
@@ -81,7 +94,9 @@ async def test_without_kernel_stamps_auto_falls_back_to_the_loop_and_says_why(mo
     out = await _run_in_process([gt_request(i, 0.0, 4) for i in range(3)], stamps="auto")
     assert all(r.ok and r.stamp_source == "loop" and not r.token_loop_times_s for r in out.records)
     assert stamped_http.choose_stamps("auto", "http://127.0.0.1:1") == (
-        "loop", "linux has no SO_TIMESTAMPNS receive timestamps")
+        "loop",
+        "linux has no SO_TIMESTAMPNS receive timestamps",
+    )
     with pytest.raises(ValueError, match="backend.stamps: kernel is not available here"):
         Runner(Target("http://127.0.0.1:1", stamps="kernel"), [])
 
@@ -104,10 +119,13 @@ async def test_a_socket_that_refuses_the_option_is_stamped_by_the_loop(monkeypat
 @pytest.mark.parametrize("stamps", ["kernel", "loop"])
 async def test_closed_loop_sends_the_next_request_before_the_previous_ones_bookkeeping(stamps):
     """A record writer that takes 40 ms: the next request's send -> written stays as short as the first's."""
+
     def slow_writer(rec):
         time.sleep(0.04)
-    out = await _run_in_process([gt_request(i, None, 4) for i in range(5)], concurrency=1, on_record=slow_writer,
-                                stamps=stamps)
+
+    out = await _run_in_process(
+        [gt_request(i, None, 4) for i in range(5)], concurrency=1, on_record=slow_writer, stamps=stamps
+    )
     recs = sorted(out.records, key=lambda r: r.intended_send_s)
     assert all(r.ok for r in recs)
     send_to_written = [r.request_written_s - r.actual_send_s for r in recs]
@@ -119,8 +137,10 @@ async def test_closed_loop_sends_the_next_request_before_the_previous_ones_bookk
 EVENT = b'data: {"choices":[{"text":"a"}]}\n\n'
 BAD_RESPONSES = {
     "bad_chunk_size": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\ndata: {}\r\n", "malformed_http"),
-    "early_close": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(EVENT), EVENT),
-                    "stream_cut"),
+    "early_close": (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(EVENT), EVENT),
+        "stream_cut",
+    ),
     "short_body": (b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\ndata: [DONE]\n\n", "stream_cut"),
     "not_http": (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", "malformed_http"),
 }
@@ -135,6 +155,7 @@ async def test_a_malformed_response_fails_its_request_with_the_reason(case):
         writer.write(answer)
         await writer.drain()
         writer.close()
+
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     async with server:
@@ -160,22 +181,32 @@ def test_the_probe_sees_one_stamp_per_read_and_merged_segments():
 
 async def _capturing_server(seen: list[bytes]):
     """Keeps every request's raw bytes; answers each with a one-token chat stream ("hi")."""
-    events = (b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n'
-              b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],'
-              b'"usage":{"prompt_tokens":1,"completion_tokens":1}}\n\ndata: [DONE]\n\n')
+    events = (
+        b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],'
+        b'"usage":{"prompt_tokens":1,"completion_tokens":1}}\n\ndata: [DONE]\n\n'
+    )
     answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s" % (
-        len(events), events)
+        len(events),
+        events,
+    )
 
     async def serve(reader, writer):
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
-                                  if line.lower().startswith(b"content-length")))
+                length = int(
+                    next(
+                        line.split(b":")[1]
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length")
+                    )
+                )
                 seen.append(head + await reader.readexactly(length))
                 writer.write(answer)
         except asyncio.IncompleteReadError:  # the client closed its connection
             writer.close()
+
     return await asyncio.start_server(serve, "127.0.0.1", 0)
 
 
@@ -223,11 +254,15 @@ async def test_the_ground_truth_server_keeps_the_kernels_arrival_apart_from_its_
     """A request that waits in the socket while the server's loop is blocked for 20 ms keeps its arrival time (the
     kernel's stamp), read 20 ms later; one read at once by an idle server has the two close together."""
     import socket
+
     server = GroundTruthServer(GroundTruthConfig(ttft_ms=1, itl_ms=1))
     port = await server.start()
     block_ns = 20_000_000
     try:
-        with socket.create_connection(("127.0.0.1", port)) as idle, socket.create_connection(("127.0.0.1", port)) as busy:
+        with (
+            socket.create_connection(("127.0.0.1", port)) as idle,
+            socket.create_connection(("127.0.0.1", port)) as busy,
+        ):
             idle.sendall(_gt_post(1))
             quiet = await _until_recorded(server, "1")
             sent_ns = time.perf_counter_ns()
@@ -251,6 +286,7 @@ async def _open_client(port: int, connections: int) -> stamped_http.StampedClien
 
 async def test_a_wave_writes_every_request_in_order_and_a_send_that_fails_fails_only_its_own():
     import socket
+
     server = GroundTruthServer(GroundTruthConfig(ttft_ms=1, itl_ms=1))
     port = await server.start()
     client = await _open_client(port, 4)
@@ -264,8 +300,9 @@ async def test_a_wave_writes_every_request_in_order_and_a_send_that_fails_fails_
         assert len({id(e.conn) for e in sent}) == 4
         for a, b in zip(sent, sent[1:]):  # each its own times, one after the other
             assert a.start_ns <= a.out.written_ns <= b.start_ns <= b.out.written_ns
-        answers = await asyncio.gather(*(client.post(r, sent=e) for r, e in zip(requests, wave)),
-                                       return_exceptions=True)
+        answers = await asyncio.gather(
+            *(client.post(r, sent=e) for r, e in zip(requests, wave)), return_exceptions=True
+        )
     finally:
         client.close()
         await server.stop_listening()
@@ -288,6 +325,7 @@ async def test_then_runs_in_the_read_that_ends_the_answer_with_its_connection_id
     def then(answer):  # what a closed loop does: the next request, at once, on the freed connection
         events.append("then")
         chained.extend(client.send_wave([second]))
+
     try:
         conn = client._idle[0]
         answer = await client.post(first, then=then)
@@ -303,17 +341,20 @@ async def test_then_runs_in_the_read_that_ends_the_answer_with_its_connection_id
 
 
 async def test_a_closed_loops_requests_are_each_recorded_with_their_own_times_and_a_broken_connection_costs_one(
-        monkeypatch):
+    monkeypatch,
+):
     """Eight streams, 24 requests: the first wave all due at t0, each with its own send and written times; every
     later request due when its stream's previous one ended. One connection broken at t0 fails its request
     alone, with its reason."""
     import socket
+
     send_wave = stamped_http.StampedClient.send_wave
 
     def break_one_first(self, requests):
         if len(requests) > 1:  # the first wave, not a stream's next request
             self._idle[-3].sock.shutdown(socket.SHUT_WR)  # the wave's third send fails (EPIPE)
         return send_wave(self, requests)
+
     monkeypatch.setattr(stamped_http.StampedClient, "send_wave", break_one_first)
     out = await _run_in_process([gt_request(i, None, 4) for i in range(24)], concurrency=8, stamps="kernel")
     assert len(out.records) == 24

@@ -4,6 +4,7 @@ The server replays vLLM's recorded completions stream (tests/fixtures/engines/vl
 final usage) on 127.0.0.1, broken as the prompt asks: cut after some tokens, stalled after the first, a usage count
 that is not a count, `choices` that are not objects. Both client paths (kernel stamps, the event loop's) are run.
 """
+
 import asyncio
 import json
 import math
@@ -17,8 +18,11 @@ from harness.runner import Runner, Target
 from harness.workload import RequestSpec
 
 pytestmark = pytest.mark.faults
-EVENTS = [e + b"\n\n" for e in (Path(__file__).parent / "fixtures" / "engines" / "vllm_completions.sse")
-          .read_bytes().split(b"\n\n") if e.strip()]
+EVENTS = [
+    e + b"\n\n"
+    for e in (Path(__file__).parent / "fixtures" / "engines" / "vllm_completions.sse").read_bytes().split(b"\n\n")
+    if e.strip()
+]
 TOKEN_EVENTS = [e for e in EVENTS if b'"text":"' in e and b'"choices":[]' not in e]
 PLANNED_PROMPT_TOKENS = 7
 
@@ -31,11 +35,16 @@ def broken(fault: str) -> list[bytes]:
     elif fault == "completion_tokens_NaN":
         events[-2] = events[-2].replace(b'"completion_tokens":16', b'"completion_tokens":NaN')
     elif fault == "running_usage_1e12":  # vLLM's continuous_usage_stats: each token chunk carries the count so far
-        events = [e.replace(b"]}\n\n", b'],"usage":{"prompt_tokens":5,"completion_tokens":%d}}\n\n'
-                            % (n + 1 if n != 1 else 1_000_000_000_006)) for n, e in enumerate(TOKEN_EVENTS)]
-        events += EVENTS[len(TOKEN_EVENTS):]
+        events = [
+            e.replace(
+                b"]}\n\n",
+                b'],"usage":{"prompt_tokens":5,"completion_tokens":%d}}\n\n' % (n + 1 if n != 1 else 1_000_000_000_006),
+            )
+            for n, e in enumerate(TOKEN_EVENTS)
+        ]
+        events += EVENTS[len(TOKEN_EVENTS) :]
     elif fault == "choices_1":
-        events[1] = events[1][:events[1].index(b'"choices":[')] + b'"choices":[1]}\n\n'
+        events[1] = events[1][: events[1].index(b'"choices":[')] + b'"choices":[1]}\n\n'
     return events
 
 
@@ -45,7 +54,7 @@ async def serve(request: web.Request) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
     if fault.startswith(("cut_after_", "stall_after_")):
-        for event in EVENTS[:int(fault.rsplit("_", 1)[1])]:
+        for event in EVENTS[: int(fault.rsplit("_", 1)[1])]:
             await resp.write(event)
         if fault.startswith("stall"):
             await asyncio.sleep(3600)
@@ -70,8 +79,14 @@ async def url():
 
 
 async def record_of(url: str, fault: str, stamps: str, **target):
-    spec = RequestSpec(index=0, intended_offset_s=0.0, prompt=fault, messages=None, prompt_tokens=PLANNED_PROMPT_TOKENS,
-                       output_tokens=16)
+    spec = RequestSpec(
+        index=0,
+        intended_offset_s=0.0,
+        prompt=fault,
+        messages=None,
+        prompt_tokens=PLANNED_PROMPT_TOKENS,
+        output_tokens=16,
+    )
     outcome = await Runner(Target(url, model="smollm2", stamps=stamps, **target), [spec]).run()
     (rec,) = outcome.records
     strict = json.loads(rec.to_json(), parse_constant=lambda name: pytest.fail(f"{name} in the record"))
@@ -79,8 +94,7 @@ async def record_of(url: str, fault: str, stamps: str, **target):
 
 
 @pytest.mark.parametrize("stamps", ["kernel", "loop"])
-@pytest.mark.parametrize("fault, reason, tokens", [("cut_after_5", "stream_cut", 5),
-                                                   ("stall_after_1", "timeout", 1)])
+@pytest.mark.parametrize("fault, reason, tokens", [("cut_after_5", "stream_cut", 5), ("stall_after_1", "timeout", 1)])
 async def test_a_failed_stream_keeps_the_tokens_and_times_that_arrived(url, stamps, fault, reason, tokens):
     rec, _ = await record_of(url, fault, stamps, request_timeout_s=1.0)
     assert rec.error_reason == reason and rec.partial
@@ -93,11 +107,14 @@ async def test_a_failed_stream_keeps_the_tokens_and_times_that_arrived(url, stam
 
 
 @pytest.mark.parametrize("stamps", ["kernel", "loop"])
-@pytest.mark.parametrize("fault, said", [
-    ("prompt_tokens_-1", "usage.prompt_tokens: -1 from the server is not valid"),
-    ("completion_tokens_NaN", "usage.completion_tokens: nan from the server is not valid"),
-    ("running_usage_1e12", "tokens counted from running usage: 1000000000005 from the server is not valid"),
-])
+@pytest.mark.parametrize(
+    "fault, said",
+    [
+        ("prompt_tokens_-1", "usage.prompt_tokens: -1 from the server is not valid"),
+        ("completion_tokens_NaN", "usage.completion_tokens: nan from the server is not valid"),
+        ("running_usage_1e12", "tokens counted from running usage: 1000000000005 from the server is not valid"),
+    ],
+)
 async def test_a_servers_count_that_is_not_one_is_null_and_the_local_count_stays(url, stamps, fault, said):
     rec, strict = await record_of(url, fault, stamps)
     assert rec.error_reason == "bad_usage" and rec.error_detail.startswith(said), rec.error_detail

@@ -1,16 +1,16 @@
 """`bench run` with load.sweep: one engine for every point, a run folder per point, sweep.json, Ctrl-C."""
+
 import json
 import sys
 from pathlib import Path
 
 import pytest
-
 from bench_process import bench, bench_started, interrupt_once_written
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess
+
 from harness.launcher import BackendUnreachable, probe
-from harness.results import read_records
+from harness.results import POINT_DIR, point_dir_name, read_records
 from harness.scenario import ScenarioError, load_scenario
-from harness.results import POINT_DIR, point_dir_name
 
 GT_SERVER = Path(__file__).parent / "groundtruth_server.py"
 WORKLOAD = "workload: {kind: random, input_tokens: 16, output_tokens: 8}\n"
@@ -19,12 +19,14 @@ WORKLOAD = "workload: {kind: random, input_tokens: 16, output_tokens: 8}\n"
 def test_sweep_runs_every_point_against_one_launched_engine(tmp_path):
     # One request in flight at a time and ~45 ms per request (TTFT 10 ms + 7 gaps of 5 ms): 4 and 8 req/s
     # keep up, 200 req/s queues behind the cap, so TTFT (from the intended send) passes the SLO there.
-    launch = (f"{{command: '{sys.executable} {GT_SERVER} --port {{port}} --ttft-ms 10 --itl-ms 5', "
-              "ready_timeout_s: 30}")
+    launch = f"{{command: '{sys.executable} {GT_SERVER} --port {{port}} --ttft-ms 10 --itl-ms 5', ready_timeout_s: 30}}"
     scenario = tmp_path / "s.yaml"
-    scenario.write_text(f"name: sweep\nbackend: {{kind: openai, model: gt, launch: {launch}}}\n" + WORKLOAD +
-                        "load: {arrival: constant, num_requests: 12, warmup_requests: 1, concurrency: 1}\n"
-                        "slo: {ttft_ms: 300}\n")
+    scenario.write_text(
+        f"name: sweep\nbackend: {{kind: openai, model: gt, launch: {launch}}}\n"
+        + WORKLOAD
+        + "load: {arrival: constant, num_requests: 12, warmup_requests: 1, concurrency: 1}\n"
+        "slo: {ttft_ms: 300}\n"
+    )
     out = tmp_path / "out"
     res = bench("run", scenario, "--output", out, "--set", "load.sweep=[4, 8, 200]", "--allow-client-bound")
     assert res.returncode == 0, res.stderr
@@ -57,9 +59,12 @@ def test_sweep_runs_every_point_against_one_launched_engine(tmp_path):
 def test_ctrl_c_mid_sweep_keeps_finished_points_and_marks_the_cut_one(tmp_path):
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=10, itl_ms=2)) as gt:
         scenario = tmp_path / "s.yaml"
-        scenario.write_text(f"name: cut\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n" + WORKLOAD +
-                            "load: {arrival: constant, num_requests: 40, sweep: [10, 20, 40]}\n"
-                            "slo: {ttft_ms: 500}\n")
+        scenario.write_text(
+            f"name: cut\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
+            + WORKLOAD
+            + "load: {arrival: constant, num_requests: 40, sweep: [10, 20, 40]}\n"
+            "slo: {ttft_ms: 500}\n"
+        )
         out = tmp_path / "out"
         proc = bench_started("run", scenario, "--output", out, "--allow-client-bound")
         # Ctrl-C once the second point is under way
@@ -85,13 +90,16 @@ def _scenario(tmp_path, load: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("sweep, message", [
-    ("[]", "give at least one load"),
-    ("[2, 1]", "increasing order"),
-    ("[1, 1]", "increasing order"),
-    ("[0, 1]", "must be > 0"),
-    ("4", "must be a list of loads"),
-])
+@pytest.mark.parametrize(
+    "sweep, message",
+    [
+        ("[]", "give at least one load"),
+        ("[2, 1]", "increasing order"),
+        ("[1, 1]", "increasing order"),
+        ("[0, 1]", "must be > 0"),
+        ("4", "must be a list of loads"),
+    ],
+)
 def test_bad_sweep_names_the_field_and_the_fix(tmp_path, sweep, message):
     with pytest.raises(ScenarioError, match=f"^load.sweep: .*{message}"):
         load_scenario(_scenario(tmp_path, "{arrival: poisson}"), [f"load.sweep={sweep}"])

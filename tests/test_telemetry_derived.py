@@ -1,4 +1,5 @@
 """Summary figures from a timeline written by hand: which ceiling, which GPU source, window edges."""
+
 import pytest
 
 from harness.telemetry.derived import summarize
@@ -12,11 +13,16 @@ def timeline(tmp_path):
     tl = Timeline(tmp_path / "telemetry.csv")
     for i in range(11):  # 0.0 .. 5.0 s, every 0.5 s
         t = i * 0.5
-        tl.append(t, [("engine_metrics", "read_bytes_total", 2.0e12 * t),  # 2 TB/s, steady
-                      ("gpu:0", "DCGM_FI_PROF_DRAM_ACTIVE", 0.4),
-                      ("gpu:0", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 1000.0 + 600.0 * t),  # 600 W
-                      ("dcgm:0", "DCGM_FI_PROF_DRAM_ACTIVE", 0.9),  # the same GPU seen by dcgm-exporter
-                      ("dcgm:0", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 1000.0 + 600.0 * t)])
+        tl.append(
+            t,
+            [
+                ("engine_metrics", "read_bytes_total", 2.0e12 * t),  # 2 TB/s, steady
+                ("gpu:0", "DCGM_FI_PROF_DRAM_ACTIVE", 0.4),
+                ("gpu:0", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 1000.0 + 600.0 * t),  # 600 W
+                ("dcgm:0", "DCGM_FI_PROF_DRAM_ACTIVE", 0.9),  # the same GPU seen by dcgm-exporter
+                ("dcgm:0", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 1000.0 + 600.0 * t),
+            ],
+        )
     tl.append(0.0, [("gpu:0", "memory_bandwidth_peak_bytes_per_s", H200_PEAK)])
     yield tl
     tl.close()

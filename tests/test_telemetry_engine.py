@@ -1,4 +1,5 @@
 """Engine /metrics bytes counters, dcgm-exporter scraping, and the recorder against the real native engine."""
+
 import asyncio
 import subprocess
 import sys
@@ -91,6 +92,7 @@ def page():
     def make(text: str) -> Page:
         pages.append(Page(text))
         return pages[-1]
+
     yield make
     for p in pages:
         p.close()
@@ -114,7 +116,9 @@ def test_vllm_and_sglang_counters_are_per_gpu_means_with_flops(page):
     assert rows["write_bytes_total"] == 1.0e9
     sglang = EngineBytesPoller(page(VLLM_PAGE.replace("vllm:", "sglang:")).url)
     assert {n: v for _, n, v in sglang.sample(0)}["read_bytes_total"] == 2.0e11 and sglang.family == "sglang"
-    assert engine_counters(VLLM_PAGE, {"vllm:estimated_flops_per_gpu_total"}) == {"vllm:estimated_flops_per_gpu_total": 5e12}
+    assert engine_counters(VLLM_PAGE, {"vllm:estimated_flops_per_gpu_total"}) == {
+        "vllm:estimated_flops_per_gpu_total": 5e12
+    }
 
 
 def test_engines_without_bytes_counters_are_unavailable_with_a_reason(page):
@@ -129,8 +133,13 @@ def test_engines_without_bytes_counters_are_unavailable_with_a_reason(page):
 
 def test_vllm_counters_stuck_at_zero_count_as_not_sampled(page, tmp_path):
     # vLLM's CPU backend (and any vLLM without --enable-mfu-metrics) exports these at 0.
-    zeros = "\n".join(line.rsplit(" ", 1)[0] + " 0.0" if not line.startswith("#") else line
-                      for line in VLLM_PAGE.strip().splitlines()) + "\n"
+    zeros = (
+        "\n".join(
+            line.rsplit(" ", 1)[0] + " 0.0" if not line.startswith("#") else line
+            for line in VLLM_PAGE.strip().splitlines()
+        )
+        + "\n"
+    )
     config = TelemetryConfig(interval_ms=100, gpu=False, engine_metrics_url=page(zeros).url)
     recorder = TelemetryRecorder(config, time.perf_counter_ns(), tmp_path)
     recorder.start()
@@ -172,28 +181,47 @@ def test_recorder_with_dcgm_exporter_gives_energy_per_token(page, tmp_path):
 
 
 async def test_recorder_sees_the_native_engine_work(tmp_path):
-    model = write_tiny_llama_gguf(tmp_path / "tiny.gguf", seed=0, n_layers=4, hidden=256, n_heads=8,
-                                  n_kv_heads=4, ffn=1024)
+    model = write_tiny_llama_gguf(
+        tmp_path / "tiny.gguf", seed=0, n_layers=4, hidden=256, n_heads=8, n_kv_heads=4, ffn=1024
+    )
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "native_engine", "serve", "--model", str(model), "--port", str(port),
-                             "--kv-cache-tokens", "4096", "--served-model-name", "tiny"],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "native_engine",
+            "serve",
+            "--model",
+            str(model),
+            "--port",
+            str(port),
+            "--kv-cache-tokens",
+            "4096",
+            "--served-model-name",
+            "tiny",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), timeout=60)
         assert base in line
         t0_ns = time.perf_counter_ns()
         config = TelemetryConfig(interval_ms=100)
-        recorder = TelemetryRecorder(config, t0_ns, tmp_path / "run", engine_pid=proc.pid,
-                                     engine_metrics_url=f"{base}/metrics")
+        recorder = TelemetryRecorder(
+            config, t0_ns, tmp_path / "run", engine_pid=proc.pid, engine_metrics_url=f"{base}/metrics"
+        )
         recorder.start()
         await asyncio.sleep(0.3)  # an idle stretch before the load
         async with aiohttp.ClientSession() as http:
+
             async def complete(i: int) -> int:
                 body = {"model": "tiny", "prompt": f"request {i}", "max_tokens": 64, "ignore_eos": True}
                 async with http.post(f"{base}/v1/completions", json=body) as resp:
                     assert resp.status == 200
                     return (await resp.json())["usage"]["completion_tokens"]
+
             start_s = (time.perf_counter_ns() - t0_ns) / 1e9
             tokens = sum(await asyncio.gather(*(complete(i) for i in range(4))))
             end_s = (time.perf_counter_ns() - t0_ns) / 1e9
@@ -220,15 +248,18 @@ async def test_recorder_sees_the_native_engine_work(tmp_path):
     derived = recorder.derived(start_s, end_s, tokens)
     assert derived["engine_cpu_percent_mean"] > 10 and derived["engine_rss_bytes_max"] > 10_000_000
     assert derived["engine_read_bytes_per_s"] > 0 and derived["memory_bandwidth_ceiling_bytes_per_s"] > 1e9
-    assert derived["mbu"] == pytest.approx(derived["engine_read_bytes_per_s"] / derived["memory_bandwidth_ceiling_bytes_per_s"])
+    assert derived["mbu"] == pytest.approx(
+        derived["engine_read_bytes_per_s"] / derived["memory_bandwidth_ceiling_bytes_per_s"]
+    )
     assert derived["dram_bandwidth_util_source"] == "engine bytes read / memory ceiling"
     assert derived["energy_per_output_token_j"] is None  # no GPU here
 
 
 def test_fed_engine_pages_with_a_bad_url_are_not_sampled_with_the_reason(tmp_path):
     config = TelemetryConfig(interval_ms=100, gpu=False, host=False)
-    recorder = TelemetryRecorder(config, time.perf_counter_ns(), tmp_path, engine_metrics_url="127.0.0.1:8000/metrics",
-                                 engine_pages_fed=True)
+    recorder = TelemetryRecorder(
+        config, time.perf_counter_ns(), tmp_path, engine_metrics_url="127.0.0.1:8000/metrics", engine_pages_fed=True
+    )
     recorder.start()
     recorder.engine_page(time.perf_counter_ns(), NATIVE_PAGE.format(weights=1, kv=0))  # ignored: no counters
     status = recorder.stop()

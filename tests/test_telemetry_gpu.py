@@ -3,6 +3,7 @@
 The stand-in takes constants, error classes and ctypes structs from the real pynvml (they need no
 driver), so the sampler fills the real c_nvmlGpmMetricsGet_t and a misspelled name fails here too.
 """
+
 import csv
 import ctypes
 import importlib.util
@@ -121,7 +122,7 @@ class ReplayNvml:
         ticks = self.devices[device2]["ticks"]
         recorded = ticks[min(k2 - 1, len(ticks) - 1)]["nvmlGpmMetricsGet"]  # snapshot 0 is taken at start
         by_id = {getattr(pynvml, name): value for name, value in recorded.items()}
-        for slot in request.metrics[:request.numMetrics]:
+        for slot in request.metrics[: request.numMetrics]:
             value = by_id.get(slot.metricId)
             slot.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED if value is None else pynvml.NVML_SUCCESS
             slot.value = value or 0.0
@@ -227,7 +228,7 @@ def test_recorder_timeline_alignment_energy_and_clean_shutdown(tmp_path):
     # t_s is on the run's clock: seconds since t0, inside the recorder's lifetime
     assert all(started_s <= t <= stopped_s for t, *_ in rows)
     power = [(t, v) for t, s, n, v in rows if n == "DCGM_FI_DEV_POWER_USAGE"]
-    assert [v for _, v in power[:len(TICKS)]] == [tick["nvmlDeviceGetPowerUsage"] / 1000 for tick in TICKS]
+    assert [v for _, v in power[: len(TICKS)]] == [tick["nvmlDeviceGetPowerUsage"] / 1000 for tick in TICKS]
     assert len(power) <= (stopped_s - started_s) / 0.1 + 2  # one sample per interval, no bursts
 
     # No sample after stop: the file and the stand-in both stay still.
@@ -250,7 +251,9 @@ def test_recorder_timeline_alignment_energy_and_clean_shutdown(tmp_path):
 
 def test_recorder_without_nvml_goes_on_and_says_so_once(tmp_path):
     nvml = ReplayNvml(FIXTURE, init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
-    recorder = TelemetryRecorder(TelemetryConfig(interval_ms=100, host=False), time.perf_counter_ns(), tmp_path, nvml=nvml)
+    recorder = TelemetryRecorder(
+        TelemetryConfig(interval_ms=100, host=False), time.perf_counter_ns(), tmp_path, nvml=nvml
+    )
     recorder.start()
     time.sleep(0.15)
     status = recorder.stop()

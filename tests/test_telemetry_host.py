@@ -1,4 +1,5 @@
 """Host counters from /proc: a real process tree burning CPU, and the memory-bandwidth ceiling."""
+
 import contextlib
 import os
 import signal
@@ -21,6 +22,7 @@ def spawn():
     def start(code: str) -> subprocess.Popen:
         procs.append(subprocess.Popen([sys.executable, "-c", code]))
         return procs[-1]
+
     yield start
     for proc in procs:  # each child and whatever it started, by pid
         for pid in process_tree(proc.pid) if proc.poll() is None else []:
@@ -51,8 +53,10 @@ def test_cpu_percent_follows_the_whole_process_tree(spawn):
 def test_cpu_time_of_exited_children_still_counts(spawn):
     # The child burns 0.5 s of CPU and exits before the second look; the parent reaped it.
     burn = "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.5: pass"
-    parent = spawn(f"import subprocess, sys, time; time.sleep(0.3); subprocess.run([sys.executable, '-c', '{burn}']);"
-                   " time.sleep(60)")
+    parent = spawn(
+        f"import subprocess, sys, time; time.sleep(0.3); subprocess.run([sys.executable, '-c', '{burn}']);"
+        " time.sleep(60)"
+    )
     time.sleep(0.1)
     before = sum(ticks for ticks, _ in process_tree(parent.pid).values())
     deadline = time.monotonic() + 10

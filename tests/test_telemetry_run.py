@@ -1,12 +1,13 @@
 """`bench run` launching the built-in engine (a tiny GGUF) leaves telemetry and server metrics on
 the requests' clock: CPU %, bandwidth utilisation, the engine's own counters, derived figures."""
+
 import csv
 import json
 import os
 
 import pytest
-
 from bench_process import bench
+
 from harness.launcher import group_alive
 from harness.results import read_records
 from native_engine.tiny_gguf import write_tiny_llama_gguf
@@ -21,7 +22,8 @@ def native_run(tmp_path_factory):
         f'name: native-telemetry\nbackend: {{kind: native, launch: {{args: ["--model", "{model}"], ready_timeout_s: 60}}}}\n'
         "workload: {kind: random, input_tokens: 16, output_tokens: 16}\n"
         "load: {arrival: poisson, rate: 8, num_requests: 12}\n"
-        "telemetry: {interval_ms: 200, gpu: false}\n")
+        "telemetry: {interval_ms: 200, gpu: false}\n"
+    )
     out = tmp / "out"
     res = bench("run", scenario, "--output", out, "--allow-client-bound", timeout_s=180)
     assert res.returncode == 0, res.stderr
@@ -36,8 +38,11 @@ def _csv(path):
 def test_telemetry_series_and_derived_figures(native_run):
     rows = _csv(native_run / "telemetry.csv")
     series = {(r["source"], r["name"]) for r in rows}
-    assert {("engine_process", "cpu_percent"), ("engine_metrics", "bandwidth_util"),
-            ("engine_metrics", "read_bytes_per_s")} <= series
+    assert {
+        ("engine_process", "cpu_percent"),
+        ("engine_metrics", "bandwidth_util"),
+        ("engine_metrics", "read_bytes_per_s"),
+    } <= series
     cpu = [float(r["value"]) for r in rows if (r["source"], r["name"]) == ("engine_process", "cpu_percent")]
     assert max(cpu) > 0  # the engine did work while we sampled it
     derived = json.loads((native_run / "summary.json").read_text())["telemetry"]
@@ -52,10 +57,16 @@ def test_telemetry_series_and_derived_figures(native_run):
 
 def test_engine_bytes_come_from_the_scraped_pages(native_run):
     """The engine's /metrics is asked once per interval: telemetry reads the scraper's pages."""
-    scraped_at = {round(float(r["t_s"]), 3) for r in _csv(native_run / "server_metrics.csv")
-                  if r["name"] == "native:weight_bytes_read_total"}
-    read_at = [round(float(r["t_s"]), 3) for r in _csv(native_run / "telemetry.csv")
-               if (r["source"], r["name"]) == ("engine_metrics", "native:weight_bytes_read_total")]
+    scraped_at = {
+        round(float(r["t_s"]), 3)
+        for r in _csv(native_run / "server_metrics.csv")
+        if r["name"] == "native:weight_bytes_read_total"
+    }
+    read_at = [
+        round(float(r["t_s"]), 3)
+        for r in _csv(native_run / "telemetry.csv")
+        if (r["source"], r["name"]) == ("engine_metrics", "native:weight_bytes_read_total")
+    ]
     assert len(read_at) >= 3 and set(read_at) <= scraped_at
 
 

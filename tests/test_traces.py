@@ -1,4 +1,5 @@
 """Trace loaders (Mooncake, Azure, BurstGPT) and trace replay plans, incl. Mooncake prefix sharing."""
+
 from pathlib import Path
 
 import numpy as np
@@ -28,11 +29,15 @@ def smollm2():
 
 
 def trace_scenario(path: Path, **load) -> Scenario:
-    return Scenario.model_validate({
-        "name": "t", "backend": {"kind": "openai", "url": "http://127.0.0.1:9"},
-        "workload": {"kind": "random"}, "seed": 0,
-        "load": {"arrival": "trace", "trace": str(path), **load},
-    })
+    return Scenario.model_validate(
+        {
+            "name": "t",
+            "backend": {"kind": "openai", "url": "http://127.0.0.1:9"},
+            "workload": {"kind": "random"},
+            "seed": 0,
+            "load": {"arrival": "trace", "trace": str(path), **load},
+        }
+    )
 
 
 def test_mooncake_timestamps_are_milliseconds():
@@ -51,7 +56,11 @@ def test_azure_and_burstgpt_rows(tmp_path):
     burst = tmp_path / "BurstGPT_1.csv"
     burst.write_text(BURSTGPT_CSV)
     rows = load_trace(burst)
-    assert [(r.timestamp_s, r.input_tokens, r.output_tokens) for r in rows] == [(5, 472, 18), (45, 1087, 0), (118, 417, 276)]
+    assert [(r.timestamp_s, r.input_tokens, r.output_tokens) for r in rows] == [
+        (5, 472, 18),
+        (45, 1087, 0),
+        (118, 417, 276),
+    ]
 
 
 def test_format_detection(tmp_path):
@@ -67,18 +76,34 @@ def test_format_detection(tmp_path):
         load_trace(tmp_path / "d.txt")
 
 
-@pytest.mark.parametrize("name, text, expected", [
-    ("m.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 2}\n{"timestamp": 1, "output_length": 2}\n',
-     "line 2: field 'input_length' is missing"),
-    ("m.jsonl", '{"timestamp": 0, "input_length": "many", "output_length": 2}\n',
-     "line 1 field 'input_length': 'many' is not valid: must be a whole number"),
-    ("m.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 2, "hash_ids": 7}\n',
-     "line 1 field 'hash_ids': 7 is not valid: must be a list of ints"),
-    ("m.jsonl", '{"timestamp": 0, "input_length": 5,\n', "line 1 column 36: not valid JSON"),
-    ("a.csv", AZURE_CSV.replace("396", "3x6"), "line 3 column ContextTokens: '3x6' is not valid"),
-    ("a.csv", AZURE_CSV.replace("2023-11-16 18:15:50", "yesterday"), "line 3 column TIMESTAMP: 'yesterday"),
-    ("b.csv", BURSTGPT_CSV.replace("118,", "soon,"), "line 4 column Timestamp: 'soon' is not valid: must be a number"),
-])
+@pytest.mark.parametrize(
+    "name, text, expected",
+    [
+        (
+            "m.jsonl",
+            '{"timestamp": 0, "input_length": 5, "output_length": 2}\n{"timestamp": 1, "output_length": 2}\n',
+            "line 2: field 'input_length' is missing",
+        ),
+        (
+            "m.jsonl",
+            '{"timestamp": 0, "input_length": "many", "output_length": 2}\n',
+            "line 1 field 'input_length': 'many' is not valid: must be a whole number",
+        ),
+        (
+            "m.jsonl",
+            '{"timestamp": 0, "input_length": 5, "output_length": 2, "hash_ids": 7}\n',
+            "line 1 field 'hash_ids': 7 is not valid: must be a list of ints",
+        ),
+        ("m.jsonl", '{"timestamp": 0, "input_length": 5,\n', "line 1 column 36: not valid JSON"),
+        ("a.csv", AZURE_CSV.replace("396", "3x6"), "line 3 column ContextTokens: '3x6' is not valid"),
+        ("a.csv", AZURE_CSV.replace("2023-11-16 18:15:50", "yesterday"), "line 3 column TIMESTAMP: 'yesterday"),
+        (
+            "b.csv",
+            BURSTGPT_CSV.replace("118,", "soon,"),
+            "line 4 column Timestamp: 'soon' is not valid: must be a number",
+        ),
+    ],
+)
 def test_bad_rows_name_file_line_and_column(tmp_path, name, text, expected):
     path = tmp_path / name
     path.write_text(text)
@@ -90,6 +115,7 @@ def test_bad_rows_name_file_line_and_column(tmp_path, name, text, expected):
 def test_equal_hash_ids_give_identical_blocks(smollm2):
     def block(seed, hash_id):
         return hash_block_ids(smollm2, seed, hash_id, 16)
+
     assert np.array_equal(block(0, 7), block(0, 7)) and len(block(0, 7)) == 16
     assert not np.array_equal(block(0, 7), block(0, 8))
     assert not np.array_equal(block(0, 7), block(1, 7))  # another seed, other prompts
@@ -104,8 +130,10 @@ def test_mooncake_replay_shares_prefixes_at_the_token_level(smollm2):
     for i, a in enumerate(rows):
         for j, b in enumerate(rows[:i]):
             shared_blocks = 0
-            while shared_blocks < min(len(a.hash_ids), len(b.hash_ids)) \
-                    and a.hash_ids[shared_blocks] == b.hash_ids[shared_blocks]:
+            while (
+                shared_blocks < min(len(a.hash_ids), len(b.hash_ids))
+                and a.hash_ids[shared_blocks] == b.hash_ids[shared_blocks]
+            ):
                 shared_blocks += 1
             shared_tokens = min(shared_blocks * 16, a.input_tokens, b.input_tokens)
             assert encoded[i][:shared_tokens] == encoded[j][:shared_tokens]

@@ -1,5 +1,6 @@
 """`bench tune`: the tune: block's errors, the bracketing search, early stops against the ground-truth server
 (whose latency steps up at a known load: --max-streams), and --resume after an interruption."""
+
 import json
 import math
 import os
@@ -26,32 +27,43 @@ def _write(tmp_path, text: str) -> Path:
     return path
 
 
-BASE = ("name: t\nbackend: {kind: native, launch: {}}\nload: {arrival: poisson, num_requests: 20}\n"
-        "slo: {ttft_ms: 500}\n")
+BASE = "name: t\nbackend: {kind: native, launch: {}}\nload: {arrival: poisson, num_requests: 20}\nslo: {ttft_ms: 500}\n"
 
 
-@pytest.mark.parametrize("tune, message", [
-    ("{space: {max-num-seqs: [4]}, load: {rate: {min: 1, max: 4}}}", "tune.space: .*not a launch flag.*--max-num-seqs"),
-    ("{space: {--max-num-seqs: []}, load: {rate: {min: 1, max: 4}}}", "tune.space: .*give at least one value"),
-    ("{load: {rate: {min: 4, max: 1}}}", "tune.load.rate: .*max 1 must be more than min 4"),
-    ("{load: {rate: {min: 1, max: 4}, concurrency: {min: 1, max: 4}}}", "tune.load: .*exactly one of rate or"),
-    ("{load: {concurrency: {min: 1, max: 8}}}", "tune.load.concurrency: .*load.arrival: closed"),
-    ("{load: {rate: {min: 1, max: 4}}, budget: {minute: 3}}",
-     "tune.budget.minute: unknown key; did you mean 'minutes'"),
-])
+@pytest.mark.parametrize(
+    "tune, message",
+    [
+        (
+            "{space: {max-num-seqs: [4]}, load: {rate: {min: 1, max: 4}}}",
+            "tune.space: .*not a launch flag.*--max-num-seqs",
+        ),
+        ("{space: {--max-num-seqs: []}, load: {rate: {min: 1, max: 4}}}", "tune.space: .*give at least one value"),
+        ("{load: {rate: {min: 4, max: 1}}}", "tune.load.rate: .*max 1 must be more than min 4"),
+        ("{load: {rate: {min: 1, max: 4}, concurrency: {min: 1, max: 4}}}", "tune.load: .*exactly one of rate or"),
+        ("{load: {concurrency: {min: 1, max: 8}}}", "tune.load.concurrency: .*load.arrival: closed"),
+        (
+            "{load: {rate: {min: 1, max: 4}}, budget: {minute: 3}}",
+            "tune.budget.minute: unknown key; did you mean 'minutes'",
+        ),
+    ],
+)
 def test_tune_block_errors_name_the_field(tmp_path, tune, message):
     with pytest.raises(ScenarioError, match=message):
         load_scenario(_write(tmp_path, BASE + f"tune: {tune}\n"))
 
 
 def test_tune_needs_an_slo_and_fills_the_rate(tmp_path):
-    good = load_scenario(_write(tmp_path, BASE + "tune: {space: {--no-chunked-prefill: [false, true]}, "
-                                "load: {rate: {min: 0.5, max: 4}}}\n"))
+    good = load_scenario(
+        _write(
+            tmp_path, BASE + "tune: {space: {--no-chunked-prefill: [false, true]}, load: {rate: {min: 0.5, max: 4}}}\n"
+        )
+    )
     assert good.load.rate == 0.5  # the lower bound stands in for load.rate
     assert [c for c in good.tune.configurations()] == [{"--no-chunked-prefill": False}, {"--no-chunked-prefill": True}]
     with pytest.raises(ScenarioError, match="slo: tune finds the highest load"):
-        load_scenario(_write(tmp_path, BASE.replace("slo: {ttft_ms: 500}\n", "") +
-                             "tune: {load: {rate: {min: 1, max: 4}}}\n"))
+        load_scenario(
+            _write(tmp_path, BASE.replace("slo: {ttft_ms: 500}\n", "") + "tune: {load: {rate: {min: 1, max: 4}}}\n")
+        )
 
 
 def test_search_brackets_a_known_capacity_with_few_points():
@@ -60,6 +72,7 @@ def test_search_brackets_a_known_capacity_with_few_points():
     def measure(load, probe):
         fraction = min(1.0, max(0.0, 1.5 - load / true_capacity))
         return Measured(load, fraction >= 0.9, fraction, min(load, 1.2 * true_capacity))
+
     result = search_capacity(measure, "rate", 0.5, 100, 0.9, 0.1, 8)
     assert result.status == "bracketed"
     assert result.lo <= true_capacity * 0.6 < result.hi  # 0.9 attainment is met up to 0.6 x capacity
@@ -77,10 +90,15 @@ def test_slope_bound_sees_growth_and_not_noise():
 
 
 def _scenario(url: str, rate: float, n: int, ttft_ms: float, arrival: str = "constant") -> Scenario:
-    return Scenario.model_validate({
-        "name": "gt", "backend": {"kind": "openai", "url": url, "model": "gt"},
-        "workload": {"input_tokens": 8, "output_tokens": 10},
-        "load": {"arrival": arrival, "rate": rate, "num_requests": n, "workers": 1}, "slo": {"ttft_ms": ttft_ms}})
+    return Scenario.model_validate(
+        {
+            "name": "gt",
+            "backend": {"kind": "openai", "url": url, "model": "gt"},
+            "workload": {"input_tokens": 8, "output_tokens": 10},
+            "load": {"arrival": arrival, "rate": rate, "num_requests": n, "workers": 1},
+            "slo": {"ttft_ms": ttft_ms},
+        }
+    )
 
 
 def test_over_saturated_point_stops_early_and_saves_seconds(tmp_path):
@@ -98,8 +116,10 @@ def test_over_saturated_point_stops_early_and_saves_seconds(tmp_path):
     assert stop["outstanding_per_s"] == pytest.approx(30 - 10, rel=0.3)
     assert stop["ttft_s_per_s"] == pytest.approx((30 - 10) / 10, rel=0.3)
     saved_s = whole.summary["window_s"] - stopped.summary["window_s"]
-    print(f"over-saturated point: stopped after {stopped.summary['window_s']:.1f} s of the whole run's "
-          f"{whole.summary['window_s']:.1f} s ({saved_s:.1f} s saved), {stop['detail']}")
+    print(
+        f"over-saturated point: stopped after {stopped.summary['window_s']:.1f} s of the whole run's "
+        f"{whole.summary['window_s']:.1f} s ({saved_s:.1f} s saved), {stop['detail']}"
+    )
     assert saved_s > 0.4 * whole.summary["window_s"]
     assert stopped.summary["requests"]["measured"] < 150 and "stopped_early" not in whole.summary
     on_disk = json.loads((tmp_path / "stopped" / "summary.json").read_text())
@@ -109,10 +129,16 @@ def test_over_saturated_point_stops_early_and_saves_seconds(tmp_path):
 def test_certain_verdicts_stop_the_point(tmp_path):
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=10, itl_ms=5, max_streams=1)) as gt:
         # one stream at 10 + 9 x 5 ms carries 18/s; at 40/s the TTFT passes 150 ms within a few requests
-        missed = run_scenario(_scenario(gt.url, 40, 60, ttft_ms=150), tmp_path / "missed",
-                              watch=PointWatch({"ttft_ms": 150}, 0.9, saturation=False))
-        met = run_scenario(_scenario(gt.url, 10, 40, ttft_ms=1000), tmp_path / "met",
-                           watch=PointWatch({"ttft_ms": 1000}, 0.9, saturation=False))
+        missed = run_scenario(
+            _scenario(gt.url, 40, 60, ttft_ms=150),
+            tmp_path / "missed",
+            watch=PointWatch({"ttft_ms": 150}, 0.9, saturation=False),
+        )
+        met = run_scenario(
+            _scenario(gt.url, 10, 40, ttft_ms=1000),
+            tmp_path / "met",
+            watch=PointWatch({"ttft_ms": 1000}, 0.9, saturation=False),
+        )
     stop = missed.summary["stopped_early"]
     assert stop["reason"] == "verdict_missed" and stop["missed"] == 7 and stop["after_requests"] < 60
     assert missed.summary["requests"]["measured"] < 60  # the rest were never sent
@@ -123,7 +149,9 @@ def test_certain_verdicts_stop_the_point(tmp_path):
 
 def _tune_scenario(tmp_path) -> Path:
     command = f"{sys.executable} {GT_SERVER} --port {{port}} --ttft-ms 10 --itl-ms 10"
-    return _write(tmp_path, f"""name: gt-tune
+    return _write(
+        tmp_path,
+        f"""name: gt-tune
 backend: {{kind: openai, model: gt, tokenizer: smollm2, launch: {{command: '{command}', ready_timeout_s: 30}}}}
 workload: {{input_tokens: 8, output_tokens: 5}}
 load: {{arrival: constant, num_requests: 30, workers: 1}}
@@ -133,7 +161,8 @@ tune:
   load: {{rate: {{min: 2, max: 200}}}}
   probe_requests: 10
   precision: 0.25
-""")
+""",
+    )
 
 
 def _alive(pid: int) -> bool:
@@ -161,8 +190,11 @@ def test_resume_after_an_interruption_reruns_no_finished_trial(tmp_path):
     assert configs["max-streams-1"]["status"] == "completed" and configs["max-streams-4"]["status"] == "interrupted"
     for run_json in out.glob("*/*/run.json"):  # every engine bench started is stopped
         assert not _alive(json.loads(run_json.read_text())["backend"]["engine_pid"])
-    finished = {t["dir"]: (out / t["dir"] / "requests.jsonl").stat().st_mtime_ns
-                for t in cut["trials"] if t["status"] == "completed"}
+    finished = {
+        t["dir"]: (out / t["dir"] / "requests.jsonl").stat().st_mtime_ns
+        for t in cut["trials"]
+        if t["status"] == "completed"
+    }
 
     res = bench("tune", scenario, "--output", out, "--resume", timeout_s=180)
     assert res.returncode == 0, res.stderr
@@ -212,15 +244,30 @@ def test_a_plan_block_starts_the_search_from_the_predicted_capacity(tmp_path):
     model = write_tiny_llama_gguf(tmp_path / "tiny.gguf", tokenizer="smollm2")
     backend = {"kind": "native", "launch": {"args": ["--model", str(model)]}}
     workload = {"input_tokens": 48, "output_tokens": 8}
-    traced = Scenario.model_validate({"name": "traced", "backend": {**backend, "trace": True}, "workload": workload,
-                                      "load": {"arrival": "poisson", "rate": 20, "num_requests": 16, "workers": 1}})
+    traced = Scenario.model_validate(
+        {
+            "name": "traced",
+            "backend": {**backend, "trace": True},
+            "workload": workload,
+            "load": {"arrival": "poisson", "rate": 20, "num_requests": 16, "workers": 1},
+        }
+    )
     run_scenario(traced, tmp_path / "traced")
-    scenario = Scenario.model_validate({
-        "name": "planned", "backend": backend, "workload": workload, "slo": {"ttft_ms": 300},
-        "load": {"arrival": "poisson", "num_requests": 40, "workers": 1},
-        "plan": {"step_model": {"fitted": [str(tmp_path / "traced")]}},
-        "tune": {"space": {"--max-num-seqs": [2, 8]}, "load": {"rate": {"min": 0.1, "max": 1000}},
-                 "budget": {"runs": 1}}})
+    scenario = Scenario.model_validate(
+        {
+            "name": "planned",
+            "backend": backend,
+            "workload": workload,
+            "slo": {"ttft_ms": 300},
+            "load": {"arrival": "poisson", "num_requests": 40, "workers": 1},
+            "plan": {"step_model": {"fitted": [str(tmp_path / "traced")]}},
+            "tune": {
+                "space": {"--max-num-seqs": [2, 8]},
+                "load": {"rate": {"min": 0.1, "max": 1000}},
+                "budget": {"runs": 1},
+            },
+        }
+    )
     doc = Tuner(scenario, tmp_path / "out", Reporter(), resume=False, workers="1").run()
     predicted = [c["predicted"]["offered_load"] for c in doc["configurations"]]
     assert all(p is not None for p in predicted), doc["configurations"]  # the simulated search found a capacity

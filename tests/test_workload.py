@@ -1,5 +1,6 @@
 """Plans: determinism, exact prompt lengths with the real SmolLM2 tokenizer, each workload kind,
 and token counting through a real /tokenize server on 127.0.0.1."""
+
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,22 +17,37 @@ def smollm2():
     return LocalTokenizer("smollm2")
 
 
-def scenario(workload: dict, load: dict | None = None, seed: int = 0, api: str = "completions",
-             url: str = "http://127.0.0.1:9", model: str = "smollm2") -> Scenario:
-    return Scenario.model_validate({
-        "name": "t", "backend": {"kind": "openai", "url": url, "api": api, "model": model},
-        "workload": workload, "seed": seed,
-        "load": load or {"arrival": "poisson", "rate": 4.0, "num_requests": 12, "warmup_requests": 2},
-    })
+def scenario(
+    workload: dict,
+    load: dict | None = None,
+    seed: int = 0,
+    api: str = "completions",
+    url: str = "http://127.0.0.1:9",
+    model: str = "smollm2",
+) -> Scenario:
+    return Scenario.model_validate(
+        {
+            "name": "t",
+            "backend": {"kind": "openai", "url": url, "api": api, "model": model},
+            "workload": workload,
+            "seed": seed,
+            "load": load or {"arrival": "poisson", "rate": 4.0, "num_requests": 12, "warmup_requests": 2},
+        }
+    )
 
 
 def fingerprint(plan):
-    return [(r.prompt, r.prompt_tokens, r.output_tokens, r.intended_offset_s, r.session_id, r.think_time_s)
-            for r in plan.requests]
+    return [
+        (r.prompt, r.prompt_tokens, r.output_tokens, r.intended_offset_s, r.session_id, r.think_time_s)
+        for r in plan.requests
+    ]
 
 
-RANDOM = {"kind": "random", "input_tokens": {"dist": "lognormal", "mean": 60, "std": 30, "min": 5, "max": 200},
-          "output_tokens": {"dist": "uniform", "min": 4, "max": 40}}
+RANDOM = {
+    "kind": "random",
+    "input_tokens": {"dist": "lognormal", "mean": 60, "std": 30, "min": 5, "max": 200},
+    "output_tokens": {"dist": "uniform", "min": 4, "max": 40},
+}
 
 
 def test_same_seed_same_plan_other_seed_other_plan(smollm2):
@@ -60,20 +76,24 @@ def test_prompts_use_no_control_tokens(smollm2):
 
 
 def test_shared_prefix_groups_share_their_first_tokens_exactly(smollm2):
-    workload = {"kind": "shared_prefix", "num_groups": 3, "prefix_tokens": 40, "input_tokens": 10,
-                "output_tokens": 4}
+    workload = {"kind": "shared_prefix", "num_groups": 3, "prefix_tokens": 40, "input_tokens": 10, "output_tokens": 4}
     plan = build_plan(scenario(workload), smollm2)
     encoded = [smollm2.encode(r.prompt) for r in plan.requests]
     assert all(len(ids) == r.prompt_tokens == 50 for ids, r in zip(encoded, plan.requests))
     for i, ids in enumerate(encoded):  # round robin: request i belongs to group i % 3
         assert ids[:40] == encoded[i % 3][:40]
         assert ids[40:] != encoded[i % 3][40:] or i < 3
-    assert len({tuple(ids[:40]) for ids in encoded[:3]}) == 3   # three different group prefixes
+    assert len({tuple(ids[:40]) for ids in encoded[:3]}) == 3  # three different group prefixes
 
 
 def test_multi_turn_sessions(smollm2):
-    workload = {"kind": "multi_turn", "turns": 3, "input_tokens": 12, "output_tokens": 6,
-                "think_time_s": {"dist": "uniform", "min": 0.5, "max": 2.0}}
+    workload = {
+        "kind": "multi_turn",
+        "turns": 3,
+        "input_tokens": 12,
+        "output_tokens": 6,
+        "think_time_s": {"dist": "uniform", "min": 0.5, "max": 2.0},
+    }
     load = {"arrival": "poisson", "rate": 1.0, "num_requests": 10, "warmup_requests": 2}
     plan = build_plan(scenario(workload, load, api="chat"), smollm2)
     warmups = [r for r in plan.requests if r.is_warmup]
@@ -99,8 +119,12 @@ def test_jsonl_file_rows_cycle_and_keep_their_lengths(tmp_path, smollm2):
 
 def test_chat_message_rows_need_the_chat_api(tmp_path, smollm2):
     rows = tmp_path / "chat.jsonl"
-    rows.write_text(json.dumps({"messages": [{"role": "system", "content": "Be short."},
-                                             {"role": "user", "content": "What is a token?"}]}) + "\n")
+    rows.write_text(
+        json.dumps(
+            {"messages": [{"role": "system", "content": "Be short."}, {"role": "user", "content": "What is a token?"}]}
+        )
+        + "\n"
+    )
     with pytest.raises(ScenarioError, match="messages rows; they need backend.api: chat"):
         build_plan(scenario({"kind": "file", "path": str(rows)}), smollm2)
     plan = build_plan(scenario({"kind": "file", "path": str(rows)}, api="chat"), smollm2)
@@ -108,11 +132,14 @@ def test_chat_message_rows_need_the_chat_api(tmp_path, smollm2):
     assert plan.requests[0].prompt_tokens == len(smollm2.encode("Be short.")) + len(smollm2.encode("What is a token?"))
 
 
-@pytest.mark.parametrize("line, expected", [
-    ('{"prompt": "ok"}\n{"prompt": 3}\n', "line 2: needs \"prompt\": a string"),
-    ('{"prompt": "ok"}\n{"prompt": "a", "output_tokens": -1}\n', "line 2 field 'output_tokens': -1 is not valid"),
-    ('{"prompt": "ok"\n', "line 1 column 16: not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ('{"prompt": "ok"}\n{"prompt": 3}\n', 'line 2: needs "prompt": a string'),
+        ('{"prompt": "ok"}\n{"prompt": "a", "output_tokens": -1}\n', "line 2 field 'output_tokens': -1 is not valid"),
+        ('{"prompt": "ok"\n', "line 1 column 16: not valid JSON"),
+    ],
+)
 def test_bad_jsonl_rows_name_file_and_line(tmp_path, line, expected):
     rows = tmp_path / "bad.jsonl"
     rows.write_text(line)
@@ -124,8 +151,13 @@ def test_bad_jsonl_rows_name_file_and_line(tmp_path, line, expected):
 def test_sharegpt_takes_first_human_turn_and_answer_length_and_counts_skips(tmp_path, smollm2):
     answer = "A token is a piece of text that the model reads as one unit."
     entries = [
-        {"conversations": [{"from": "system", "value": "x"}, {"from": "human", "value": "What is a token?"},
-                           {"from": "gpt", "value": answer}]},
+        {
+            "conversations": [
+                {"from": "system", "value": "x"},
+                {"from": "human", "value": "What is a token?"},
+                {"from": "gpt", "value": answer},
+            ]
+        },
         {"conversations": [{"from": "human", "value": "no answer"}]},
         {"id": "no conversations"},
         "not even an object",

@@ -8,6 +8,7 @@ identical for both; only `backend` is overridden for llama-server.
 Run from the repository root on a quiet machine (CPU heavy, ~5-10 minutes on 2 cores):
     python docs/engine-selection-example/make_example.py [--out /tmp/selection-example]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,13 @@ LLAMA_SERVER_ARGS = ["-t", "1", "-c", "4096", "--parallel", "16"]
 
 def llama_server_dir() -> str:
     """The folder of the cached llama-server (benchmarks/build_llama_server.sh builds it only if missing)."""
-    path = subprocess.run(["bash", str(REPO / "benchmarks/build_llama_server.sh")], check=True,
-                          capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    path = (
+        subprocess.run(
+            ["bash", str(REPO / "benchmarks/build_llama_server.sh")], check=True, capture_output=True, text=True
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     return str(Path(path).parent)
 
 
@@ -42,9 +48,12 @@ def engines(gguf: str) -> dict[str, list[str]]:
     path_env = f"{llama_server_dir()}:{os.environ['PATH']}"  # the backend's default command runs `llama-server`
     return {
         "native-engine": ["backend.launch.args=[--model, '%s', %s]" % (gguf, ", ".join(NATIVE_ARGS))],
-        "llama-server": ["backend.kind=llamacpp", f"backend.model='{gguf}'",
-                         "backend.launch.args=[" + ", ".join(LLAMA_SERVER_ARGS) + "]",
-                         f"backend.launch.env={{PATH: '{path_env}'}}"],
+        "llama-server": [
+            "backend.kind=llamacpp",
+            f"backend.model='{gguf}'",
+            "backend.launch.args=[" + ", ".join(LLAMA_SERVER_ARGS) + "]",
+            f"backend.launch.env={{PATH: '{path_env}'}}",
+        ],
     }
 
 
@@ -72,8 +81,17 @@ def main() -> None:
         bench("run", str(HERE / "scenario.yaml"), "--output", str(out), "--allow-client-bound", *sets)
         sweeps.append(str(out))
         labels += ["--label", label]
-    bench("select", *sweeps, *labels, "--slo", SLO, "--gpu-cost-per-hour", str(COST_PER_HOUR),
-          "-o", str(HERE / "selection.html"))
+    bench(
+        "select",
+        *sweeps,
+        *labels,
+        "--slo",
+        SLO,
+        "--gpu-cost-per-hour",
+        str(COST_PER_HOUR),
+        "-o",
+        str(HERE / "selection.html"),
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ tensors' stored sizes), a Hugging Face `config.json`, or the built-in table belo
 grouped-query attention and a gated (SwiGLU) FFN: Llama, Qwen2, Mistral, SmolLM2. Biases, norms'
 shapes beyond a vector per layer, and mixture-of-experts are not modelled.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,7 +27,7 @@ class Architecture:
     head_dim: int
     ffn_size: int
     vocab_size: int
-    weight_bits: float = 16.0      # bf16 checkpoints; a GGUF's own average (Q4_1 is 5.0, Q4_K_M about 4.8)
+    weight_bits: float = 16.0  # bf16 checkpoints; a GGUF's own average (Q4_1 is 5.0, Q4_K_M about 4.8)
     tied_embeddings: bool = False  # lm_head shares the embedding matrix (SmolLM2): stored once
     source: str = ""
 
@@ -54,15 +55,28 @@ def _hf(repo: str) -> str:
     return HF.format(repo)
 
 
-BUILTIN = {a.name: a for a in (
-    Architecture("llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, source=_hf("meta-llama/Llama-3.1-8B")),
-    Architecture("llama-3.1-70b", 80, 8192, 64, 8, 128, 28672, 128256, source=_hf("meta-llama/Llama-3.1-70B")),
-    Architecture("qwen2.5-7b", 28, 3584, 28, 4, 128, 18944, 152064, source=_hf("Qwen/Qwen2.5-7B")),
-    Architecture("qwen2.5-32b", 64, 5120, 40, 8, 128, 27648, 152064, source=_hf("Qwen/Qwen2.5-32B")),
-    Architecture("mistral-7b", 32, 4096, 32, 8, 128, 14336, 32768, source=_hf("mistralai/Mistral-7B-v0.3")),
-    Architecture("smollm2-135m", 30, 576, 9, 3, 64, 1536, 49152, tied_embeddings=True,
-                 source=_hf("HuggingFaceTB/SmolLM2-135M-Instruct")),
-)}
+BUILTIN = {
+    a.name: a
+    for a in (
+        Architecture("llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, source=_hf("meta-llama/Llama-3.1-8B")),
+        Architecture("llama-3.1-70b", 80, 8192, 64, 8, 128, 28672, 128256, source=_hf("meta-llama/Llama-3.1-70B")),
+        Architecture("qwen2.5-7b", 28, 3584, 28, 4, 128, 18944, 152064, source=_hf("Qwen/Qwen2.5-7B")),
+        Architecture("qwen2.5-32b", 64, 5120, 40, 8, 128, 27648, 152064, source=_hf("Qwen/Qwen2.5-32B")),
+        Architecture("mistral-7b", 32, 4096, 32, 8, 128, 14336, 32768, source=_hf("mistralai/Mistral-7B-v0.3")),
+        Architecture(
+            "smollm2-135m",
+            30,
+            576,
+            9,
+            3,
+            64,
+            1536,
+            49152,
+            tied_embeddings=True,
+            source=_hf("HuggingFaceTB/SmolLM2-135M-Instruct"),
+        ),
+    )
+}
 
 
 def load_architecture(model: str, weight_bits: float | None = None) -> Architecture:
@@ -76,26 +90,37 @@ def load_architecture(model: str, weight_bits: float | None = None) -> Architect
     elif model.endswith(".json"):
         arch = from_hf_config(model)
     else:
-        raise ValueError(f"model {model!r}: not a built-in architecture ({', '.join(BUILTIN)}), "
-                         "nor a .gguf or config.json path")
+        raise ValueError(
+            f"model {model!r}: not a built-in architecture ({', '.join(BUILTIN)}), nor a .gguf or config.json path"
+        )
     return dataclasses.replace(arch, weight_bits=weight_bits) if weight_bits else arch
 
 
 def from_hf_config(path: str | Path) -> Architecture:
     """The architecture in a Hugging Face config.json (Llama, Qwen2 and Mistral spell it the same way)."""
     config = json.loads(Path(path).read_text())
-    missing = [k for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
-                           "vocab_size") if k not in config]
+    missing = [
+        k
+        for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
+        if k not in config
+    ]
     if missing:
         raise ValueError(f"{path}: config.json lacks {', '.join(missing)}; is it a decoder-only LLM's config?")
     heads = config["num_attention_heads"]
     dtype_bits = {"float32": 32, "float16": 16, "bfloat16": 16}.get(config.get("torch_dtype", "bfloat16"), 16)
     return Architecture(
-        name=config.get("_name_or_path") or Path(path).parent.name, n_layers=config["num_hidden_layers"],
-        hidden_size=config["hidden_size"], n_heads=heads, n_kv_heads=config.get("num_key_value_heads", heads),
-        head_dim=config.get("head_dim") or config["hidden_size"] // heads, ffn_size=config["intermediate_size"],
-        vocab_size=config["vocab_size"], weight_bits=float(dtype_bits),
-        tied_embeddings=bool(config.get("tie_word_embeddings", False)), source=str(path))
+        name=config.get("_name_or_path") or Path(path).parent.name,
+        n_layers=config["num_hidden_layers"],
+        hidden_size=config["hidden_size"],
+        n_heads=heads,
+        n_kv_heads=config.get("num_key_value_heads", heads),
+        head_dim=config.get("head_dim") or config["hidden_size"] // heads,
+        ffn_size=config["intermediate_size"],
+        vocab_size=config["vocab_size"],
+        weight_bits=float(dtype_bits),
+        tied_embeddings=bool(config.get("tie_word_embeddings", False)),
+        source=str(path),
+    )
 
 
 def from_gguf(path: str | Path) -> Architecture:
@@ -118,8 +143,15 @@ def from_gguf(path: str | Path) -> Architecture:
     vocab = int(field(f"{arch}.vocab_size", len(tokens.data) if tokens is not None else None))
     stored_bits = 8 * sum(int(t.n_bytes) for t in reader.tensors) / sum(int(t.n_elements) for t in reader.tensors)
     return Architecture(
-        name=str(field("general.name", Path(path).stem)), n_layers=int(field(f"{arch}.block_count")),
-        hidden_size=hidden, n_heads=heads, n_kv_heads=int(field(f"{arch}.attention.head_count_kv", heads)),
+        name=str(field("general.name", Path(path).stem)),
+        n_layers=int(field(f"{arch}.block_count")),
+        hidden_size=hidden,
+        n_heads=heads,
+        n_kv_heads=int(field(f"{arch}.attention.head_count_kv", heads)),
         head_dim=int(field(f"{arch}.attention.key_length", hidden // heads)),
-        ffn_size=int(field(f"{arch}.feed_forward_length")), vocab_size=vocab, weight_bits=round(stored_bits, 3),
-        tied_embeddings="output.weight" not in tensors, source=str(path))
+        ffn_size=int(field(f"{arch}.feed_forward_length")),
+        vocab_size=vocab,
+        weight_bits=round(stored_bits, 3),
+        tied_embeddings="output.weight" not in tensors,
+        source=str(path),
+    )

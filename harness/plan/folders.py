@@ -1,6 +1,7 @@
 """`bench plan`'s results folders for sweeps and candidates, in the layout `bench run` writes
 (point-NNN-... folders with sweep.json; one folder per candidate with candidates.json), so
 `bench report` and `bench select` read a simulated sweep or comparison as they read a measured one."""
+
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -35,8 +36,10 @@ def simulate_sweep(scenario: Scenario, out_dir: Path, overwrite: bool = False) -
 
 def simulate_candidates(scenario: Scenario, out_dir: Path, overwrite: bool = False) -> list[CandidateStatus]:
     if (out_dir / CANDIDATES_MANIFEST).exists() and not overwrite:
-        raise ResultsError(f"--output: {out_dir} already holds candidates' results ({CANDIDATES_MANIFEST}); choose a "
-                           f"new folder, or pass --overwrite to replace them")
+        raise ResultsError(
+            f"--output: {out_dir} already holds candidates' results ({CANDIDATES_MANIFEST}); choose a "
+            f"new folder, or pass --overwrite to replace them"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     statuses = []
     for candidate, cand_scenario in scenario.candidate_scenarios():

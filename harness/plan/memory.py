@@ -7,6 +7,7 @@ blocks of `kv_block_size` tokens. Under tensor parallelism each GPU holds 1/TP o
 the KV heads; with fewer KV heads than GPUs the heads are replicated (vLLM does the same), so a
 GPU never holds less than one head.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,8 +19,18 @@ from harness.plan.architectures import Architecture
 GIB = 2**30
 DEFAULT_RESERVE_BYTES = 1 * GIB  # activations and runtime context: vLLM's profile run typically finds 0.5-2 GiB
 KV_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
-_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": GIB,
-          "tib": 2**40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1e3,
+    "mb": 1e6,
+    "gb": 1e9,
+    "tb": 1e12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": GIB,
+    "tib": 2**40,
+}
 
 
 def parse_bytes(text: str | float, field: str = "memory") -> float:
@@ -52,11 +63,11 @@ class MemoryPlan:
     tensor_parallel: int
     weights_bytes_per_gpu: float
     reserve_bytes: float
-    kv_budget_bytes_per_gpu: float   # what is left for the KV cache (negative: the weights do not fit)
-    kv_bytes_per_token: float        # the whole model's, summed over the TP group's GPUs
+    kv_budget_bytes_per_gpu: float  # what is left for the KV cache (negative: the weights do not fit)
+    kv_bytes_per_token: float  # the whole model's, summed over the TP group's GPUs
     kv_bytes_per_token_per_gpu: float
     kv_block_size: int
-    num_kv_blocks: int               # per replica: every GPU of a TP group holds the same blocks' share
+    num_kv_blocks: int  # per replica: every GPU of a TP group holds the same blocks' share
 
     @property
     def weights_fit(self) -> bool:
@@ -67,9 +78,15 @@ class MemoryPlan:
         return self.num_kv_blocks * self.kv_block_size
 
 
-def plan_memory(arch: Architecture, gpu_memory_bytes: float, gpu_memory_utilization: float = 0.9,
-                tensor_parallel: int = 1, kv_bytes: float = 2, kv_block_size: int = 16,
-                reserve_bytes: float = DEFAULT_RESERVE_BYTES) -> MemoryPlan:
+def plan_memory(
+    arch: Architecture,
+    gpu_memory_bytes: float,
+    gpu_memory_utilization: float = 0.9,
+    tensor_parallel: int = 1,
+    kv_bytes: float = 2,
+    kv_block_size: int = 16,
+    reserve_bytes: float = DEFAULT_RESERVE_BYTES,
+) -> MemoryPlan:
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"gpu_memory_utilization: {gpu_memory_utilization} is not in (0, 1]; vLLM's default is 0.9")
     if tensor_parallel < 1:
@@ -78,8 +95,18 @@ def plan_memory(arch: Architecture, gpu_memory_bytes: float, gpu_memory_utilizat
     budget = gpu_memory_bytes * gpu_memory_utilization - weights - reserve_bytes
     per_token_gpu = kv_bytes_per_token(arch, kv_bytes, tensor_parallel)
     blocks = max(0, math.floor(budget / (per_token_gpu * kv_block_size)))
-    return MemoryPlan(gpu_memory_bytes, gpu_memory_utilization, tensor_parallel, weights, reserve_bytes, budget,
-                      kv_bytes_per_token(arch, kv_bytes), per_token_gpu, kv_block_size, blocks)
+    return MemoryPlan(
+        gpu_memory_bytes,
+        gpu_memory_utilization,
+        tensor_parallel,
+        weights,
+        reserve_bytes,
+        budget,
+        kv_bytes_per_token(arch, kv_bytes),
+        per_token_gpu,
+        kv_block_size,
+        blocks,
+    )
 
 
 def load_fit(plan: MemoryPlan, context_tokens: int, concurrency: int) -> dict:
@@ -87,34 +114,51 @@ def load_fit(plan: MemoryPlan, context_tokens: int, concurrency: int) -> dict:
     A sequence holds whole blocks, so it costs ceil(context / block) of them."""
     blocks_per_seq = math.ceil(context_tokens / plan.kv_block_size)
     needed_blocks = blocks_per_seq * concurrency
-    return {"kv_bytes_needed_per_gpu": needed_blocks * plan.kv_block_size * plan.kv_bytes_per_token_per_gpu,
-            "kv_blocks_needed": needed_blocks, "fits": plan.weights_fit and needed_blocks <= plan.num_kv_blocks,
-            "max_concurrency_at_context": plan.num_kv_blocks // blocks_per_seq,
-            "max_context_at_concurrency": plan.num_kv_blocks // concurrency * plan.kv_block_size}
+    return {
+        "kv_bytes_needed_per_gpu": needed_blocks * plan.kv_block_size * plan.kv_bytes_per_token_per_gpu,
+        "kv_blocks_needed": needed_blocks,
+        "fits": plan.weights_fit and needed_blocks <= plan.num_kv_blocks,
+        "max_concurrency_at_context": plan.num_kv_blocks // blocks_per_seq,
+        "max_context_at_concurrency": plan.num_kv_blocks // concurrency * plan.kv_block_size,
+    }
 
 
-def memory_lines(arch: Architecture, plan: MemoryPlan, context_tokens: int, concurrency: int,
-                 kv_dtype: str) -> list[str]:
+def memory_lines(
+    arch: Architecture, plan: MemoryPlan, context_tokens: int, concurrency: int, kv_dtype: str
+) -> list[str]:
     """`bench plan --memory`'s answer: weights, KV per token, KV for the asked load, and what fits."""
     fit = load_fit(plan, context_tokens, concurrency)
     gb = 1e9
-    lines = [f"model {arch.name}: {arch.param_count() / 1e9:.2f} B parameters at {arch.weight_bits:g} bits "
-             + f"({arch.source or 'built-in'})"]
-    lines.append(f"weights: {weights_bytes(arch) / gb:.2f} GB, {plan.weights_bytes_per_gpu / gb:.2f} GB per GPU "
-                 f"at tensor parallel {plan.tensor_parallel}")
-    lines.append(f"KV cache: {plan.kv_bytes_per_token:,.0f} bytes per token ({kv_dtype}: 2 x {arch.n_layers} "
-                 f"layers x {arch.n_kv_heads} KV heads x {arch.head_dim} head dim x {KV_DTYPE_BYTES[kv_dtype]} bytes)")
-    lines.append(f"the load: {concurrency} sequences x {context_tokens:,} tokens = "
-                 f"{fit['kv_bytes_needed_per_gpu'] / gb:.2f} GB of KV per GPU")
-    lines.append(f"GPU memory: {plan.gpu_memory_bytes / gb:.2f} GB x {plan.gpu_memory_utilization:g} utilization, "
-                 f"less weights and {plan.reserve_bytes / gb:.2f} GB reserve = "
-                 f"{plan.kv_budget_bytes_per_gpu / gb:.2f} GB for KV: {plan.num_kv_blocks:,} blocks of "
-                 f"{plan.kv_block_size} tokens ({plan.kv_tokens:,} tokens)")
+    lines = [
+        f"model {arch.name}: {arch.param_count() / 1e9:.2f} B parameters at {arch.weight_bits:g} bits "
+        + f"({arch.source or 'built-in'})"
+    ]
+    lines.append(
+        f"weights: {weights_bytes(arch) / gb:.2f} GB, {plan.weights_bytes_per_gpu / gb:.2f} GB per GPU "
+        f"at tensor parallel {plan.tensor_parallel}"
+    )
+    lines.append(
+        f"KV cache: {plan.kv_bytes_per_token:,.0f} bytes per token ({kv_dtype}: 2 x {arch.n_layers} "
+        f"layers x {arch.n_kv_heads} KV heads x {arch.head_dim} head dim x {KV_DTYPE_BYTES[kv_dtype]} bytes)"
+    )
+    lines.append(
+        f"the load: {concurrency} sequences x {context_tokens:,} tokens = "
+        f"{fit['kv_bytes_needed_per_gpu'] / gb:.2f} GB of KV per GPU"
+    )
+    lines.append(
+        f"GPU memory: {plan.gpu_memory_bytes / gb:.2f} GB x {plan.gpu_memory_utilization:g} utilization, "
+        f"less weights and {plan.reserve_bytes / gb:.2f} GB reserve = "
+        f"{plan.kv_budget_bytes_per_gpu / gb:.2f} GB for KV: {plan.num_kv_blocks:,} blocks of "
+        f"{plan.kv_block_size} tokens ({plan.kv_tokens:,} tokens)"
+    )
     if not plan.weights_fit:
-        lines.append("fits: NO, the weights alone fill the memory: fewer weight bits, a bigger GPU or more "
-                     "tensor parallelism")
+        lines.append(
+            "fits: NO, the weights alone fill the memory: fewer weight bits, a bigger GPU or more tensor parallelism"
+        )
     else:
         verdict = "yes" if fit["fits"] else "NO"
-        lines.append(f"fits: {verdict}; at {context_tokens:,} tokens up to {fit['max_concurrency_at_context']:,} "
-                     f"sequences, at {concurrency} sequences up to {fit['max_context_at_concurrency']:,} tokens each")
+        lines.append(
+            f"fits: {verdict}; at {context_tokens:,} tokens up to {fit['max_concurrency_at_context']:,} "
+            f"sequences, at {concurrency} sequences up to {fit['max_context_at_concurrency']:,} tokens each"
+        )
     return lines

@@ -6,6 +6,7 @@ goes to the step model for the step's duration. `end_step`, at the step's end, a
 sampled sequence's token and finishes those at their planned length, as the engine's
 _process_token does with ignore_eos.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from native_engine.block_manager import BlockManager
 from native_engine.scheduler import Scheduler
 from native_engine.sequence import Sequence
 
-OUTPUT_TOKEN_ID = 0   # what a simulated answer holds; its blocks hash under the prompt's chain, so never shared
+OUTPUT_TOKEN_ID = 0  # what a simulated answer holds; its blocks hash under the prompt's chain, so never shared
 
 
 @dataclass
@@ -36,11 +37,15 @@ class Replica:
     def __init__(self, name: str, deployment: Deployment, clock):
         self.name = name
         self.max_model_len = deployment.max_model_len
-        self.block_manager = BlockManager(deployment.num_kv_blocks, deployment.kv_block_size,
-                                          deployment.enable_prefix_caching, deployment.prefix_cache)
+        self.block_manager = BlockManager(
+            deployment.num_kv_blocks,
+            deployment.kv_block_size,
+            deployment.enable_prefix_caching,
+            deployment.prefix_cache,
+        )
         self.scheduler = Scheduler(deployment.scheduler, self.block_manager, clock)
         self.clock = clock
-        self.busy = False   # a step is in flight
+        self.busy = False  # a step is in flight
 
     def start_step(self) -> Step | None:
         """Schedules the next batch (None when nothing can run now) and advances its sequences' KV."""
@@ -67,12 +72,19 @@ class Replica:
                 sampled.append(seq)
             seq.num_computed_tokens = computed
             context_tokens += computed
-            if computed // block_size > seq.num_keyed_blocks:   # else cache_computed_blocks has nothing to do
+            if computed // block_size > seq.num_keyed_blocks:  # else cache_computed_blocks has nothing to do
                 bm.cache_computed_blocks(seq)
         shape = StepShape(prefill_tokens, prefill_seqs, decode_seqs, context_tokens)
-        return Step(shape, sampled, self.clock(), bm.num_blocks - bm.num_free_blocks,
-                    sched.num_preemptions - seen_preemptions, bm.prefix_cache_hits_tokens - seen_hits,
-                    len(sched.running), len(sched.waiting))
+        return Step(
+            shape,
+            sampled,
+            self.clock(),
+            bm.num_blocks - bm.num_free_blocks,
+            sched.num_preemptions - seen_preemptions,
+            bm.prefix_cache_hits_tokens - seen_hits,
+            len(sched.running),
+            len(sched.waiting),
+        )
 
     def end_step(self, step: Step) -> None:
         """Each sampled sequence gets its token at the step's end (now); finished ones go to step.finished."""

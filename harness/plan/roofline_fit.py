@@ -11,6 +11,7 @@ Least squares on relative error (each row divided by its duration: short decode 
 long prefills), non-negative; a row's regime is re-chosen from the fit until it settles. A regime no row
 was in keeps its default, said in `notes`.
 """
+
 from __future__ import annotations
 
 import csv
@@ -27,8 +28,12 @@ from scipy.optimize import nnls
 from harness.engine_trace import read_engine_trace
 from harness.plan.roofline_model import DEFAULTS, RooflineParams
 
-VLLM_COUNTERS = {"flops": "vllm:estimated_flops_per_gpu_total", "bytes": "vllm:estimated_read_bytes_per_gpu_total",
-                 "steps": "vllm:iteration_tokens_total_count", "running": "vllm:num_requests_running"}
+VLLM_COUNTERS = {
+    "flops": "vllm:estimated_flops_per_gpu_total",
+    "bytes": "vllm:estimated_read_bytes_per_gpu_total",
+    "steps": "vllm:iteration_tokens_total_count",
+    "running": "vllm:num_requests_running",
+}
 
 
 @dataclass(frozen=True)
@@ -36,15 +41,16 @@ class RooflineFit:
     params: RooflineParams
     peak_flops: float
     peak_bytes_per_s: float
-    source: str                 # "step trace" | "vLLM server metrics"
-    rows: int                   # steps, or scrape intervals
+    source: str  # "step trace" | "vLLM server metrics"
+    rows: int  # steps, or scrape intervals
     compute_bound_rows: int
-    median_abs_error: float     # |predicted - measured| / measured over the rows
+    median_abs_error: float  # |predicted - measured| / measured over the rows
     notes: list[str]
 
 
-def fit_roofline(run_dir: str | Path, peak_flops: float | None = None, peak_bytes_per_s: float | None = None,
-                 iterations: int = 20) -> RooflineFit:
+def fit_roofline(
+    run_dir: str | Path, peak_flops: float | None = None, peak_bytes_per_s: float | None = None, iterations: int = 20
+) -> RooflineFit:
     """Fit against the ceilings given (the hardware the run measured on), else those its summary.json's
     roofline block used (measured on a CPU, published for a GPU)."""
     run_dir = Path(run_dir)
@@ -56,15 +62,19 @@ def fit_roofline(run_dir: str | Path, peak_flops: float | None = None, peak_byte
     elif (run_dir / "server_metrics.csv").is_file() and (rows := vllm_rows(run_dir / "server_metrics.csv")):
         source, (flops, moved, steps, dur) = "vLLM server metrics", rows
     else:
-        raise FileNotFoundError(f"{run_dir}: fitting the roofline needs the engine's step trace (measure with "
-                                "backend.trace: true) or vLLM's --enable-mfu-metrics counters in server_metrics.csv")
+        raise FileNotFoundError(
+            f"{run_dir}: fitting the roofline needs the engine's step trace (measure with "
+            "backend.trace: true) or vLLM's --enable-mfu-metrics counters in server_metrics.csv"
+        )
     if len(dur) < 3:
         raise ValueError(f"{run_dir}: {len(dur)} rows from the {source}; the fit needs at least 3")
     if peak_flops is None or peak_bytes_per_s is None:
         ceilings = (json.loads((run_dir / "summary.json").read_text()).get("roofline") or {}).get("ceilings")
         if not ceilings:
-            raise ValueError(f"{run_dir}/summary.json has no roofline.ceilings; pass peak_flops and "
-                             "peak_bytes_per_s (the hardware the run measured on)")
+            raise ValueError(
+                f"{run_dir}/summary.json has no roofline.ceilings; pass peak_flops and "
+                "peak_bytes_per_s (the hardware the run measured on)"
+            )
         peak_flops = peak_flops or ceilings["flops_per_s"]
         peak_bytes_per_s = peak_bytes_per_s or ceilings["bytes_per_s"]
     compute_bound = flops / moved > peak_flops / peak_bytes_per_s
@@ -93,8 +103,12 @@ def fit_roofline(run_dir: str | Path, peak_flops: float | None = None, peak_byte
 def trace_rows(path: Path) -> tuple[np.ndarray, ...]:
     """(flops, bytes, steps = 1, duration_s) per traced step that counted its bytes."""
     steps = [s for s in read_engine_trace(path) if s["bytes_read"] > 0 and s["dur_s"] > 0]
-    return (np.array([s["flops"] for s in steps], dtype=float), np.array([s["bytes_read"] for s in steps], dtype=float),
-            np.ones(len(steps)), np.array([s["dur_s"] for s in steps], dtype=float))
+    return (
+        np.array([s["flops"] for s in steps], dtype=float),
+        np.array([s["bytes_read"] for s in steps], dtype=float),
+        np.ones(len(steps)),
+        np.array([s["dur_s"] for s in steps], dtype=float),
+    )
 
 
 def vllm_rows(path: Path) -> tuple[np.ndarray, ...] | None:

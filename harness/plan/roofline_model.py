@@ -16,6 +16,7 @@ over sequences, so a mixed step's queries are spread evenly over its sequences.
 MFU, MBU and the overhead are stated defaults (DEFAULTS), overridable in the scenario, and fittable
 from one measured run (harness/plan/roofline_fit.py).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,9 +30,9 @@ from harness.roofline import GpuSpec
 
 @dataclass(frozen=True)
 class RooflineParams:
-    mfu: float = 0.5            # large GEMMs in vLLM/SGLang prefill reach about half the dense peak
-    mbu: float = 0.7            # decode kernels stream weights and KV at ~60-80% of HBM bandwidth
-    overhead_ms: float = 1.0    # scheduling, sampling, launches per step with CUDA graphs
+    mfu: float = 0.5  # large GEMMs in vLLM/SGLang prefill reach about half the dense peak
+    mbu: float = 0.7  # decode kernels stream weights and KV at ~60-80% of HBM bandwidth
+    overhead_ms: float = 1.0  # scheduling, sampling, launches per step with CUDA graphs
     allreduce_hop_latency_us: float = 2.0  # one ring hop's fixed cost (NCCL over NVLink: a few microseconds)
 
 
@@ -57,8 +58,15 @@ class StepCosts:
 
 
 class RooflineStepModel:
-    def __init__(self, arch: Architecture, gpu: GpuSpec, tensor_parallel: int = 1,
-                 params: RooflineParams = DEFAULTS, kv_bytes: float = 2, activation_bytes: float = 2):
+    def __init__(
+        self,
+        arch: Architecture,
+        gpu: GpuSpec,
+        tensor_parallel: int = 1,
+        params: RooflineParams = DEFAULTS,
+        kv_bytes: float = 2,
+        activation_bytes: float = 2,
+    ):
         self.arch, self.gpu, self.tp, self.params = arch, gpu, tensor_parallel, params
         self.kv_bytes, self.activation_bytes = kv_bytes, activation_bytes
         self.weight_bytes_read = (arch.matmul_params() + arch.lm_head_params()) * arch.weight_bits / 8
@@ -69,12 +77,20 @@ class RooflineStepModel:
         tokens = shape.prefill_tokens + shape.decode_seqs
         seqs = shape.prefill_seqs + shape.decode_seqs
         attended_pairs = shape.context_tokens * tokens / seqs if seqs else 0
-        flops = (2 * a.matmul_params() * tokens + 2 * a.lm_head_params() * seqs
-                 + 4 * a.n_layers * a.n_heads * a.head_dim * attended_pairs) / tp
-        moved = (self.weight_bytes_read / tp
-                 + (shape.context_tokens + tokens) * self.kv_bytes_per_token_per_gpu)
-        return StepCosts(flops, moved, flops / (self.gpu.bf16_flops * p.mfu),
-                         moved / (self.gpu.hbm_bytes_per_s * p.mbu), self.allreduce_s(tokens), p.overhead_ms / 1e3)
+        flops = (
+            2 * a.matmul_params() * tokens
+            + 2 * a.lm_head_params() * seqs
+            + 4 * a.n_layers * a.n_heads * a.head_dim * attended_pairs
+        ) / tp
+        moved = self.weight_bytes_read / tp + (shape.context_tokens + tokens) * self.kv_bytes_per_token_per_gpu
+        return StepCosts(
+            flops,
+            moved,
+            flops / (self.gpu.bf16_flops * p.mfu),
+            moved / (self.gpu.hbm_bytes_per_s * p.mbu),
+            self.allreduce_s(tokens),
+            p.overhead_ms / 1e3,
+        )
 
     def allreduce_s(self, tokens: int) -> float:
         """Two ring all-reduces per layer of the step's hidden states (tokens x hidden activations)."""
@@ -83,14 +99,21 @@ class RooflineStepModel:
         message_bytes = tokens * self.arch.hidden_size * self.activation_bytes
         ring_bytes = 2 * (self.tp - 1) / self.tp * message_bytes
         one = ring_bytes / (self.gpu.interconnect_bytes_per_s / 2) + 2 * (self.tp - 1) * (
-            self.params.allreduce_hop_latency_us / 1e6)
+            self.params.allreduce_hop_latency_us / 1e6
+        )
         return 2 * self.arch.n_layers * one
 
     def step_time_s(self, shape: StepShape) -> float:
         return self.costs(shape).step_s
 
     def describe(self) -> dict:
-        return {"kind": "roofline", "form": "max(flops / (peak * mfu), bytes / (bandwidth * mbu)) + allreduce + "
-                                            "overhead, per GPU of the TP group",
-                "coefficients": dataclasses.asdict(self.params), "architecture": dataclasses.asdict(self.arch),
-                "gpu": dataclasses.asdict(self.gpu), "tensor_parallel": self.tp, "kv_bytes": self.kv_bytes}
+        return {
+            "kind": "roofline",
+            "form": "max(flops / (peak * mfu), bytes / (bandwidth * mbu)) + allreduce + "
+            "overhead, per GPU of the TP group",
+            "coefficients": dataclasses.asdict(self.params),
+            "architecture": dataclasses.asdict(self.arch),
+            "gpu": dataclasses.asdict(self.gpu),
+            "tensor_parallel": self.tp,
+            "kv_bytes": self.kv_bytes,
+        }

@@ -34,12 +34,18 @@ def roofline_step_model(scenario) -> RooflineStepModel:
     base = DEFAULTS
     if run_dir := given.pop("fit", None):
         base = fit_roofline(run_dir, gpu.bf16_flops, gpu.hbm_bytes_per_s).params
-    return RooflineStepModel(scenario_architecture(scenario), gpu, scenario.plan.tensor_parallel,
-                             dataclasses.replace(base, **given))
+    return RooflineStepModel(
+        scenario_architecture(scenario), gpu, scenario.plan.tensor_parallel, dataclasses.replace(base, **given)
+    )
 
 
 def roofline_memory(scenario, kv_block_size: int) -> MemoryPlan:
     """The KV blocks a replica of the plan's deployment has: the GPU's memory less the weights (per GPU under TP)."""
     plan = scenario.plan
-    return plan_memory(scenario_architecture(scenario), scenario_gpu(scenario).hbm_bytes,
-                       plan.gpu_memory_utilization, plan.tensor_parallel, kv_block_size=kv_block_size)
+    return plan_memory(
+        scenario_architecture(scenario),
+        scenario_gpu(scenario).hbm_bytes,
+        plan.gpu_memory_utilization,
+        plan.tensor_parallel,
+        kv_block_size=kv_block_size,
+    )

@@ -12,6 +12,7 @@ simulations rather than every pair:
   bisection between the last failing and the first passing count.
 Every simulation writes its results folder under OUT/simulations/, so `bench report` reads them.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,7 +40,7 @@ class Evaluation:
     goodput_fraction: float
     goodput_requests_per_s: float
     output_tokens_per_s: float
-    slo_margin: float | None     # the tightest SLO's headroom at the attainment percentile: 1 - value / limit
+    slo_margin: float | None  # the tightest SLO's headroom at the attainment percentile: 1 - value / limit
     dollars_per_hour: float
     dollars_per_mtok: float | None  # per million output tokens at the predicted throughput
     folder: str
@@ -60,46 +61,70 @@ class GpuResult:
 def slo_margin(summary: dict, attainment: float) -> float | None:
     """1 - (the SLO metric at the attainment percentile) / its limit, the smallest over the SLOs set."""
     key = f"p{round(attainment * 100)}"
-    margins = [1 - summary[name][key] / limit for name, limit in summary["goodput"]["slo"].items()
-               if name in SLO_KEYS and summary.get(name, {}).get(key) is not None]
+    margins = [
+        1 - summary[name][key] / limit
+        for name, limit in summary["goodput"]["slo"].items()
+        if name in SLO_KEYS and summary.get(name, {}).get(key) is not None
+    ]
     return min(margins) if margins else None
 
 
 class Search:
-    def __init__(self, scenario, out_dir: Path, attainment: float = DEFAULT_ATTAINMENT, max_gpus: int = 64,
-                 time_budget_s: float = 600.0, overwrite: bool = False):
+    def __init__(
+        self,
+        scenario,
+        out_dir: Path,
+        attainment: float = DEFAULT_ATTAINMENT,
+        max_gpus: int = 64,
+        time_budget_s: float = 600.0,
+        overwrite: bool = False,
+    ):
         if scenario.plan is None or scenario.plan.step_model.kind != "roofline":
-            raise ValueError("plan.step_model: --search simulates GPUs it does not have, so it needs "
-                             "step_model: roofline (with plan.model)")
+            raise ValueError(
+                "plan.step_model: --search simulates GPUs it does not have, so it needs "
+                "step_model: roofline (with plan.model)"
+            )
         if not scenario.plan.prices:
-            raise ValueError("plan.prices: --search ranks by cost; give $/GPU-hour per GPU type, "
-                             "e.g. prices: {H100: 2.5, L40S: 1.0}")
+            raise ValueError(
+                "plan.prices: --search ranks by cost; give $/GPU-hour per GPU type, e.g. prices: {H100: 2.5, L40S: 1.0}"
+            )
         for gpu in scenario.plan.prices:
             try:
                 gpu_spec(gpu)
             except ValueError as e:
                 raise ValueError(f"plan.prices: {e}") from None
         if not scenario.slo.model_dump(exclude_none=True):
-            raise ValueError("slo: --search looks for the deployment that meets the SLOs; set at least one, "
-                             "e.g. slo: {ttft_ms: 500, tpot_ms: 50}")
+            raise ValueError(
+                "slo: --search looks for the deployment that meets the SLOs; set at least one, "
+                "e.g. slo: {ttft_ms: 500, tpot_ms: 50}"
+            )
         self.scenario, self.out_dir, self.attainment = scenario, Path(out_dir), attainment
         self.max_gpus, self.deadline = max_gpus, time.monotonic() + time_budget_s
-        self.overwrite = overwrite   # replace the simulated folders a previous search left in out_dir
+        self.overwrite = overwrite  # replace the simulated folders a previous search left in out_dir
         self.simulations = 0
 
     def evaluate(self, gpu: str, tensor_parallel: int, replicas: int, price: float) -> Evaluation:
-        plan = self.scenario.plan.model_copy(update={"hardware": gpu, "tensor_parallel": tensor_parallel,
-                                                     "replicas": replicas})
+        plan = self.scenario.plan.model_copy(
+            update={"hardware": gpu, "tensor_parallel": tensor_parallel, "replicas": replicas}
+        )
         folder = self.out_dir / "simulations" / f"{gpu}-tp{tensor_parallel}-x{replicas}"
-        summary = simulate_scenario(self.scenario.model_copy(update={"plan": plan}), folder,
-                                    overwrite=self.overwrite)
+        summary = simulate_scenario(self.scenario.model_copy(update={"plan": plan}), folder, overwrite=self.overwrite)
         self.simulations += 1
         goodput, throughput = summary["goodput"], summary["throughput"]["output_tokens_per_s"]
         per_hour = price * tensor_parallel * replicas
-        return Evaluation(gpu, tensor_parallel, replicas, goodput["fraction"] >= self.attainment,
-                          goodput["fraction"], goodput["requests_per_s"], throughput,
-                          slo_margin(summary, self.attainment), per_hour,
-                          per_hour / (throughput * 3600 / 1e6) if throughput else None, str(folder))
+        return Evaluation(
+            gpu,
+            tensor_parallel,
+            replicas,
+            goodput["fraction"] >= self.attainment,
+            goodput["fraction"],
+            goodput["requests_per_s"],
+            throughput,
+            slo_margin(summary, self.attainment),
+            per_hour,
+            per_hour / (throughput * 3600 / 1e6) if throughput else None,
+            str(folder),
+        )
 
     def tensor_parallel_sizes(self, gpu: str) -> tuple[list[int], list[str]]:
         arch, spec, notes = scenario_architecture(self.scenario), gpu_spec(gpu), []
@@ -119,8 +144,11 @@ class Search:
         """Why no replica count helps, when one sequence's decode step is already over the TPOT or ITL limit."""
         plan = self.scenario.plan.model_copy(update={"hardware": gpu, "tensor_parallel": tp})
         step_ms = 1e3 * roofline_step_model(self.scenario.model_copy(update={"plan": plan})).step_time_s(
-            StepShape(prefill_tokens=0, prefill_seqs=0, decode_seqs=1, context_tokens=1))
-        limits = {k: v for k, v in self.scenario.slo.model_dump(exclude_none=True).items() if k in ("tpot_ms", "itl_ms")}
+            StepShape(prefill_tokens=0, prefill_seqs=0, decode_seqs=1, context_tokens=1)
+        )
+        limits = {
+            k: v for k, v in self.scenario.slo.model_dump(exclude_none=True).items() if k in ("tpot_ms", "itl_ms")
+        }
         over = [f"{k} {v:g}" for k, v in limits.items() if step_ms > v]
         return f"TP {tp}: a decode step alone takes {step_ms:.1f} ms, over {', '.join(over)}" if over else None
 
@@ -148,7 +176,7 @@ class Search:
         sizes, result.notes = self.tensor_parallel_sizes(gpu)
         for tp in sizes:
             best_gpus = result.best.gpus if result.best else self.max_gpus + 1
-            most = (best_gpus - 1) // tp     # strictly fewer GPUs than the best so far
+            most = (best_gpus - 1) // tp  # strictly fewer GPUs than the best so far
             if most < 1:
                 break
             found = self.fewest_replicas(gpu, tp, price, most, result)
@@ -167,8 +195,10 @@ class Search:
 
 def table_lines(results: list[GpuResult]) -> list[str]:
     """The engine-selection table as Markdown, cheapest first."""
-    lines = ["| GPU | TP | replicas | GPUs | $/hour | $/Mtok out | goodput | goodput req/s | SLO margin |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| GPU | TP | replicas | GPUs | $/hour | $/Mtok out | goodput | goodput req/s | SLO margin |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         b = r.best
         if b is None:
@@ -176,8 +206,10 @@ def table_lines(results: list[GpuResult]) -> list[str]:
             continue
         per_mtok = f"{b.dollars_per_mtok:.3f}" if b.dollars_per_mtok is not None else "-"
         margin = f"{100 * b.slo_margin:.0f}%" if b.slo_margin is not None else "-"
-        lines.append(f"| {b.gpu} | {b.tensor_parallel} | {b.replicas} | {b.gpus} | {b.dollars_per_hour:.2f} | "
-                     f"{per_mtok} | {100 * b.goodput_fraction:.0f}% | {b.goodput_requests_per_s:.2f} | {margin} |")
+        lines.append(
+            f"| {b.gpu} | {b.tensor_parallel} | {b.replicas} | {b.gpus} | {b.dollars_per_hour:.2f} | "
+            f"{per_mtok} | {100 * b.goodput_fraction:.0f}% | {b.goodput_requests_per_s:.2f} | {margin} |"
+        )
     return lines
 
 
@@ -186,8 +218,17 @@ def write_search(results: list[GpuResult], out_dir: Path, simulations: int) -> l
     out_dir.mkdir(parents=True, exist_ok=True)
     lines = table_lines(results)
     (out_dir / "search.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    payload = {"simulations": simulations,
-               "results": [{"gpu": r.gpu, "best": asdict(r.best) if r.best else None, "notes": r.notes,
-                            "tried": [asdict(t) for t in r.tried]} for r in results]}
+    payload = {
+        "simulations": simulations,
+        "results": [
+            {
+                "gpu": r.gpu,
+                "best": asdict(r.best) if r.best else None,
+                "notes": r.notes,
+                "tried": [asdict(t) for t in r.tried],
+            }
+            for r in results
+        ],
+    }
     (out_dir / "search.json").write_text(json.dumps(payload, indent=2), encoding="utf-8")
     return lines

@@ -9,6 +9,7 @@ it is sent (the server's HTTP and tokenization, measured), and its tokens reach 
 the step that made them ends. The records and summary are `bench run`'s (harness/metrics.py),
 with `simulated: true` and the models used.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -34,9 +35,11 @@ from native_engine.scheduler import QueueFullError
 from native_engine.sequence import Sequence
 from native_engine.server import RequestError, sampling_params
 
-MAX_TRACED_REQUESTS = 20_000   # beyond this many requests the steps are not kept (memory): no engine_trace.json
+MAX_TRACED_REQUESTS = 20_000  # beyond this many requests the steps are not kept (memory): no engine_trace.json
 ARRIVE, STEP_END = 0, 1
-ANY_VOCAB = 1 << 31   # prompts are the tokenizer's own ids; sampling_params checks only stop_token_ids against it   # event kinds; at equal times arrivals first, as the engine drains its inbox first
+ANY_VOCAB = (
+    1 << 31
+)  # prompts are the tokenizer's own ids; sampling_params checks only stop_token_ids against it   # event kinds; at equal times arrivals first, as the engine drains its inbox first
 
 
 class VirtualClock:
@@ -50,8 +53,9 @@ class VirtualClock:
 
 
 class Simulation:
-    def __init__(self, deployment: Deployment, step_model: StepModel, request_overhead_s: float = 0.0,
-                 keep_steps: bool = True):
+    def __init__(
+        self, deployment: Deployment, step_model: StepModel, request_overhead_s: float = 0.0, keep_steps: bool = True
+    ):
         self.clock = VirtualClock()
         self.step_model = step_model
         self.request_overhead_s = request_overhead_s
@@ -59,8 +63,8 @@ class Simulation:
         self.replicas = {n: Replica(n, deployment, self.clock) for n in names}
         self.policy = Policy(deployment.router_policy, names, deployment.cache_aware) if len(names) > 1 else None
         self.in_flight = dict.fromkeys(names, 0)
-        self.steps: list[dict] | None = [] if keep_steps else None   # engine_trace.py's step form
-        self.sequence_steps = 0   # sequences summed over every step's batch: the simulation's unit of work
+        self.steps: list[dict] | None = [] if keep_steps else None  # engine_trace.py's step form
+        self.sequence_steps = 0  # sequences summed over every step's batch: the simulation's unit of work
         self.engine_steps = 0
         self._events: list = []
         self._order = itertools.count()
@@ -93,19 +97,23 @@ def _step_model(scenario: Scenario, deployment: Deployment) -> tuple[StepModel, 
         model = fit_step_model(spec.fitted, deployment.kv_block_size)
         return model, model.request_overhead_s
     from harness.plan.roofline_scenario import roofline_memory, roofline_step_model  # planroof's
+
     model = roofline_step_model(scenario)
     # on a GPU the KV blocks are what its memory leaves after the weights, not the launch args' CPU-sized cache
     memory = roofline_memory(scenario, deployment.kv_block_size)
     if not memory.weights_fit:
-        raise ValueError(f"plan: {model.arch.name} at {model.arch.weight_bits:g} bits leaves no KV cache on "
-                         f"{scenario.plan.tensor_parallel} x {scenario.plan.hardware} (weights "
-                         f"{memory.weights_bytes_per_gpu / 1e9:.1f} GB per GPU); raise plan.tensor_parallel")
+        raise ValueError(
+            f"plan: {model.arch.name} at {model.arch.weight_bits:g} bits leaves no KV cache on "
+            f"{scenario.plan.tensor_parallel} x {scenario.plan.hardware} (weights "
+            f"{memory.weights_bytes_per_gpu / 1e9:.1f} GB per GPU); raise plan.tensor_parallel"
+        )
     deployment.num_kv_blocks, deployment.max_model_len = memory.num_kv_blocks, memory.kv_tokens
     return model, getattr(model, "request_overhead_s", 0.0)
 
 
-def run_simulation(sim: Simulation, requests: list[RequestSpec], token_ids: list[list[int]],
-                   concurrency: int | None, on_record) -> None:
+def run_simulation(
+    sim: Simulation, requests: list[RequestSpec], token_ids: list[list[int]], concurrency: int | None, on_record
+) -> None:
     """Plays every request through the simulated deployment; on_record(RequestRecord) as each finishes."""
     waiting_slots: deque[RequestSpec] = deque()
     next_turn: dict[tuple[int, int], RequestSpec] = {}
@@ -129,8 +137,16 @@ def run_simulation(sim: Simulation, requests: list[RequestSpec], token_ids: list
             sim.push(sim.clock.now_s, ARRIVE, (waiting_slots.popleft(), sim.clock.now_s))
 
     def refuse(spec: RequestSpec, sent_s: float, status: int, detail: str) -> None:
-        rec = RequestRecord(spec.index, sent_s, sent_s, sent_s, end_s=sim.clock.now_s, http_status=status,
-                            prompt_tokens=spec.prompt_tokens, is_warmup=spec.is_warmup)
+        rec = RequestRecord(
+            spec.index,
+            sent_s,
+            sent_s,
+            sent_s,
+            end_s=sim.clock.now_s,
+            http_status=status,
+            prompt_tokens=spec.prompt_tokens,
+            is_warmup=spec.is_warmup,
+        )
         rec.fail(http_failure_reason(status), f"HTTP {status}: {detail}")
         on_record(rec)
         release_after(spec)
@@ -148,14 +164,21 @@ def run_simulation(sim: Simulation, requests: list[RequestSpec], token_ids: list
             spec, sent_s = item
             engine_s = sent_s + sim.request_overhead_s
             if time_s < engine_s:
-                sim.push(engine_s, ARRIVE, item)   # the server's share before the engine sees it
+                sim.push(engine_s, ARRIVE, item)  # the server's share before the engine sees it
                 continue
-            replica = sim.route(prompt_text({"prompt": spec.prompt} if spec.messages is None
-                                            else {"messages": spec.messages}))
+            replica = sim.route(
+                prompt_text({"prompt": spec.prompt} if spec.messages is None else {"messages": spec.messages})
+            )
             ids = list(token_ids[spec.index])
-            try:   # the server's own rule: the prompt and its answer must fit the context
-                params = sampling_params({"max_tokens": spec.output_tokens, "ignore_eos": True}, len(ids),
-                                         replica.max_model_len, None, "prompt", ANY_VOCAB)
+            try:  # the server's own rule: the prompt and its answer must fit the context
+                params = sampling_params(
+                    {"max_tokens": spec.output_tokens, "ignore_eos": True},
+                    len(ids),
+                    replica.max_model_len,
+                    None,
+                    "prompt",
+                    ANY_VOCAB,
+                )
             except RequestError as e:
                 refuse(spec, sent_s, e.status, e.message)
                 continue
@@ -185,30 +208,62 @@ def run_simulation(sim: Simulation, requests: list[RequestSpec], token_ids: list
 
 def _record(spec: RequestSpec, sent_s: float, times: list[float], seq: Sequence) -> RequestRecord:
     n = len(times)
-    return RequestRecord(spec.index, sent_s, sent_s, sent_s, token_times_s=times, tokens_per_chunk=[1] * n,
-                         end_s=times[-1], prompt_tokens=seq.num_prompt_tokens, output_tokens=n,
-                         output_tokens_counted=n, output_tokens_usage=n, finish_reason=seq.finish_reason,
-                         server_timings=request_timings(seq), is_warmup=spec.is_warmup,
-                         session_id=spec.session_id, turn_index=spec.turn_index)
+    return RequestRecord(
+        spec.index,
+        sent_s,
+        sent_s,
+        sent_s,
+        token_times_s=times,
+        tokens_per_chunk=[1] * n,
+        end_s=times[-1],
+        prompt_tokens=seq.num_prompt_tokens,
+        output_tokens=n,
+        output_tokens_counted=n,
+        output_tokens_usage=n,
+        finish_reason=seq.finish_reason,
+        server_timings=request_timings(seq),
+        is_warmup=spec.is_warmup,
+        session_id=spec.session_id,
+        turn_index=spec.turn_index,
+    )
 
 
 def _trace_step(replica: str, s: Step, end_s: float) -> dict:
     """A simulated step in harness/engine_trace.py's step form (what diagnosis reads)."""
-    return {"t_s": s.start_s, "dur_s": end_s - s.start_s, "forward_s": end_s - s.start_s,
-            "prefill_tokens": s.shape.prefill_tokens, "prefill_chunks": [], "decode_seqs": s.shape.decode_seqs,
-            "kv_blocks_used": s.kv_blocks_used, "preemptions": s.preemptions, "prefix_hit_tokens": s.prefix_hit_tokens,
-            "bytes_read": 0, "flops": 0, "running": s.running, "waiting": s.waiting,
-            "kv_positions_read": s.shape.context_tokens, "replica": replica}
+    return {
+        "t_s": s.start_s,
+        "dur_s": end_s - s.start_s,
+        "forward_s": end_s - s.start_s,
+        "prefill_tokens": s.shape.prefill_tokens,
+        "prefill_chunks": [],
+        "decode_seqs": s.shape.decode_seqs,
+        "kv_blocks_used": s.kv_blocks_used,
+        "preemptions": s.preemptions,
+        "prefix_hit_tokens": s.prefix_hit_tokens,
+        "bytes_read": 0,
+        "flops": 0,
+        "running": s.running,
+        "waiting": s.waiting,
+        "kv_positions_read": s.shape.context_tokens,
+        "replica": replica,
+    }
 
 
-def simulate_scenario(scenario: Scenario, out_dir: str | Path | None = None, reporter=None,
-                      overwrite: bool = False, step_model: StepModel | None = None) -> dict:
+def simulate_scenario(
+    scenario: Scenario,
+    out_dir: str | Path | None = None,
+    reporter=None,
+    overwrite: bool = False,
+    step_model: StepModel | None = None,
+) -> dict:
     """The summary (bench run's summary.json, `simulated: true`) of the scenario on its plan: deployment;
     with out_dir, the results folder too (run.json, requests.jsonl, summary.json). `step_model`: use this
     one instead of the plan's (benchmarks, tests); its request overhead is then 0."""
     if scenario.plan is None:
-        raise ScenarioError("plan: missing; bench plan needs a plan: block, e.g. plan: {step_model: "
-                            "{fitted: [results/run-a]}} (docs/planner.md)")
+        raise ScenarioError(
+            "plan: missing; bench plan needs a plan: block, e.g. plan: {step_model: "
+            "{fitted: [results/run-a]}} (docs/planner.md)"
+        )
     launch_args = scenario.backend.launch.args if scenario.backend.launch else []
     try:
         deployment = deployment_from_args(launch_args, scenario.backend.model, scenario.plan.replicas)
@@ -218,8 +273,12 @@ def simulate_scenario(scenario: Scenario, out_dir: str | Path | None = None, rep
     started_s = time.process_time()
     tokenizer = _tokenizer(scenario)
     plan = build_plan(scenario, tokenizer)
-    token_ids = [tokenizer.encode(r.prompt) if r.prompt is not None else
-                 tokenizer.encode("".join(str(m.get("content", "")) for m in r.messages)) for r in plan.requests]
+    token_ids = [
+        tokenizer.encode(r.prompt)
+        if r.prompt is not None
+        else tokenizer.encode("".join(str(m.get("content", "")) for m in r.messages))
+        for r in plan.requests
+    ]
     writer = ResultWriter(out_dir, overwrite) if out_dir is not None else None
     records: list[RequestRecord] = []
 
@@ -227,6 +286,7 @@ def simulate_scenario(scenario: Scenario, out_dir: str | Path | None = None, rep
         records.append(rec)
         if writer is not None:
             writer.append(rec)
+
     planned_s = time.process_time()
     sim = Simulation(deployment, step_model, overhead_s, keep_steps=len(plan.requests) <= MAX_TRACED_REQUESTS)
     try:
@@ -236,31 +296,56 @@ def simulate_scenario(scenario: Scenario, out_dir: str | Path | None = None, rep
             writer.close()
     records.sort(key=lambda r: r.index)
     summary = summarize(records, scenario.slo.model_dump())
-    summary.update(simulated=True, client_bound=False, client_bound_reasons=[], interrupted=False, workers=0,
-                   token_count_method=plan.token_count_method, incomplete=False, incomplete_reasons=[],
-                   lost_workers=[])
-    summary["plan"] = {"step_model": step_model.describe(), "request_overhead_s": overhead_s,
-                       "deployment": _describe_deployment(deployment),
-                       "preemptions": sum(r.scheduler.num_preemptions for r in sim.replicas.values()),
-                       "engine_steps": sim.engine_steps, "sequence_steps": sim.sequence_steps,
-                       "cpu_s": {"plan": planned_s - started_s, "simulation": time.process_time() - planned_s}}
+    summary.update(
+        simulated=True,
+        client_bound=False,
+        client_bound_reasons=[],
+        interrupted=False,
+        workers=0,
+        token_count_method=plan.token_count_method,
+        incomplete=False,
+        incomplete_reasons=[],
+        lost_workers=[],
+    )
+    summary["plan"] = {
+        "step_model": step_model.describe(),
+        "request_overhead_s": overhead_s,
+        "deployment": _describe_deployment(deployment),
+        "preemptions": sum(r.scheduler.num_preemptions for r in sim.replicas.values()),
+        "engine_steps": sim.engine_steps,
+        "sequence_steps": sim.sequence_steps,
+        "cpu_s": {"plan": planned_s - started_s, "simulation": time.process_time() - planned_s},
+    }
     summary.update(explain(summary, records, Path(out_dir or "."), sim.steps or [], scenario.resolved_dict()))
     if writer is not None:
-        writer.write_run_info({"scenario": scenario.resolved_dict(), "versions": versions(), "simulated": True,
-                               "backend": {"kind": scenario.backend.kind, "model": scenario.backend.model,
-                                           "simulated": True},
-                               "token_count_method": plan.token_count_method, "tokenizer": tokenizer.name,
-                               "time_unit": "simulated seconds from t0"})
+        writer.write_run_info(
+            {
+                "scenario": scenario.resolved_dict(),
+                "versions": versions(),
+                "simulated": True,
+                "backend": {"kind": scenario.backend.kind, "model": scenario.backend.model, "simulated": True},
+                "token_count_method": plan.token_count_method,
+                "tokenizer": tokenizer.name,
+                "time_unit": "simulated seconds from t0",
+            }
+        )
         writer.write_summary(summary)
-        if sim.steps:   # the report's step timeline of the simulated engine(s)
+        if sim.steps:  # the report's step timeline of the simulated engine(s)
             write_engine_trace(writer.dir / "engine_trace.json", sim.steps)
     return summary
 
 
 def _describe_deployment(d: Deployment) -> dict:
     s = d.scheduler
-    return {"replicas": d.replicas, "router_policy": d.router_policy if d.replicas > 1 else None,
-            "num_kv_blocks": d.num_kv_blocks, "kv_block_size": d.kv_block_size,
-            "prefix_cache": d.prefix_cache if d.enable_prefix_caching else None, "max_model_len": d.max_model_len,
-            "max_num_seqs": s.max_num_seqs, "max_num_batched_tokens": s.max_num_batched_tokens,
-            "enable_chunked_prefill": s.enable_chunked_prefill, "schedule_policy": s.schedule_policy}
+    return {
+        "replicas": d.replicas,
+        "router_policy": d.router_policy if d.replicas > 1 else None,
+        "num_kv_blocks": d.num_kv_blocks,
+        "kv_block_size": d.kv_block_size,
+        "prefix_cache": d.prefix_cache if d.enable_prefix_caching else None,
+        "max_model_len": d.max_model_len,
+        "max_num_seqs": s.max_num_seqs,
+        "max_num_batched_tokens": s.max_num_batched_tokens,
+        "enable_chunked_prefill": s.enable_chunked_prefill,
+        "schedule_policy": s.schedule_policy,
+    }

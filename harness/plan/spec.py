@@ -12,6 +12,7 @@
 Engine settings (batch budget, KV blocks, prefix cache, router policy, data parallelism) come from
 backend.launch.args, parsed as `bench serve` parses them; `replicas` overrides --data-parallel.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -36,6 +37,7 @@ class _Strict(BaseModel):
 
 class RooflineParams(_Strict):
     """Unset: the roofline model's stated defaults (harness/plan/roofline_model.py)."""
+
     mfu: float | None = Field(default=None, gt=0, le=1, description="share of peak FLOP/s")
     mbu: float | None = Field(default=None, gt=0, le=1, description="share of peak memory bandwidth")
     overhead_ms: float | None = Field(default=None, ge=0, le=10_000, description="ms per step")
@@ -50,13 +52,15 @@ class RooflineParams(_Strict):
         path = Path(run_dir).expanduser()
         path = path if path.is_absolute() else Path((info.context or {}).get("base_dir", ".")) / path
         if not any((path / name).is_file() for name in ("engine_trace.json", "server_metrics.csv")):
-            raise ValueError(f"run folder {run_dir!r} has no engine_trace.json nor server_metrics.csv (looked in "
-                             f"{path.resolve()}); measure it with backend.trace: true, or vLLM --enable-mfu-metrics")
+            raise ValueError(
+                f"run folder {run_dir!r} has no engine_trace.json nor server_metrics.csv (looked in "
+                f"{path.resolve()}); measure it with backend.trace: true, or vLLM --enable-mfu-metrics"
+            )
         return str(path.resolve())
 
 
 class StepModelSpec(_Strict):
-    fitted: list[str] | None = None      # measured run folders with engine_trace.json
+    fitted: list[str] | None = None  # measured run folders with engine_trace.json
     roofline: RooflineParams | None = None
 
     @model_validator(mode="before")
@@ -97,15 +101,15 @@ class StepModelSpec(_Strict):
 
 
 class PlanSpec(_Strict):
-    hardware: str | None = None          # GPU name (harness/roofline.py's table); None: this machine (fitted)
-    model: str | None = None             # builtin name | GGUF path | HF config.json path; None: backend.model
+    hardware: str | None = None  # GPU name (harness/roofline.py's table); None: this machine (fitted)
+    model: str | None = None  # builtin name | GGUF path | HF config.json path; None: backend.model
     step_model: StepModelSpec
-    replicas: int | None = Field(default=None, ge=1, le=100_000)   # None: the launch args' --data-parallel
+    replicas: int | None = Field(default=None, ge=1, le=100_000)  # None: the launch args' --data-parallel
     tensor_parallel: int = Field(default=1, ge=1, le=64)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     # bits a stored weight takes (4.5: 4-bit with scales); None: the model's own (GGUF) or 16 (built-in, config.json)
     weight_bits: float | None = Field(default=None, gt=0, le=32)
-    prices: dict[str, float] = {}        # $/GPU-hour by GPU name (bench plan --search)
+    prices: dict[str, float] = {}  # $/GPU-hour by GPU name (bench plan --search)
 
     @field_validator("model")
     @classmethod
@@ -116,15 +120,18 @@ class PlanSpec(_Strict):
         path = Path(model).expanduser()
         path = path if path.is_absolute() else Path((info.context or {}).get("base_dir", ".")) / path
         if not path.is_file():
-            raise ValueError(f"{model!r}: no such file (looked in {path.parent.resolve()}); give a built-in name "
-                             "such as llama-3.1-8b, a .gguf or an HF config.json")
+            raise ValueError(
+                f"{model!r}: no such file (looked in {path.parent.resolve()}); give a built-in name "
+                "such as llama-3.1-8b, a .gguf or an HF config.json"
+            )
         return str(path.resolve())
 
     @model_validator(mode="after")
-    def _known_gpu(self) -> "PlanSpec":
+    def _known_gpu(self) -> PlanSpec:
         if self.hardware is not None and self.step_model.kind == "roofline":
             from harness.roofline import gpu_spec
-            gpu_spec(self.hardware)   # a ValueError naming the table's GPUs
+
+            gpu_spec(self.hardware)  # a ValueError naming the table's GPUs
         return self
 
     @field_validator("prices")

@@ -8,6 +8,7 @@ plus `step_gap_s`, the engine loop's median idle between two back-to-back steps,
 `request_overhead_s`, the server's per-request time outside the engine's queue and prefill
 (HTTP, tokenization, the first chunk's trip), from the runs' phases_ms.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -22,41 +23,51 @@ from scipy.optimize import nnls
 from harness.engine_trace import read_engine_trace
 
 FEATURES = ("prefill_tokens", "prefill_seqs", "decode_seqs", "context_tokens")
-BACK_TO_BACK_S = 0.005   # a gap longer than this between steps is the engine waiting for work, not overhead
+BACK_TO_BACK_S = 0.005  # a gap longer than this between steps is the engine waiting for work, not overhead
 
 
 @dataclass(frozen=True)
 class StepShape:
     """One engine step's batch, as the simulator built it."""
-    prefill_tokens: int    # prompt tokens computed this step, all chunks together
-    prefill_seqs: int      # sequences with a prefill chunk this step
-    decode_seqs: int       # sequences generating one token this step
-    context_tokens: int    # sum over the step's sequences of the tokens each attends over (KV read)
+
+    prefill_tokens: int  # prompt tokens computed this step, all chunks together
+    prefill_seqs: int  # sequences with a prefill chunk this step
+    decode_seqs: int  # sequences generating one token this step
+    context_tokens: int  # sum over the step's sequences of the tokens each attends over (KV read)
 
 
 class StepModel(Protocol):
     def step_time_s(self, shape: StepShape) -> float: ...
 
-    def describe(self) -> dict: ...   # {"kind", "form", "coefficients", ...} saved beside the prediction
+    def describe(self) -> dict: ...  # {"kind", "form", "coefficients", ...} saved beside the prediction
 
 
 @dataclass(frozen=True)
 class FittedStepModel:
-    coefficients: dict[str, float]     # "intercept_s" and "per_<feature>_s"
+    coefficients: dict[str, float]  # "intercept_s" and "per_<feature>_s"
     step_gap_s: float
     request_overhead_s: float
-    residuals: dict                    # of the fit on its own steps: rms_ms, mape, steps
-    sources: list[str]                 # the run folders fitted
+    residuals: dict  # of the fit on its own steps: rms_ms, mape, steps
+    sources: list[str]  # the run folders fitted
 
     def step_time_s(self, shape: StepShape) -> float:
         c = self.coefficients
-        return (c["intercept_s"] + c["per_prefill_token_s"] * shape.prefill_tokens
-                + c["per_prefill_seq_s"] * shape.prefill_seqs + c["per_decode_seq_s"] * shape.decode_seqs
-                + c["per_context_token_s"] * shape.context_tokens + self.step_gap_s)
+        return (
+            c["intercept_s"]
+            + c["per_prefill_token_s"] * shape.prefill_tokens
+            + c["per_prefill_seq_s"] * shape.prefill_seqs
+            + c["per_decode_seq_s"] * shape.decode_seqs
+            + c["per_context_token_s"] * shape.context_tokens
+            + self.step_gap_s
+        )
 
     def describe(self) -> dict:
-        return {"kind": "fitted", "form": "intercept + prefill_tokens + prefill_seqs + decode_seqs + "
-                "context_tokens (least squares, coefficients >= 0) + step_gap", **asdict(self)}
+        return {
+            "kind": "fitted",
+            "form": "intercept + prefill_tokens + prefill_seqs + decode_seqs + "
+            "context_tokens (least squares, coefficients >= 0) + step_gap",
+            **asdict(self),
+        }
 
 
 def _coefficient_name(feature: str) -> str:
@@ -78,8 +89,10 @@ def fit_step_model(run_dirs: list[str | Path], kv_block_size: int = 16) -> Fitte
     for run_dir in map(Path, run_dirs):
         trace = run_dir / "engine_trace.json"
         if not trace.is_file():
-            raise ValueError(f"plan.step_model.fitted: {run_dir} has no engine_trace.json; measure the run with "
-                             f"backend.trace: true against the native engine")
+            raise ValueError(
+                f"plan.step_model.fitted: {run_dir} has no engine_trace.json; measure the run with "
+                f"backend.trace: true against the native engine"
+            )
         info = run_dir / "run.json"
         if info.is_file() and json.loads(info.read_text()).get("simulated"):
             raise ValueError(f"plan.step_model.fitted: {run_dir} is a simulated run (bench plan); fit to measured runs")
@@ -89,8 +102,10 @@ def fit_step_model(run_dirs: list[str | Path], kv_block_size: int = 16) -> Fitte
         gaps_s += [b["t_s"] - a["t_s"] - a["dur_s"] for a, b in itertools.pairwise(steps)]
         overheads_s.append(request_overhead_s(run_dir))
     if len(shapes) < 2 * (len(FEATURES) + 1):
-        raise ValueError(f"plan.step_model.fitted: {len(shapes)} steps in {', '.join(map(str, run_dirs))}; "
-                         f"too few to fit {len(FEATURES) + 1} coefficients (measure a longer run)")
+        raise ValueError(
+            f"plan.step_model.fitted: {len(shapes)} steps in {', '.join(map(str, run_dirs))}; "
+            f"too few to fit {len(FEATURES) + 1} coefficients (measure a longer run)"
+        )
     x = np.array([[1.0, *(getattr(s, f) for f in FEATURES)] for s in shapes])
     y = np.array(durations_s)
     # Absolute, not relative, errors: the sum of step times (throughput, queueing) is what must come out right,
@@ -99,10 +114,18 @@ def fit_step_model(run_dirs: list[str | Path], kv_block_size: int = 16) -> Fitte
     predicted = x @ coef
     gaps = [g for g in gaps_s if 0 <= g < BACK_TO_BACK_S]
     names = ["intercept_s", *(_coefficient_name(f) for f in FEATURES)]
-    residuals = {"steps": len(y), "rms_ms": float(np.sqrt(np.mean((predicted - y) ** 2)) * 1e3),
-                 "mape": float(np.mean(np.abs(predicted - y) / y))}
-    return FittedStepModel(dict(zip(names, map(float, coef))), float(np.median(gaps)) if gaps else 0.0,
-                           float(np.median(overheads_s)), residuals, [str(p) for p in run_dirs])
+    residuals = {
+        "steps": len(y),
+        "rms_ms": float(np.sqrt(np.mean((predicted - y) ** 2)) * 1e3),
+        "mape": float(np.mean(np.abs(predicted - y) / y)),
+    }
+    return FittedStepModel(
+        dict(zip(names, map(float, coef))),
+        float(np.median(gaps)) if gaps else 0.0,
+        float(np.median(overheads_s)),
+        residuals,
+        [str(p) for p in run_dirs],
+    )
 
 
 def request_overhead_s(run_dir: Path) -> float:

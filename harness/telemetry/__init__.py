@@ -14,12 +14,13 @@ out_dir/telemetry.csv (see timeline.py for the columns, gpu.py and host.py for n
 A source that cannot run here (no GPU, no GPM, no /metrics) is reported once in not_sampled
 and the run goes on without it.
 """
+
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
@@ -44,15 +45,17 @@ class TelemetryConfig(BaseModel):
     interval_ms: int = 500
     gpu: bool = True
     host: bool = True
-    dcgm_exporter_url: str | None = None   # e.g. http://127.0.0.1:9400/metrics
+    dcgm_exporter_url: str | None = None  # e.g. http://127.0.0.1:9400/metrics
     engine_metrics_url: str | None = None  # the backend's /metrics; the harness fills it in
 
     @field_validator("interval_ms")
     @classmethod
     def _not_too_fast(cls, value: int) -> int:
         if value < 100:
-            raise ValueError(f"telemetry.interval_ms must be at least 100 (got {value}): sampling faster "
-                             f"costs the engine CPU time it is being measured on; use 100-1000")
+            raise ValueError(
+                f"telemetry.interval_ms must be at least 100 (got {value}): sampling faster "
+                f"costs the engine CPU time it is being measured on; use 100-1000"
+            )
         return value
 
 
@@ -106,8 +109,16 @@ class _SamplerThread(threading.Thread):
 
 
 class TelemetryRecorder:
-    def __init__(self, config: TelemetryConfig, t0_ns: int, out_dir: str | Path, engine_pid: int | None = None,
-                 engine_metrics_url: str | None = None, nvml=None, engine_pages_fed: bool = False):
+    def __init__(
+        self,
+        config: TelemetryConfig,
+        t0_ns: int,
+        out_dir: str | Path,
+        engine_pid: int | None = None,
+        engine_metrics_url: str | None = None,
+        nvml=None,
+        engine_pages_fed: bool = False,
+    ):
         """t0_ns: the run's time.perf_counter_ns() origin. nvml: a stand-in for pynvml (tests).
         engine_pages_fed: the engine's /metrics pages arrive through engine_page() (from the run's
         scraper) instead of a poller of our own, so the engine is asked once per interval."""
@@ -181,23 +192,26 @@ class TelemetryRecorder:
         for thread in self._threads:
             thread.join(JOIN_TIMEOUT_S)
             if thread.is_alive():
-                errors[thread.source_name] = (f"sampler still busy {JOIN_TIMEOUT_S} s after stop; "
-                                              f"its later samples are dropped")
+                errors[thread.source_name] = (
+                    f"sampler still busy {JOIN_TIMEOUT_S} s after stop; its later samples are dropped"
+                )
             if thread.unavailable:
                 self.not_sampled[thread.source_name] = thread.unavailable
             elif thread.failures == thread.samples and thread.samples:
                 self.not_sampled[thread.source_name] = f"every sample failed; last: {thread.last_error}"
             elif thread.failures:
-                errors[thread.source_name] = (f"{thread.failures} of {thread.samples} samples failed; "
-                                              f"last: {thread.last_error}")
+                errors[thread.source_name] = (
+                    f"{thread.failures} of {thread.samples} samples failed; last: {thread.last_error}"
+                )
             self.not_sampled.update(getattr(thread.source, "not_sampled", {}))
             if isinstance(thread.source, EngineBytesPoller):
                 self.engine_family = thread.source.family
         if self._fed_counters is not None:
             self.engine_family = self._fed_counters.family if "engine_metrics" not in self.not_sampled else None
             if not self._fed_pages:
-                self.not_sampled.setdefault("engine_metrics", "no /metrics page arrived from the engine "
-                                                              "(run.json server_metrics says why)")
+                self.not_sampled.setdefault(
+                    "engine_metrics", "no /metrics page arrived from the engine (run.json server_metrics says why)"
+                )
         self._check_engine_counters_moved()
         self._add_bandwidth_util()
         self.timeline.close()
@@ -210,8 +224,10 @@ class TelemetryRecorder:
         family = self.engine_family
         _, read_bytes = self.timeline.series("engine_metrics", "read_bytes_total")
         if family in ("vllm", "sglang") and not (read_bytes > 0).any():
-            self.not_sampled["engine_metrics"] = (f"{family}:estimated_read_bytes_per_gpu_total stayed at 0: start "
-                                                  f"{family} with --enable-mfu-metrics (vLLM on CPU always reads 0)")
+            self.not_sampled["engine_metrics"] = (
+                f"{family}:estimated_read_bytes_per_gpu_total stayed at 0: start "
+                f"{family} with --enable-mfu-metrics (vLLM on CPU always reads 0)"
+            )
             self.engine_family = None
 
     def _add_bandwidth_util(self) -> None:
@@ -234,5 +250,11 @@ class TelemetryRecorder:
         Call it after stop(): the CPU bandwidth figures need the ceiling measured there."""
         if self.timeline is None:
             return {}
-        return summarize(self.timeline, window_start_s, window_end_s, output_tokens,
-                         self.engine_family, self.host_ceiling_bytes_per_s)
+        return summarize(
+            self.timeline,
+            window_start_s,
+            window_end_s,
+            output_tokens,
+            self.engine_family,
+            self.host_ceiling_bytes_per_s,
+        )

@@ -5,6 +5,7 @@ for a MIG instance), so they sit beside what gpu.py reads through NVML as `gpu:<
 Values keep dcgm-exporter's units (gpu.py documents them) except the energy counter, which
 dcgm-exporter gives in mJ and we keep in J like gpu.py.
 """
+
 from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families

@@ -16,6 +16,7 @@ Means of sampled figures take the samples whose t_s falls inside [start, end]. C
 so a window shorter than the sampling interval still gets a figure; outside the sampled
 span the counter is held at its first/last value, which can only under-count.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -47,8 +48,14 @@ def _mean_over_gpus(timeline: Timeline, name: str, start_s: float, end_s: float)
     return float(np.mean(means)) if means else None
 
 
-def summarize(timeline: Timeline, start_s: float, end_s: float, output_tokens: int,
-              engine_family: str | None, host_ceiling_bytes_per_s: float | None) -> dict:
+def summarize(
+    timeline: Timeline,
+    start_s: float,
+    end_s: float,
+    output_tokens: int,
+    engine_family: str | None,
+    host_ceiling_bytes_per_s: float | None,
+) -> dict:
     if end_s <= start_s:
         raise ValueError(f"window_end_s ({end_s}) must be after window_start_s ({start_s})")
     out: dict = {"window_s": [start_s, end_s]}
@@ -56,12 +63,13 @@ def summarize(timeline: Timeline, start_s: float, end_s: float, output_tokens: i
     out["gpu_dram_active_mean"] = _mean_over_gpus(timeline, "DCGM_FI_PROF_DRAM_ACTIVE", start_s, end_s)
     out["gpu_tensor_active_mean"] = _mean_over_gpus(timeline, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", start_s, end_s)
 
-    energy = [counter_increase(*timeline.series(s, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"), start_s, end_s)
-              for s in _gpu_sources(timeline, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")]
+    energy = [
+        counter_increase(*timeline.series(s, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"), start_s, end_s)
+        for s in _gpu_sources(timeline, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+    ]
     energy = [e for e in energy if e is not None]
     out["gpu_energy_j"] = float(sum(energy)) if energy else None
-    out["energy_per_output_token_j"] = (out["gpu_energy_j"] / output_tokens
-                                        if energy and output_tokens > 0 else None)
+    out["energy_per_output_token_j"] = out["gpu_energy_j"] / output_tokens if energy and output_tokens > 0 else None
 
     # MBU: the engine's own bytes-read estimate over the memory it reads from.
     # engine_family None: no engine counters, or counters that never moved (vLLM without --enable-mfu-metrics).
@@ -78,8 +86,9 @@ def summarize(timeline: Timeline, start_s: float, end_s: float, output_tokens: i
         ceiling, ceiling_name = host_ceiling_bytes_per_s, "host memory_bandwidth_ceiling_bytes_per_s"
     out["memory_bandwidth_ceiling_bytes_per_s"] = ceiling
     out["memory_bandwidth_ceiling_source"] = ceiling_name if ceiling else None
-    out["mbu"] = (out["engine_read_bytes_per_s"] / ceiling
-                  if ceiling and out["engine_read_bytes_per_s"] is not None else None)
+    out["mbu"] = (
+        out["engine_read_bytes_per_s"] / ceiling if ceiling and out["engine_read_bytes_per_s"] is not None else None
+    )
 
     # One headline "DRAM bandwidth utilisation": the GPU's hardware counter where the engine runs on
     # a GPU; the native engine always runs on the CPU, whatever GPUs the machine has.

@@ -16,6 +16,7 @@ Series (source `engine_metrics`): each counter under its own name, plus read_byt
 write_bytes_total, flops_total and their per-second rates; bandwidth_util is added at stop,
 once the ceiling is known.
 """
+
 from __future__ import annotations
 
 import urllib.error
@@ -28,11 +29,18 @@ from harness.telemetry.timeline import Unavailable
 
 # family -> {what: counters summed into it}
 ENGINE_COUNTERS = {
-    "native": {"read_bytes": ["native:weight_bytes_read_total", "native:kv_bytes_read_total"],
-               "flops": ["native:flops_total"]},
-    **{prefix: {"read_bytes": [f"{prefix}:estimated_read_bytes_per_gpu_total"],
-                "write_bytes": [f"{prefix}:estimated_write_bytes_per_gpu_total"],
-                "flops": [f"{prefix}:estimated_flops_per_gpu_total"]} for prefix in ("vllm", "sglang")},
+    "native": {
+        "read_bytes": ["native:weight_bytes_read_total", "native:kv_bytes_read_total"],
+        "flops": ["native:flops_total"],
+    },
+    **{
+        prefix: {
+            "read_bytes": [f"{prefix}:estimated_read_bytes_per_gpu_total"],
+            "write_bytes": [f"{prefix}:estimated_write_bytes_per_gpu_total"],
+            "flops": [f"{prefix}:estimated_flops_per_gpu_total"],
+        }
+        for prefix in ("vllm", "sglang")
+    },
 }
 WANTED = {name for family in ENGINE_COUNTERS.values() for names in family.values() for name in names}
 
@@ -68,20 +76,34 @@ class EngineBytesPoller:
     def ingest(self, now_ns: int, text: str) -> list[tuple[str, str, float]]:
         """Rows from one /metrics page fetched at now_ns (by sample(), or by the run's scraper)."""
         values = engine_counters(text, WANTED)
-        self.family = next((family for family, counters in ENGINE_COUNTERS.items()
-                            if any(name in values for name in counters["read_bytes"])), None)
+        self.family = next(
+            (
+                family
+                for family, counters in ENGINE_COUNTERS.items()
+                if any(name in values for name in counters["read_bytes"])
+            ),
+            None,
+        )
         if self.family is None:
-            raise Unavailable(f"{self.url} has no bytes-read counters (native:*_bytes_read_total, "
-                              f"vllm: or sglang:estimated_read_bytes_per_gpu_total): no MBU for this engine")
-        totals = {what: sum(values[n] for n in names if n in values)
-                  for what, names in ENGINE_COUNTERS[self.family].items() if any(n in values for n in names)}
+            raise Unavailable(
+                f"{self.url} has no bytes-read counters (native:*_bytes_read_total, "
+                f"vllm: or sglang:estimated_read_bytes_per_gpu_total): no MBU for this engine"
+            )
+        totals = {
+            what: sum(values[n] for n in names if n in values)
+            for what, names in ENGINE_COUNTERS[self.family].items()
+            if any(n in values for n in names)
+        }
         rows = [("engine_metrics", name, value) for name, value in values.items()]
         rows += [("engine_metrics", f"{what}_total", total) for what, total in totals.items()]
         if self._last is not None:
             last_ns, last_totals = self._last
             elapsed_s = (now_ns - last_ns) / 1e9
-            rows += [("engine_metrics", f"{what}_per_s", (total - last_totals[what]) / elapsed_s)
-                     for what, total in totals.items() if what in last_totals and elapsed_s > 0]
+            rows += [
+                ("engine_metrics", f"{what}_per_s", (total - last_totals[what]) / elapsed_s)
+                for what, total in totals.items()
+                if what in last_totals and elapsed_s > 0
+            ]
         self._last = (now_ns, totals)
         return rows
 

@@ -19,6 +19,7 @@ Units (the DCGM field's own unit, except energy):
 
 The nvml module is a parameter: pynvml in real runs, a replaying stand-in in tests.
 """
+
 from __future__ import annotations
 
 from harness.telemetry.timeline import Unavailable
@@ -77,9 +78,15 @@ class _Device:
     def __init__(self, nvml, index: int, not_sampled: dict[str, str]):
         self.nvml, self.source, self.not_sampled = nvml, f"gpu:{index}", not_sampled
         self.handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        self.readers = {"memory": self._memory, "power": self._power, "energy": self._energy,
-                        "clocks": self._clocks, "temperature": self._temperature,
-                        "throttle reasons": self._throttle, "utilization": self._utilization}
+        self.readers = {
+            "memory": self._memory,
+            "power": self._power,
+            "energy": self._energy,
+            "clocks": self._clocks,
+            "temperature": self._temperature,
+            "throttle reasons": self._throttle,
+            "utilization": self._utilization,
+        }
         self._throttle_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
         self.static_rows = self._peak_bandwidth()
         self.gpm_fields: list[tuple[str, int, float]] = []
@@ -117,13 +124,16 @@ class _Device:
         return {"DCGM_FI_DEV_POWER_USAGE": self.nvml.nvmlDeviceGetPowerUsage(self.handle) / 1000.0}
 
     def _energy(self) -> dict[str, float]:
-        return {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION":
-                self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle) / 1000.0}
+        return {
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle) / 1000.0
+        }
 
     def _clocks(self) -> dict[str, float]:
         nvml = self.nvml
-        return {"DCGM_FI_DEV_SM_CLOCK": nvml.nvmlDeviceGetClockInfo(self.handle, nvml.NVML_CLOCK_SM),
-                "DCGM_FI_DEV_MEM_CLOCK": nvml.nvmlDeviceGetClockInfo(self.handle, nvml.NVML_CLOCK_MEM)}
+        return {
+            "DCGM_FI_DEV_SM_CLOCK": nvml.nvmlDeviceGetClockInfo(self.handle, nvml.NVML_CLOCK_SM),
+            "DCGM_FI_DEV_MEM_CLOCK": nvml.nvmlDeviceGetClockInfo(self.handle, nvml.NVML_CLOCK_MEM),
+        }
 
     def _temperature(self) -> dict[str, float]:
         return {"DCGM_FI_DEV_GPU_TEMP": self.nvml.nvmlDeviceGetTemperature(self.handle, self.nvml.NVML_TEMPERATURE_GPU)}
@@ -137,8 +147,11 @@ class _Device:
                 if exc.value != self.nvml.NVML_ERROR_FUNCTION_NOT_FOUND:
                     raise
                 self._throttle_fn = None
-        return {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS":
-                float(self.nvml.nvmlDeviceGetCurrentClocksThrottleReasons(self.handle))}
+        return {
+            "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": float(
+                self.nvml.nvmlDeviceGetCurrentClocksThrottleReasons(self.handle)
+            )
+        }
 
     def _utilization(self) -> dict[str, float]:
         rates = self.nvml.nvmlDeviceGetUtilizationRates(self.handle)
@@ -167,11 +180,15 @@ class _Device:
             return None
         if not supported:
             name = nvml.nvmlDeviceGetName(self.handle)
-            self.not_sampled[f"{self.source} GPM"] = (f"{name} has no GPM (needs Hopper or newer): "
-                                                      f"no DCGM_FI_PROF_* fields")
+            self.not_sampled[f"{self.source} GPM"] = (
+                f"{name} has no GPM (needs Hopper or newer): no DCGM_FI_PROF_* fields"
+            )
             return None
-        self.gpm_fields = [(field, getattr(nvml, metric), factor) for field, (metric, factor) in GPM_FIELDS.items()
-                           if hasattr(nvml, metric)]
+        self.gpm_fields = [
+            (field, getattr(nvml, metric), factor)
+            for field, (metric, factor) in GPM_FIELDS.items()
+            if hasattr(nvml, metric)
+        ]
         for field, (metric, _) in GPM_FIELDS.items():
             if not hasattr(nvml, metric):
                 self.not_sampled[f"{self.source} {field}"] = f"nvidia-ml-py lacks {metric}: pip install -U nvidia-ml-py"

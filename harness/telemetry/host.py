@@ -10,6 +10,7 @@ Plus one figure per run, `memory_bandwidth_ceiling()`: how fast this machine str
 through a numpy matrix-vector product, the same access pattern as a decode step reading its
 weights. Bytes read per second by a CPU engine divided by this is its bandwidth utilisation.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,7 +26,7 @@ def _read_stat(pid: int) -> tuple[int, int, int]:
     """(ppid, cpu ticks, rss pages) of one process. CPU ticks include reaped children
     (cutime + cstime), so the tree's total keeps counting a worker after it exits."""
     text = Path(f"/proc/{pid}/stat").read_text()
-    fields = text[text.rindex(")") + 2:].split()  # the command name may hold spaces and parens
+    fields = text[text.rindex(")") + 2 :].split()  # the command name may hold spaces and parens
     utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
     return int(fields[1]), utime + stime + cutime + cstime, int(fields[21])
 
@@ -87,8 +88,10 @@ class HostSampler:
                 self.engine_pid = None
             else:
                 engine_ticks = sum(ticks for ticks, _ in tree.values())
-                rows += [("engine_process", "rss_bytes", sum(rss for _, rss in tree.values()) * PAGE_BYTES),
-                         ("engine_process", "num_processes", len(tree))]
+                rows += [
+                    ("engine_process", "rss_bytes", sum(rss for _, rss in tree.values()) * PAGE_BYTES),
+                    ("engine_process", "num_processes", len(tree)),
+                ]
         if self._last is not None:
             last_ns, last_host, last_engine = self._last
             tick_s = (now_ns - last_ns) / 1e9 * CLOCK_TICKS_PER_S  # ticks in this interval on one core
@@ -110,4 +113,5 @@ def memory_bandwidth_ceiling() -> float:
     (the engine idle), in about a second.
     """
     from native_engine.blas import measure_read_bandwidth_gbs  # numpy: only when needed
+
     return measure_read_bandwidth_gbs() * 1e9

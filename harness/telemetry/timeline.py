@@ -11,6 +11,7 @@ source says where a value comes from: `gpu:0` (NVML), `dcgm:0` (dcgm-exporter), 
 Rows are in arrival order per source; a few (bandwidth utilisation, which needs the ceiling
 measured at the end) are appended at stop with earlier t_s, so readers sort by t_s.
 """
+
 from __future__ import annotations
 
 import csv

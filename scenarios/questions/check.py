@@ -5,6 +5,7 @@ script to run by hand or nightly, not part of the test suite.
 
     python scenarios/questions/check.py [OUT_DIR]
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,20 @@ HERE = Path(__file__).parent
 
 def diagnosis(name: str, out_root: Path) -> list[dict]:
     out = out_root / name
-    subprocess.run([sys.executable, "-m", "harness", "run", str(HERE / f"{name}.yaml"), "--output", str(out),
-                    "--allow-client-bound"], check=True, cwd=HERE.parents[1])
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            str(HERE / f"{name}.yaml"),
+            "--output",
+            str(out),
+            "--allow-client-bound",
+        ],
+        check=True,
+        cwd=HERE.parents[1],
+    )
     return json.loads((out / "summary.json").read_text())["diagnosis"]
 
 
