@@ -9,7 +9,8 @@ Thinking models (on by default where the model supports it; docs/api.md, `think`
 their reasoning as `message.thinking` (chat) or `thinking` (generate): those tokens count in
 `eval_count` and arrive before any content, so they are tokens here too (the first one is the
 first token), ParsedStream.reasoning_tokens says how many there were and first_answer_chunk where
-the answer began; the text is only the answer. No Prometheus page. Launch: `ollama serve` on OLLAMA_HOST, then POST /api/pull of the model
+the answer began; the text is only the answer. No Prometheus page. Launch: `ollama serve` on OLLAMA_HOST,
+then POST /api/pull of the model
 (what `ollama pull` does) and an empty generate that loads it (what `ollama run` does).
 """
 

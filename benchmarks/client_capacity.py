@@ -17,11 +17,11 @@ import tempfile
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent.parent / "tests")]
-from groundtruth_server import GroundTruthConfig, GroundTruthProcess  # noqa: E402
+from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 
-from harness.client_capacity import CAPACITY_FILE_ENV, MIN_BUSY_CORES, WORKER_CPU_SHARE, load_capacity  # noqa: E402
-from harness.run import run_scenario  # noqa: E402
-from harness.scenario import load_scenario  # noqa: E402
+from harness.client_capacity import CAPACITY_FILE_ENV, MIN_BUSY_CORES, WORKER_CPU_SHARE, load_capacity
+from harness.run import run_scenario
+from harness.scenario import load_scenario
 
 
 def main() -> None:

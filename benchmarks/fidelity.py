@@ -32,14 +32,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent.parent / "tests")]
-from groundtruth_server import GroundTruthConfig, GroundTruthProcess, errors_against_truth, fetch_stats, gt_request  # noqa: E402
+from groundtruth_server import GroundTruthConfig, GroundTruthProcess, errors_against_truth, fetch_stats, gt_request
 
-from harness.metrics import (
-    client_bound_reasons,  # noqa: E402
-    summarize,  # noqa: E402
-)
-from harness.runner import Target  # noqa: E402
-from harness.workers import run_plan  # noqa: E402
+from harness.metrics import client_bound_reasons, summarize
+from harness.runner import Target
+from harness.workers import run_plan
 
 
 def _cpu_s() -> float:
@@ -363,7 +360,8 @@ def main() -> None:
     floors.append(machine_floor_ms())
     print(
         f"\nground truth: TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms, {args.tokens} tokens/request, "
-        f"{args.arrival} arrivals, {args.rounds} rounds, {args.workers} client process(es); errors are measured minus what "
+        f"{args.arrival} arrivals, {args.rounds} rounds, {args.workers} client process(es); "
+        "errors are measured minus what "
         f"the server really did (ms)\n"
     )
     print_table(rows)

@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from native_engine.model_files import resolve_model  # noqa: E402
+from native_engine.model_files import resolve_model
 
 PROMPTS = [
     {"kind": "text", "text": "The capital of France is"},

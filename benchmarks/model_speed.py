@@ -23,11 +23,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from native_engine.blas import measure_read_bandwidth_gbs, set_blas_threads  # noqa: E402
-from native_engine.gguf_model import load_gguf  # noqa: E402
-from native_engine.model_files import resolve_model  # noqa: E402
-from native_engine.model_runner import SeqChunk  # noqa: E402
-from native_engine.runtime import make_runner  # noqa: E402
+from native_engine.blas import measure_read_bandwidth_gbs, set_blas_threads
+from native_engine.gguf_model import load_gguf
+from native_engine.model_files import resolve_model
+from native_engine.model_runner import SeqChunk
+from native_engine.runtime import make_runner
 
 BLOCK = 16
 

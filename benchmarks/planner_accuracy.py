@@ -11,7 +11,8 @@ Printed per case and metric: the measured mean of the repeats with their spread 
 prediction and the absolute percentage error; then the mean absolute percentage error (MAPE) per
 metric over the cases, against the targets (10% for TTFT p50, TPOT p50 and output throughput, 20% for
 TTFT p90). step-drift: each measured run's own steps timed against the calibration's step model on the
-same batches (1.00: the machine as fast as when calibrated). Every measured run holds /tmp/bench.lock (one measurement at a time machine-wide); the load
+same batches (1.00: the machine as fast as when calibrated). Every measured run holds /tmp/bench.lock (one
+measurement at a time machine-wide); the load
 average is read before and after each, and a client-bound run is flagged.
 
 Measured 2026-12-01 23:15-23:34, one lock hold, load average 1.7-3.5 (2 shared cores), MAPE over the cases:
@@ -167,7 +168,8 @@ def step_drift(run_dir: Path, calibration_dir: Path) -> float | None:
 def report(cases: list[str], runs: dict, calibration_dir: Path, out: Path) -> None:
     errors = {m: [] for m in METRICS}
     print(
-        f"\n{'case':12} {'metric':17} {'measured (spread)':>26} {'predicted':>10} {'error':>7}  load  client-bound  step-drift"
+        f"\n{'case':12} {'metric':17} {'measured (spread)':>26} {'predicted':>10} {'error':>7}"
+        "  load  client-bound  step-drift"
     )
     for case in cases:
         done = [d for d in runs[case] if (d / "summary.json").is_file()]  # --predict-only: what was measured

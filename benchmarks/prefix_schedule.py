@@ -119,7 +119,7 @@ def max_wait_after_overtaken_s(run_dir: Path) -> float:
                 rows.append((r["intended_send_s"], r["token_times_s"][0]))
     rows.sort()
     worst, earliest_later = 0.0, float("inf")
-    for sent_s, first_s in reversed(rows):  # latest sent first
+    for _sent_s, first_s in reversed(rows):  # latest sent first
         worst = max(worst, first_s - earliest_later)
         earliest_later = min(earliest_later, first_s)
     return worst

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness.stamped_http import ANCILLARY_BYTES, SO_TIMESTAMPNS  # noqa: E402
+from harness.stamped_http import ANCILLARY_BYTES, SO_TIMESTAMPNS
 
 SEGMENT_BYTES, GAP_S = 200, 0.003
 

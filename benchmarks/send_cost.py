@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent.parent / "tests")]
-from groundtruth_server import GroundTruthConfig, GroundTruthProcess, gt_request  # noqa: E402
+from groundtruth_server import GroundTruthConfig, GroundTruthProcess, gt_request
 
-from harness.runner import Runner, Target, run_blocking  # noqa: E402
+from harness.runner import Runner, Target, run_blocking
 
 
 def one_wave_us_per_send(url: str, streams: int) -> float:

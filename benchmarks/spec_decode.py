@@ -32,14 +32,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.scenario import Scenario  # noqa: E402
-from harness.tokenizer_source import LocalTokenizer  # noqa: E402
-from harness.workload import build_plan  # noqa: E402
-from native_engine.blas import set_blas_threads  # noqa: E402
-from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel  # noqa: E402
-from native_engine.scheduler import SchedulerConfig  # noqa: E402
-from native_engine.sequence import SamplingParams  # noqa: E402
-from native_engine.spec_decode import SpeculativeConfig  # noqa: E402
+from harness.scenario import Scenario
+from harness.tokenizer_source import LocalTokenizer
+from harness.workload import build_plan
+from native_engine.blas import set_blas_threads
+from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
+from native_engine.scheduler import SchedulerConfig
+from native_engine.sequence import SamplingParams
+from native_engine.spec_decode import SpeculativeConfig
 
 
 def chat_prompts(model: LoadedModel, kind: str, n: int, input_tokens: int) -> list[list[int]]:

@@ -167,7 +167,8 @@ def main() -> None:
             print("   invalid:", e)
     on, off = summary["on"], summary["off"]
     print(
-        f"steps per structured request: {on['steps_per_request']:.1f} with jump-forward vs {off['steps_per_request']:.1f} "
+        f"steps per structured request: {on['steps_per_request']:.1f} with jump-forward "
+        f"vs {off['steps_per_request']:.1f} "
         f"without ({on['steps_per_request'] / off['steps_per_request']:.2f}x); wall {on['wall_s'] / off['wall_s']:.2f}x"
     )
     if out_dir:

@@ -57,10 +57,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from native_engine.gguf_model import load_gguf  # noqa: E402
-from native_engine.gguf_q4 import BLOCK as Q4_BLOCK  # noqa: E402
-from native_engine.model_files import resolve_model  # noqa: E402
-from native_engine.model_runner import SeqChunk  # noqa: E402
+from native_engine.gguf_model import load_gguf
+from native_engine.gguf_q4 import BLOCK as Q4_BLOCK
+from native_engine.model_files import resolve_model
+from native_engine.model_runner import SeqChunk
 
 KV_BLOCK = 16
 

@@ -24,10 +24,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from native_engine import torch_int4  # noqa: E402
-from native_engine.gguf_model import load_gguf  # noqa: E402
-from native_engine.model_files import resolve_model  # noqa: E402
-from native_engine.model_runner import SeqChunk  # noqa: E402
+from native_engine import torch_int4
+from native_engine.gguf_model import load_gguf
+from native_engine.model_files import resolve_model
+from native_engine.model_runner import SeqChunk
 
 BLOCK = 16
 

@@ -80,7 +80,8 @@ def backend_yaml(engine: str, args) -> str:
             ["bash", str(ROOT / "benchmarks/build_llama_server.sh")], check=True, capture_output=True, text=True
         ).stdout.strip()
         return (
-            f"{{kind: llamacpp, api: completions, model: '{model_gguf()}', launch: {{command: '{binary} --host 127.0.0.1 "
+            f"{{kind: llamacpp, api: completions, model: '{model_gguf()}', "
+            f"launch: {{command: '{binary} --host 127.0.0.1 "
             f"--port {{port}} -m {{model}} --metrics --cont-batching --parallel 4 -t 2 -c 8192 -a smollm2', "
             f"ready_timeout_s: 120}}}}"
         )
@@ -142,7 +143,7 @@ def main() -> None:
         print(engine, json.dumps(figures[engine]), flush=True)
     base = figures.get("llamacpp")
     if base:
-        for engine, f in figures.items():
+        for _engine, f in figures.items():
             f["ratio_to_llamacpp"] = {
                 k: f[k] / base[k] for k in ("output_tokens_per_s", "ttft_p50_ms", "tpot_p50_ms") if f[k] and base[k]
             }

@@ -15,8 +15,8 @@ from harness.server_metrics import read_schema, window_hit_rate, window_speculat
 def explain(
     summary: dict, records: list, out_dir: Path, steps: list[dict], scenario: dict, scrape_offset_s: float = 0.0
 ) -> dict:
-    """{phases_ms, prefix_cache, speculative, roofline, diagnosis} for summary.json. `scrape_offset_s`: the records' time plus
-    this is server_metrics.csv's time (run.json telemetry_t0_offset_s)."""
+    """{phases_ms, prefix_cache, speculative, roofline, diagnosis} for summary.json. `scrape_offset_s`: the records'
+    time plus this is server_metrics.csv's time (run.json telemetry_t0_offset_s)."""
     metrics_csv = Path(out_dir) / "server_metrics.csv"
     series = {}
     if metrics_csv.is_file():

@@ -221,7 +221,7 @@ def start_crew(
     try:
         _place(ray, crew, requests, concurrency)
         for s in crew.shards:
-            s.clock = measure_offset(lambda: ray.get(s.actor.wall_clock_ns.remote()), exchanges)
+            s.clock = measure_offset(lambda s=s: ray.get(s.actor.wall_clock_ns.remote()), exchanges)
             if s.clock.uncertainty_s > max_uncertainty_s:
                 raise DistributedError(
                     f"load.ray_max_clock_uncertainty_ms: the clock of node {s.node_ip} ({s.node_id[:8]}) is known "

@@ -420,6 +420,7 @@ class Runner:
         stamped client calls it with the last turn's answer as it completes."""
         history: list[dict] = []
         due_ns = first_due_ns
+        prev_end_ns = first_due_ns  # set by each turn's request; read only from the second turn on
         for n, spec in enumerate(turns):
             if n > 0:
                 # a later turn is due think_time after the previous answer completed

@@ -36,7 +36,7 @@ def latency_cdfs(runs: list[RunData]) -> go.Figure:
     panels = (("TTFT", "ttft_s"), ("ITL (per token)", None), ("TPOT", "tpot_s"), ("E2E", "e2e_s"))
     fig = make_subplots(rows=2, cols=2, subplot_titles=[p[0] for p in panels])
     for i, run in enumerate(runs):
-        for k, (name, col) in enumerate(panels):
+        for k, (_name, col) in enumerate(panels):
             ms = (run.itl_s if col is None else run.requests[col].to_numpy(dtype=float)) * 1e3
             x, y = cdf_points(ms)
             fig.add_trace(

@@ -263,22 +263,27 @@ def render_markdown(baseline: RunSet, current: RunSet, verdicts: list[MetricVerd
         "improvement": "🚀 improvement",
         "inconclusive": "❔ inconclusive",
     }
+
+    def num(x):
+        return "-" if x is None else (f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}")
+
+    def value(x, spread, unit):
+        return "-" if x is None else num(x) + ("" if spread is None else f" ± {num(spread)}") + (unit and " " + unit)
+
+    def pct(x):
+        return "-" if x is None else f"{100 * x:+.1f}%"
+
     rows = []
     for v in verdicts:
         unit = "ms" if v.rule.source in ("ttft", "tpot", "e2e", "itl") else ""
-        num = lambda x: "-" if x is None else (f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}")
-        value = lambda x, spread: (
-            "-" if x is None else num(x) + ("" if spread is None else f" ± {num(spread)}") + (unit and " " + unit)
-        )
-        pct = lambda x: "-" if x is None else f"{100 * x:+.1f}%"
         ci = "-" if v.ci_low is None else f"[{pct(v.ci_low)}, {pct(v.ci_high)}]"
         rows.append(
             [
                 v.name,
                 f"{v.rule.source} {v.rule.statistic}",
                 f"{v.baseline_runs} / {v.current_runs}",
-                value(v.baseline, v.baseline_spread),
-                value(v.current, v.current_spread),
+                value(v.baseline, v.baseline_spread, unit),
+                value(v.current, v.current_spread, unit),
                 pct(v.change),
                 ci,
                 f"±{100 * v.rule.threshold:.0f}% ({v.rule.better} is better)",

@@ -186,7 +186,10 @@ def render_markdown(gate: HistoryGate, rules: GateRules) -> str:
         "improvement": "🚀 improvement",
         "inconclusive": "❔ inconclusive",
     }
-    pct = lambda x: "-" if x is None else f"{100 * x:+.1f}%"
+
+    def pct(x):
+        return "-" if x is None else f"{100 * x:+.1f}%"
+
     rows, found = [], []
     for m in gate.metrics:
         v = m.verdict

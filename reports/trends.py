@@ -48,7 +48,10 @@ class SeriesTrend:
     @property
     def row(self) -> list[str]:
         first, last = (self.nights[0], self.nights[-1]) if self.nights else (None, None)
-        when = lambda n: "-" if n is None else f"{n.finished_at[:16].replace('T', ' ')} {(n.commit or '?')[:7]}"
+
+        def when(n):
+            return "-" if n is None else f"{n.finished_at[:16].replace('T', ' ')} {(n.commit or '?')[:7]}"
+
         return [
             self.scenario_name,
             self.scenario_hash,

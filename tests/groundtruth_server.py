@@ -13,7 +13,8 @@ ttft_ms, itl_ms, k, and fail=http_500|http_429|http_400|cut_after_N|malformed_js
 malformed_sse|stall, or one of the faults a broken engine shows: abort_after_N (finish_reason
 "abort" after N tokens, then [DONE], as vLLM ends a request its engine loop aborted), short_after_N
 (finish_reason "length" after N tokens, fewer than max_tokens), usage_N (the final usage claims N
-completion tokens), endless (a 200 stream that never ends) and endless_500 (an error body that never ends). Run standalone: python tests/groundtruth_server.py --port 0
+completion tokens), endless (a 200 stream that never ends) and endless_500 (an error body that never ends).
+Run standalone: python tests/groundtruth_server.py --port 0
 (prints "PORT <n>" once listening).
 With --max-streams N it streams at most N requests at a time and queues the rest in arrival order (each
 one's TTFT counts from when it gets a slot): its latency steps up at a known load, N / (TTFT + tokens x ITL)
@@ -365,12 +366,12 @@ def _token_event(s: _Stream, n: int) -> bytes:
 def _build_token_event(s: _Stream, n: int) -> bytes:
     text = " tok" * n
     if s.chat:
-        choice = '{"index":0,"delta":{"content":"%s"},"finish_reason":null}' % text
+        choice = f'{{"index":0,"delta":{{"content":"{text}"}},"finish_reason":null}}'
     else:
-        choice = '{"index":0,"text":"%s","finish_reason":null}' % text
+        choice = f'{{"index":0,"text":"{text}","finish_reason":null}}'
     usage = ""
     if s.k > 1:  # running usage tells the client how many tokens this chunk carries
-        usage = ',"usage":{"prompt_tokens":%d,"completion_tokens":%d}' % (s.prompt_tokens, s.sent)
+        usage = f',"usage":{{"prompt_tokens":{s.prompt_tokens:d},"completion_tokens":{s.sent:d}}}'
     return b'data: {"id":"gt","object":"gt.chunk","choices":[%s]%s}\n\n' % (choice.encode(), usage.encode())
 
 
@@ -380,10 +381,9 @@ def _final_events(s: _Stream) -> bytes:
         if s.chat
         else '{"index":0,"text":"","finish_reason":"length"}'
     )
-    usage = '{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}' % (
-        s.prompt_tokens,
-        s.total,
-        s.prompt_tokens + s.total,
+    usage = (
+        f'{{"prompt_tokens":{s.prompt_tokens:d},"completion_tokens":{s.total:d},'
+        f'"total_tokens":{s.prompt_tokens + s.total:d}}}'
     )
     return b'data: {"id":"gt","choices":[%s]}\n\ndata: {"id":"gt","choices":[],"usage":%s}\n\ndata: [DONE]\n\n' % (
         finish.encode(),

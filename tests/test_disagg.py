@@ -92,7 +92,7 @@ async def test_transfer_cost_is_whole_blocks_and_the_same_on_every_page(disaggre
     http, url, _, engines, _ = disaggregated
     per_block = block_bytes(cache_shape(engines[0].runner))
     total_blocks = 0
-    for i, prompt in enumerate(["hi", DOC, DOC * 3 + "more"]):
+    for _i, prompt in enumerate(["hi", DOC, DOC * 3 + "more"]):
         status, events = await post(
             http,
             url + "/v1/completions",
@@ -285,11 +285,11 @@ def test_bench_run_on_a_disaggregated_deployment_records_the_handoff_and_ctrl_c_
     prompts.write_text("".join(json.dumps({"prompt": f"{DOC} {i}", "output_tokens": 400}) + "\n" for i in range(40)))
     scenario = tmp_path / "s.yaml"
     scenario.write_text(
-        "name: pd\nbackend: {kind: native, launch: {args: [--model, '%s', --disaggregate, 'prefill=1,decode=1'], "
-        "ready_timeout_s: 120}}\n"
-        "workload: {kind: file, path: '%s'}\n"
+        f"name: pd\nbackend: {{kind: native, launch: {{args: [--model, '{tiny_path}', --disaggregate, "
+        "'prefill=1,decode=1'], ready_timeout_s: 120}}\n"
+        f"workload: {{kind: file, path: '{prompts}'}}\n"
         "load: {arrival: poisson, rate: 4, num_requests: 40}\n"
-        "telemetry: {interval_ms: 200, gpu: false}\n" % (tiny_path, prompts)
+        "telemetry: {interval_ms: 200, gpu: false}\n"
     )
     out = tmp_path / "out"
     transfer_dirs = set(glob.glob("/dev/shm/native-kv-*"))

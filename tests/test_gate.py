@@ -1,4 +1,5 @@
-"""`bench gate`: verdicts per metric from intervals over runs (or within one run a side); exit 1 only on a regression."""
+"""`bench gate`: verdicts per metric from intervals over runs (or within one run a side); exit 1 only on a
+regression."""
 
 import json
 

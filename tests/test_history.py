@@ -96,7 +96,7 @@ def _night(url: str, itl_ms: float, tries: int = 3):
 
     for _ in range(tries):
         reqs = [gt_request(i, i * 0.01, 8, itl_ms=f"{itl_ms:.3f}") for i in range(8)]
-        outcome = run_blocking(lambda: Runner(Target(url), reqs))
+        outcome = run_blocking(lambda reqs=reqs: Runner(Target(url), reqs))
         lag_ms = float(np.percentile(outcome.loop_lag_s, 99)) * 1e3 if outcome.loop_lag_s else 0.0
         if lag_ms <= STARVED_LOOP_LAG_MS:
             return outcome.records

@@ -55,7 +55,7 @@ def _write_scrapes(path, pages):
         w.writerow(COLUMNS)
         for t_s, text in pages:
             raw, schema = parse_page(text)
-            w.writerows((t_s, n, v, l) for n, v, l in raw + schema)
+            w.writerows((t_s, n, v, labels) for n, v, labels in raw + schema)
 
 
 def vllm_page(count, queue_sum, prefill_sum, decode_sum):
@@ -87,8 +87,10 @@ def test_sglang_prefill_is_ttft_minus_queue(tmp_path):
     def page(n, q, ttft, e2e):
         return (
             f'sglang:queue_time_seconds_sum{{m="x"}} {q}\nsglang:queue_time_seconds_count{{m="x"}} {n}\n'
-            f'sglang:time_to_first_token_seconds_sum{{m="x"}} {ttft}\nsglang:time_to_first_token_seconds_count{{m="x"}} {n}\n'
-            f'sglang:e2e_request_latency_seconds_sum{{m="x"}} {e2e}\nsglang:e2e_request_latency_seconds_count{{m="x"}} {n}\n'
+            f'sglang:time_to_first_token_seconds_sum{{m="x"}} {ttft}\n'
+            f'sglang:time_to_first_token_seconds_count{{m="x"}} {n}\n'
+            f'sglang:e2e_request_latency_seconds_sum{{m="x"}} {e2e}\n'
+            f'sglang:e2e_request_latency_seconds_count{{m="x"}} {n}\n'
         )
 
     _write_scrapes(tmp_path / "sm.csv", [(0.0, page(0, 0, 0, 0)), (9.0, page(2, 0.2, 0.6, 1.6))])

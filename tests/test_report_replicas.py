@@ -63,7 +63,7 @@ def test_a_run_without_replica_labels_has_no_replica_section(tmp_path):
     for name in ("requests.jsonl", "run.json", "summary.json"):
         (single / name).write_text((CACHE_AWARE / name).read_text())
     lines = (CACHE_AWARE / "server_metrics.csv").read_text().splitlines()
-    (single / "server_metrics.csv").write_text("\n".join(l for l in lines if "replica=" not in l) + "\n")
+    (single / "server_metrics.csv").write_text("\n".join(line for line in lines if "replica=" not in line) + "\n")
     assert replica_view(load_run(single)) is None
     content = build_report([single])
     assert not content.replica_rows and not any(h.startswith("Replicas") for h, _ in content.figures)

@@ -290,11 +290,11 @@ def deployment_run(tmp_path, tiny_path, n_requests: int, rate: float, output_tok
     )
     scenario = tmp_path / "s.yaml"
     scenario.write_text(
-        "name: dp\nbackend: {kind: native, launch: {args: [--model, '%s', --data-parallel, 2, --router-policy, "
-        "round_robin], ready_timeout_s: 120}}\n"
-        "workload: {kind: file, path: '%s'}\n"
-        "load: {arrival: poisson, rate: %g, num_requests: %d}\n"
-        "telemetry: {interval_ms: 200, gpu: false}\n" % (tiny_path, prompts, rate, n_requests)
+        f"name: dp\nbackend: {{kind: native, launch: {{args: [--model, '{tiny_path}', --data-parallel, 2, "
+        "--router-policy, round_robin], ready_timeout_s: 120}}\n"
+        f"workload: {{kind: file, path: '{prompts}'}}\n"
+        f"load: {{arrival: poisson, rate: {rate:g}, num_requests: {n_requests:d}}}\n"
+        "telemetry: {interval_ms: 200, gpu: false}\n"
     )
     out = tmp_path / "out"
     proc = bench_started("run", scenario, "--output", out, "--allow-client-bound")

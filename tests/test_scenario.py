@@ -98,7 +98,8 @@ def test_quickstart_is_small_and_starts_the_native_engine():
         (["slo.ttft_ms=-5"], "slo.ttft_ms: -5 is not valid: must be > 0 milliseconds"),
         (
             ["backend.replica_metrics={0: '127.0.0.1:8001/metrics'}"],
-            "backend.replica_metrics.0: '127.0.0.1:8001/metrics' is not valid: give the replica's Prometheus page as an http",
+            "backend.replica_metrics.0: '127.0.0.1:8001/metrics' is not valid: "
+            "give the replica's Prometheus page as an http",
         ),
         (
             ["backend.replica_metrics={'replica 0': 'http://127.0.0.1:8001/metrics'}"],

@@ -40,12 +40,16 @@ llamacpp:prompt_tokens_total 40
 # dcgm-exporter's text (default counters file), two GPUs; energy is in mJ there.
 DCGM_PAGE = """# HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).
 # TYPE DCGM_FI_DEV_SM_CLOCK gauge
-DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-5c3f",pci_bus_id="00000000:18:00.0",device="nvidia0",modelName="NVIDIA H200",Hostname="node1"} 1980
-DCGM_FI_DEV_SM_CLOCK{gpu="1",UUID="GPU-9a1e",pci_bus_id="00000000:2A:00.0",device="nvidia1",modelName="NVIDIA H200",Hostname="node1"} 1755
+DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-5c3f",pci_bus_id="00000000:18:00.0",device="nvidia0",\
+modelName="NVIDIA H200",Hostname="node1"} 1980
+DCGM_FI_DEV_SM_CLOCK{gpu="1",UUID="GPU-9a1e",pci_bus_id="00000000:2A:00.0",device="nvidia1",\
+modelName="NVIDIA H200",Hostname="node1"} 1755
 # HELP DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION Total energy consumption since boot (in mJ).
 # TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter
-DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0",UUID="GPU-5c3f",device="nvidia0",modelName="NVIDIA H200",Hostname="node1"} {energy0}
-DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="1",UUID="GPU-9a1e",device="nvidia1",modelName="NVIDIA H200",Hostname="node1"} 9000000
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0",UUID="GPU-5c3f",device="nvidia0",\
+modelName="NVIDIA H200",Hostname="node1"} {energy0}
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="1",UUID="GPU-9a1e",device="nvidia1",\
+modelName="NVIDIA H200",Hostname="node1"} 9000000
 # HELP DCGM_FI_PROF_DRAM_ACTIVE Ratio of cycles the device memory interface is active sending or receiving data.
 # TYPE DCGM_FI_PROF_DRAM_ACTIVE gauge
 DCGM_FI_PROF_DRAM_ACTIVE{gpu="0",UUID="GPU-5c3f",device="nvidia0",modelName="NVIDIA H200",Hostname="node1"} 0.713

@@ -19,7 +19,8 @@ def native_run(tmp_path_factory):
     model = write_tiny_llama_gguf(tmp / "tiny.gguf", tokenizer="smollm2")
     scenario = tmp / "s.yaml"
     scenario.write_text(
-        f'name: native-telemetry\nbackend: {{kind: native, launch: {{args: ["--model", "{model}"], ready_timeout_s: 60}}}}\n'
+        f'name: native-telemetry\nbackend: {{kind: native, launch: {{args: ["--model", "{model}"], '
+        "ready_timeout_s: 60}}\n"
         "workload: {kind: random, input_tokens: 16, output_tokens: 16}\n"
         "load: {arrival: poisson, rate: 8, num_requests: 12}\n"
         "telemetry: {interval_ms: 200, gpu: false}\n"

@@ -47,7 +47,7 @@ def engines(gguf: str) -> dict[str, list[str]]:
     """Engine label -> the `--set` overrides of scenario.yaml that select it."""
     path_env = f"{llama_server_dir()}:{os.environ['PATH']}"  # the backend's default command runs `llama-server`
     return {
-        "native-engine": ["backend.launch.args=[--model, '%s', %s]" % (gguf, ", ".join(NATIVE_ARGS))],
+        "native-engine": [f"backend.launch.args=[--model, '{gguf}', {', '.join(NATIVE_ARGS)}]"],
         "llama-server": [
             "backend.kind=llamacpp",
             f"backend.model='{gguf}'",

@@ -36,10 +36,8 @@ from native_engine.sequence import Sequence
 from native_engine.server import RequestError, sampling_params
 
 MAX_TRACED_REQUESTS = 20_000  # beyond this many requests the steps are not kept (memory): no engine_trace.json
-ARRIVE, STEP_END = 0, 1
-ANY_VOCAB = (
-    1 << 31
-)  # prompts are the tokenizer's own ids; sampling_params checks only stop_token_ids against it   # event kinds; at equal times arrivals first, as the engine drains its inbox first
+ARRIVE, STEP_END = 0, 1  # event kinds; at equal times arrivals first, as the engine drains its inbox first
+ANY_VOCAB = 1 << 31  # prompts are the tokenizer's own ids; sampling_params checks only stop_token_ids against it
 
 
 class VirtualClock:

@@ -215,7 +215,7 @@ class _Device:
         nvml.nvmlGpmMetricsGet(request)
         self.gpm_samples = [current, previous]  # this tick's snapshot starts the next interval
         values, failed = {}, []
-        for slot, (field, metric_id, factor) in zip(request.metrics, self.gpm_fields):
+        for slot, (field, _metric_id, factor) in zip(request.metrics, self.gpm_fields):
             if slot.nvmlReturn == nvml.NVML_SUCCESS:
                 values[field] = slot.value * factor
             else:  # e.g. NVLink figures on a GPU without NVLink
