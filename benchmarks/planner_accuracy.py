@@ -61,8 +61,8 @@ def poisson(rate: float) -> dict:
 
 
 # The calibration's batches must span the ones predicted: prompt and answer lengths drawn over a range (a
-# fixed prompt length makes a prefill's per-token and per-sequence costs one unknown), at a rate past
-# capacity so the batch grows to every request in flight, then drains one answer at a time to a batch of 1.
+# fixed prompt length makes a prefill's per-token and per-sequence costs one unknown), at a rate somewhat
+# past capacity so the batch grows to ~25 requests in flight, then drains one answer at a time to a batch of 1.
 CALIBRATION_WORKLOAD = {
     "kind": "random",
     "input_tokens": {"dist": "uniform", "min": 32, "max": 512},
@@ -72,7 +72,7 @@ CALIBRATION_WORKLOAD = {
 CALIBRATION = scenario(
     "calibration",
     CALIBRATION_WORKLOAD,
-    {"arrival": "poisson", "rate": 2 * BASE_RATE, "num_requests": 40, "warmup_requests": 2},
+    {"arrival": "poisson", "rate": 0.7, "num_requests": 40, "warmup_requests": 2},
     [],
 )
 CASES = {
