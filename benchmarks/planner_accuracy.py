@@ -1,24 +1,25 @@
 """How close `bench plan` (fitted step model) comes to measured runs of the native engine on this machine.
 
-Calibrates on one measured run (SmolLM2 on the native engine, backend.trace: true), then judges five
-other cases, each measured REPEATS times and predicted once from the calibration run alone:
-  low_rate      the calibration workload at half its rate
-  saturated     the calibration workload at a rate past the engine's capacity (the queue grows)
-  mix           other prompt/output lengths (384 in, 24 out)
-  no_chunked    the mix with --no-chunked-prefill (384-token prompts over a 256-token step budget)
+Calibrates on one measured run (SmolLM2 on the native engine, backend.trace: true, prompt and answer
+lengths drawn over a range, past capacity), then judges five other cases, each measured REPEATS times and
+predicted once from the calibration run alone:
+  low_rate      128-token prompts, 64-token answers at 0.25 req/s
+  saturated     the same at 2 req/s, past the engine's capacity (the queue grows)
+  mix           other prompt/output lengths (384 in, 24 out) at 0.5 req/s
+  no_chunked    the mix with --no-chunked-prefill (384-token prompts over a 256-token step budget), 0.25 req/s
   cache_aware   2 replicas behind the cache_aware router on the multi-turn shared-prefix chat trace
 Printed per case and metric: the measured mean of the repeats with their spread (min-max), the
 prediction and the absolute percentage error; then the mean absolute percentage error (MAPE) per
 metric over the cases, against the targets (10% for TTFT p50, TPOT p50 and output throughput, 20% for
 TTFT p90). step-drift: each measured run's own steps timed against the calibration's step model on the
-same batches (1.00: the machine as fast as when calibrated). Every measured run holds /tmp/bench.lock (one
-measurement at a time machine-wide); the load
-average is read before and after each, and a client-bound run is flagged.
+same batches (1.00: the machine as fast as when calibrated). The load average is read before and after
+each run, and a client-bound run is flagged. Run it alone, under the machine's measurement lock: it takes
+no lock of its own, and the runs compared must share one quiet stretch.
 
-Measured 2026-12-01 23:15-23:34, one lock hold, load average 1.7-3.5 (2 shared cores), MAPE over the cases:
-TTFT p50 30.9%, TTFT p90 44.6%, TPOT p50 41.8% (targets 10/20/10%: NOT met), output tok/s 9.0% (met).
-Step drift: saturated 0.62/0.63 (big batches cheaper than the linear fit to small ones), no_chunked 0.93/1.21;
-cache_aware (2 engine processes on 2 cores) predicted twice as fast as measured. docs/planner.md.
+Measured 2026-12-02 01:27-01:49, one lock hold, nothing else running (load average 0.7-1.3, 2 cores), MAPE
+over the cases: TTFT p50 12.9% (target 10%: NOT met), TTFT p90 13.7%, TPOT p50 9.0%, output tok/s 3.0% (met).
+Misses: saturated (TTFT p50 18.9%, drift 1.12/1.13: batches of 25-32 past the calibration's 24) and mix
+(TTFT p50 26.7%, its repeats 3288 and 4702 ms apart). docs/planner.md.
 
   PYTHONPATH=. python benchmarks/planner_accuracy.py --out DIR [--repeats 2] [--cases low_rate,mix]
   PYTHONPATH=. python benchmarks/planner_accuracy.py --out DIR --predict-only   # measured runs already in DIR
