@@ -18,8 +18,9 @@ no lock of its own, and the runs compared must share one quiet stretch.
 
 Measured 2026-12-02 01:27-01:49, one lock hold, nothing else running (load average 0.7-1.3, 2 cores), MAPE
 over the cases: TTFT p50 12.9% (target 10%: NOT met), TTFT p90 13.7%, TPOT p50 9.0%, output tok/s 3.0% (met).
-Misses: saturated (TTFT p50 18.9%, drift 1.12/1.13: batches of 25-32 past the calibration's 24) and mix
-(TTFT p50 26.7%, its repeats 3288 and 4702 ms apart). docs/planner.md.
+Misses: saturated (TTFT p50 18.9%, drift 1.12/1.13: the fit puts a decoding sequence's cost on its context,
+and saturated's contexts are shorter than the calibration's) and mix (TTFT p50 26.7%, its repeats 3288 and
+4702 ms apart, the second at drift 1.19). docs/planner.md.
 
   PYTHONPATH=. python benchmarks/planner_accuracy.py --out DIR [--repeats 2] [--cases low_rate,mix]
   PYTHONPATH=. python benchmarks/planner_accuracy.py --out DIR --predict-only   # measured runs already in DIR
