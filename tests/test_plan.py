@@ -68,6 +68,7 @@ def measured(tmp_path_factory):
 def test_fit_recovers_the_costs_of_steps_it_is_given(tmp_path):
     costs = {
         "intercept_s": 4e-3,
+        "multi_token_step_s": 6e-3,  # 2+ token rows: BLAS repacks every weight for a matrix product
         "per_prefill_token_s": 5e-5,
         "per_prefill_seq_s": 1e-3,
         "per_decode_seq_s": 3e-4,
@@ -78,6 +79,8 @@ def test_fit_recovers_the_costs_of_steps_it_is_given(tmp_path):
         shape = StepShape(
             prefill_tokens=(i * 37) % 256, prefill_seqs=i % 3, decode_seqs=(i * 7) % 17, context_tokens=(i * 131) % 3000
         )
+        if i % 4 == 0:  # a lone decoding sequence: one token row, a matrix-vector step
+            shape = StepShape(0, 0, 1, (i * 131) % 3000)
         dur_s = FittedStepModel(costs, 0.0, 0.0, {}, []).step_time_s(shape)
         steps.append(
             {

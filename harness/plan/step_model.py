@@ -2,8 +2,14 @@
 `fitted` model, a least-squares fit of measured steps (engine_trace.json of runs with backend.trace).
 
 Fitted form, with non-negative coefficients (a step never gets faster by adding work):
-    step_time_s = intercept_s + per_prefill_token_s * prefill_tokens + per_prefill_seq_s * prefill_seqs
+    step_time_s = intercept_s + multi_token_step_s * [prefill_tokens + decode_seqs >= 2]
+                  + per_prefill_token_s * prefill_tokens + per_prefill_seq_s * prefill_seqs
                   + per_decode_seq_s * decode_seqs + per_context_token_s * context_tokens
+multi_token_step_s is the jump from one token to two: with one token row every weight matrix is a
+matrix-vector product, with two or more BLAS repacks each matrix for a matrix product first
+(native_engine/model_runner.py), so a batch of 2 costs more than twice a batch of 1 and the cost per
+sequence after that is much less than the first sequence's. A line through batches of 1..10 without it
+puts a batch of 30 at twice what it takes.
 plus `step_gap_s`, the engine loop's median idle between two back-to-back steps, and
 `request_overhead_s`, the server's per-request time outside the engine's queue and prefill
 (HTTP, tokenization, the first chunk's trip), from the runs' phases_ms.
@@ -23,6 +29,7 @@ from scipy.optimize import nnls
 from harness.engine_trace import read_engine_trace
 
 FEATURES = ("prefill_tokens", "prefill_seqs", "decode_seqs", "context_tokens")
+COEFFICIENTS = ("intercept_s", "multi_token_step_s", *("per_" + f.removesuffix("s") + "_s" for f in FEATURES))
 BACK_TO_BACK_S = 0.005  # a gap longer than this between steps is the engine waiting for work, not overhead
 
 
@@ -44,7 +51,7 @@ class StepModel(Protocol):
 
 @dataclass(frozen=True)
 class FittedStepModel:
-    coefficients: dict[str, float]  # "intercept_s" and "per_<feature>_s"
+    coefficients: dict[str, float]  # COEFFICIENTS; a stated model may leave out multi_token_step_s (0)
     step_gap_s: float
     request_overhead_s: float
     residuals: dict  # of the fit on its own steps: rms_ms, mape, steps
@@ -52,8 +59,10 @@ class FittedStepModel:
 
     def step_time_s(self, shape: StepShape) -> float:
         c = self.coefficients
+        multi_token = shape.prefill_tokens + shape.decode_seqs >= 2
         return (
             c["intercept_s"]
+            + c.get("multi_token_step_s", 0.0) * multi_token
             + c["per_prefill_token_s"] * shape.prefill_tokens
             + c["per_prefill_seq_s"] * shape.prefill_seqs
             + c["per_decode_seq_s"] * shape.decode_seqs
@@ -64,14 +73,10 @@ class FittedStepModel:
     def describe(self) -> dict:
         return {
             "kind": "fitted",
-            "form": "intercept + prefill_tokens + prefill_seqs + decode_seqs + "
+            "form": "intercept + multi_token_step [2+ tokens] + prefill_tokens + prefill_seqs + decode_seqs + "
             "context_tokens (least squares, coefficients >= 0) + step_gap",
             **asdict(self),
         }
-
-
-def _coefficient_name(feature: str) -> str:
-    return "per_" + feature.removesuffix("s") + "_s"
 
 
 def shape_of(step: dict, kv_block_size: int) -> StepShape:
@@ -101,26 +106,27 @@ def fit_step_model(run_dirs: list[str | Path], kv_block_size: int = 16) -> Fitte
         durations_s += [s["dur_s"] for s in steps]
         gaps_s += [b["t_s"] - a["t_s"] - a["dur_s"] for a, b in itertools.pairwise(steps)]
         overheads_s.append(request_overhead_s(run_dir))
-    if len(shapes) < 2 * (len(FEATURES) + 1):
+    if len(shapes) < 2 * len(COEFFICIENTS):
         raise ValueError(
             f"plan.step_model.fitted: {len(shapes)} steps in {', '.join(map(str, run_dirs))}; "
-            f"too few to fit {len(FEATURES) + 1} coefficients (measure a longer run)"
+            f"too few to fit {len(COEFFICIENTS)} coefficients (measure a longer run)"
         )
-    x = np.array([[1.0, *(getattr(s, f) for f in FEATURES)] for s in shapes])
+    x = np.array(
+        [[1.0, float(s.prefill_tokens + s.decode_seqs >= 2), *(getattr(s, f) for f in FEATURES)] for s in shapes]
+    )
     y = np.array(durations_s)
     # Absolute, not relative, errors: the sum of step times (throughput, queueing) is what must come out right,
     # and on a shared machine a step's time varies several-fold around its mean.
     coef, _ = nnls(x, y)
     predicted = x @ coef
     gaps = [g for g in gaps_s if 0 <= g < BACK_TO_BACK_S]
-    names = ["intercept_s", *(_coefficient_name(f) for f in FEATURES)]
     residuals = {
         "steps": len(y),
         "rms_ms": float(np.sqrt(np.mean((predicted - y) ** 2)) * 1e3),
         "mape": float(np.mean(np.abs(predicted - y) / y)),
     }
     return FittedStepModel(
-        dict(zip(names, map(float, coef))),
+        dict(zip(COEFFICIENTS, map(float, coef))),
         float(np.median(gaps)) if gaps else 0.0,
         float(np.median(overheads_s)),
         residuals,
