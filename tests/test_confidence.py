@@ -59,10 +59,10 @@ def test_the_samples_a_percentile_needs_and_the_quickstarts_p999():
 
 
 def test_the_95_percent_interval_of_p99_holds_the_true_p99_in_94_to_96_percent_of_1000_sample_sets():
-    mu, sigma, n, sets = math.log(80.0), 0.5, 5000, 1000  # lognormal TTFTs around 80 ms
+    mu, sigma, n, sets = math.log(80.0), 0.5, 2000, 1000  # lognormal TTFTs around 80 ms
     true_p99 = math.exp(mu + sigma * norm.ppf(0.99))
     _, _, coverage = rank_interval(n, 0.99, 0.95)
-    assert 0.95 <= coverage <= 0.955  # conservative, and not by much at this n (95.4%)
+    assert 0.95 <= coverage <= 0.96  # conservative, and not by much at this n (95.8%)
     rng = np.random.default_rng(2025)
     held = 0
     for _ in range(sets):
