@@ -566,7 +566,7 @@ class Scenario(Strict):
                 "tune.space: each configuration is an engine bench starts with those flags, so the "
                 "backend needs backend.launch (e.g. `launch: {}`), not only backend.url"
             )
-        if not any(v is not None for v in self.slo.model_dump().values()):
+        if not any(v is not None for k, v in self.slo.model_dump().items() if k != "confidence"):
             raise ScenarioError(
                 "slo: tune finds the highest load that meets the SLOs, so give at least one "
                 "(e.g. slo: {ttft_ms: 2000, tpot_ms: 200})"
