@@ -1,7 +1,8 @@
 """Capacity under SLOs: the highest offered load at which enough requests still meet their SLOs.
 
 A point "meets the SLOs" when its goodput fraction (share of measured requests that completed
-within every SLO) is at least `attainment`. The capacity is the load where the line between the
+within every SLO) is at least `attainment`; with slo.confidence, when the lower bound of that
+share is (summary.json goodput.fraction_low). The capacity is the load where the line between the
 last passing point and the first failing one crosses `attainment`: points past the first
 failure are not trusted, because a system that failed once at a lower load is not safe there.
 `bench run` states it after a sweep; reports draw it (reports/sweep.py feeds this the points it read).
@@ -23,9 +24,10 @@ class LoadPoint:
 
     @classmethod
     def from_summary(cls, offered_load: float, summary: dict, goodput_fraction: float | None = None) -> LoadPoint:
-        """From a point's summary.json; `goodput_fraction` overrides the one computed under the run's SLOs."""
-        thr = summary.get("throughput", {})
-        fraction = summary.get("goodput", {}).get("fraction", 0.0) if goodput_fraction is None else goodput_fraction
+        """From a point's summary.json; `goodput_fraction` overrides the one computed under the run's SLOs. A run
+        with slo.confidence is judged on its bound (`fraction_low`), not on the point."""
+        thr, good = summary.get("throughput", {}), summary.get("goodput", {})
+        fraction = good.get("fraction_low", good.get("fraction", 0.0)) if goodput_fraction is None else goodput_fraction
         return cls(
             offered_load,
             float(fraction),

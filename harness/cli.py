@@ -22,8 +22,10 @@ from rich.table import Table
 
 from backends import available, load_backend
 from harness.candidates import run_candidates
+from harness.confidence import INTERVAL_PERCENTILES, interval_text
 from harness.explain import explanation_lines
 from harness.launcher import BackendUnreachable
+from harness.metrics import INTERVAL_METRICS
 from harness.ray_shards import DistributedError
 from harness.results import ResultsError, default_output_dir, versions
 from harness.run import MIN_COMPLETED_SHARE, Reporter, RunResult, Terminated, raise_on_sigterm, run_scenario
@@ -318,6 +320,7 @@ def print_summary(summary: dict, out_dir: Path) -> None:
         stats = summary.get(key) or {}
         table.add_row(key.removesuffix("_ms"), *("-" if stats.get(c) is None else f"{stats[c]:.2f}" for c in cols))
     console.print(table)
+    print_intervals(summary)
     if thinking:
         console.print(
             f"{thinking} of {summary['output_tokens']} output tokens were reasoning; ttft counts the first "
@@ -325,6 +328,27 @@ def print_summary(summary: dict, out_dir: Path) -> None:
         )
     for line in explanation_lines(summary):
         console.print(line, markup=False)
+
+
+def print_intervals(summary: dict) -> None:
+    """Each latency percentile's confidence interval, and the run's validity verdict."""
+    ci = summary.get("percentile_ci")
+    if ci:
+        table = Table(title=f"{ci['confidence']:.0%} confidence intervals (ms; {ci['method']})")
+        table.add_column("metric")
+        for key in INTERVAL_PERCENTILES:
+            table.add_column(key, justify="right")
+        for metric in INTERVAL_METRICS:
+            row = ci.get(metric) or {}
+            table.add_row(metric.removesuffix("_ms"), *(interval_text(row.get(key)) for key in INTERVAL_PERCENTILES))
+        console.print(table)
+    verdict = summary.get("validity")
+    if verdict and verdict["valid"]:
+        console.print("validity: [green]valid[/]")
+    elif verdict:
+        console.print("validity: [bold red]INVALID[/]", highlight=False)
+        for reason in verdict["reasons"]:
+            console.print(f"  - {reason}", markup=False, highlight=False)
 
 
 @app.command("tune")

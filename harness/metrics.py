@@ -7,9 +7,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness.confidence import DEFAULT_CONFIDENCE, percentile_intervals, share_lower_bound
 from harness.results import RequestRecord
 
 STAT_KEYS = ("mean", "std", "min", "p50", "p90", "p95", "p99", "p999", "max")
+SLO_LIMIT_KEYS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
+INTERVAL_METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")  # the latencies whose percentiles get intervals
 _PERCENTILES = {"p50": 50, "p90": 90, "p95": 95, "p99": 99, "p999": 99.9}
 
 
@@ -58,8 +61,13 @@ def request_latency(rec: RequestRecord) -> RequestLatency | None:
 
 
 def active_slo(slo: dict | None) -> dict:
-    """The SLO limits (ms) that are set; a scenario's unset ones are None."""
-    return {k: v for k, v in (slo or {}).items() if v is not None}
+    """The SLO limits (ms) that are set; a scenario's unset ones are None (slo.confidence is no limit)."""
+    return {k: v for k, v in (slo or {}).items() if v is not None and k in SLO_LIMIT_KEYS}
+
+
+def slo_confidence(slo: dict | None) -> float | None:
+    """slo.confidence: when set, SLO verdicts judge the lower bound of the share within the SLOs."""
+    return (slo or {}).get("confidence")
 
 
 def meets_slo(lat: RequestLatency, slo: dict) -> bool:
@@ -100,6 +108,7 @@ def concurrency_profile(records: list[RequestRecord]) -> dict:
 
 def summarize(records: list[RequestRecord], slo: dict | None = None, loop_lag_s: list[float] | None = None) -> dict:
     """The summary of the measured (non-warm-up) requests."""
+    confidence = slo_confidence(slo)
     slo = active_slo(slo)
     measured = [r for r in records if not r.is_warmup]
     done = [r for r in measured if r.ok]
@@ -130,7 +139,7 @@ def summarize(records: list[RequestRecord], slo: dict | None = None, loop_lag_s:
             "output_tokens_per_s": per_s(out_tokens),
             "total_tokens_per_s": per_s(total_tokens),
         },
-        "goodput": {"requests_per_s": per_s(good), "fraction": good / len(measured) if measured else 0.0, "slo": slo},
+        "goodput": goodput_figures(good, len(measured), per_s(good), slo, confidence),
         "output_tokens": out_tokens,
         "partial": {"requests": len(partial), "output_tokens": sum(r.output_tokens for r in partial)},
         "token_count_mismatches": sum(r.token_count_mismatch for r in done),
@@ -150,7 +159,31 @@ def summarize(records: list[RequestRecord], slo: dict | None = None, loop_lag_s:
         ),
         "event_loop_lag_ms": describe(loop_lag_s or []),
         "concurrency": concurrency_profile(measured),
+        "percentile_ci": latency_intervals(lats, confidence or DEFAULT_CONFIDENCE),
     }
+
+
+def goodput_figures(good: int, measured: int, good_per_s: float, slo: dict, confidence: float | None) -> dict:
+    """With slo.confidence, `fraction_low`: the share within the SLOs is at least this, with that confidence;
+    verdicts (capacity, select, tune's attainment) then judge it instead of `fraction`."""
+    out = {"requests_per_s": good_per_s, "fraction": good / measured if measured else 0.0, "slo": slo}
+    if confidence is not None:
+        out.update(confidence=confidence, fraction_low=share_lower_bound(good, measured, confidence))
+    return out
+
+
+def latency_intervals(lats: list[RequestLatency], confidence: float) -> dict:
+    """Each latency's p50/p90/p99/p999 with its confidence interval in ms (harness/confidence.py)."""
+    values = {
+        "ttft_ms": [lat.ttft_s for lat in lats],
+        "itl_ms": [g for lat in lats for g in lat.itl_token_s],
+        "tpot_ms": [lat.tpot_s for lat in lats if lat.tpot_s is not None],
+        "e2e_ms": [lat.e2e_s for lat in lats],
+    }
+    out: dict = {"confidence": confidence, "method": "order statistics (binomial ranks, equal tails)"}
+    for metric in INTERVAL_METRICS:
+        out[metric] = percentile_intervals(np.asarray(values[metric], dtype=np.float64) * 1e3, confidence)
+    return out
 
 
 def client_bound_reasons(

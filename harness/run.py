@@ -25,10 +25,11 @@ from harness.ray_shards import start_crew
 from harness.results import ResultWriter, host_info, read_records, versions
 from harness.runner import Target, run_async, t0_ahead_ns
 from harness.scenario import Scenario, ScenarioError
-from harness.server_metrics import counter_deltas
+from harness.server_metrics import counter_deltas, counter_resets
 from harness.session import EngineSession, engine_session
 from harness.stamped_http import choose_stamps
 from harness.tokenizer_source import resolve_tokenizer
+from harness.validity import run_validity
 from harness.workers import resolve_workers, run_plan, workers_needed
 from harness.workload import build_plan
 
@@ -149,6 +150,7 @@ def interrupted_summary(run_dir: Path, scenario: Scenario, signal_name: str) -> 
         incomplete_reasons=[],
         lost_workers=[],
     )
+    summary["validity"] = run_validity(summary)
     return summary
 
 
@@ -305,6 +307,7 @@ def _run(
             (outcome.t0_ns - t0_ns) / 1e9,
         )
     )  # phases_ms, prefix_cache, speculative, ...
+    summary["validity"] = run_validity(summary, counter_resets(writer.dir / "server_metrics.csv"))
     writer.write_summary(summary)
     return RunResult(writer.dir, summary, run_info, warnings)
 

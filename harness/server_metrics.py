@@ -169,6 +169,29 @@ def counter_deltas(csv_path: str | Path, names: tuple[str, ...] = ("jump_forward
     return {key: last[key] - first[key] for key in last}
 
 
+RESTART_COUNTERS = ("prompt_tokens", "generation_tokens", "prefix_cache_queries")
+
+
+def counter_resets(csv_path: str | Path) -> list[str]:
+    """The `bench:` counters (with their labels) that went down between two scrapes: counters only grow while
+    an engine lives, so one that fell means the engine (or a replica) restarted during the run."""
+    last: dict[tuple[str, str], float] = {}
+    fell: list[str] = []
+    try:
+        with open(csv_path, newline="", encoding="utf-8") as f:
+            for row in csv.DictReader(f):
+                key = row["name"].removeprefix("bench:")
+                if not row["name"].startswith("bench:") or key not in RESTART_COUNTERS:
+                    continue
+                series, value = (key, row.get("labels") or ""), float(row["value"])
+                if value < last.get(series, value):
+                    fell.append(key + (f"{{{series[1]}}}" if series[1] else ""))
+                last[series] = value
+    except FileNotFoundError:
+        return []
+    return sorted(set(fell))
+
+
 def format_labels(labels: dict) -> str:
     return ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
 

@@ -123,8 +123,10 @@ def capacity_line(scenario: Scenario, points: list[SweepPointStatus]) -> str:
     limits = ", ".join(f"{k.removesuffix('_ms').upper()} ≤ {v:g} ms" for k, v in slo.items())
     capacity = max_load_meeting_slo([LoadPoint.from_summary(p.offered_load, p.result.summary) for p in done])
     partial = len(done) < len(points)
+    confidence = scenario.slo.confidence
     return (
         f"highest {kind} meeting {limits} for {DEFAULT_ATTAINMENT:.0%} of requests"
+        + (f" (with {confidence:.0%} confidence: the share's lower bound)" if confidence else "")
         + (f", from the {len(done)} completed of {len(points)} points" if partial else "")
         + f": {capacity.describe(unit)}"
     )

@@ -76,6 +76,9 @@ def gate(
     ),
     last: int = typer.Option(20, "--last", min=2, help="with --history: the nights to compare against"),
     min_history: int = typer.Option(10, "--min-history", min=2, help="with --history: nights it needs"),
+    keep_invalid: bool = typer.Option(
+        False, "--keep-invalid", help="judge runs whose summary.json validity is invalid (skipped by default)"
+    ),
 ) -> None:
     """Compare runs metric by metric; exit 1 on a significant regression beyond its threshold."""
     from reports import gate as g
@@ -86,12 +89,12 @@ def gate(
         from reports.history_cli import gate_against_history
 
         baseline, current = (None, baseline) if current is None else (baseline, current)
-        note = gate_against_history(history, current, rules, last, min_history, summary_md, baseline)
+        note = gate_against_history(history, current, rules, last, min_history, summary_md, baseline, keep_invalid)
     elif current is None:
         raise _fail("CURRENT: missing; pass BASELINE CURRENT, or CURRENT --history DB")
     try:
         gate_rules = g.load_rules(rules)
-        base, cur = load_run_set(baseline), load_run_set(current)
+        base, cur = load_run_set(baseline, keep_invalid), load_run_set(current, keep_invalid)
         check_same_scenario(base, cur)
     except (g.GateRulesError, ResultsError) as e:
         raise _fail(str(e))

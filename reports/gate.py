@@ -28,6 +28,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from harness.confidence import samples_needed
 from harness.metrics import active_slo, meets_slo, request_latency
 from reports.load import RunData
 from reports.markdown import md_table
@@ -161,14 +162,15 @@ def judge(name: str, rule: MetricRule, baseline: RunSet, current: RunSet, rules:
         return MetricVerdict(
             name, rule, "inconclusive", note=f"too few samples in a run ({b_min} vs {c_min}; need {enough})", **sides
         )
-    needed = samples_for_tail(rule.statistic, rules.min_tail_samples)
+    needed = samples_for_tail(rule.statistic, rules.min_tail_samples, rules.confidence)
     if min(b_min, c_min) < needed:
         return MetricVerdict(
             name,
             rule,
             "inconclusive",
             note=f"{rule.statistic} needs >= {needed} samples per run "
-            f"to hold {rules.min_tail_samples} beyond it ({b_min} vs {c_min})",
+            f"to hold {rules.min_tail_samples} beyond it and be established at {rules.confidence:.0%} "
+            f"({b_min} vs {c_min})",
             **sides,
         )
     stat = statistic_fn(rule.statistic)
@@ -212,11 +214,15 @@ def _spread(values: list[float]) -> float | None:
     return float(np.std(values, ddof=1)) if len(values) > 1 else None
 
 
-def samples_for_tail(statistic: str, tail: int) -> int:
+def samples_for_tail(statistic: str, tail: int, confidence: float) -> int:
+    """The samples a run needs to judge a percentile: `tail` beyond it, and enough to establish it (bound it
+    from both sides by order statistics, harness/confidence.py) at the gate's confidence."""
     if not statistic.startswith("p"):
         return 0
-    beyond = 1 - float(statistic[1:]) / 100
-    return int(np.ceil(tail / max(beyond, 1e-9))) if beyond < 0.5 else 0
+    q = float(statistic[1:]) / 100  # the gate writes p99.9
+    beyond = 1 - q
+    established = samples_needed(q, confidence) if 0 < q < 1 else 0
+    return max(int(np.ceil(tail / max(beyond, 1e-9))) if beyond < 0.5 else 0, established)
 
 
 def compare(baseline: RunSet, current: RunSet, rules: GateRules) -> list[MetricVerdict]:
@@ -254,6 +260,11 @@ def scenario_differences(baseline: RunSet, current: RunSet) -> list[str]:
     a, b = flat(baseline.scenario), flat(current.scenario)
     keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k not in ("backend.url", "name", "seed"))
     return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in keys]
+
+
+def skipped_lines(*sides: RunSet) -> list[str]:
+    """A warning per invalid run the gate left out, with its reasons (`--keep-invalid` keeps them)."""
+    return [f"> **Skipped** (`--keep-invalid` keeps it): {why}\n" for side in sides for why in side.skipped]
 
 
 def render_markdown(baseline: RunSet, current: RunSet, verdicts: list[MetricVerdict], rules: GateRules) -> str:
@@ -335,6 +346,7 @@ def render_markdown(baseline: RunSet, current: RunSet, verdicts: list[MetricVerd
         ),
         "",
     ]
+    out += skipped_lines(baseline, current)
     diffs = scenario_differences(baseline, current)
     if diffs:
         out += ["> **Warning**: the runs used different settings: " + "; ".join(diffs), ""]

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.results import ResultsError
+from harness.validity import skip_reason
 from reports.run_identity import HistoryError, check_complete, identify, revision
 from reports.run_values import run_values
 
@@ -79,6 +80,7 @@ def connect(db: str | Path, create: bool = False) -> sqlite3.Connection:
 class AddResult:
     added: list[Path]
     already: list[Path]
+    skipped: list[tuple[Path, str]] = field(default_factory=list)  # invalid runs left out, and why
 
 
 def add_runs(
@@ -89,9 +91,11 @@ def add_runs(
     branch: str | None = None,
     runner: str | None = None,
     rules=None,
+    keep_invalid: bool = False,
 ) -> AddResult:
     """Records each run (all of them or, if any is refused, none). `rules`: GateRules whose metrics are
-    stored besides the standard set (reports.run_values)."""
+    stored besides the standard set (reports.run_values). An invalid run (summary.json validity) is skipped,
+    with its reasons in `skipped`, unless `keep_invalid`."""
     from reports.load import load_run
 
     paths = [Path(p) for p in paths]
@@ -109,6 +113,10 @@ def add_runs(
                     run = load_run(p)
                 except ResultsError as e:
                     raise HistoryError(str(e)) from None
+                why = None if keep_invalid else skip_reason(run.summary)
+                if why is not None:
+                    result.skipped.append((p, why))
+                    continue
                 ident = identify(p, run.run_info, runner)
                 cur = conn.execute(
                     "INSERT OR IGNORE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",

@@ -29,6 +29,9 @@ def add(
         None, "--runner-kind", envvar="BENCH_RUNNER_KIND", help="kind of machine (default: OS-arch-Ncpu from run.json)"
     ),
     rules: Path | None = typer.Option(None, "--rules", help="gate rules whose metrics to store as well"),
+    keep_invalid: bool = typer.Option(
+        False, "--keep-invalid", help="record runs whose summary.json validity is invalid (skipped by default)"
+    ),
 ) -> None:
     """Record finished runs (identity and per-run statistics). Adding a run again changes nothing."""
     from harness.results import ResultsError
@@ -39,12 +42,19 @@ def add(
 
     try:
         paths = [p for d in run_dirs for p in expand(d)]
-        result = add_runs(db, paths, batch, commit, branch, runner, load_rules(rules))
+        result = add_runs(db, paths, batch, commit, branch, runner, load_rules(rules), keep_invalid)
     except (HistoryError, ResultsError, GateRulesError) as e:
         raise _fail(f"{e}\nnothing was added")
     for p in result.already:
         console.print(f"{p}: already recorded")
-    console.print(f"{db}: added {len(result.added)} run(s), {len(result.already)} already there")
+    for p, why in result.skipped:
+        console.print(
+            f"[yellow]skipped[/] {p}: invalid: {why} (--keep-invalid records it)", highlight=False, soft_wrap=True
+        )
+    console.print(
+        f"{db}: added {len(result.added)} run(s), {len(result.already)} already there, "
+        f"{len(result.skipped)} invalid skipped"
+    )
 
 
 @history_app.command("show")
@@ -104,6 +114,7 @@ def gate_against_history(
     min_history: int,
     summary_md: Path | None,
     baseline: Path | None,
+    keep_invalid: bool = False,
 ) -> str:
     """`bench gate --history`: exits with the verdict when the history is long enough; else returns a note for
     the gate against BASELINE (or, without one, exits 0: nothing to compare against)."""
@@ -114,7 +125,7 @@ def gate_against_history(
 
     try:
         gate_rules = load_rules(rules)
-        result = gate_history(db, current, gate_rules, last, min_history)
+        result = gate_history(db, current, gate_rules, last, min_history, keep_invalid)
     except (GateRulesError, HistoryError, ResultsError) as e:
         raise _fail(str(e))
     if result is None:

@@ -27,6 +27,7 @@ from reports.gate import (  # the gate's own rules, not a copy of them
     MetricRule,
     MetricVerdict,
     samples_for_tail,
+    skipped_lines,
     verdict_for_change,
 )
 from reports.history import Night, batch_value, nights
@@ -83,9 +84,12 @@ def tonight(current: RunSet, rules: GateRules) -> Night:
     return night
 
 
-def gate_history(db: Path, current_path: Path, rules: GateRules, last: int, min_history: int) -> HistoryGate | None:
-    """The verdicts against the history, or None when it has fewer than min_history comparable nights."""
-    current = load_run_set(current_path)
+def gate_history(
+    db: Path, current_path: Path, rules: GateRules, last: int, min_history: int, keep_invalid: bool = False
+) -> HistoryGate | None:
+    """The verdicts against the history, or None when it has fewer than min_history comparable nights. Invalid
+    current runs are left out (reports.repeats.load_run_set) unless `keep_invalid`."""
+    current = load_run_set(current_path, keep_invalid)
     check_same_scenario(current)
     info = current.runs[0].run_info
     scenario, runner = scenario_hash(info.get("scenario") or {}), runner_kind(info)
@@ -127,7 +131,7 @@ def judge_metric(
         result.verdict.verdict = "regression"  # the history had the samples; tonight lost them (failures)
         result.verdict.note = f"a current run has {have} samples, the history's runs >= {past}"
         return result
-    needed = max(enough, samples_for_tail(rule.statistic, rules.min_tail_samples))
+    needed = max(enough, samples_for_tail(rule.statistic, rules.min_tail_samples, rules.confidence))
     if have < needed or len(base) < 2:
         result.verdict.note = (
             f"a current run has {have} samples; {rule.statistic} needs >= {needed}"
@@ -240,6 +244,7 @@ def render_markdown(gate: HistoryGate, rules: GateRules) -> str:
             rows,
         ),
         "",
+        *skipped_lines(gate.current),
     ]
     if found:
         out += [

@@ -8,7 +8,8 @@ from pathlib import Path
 import jinja2
 from plotly.offline import get_plotlyjs
 
-from reports.markdown import SUMMARY_COLUMNS
+from reports.confidence_rows import INTERVAL_COLUMNS, VALIDITY_COLUMNS
+from reports.markdown import INTERVALS_NOTE, SUMMARY_COLUMNS
 from reports.prediction import PREDICTION_COLUMNS
 from reports.replicas import REPLICA_COLUMNS
 
@@ -55,4 +56,7 @@ def render_report_html(content) -> str:
         summary_columns=SUMMARY_COLUMNS,
         prediction_columns=PREDICTION_COLUMNS,
         replica_columns=REPLICA_COLUMNS,
+        interval_columns=INTERVAL_COLUMNS,
+        intervals_note=INTERVALS_NOTE,
+        validity_columns=VALIDITY_COLUMNS,
     )

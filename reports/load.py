@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.confidence import share_lower_bound
 from harness.engine_trace import read_engine_trace
 from harness.metrics import active_slo, meets_slo, request_latency, summarize
 from harness.results import (
@@ -66,11 +67,14 @@ class RunData:
     def slo(self) -> dict:
         return self.summary.get("goodput", {}).get("slo") or self.run_info.get("scenario", {}).get("slo") or {}
 
-    def goodput_fraction(self, slo: dict) -> float:
-        """Share of measured requests that completed within every given SLO (ms)."""
+    def goodput_fraction(self, slo: dict, confidence: float | None = None) -> float:
+        """Share of measured requests that completed within every given SLO (ms); with `confidence`, the lower
+        bound of that share (harness.confidence.share_lower_bound)."""
         slo = active_slo(slo)
         lats = [request_latency(r) for r in self.records]
         good = sum(lat is not None and meets_slo(lat, slo) for lat in lats)
+        if confidence is not None:
+            return share_lower_bound(good, len(self.records), confidence)
         return good / len(self.records) if self.records else 0.0
 
 

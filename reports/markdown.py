@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from reports.confidence_rows import INTERVAL_COLUMNS, VALIDITY_COLUMNS
 from reports.prediction import PREDICTION_COLUMNS
 from reports.replicas import REPLICA_COLUMNS
 
@@ -21,6 +22,10 @@ SUMMARY_COLUMNS = (
     "TPOT p99",
     "E2E p50",
     "E2E p99",
+)
+INTERVALS_NOTE = (
+    "Distribution-free intervals from order statistics (ms): the true percentile lies inside with at least the "
+    "stated confidence; a percentile the sample count cannot bound says how many samples it needs."
 )
 
 
@@ -46,6 +51,17 @@ def render_report_md(content) -> str:
             "Latencies in ms from each request's intended send time; goodput = completed requests that met every SLO.",
             "",
             md_table(SUMMARY_COLUMNS, content.summary_rows),
+            "",
+        ]
+    if content.validity_rows:
+        out += ["## Validity", "", md_table(VALIDITY_COLUMNS, content.validity_rows), ""]
+    if content.interval_rows:
+        out += [
+            "## Percentile confidence intervals",
+            "",
+            INTERVALS_NOTE,
+            "",
+            md_table(INTERVAL_COLUMNS, content.interval_rows),
             "",
         ]
     if content.prediction_rows:

@@ -6,10 +6,11 @@ the same distribution with fresh prompts keeps a shared engine's prefix cache ou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.results import ResultsError, run_dirs
+from harness.validity import skip_reason
 from reports.load import RunData, load_run
 
 SAME_SCENARIO_KEYS = ("name", "workload", "load")
@@ -19,15 +20,31 @@ SAME_SCENARIO_KEYS = ("name", "workload", "load")
 class RunSet:
     path: Path
     runs: list[RunData]
+    skipped: list[str] = field(default_factory=list)  # "<folder>: <why it is invalid>" for each run left out
 
     @property
     def scenario(self) -> dict:
         return self.runs[0].run_info.get("scenario") or {}
 
 
-def load_run_set(path: str | Path) -> RunSet:
+def load_run_set(path: str | Path, keep_invalid: bool = False) -> RunSet:
+    """The runs of one side; an invalid run (summary.json validity) is left out, named in `skipped` with its
+    reasons, unless `keep_invalid`. A side with no valid run is a ResultsError."""
     path = Path(path)
-    return RunSet(path, [load_run(d) for d in run_dirs(path)])
+    runs, skipped = [], []
+    for run in (load_run(d) for d in run_dirs(path)):
+        why = None if keep_invalid else skip_reason(run.summary)
+        if why is None:
+            runs.append(run)
+        else:
+            skipped.append(f"{run.path}: invalid: {why}")
+    if not runs:
+        raise ResultsError(
+            f"{path}: every run is invalid, so there is nothing to judge:\n"
+            + "\n".join(skipped)
+            + "\nrerun them, or pass --keep-invalid to judge them anyway"
+        )
+    return RunSet(path, runs, skipped)
 
 
 def check_same_scenario(*sides: RunSet) -> None:

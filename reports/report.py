@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reports.candidates import expand_candidates
+from reports.confidence_rows import interval_rows, validity_rows
 from reports.explain_figures import phase_bars, step_timeline
 from reports.figures import latency_cdfs, over_time, timeline
 from reports.html import render_report_html
@@ -43,6 +44,8 @@ class ReportContent:
     replica_rows: list[list[str]] = field(default_factory=list)  # a row per replica of each deployment run
     decision_rows: list[list[str]] = field(default_factory=list)  # run, policy, reason, decisions
     replica_notes: list[str] = field(default_factory=list)  # a sentence per deployment run: who served what
+    interval_rows: list[list[str]] = field(default_factory=list)  # run, metric, each percentile's interval
+    validity_rows: list[list[str]] = field(default_factory=list)  # run, valid or INVALID, the reasons
 
 
 def fmt(value, digits: int = 1) -> str:
@@ -89,6 +92,7 @@ def context_row(run: RunData, label: str | None = None) -> list[str]:
             ("CLIENT-BOUND", run.summary.get("client_bound")),
             ("interrupted", run.summary.get("interrupted")),
             ("SIMULATED (bench plan)", is_simulated(run.summary)),
+            ("INVALID", not (run.summary.get("validity") or {}).get("valid", True)),
         )
         if on
     ]
@@ -151,11 +155,12 @@ def build_report(paths, labels: list[str] | None = None, attainment: float = DEF
         if len(runs) > MAX_TIMELINES:
             content.notes.append(f"Timelines are drawn for the first {MAX_TIMELINES} runs only.")
     _add_replicas(content, runs, sweeps)
+    labelled = [(r.label, r) for r in runs] + [(f"{s.label} {p.run.label}", p.run) for s in sweeps for p in s.points]
+    content.interval_rows, content.validity_rows = interval_rows(labelled), validity_rows(labelled)
     content.notes += [f"Candidate left out: {why}." for why in expanded.left_out]
     for sw in sweeps:
         if sw.left_out:
             content.notes.append(f"{sw.label}: left out, not completed: {', '.join(sw.left_out)}.")
-    labelled = [(r.label, r) for r in runs] + [(f"{s.label} {p.run.label}", p.run) for s in sweeps for p in s.points]
     for label, run in labelled:
         if run.summary.get("client_bound"):
             content.notes.append(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from harness.metrics import active_slo
+from harness.metrics import active_slo, slo_confidence
 from harness.workers import client_bound_advice
 from reports.candidates import expand_candidates
 from reports.figures import LAYOUT, color
@@ -87,14 +87,17 @@ class Selection:
 
 
 def parse_slo(text: str) -> dict:
-    """`ttft_ms=500,tpot_ms=50` -> {"ttft_ms": 500.0, "tpot_ms": 50.0}."""
+    """`ttft_ms=500,tpot_ms=50` -> {"ttft_ms": 500.0, "tpot_ms": 50.0}; `confidence=0.95` judges on the bound."""
     slo = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, sep, value = part.partition("=")
+        if sep and key.strip() == "confidence":
+            slo["confidence"] = parse_confidence(part, value)
+            continue
         if not sep or key.strip() not in SLO_KEYS:
             raise ValueError(
                 f"--slo: {part!r} is not valid; use KEY=MS with KEY one of {', '.join(SLO_KEYS)}, "
-                "e.g. --slo ttft_ms=500,tpot_ms=50"
+                "or confidence=P, e.g. --slo ttft_ms=500,tpot_ms=50,confidence=0.95"
             )
         try:
             slo[key.strip()] = float(value)
@@ -102,9 +105,19 @@ def parse_slo(text: str) -> dict:
             raise ValueError(f"--slo: {part!r}: {value!r} is not a number of milliseconds") from None
         if slo[key.strip()] <= 0:
             raise ValueError(f"--slo: {part!r}: the limit must be > 0 ms")
-    if not slo:
+    if not active_slo(slo):
         raise ValueError("--slo: empty; give at least one limit, e.g. --slo ttft_ms=500,tpot_ms=50")
     return slo
+
+
+def parse_confidence(part: str, value: str) -> float:
+    try:
+        confidence = float(value)
+    except ValueError:
+        raise ValueError(f"--slo: {part!r}: {value!r} is not a probability") from None
+    if not 0.5 < confidence < 1:
+        raise ValueError(f"--slo: {part!r}: confidence must be between 0.5 and 1 (exclusive), e.g. confidence=0.95")
+    return confidence
 
 
 def as_sweep(run) -> Sweep:
@@ -130,13 +143,20 @@ def select(
     expanded = expand_candidates(paths, labels)
     runs, sweeps = load_results(expanded.paths, expanded.labels)
     sweeps = sweeps + [as_sweep(r) for r in runs]
-    slo = slo or runs_slo(sweeps)
+    confidence = slo_confidence(slo) or runs_confidence(sweeps)
+    slo = active_slo(slo) or runs_slo(sweeps)
     engines = [
-        _engine(sw, slo, gpu_cost_per_hour, expanded.accelerators.get(sw.label, accelerators), attainment)
+        _engine(sw, slo, gpu_cost_per_hour, expanded.accelerators.get(sw.label, accelerators), attainment, confidence)
         for sw in sweeps
     ]
     ranking = rank(engines)
     recommendation, caveats = _recommend(ranking, sweeps, slo, attainment)
+    if confidence is not None:
+        caveats.insert(
+            0,
+            f"SLOs judged on the bound: a load meets them when, with {confidence:.0%} confidence, at least "
+            f"{attainment:.0%} of its requests do (the share's lower bound, not the share measured).",
+        )
     if expanded.left_out:
         caveats.insert(0, "Not compared, as they did not complete: " + "; ".join(expanded.left_out) + ".")
     return Selection(
@@ -164,6 +184,12 @@ def runs_slo(sweeps: list[Sweep]) -> dict:
     return active_slo(sweeps[0].points[0].run.slo)  # in the order the scenario wrote them
 
 
+def runs_confidence(sweeps: list[Sweep]) -> float | None:
+    """The slo.confidence the runs were made with, when every run had the same one (else judged on the point)."""
+    found = {sw.points[0].run.summary.get("goodput", {}).get("confidence") for sw in sweeps}
+    return found.pop() if len(found) == 1 else None
+
+
 def rank(engines: list[EngineResult]) -> list[EngineResult]:
     """Best first: cheapest per token (or, without a price, most output tokens/s per accelerator within the
     SLOs); the engines that never met the SLOs after them, most requests within the SLOs at their lowest load first."""
@@ -176,8 +202,8 @@ def rank(engines: list[EngineResult]) -> list[EngineResult]:
     return usable + sorted((e for e in engines if e not in usable), key=lambda e: -e.lowest_load_goodput)
 
 
-def _engine(sw: Sweep, slo, cost_per_hour, accelerators, attainment) -> EngineResult:
-    cap = max_rate_meeting_slo(sw.points, slo, attainment)
+def _engine(sw: Sweep, slo, cost_per_hour, accelerators, attainment, confidence=None) -> EngineResult:
+    cap = max_rate_meeting_slo(sw.points, slo, attainment, confidence)
     info = sw.points[0].run.run_info.get("backend", {})
     tok_s = cap.output_tokens_per_s / accelerators if cap.output_tokens_per_s else None
     cost = cost_per_hour / (tok_s * 3600) * 1e6 if tok_s and cost_per_hour else None
@@ -202,7 +228,7 @@ def _engine(sw: Sweep, slo, cost_per_hour, accelerators, attainment) -> EngineRe
         sw.load_kind,
         notes,
         why(sw, cap, slo, attainment),
-        point_goodput(min(sw.points, key=lambda p: p.offered_load), slo),
+        point_goodput(min(sw.points, key=lambda p: p.offered_load), slo, confidence),
     )
 
 

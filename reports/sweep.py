@@ -8,16 +8,22 @@ from reports.load import SweepPoint
 __all__ = ["DEFAULT_ATTAINMENT", "SloCapacity", "max_rate_meeting_slo", "point_goodput"]
 
 
-def point_goodput(point: SweepPoint, slo: dict | None) -> float:
-    """The point's goodput fraction under `slo` (ms), or under the SLOs it was run with."""
-    if slo is None:
-        return float(point.run.summary.get("goodput", {}).get("fraction", 0.0))
-    return point.run.goodput_fraction(slo)
+def point_goodput(point: SweepPoint, slo: dict | None, confidence: float | None = None) -> float:
+    """The point's goodput fraction under `slo` (ms), or under the SLOs it was run with. Judged on the bound
+    when a confidence is given, or when the run was made with slo.confidence (its `fraction_low`)."""
+    good = point.run.summary.get("goodput", {})
+    if slo is None and confidence is None:
+        return float(good.get("fraction_low", good.get("fraction", 0.0)))
+    return point.run.goodput_fraction(slo or point.run.slo, confidence or good.get("confidence"))
 
 
 def max_rate_meeting_slo(
-    points: list[SweepPoint], slo: dict | None = None, attainment: float = DEFAULT_ATTAINMENT
+    points: list[SweepPoint],
+    slo: dict | None = None,
+    attainment: float = DEFAULT_ATTAINMENT,
+    confidence: float | None = None,
 ) -> SloCapacity:
     return max_load_meeting_slo(
-        [LoadPoint.from_summary(p.offered_load, p.run.summary, point_goodput(p, slo)) for p in points], attainment
+        [LoadPoint.from_summary(p.offered_load, p.run.summary, point_goodput(p, slo, confidence)) for p in points],
+        attainment,
     )

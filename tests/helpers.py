@@ -10,6 +10,7 @@ import numpy as np
 
 from harness.metrics import summarize
 from harness.results import RequestRecord, ResultWriter
+from harness.validity import run_validity
 from native_engine.model_runner import ModelRunner, SeqChunk
 from native_engine.sequence import SamplingParams, Sequence
 
@@ -104,9 +105,20 @@ def synthetic_records(
     return records
 
 
-def write_run(path, records, slo=None, rate=4.0, kind="native", server_metrics=False, telemetry=False, explain=False):
+def write_run(
+    path,
+    records,
+    slo=None,
+    rate=4.0,
+    kind="native",
+    server_metrics=False,
+    telemetry=False,
+    explain=False,
+    verdict=False,
+):
     """A results folder as `bench run` leaves it; `explain`: with the native engine's per-request
-    timings, phases_ms and diagnosis in summary.json, and an engine_trace.json."""
+    timings, phases_ms and diagnosis in summary.json, and an engine_trace.json; `verdict`: with its
+    validity (harness/validity.py), as `bench run` writes it."""
     slo = slo or {"ttft_ms": 200.0, "tpot_ms": 50.0}
     writer = ResultWriter(path)
     writer.write_run_info(
@@ -137,6 +149,8 @@ def write_run(path, records, slo=None, rate=4.0, kind="native", server_metrics=F
     writer.close()
     summary = summarize(records, slo)
     summary.update(client_bound=False, client_bound_reasons=[], interrupted=False)
+    if verdict:
+        summary["validity"] = run_validity(summary)
     if explain:
         from harness.diagnosis import Run, diagnose
         from harness.engine_trace import write_engine_trace

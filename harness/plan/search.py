@@ -93,7 +93,7 @@ class Search:
                 gpu_spec(gpu)
             except ValueError as e:
                 raise ValueError(f"plan.prices: {e}") from None
-        if not scenario.slo.model_dump(exclude_none=True):
+        if not scenario.slo.model_dump(exclude_none=True, exclude={"confidence"}):
             raise ValueError(
                 "slo: --search looks for the deployment that meets the SLOs; set at least one, "
                 "e.g. slo: {ttft_ms: 500, tpot_ms: 50}"

@@ -1,0 +1,99 @@
+"""How sure a percentile is: distribution-free confidence intervals from order statistics, and the lower
+bound of a share (docs/confidence.md).
+
+Of n independent samples, the number B that fall below the true q-quantile is Binomial(n, q), whatever the
+distribution. So the l-th and u-th smallest samples bracket the true quantile exactly when l <= B < u, with
+probability F(u - 1) - F(l - 1) (F: the binomial's CDF). The ranks are chosen with equal tails (at most
+(1 - confidence) / 2 on each side), which makes the interval conservative: its coverage is at least the
+confidence asked for, and is reported beside it. When even the smallest and largest sample cannot bracket
+the quantile at that confidence (p999 of 20 samples), the percentile is not established, and the sample
+count that would establish it is given.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy.stats import beta, binom
+
+DEFAULT_CONFIDENCE = 0.95
+INTERVAL_PERCENTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99, "p999": 0.999}
+
+
+@dataclass
+class PercentileInterval:
+    """A percentile's interval: `low` and `high` (None when not established), `coverage`: the chance that
+    interval holds the true percentile (>= the confidence asked for), `samples_needed`: the fewest samples
+    that establish it at that confidence."""
+
+    established: bool
+    samples: int
+    samples_needed: int
+    low: float | None = None
+    high: float | None = None
+    coverage: float | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def interval_text(interval: dict | None, digits: int = 1) -> str:
+    """A PercentileInterval's dict (summary.json percentile_ci) as the console and the reports show it."""
+    if not interval or not interval["samples"]:
+        return "-"
+    if not interval["established"]:
+        return f"not established (needs {interval['samples_needed']:,})"
+    return f"{interval['low']:,.{digits}f} – {interval['high']:,.{digits}f}"
+
+
+def samples_needed(q: float, confidence: float = DEFAULT_CONFIDENCE) -> int:
+    """The fewest samples whose smallest and largest bracket the q-quantile with at most (1 - confidence) / 2
+    left on each side: all n samples below it has chance q^n, all above (1 - q)^n."""
+    tail = (1 - confidence) / 2
+    return math.ceil(math.log(tail) / math.log(max(q, 1 - q)))
+
+
+def rank_interval(n: int, q: float, confidence: float = DEFAULT_CONFIDENCE) -> tuple[int, int, float] | None:
+    """(l, u, coverage): the 1-based ranks of the order statistics that bracket the q-quantile, with equal
+    tails; None when n samples cannot."""
+    tail = (1 - confidence) / 2
+    # l - 1: the largest count k with P(B <= k) <= tail
+    k = int(binom.ppf(tail, n, q))
+    l_minus_1 = k if binom.cdf(k, n, q) <= tail else k - 1
+    # u - 1: the smallest count k with P(B <= k) >= 1 - tail
+    u_minus_1 = int(binom.ppf(1 - tail, n, q))
+    if l_minus_1 < 0 or u_minus_1 > n - 1:
+        return None
+    coverage = float(binom.cdf(u_minus_1, n, q) - binom.cdf(l_minus_1, n, q))
+    return l_minus_1 + 1, u_minus_1 + 1, coverage
+
+
+def percentile_interval(values, q: float, confidence: float = DEFAULT_CONFIDENCE) -> PercentileInterval:
+    """The confidence interval of the q-quantile of `values` (any unit; the interval is in the same)."""
+    arr = np.asarray(values, dtype=np.float64)
+    n = int(arr.size)
+    needed = samples_needed(q, confidence)
+    ranks = rank_interval(n, q, confidence) if n else None
+    if ranks is None:
+        return PercentileInterval(False, n, needed)
+    lo, hi, coverage = ranks
+    picked = np.partition(arr, [lo - 1, hi - 1])  # two order statistics, without sorting everything
+    return PercentileInterval(True, n, needed, float(picked[lo - 1]), float(picked[hi - 1]), coverage)
+
+
+def percentile_intervals(values, confidence: float = DEFAULT_CONFIDENCE) -> dict:
+    """{p50: {...}, p90: ..., p99: ..., p999: ...}: each PercentileInterval as a dict."""
+    arr = np.asarray(values, dtype=np.float64)
+    return {key: percentile_interval(arr, q, confidence).as_dict() for key, q in INTERVAL_PERCENTILES.items()}
+
+
+def share_lower_bound(successes: int, trials: int, confidence: float) -> float:
+    """The one-sided Clopper-Pearson lower bound of a share: with `confidence`, the true share is at least
+    this (0 with no success or no trial)."""
+    if successes <= 0 or trials <= 0:
+        return 0.0
+    if successes >= trials:
+        return float((1 - confidence) ** (1 / trials))
+    return float(beta.ppf(1 - confidence, successes, trials - successes + 1))

@@ -1,0 +1,112 @@
+"""One verdict per run: are its numbers a measurement of the engine, or of something else? (docs/confidence.md)
+
+summary.json's `validity` = {valid, reasons[], thresholds}. Each reason is one line naming what went wrong
+and its numbers; a run with none is valid. The history store and the gate skip an invalid run (naming the
+reasons) unless told to keep it (`--keep-invalid`).
+"""
+
+from __future__ import annotations
+
+MAX_FAILED_SHARE = 0.01  # failed requests are often the slow ones: past 1% the survivors' percentiles flatter
+MAX_TOKEN_MISMATCH_SHARE = 0.01  # the server's usage and the chunks counted disagree: ITL/TPOT are off
+# a run that cannot bound even its p90 (fewer than 36 samples at 95%) says little about its distribution
+REQUIRED_PERCENTILES = ("p50", "p90")
+JUDGED_LATENCIES = ("ttft_ms", "tpot_ms", "e2e_ms")
+MIN_WINDOW_E2E = 5.0  # a window shorter than 5 median E2Es is mostly ramp-up and drain: no steady state
+
+
+def thresholds() -> dict:
+    return {
+        "max_failed_share": MAX_FAILED_SHARE,
+        "max_token_mismatch_share": MAX_TOKEN_MISMATCH_SHARE,
+        "required_percentiles": list(REQUIRED_PERCENTILES),
+        "judged_latencies": list(JUDGED_LATENCIES),
+        "min_window_e2e": MIN_WINDOW_E2E,
+    }
+
+
+def run_validity(summary: dict, restarted_counters: list[str] | None = None) -> dict:
+    """The verdict of a finished run's summary (after client_bound, interrupted, incomplete and engine_exited
+    are set); `restarted_counters`: engine counters that fell during the run (server_metrics.counter_resets)."""
+    reasons = [
+        *_client_and_completeness(summary),
+        *_failures(summary),
+        *_not_established(summary),
+        *_short_window(summary),
+    ]
+    if restarted_counters:
+        reasons.append(
+            f"engine restarted: its counters fell during the run ({', '.join(restarted_counters)}); the run "
+            f"measured two engine lives"
+        )
+    return {"valid": not reasons, "reasons": reasons, "thresholds": thresholds()}
+
+
+def _client_and_completeness(summary: dict) -> list[str]:
+    reasons = []
+    if summary.get("client_bound"):
+        reasons.append("client-bound: " + "; ".join(summary.get("client_bound_reasons") or ["the client fell behind"]))
+    if summary.get("interrupted"):
+        reasons.append(f"incomplete: interrupted by {summary.get('interrupted_by') or 'a signal'}")
+    if summary.get("incomplete"):
+        reasons.append("incomplete: " + "; ".join(summary.get("incomplete_reasons") or ["records are missing"]))
+    if summary.get("engine_exited"):
+        reasons.append(f"engine restarted: it exited during the run ({summary['engine_exited']})")
+    return reasons
+
+
+def _failures(summary: dict) -> list[str]:
+    req = summary.get("requests") or {}
+    measured, completed = req.get("measured", 0), req.get("completed", 0)
+    reasons = []
+    if not measured:
+        return ["incomplete: no measured request"]
+    failed_share = (measured - completed) / measured
+    if failed_share > MAX_FAILED_SHARE:
+        top = ", ".join(f"{k}={v}" for k, v in sorted((summary.get("failures") or {}).items()))
+        reasons.append(
+            f"failure share: {measured - completed} of {measured} measured requests failed "
+            f"({failed_share:.1%} > {MAX_FAILED_SHARE:.0%}: {top})"
+        )
+    mismatches = summary.get("token_count_mismatches", 0)
+    if completed and mismatches / completed > MAX_TOKEN_MISMATCH_SHARE:
+        reasons.append(
+            f"token-count mismatches: the server's usage and the chunks counted disagree in {mismatches} of "
+            f"{completed} completed requests ({mismatches / completed:.1%} > {MAX_TOKEN_MISMATCH_SHARE:.0%})"
+        )
+    return reasons
+
+
+def _not_established(summary: dict) -> list[str]:
+    ci = summary.get("percentile_ci") or {}
+    missing = []
+    for metric in JUDGED_LATENCIES:
+        for key in REQUIRED_PERCENTILES:
+            interval = (ci.get(metric) or {}).get(key)
+            if interval and interval["samples"] and not interval["established"]:
+                missing.append(
+                    f"{metric.removesuffix('_ms')} {key} ({interval['samples']} samples, needs "
+                    f"{interval['samples_needed']})"
+                )
+    if not missing:
+        return []
+    return [f"percentiles not established at {ci.get('confidence', 0.95):.0%}: " + ", ".join(missing)]
+
+
+def _short_window(summary: dict) -> list[str]:
+    window_s, e2e_p50_ms = summary.get("window_s") or 0.0, (summary.get("e2e_ms") or {}).get("p50")
+    if e2e_p50_ms is None or window_s * 1e3 >= MIN_WINDOW_E2E * e2e_p50_ms:
+        return []
+    return [
+        f"too short a window: {window_s:.2f} s is under {MIN_WINDOW_E2E:g} median E2Es "
+        f"({MIN_WINDOW_E2E:g} x {e2e_p50_ms / 1e3:.2f} s): the load never reached a steady state"
+    ]
+
+
+def skip_reason(summary: dict) -> str | None:
+    """Why a consumer (the history, the gate) should skip this run: its reasons, or None when valid. A summary
+    from before the verdict existed has no `validity` and is taken as valid."""
+    verdict = summary.get("validity")
+    if not verdict or verdict.get("valid", True):
+        return None
+    return "; ".join(verdict.get("reasons") or ["marked invalid"])

@@ -1,0 +1,33 @@
+"""The report's tables of each run's percentile intervals and validity verdict (summary.json percentile_ci and
+validity; harness/confidence.py and harness/validity.py compute them)."""
+
+from __future__ import annotations
+
+from harness.confidence import INTERVAL_PERCENTILES, interval_text
+from harness.metrics import INTERVAL_METRICS
+
+INTERVAL_COLUMNS = ("run", "metric", "confidence", *INTERVAL_PERCENTILES)
+VALIDITY_COLUMNS = ("run", "validity", "reasons")
+
+
+def interval_rows(labelled) -> list[list[str]]:
+    """A row per (run, latency): each percentile's interval in ms, or that it is not established; `labelled`:
+    (label, RunData) pairs. Runs from before the intervals existed have none."""
+    rows = []
+    for label, run in labelled:
+        ci = run.summary.get("percentile_ci")
+        if not ci:
+            continue
+        for metric in INTERVAL_METRICS:
+            cells = [interval_text((ci.get(metric) or {}).get(key)) for key in INTERVAL_PERCENTILES]
+            rows.append([label, metric.removesuffix("_ms"), f"{ci['confidence']:.0%}", *cells])
+    return rows
+
+
+def validity_rows(labelled) -> list[list[str]]:
+    rows = []
+    for label, run in labelled:
+        verdict = run.summary.get("validity")
+        if verdict:
+            rows.append([label, "valid" if verdict["valid"] else "INVALID", "; ".join(verdict["reasons"]) or "-"])
+    return rows

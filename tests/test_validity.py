@@ -1,0 +1,102 @@
+"""The run's validity verdict (harness/validity.py), and the history and the gate skipping an invalid run."""
+
+import sqlite3
+
+from helpers import synthetic_records, write_run
+from typer.testing import CliRunner
+
+from harness.cli import app
+from harness.metrics import summarize
+from harness.server_metrics import counter_resets
+from harness.validity import MAX_FAILED_SHARE, run_validity
+
+SLO = {"ttft_ms": 200.0, "tpot_ms": 50.0}
+
+
+def _summary(records, **flags) -> dict:
+    summary = summarize(records, SLO)
+    summary.update({"client_bound": False, "interrupted": False, "incomplete": False, **flags})
+    return summary
+
+
+def test_a_clean_run_is_valid_and_each_problem_is_a_reason_with_its_numbers():
+    assert run_validity(_summary(synthetic_records(n=60))) == {
+        "valid": True,
+        "reasons": [],
+        "thresholds": run_validity({})["thresholds"],
+    }
+    failing = run_validity(_summary(synthetic_records(n=60, fail_every=10)))  # 6 of 60 failed
+    assert not failing["valid"] and failing["reasons"] == [
+        f"failure share: 6 of 60 measured requests failed (10.0% > {MAX_FAILED_SHARE:.0%}: http_5xx=6)"
+    ]
+    # the quickstart's 20 requests cannot bound a p90 (36 needed at 95%)
+    (reason,) = run_validity(_summary(synthetic_records(n=20)))["reasons"]
+    assert reason == (
+        "percentiles not established at 95%: ttft p90 (20 samples, needs 36), tpot p90 (20 samples, needs 36), "
+        "e2e p90 (20 samples, needs 36)"
+    )
+    flagged = run_validity(
+        _summary(
+            synthetic_records(n=60),
+            client_bound=True,
+            client_bound_reasons=["send lag p99 9.0 ms > 5.0 ms"],
+            incomplete=True,
+            incomplete_reasons=["worker 1 lost"],
+            engine_exited="exit code -9",
+        ),
+        restarted_counters=["generation_tokens"],
+    )
+    assert flagged["reasons"] == [
+        "client-bound: send lag p99 9.0 ms > 5.0 ms",
+        "incomplete: worker 1 lost",
+        "engine restarted: it exited during the run (exit code -9)",
+        "engine restarted: its counters fell during the run (generation_tokens); the run measured two engine lives",
+    ]
+
+
+def test_a_window_of_a_few_requests_long_is_too_short():
+    records = synthetic_records(n=60, rate=4000.0, ttft_s=0.05)  # all sent within 15 ms, each ~200 ms long
+    (reason,) = run_validity(_summary(records))["reasons"]
+    assert reason.startswith("too short a window: 0.2") and "median E2Es" in reason
+
+
+def test_a_counter_that_fell_between_scrapes_is_an_engine_restart(tmp_path):
+    rows = ["t_s,name,value,labels"]
+    rows += [f"{t},bench:generation_tokens,{v}," for t, v in ((0, 100), (1, 180), (2, 12), (3, 40))]
+    rows += [f'{t},bench:prompt_tokens,{v},replica="1"' for t, v in ((0, 5), (1, 9))]
+    (tmp_path / "m.csv").write_text("\n".join(rows) + "\n")
+    assert counter_resets(tmp_path / "m.csv") == ["generation_tokens"]
+    assert counter_resets(tmp_path / "missing.csv") == []
+
+
+def _cli(*args):
+    result = CliRunner().invoke(app, [*map(str, args)])
+    return result.exit_code, " ".join(result.output.split())  # rich's wrapping undone
+
+
+def test_history_and_gate_skip_an_invalid_run_naming_why_unless_told_to_keep_it(tmp_path):
+    base = tmp_path / "base"
+    for k in (1, 2):
+        write_run(base / f"run-{k}", synthetic_records(n=60, seed=k), slo=SLO, verdict=True)
+    cur = tmp_path / "cur"
+    write_run(cur / "run-1", synthetic_records(n=60, seed=3), slo=SLO, verdict=True)
+    write_run(cur / "run-2", synthetic_records(n=60, seed=4, fail_every=5), slo=SLO, verdict=True)  # 20% failed
+
+    db = tmp_path / "h.db"
+    code, out = _cli("history", "add", cur, "--db", db, "--commit", "c1", "--branch", "main")
+    assert code == 0 and "added 1 run(s), 0 already there, 1 invalid skipped" in out
+    assert "skipped" in out and "run-2: invalid: failure share: 12 of 60 measured requests failed" in out
+    with sqlite3.connect(db) as conn:
+        (path,) = conn.execute("SELECT path FROM runs").fetchone()
+    assert path.endswith("run-1")
+    code, out = _cli("history", "add", cur, "--db", db, "--keep-invalid")
+    assert code == 0 and "added 1 run(s), 1 already there, 0 invalid skipped" in out
+
+    code, out = _cli("gate", base, cur)
+    assert code in (0, 5) and "runs (base / cur)" in out  # pass or inconclusive, never a regression
+    assert "**Skipped** (`--keep-invalid` keeps it):" in out and "run-2: invalid: failure share: 12 of 60" in out
+    assert "| 2 / 1 |" in out  # the current side is judged on its one valid run
+    code, out = _cli("gate", base, cur, "--keep-invalid")
+    assert "Skipped" not in out and "| 2 / 2 |" in out
+    code, out = _cli("gate", base, cur / "run-2")
+    assert code == 2 and "every run is invalid" in out and "--keep-invalid" in out
