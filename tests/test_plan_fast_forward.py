@@ -111,6 +111,10 @@ def engine_state(sim: Simulation) -> list[dict]:
     return states
 
 
+def by_replica(steps: list[dict]) -> list[dict]:
+    return sorted(steps, key=lambda s: s["replica"])  # stable: each replica's steps stay in their order
+
+
 def radix_tree(node) -> tuple:
     children = sorted((key, radix_tree(child)) for key, child in node.children.items())
     return (node.block_tokens, node.block_ids, node.last_access, node.removed, children)
@@ -136,14 +140,14 @@ def test_fast_forward_leaves_what_single_steps_leave(tmp_path, case, monkeypatch
     forwarded, forwarded_records = simulate(tmp_path, case, fast_forward=True)
 
     assert [r.to_json() for r in forwarded_records] == [r.to_json() for r in stepped_records]
-    assert forwarded.steps == stepped.steps
+    # each replica's steps in its order (a decode run's are traced together, after other replicas' steps)
+    assert by_replica(forwarded.steps) == by_replica(stepped.steps)
     assert (forwarded.engine_steps, forwarded.sequence_steps) == (stepped.engine_steps, stepped.sequence_steps)
     assert engine_state(forwarded) == engine_state(stepped)
-    # the case exercises what it is named for, and the fast-forward took most steps, some cut back by arrivals
+    # the case exercises what it is named for, the fast-forward took steps, and arrivals cut some runs back
     assert len(stepped_records) >= 12 and all(r.ok for r in stepped_records)
-    print(case, forwarded.fast_forwarded_steps, stepped.engine_steps, sum(cuts))
     assert forwarded.fast_forwarded_steps > 0
-    if case != "closed_loop":  # its requests arrive only when one finishes: never mid-run
+    if case not in ("closed_loop", "closed_loop_ties", "static_batching"):  # these send or admit at a finish
         assert any(cuts)
     timings = [r.server_timings for r in stepped_records]
     if case == "preemption":
