@@ -49,9 +49,8 @@ CASES = {
     "no_chunked_prefill": (["--no-chunked-prefill"], random_load(300, 30, arrival="poisson", rate=3)),
     "closed_loop": ([], random_load(40, 24, arrival="closed", concurrency=3)),
     "cache_aware": (["--data-parallel", "3", "--router-policy", "cache_aware"], {"load": CHAT}),
-    # replicas given the same work end steps at the same instants: ties between a finish's released request
-    # and another replica's step end
-    "closed_loop_ties": (
+    # a finish releases the next request to another replica, mid-run
+    "closed_loop_3_replicas": (
         ["--data-parallel", "3", "--router-policy", "round_robin"],
         random_load(40, 24, arrival="closed", concurrency=6),
     ),
@@ -147,7 +146,7 @@ def test_fast_forward_leaves_what_single_steps_leave(tmp_path, case, monkeypatch
     # the case exercises what it is named for, the fast-forward took steps, and arrivals cut some runs back
     assert len(stepped_records) >= 12 and all(r.ok for r in stepped_records)
     assert forwarded.fast_forwarded_steps > 0
-    if case not in ("closed_loop", "closed_loop_ties", "static_batching"):  # these send or admit at a finish
+    if case not in ("closed_loop", "closed_loop_3_replicas", "static_batching"):  # these send or admit at a finish
         assert any(cuts)
     timings = [r.server_timings for r in stepped_records]
     if case == "preemption":
