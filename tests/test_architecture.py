@@ -28,6 +28,7 @@ HARNESS_USES_NATIVE_ENGINE = {
     "harness.plan.architectures": {"native_engine.gguf_model"},
     "harness.plan.deployment": {"native_engine.cli", "native_engine.routing", "native_engine.scheduler"},
     "harness.plan.replica": {"native_engine.block_manager", "native_engine.scheduler", "native_engine.sequence"},
+    "harness.plan.decode_run": {"native_engine.scheduler", "native_engine.sequence"},
     "harness.plan.simulator": {
         "native_engine.llm_engine",
         "native_engine.routing",

@@ -45,7 +45,7 @@ class Replica:
         )
         self.scheduler = Scheduler(deployment.scheduler, self.block_manager, clock)
         self.clock = clock
-        self.busy = False  # a step is in flight
+        self.in_flight = None  # the Step or DecodeRun (decode_run.py) whose end event is pending
 
     def start_step(self) -> Step | None:
         """Schedules the next batch (None when nothing can run now) and advances its sequences' KV."""

@@ -12,6 +12,7 @@ with `simulated: true` and the models used.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import time
@@ -21,9 +22,10 @@ from pathlib import Path
 from harness.engine_trace import write_engine_trace
 from harness.explain import explain
 from harness.metrics import summarize
+from harness.plan.decode_run import DecodeRun, admits, commit, plan_decode_run
 from harness.plan.deployment import Deployment, deployment_from_args
 from harness.plan.replica import Replica, Step
-from harness.plan.step_model import StepModel, fit_step_model
+from harness.plan.step_model import StepModel, StepShape, fit_step_model
 from harness.results import RequestRecord, ResultWriter, versions
 from harness.runner import http_failure_reason
 from harness.scenario import Scenario, ScenarioError
@@ -36,7 +38,10 @@ from native_engine.sequence import Sequence
 from native_engine.server import RequestError, sampling_params
 
 MAX_TRACED_REQUESTS = 20_000  # beyond this many requests the steps are not kept (memory): no engine_trace.json
-ARRIVE, STEP_END = 0, 1  # event kinds; at equal times arrivals first, as the engine drains its inbox first
+# Event kinds, in their order at equal times: arrivals first, as the engine drains its inbox before a step;
+# then step ends; then the requests a finish at that instant releases (a session's next turn after no think
+# time, a closed loop's next request): they are sent after it, so never join a step that starts at it.
+ARRIVE, STEP_END, RELEASED = 0, 1, 2
 ANY_VOCAB = 1 << 31  # prompts are the tokenizer's own ids; sampling_params checks only stop_token_ids against it
 
 
@@ -52,35 +57,66 @@ class VirtualClock:
 
 class Simulation:
     def __init__(
-        self, deployment: Deployment, step_model: StepModel, request_overhead_s: float = 0.0, keep_steps: bool = True
+        self,
+        deployment: Deployment,
+        step_model: StepModel,
+        request_overhead_s: float = 0.0,
+        keep_steps: bool = True,
+        fast_forward: bool = True,
     ):
         self.clock = VirtualClock()
         self.step_model = step_model
         self.request_overhead_s = request_overhead_s
+        self.fast_forward = fast_forward  # pure-decode stretches as one event each (decode_run.py)
         names = [f"replica-{i}" for i in range(deployment.replicas)]
         self.replicas = {n: Replica(n, deployment, self.clock) for n in names}
+        self.rank = {n: i for i, n in enumerate(names)}  # orders replicas' step ends at equal times
+        self.up = set(names)  # every simulated replica takes requests
         self.policy = Policy(deployment.router_policy, names, deployment.cache_aware) if len(names) > 1 else None
         self.in_flight = dict.fromkeys(names, 0)
         self.steps: list[dict] | None = [] if keep_steps else None  # engine_trace.py's step form
         self.sequence_steps = 0  # sequences summed over every step's batch: the simulation's unit of work
         self.engine_steps = 0
+        self.fast_forwarded_steps = 0  # of engine_steps, those committed as part of a decode run
         self._events: list = []
         self._order = itertools.count()
 
-    def push(self, time_s: float, kind: int, item) -> None:
-        heapq.heappush(self._events, (time_s, kind, next(self._order), item))
+    def push(self, time_s: float, kind: int, item, rank: int = 0) -> None:
+        """At equal times arrivals in the order pushed, then step ends by replica: not by when each step
+        started, so that a decode run (pushed at its start) ends where its last step would."""
+        heapq.heappush(self._events, (time_s, kind, rank, next(self._order), item))
 
     def route(self, text: str) -> Replica:
         if self.policy is None:
             return next(iter(self.replicas.values()))
-        name = self.policy.choose(text, self.in_flight, set(self.replicas)).replica
+        name = self.policy.choose(text, self.in_flight, self.up).replica
         return self.replicas[name]
 
     def start_step(self, replica: Replica) -> None:
+        now_s = self.clock.now_s
+        run = plan_decode_run(replica, self.step_model, now_s) if self.fast_forward else None
+        if run is not None:
+            replica.in_flight = run
+            self.push(run.end_s, STEP_END, (replica, run), self.rank[replica.name])
+            return
         step = replica.start_step()
-        replica.busy = step is not None
+        replica.in_flight = step
         if step is not None:
-            self.push(self.clock.now_s + self.step_model.step_time_s(step.shape), STEP_END, (replica, step))
+            end_s = now_s + self.step_model.step_time_s(step.shape)
+            self.push(end_s, STEP_END, (replica, step), self.rank[replica.name])
+
+    def arrived(self, replica: Replica, after_steps: bool) -> None:
+        """A sequence was added to replica's waiting queue now (after_steps: after the step ends at this
+        instant, a RELEASED event): a step starts, or a decode run is cut back where the scheduler would
+        admit it (else it waits behind the full batch)."""
+        run = replica.in_flight
+        if run is None:
+            self.start_step(replica)
+        elif isinstance(run, DecodeRun) and not admits(replica.scheduler):
+            run.queued_s.append((self.clock.now_s, after_steps))
+        elif isinstance(run, DecodeRun) and (shorter := run.cut_back(self.clock.now_s, after_steps)) is not None:
+            replica.in_flight = shorter  # the longer run's end event is now stale
+            self.push(shorter.end_s, STEP_END, (replica, shorter), self.rank[replica.name])
 
 
 def _tokenizer(scenario: Scenario):
@@ -130,9 +166,10 @@ def run_simulation(
         """What waits on this request: its session's next turn, or (closed loop) the next request."""
         after = next_turn.pop((spec.session_id, spec.turn_index + 1), None)
         if after is not None:
-            sim.push(sim.clock.now_s + after.think_time_s, ARRIVE, (after, sim.clock.now_s + after.think_time_s))
+            at_s = sim.clock.now_s + after.think_time_s
+            sim.push(at_s, ARRIVE if at_s > sim.clock.now_s else RELEASED, (after, at_s))
         elif spec.turn_index == 0 and waiting_slots and spec.intended_offset_s is None:
-            sim.push(sim.clock.now_s, ARRIVE, (waiting_slots.popleft(), sim.clock.now_s))
+            sim.push(sim.clock.now_s, RELEASED, (waiting_slots.popleft(), sim.clock.now_s))
 
     def refuse(spec: RequestSpec, sent_s: float, status: int, detail: str) -> None:
         rec = RequestRecord(
@@ -156,9 +193,9 @@ def run_simulation(
         release_after(spec)
 
     while sim._events:
-        time_s, kind, _, item = heapq.heappop(sim._events)
+        time_s, kind, _, _, item = heapq.heappop(sim._events)
         sim.clock.now_s = time_s
-        if kind == ARRIVE:
+        if kind != STEP_END:
             spec, sent_s = item
             engine_s = sent_s + sim.request_overhead_s
             if time_s < engine_s:
@@ -188,20 +225,32 @@ def run_simulation(
                 continue
             live[seq.request_id] = (spec, sent_s, [], replica)
             sim.in_flight[replica.name] += 1
-            if not replica.busy:
-                sim.start_step(replica)
+            sim.arrived(replica, after_steps=kind == RELEASED)
+            continue
+        replica, work = item
+        if work is not replica.in_flight:
+            continue  # a decode run an arrival cut back
+        if isinstance(work, DecodeRun):
+            taken = commit(work, replica)
+            times = work.ends_s[: work.steps]
+            for seq in work.seqs:
+                live[seq.request_id][2].extend(times)  # one list of floats shared by the batch
+            sim.engine_steps += work.steps
+            sim.fast_forwarded_steps += work.steps
+            sim.sequence_steps += work.steps * len(work.seqs)
+            if sim.steps is not None:
+                sim.steps += _trace_decode_run(replica, work, taken)
         else:
-            replica, step = item
-            replica.end_step(step)
-            for seq in step.sampled:
+            replica.end_step(work)
+            for seq in work.sampled:
                 live[seq.request_id][2].append(time_s)
             sim.engine_steps += 1
-            sim.sequence_steps += step.shape.prefill_seqs + step.shape.decode_seqs
+            sim.sequence_steps += work.shape.prefill_seqs + work.shape.decode_seqs
             if sim.steps is not None:
-                sim.steps.append(_trace_step(replica.name, step, time_s))
-            for seq in step.finished:
+                sim.steps.append(_trace_step(replica.name, work, time_s))
+            for seq in work.finished:
                 finish(seq)
-            sim.start_step(replica)
+        sim.start_step(replica)
 
 
 def _record(spec: RequestSpec, sent_s: float, times: list[float], seq: Sequence) -> RequestRecord:
@@ -247,6 +296,30 @@ def _trace_step(replica: str, s: Step, end_s: float) -> dict:
     }
 
 
+def _trace_decode_run(replica: Replica, run: DecodeRun, taken: list[int]) -> list[dict]:
+    """A decode run's steps in _trace_step's form, as each would have been traced alone."""
+    bm, n = replica.block_manager, len(run.seqs)
+    used = bm.num_blocks - bm.num_free_blocks - sum(taken)  # before the run's first step
+    steps, start_s = [], run.start_s
+    for end_s, context, took in zip(run.ends_s[: run.steps], run.context_tokens, taken):
+        used += took
+        waiting = run.waiting + bisect.bisect_left(run.queued_s, (start_s, True))  # those queued before it began
+        shape = StepShape(0, 0, n, context)
+        steps.append(_trace_step(replica.name, Step(shape, [], start_s, used, 0, 0, n, waiting), end_s))
+        start_s = end_s
+    return steps
+
+
+def prompt_token_ids(requests: list[RequestSpec], tokenizer) -> list[list[int]]:
+    """Each request's prompt as the engine's token ids (a chat's messages as their contents in order)."""
+    return [
+        tokenizer.encode(r.prompt)
+        if r.prompt is not None
+        else tokenizer.encode("".join(str(m.get("content", "")) for m in r.messages))
+        for r in requests
+    ]
+
+
 def simulate_scenario(
     scenario: Scenario,
     out_dir: str | Path | None = None,
@@ -271,12 +344,7 @@ def simulate_scenario(
     started_s = time.process_time()
     tokenizer = _tokenizer(scenario)
     plan = build_plan(scenario, tokenizer)
-    token_ids = [
-        tokenizer.encode(r.prompt)
-        if r.prompt is not None
-        else tokenizer.encode("".join(str(m.get("content", "")) for m in r.messages))
-        for r in plan.requests
-    ]
+    token_ids = prompt_token_ids(plan.requests, tokenizer)
     writer = ResultWriter(out_dir, overwrite) if out_dir is not None else None
     records: list[RequestRecord] = []
 
@@ -311,6 +379,7 @@ def simulate_scenario(
         "deployment": _describe_deployment(deployment),
         "preemptions": sum(r.scheduler.num_preemptions for r in sim.replicas.values()),
         "engine_steps": sim.engine_steps,
+        "fast_forwarded_steps": sim.fast_forwarded_steps,
         "sequence_steps": sim.sequence_steps,
         "cpu_s": {"plan": planned_s - started_s, "simulation": time.process_time() - planned_s},
     }
