@@ -6,13 +6,14 @@ between its last passing and first failing point), then `bench tune` of that one
 bracketing search, early stops). Interleaved, so both see about the same machine load. Reports per
 configuration both capacities, the dense sweep's bracket, whether the tuned capacity is within 10% of the
 dense one or inside its bracket, and the requests each used; then the ratio of all requests.
-Run it under the machine's measurement lock; the load (`uptime`) is printed beside the figures.
+Run it alone on the machine (nothing CPU-heavy beside it); the load (`uptime`) is printed beside the figures.
 
-  flock /tmp/bench.lock python benchmarks/tune_cost.py [--engine native|groundtruth] [--out DIR]
-      [--num-requests 10] [--grid 0.2,0.25,...]
+  python benchmarks/tune_cost.py [--engine native|groundtruth] [--out DIR] [--num-requests N]
+      [--ttft-ms MS] [--input-tokens N] [--output-tokens N] [--grid 1.5,1.8,...]
 
---engine groundtruth runs the same comparison on tests/groundtruth_server.py (a real HTTP server whose
-capacity is set by --max-streams and --itl-ms): minutes instead of hours where the native engine is slow.
+The defaults (DEFAULTS below) are the ones each engine was measured with. --engine groundtruth runs the same
+comparison on tests/groundtruth_server.py (a real HTTP server whose capacity is set by --max-streams and
+--itl-ms): minutes instead of a quarter of an hour.
 
 Measured 2026-12-01 on the shared 2-core VM:
   --engine groundtruth (40 requests a point, dense grid 4 x 1.2^i, 16 points), load 1.3-3.0, before the
@@ -22,9 +23,26 @@ Measured 2026-12-01 on the shared 2-core VM:
   After it (and the probe's rate between first and last completion), load 3.1 -> 0.5: requests 706 of 2624
   (27%); every capacity agrees: dense [bracket] vs tuned 18.6 [17.2, 20.6] / 19.6; 8.96 [8.29, 9.95] / 9.09;
   53.6 [51.4, 61.6] / 53.2; 22.3 [20.6, 24.8] / 23.5 req/s; 17 early stops in all.
-  --engine native: not reached. At load 12.8 the engine completed 0.08-0.46 requests/s (16-token prompts,
-  4-token answers) with TTFT p50 4-54 s at every rate from 0.2 to 1.5 requests/s: no capacity in the grid,
-  and one configuration's dense sweep alone took 12 minutes.
+
+Measured 2026-12-02 alone on the VM (the engine's own two threads: load 1.3-1.9), --engine native with the
+defaults (16-token prompts, 8-token answers, constant arrivals, 20 requests + 1 warm-up a point, TTFT SLO
+1000 ms, dense grid 1.5 x 1.2^i for 13 points, --no-prefix-caching), 12.8 minutes in all: requests 345 of
+1092 (32%), 14 early stops; capacity agrees for 1 of 4 (req/s, dense [bracket] vs tuned [bracket]):
+  max-num-seqs 2, chunked prefill on:   1.65 [1.5, 1.8]    vs 2.43 [2.43, 2.65]  no: the dense point at 1.8
+      stalled (one request's 8 tokens took 2.5 s; 7 requests then queued 0.7-1.5 s), so its passes at 2.16
+      and 2.59 are not trusted; without that point the dense capacity is 2.70 [2.59, 3.11] (tuned 9.9% below)
+  max-num-seqs 2, chunked prefill off:  3.21 [3.11, 3.73]  vs 2.73 [2.73, 3.0]   no: 15% apart; the tune
+      failed 3.0 (17 of 20 met) where the dense sweep passed 3.11 (20 of 20)
+  max-num-seqs 8, chunked prefill on:   13.4 [13.4, -]     vs 11.2 [11.2, 12.3]  no: the dense sweep passed
+      its top point (capacity above the grid), the tune failed 13.4 (stopped at 3 misses)
+  max-num-seqs 8, chunked prefill off:  12.0 [11.1, 13.4]  vs 11.2 [11.2, 12.3]  yes (7% apart)
+  So near the knee a point's verdict moved by +-10% of load between two runs of the same configuration, and
+  the tuned capacity of an early-stopped bracket sits at its lower end. max-num-seqs matters (~2.7 against
+  ~12 req/s); chunked prefill does not at 16-token prompts. An earlier try with Poisson arrivals (TTFT SLO
+  500 ms, dense grid 1 x 1.2^i) was stopped after one configuration: bursts missed 2 of 20 at every rate from
+  1 to 1.44 req/s, so attainment lay flat on the 90% target (dense 1.44 [1.44, 1.73] vs tuned 1.98 [1.98, 2.1]).
+  Not yet met; a next try would widen the grid to ~20 req/s for max-num-seqs 8 (the client was flagged as
+  the bottleneck from ~10 req/s in the probe) and use more requests a point near the knee.
 """
 
 from __future__ import annotations
@@ -34,6 +52,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,18 +64,52 @@ from harness.scenario import Scenario
 from harness.sweep import run_sweep
 from harness.tune import Tuner
 
-SPACES = {
-    "native": {"--max-num-seqs": [2, 8], "--no-chunked-prefill": [False, True]},
-    # the ground-truth server: streams at once x the gap between tokens; capacity ~ streams / (20 + 9 x gap ms)
-    "groundtruth": {"--max-streams": [2, 4], "--itl-ms": [10, 20]},
-}
 GT_SERVER = ROOT / "tests" / "groundtruth_server.py"
 WITHIN = 0.10
 
 
+@dataclass
+class EngineDefaults:
+    """What one engine's comparison runs with unless told otherwise: the values it was measured with."""
+
+    space: dict
+    input_tokens: int
+    output_tokens: int
+    num_requests: int  # per point, dense and tuned alike (plus one warm-up)
+    ttft_ms: float  # the SLO
+    grid: tuple[float, float, int]  # the dense sweep's rates: start x step^i for i < n
+    arrival: str = "poisson"
+    launch_args: tuple[str, ...] = ()
+
+
+DEFAULTS = {
+    # the dense sweep runs its points back to back without emptying the prefix cache (bench tune empties it
+    # before each trial): no prefix caching, so neither side reuses the previous point's prompts
+    "native": EngineDefaults(
+        space={"--max-num-seqs": [2, 8], "--no-chunked-prefill": [False, True]},
+        input_tokens=16,
+        output_tokens=8,
+        num_requests=20,
+        ttft_ms=1000,
+        grid=(1.5, 1.2, 13),
+        arrival="constant",
+        launch_args=("--no-prefix-caching",),
+    ),
+    # the ground-truth server: streams at once x the gap between tokens; capacity ~ streams / (20 + 9 x gap ms)
+    "groundtruth": EngineDefaults(
+        space={"--max-streams": [2, 4], "--itl-ms": [10, 20]},
+        input_tokens=8,
+        output_tokens=10,
+        num_requests=40,
+        ttft_ms=250,
+        grid=(4.0, 1.2, 16),
+    ),
+}
+
+
 def backend(args) -> dict:
     if args.engine == "native":
-        return {"kind": "native", "launch": {"args": []}}
+        return {"kind": "native", "launch": {"args": list(DEFAULTS["native"].launch_args)}}
     command = f"{sys.executable} {GT_SERVER} --port {{port}} --ttft-ms 20"
     return {
         "kind": "openai",
@@ -67,17 +120,12 @@ def backend(args) -> dict:
 
 
 def scenario(args, setting: dict | None, sweep: list[float] | None) -> Scenario:
-    tokens = (
-        {"input_tokens": 16, "output_tokens": 4}
-        if args.engine == "native"
-        else {"input_tokens": 8, "output_tokens": 10}
-    )
     data = {
         "name": "tune-cost",
         "backend": backend(args),
-        "workload": tokens,
+        "workload": {"input_tokens": args.input_tokens, "output_tokens": args.output_tokens},
         "load": {
-            "arrival": "poisson",
+            "arrival": DEFAULTS[args.engine].arrival,
             "num_requests": args.num_requests,
             "warmup_requests": 1,
             "rate": args.grid[0],
@@ -151,27 +199,25 @@ def agrees(d: dict, t: dict) -> bool:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("results/tune-cost"))
-    p.add_argument("--num-requests", type=int, default=None, help="per point (default: native 10, ground truth 40)")
+    p.add_argument("--engine", choices=sorted(DEFAULTS), default="native")
+    p.add_argument("--num-requests", type=int, help="per point (default: the engine's, below)")
     p.add_argument("--probe-requests", type=int, default=6)
-    p.add_argument("--ttft-ms", type=float, default=None, help="the SLO (default: native 4000, ground truth 250)")
-    p.add_argument("--engine", choices=sorted(SPACES), default="native")
-    p.add_argument(
-        "--grid",
-        type=lambda s: [float(x) for x in s.split(",")],
-        default=None,
-        help="the dense sweep's rates, req/s (default: native 0.2 x 1.25^i, ground truth 4 x 1.2^i)",
-    )
+    p.add_argument("--ttft-ms", type=float, help="the SLO")
+    p.add_argument("--input-tokens", type=int)
+    p.add_argument("--output-tokens", type=int)
+    p.add_argument("--grid", type=lambda s: [float(x) for x in s.split(",")], help="the dense sweep's req/s: 1,2,4")
     args = p.parse_args()
-    native = args.engine == "native"
-    args.num_requests = args.num_requests or (10 if native else 40)
-    args.ttft_ms = args.ttft_ms or (4000 if native else 250)
-    if args.grid is None:
-        start, step, n = (0.2, 1.25, 10) if native else (4.0, 1.2, 16)
-        args.grid = [round(start * step**i, 3) for i in range(n)]
+    d = DEFAULTS[args.engine]
+    args.num_requests = args.num_requests or d.num_requests
+    args.ttft_ms = args.ttft_ms or d.ttft_ms
+    args.input_tokens = args.input_tokens or d.input_tokens
+    args.output_tokens = args.output_tokens or d.output_tokens
+    start, step, n = d.grid
+    args.grid = args.grid or [round(start * step**i, 3) for i in range(n)]
     raise_on_sigterm()  # a kill unwinds: the engines are stopped
     from harness.tune_config import TuneConfig, config_name
 
-    space = {"space": SPACES[args.engine], "load": {"rate": {"min": 1, "max": 2}}}
+    space = {"space": d.space, "load": {"rate": {"min": 1, "max": 2}}}
     settings = TuneConfig.model_validate(space).configurations()
     rows = []
     for setting in settings:

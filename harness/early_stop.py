@@ -62,8 +62,12 @@ def fit_line(xs: list[float], ys: list[float], confidence: float) -> tuple[float
 class PointWatch:
     """Told the plan before the load (`begin`), then each record; `observe` returns True to stop the run."""
 
-    def __init__(self, slo: dict, attainment: float, saturation: bool = True, verdict: bool = True):
-        self.slo, self.attainment = slo, attainment
+    def __init__(
+        self, slo: dict, attainment: float, saturation: bool = True, verdict: bool = True, can_pass: bool = True
+    ):
+        """can_pass=False: the point is judged on more than attainment (tune.percentile_slo), so the records
+        can prove it failed but not that it passed."""
+        self.slo, self.attainment, self.can_pass = slo, attainment, can_pass
         limit_ms = slo.get("ttft_ms") or slo.get("e2e_ms")  # what a growing queue pushes past
         self.limit_s = limit_ms / 1e3 if limit_ms else None
         self.saturation, self.verdict = saturation, verdict
@@ -106,7 +110,7 @@ class PointWatch:
 
     def _certain_verdict(self, now: float) -> StopDecision | None:
         need = math.ceil(self.attainment * self.planned - 1e-9)
-        if self._met >= need and self._met + self._missed < self.planned:
+        if self.can_pass and self._met >= need and self._met + self._missed < self.planned:
             return self._stop(
                 "verdict_met",
                 True,

@@ -566,10 +566,12 @@ class Scenario(Strict):
                 "tune.space: each configuration is an engine bench starts with those flags, so the "
                 "backend needs backend.launch (e.g. `launch: {}`), not only backend.url"
             )
-        if not any(v is not None for k, v in self.slo.model_dump().items() if k != "confidence"):
+        if not any(v is not None for k, v in self.slo.model_dump().items() if k != "confidence") and not (
+            tune.percentile_slo
+        ):
             raise ScenarioError(
                 "slo: tune finds the highest load that meets the SLOs, so give at least one "
-                "(e.g. slo: {ttft_ms: 2000, tpot_ms: 200})"
+                "(e.g. slo: {ttft_ms: 2000, tpot_ms: 200}, or tune.percentile_slo: {ttft_ms: {p90: 2000}})"
             )
         if self.candidates or load.sweep is not None:
             field = "candidates" if self.candidates else "load.sweep"

@@ -45,7 +45,7 @@ from harness.run import Reporter, Terminated, run_scenario
 from harness.scenario import Scenario, ScenarioError
 from harness.session import EngineSession, engine_session
 from harness.tokenizer_source import TokenizerError
-from harness.tune_config import config_name, launch_args
+from harness.tune_config import config_name, judge_percentiles, launch_args
 from harness.tune_search import Measured, search_capacity
 from harness.tune_summary import HALVING_KEEP, capacity_text, trial_line, tune_document
 
@@ -72,6 +72,7 @@ class TrialRow:
     seconds_saved: float | None = None  # an early stop's estimate of the run it did not need
     client_bound: bool = False
     prefix_cache: str = ""  # what resetting the engine's prefix cache before the trial did
+    percentiles: dict | None = None  # tune.percentile_slo's bounds against this point's measured percentiles
     reason: str = ""
 
     def measured(self) -> Measured:
@@ -315,7 +316,8 @@ class Tuner:
     def _watch(self, probe: bool) -> PointWatch | None:
         if probe or not self.tune.early_stop:
             return None  # a probe measures throughput: it runs to its end
-        return PointWatch(active_slo(self.scenario.slo.model_dump()), self.tune.attainment)
+        slo = active_slo(self.scenario.slo.model_dump())
+        return PointWatch(slo, self.tune.attainment, can_pass=not self.tune.percentile_slo)
 
     def _fill(self, row: TrialRow, result, accelerators: int) -> None:
         s = result.summary
@@ -344,6 +346,9 @@ class Tuner:
             row.seconds_saved = remaining / row.requests_per_s if row.requests_per_s > 0 else None
         else:
             row.passed, row.goodput_fraction = fraction >= self.tune.attainment, fraction
+        if self.tune.percentile_slo:  # judged on what the point measured (a stopped point has failed already)
+            row.percentiles = judge_percentiles(self.tune.percentile_slo, s)
+            row.passed = row.passed and all(b["met"] for b in row.percentiles.values())
 
     # ---- budget, manifest, resume ------------------------------------------------------------
     def _spent(self) -> bool:

@@ -9,7 +9,8 @@
 after backend.launch.args (`true` writes the flag alone, `false` leaves it out, anything else writes
 `--flag value`). `load` is the one load dimension searched per configuration, between its bounds.
 A configuration "carries" a load when at least `attainment` of its requests meet the scenario's `slo:`,
-as `bench run` judges goodput.
+as `bench run` judges goodput, and every bound of `percentile_slo` holds on the point's measured
+distribution: `percentile_slo: {ttft_ms: {p90: 2000}}` is "TTFT p90 <= 2 s" (summary.json's percentile).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from harness.limits import MAX_CONCURRENCY, MAX_RATE_PER_S, MAX_REQUESTS
 
 DEFAULT_ATTAINMENT = 0.9  # the same default as harness.capacity's
+PERCENTILE_METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")  # summary.json's latency distributions
+PERCENTILES = ("p50", "p90", "p95", "p99", "p999")  # the percentiles summary.json keeps of each
 
 
 class _Strict(BaseModel):
@@ -86,6 +89,26 @@ class TuneConfig(_Strict):
     # more configurations than this are searched by successive halving instead of the whole grid
     full_grid_max: int = Field(default=8, ge=1, le=10_000, description="configurations")
     early_stop: bool = True  # stop a point when it is over-saturated or its verdict is certain
+    # metric -> percentile -> most milliseconds, judged on each point's measured distribution
+    percentile_slo: dict[str, dict[str, float]] = {}
+
+    @field_validator("percentile_slo", mode="before")
+    @classmethod
+    def _metrics_and_percentiles(cls, bounds: Any) -> Any:
+        if not isinstance(bounds, dict):
+            return bounds  # the type check names it
+        for metric, limits in bounds.items():
+            if metric not in PERCENTILE_METRICS:
+                raise ValueError(f"{metric!r} is not a latency; give one of {', '.join(PERCENTILE_METRICS)}")
+            if not isinstance(limits, dict) or not limits:
+                raise ValueError(f"{metric}: give percentiles and their limits in ms, e.g. {metric}: {{p90: 2000}}")
+            for q, limit_ms in limits.items():
+                if q not in PERCENTILES:
+                    raise ValueError(f"{metric}.{q}: not a percentile summary.json keeps; use {', '.join(PERCENTILES)}")
+                ok = isinstance(limit_ms, (int, float)) and not isinstance(limit_ms, bool)
+                if not ok or not math.isfinite(limit_ms) or limit_ms <= 0:
+                    raise ValueError(f"{metric}.{q}: {limit_ms!r} is not a limit; give milliseconds > 0, e.g. 2000")
+        return {m: {q: float(v) for q, v in limits.items()} for m, limits in bounds.items()}
 
     @field_validator("space")
     @classmethod
@@ -108,6 +131,21 @@ class TuneConfig(_Strict):
         """Every combination of the space's values, in the order written (one empty one for no space)."""
         flags = list(self.space)
         return [dict(zip(flags, combo)) for combo in itertools.product(*(self.space[f] for f in flags))]
+
+
+def judge_percentiles(percentile_slo: dict[str, dict[str, float]], summary: dict) -> dict[str, dict]:
+    """Each bound against the point's measured percentile: {"ttft_ms.p90": {limit_ms, measured_ms, met}}.
+    A metric the point did not measure (no request completed) does not meet its bound."""
+    out = {}
+    for metric, limits in percentile_slo.items():
+        for q, limit_ms in limits.items():
+            measured = (summary.get(metric) or {}).get(q)
+            out[f"{metric}.{q}"] = {
+                "limit_ms": limit_ms,
+                "measured_ms": measured,
+                "met": measured is not None and measured <= limit_ms,
+            }
+    return out
 
 
 def launch_args(setting: dict[str, Any]) -> list[str]:

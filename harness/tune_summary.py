@@ -24,6 +24,7 @@ def tune_document(tuner) -> dict:
         "unit": unit(tuner.kind),
         "attainment": tune.attainment,
         "slo": active_slo(tuner.scenario.slo.model_dump()),
+        "percentile_slo": tune.percentile_slo,
         "method": tuner.method,
         "method_why": method_why(tuner.method, len(tuner.configs), tune.full_grid_max),
         "configurations": configs,
@@ -126,6 +127,10 @@ def trial_line(row, kind: str) -> str:
         f"{row.kind} {kind} {row.offered_load:g}: {verdict}, goodput {100 * (row.goodput_fraction or 0):.0f}%, "
         f"{row.requests_per_s:.2f} req/s, {row.requests} requests in {row.wall_s:.1f} s"
     )
+    for name, bound in (row.percentiles or {}).items():
+        if not bound["met"]:
+            measured = "not measured" if bound["measured_ms"] is None else f"{bound['measured_ms']:.0f} ms"
+            line += f"; {name} {measured} > {bound['limit_ms']:g} ms"
     if row.stopped_early:
         saved = f", ~{row.seconds_saved:.1f} s saved" if row.seconds_saved else ""
         line += f"; stopped early ({row.stopped_early['reason']}{saved})"

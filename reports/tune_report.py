@@ -102,6 +102,19 @@ def build(path: Path) -> TuneReport:
     return TuneReport(doc, rows, cost_rows, recommendation_text(doc), pareto_front(measured_points(doc)))
 
 
+def slo_text(doc: dict) -> str:
+    """The SLOs a point is judged on: the per-request ones with their attainment, then the percentile bounds."""
+    parts = []
+    if doc["slo"]:
+        slo = ", ".join(f"{k} ≤ {v:g}" for k, v in doc["slo"].items())
+        parts.append(f"SLOs {slo}, met by at least {doc['attainment']:.0%} of requests")
+    bounds = doc.get("percentile_slo") or {}  # absent from a tune.json written before they existed
+    if bounds:
+        text = ", ".join(f"{m} {q} ≤ {v:g}" for m, limits in bounds.items() for q, v in limits.items())
+        parts.append(f"percentile SLOs {text} (on each point's measured distribution)")
+    return "; ".join(parts)
+
+
 def recommendation_text(doc: dict) -> str:
     best = doc["recommended"]
     if best is None:
@@ -184,13 +197,12 @@ def attainment_figure(report: TuneReport) -> go.Figure:
 
 def render_markdown(report: TuneReport) -> str:
     doc = report.doc
-    slo = ", ".join(f"{k} ≤ {v:g}" for k, v in doc["slo"].items())
     lines = [
         f"# Tune: {doc['scenario']['name']}",
         "",
         f"**Recommended.** {report.recommendation}",
         "",
-        f"SLOs {slo}, met by at least {doc['attainment']:.0%} of requests. Search: {doc['method_why']}.",
+        f"{slo_text(doc)}. Search: {doc['method_why']}.",
         "",
         "## Capacity",
         "",
@@ -232,6 +244,7 @@ def write_tune_report(path: Path, out_html: Path) -> TuneReport:
             figures,
             title=f"Tune: {report.doc['scenario']['name']}",
             r=report,
+            slo_text=slo_text(report.doc),
             capacity_columns=CAPACITY_COLUMNS,
             cost_columns=COST_COLUMNS,
         ),
