@@ -143,6 +143,10 @@ def summarize(records: list[RequestRecord], slo: dict | None = None, loop_lag_s:
         "output_tokens": out_tokens,
         "partial": {"requests": len(partial), "output_tokens": sum(r.output_tokens for r in partial)},
         "token_count_mismatches": sum(r.token_count_mismatch for r in done),
+        # the tokens the chunks counted missed (or added): what shifts ITL and TPOT
+        "token_count_mismatch_tokens": sum(
+            abs(r.output_tokens_usage - r.output_tokens_counted) for r in done if r.token_count_mismatch
+        ),
         "ttft_ms": describe([lat.ttft_s for lat in lats]),
         # a reasoning model's: to the first answer token, past the thinking (the requests that got an answer)
         "ttft_answer_ms": describe([lat.ttft_answer_s for lat in lats if lat.ttft_answer_s is not None]),

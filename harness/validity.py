@@ -8,7 +8,7 @@ reasons) unless told to keep it (`--keep-invalid`).
 from __future__ import annotations
 
 MAX_FAILED_SHARE = 0.01  # failed requests are often the slow ones: past 1% the survivors' percentiles flatter
-MAX_TOKEN_MISMATCH_SHARE = 0.01  # the server's usage and the chunks counted disagree: ITL/TPOT are off
+MAX_TOKEN_MISMATCH_SHARE = 0.01  # of the output tokens, counted chunks vs usage: past it ITL/TPOT are off
 # a run that cannot bound even its p90 (fewer than 36 samples at 95%) says little about its distribution
 REQUIRED_PERCENTILES = ("p50", "p90")
 JUDGED_LATENCIES = ("ttft_ms", "tpot_ms", "e2e_ms")
@@ -69,10 +69,14 @@ def _failures(summary: dict) -> list[str]:
             f"({failed_share:.1%} > {MAX_FAILED_SHARE:.0%}: {top})"
         )
     mismatches = summary.get("token_count_mismatches", 0)
-    if completed and mismatches / completed > MAX_TOKEN_MISMATCH_SHARE:
+    off_tokens, out_tokens = summary.get("token_count_mismatch_tokens"), summary.get("output_tokens") or 0
+    if off_tokens is None or not out_tokens:  # a summary from before the token count: judge by requests
+        off_tokens, out_tokens = mismatches, completed
+    if mismatches and out_tokens and off_tokens / out_tokens > MAX_TOKEN_MISMATCH_SHARE:
         reasons.append(
-            f"token-count mismatches: the server's usage and the chunks counted disagree in {mismatches} of "
-            f"{completed} completed requests ({mismatches / completed:.1%} > {MAX_TOKEN_MISMATCH_SHARE:.0%})"
+            f"token-count mismatches: the chunks counted and the server's usage differ by {off_tokens} of "
+            f"{out_tokens} output tokens ({off_tokens / out_tokens:.1%} > {MAX_TOKEN_MISMATCH_SHARE:.0%}) "
+            f"in {mismatches} of {completed} completed requests"
         )
     return reasons
 

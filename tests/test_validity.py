@@ -100,3 +100,24 @@ def test_history_and_gate_skip_an_invalid_run_naming_why_unless_told_to_keep_it(
     assert "Skipped" not in out and "| 2 / 2 |" in out
     code, out = _cli("gate", base, cur / "run-2")
     assert code == 2 and "every run is invalid" in out and "--keep-invalid" in out
+
+
+def _held_back(records, request_tokens: dict[int, int]) -> list:
+    """The server's usage says more tokens than the chunks counted (a token held back as partial text)."""
+    for i, missed in request_tokens.items():
+        rec = records[i]
+        rec.output_tokens_usage = rec.output_tokens = rec.output_tokens_counted + missed
+        rec.token_count_mismatch = True
+    return records
+
+
+def test_token_count_mismatches_are_judged_by_the_tokens_they_miss_not_the_requests():
+    # one token held back in one request of 60 (1.7% of requests, 0.1% of 960 tokens): ITL barely moves
+    one = run_validity(_summary(_held_back(synthetic_records(n=60), {3: 1})))
+    assert one["valid"], one["reasons"]
+    # 16 tokens missed in each of 2 requests: 32 of 992 output tokens (3.2%)
+    two = run_validity(_summary(_held_back(synthetic_records(n=60), {3: 16, 7: 16})))
+    assert two["reasons"] == [
+        "token-count mismatches: the chunks counted and the server's usage differ by 32 of 992 output tokens "
+        "(3.2% > 1%) in 2 of 60 completed requests"
+    ]
