@@ -113,6 +113,7 @@ def summarize(records: list[RequestRecord], slo: dict | None = None, loop_lag_s:
     measured = [r for r in records if not r.is_warmup]
     done = [r for r in measured if r.ok]
     lats = [lat for lat in (request_latency(r) for r in done) if lat is not None]
+    samples_s = latency_samples_s(lats)
     good = sum(meets_slo(lat, slo) for lat in lats)
 
     window_s = 0.0
@@ -147,14 +148,14 @@ def summarize(records: list[RequestRecord], slo: dict | None = None, loop_lag_s:
         "token_count_mismatch_tokens": sum(
             abs(r.output_tokens_usage - r.output_tokens_counted) for r in done if r.token_count_mismatch
         ),
-        "ttft_ms": describe([lat.ttft_s for lat in lats]),
+        "ttft_ms": describe(samples_s["ttft_ms"]),
         # a reasoning model's: to the first answer token, past the thinking (the requests that got an answer)
         "ttft_answer_ms": describe([lat.ttft_answer_s for lat in lats if lat.ttft_answer_s is not None]),
         "reasoning_tokens": sum(r.reasoning_tokens for r in done),
-        "itl_ms": describe([g for lat in lats for g in lat.itl_token_s]),
+        "itl_ms": describe(samples_s["itl_ms"]),
         "itl_chunk_ms": describe([g for lat in lats for g in lat.itl_chunk_s]),
-        "tpot_ms": describe([lat.tpot_s for lat in lats if lat.tpot_s is not None]),
-        "e2e_ms": describe([lat.e2e_s for lat in lats]),
+        "tpot_ms": describe(samples_s["tpot_ms"]),
+        "e2e_ms": describe(samples_s["e2e_ms"]),
         "schedule_lag_ms": describe(
             [r.actual_send_s - r.intended_send_s for r in measured if r.actual_send_s is not None]
         ),
@@ -163,7 +164,7 @@ def summarize(records: list[RequestRecord], slo: dict | None = None, loop_lag_s:
         ),
         "event_loop_lag_ms": describe(loop_lag_s or []),
         "concurrency": concurrency_profile(measured),
-        "percentile_ci": latency_intervals(lats, confidence or DEFAULT_CONFIDENCE),
+        "percentile_ci": latency_intervals(samples_s, confidence or DEFAULT_CONFIDENCE),
     }
 
 
@@ -176,17 +177,21 @@ def goodput_figures(good: int, measured: int, good_per_s: float, slo: dict, conf
     return out
 
 
-def latency_intervals(lats: list[RequestLatency], confidence: float) -> dict:
-    """Each latency's p50/p90/p99/p999 with its confidence interval in ms (harness/confidence.py)."""
-    values = {
+def latency_samples_s(lats: list[RequestLatency]) -> dict[str, list[float]]:
+    """The samples (s) of each latency with intervals, built once for both its summary and its intervals."""
+    return {
         "ttft_ms": [lat.ttft_s for lat in lats],
         "itl_ms": [g for lat in lats for g in lat.itl_token_s],
         "tpot_ms": [lat.tpot_s for lat in lats if lat.tpot_s is not None],
         "e2e_ms": [lat.e2e_s for lat in lats],
     }
+
+
+def latency_intervals(samples_s: dict[str, list[float]], confidence: float) -> dict:
+    """Each latency's p50/p90/p99/p999 with its confidence interval in ms (harness/confidence.py)."""
     out: dict = {"confidence": confidence, "method": "order statistics (binomial ranks, equal tails)"}
     for metric in INTERVAL_METRICS:
-        out[metric] = percentile_intervals(np.asarray(values[metric], dtype=np.float64) * 1e3, confidence)
+        out[metric] = percentile_intervals(np.asarray(samples_s[metric], dtype=np.float64) * 1e3, confidence)
     return out
 
 
