@@ -163,6 +163,14 @@ def serve(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
 
+    def say(message: str) -> None:
+        """To stderr, which for a deployment's worker is a pipe to the coordinator: when the coordinator was
+        killed (the SIGTERM that stops this worker comes from its death), nobody reads it any more."""
+        try:
+            typer.echo(message, err=True)
+        except BrokenPipeError:
+            pass
+
     async def run() -> None:
         runner, bound_port = await start_server(engine, host, port, shutdown_grace_s=shutdown_grace_s)
         stop = asyncio.Event()
@@ -174,15 +182,16 @@ def serve(
             f"{type(engine.runner).__name__} {getattr(engine.runner, 'dtype', 'fp32')} "
             f"{getattr(engine.runner, 'device', 'cpu')})"
         )
-        await stop.wait()
-        typer.echo(
-            f"stopping: no new connections; requests in flight get up to {shutdown_grace_s:g} s "
-            "(--shutdown-grace-s) to finish",
-            err=True,
-        )
-        await runner.cleanup()
-        if kv_transfer_dir:  # a disaggregated deployment's worker: whichever process stops last leaves nothing
-            shutil.rmtree(kv_transfer_dir, ignore_errors=True)
+        try:
+            await stop.wait()
+            say(
+                f"stopping: no new connections; requests in flight get up to {shutdown_grace_s:g} s "
+                "(--shutdown-grace-s) to finish"
+            )
+            await runner.cleanup()
+        finally:
+            if kv_transfer_dir:  # a disaggregated deployment's worker: whichever process stops last leaves nothing
+                shutil.rmtree(kv_transfer_dir, ignore_errors=True)
 
     try:
         import uvloop

@@ -270,6 +270,28 @@ async def test_no_worker_or_transfer_file_outlives_a_killed_coordinator(tiny_pat
     assert not os.path.exists(transfer_dir)
 
 
+def test_a_worker_whose_coordinator_is_gone_still_removes_the_transfer_directory(tmp_path, tiny_path):
+    """A worker's output is a pipe to its coordinator; when the coordinator dies that pipe has no reader,
+    and the worker's goodbye line on it must not stop it from removing the transfer directory."""
+    import subprocess
+
+    transfer_dir = tmp_path / "kv"
+    transfer_dir.mkdir()
+    (transfer_dir / "left.kv").write_bytes(b"x")
+    command = [sys.executable, "-m", "native_engine", "serve", "--model", str(tiny_path), "--port", "0"]
+    worker = subprocess.Popen(
+        [*command, "--kv-transfer-dir", str(transfer_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert "serving" in worker.stdout.readline()
+    worker.stdout.close()  # what the coordinator's death does to the pipe
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0
+    assert not transfer_dir.exists()
+
+
 @pytest.mark.faults
 def test_bench_run_on_a_disaggregated_deployment_records_the_handoff_and_ctrl_c_leaves_nothing(tmp_path, tiny_path):
     """`bench run` launching `serve --disaggregate prefill=1,decode=1`, interrupted mid-run: the finished
