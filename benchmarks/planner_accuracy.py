@@ -33,6 +33,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -62,18 +63,54 @@ def poisson(rate: float) -> dict:
     return {"arrival": "poisson", "rate": rate, "num_requests": NUM_REQUESTS, "warmup_requests": 2}
 
 
-# The calibration's batches must span the ones predicted: prompt and answer lengths drawn over a range (a
-# fixed prompt length makes a prefill's per-token and per-sequence costs one unknown), at a rate somewhat
-# past capacity so the batch grows to ~25 requests in flight, then drains one answer at a time to a batch of 1.
-CALIBRATION_WORKLOAD = {
-    "kind": "random",
-    "input_tokens": {"dist": "uniform", "min": 32, "max": 512},
-    "output_tokens": {"dist": "uniform", "min": 8, "max": 128},
-    "ignore_eos": True,
-}
-CALIBRATION = scenario(
-    "calibration",
-    CALIBRATION_WORKLOAD,
+# The calibration's batches must span the ones predicted, and at each batch size both short and long contexts:
+# a decoding sequence's cost is part per sequence (its rows through the weights, its logits and sampling) and
+# part per token of context it attends over, and in one stream of requests a batch's size and its context grow
+# together, so a fit cannot tell the two apart. So the calibration is a trace in three phases (written by
+# calibration_trace): a burst of 32 short prompts with long answers (batches of 32 draining to 1 at contexts of
+# ~50-200 tokens), then a burst of 32 long prompts (320-512 tokens, so the same batch sizes at ~400-640), then
+# Poisson arrivals of prompts and answers drawn over a range (prefill chunks of every size beside decodes).
+CALIBRATION_PHASES = (  # (start_s, requests, gap_s, prompt tokens (min, max), answer tokens (min, max))
+    (0.0, 32, 0.25, (16, 64), (48, 128)),
+    (60.0, 32, 0.25, (320, 512), (48, 128)),
+    (130.0, 16, None, (32, 512), (8, 128)),  # gap None: Poisson at CALIBRATION_RATE
+)
+CALIBRATION_RATE = 0.7
+
+
+def calibration_trace(path: Path, seed: int = 0) -> Path:
+    """The calibration's arrivals and lengths as a Mooncake trace (no hash_ids: every prompt its own)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for start_s, n, gap_s, (in_lo, in_hi), (out_lo, out_hi) in CALIBRATION_PHASES:
+        gaps = np.full(n, gap_s) if gap_s is not None else rng.exponential(1 / CALIBRATION_RATE, n)
+        for t_s in start_s + np.cumsum(gaps) - gaps[0]:
+            rows.append(
+                {
+                    "timestamp": round(t_s * 1000),
+                    "input_length": int(rng.integers(in_lo, in_hi + 1)),
+                    "output_length": int(rng.integers(out_lo, out_hi + 1)),
+                }
+            )
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def calibration(out: Path) -> dict:
+    trace = {"arrival": "trace", "trace": str(calibration_trace(out / "calibration_trace.jsonl"))}
+    return scenario("calibration", {"kind": "random", "ignore_eos": True}, {**trace, "warmup_requests": 2}, [])
+
+
+# The previous calibration (one stream, lengths drawn over a range, past capacity), kept as a control: measured
+# last with --control, its fit's predictions printed beside the phased one's (--calibration uniform).
+UNIFORM_CALIBRATION = scenario(
+    "calibration-uniform",
+    {
+        "kind": "random",
+        "input_tokens": {"dist": "uniform", "min": 32, "max": 512},
+        "output_tokens": {"dist": "uniform", "min": 8, "max": 128},
+        "ignore_eos": True,
+    },
     {"arrival": "poisson", "rate": 0.7, "num_requests": 40, "warmup_requests": 2},
     [],
 )
@@ -147,20 +184,28 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--predict-only", action="store_true", help="use the measured runs already in --out")
+    ap.add_argument("--control", action="store_true", help="also measure the uniform calibration, last")
+    ap.add_argument("--calibration", choices=("phased", "uniform"), default="phased", help="the run to fit")
+    ap.add_argument("--budget-min", type=float, default=20.0, help="start no run after this many minutes")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     cases = args.cases.split(",")
-    calibration_dir = args.out / "calibration"
     runs = {c: [args.out / f"{c}-{i + 1}" for i in range(args.repeats)] for c in cases}
+    specs = {args.out / "calibration": calibration(args.out)}
     # every case's first repeat before any second one: a stretch cut short still covers every case
-    order = [calibration_dir] + [runs[c][i] for i in range(args.repeats) for c in cases]
-    todo = [d for d in order if not (d / "summary.json").is_file()]
-    if todo and not args.predict_only:
-        for run_dir in todo:  # all in one stretch, under the machine's measurement lock held by the caller
-            spec = CALIBRATION if run_dir == calibration_dir else CASES[run_dir.name.rsplit("-", 1)[0]]
-            info = measure(spec, run_dir)
-            print(f"measured {run_dir.name}: load {info['load_before']:.1f} -> {info['load_after']:.1f}", flush=True)
-    report(cases, runs, calibration_dir, args.out)
+    specs |= {runs[c][i]: CASES[c] for i in range(args.repeats) for c in cases}
+    if args.control:
+        specs[args.out / "calibration-uniform"] = UNIFORM_CALIBRATION
+    todo = [d for d in specs if not (d / "summary.json").is_file()]
+    started_s = time.monotonic()
+    for run_dir in [] if args.predict_only else todo:  # one stretch, under the measurement lock the caller holds
+        if time.monotonic() - started_s > 60 * args.budget_min:
+            print(f"not measured (past --budget-min {args.budget_min:g}): {run_dir.name}", flush=True)
+            continue
+        info = measure(specs[run_dir], run_dir)
+        print(f"measured {run_dir.name}: load {info['load_before']:.1f} -> {info['load_after']:.1f}", flush=True)
+    fitted = args.out / ("calibration" if args.calibration == "phased" else "calibration-uniform")
+    report(cases, runs, fitted, args.out)
 
 
 def step_drift(run_dir: Path, calibration_dir: Path) -> float | None:
@@ -189,9 +234,9 @@ def report(cases: list[str], runs: dict, calibration_dir: Path, out: Path) -> No
             continue
         summaries = [json.loads((d / "summary.json").read_text()) for d in done]
         loads = [json.loads((d / "load.json").read_text()) for d in done]
-        predicted = figures(predict(CASES[case], calibration_dir, out / f"{case}-predicted"))
+        predicted = figures(predict(CASES[case], calibration_dir, out / f"{case}-predicted-{calibration_dir.name}"))
         measured = [figures(s) for s in summaries]
-        load_text = "/".join(f"{x['load_before']:.0f}-{x['load_after']:.0f}" for x in loads)
+        load_text = "/".join(f"{x['load_before']:.1f}-{x['load_after']:.1f}" for x in loads)
         bound = "/".join("yes" if s["client_bound"] else "no" for s in summaries)
         drift = "/".join("-" if (x := step_drift(d, calibration_dir)) is None else f"{x:.2f}" for d in done)
         for m in METRICS:
