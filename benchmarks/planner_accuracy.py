@@ -184,6 +184,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--predict-only", action="store_true", help="use the measured runs already in --out")
+    ap.add_argument("--measure-only", action="store_true", help="measure, then stop (report later, off the lock)")
     ap.add_argument("--control", action="store_true", help="also measure the uniform calibration, last")
     ap.add_argument("--calibration", choices=("phased", "uniform"), default="phased", help="the run to fit")
     ap.add_argument("--budget-min", type=float, default=20.0, help="start no run after this many minutes")
@@ -204,6 +205,8 @@ def main() -> None:
             continue
         info = measure(specs[run_dir], run_dir)
         print(f"measured {run_dir.name}: load {info['load_before']:.1f} -> {info['load_after']:.1f}", flush=True)
+    if args.measure_only:
+        return
     fitted = args.out / ("calibration" if args.calibration == "phased" else "calibration-uniform")
     report(cases, runs, fitted, args.out)
 
