@@ -3,6 +3,7 @@ the report, select and gate code reads like a measured run's."""
 
 import json
 
+import numpy as np
 import pytest
 import yaml
 from bench_process import bench
@@ -10,7 +11,7 @@ from bench_process import bench
 from harness.engine_trace import write_engine_trace
 from harness.plan.deployment import deployment_from_args
 from harness.plan.simulator import simulate_scenario
-from harness.plan.step_model import FittedStepModel, StepShape, fit_step_model
+from harness.plan.step_model import FittedStepModel, StepShape, band_residuals, fit_step_model
 from harness.results import RequestRecord, read_records
 from harness.scenario import ScenarioError, load_scenario
 from harness.session_trace import SessionTraceConfig, write_session_trace
@@ -111,6 +112,20 @@ def test_fit_recovers_the_costs_of_steps_it_is_given(tmp_path):
     assert model.step_gap_s == pytest.approx(1e-4, rel=0.05)
     assert model.request_overhead_s == pytest.approx(0.05)
     assert model.residuals["rms_ms"] < 0.01
+    bands = model.residuals["bands"]
+    assert sum(b["steps"] for b in bands) == 60 and all(abs(b["bias"]) < 1e-3 for b in bands)
+
+
+def test_band_residuals_show_where_a_fit_is_biased():
+    shapes = [StepShape(0, 0, 1, 50), StepShape(0, 0, 3, 300), StepShape(0, 0, 4, 400), StepShape(64, 1, 2, 200)]
+    measured_s = np.array([0.030, 0.060, 0.080, 0.100])
+    predicted_s = np.array([0.033, 0.060, 0.060, 0.100])  # 10% high on the lone sequence, 20 ms low on a batch of 4
+    bands = {b["band"]: b for b in band_residuals(shapes, measured_s, predicted_s)}
+    assert list(bands) == ["decode 1", "decode 2-4", "with prefill"]  # empty bands left out
+    assert bands["decode 1"]["bias"] == pytest.approx(0.10)
+    assert bands["decode 2-4"]["steps"] == 2 and bands["decode 2-4"]["bias"] == pytest.approx(-0.02 / 0.14)
+    assert bands["decode 2-4"]["mape"] == pytest.approx(0.125)
+    assert bands["with prefill"]["bias"] == pytest.approx(0.0)
 
 
 def test_plan_writes_a_run_folder_fitted_to_a_measured_run(measured):

@@ -30,6 +30,7 @@ from harness.engine_trace import read_engine_trace
 
 FEATURES = ("prefill_tokens", "prefill_seqs", "decode_seqs", "context_tokens")
 COEFFICIENTS = ("intercept_s", "multi_token_step_s", *("per_" + f.removesuffix("s") + "_s" for f in FEATURES))
+DECODE_BANDS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 32), (33, 1 << 30))  # decode-only steps by batch size
 BACK_TO_BACK_S = 0.005  # a gap longer than this between steps is the engine waiting for work, not overhead
 
 
@@ -124,6 +125,7 @@ def fit_step_model(run_dirs: list[str | Path], kv_block_size: int = 16) -> Fitte
         "steps": len(y),
         "rms_ms": float(np.sqrt(np.mean((predicted - y) ** 2)) * 1e3),
         "mape": float(np.mean(np.abs(predicted - y) / y)),
+        "bands": band_residuals(shapes, y, predicted),
     }
     return FittedStepModel(
         dict(zip(COEFFICIENTS, map(float, coef))),
@@ -146,3 +148,32 @@ def request_overhead_s(run_dir: Path) -> float:
             ttft_s = rec["token_times_s"][0] - rec["intended_send_s"]
             values.append(ttft_s - (t.get("queue_ms") or 0.0) / 1e3 - t["prefill_ms"] / 1e3)
     return max(float(np.median(values)), 0.0) if values else 0.0
+
+
+def band_residuals(shapes: list[StepShape], measured_s: np.ndarray, predicted_s: np.ndarray) -> list[dict]:
+    """The fit's error by kind of step: decode-only steps by batch size, then every step with a prefill.
+    `bias` is summed predicted over summed measured time, minus 1 (what throughput and queueing feel);
+    a form that misses how cost grows with the batch shows as biases of opposite signs across bands."""
+    bands = [
+        (f"decode {lo}" if lo == hi else f"decode {lo}-{hi}" if hi < 1 << 30 else f"decode {lo}+", lo, hi)
+        for lo, hi in DECODE_BANDS
+    ]
+    out = []
+    for name, lo, hi in [*bands, ("with prefill", 0, 0)]:
+        if name == "with prefill":
+            picked = [i for i, s in enumerate(shapes) if s.prefill_tokens]
+        else:
+            picked = [i for i, s in enumerate(shapes) if not s.prefill_tokens and lo <= s.decode_seqs <= hi]
+        if not picked:
+            continue
+        m, p = measured_s[picked], predicted_s[picked]
+        out.append(
+            {
+                "band": name,
+                "steps": len(picked),
+                "measured_ms": float(np.mean(m) * 1e3),
+                "bias": float(p.sum() / m.sum() - 1),
+                "mape": float(np.mean(np.abs(p - m) / m)),
+            }
+        )
+    return out
