@@ -216,8 +216,9 @@ def main() -> None:
 
 def step_drift(run_dir: Path, calibration_dir: Path) -> float | None:
     """A measured run's own steps against the calibration's step model on the same batches: the sum of their
-    measured times over the sum of the modelled ones. Above 1: this machine ran slower than when calibrated,
-    an error no simulator of the schedule can remove."""
+    measured times over the sum of the modelled ones (a step's trace duration is without the loop's gap, so the
+    model's is too). Above 1: the steps ran slower than the model says, either the machine slower than when
+    calibrated or the model's form wrong for these batches (the fit's own bands tell the second)."""
     from harness.engine_trace import read_engine_trace
     from harness.plan.step_model import fit_step_model, shape_of
 
@@ -225,7 +226,8 @@ def step_drift(run_dir: Path, calibration_dir: Path) -> float | None:
         return None  # a deployment behind the router: its replicas' steps are not traced
     model = fit_step_model([calibration_dir])
     steps = read_engine_trace(run_dir / "engine_trace.json")
-    return sum(s["dur_s"] for s in steps) / sum(model.step_time_s(shape_of(s, 16)) for s in steps)
+    modelled_s = sum(model.step_time_s(shape_of(s, 16)) - model.step_gap_s for s in steps)
+    return sum(s["dur_s"] for s in steps) / modelled_s
 
 
 def schedule_check(run_dir: Path) -> str:
