@@ -273,3 +273,14 @@ def test_runs_of_other_prompts_or_without_answers_are_refused(runs, tmp_path):
     (other / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in bare) + "\n")
     with pytest.raises(ResultsError, match="kept no answers .*record_outputs: hash or text"):
         compare_runs(runs["off"], other)
+
+
+def test_bench_report_of_two_runs_compares_their_answers_and_shows_accuracy(runs, tmp_path):
+    from reports.report import write_report
+
+    write_report([runs["off"], runs["broken"]], tmp_path / "r.html")
+    md = (tmp_path / "r.md").read_text()
+    section = md.split("## Answers compared")[1].split("##")[0]
+    assert "broken against off" in section and "FLAGGED: at temperature 0" in section
+    assert "## Known-answer accuracy" in md
+    assert "Answers compared" in (tmp_path / "r.html").read_text()
