@@ -18,6 +18,18 @@ from backends.http import http_get, http_post  # noqa: F401  (re-exported: backe
 from backends.openai import CHAT, COMPLETIONS, ParsedStream, StreamError, build_request_body, parse_sse
 
 NATIVE = "native"  # backend.api for an engine's own (non-OpenAI) generate endpoint
+# workload.sampling's fields (harness/sampling.py), each under the name the OpenAI-compatible servers read
+# (vLLM, SGLang and trtllm-serve take top_k, min_p and repetition_penalty at the top level beside OpenAI's own)
+SAMPLING_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+)
 
 
 @dataclass
@@ -46,6 +58,8 @@ class Backend:
     prefix_cache_reset_path = None  # POST empties the engine's prefix cache (bench tune, between points)
     keep_alive = True  # False: the engine closes a connection after each stream, so never reuse one
     forces_length = True  # honours workload.ignore_eos: every answer has exactly the planned length
+    # workload.sampling's field -> the request field this engine reads it from; a field left out is not read
+    sampling_names = {name: name for name in SAMPLING_FIELDS}
 
     # --- requests -------------------------------------------------------------------------
     def endpoint_path(self, api: str) -> str:
@@ -65,6 +79,20 @@ class Backend:
         """One streaming request; `ignore_eos` asks for exactly max_tokens output tokens."""
         self.endpoint_path(api)
         return build_request_body(api, model, max_tokens, prompt, messages, ignore_eos)
+
+    def sampling_fields(self, api: str, fields: dict) -> dict:
+        """workload.sampling's fields under this engine's names; ValueError naming a field it does not read."""
+        unread = [name for name in fields if name not in self.sampling_names]
+        if unread:
+            raise ValueError(
+                f"workload.sampling.{unread[0]}: {self.name} does not read it (it reads "
+                f"{', '.join(self.sampling_names)}); leave it out"
+            )
+        return {self.sampling_names[name]: value for name, value in fields.items()}
+
+    def add_sampling(self, body: dict, api: str, fields: dict) -> None:
+        """Puts the sampling fields into a request body where the engine reads them: the top level here."""
+        body.update(self.sampling_fields(api, fields))
 
     def parse_stream(self, api: str, reads: list[bytes], read_times_ns: list[int]) -> ParsedStream:
         """Called after the stream ended, with each network read and its arrival time."""

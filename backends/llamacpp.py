@@ -16,8 +16,12 @@ logit_bias (give them in backend.eos_token_ids); no usage in streams, no /health
 
 from __future__ import annotations
 
-from backends.base import Backend, python_module
+from backends.base import SAMPLING_FIELDS, Backend, python_module
 from backends.openai import build_request_body
+
+# both servers read the OpenAI names except repetition_penalty, which they call repeat_penalty (llama-server:
+# tools/server/server-schema.cpp; llama-cpp-python: its CreateCompletionRequest)
+LLAMA_SAMPLING = {**{name: name for name in SAMPLING_FIELDS}, "repetition_penalty": "repeat_penalty"}
 
 
 class LlamaServerBackend(Backend):
@@ -28,6 +32,7 @@ class LlamaServerBackend(Backend):
     # it answers "Keep-Alive" yet closes the connection after a streamed answer; a reused
     # connection then fails the next request ("Can not write request body")
     keep_alive = False
+    sampling_names = LLAMA_SAMPLING
 
     def request_body(self, api, model, max_tokens, prompt=None, messages=None, ignore_eos=False) -> dict:
         self.endpoint_path(api)
@@ -53,6 +58,7 @@ class LlamaCppPythonBackend(Backend):
     description = "llama-cpp-python (python -m llama_cpp.server)"
     ready_paths = ("/v1/models",)
     metrics_path = None
+    sampling_names = LLAMA_SAMPLING
 
     def request_body(self, api, model, max_tokens, prompt=None, messages=None, ignore_eos=False) -> dict:
         self.endpoint_path(api)

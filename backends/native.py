@@ -11,6 +11,9 @@ from pathlib import Path
 
 from backends.base import Backend, python_module
 
+# what native_engine/server.py's sampling_params reads; it has no repetition, presence or frequency penalty
+NATIVE_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "seed")
+
 
 class NativeBackend(Backend):
     name = "native"
@@ -18,6 +21,7 @@ class NativeBackend(Backend):
     prefix_cache_reset_path = "/reset_prefix_cache"
     step_trace_path = "/step_trace"
     replicas_path = "/replicas"  # `serve --data-parallel N`: the router lists its engine replicas there
+    sampling_names = {name: name for name in NATIVE_SAMPLING}
 
     def launch_command(self, port: int, model: str) -> list[str]:
         # `model` is the served name here; the weights file goes in launch.args (--model PATH)

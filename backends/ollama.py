@@ -1,9 +1,9 @@
 """Ollama, through its own API: /api/generate (completions) and /api/chat (chat).
 
-The length cap is `options.num_predict`; Ollama has no ignore_eos, so a model may stop early
-(then usage and the plan disagree, and the record shows it). Streams are NDJSON, one object
-per line: `response` (generate) or `message.content` (chat) per token, then a last object with
-`done: true`, `done_reason`, `prompt_eval_count`, `eval_count` and the server's own durations
+The length cap is `options.num_predict` (workload.sampling goes into `options` too); Ollama has no
+ignore_eos, so a model may stop early (then usage and the plan disagree, and the record shows it).
+Streams are NDJSON, one object per line: `response` (generate) or `message.content` (chat) per token,
+then a last object with `done: true`, `done_reason`, `prompt_eval_count`, `eval_count` and the server's own durations
 in nanoseconds (`prompt_eval_duration`, `eval_duration`, `load_duration`, `total_duration`).
 Thinking models (on by default where the model supports it; docs/api.md, `think`) first stream
 their reasoning as `message.thinking` (chat) or `thinking` (generate): those tokens count in
@@ -16,7 +16,7 @@ then POST /api/pull of the model
 
 from __future__ import annotations
 
-from backends.base import Backend, http_post, json_lines
+from backends.base import SAMPLING_FIELDS, Backend, http_post, json_lines
 from backends.openai import CHAT, COMPLETIONS, ParsedStream
 
 DURATIONS_NS = ("prompt_eval_duration", "eval_duration", "load_duration", "total_duration")
@@ -30,6 +30,8 @@ class OllamaBackend(Backend):
     metrics_path = None
     version_path = "/api/version"
     forces_length = False  # no ignore_eos: num_predict only caps the length
+    # sampling goes into `options` beside num_predict, under the names of its docs/api.md (repeat_penalty)
+    sampling_names = {**{name: name for name in SAMPLING_FIELDS}, "repetition_penalty": "repeat_penalty"}
 
     def request_body(self, api, model, max_tokens, prompt=None, messages=None, ignore_eos=False) -> dict:
         self.endpoint_path(api)
@@ -41,6 +43,9 @@ class OllamaBackend(Backend):
             body["prompt"] = prompt if prompt is not None else "\n".join(str(m.get("content", "")) for m in messages)
             body["raw"] = True
         return body
+
+    def add_sampling(self, body: dict, api: str, fields: dict) -> None:
+        body["options"].update(self.sampling_fields(api, fields))
 
     def parse_stream(self, api, reads, read_times_ns) -> ParsedStream:
         out = ParsedStream()

@@ -1,6 +1,7 @@
 """SGLang: its OpenAI-compatible server, and its native /generate (backend.api: native).
 
-Exact output length: `ignore_eos` (+ `min_tokens`) on /v1, `sampling_params.ignore_eos`
+Sampling (workload.sampling): top level on /v1, in `sampling_params` on /generate (the seed as
+`sampling_seed`). Exact output length: `ignore_eos` (+ `min_tokens`) on /v1, `sampling_params.ignore_eos`
 (+ `min_new_tokens`) on /generate. /generate streams SSE events whose `meta_info` carries
 prompt_tokens, completion_tokens (cumulative) and, on the last event, finish_reason
 {"type": "length", ...}; then `[DONE]`. Their `text` is the whole answer so far, or only the
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import json
 
-from backends.base import NATIVE, Backend, python_module
+from backends.base import NATIVE, SAMPLING_FIELDS, Backend, python_module
 from backends.openai import CHAT, COMPLETIONS, ParsedStream, StreamError, parse_sse, sse_payloads
 
 
@@ -30,6 +31,8 @@ class SglangBackend(Backend):
     old_version_path = "/get_server_info"  # asked when /server_info is missing
     profile_paths = ("/start_profile", "/stop_profile")
     profile_hint = "set SGLANG_TORCH_PROFILER_DIR in the engine's environment (launch.env) to where traces go"
+    # /generate's sampling_params (python/sglang/srt/sampling/sampling_params.py) name the seed sampling_seed
+    native_sampling_names = {**{name: name for name in SAMPLING_FIELDS}, "seed": "sampling_seed"}
 
     def request_body(self, api, model, max_tokens, prompt=None, messages=None, ignore_eos=False) -> dict:
         if api != NATIVE:
@@ -40,6 +43,16 @@ class SglangBackend(Backend):
         if ignore_eos:
             params.update(ignore_eos=True, min_new_tokens=max_tokens)
         return {"text": prompt, "sampling_params": params, "stream": True}
+
+    def sampling_fields(self, api: str, fields: dict) -> dict:
+        if api != NATIVE:
+            return super().sampling_fields(api, fields)
+        return {self.native_sampling_names[name]: value for name, value in fields.items()}
+
+    def add_sampling(self, body: dict, api: str, fields: dict) -> None:
+        if api != NATIVE:
+            return super().add_sampling(body, api, fields)
+        body["sampling_params"].update(self.sampling_fields(api, fields))
 
     def parse_stream(self, api, reads, read_times_ns) -> ParsedStream:
         if api != NATIVE:

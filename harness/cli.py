@@ -328,6 +328,16 @@ def print_summary(summary: dict, out_dir: Path) -> None:
         )
     for line in explanation_lines(summary):
         console.print(line, markup=False)
+    print_accuracy(summary)
+
+
+def print_accuracy(summary: dict) -> None:
+    """A known-answer task's accuracy (harness/answers.py), when the run had one."""
+    from harness.answers import accuracy_line
+
+    line = accuracy_line(summary.get("accuracy"))
+    if line:
+        console.print(line, markup=False, highlight=False)
 
 
 def print_intervals(summary: dict) -> None:
@@ -554,6 +564,32 @@ def plan_search_report(resolved, out_dir: Path, max_gpus: int, time_budget_s: fl
     for line in write_search(results, out_dir, search.simulations):
         typer.echo(line)
     console.print(f"{search.simulations} simulations; the table and every simulated folder are in {out_dir}")
+
+
+@app.command("compare-outputs")
+def compare_outputs(
+    run_a: Path = typer.Argument(..., help="a run folder (the reference)"),
+    run_b: Path = typer.Argument(..., help="a run folder of the same scenario's prompts"),
+    tokenizer: str = typer.Option(
+        "", "--tokenizer", help="re-tokenize the answers with this (GGUF, HF folder or name; default: run A's)"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print the comparison as JSON"),
+) -> None:
+    """Do two runs answer the same prompts the same? Exact-match share, where answers part, token agreement.
+    Exit 1 when greedy runs answer differently (flagged), 2 when they cannot be compared."""
+    from harness.output_agreement import agreement_lines, compare_runs
+    from harness.tokenizer_source import local_tokenizer
+
+    try:
+        result = compare_runs(run_a, run_b, local_tokenizer(tokenizer) if tokenizer else None)
+    except (ResultsError, TokenizerError) as e:
+        raise _fail("error", str(e), EXIT_BAD_INPUT)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+    else:
+        for line in agreement_lines(result):
+            typer.echo(line)
+    raise typer.Exit(EXIT_REGRESSION if result["flagged"] else EXIT_OK)
 
 
 @app.command("backends")

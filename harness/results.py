@@ -65,6 +65,12 @@ class RequestRecord:
     is_warmup: bool = False
     session_id: int | None = None
     turn_index: int = 0
+    # what the engine answered (workload.record_outputs, harness/answers.py): the text, or a SHA-256 of it; and a
+    # hash of the request's own prompt, so that two runs are compared only on the same prompts
+    prompt_sha256: str | None = None
+    output_text: str | None = None
+    output_sha256: str | None = None
+    answer_correct: bool | None = None  # a known-answer task's verdict on this answer (None: not scored)
 
     @property
     def ok(self) -> bool:

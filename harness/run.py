@@ -16,6 +16,7 @@ from contextlib import ExitStack, closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.answers import accuracy
 from harness.client_capacity import ClientCapacity, load_capacity, record_capacity
 from harness.explain import explain
 from harness.launcher import LaunchedBackend
@@ -24,6 +25,7 @@ from harness.observers import RunObservers
 from harness.ray_shards import start_crew
 from harness.results import ResultWriter, host_info, read_records, versions
 from harness.runner import Target, run_async, t0_ahead_ns
+from harness.sampling import sampling_info
 from harness.scenario import Scenario, ScenarioError
 from harness.server_metrics import counter_deltas, counter_resets
 from harness.session import EngineSession, engine_session
@@ -214,6 +216,9 @@ def _run(
         tuple(backend.eos_token_ids),
         backend.max_response_bytes,
         backend.stamps,
+        scenario.workload.sampling.fields(),
+        dict(backend.extra_body),
+        scenario.workload.record_outputs,
     )
     if stamps_fallback and backend.stamps == "auto":
         reporter.info(f"token times from the event loop, not the kernel: {stamps_fallback}")
@@ -233,6 +238,7 @@ def _run(
         "stamps": {"setting": backend.stamps, "used": stamps, "why_not_kernel": stamps_fallback},
         "token_count_method": plan.token_count_method,
         "tokenizer": tokenizer.name,
+        "sampling": sampling_info(scenario.workload.sampling),
         "workers": n_workers,
         "workers_sizing": sizing_info(capacity),
         "time_unit": "seconds from t0 (perf_counter_ns)",
@@ -307,6 +313,7 @@ def _run(
             (outcome.t0_ns - t0_ns) / 1e9,
         )
     )  # phases_ms, prefix_cache, speculative, ...
+    summary["accuracy"] = accuracy(outcome.records, scenario.slo.confidence or 0.95)
     summary["validity"] = run_validity(summary, counter_resets(writer.dir / "server_metrics.csv"))
     writer.write_summary(summary)
     return RunResult(writer.dir, summary, run_info, warnings)

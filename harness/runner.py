@@ -24,8 +24,10 @@ import yarl
 
 from backends import load_backend
 from backends.openai import StreamError
+from harness.answers import keep_answer
 from harness.limits import DEFAULT_MAX_RESPONSE_BYTES
 from harness.results import RequestRecord
+from harness.sampling import request_sampling
 from harness.stamped_http import HttpStreamError, StampedClient, choose_stamps, too_large_detail
 
 LOOP_TICK_S = 0.005
@@ -57,6 +59,9 @@ class Target:
     eos_token_ids: tuple[int, ...] = ()
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES  # one answer's bytes, all buffered until it ends
     stamps: str = "auto"  # kernel | loop | auto: where token arrival times come from (harness/stamped_http.py)
+    sampling: dict = field(default_factory=dict)  # workload.sampling's fields (none: the engine's defaults)
+    extra_body: dict = field(default_factory=dict)  # backend.extra_body, merged into every request
+    record_outputs: str = "hash"  # workload.record_outputs: text | hash | none (harness/answers.py)
 
 
 @dataclass
@@ -78,17 +83,25 @@ class RunOutcome:
         }
 
 
-def answer_problem(rec: RequestRecord, asked_tokens: int, length_forced: bool) -> tuple[str, str] | None:
+def answer_problem(rec: RequestRecord, asked_tokens: int, length_forced: bool, text: str = "") -> tuple | None:
     """(reason, detail) when a stream that parsed cleanly is still not a complete answer (bad counts from the server
-    are found as the stream is taken, RequestRecord.take_stream)."""
-    finish = rec.finish_reason
+    are found as the stream is taken, RequestRecord.take_stream). TEST06's checks (MLPerf) among them: the count
+    asked is met, never passed, and only an EOS (finish_reason stop) ends an answer early; the answer is not empty."""
+    finish, tokens = rec.finish_reason, rec.output_tokens
     if finish is not None and finish not in COMPLETE_FINISH_REASONS:
         name = finish if isinstance(finish, str) and re.fullmatch(r"[a-z_]{1,24}", finish) else "other"
-        return f"finish_{name}", f"the stream ended with finish_reason {finish!r} after {rec.output_tokens} tokens"
-    if length_forced and rec.output_tokens < asked_tokens:
-        return "short_output", (
-            f"ignore_eos: {rec.output_tokens} of the {asked_tokens} tokens asked (finish_reason {finish!r})"
+        return f"finish_{name}", f"the stream ended with finish_reason {finish!r} after {tokens} tokens"
+    if tokens > asked_tokens:
+        return "over_length", f"{tokens} tokens, more than the {asked_tokens} asked (max_tokens)"
+    if length_forced and tokens < asked_tokens:
+        return "short_output", f"ignore_eos: {tokens} of the {asked_tokens} tokens asked (finish_reason {finish!r})"
+    if finish == "length" and rec.output_tokens_usage is not None and tokens < asked_tokens:
+        return "early_length", (
+            f"finish_reason 'length' after {tokens} of the {asked_tokens} tokens asked: neither max_tokens nor an "
+            "EOS ended the answer (a context limit of the engine?)"
         )
+    if not text and not rec.reasoning_tokens:
+        return "empty_answer", f"{tokens} tokens streamed, but no answer text (finish_reason {finish!r})"
     return None
 
 
@@ -481,7 +494,7 @@ class Runner:
         # Parsing waits in the digester's queue, so the next send (closed loop) and the
         # other streams' reads go first; only a next turn has to wait for the answer.
         answer = asyncio.get_running_loop().create_future()
-        self._digests.put_nowait((rec, spec.output_tokens, reads, times, answer, need_answer, end_ns))
+        self._digests.put_nowait((rec, spec, reads, times, answer, need_answer, end_ns))
         return rec, (await asyncio.shield(answer) if need_answer else ""), end_ns
 
     def _streams_still_ending(self, end_ns: int) -> bool:
@@ -499,29 +512,28 @@ class Runner:
     def _request_bytes(self, spec, messages: list | None) -> bytes:
         """What is sent for one turn: the JSON body, with its HTTP head on the stamped client's path."""
         t = self.target
-        body = json.dumps(
-            {
-                **self.backend.request_body(
-                    t.api, t.model, spec.output_tokens, prompt=spec.prompt, messages=messages, ignore_eos=t.ignore_eos
-                ),
-                **(spec.extra_body or {}),
-            }
-        ).encode()
+        body = self.backend.request_body(
+            t.api, t.model, spec.output_tokens, prompt=spec.prompt, messages=messages, ignore_eos=t.ignore_eos
+        )
+        if t.sampling:
+            self.backend.add_sampling(body, t.api, request_sampling(t.sampling, spec.index))
+        body = json.dumps({**body, **t.extra_body, **(spec.extra_body or {})}).encode()
         return self._client.request_bytes(body) if self._client is not None else body
 
     async def _digester(self) -> None:
         """Parses finished streams one per loop turn, so a chunk never waits behind many parses."""
         while True:
-            rec, asked_tokens, reads, times, answer, need_answer, end_ns = await self._digests.get()
+            rec, spec, reads, times, answer, need_answer, end_ns = await self._digests.get()
             # a next turn waits for this answer (its wait would be its send lag): it goes at once
             while not need_answer and self._streams_still_ending(end_ns):
                 await asyncio.sleep(QUIET_NS / 1e9)
             await self._gate.idle()  # a request being sent goes first
             try:
                 if rec.ok:
-                    text = self._digest(rec, asked_tokens, reads, times)
+                    text = self._digest(rec, spec.output_tokens, reads, times)
                 else:
                     text = self._keep_partial(rec, reads, times)
+                keep_answer(rec, spec, text, self.target.record_outputs)
             except Exception as e:  # a parser bug must cost one record, not hang the run
                 rec.fail("client_error", f"parsing the stream failed: {type(e).__name__}: {e}")
                 text = ""
@@ -626,7 +638,7 @@ class Runner:
             rec.fail(e.reason, e.detail)
             return ""
         rec.take_stream(parsed, self.t0_ns)
-        problem = answer_problem(rec, asked_tokens, self.target.ignore_eos and self.backend.forces_length)
+        problem = answer_problem(rec, asked_tokens, self.target.ignore_eos and self.backend.forces_length, parsed.text)
         if rec.ok and problem is not None:
             rec.fail(*problem)
         rec.partial = not rec.ok and bool(rec.token_times_s)  # an aborted or short answer keeps its tokens too

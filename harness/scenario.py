@@ -46,6 +46,7 @@ from harness.limits import (
     MAX_TOKENS_PER_REQUEST,
 )
 from harness.plan.spec import PlanSpec
+from harness.sampling import SamplingConfig
 from harness.stamped_http import choose_stamps
 from harness.telemetry import TelemetryConfig
 from harness.tune_config import TuneConfig
@@ -130,6 +131,16 @@ class LaunchConfig(Strict):
         return numbers_as_text(value)
 
 
+# request fields the harness owns, and what sets them: extra_body may not override them
+OWNED_BODY_KEYS = {
+    **{k: "its stream is what is measured" for k in ("stream", "stream_options")},
+    **{k: "from the workload's prompts" for k in ("prompt", "messages", "text")},
+    **{k: "from workload.output_tokens" for k in ("max_tokens", "max_completion_tokens", "min_tokens")},
+    "ignore_eos": "from workload.ignore_eos",
+    **{k: "from workload.sampling, which run.json records" for k in SamplingConfig.model_fields},
+}
+
+
 class BackendConfig(Strict):
     kind: str  # an installed backend: backends.available() (`bench backends` lists them)
     url: str | None = None
@@ -151,6 +162,8 @@ class BackendConfig(Strict):
     trace: bool = False  # the engine's per-step trace into engine_trace.json (native engine: --step-trace)
     eos_token_ids: list[int] = []  # llama-cpp-python only: EOS ids to bias away when workload.ignore_eos
     tokenizer: str | None = None  # local tokenizer for prompt lengths: a GGUF, a HF folder/tokenizer.json or name
+    # merged into every request body, as vLLM's bench --extra-body (top-level keys replace the harness's)
+    extra_body: dict[str, Any] = {}
 
     @field_validator("kind")
     @classmethod
@@ -177,6 +190,17 @@ class BackendConfig(Strict):
                     f"and !#$%&'*+-.^_`|~ only, no spaces or ':' (e.g. X-Api-Key)"
                 )
         return headers
+
+    @field_validator("extra_body")
+    @classmethod
+    def _not_what_the_harness_owns(cls, body: dict[str, Any]) -> dict[str, Any]:
+        for key in body:
+            if key in OWNED_BODY_KEYS:
+                raise ScenarioError(
+                    f"backend.extra_body.{key}: the harness sets it for every request ({OWNED_BODY_KEYS[key]}); "
+                    "leave it out of extra_body"
+                )
+        return body
 
     @field_validator("metrics_url")
     @classmethod
@@ -291,6 +315,9 @@ class WorkloadConfig(Strict):
     path: str | None = None
     format: Literal["auto", "jsonl", "sharegpt"] = "auto"
     schemas: str | None = None  # structured: JSONL of {"schema", "prompt"?, "name"?}, one per request in turn
+    sampling: SamplingConfig = SamplingConfig()  # greedy unless set (harness/sampling.py)
+    # what each record keeps of the answer: its text, a SHA-256 of it (exact-match comparisons), or nothing
+    record_outputs: Literal["text", "hash", "none"] = "hash"
 
     @field_validator("path")
     @classmethod
@@ -557,6 +584,10 @@ class Scenario(Strict):
                 )
         if self.tune is not None:
             self._check_tune()
+        try:
+            load_backend(self.backend.kind).sampling_fields(self.backend.api, self.workload.sampling.fields())
+        except ValueError as e:
+            raise ScenarioError(str(e)) from None
         return self
 
     def _check_tune(self) -> None:

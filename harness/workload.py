@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from harness.answers import MATCHES
 from harness.arrivals import open_loop_offsets_s, open_loop_offsets_until_s, trace_offsets_s
 from harness.prompts import answer_tokens, prompt_builder, prompt_tokens
 from harness.scenario import Scenario, ScenarioError
@@ -40,6 +42,8 @@ class RequestSpec:
     think_time_s: float = 0.0  # multi_turn turn > 0: wait after the previous turn's answer
     is_warmup: bool = False
     extra_body: dict | None = None  # merged into the request body (structured: response_format)
+    expected: str | None = None  # a known answer (harness/answers.py): the passage to copy, or a file row's
+    expected_match: str = "exact"  # how the answer is scored against it: exact | regex | copy
 
 
 @dataclass
@@ -108,12 +112,14 @@ def build_plan(scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
     warnings: list[str] = []
     messages: list[list[dict] | None] = [None] * n
     extra_bodies: list[dict | None] = [None] * n
+    expected: list[tuple[str, str] | None] = [None] * n  # known answers: (answer, how it is matched)
     if workload.kind == "file":
         rows, warnings = _read_prompt_file(workload.path, workload.format, n)
         if any(row["messages"] is not None for row in rows) and scenario.backend.api != "chat":
             raise ScenarioError(f"workload.path: {workload.path} has messages rows; they need backend.api: chat")
         prompts = [(row["prompt"], _count_tokens(tokenizer, row)) for row in rows]
         messages = [row["messages"] for row in rows]
+        expected = [row["expected"] for row in rows]
         output_tokens = [_answer_tokens(tokenizer, row) or int(o) for row, o in zip(rows, output_tokens)]
     elif workload.kind == "structured":
         rows = _read_schema_file(workload.schemas, n)
@@ -126,7 +132,9 @@ def build_plan(scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
         prompts = _shared_prefix_prompts(scenario, tokenizer, n, length_rng, prompt_rng)
     elif workload.kind == "repeat":
         lengths = workload.input_tokens.sample(length_rng, n)
-        prompts = [_repeat_prompt(tokenizer, prompt_rng, int(k)) for k in lengths]
+        repeats = [_repeat_prompt(tokenizer, prompt_rng, int(k)) for k in lengths]
+        prompts = [(text, count) for text, count, _ in repeats]
+        expected = [(passage, "copy") for _, _, passage in repeats]
     elif schedule.trace_rows is not None:
         prompts = _trace_prompts(scenario, tokenizer, schedule.trace_rows, prompt_rng)
         output_tokens = [max(row.output_tokens, 1) for row in schedule.trace_rows]
@@ -143,6 +151,7 @@ def build_plan(scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
             intended_offset_s=schedule.offsets_s[i],
             is_warmup=i < schedule.warmup_slots,
             extra_body=extra_bodies[i],
+            **({"expected": expected[i][0], "expected_match": expected[i][1]} if expected[i] else {}),
         )
         for i, (text, count) in enumerate(prompts)
     ]
@@ -170,13 +179,14 @@ def _shared_prefix_prompts(scenario, tokenizer, n, length_rng, prompt_rng) -> li
 REPEAT_INSTRUCTION = "Repeat the following text exactly, word for word.\n\nText:"
 
 
-def _repeat_prompt(tokenizer, prompt_rng, passage_tokens: int) -> tuple[str, int]:
+def _repeat_prompt(tokenizer, prompt_rng, passage_tokens: int) -> tuple[str, int, str]:
     """A prompt whose answer copies it: an instruction, a passage of random words, a cue to repeat
     it. Where a `random` workload's answers share little with their prompts, these share most of
-    their tokens (what n-gram speculative decoding feeds on)."""
+    their tokens (what n-gram speculative decoding feeds on). Returns (prompt, its tokens, the passage):
+    the passage is the known answer its exact-copy rate is scored by (harness/answers.py)."""
     passage, _ = prompt_builder(tokenizer).random_text(prompt_rng, passage_tokens + tokenizer.added_tokens)
     text = f"{REPEAT_INSTRUCTION}{passage}\n\nRepeated text:"
-    return text, prompt_tokens(tokenizer, text)
+    return text, prompt_tokens(tokenizer, text), passage.strip()
 
 
 def hash_block_ids(tokenizer: TokenizerSource, seed: int, hash_id: int, block_size: int) -> np.ndarray:
@@ -305,9 +315,29 @@ def _read_jsonl(path: str) -> tuple[list[dict], int]:
                 "messages": messages if isinstance(messages, list) else None,
                 "output_tokens": output_tokens,
                 "answer": None,
+                "expected": _expected_answer(where, record),
             }
         )
     return rows, 0
+
+
+def _expected_answer(where: str, record: dict) -> tuple[str, str] | None:
+    """A row's known answer: ("expected", "match"), match exact (default) or regex; None when it has none."""
+    expected, match = record.get("expected"), record.get("match", "exact")
+    if expected is None:
+        if "match" in record:
+            raise ScenarioError(f"{where} field 'match': given without 'expected'; add the answer it matches")
+        return None
+    if not isinstance(expected, str) or not expected:
+        raise ScenarioError(f"{where} field 'expected': {expected!r} is not valid: must be a non-empty string")
+    if match not in MATCHES[:2]:
+        raise ScenarioError(f"{where} field 'match': {match!r} is not valid: must be 'exact' or 'regex'")
+    if match == "regex":
+        try:
+            re.compile(expected)
+        except re.error as error:
+            raise ScenarioError(f"{where} field 'expected': not a valid regular expression ({error})") from None
+    return expected, match
 
 
 def _read_sharegpt(path: str) -> tuple[list[dict], int]:
@@ -336,5 +366,7 @@ def _read_sharegpt(path: str) -> tuple[list[dict], int]:
         ):
             skipped += 1
             continue
-        rows.append({"prompt": prompt, "messages": None, "output_tokens": None, "answer": answer["value"]})
+        rows.append(
+            {"prompt": prompt, "messages": None, "output_tokens": None, "answer": answer["value"], "expected": None}
+        )
     return rows, skipped

@@ -10,9 +10,16 @@ top_k/top_p candidates, one 512-token block of the draw).
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from native_engine.sequence import Sequence
+
+# TEST ONLY: a deliberately broken draft verifier that keeps every greedy draft, right or wrong, so that tests can
+# show `bench compare-outputs` catching an engine whose speculative decoding changes the answers. Never set it in
+# a measurement: the answers are then wrong by design (docs/quality.md).
+BROKEN_VERIFIER_ENV = "NATIVE_ENGINE_TEST_BROKEN_VERIFIER"
 
 # top_k/top_p sort only the tokens within these factors of a row's best token (first the
 # larger): a full sort of a 49k vocabulary costs ~5 ms a row, the candidates well under 0.1 ms.
@@ -139,10 +146,11 @@ def sample_with_drafts(logits: np.ndarray, seqs: list[Sequence], drafts: list[li
         probs = _probabilities(logits[rows], row_seqs)
         prob_start = dict(zip(sampled, np.cumsum([0] + [1 + len(drafts[i]) for i in sampled])))
     out = []
+    broken = os.environ.get(BROKEN_VERIFIER_ENV) == "1"
     for i, (seq, draft) in enumerate(zip(seqs, drafts)):
         if seq.params.greedy:
             target = best[starts[i] : starts[i + 1]]
-            n_ok = 0
+            n_ok = len(draft) if broken else 0
             while n_ok < len(draft) and draft[n_ok] == target[n_ok]:
                 n_ok += 1
             out.append(list(draft[:n_ok]) + [int(target[n_ok])])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from reports.confidence_rows import INTERVAL_COLUMNS, VALIDITY_COLUMNS
 from reports.prediction import PREDICTION_COLUMNS
+from reports.quality_rows import ACCURACY_COLUMNS
 from reports.replicas import REPLICA_COLUMNS
 
 SUMMARY_COLUMNS = (
@@ -64,6 +65,10 @@ def render_report_md(content) -> str:
             md_table(INTERVAL_COLUMNS, content.interval_rows),
             "",
         ]
+    if content.agreement_lines:
+        out += ["## Answers compared", "", *[f"- {line}" for line in content.agreement_lines], ""]
+    if content.accuracy_rows:
+        out += ["## Known-answer accuracy", "", md_table(ACCURACY_COLUMNS, content.accuracy_rows), ""]
     if content.prediction_rows:
         out += ["## Prediction beside measurement", "", md_table(PREDICTION_COLUMNS, content.prediction_rows), ""]
     if content.diagnosis_rows:

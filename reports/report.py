@@ -13,6 +13,7 @@ from reports.html import render_report_html
 from reports.load import RunData, Sweep, load_results
 from reports.markdown import render_report_md
 from reports.prediction import is_simulated, prediction_rows
+from reports.quality_rows import accuracy_rows, agreement_section
 from reports.replica_figures import replica_comparison, replica_load
 from reports.replicas import decision_rows, replica_rows, replica_view
 from reports.server_figures import server_metrics, telemetry
@@ -46,6 +47,8 @@ class ReportContent:
     replica_notes: list[str] = field(default_factory=list)  # a sentence per deployment run: who served what
     interval_rows: list[list[str]] = field(default_factory=list)  # run, metric, each percentile's interval
     validity_rows: list[list[str]] = field(default_factory=list)  # run, valid or INVALID, the reasons
+    accuracy_rows: list[list[str]] = field(default_factory=list)  # run, a known-answer task's accuracy
+    agreement_lines: list[str] = field(default_factory=list)  # two runs' answers compared (bench compare-outputs)
 
 
 def fmt(value, digits: int = 1) -> str:
@@ -157,6 +160,9 @@ def build_report(paths, labels: list[str] | None = None, attainment: float = DEF
     _add_replicas(content, runs, sweeps)
     labelled = [(r.label, r) for r in runs] + [(f"{s.label} {p.run.label}", p.run) for s in sweeps for p in s.points]
     content.interval_rows, content.validity_rows = interval_rows(labelled), validity_rows(labelled)
+    content.accuracy_rows = accuracy_rows(labelled)
+    content.agreement_lines, agreement_notes = agreement_section(runs)
+    content.notes += agreement_notes
     content.notes += [f"Candidate left out: {why}." for why in expanded.left_out]
     for sw in sweeps:
         if sw.left_out:

@@ -13,6 +13,8 @@ from harness.cli import app
 from harness.results import read_records
 
 FIXTURE_SERVER = Path(__file__).parent / "fixture_server.py"
+# the tokens each replayed stream carries: a run asks for exactly that many (more would fail over_length)
+FIXTURE_TOKENS = {"vllm": 16, "llamacpp": 24}
 
 
 def bench_run(
@@ -30,7 +32,7 @@ def bench_run(
     scenario.write_text(
         f"name: fx\nbackend: {{kind: {kind}, api: {api}, model: smollm2, launch: {{command: '{command}', "
         f"ready_timeout_s: 30}}{extra_backend}}}\n"
-        f"workload: {{kind: random, input_tokens: 8, output_tokens: 8}}\n"
+        f"workload: {{kind: random, input_tokens: 8, output_tokens: {FIXTURE_TOKENS.get(kind, 8)}}}\n"
         f"load: {{arrival: constant, rate: 20, num_requests: {num_requests}}}\n"
         "telemetry: {interval_ms: 100, gpu: false}\n"
     )
@@ -56,7 +58,10 @@ def schema_rows(out: Path) -> dict[str, float]:
         (
             "sglang",
             "native",
-            lambda b: b["sampling_params"] == {"max_new_tokens": 8, "ignore_eos": True, "min_new_tokens": 8},
+            lambda b: (
+                b["sampling_params"]
+                == {"max_new_tokens": 8, "ignore_eos": True, "min_new_tokens": 8, "temperature": 0.0}
+            ),
             {
                 "bench:running": 3.0,
                 "bench:waiting": 3.0,
@@ -80,7 +85,7 @@ def schema_rows(out: Path) -> dict[str, float]:
         (
             "vllm",
             "completions",
-            lambda b: b["ignore_eos"] and b["min_tokens"] == 8,
+            lambda b: b["ignore_eos"] and b["min_tokens"] == 16 and b["temperature"] == 0.0,
             {"bench:generation_tokens": 56.0, "bench:itl_s_count": 53.0},
         ),
         ("llamacpp", "chat", lambda b: b["ignore_eos"] and "min_tokens" not in b, {"bench:generation_tokens": 1468.0}),
@@ -90,8 +95,7 @@ def test_bench_run_through_each_engine_format(tmp_path, kind, api, body_check, s
     out, seen = bench_run(tmp_path, kind, api)
     records = read_records(out)
     assert len(records) == 4 and all(r.ok for r in records), [r.error_detail for r in records]
-    fixture_tokens = {"vllm": 16, "llamacpp": 24}.get(kind, 8)  # what the replayed stream carries
-    assert all(r.output_tokens == fixture_tokens and not r.token_count_mismatch for r in records)
+    assert all(r.output_tokens == FIXTURE_TOKENS.get(kind, 8) and not r.token_count_mismatch for r in records)
     assert len(seen) == 4 and all(body_check(s["body"]) for s in seen)
     assert schema.items() <= schema_rows(out).items()
     run_info = json.loads((out / "run.json").read_text())
@@ -116,7 +120,9 @@ def test_ollama_native_stream_and_no_prometheus_page(tmp_path):
     assert all(r.server_timings["eval_s"] == pytest.approx(eval_ns / 1e9) for r in records)
     # bench pulled the model and loaded it with an empty generate before the load
     assert [s["path"] for s in seen[:2]] == ["/api/pull", "/api/generate"] and seen[0]["body"]["model"] == "smollm2"
-    assert all(s["path"] == "/api/chat" and s["body"]["options"] == {"num_predict": 8} for s in seen[2:])
+    assert all(
+        s["path"] == "/api/chat" and s["body"]["options"] == {"num_predict": 8, "temperature": 0.0} for s in seen[2:]
+    )
     run_info = json.loads((out / "run.json").read_text())
     assert run_info["server_metrics"]["sampled"] is False
     assert "no Prometheus page" in run_info["server_metrics"]["reason"]

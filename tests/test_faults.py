@@ -53,9 +53,12 @@ async def test_aborted_and_short_streams_are_failures_outside_goodput():
     assert summary["output_tokens"] == 80
 
 
-async def test_a_short_answer_is_fine_when_the_length_is_not_forced():
+async def test_an_answer_cut_at_length_before_max_tokens_fails_even_when_the_length_is_not_forced():
+    # TEST06's check: only an EOS (finish_reason stop) may end an answer before the count asked
     out = await run_against_gt([gt_request(0, 0.0, 20, fail="short_after_17")], ignore_eos=False)
-    assert out.records[0].ok and out.records[0].output_tokens == 17
+    rec = out.records[0]
+    assert rec.error_reason == "early_length" and rec.output_tokens == 17
+    assert "finish_reason 'length' after 17 of the 20 tokens asked" in rec.error_detail
 
 
 async def test_an_endless_response_fails_at_the_byte_cap_and_the_run_goes_on():
