@@ -1,6 +1,6 @@
 """The `bench probe URL` command: the conformance table (harness/probe.py), probe.json, and on request a
 concurrency sweep through the run pipeline (one `bench run` sweep of a scenario written beside probe.json)
-with its capacity line and `bench select`'s verdict.
+with its capacity line and `bench select`'s verdict, each in a process of its own.
 
 The sweep is bounded: every level sends --requests-per-level requests (at least as many as its streams) of
 --input-tokens prompt and --output-tokens answer tokens, so 256 streams of the defaults are 256 x 48 tokens.
@@ -9,6 +9,8 @@ The sweep is bounded: every level sends --requests-per-level requests (at least 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -120,13 +122,13 @@ def _slo(text: str) -> dict:
 
 
 def _sweep(scenario_path: Path, sweep_dir: Path) -> None:
-    """`bench run` of the sweep scenario, then `bench select` of its folder (the harness's own commands)."""
-    from harness.cli import app
-
+    """`bench run` of the sweep scenario, then `bench select` of its folder: the commands a user would run, in
+    processes of their own (so the harness never imports the reports package)."""
     console.print(f"concurrency sweep: {scenario_path}", highlight=False)
-    code = app(["run", str(scenario_path), "--output", str(sweep_dir), "--allow-client-bound"], standalone_mode=False)
-    if code:
-        raise typer.Exit(code)
-    code = app(["select", str(sweep_dir), "-o", str(sweep_dir / "selection.html")], standalone_mode=False)
-    if code:
-        raise typer.Exit(code)
+    for args in (
+        ["run", str(scenario_path), "--output", str(sweep_dir), "--allow-client-bound"],
+        ["select", str(sweep_dir), "-o", str(sweep_dir / "selection.html")],
+    ):
+        code = subprocess.run([sys.executable, "-m", "harness", *args]).returncode
+        if code:
+            raise typer.Exit(code)
