@@ -119,6 +119,11 @@ class Backend:
     def after_ready(self, url: str, model: str, log) -> None:
         """Work once the server answers and before any load (Ollama pulls its model here)."""
 
+    def engine_build_s(self, log_text: str) -> float | None:
+        """Seconds the engine spent building an engine at start-up, as its log reports them; None when it builds
+        none (run.json's startup block, harness/startup.py)."""
+        return None
+
     # --- probes ---------------------------------------------------------------------------
     def version(self, url: str, headers: dict | None = None) -> str | None:
         """The engine's version as it reports it, or None."""

@@ -8,16 +8,23 @@ TTFT, TPOT, queue, prefill, decode), and the running/waiting/KV-cache gauges nee
 `enable_iter_perf_stats` too; both default to false. So a launch writes them into an extra
 options file (`--extra_llm_api_options`, YAML) unless the command line already passes one —
 then, if that file lacks them, the scraper finds no page (404) and run.json says why.
+
+Engine build: given a checkpoint rather than a built engine, the TensorRT backend builds one at start-up
+and its builder logs `[TRT-LLM] [I] Total time of building <network>: HH:MM:SS` per engine (and `Total
+time of building all engines: HH:MM:SS` when it builds several; tensorrt_llm/builder.py, commands/build.py);
+their sum is run.json's startup.engine_build_s. The PyTorch backend builds nothing and logs no such line.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from backends.base import Backend
 
 METRICS_OPTIONS = "return_perf_metrics: true\nenable_iter_perf_stats: true\n"
 OPTIONS_FLAGS = ("--extra_llm_api_options", "--config")
+BUILD_TIME = re.compile(r"Total time of building (.+?): (\d+):(\d\d):(\d\d)")
 
 
 class TrtllmBackend(Backend):
@@ -40,3 +47,10 @@ class TrtllmBackend(Backend):
         path = out_dir / "trtllm_metrics_options.yaml"
         path.write_text(METRICS_OPTIONS)
         return ["--extra_llm_api_options", str(path.resolve())]
+
+    def engine_build_s(self, log_text: str) -> float | None:
+        found = [(name, 3600 * int(h) + 60 * int(m) + int(s)) for name, h, m, s in BUILD_TIME.findall(log_text)]
+        if not found:
+            return None
+        totals = [seconds for name, seconds in found if name == "all engines"]  # then the per-network lines are in it
+        return float(totals[-1] if totals else sum(seconds for _, seconds in found))

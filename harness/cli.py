@@ -26,6 +26,8 @@ from harness.confidence import INTERVAL_PERCENTILES, interval_text
 from harness.explain import explanation_lines
 from harness.launcher import BackendUnreachable
 from harness.metrics import INTERVAL_METRICS
+from harness.model_inspect import inspect_model
+from harness.probe_cli import probe
 from harness.ray_shards import DistributedError
 from harness.results import ResultsError, default_output_dir, versions
 from harness.run import MIN_COMPLETED_SHARE, Reporter, RunResult, Terminated, raise_on_sigterm, run_scenario
@@ -605,6 +607,10 @@ def list_backends() -> None:
         except Exception as e:  # a broken third-party plug-in is listed, not fatal
             table.add_row(kind, "-", "-", f"cannot load {where}: {type(e).__name__}: {e}")
     Console().print(table)
+
+
+app.command("inspect-model")(inspect_model)
+app.command("probe")(probe)
 
 
 def add_declared_commands(app: typer.Typer, declared=None) -> None:

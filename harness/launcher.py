@@ -20,12 +20,13 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
 from backends import load_backend
 from backends.http import request
+from harness.startup import launch_startup
 
 GUARD_GRACE_S = 2.0
 # The guard: waits for EOF on stdin (bench gone, or the engine stopped normally), then ends the group.
@@ -125,6 +126,9 @@ class LaunchedBackend:
     process: subprocess.Popen
     log_path: Path
     guard: subprocess.Popen | None = None
+    # harness.startup's block: launch_to_ready_s, engine_build_s where the engine builds one; first_request
+    # is added by the run that sends the engine's first request
+    startup: dict = field(default_factory=dict)
 
     @property
     def pid(self) -> int:
@@ -226,6 +230,7 @@ def launch(
     env = {**os.environ, **backend.launch_env(port), **{k: str(v) for k, v in launch_config.env.items()}}
     # Ctrl-C or SIGTERM between the engine's start and its guard's would leave an engine nothing stops: held
     # until both run, then raised below, where the stop is
+    started_s = time.monotonic()  # launch-to-ready counts from here: the engine's own process start included
     with HeldSignals() as held:
         try:
             process = subprocess.Popen(
@@ -244,6 +249,8 @@ def launch(
         held.raise_pending()
         _wait_ready(launched, backend, launch_config, headers)
         backend.after_ready(url, model, log)
+        log.flush()
+        launched.startup = launch_startup(time.monotonic() - started_s, backend, log_path)
     except BaseException as e:
         launched.stop()
         if isinstance(e, BackendUnreachable):

@@ -30,6 +30,7 @@ from harness.scenario import Scenario, ScenarioError
 from harness.server_metrics import counter_deltas, counter_resets
 from harness.session import EngineSession, engine_session
 from harness.stamped_http import choose_stamps
+from harness.startup import first_request
 from harness.tokenizer_source import resolve_tokenizer
 from harness.validity import run_validity
 from harness.workers import resolve_workers, run_plan, workers_needed
@@ -243,6 +244,8 @@ def _run(
         "workers_sizing": sizing_info(capacity),
         "time_unit": "seconds from t0 (perf_counter_ns)",
     }
+    if launched is not None:
+        run_info["startup"] = dict(launched.startup)  # first_request joins it after the load
     if crew:
         run_info["ray"] = crew.describe()
     writer.write_run_info(run_info)
@@ -266,6 +269,10 @@ def _run(
         for line in crew.lost_lines():
             reporter.warning(line)
             warnings.append(line)
+    if launched is not None:
+        if "first_request" not in launched.startup:  # this run sent the engine's first request
+            launched.startup["first_request"] = first_request(outcome.records, writer.dir.name)
+        run_info["startup"] = dict(launched.startup)
     writer.write_run_info(run_info)
     summary = summarize(outcome.records, scenario.slo.model_dump(), outcome.loop_lag_s)
     reasons = client_bound_reasons(summary)

@@ -150,4 +150,6 @@ def select(
     except (ResultsError, ValueError) as e:
         raise _fail(str(e))
     typer.echo(sel.recommendation)
+    for engine in sel.engines:  # what the table's start-up column says, where a terminal shows it
+        typer.echo(f"start-up of {engine.label}: {engine.startup}")
     console.print(f"selection report: {output} and {output.with_suffix('.md')}")

@@ -102,7 +102,10 @@ def render_report_md(content) -> str:
     out += [
         "## Runs",
         "",
-        md_table(["run", "backend", "offered load", "SLO (ms)", "harness", "host", "status"], content.context_rows),
+        md_table(
+            ["run", "backend", "offered load", "SLO (ms)", "harness", "host", "start-up", "status"],
+            content.context_rows,
+        ),
         "",
     ]
     out += [

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.startup import startup_text
 from reports.candidates import expand_candidates
 from reports.confidence_rows import interval_rows, validity_rows
 from reports.explain_figures import phase_bars, step_timeline
@@ -106,6 +107,7 @@ def context_row(run: RunData, label: str | None = None) -> list[str]:
         slo,
         info.get("versions", {}).get("harness", "-"),
         info.get("host", {}).get("hostname", "-"),
+        startup_text(info.get("startup")),
         ", ".join(flags) or "ok",
     ]
 

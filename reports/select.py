@@ -17,6 +17,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from harness.metrics import active_slo, slo_confidence
+from harness.startup import startup_text
 from harness.workers import client_bound_advice
 from reports.candidates import expand_candidates
 from reports.figures import LAYOUT, color
@@ -36,6 +37,7 @@ COLUMNS = (
     "output tok/s per accelerator",
     "$ per 1M output tokens",
     "sweep points",
+    "start-up",
     "notes",
 )
 
@@ -52,6 +54,7 @@ class EngineResult:
     notes: list[str] = field(default_factory=list)
     why: str = ""  # latencies where it passed, the SLO it missed first, the replicas' shares
     lowest_load_goodput: float = 0.0  # share within the SLOs at its lowest load: orders those that never met them
+    startup: str = ""  # harness.startup's line: launch to ready, engine build, first request
 
     def capacity_text(self) -> str:
         cap = self.capacity
@@ -229,7 +232,13 @@ def _engine(sw: Sweep, slo, cost_per_hour, accelerators, attainment, confidence=
         notes,
         why(sw, cap, slo, attainment),
         point_goodput(min(sw.points, key=lambda p: p.offered_load), slo, confidence),
+        startup_text(_startup(sw)),
     )
+
+
+def _startup(sw: Sweep) -> dict | None:
+    """The engine's start-up block: every point of a sweep carries the same one (one engine for all)."""
+    return next((p.run.run_info["startup"] for p in sw.points if p.run.run_info.get("startup")), None)
 
 
 def _client_bound_note(sw: Sweep, cap: SloCapacity) -> str | None:
@@ -376,6 +385,7 @@ def rows(sel: Selection) -> list[list[str]]:
             "n/a" if e.tokens_per_s_per_accelerator is None else f"{e.tokens_per_s_per_accelerator:,.1f}",
             money(e.cost_per_million_tokens),
             str(e.points),
+            e.startup,
             "; ".join(e.notes),
         ]
         for i, e in enumerate((by_label[label] for label in sel.ranking), start=1)

