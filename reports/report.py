@@ -158,6 +158,7 @@ def build_report(paths, labels: list[str] | None = None, attainment: float = DEF
     labelled = [(r.label, r) for r in runs] + [(f"{s.label} {p.run.label}", p.run) for s in sweeps for p in s.points]
     content.interval_rows, content.validity_rows = interval_rows(labelled), validity_rows(labelled)
     content.notes += [f"Candidate left out: {why}." for why in expanded.left_out]
+    content.notes += peer_notes(runs)
     for sw in sweeps:
         if sw.left_out:
             content.notes.append(f"{sw.label}: left out, not completed: {', '.join(sw.left_out)}.")
@@ -169,6 +170,18 @@ def build_report(paths, labels: list[str] | None = None, attainment: float = DEF
                 + "); latencies include client delay."
             )
     return content
+
+
+def peer_notes(runs: list[RunData]) -> list[str]:
+    """A sentence per definition of a peer tool's file that is not ours (docs/peers.md)."""
+    notes = []
+    for run in runs:
+        peer = run.run_info.get("peer")
+        if peer:
+            notes += [
+                f"{run.label} ({peer['tool']}, read from its own file): {d}." for d in peer.get("differences", [])
+            ]
+    return notes
 
 
 def _add_replicas(content: ReportContent, runs: list[RunData], sweeps: list[Sweep]) -> None:
