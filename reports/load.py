@@ -125,7 +125,7 @@ def load_peer_run(path: str | Path, label: str | None = None) -> RunData:
     peer = load_peer(path)
     records = sorted(peer.records, key=lambda r: (r.intended_send_s, r.index))
     run_info = {**peer.run_info, "peer": {**peer.run_info.get("peer", {}), "differences": peer.differences}}
-    run = run_data(peer.path, label or peer.path.name, run_info, peer.summary, records)
+    run = run_data(peer.path, label or Path(path).name, run_info, peer.summary, records)
     run.warnings = peer.warnings
     return run
 

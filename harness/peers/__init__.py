@@ -11,9 +11,10 @@ from pathlib import Path
 
 from harness.peers import aiperf, guidellm, sglang, vllm
 from harness.peers.common import PeerRun
-from harness.results import ResultsError
+from harness.results import CANDIDATES_MANIFEST, MANIFEST, RUN_FILES, ResultsError
 
 FORMATS = (vllm, sglang, aiperf, guidellm)
+OUR_FILES = {*RUN_FILES, MANIFEST, CANDIDATES_MANIFEST}
 __all__ = ["FORMATS", "PeerRun", "find_peer_file", "load_peer"]
 
 
@@ -29,7 +30,9 @@ def find_peer_file(path: str | Path) -> Path | None:
         return path if _format_of(path) else None
     if not path.is_dir() or (path / "requests.jsonl").exists():
         return None
-    found = [p for p in sorted(path.rglob("*")) if p.is_file() and p.suffix in (".json", ".jsonl") and _format_of(p)]
+    # the folder's own files only, never ours: a sweep or tune folder is not searched (its requests.jsonl can be large)
+    candidates = [p for p in sorted(path.iterdir()) if p.is_file() and p.name not in OUR_FILES]
+    found = [p for p in candidates if p.suffix in (".json", ".jsonl") and _format_of(p)]
     if len(found) > 1:
         names = ", ".join(str(p) for p in found)
         raise ResultsError(f"{path}: holds several peer result files ({names}); pass one file")
