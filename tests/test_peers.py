@@ -172,15 +172,20 @@ def gate(*args):
 
 
 def test_gate_judges_a_peer_file_and_finds_a_slower_copy(tmp_path):
-    same = gate(VLLM, VLLM)
+    rules = tmp_path / "rules.yaml"  # the fixture has 16 requests: the built-in rules want 20 a run
+    rules.write_text(
+        "min_samples: 10\nmetrics:\n  ttft_p50: {source: ttft, statistic: p50, better: lower, threshold: 0.1}\n"
+    )
+    same = gate(VLLM, VLLM, "--rules", rules)
     assert same.exit_code == 0, same.output
+    assert "ttft_p50" in same.output
     slower = tmp_path / "slower.json"
     obj = json.loads(VLLM.read_text())
     obj["ttfts"] = [3 * t for t in obj["ttfts"]]  # every first token three times later
     slower.write_text(json.dumps(obj))
-    worse = gate(VLLM, slower)
+    worse = gate(VLLM, slower, "--rules", rules)
     assert worse.exit_code == 1, worse.output
-    assert "ttft" in worse.output.lower()
+    assert "regress" in worse.output.lower()
 
 
 def test_select_ranks_peer_files(tmp_path):
