@@ -209,8 +209,8 @@ def load_results(paths, labels: list[str] | None = None) -> tuple[list[RunData],
             continue
         if not p.is_dir():
             raise ResultsError(
-                f"{p}: neither a results folder written by `bench run --output` nor a peer tool's result file "
-                f"(docs/peers.md)"
+                f"{p}: not a folder, nor a peer tool's result file; pass a results folder written by "
+                f"`bench run --output`, or a result file of a tool docs/peers.md lists"
             )
         if is_run_dir(p):
             runs.append(load_run(p, label))
