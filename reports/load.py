@@ -18,6 +18,7 @@ import pandas as pd
 from harness.confidence import share_lower_bound
 from harness.engine_trace import read_engine_trace
 from harness.metrics import active_slo, meets_slo, request_latency, summarize
+from harness.peers import find_peer_file, load_peer
 from harness.results import (
     RequestRecord,
     ResultsError,
@@ -45,7 +46,7 @@ REQUEST_COLUMNS = [
     "e2e_s",
     "max_itl_s",
 ]
-__all__ = ["ResultsError", "RunData", "Sweep", "SweepPoint", "load_results", "load_run", "load_sweep"]
+__all__ = ["ResultsError", "RunData", "Sweep", "SweepPoint", "load_peer_run", "load_results", "load_run", "load_sweep"]
 
 
 @dataclass
@@ -110,6 +111,27 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
     summary = read_json(path / "summary.json")
     if not summary:  # a run killed before its summary: rebuild it from what reached the disk
         summary = summarize(records, run_info.get("scenario", {}).get("slo"))
+    run = run_data(path, label or path.name, run_info, summary, records)
+    run.server_metrics, run.telemetry = _read_csv(path / "server_metrics.csv"), _read_csv(path / "telemetry.csv")
+    run.warnings = warnings
+    if (path / "engine_trace.json").is_file():
+        run.steps = read_engine_trace(path / "engine_trace.json")
+    return run
+
+
+def load_peer_run(path: str | Path, label: str | None = None) -> RunData:
+    """A peer tool's result file (harness/peers) as a run: the tool's figures as its summary, its requests
+    rebuilt as records; run_info["peer"] names the tool and the definitions that differ from ours."""
+    peer = load_peer(path)
+    records = sorted(peer.records, key=lambda r: (r.intended_send_s, r.index))
+    run_info = {**peer.run_info, "peer": {**peer.run_info.get("peer", {}), "differences": peer.differences}}
+    run = run_data(peer.path, label or Path(path).name, run_info, peer.summary, records)
+    run.warnings = peer.warnings
+    return run
+
+
+def run_data(path: Path, label: str, run_info: dict, summary: dict, records: list[RequestRecord]) -> RunData:
+    """The tables of one run's measured records (latencies in seconds)."""
     rows, itl, token_times = [], [], []
     for r in records:
         lat = request_latency(r)
@@ -141,17 +163,15 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
             requests[col] = pd.to_numeric(requests[col], errors="coerce")
     return RunData(
         path,
-        label or path.name,
+        label,
         run_info,
         summary,
         records,
         requests,
         np.asarray(itl, dtype=np.float64),
         np.sort(np.asarray(token_times, dtype=np.float64)),
-        _read_csv(path / "server_metrics.csv"),
-        _read_csv(path / "telemetry.csv"),
-        warnings,
-        read_engine_trace(path / "engine_trace.json") if (path / "engine_trace.json").is_file() else [],
+        None,
+        None,
     )
 
 
@@ -184,8 +204,14 @@ def load_results(paths, labels: list[str] | None = None) -> tuple[list[RunData],
     runs, sweeps = [], []
     for i, p in enumerate(paths):
         p, label = Path(p), (labels[i] if labels else None)
+        if find_peer_file(p) is not None:  # another tool's result file (harness/peers)
+            runs.append(load_peer_run(p, label))
+            continue
         if not p.is_dir():
-            raise ResultsError(f"{p}: not a folder; pass a results folder written by `bench run --output`")
+            raise ResultsError(
+                f"{p}: not a folder, nor a peer tool's result file; pass a results folder written by "
+                f"`bench run --output`, or a result file of a tool docs/peers.md lists"
+            )
         if is_run_dir(p):
             runs.append(load_run(p, label))
         else:

@@ -1,4 +1,5 @@
-"""One side of `bench gate`: a single run folder, or a folder of repeated runs of one scenario
+"""One side of `bench gate`: a single run folder, a peer tool's result file (harness/peers), or a folder of
+repeated runs of one scenario
 (which folders those are: harness.results.run_dirs). Repeats are only
 comparable when they ran the same scenario: same name, workload and load (the seed may differ:
 the same distribution with fresh prompts keeps a shared engine's prefix cache out of the picture).
@@ -9,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.peers import find_peer_file
 from harness.results import ResultsError, run_dirs
 from harness.validity import skip_reason
-from reports.load import RunData, load_run
+from reports.load import RunData, load_peer_run, load_run
 
 SAME_SCENARIO_KEYS = ("name", "workload", "load")
 
@@ -32,7 +34,8 @@ def load_run_set(path: str | Path, keep_invalid: bool = False) -> RunSet:
     reasons, unless `keep_invalid`. A side with no valid run is a ResultsError."""
     path = Path(path)
     runs, skipped = [], []
-    for run in (load_run(d) for d in run_dirs(path)):
+    loaded = [load_peer_run(path)] if find_peer_file(path) is not None else [load_run(d) for d in run_dirs(path)]
+    for run in loaded:
         why = None if keep_invalid else skip_reason(run.summary)
         if why is None:
             runs.append(run)

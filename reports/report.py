@@ -166,6 +166,7 @@ def build_report(paths, labels: list[str] | None = None, attainment: float = DEF
     content.agreement_lines, agreement_notes = agreement_section(runs)
     content.notes += agreement_notes
     content.notes += [f"Candidate left out: {why}." for why in expanded.left_out]
+    content.notes += peer_notes(runs)
     for sw in sweeps:
         if sw.left_out:
             content.notes.append(f"{sw.label}: left out, not completed: {', '.join(sw.left_out)}.")
@@ -177,6 +178,18 @@ def build_report(paths, labels: list[str] | None = None, attainment: float = DEF
                 + "); latencies include client delay."
             )
     return content
+
+
+def peer_notes(runs: list[RunData]) -> list[str]:
+    """A sentence per definition of a peer tool's file that is not ours (docs/peers.md)."""
+    notes = []
+    for run in runs:
+        peer = run.run_info.get("peer")
+        if peer:
+            notes += [
+                f"{run.label} ({peer['tool']}, read from its own file): {d}." for d in peer.get("differences", [])
+            ]
+    return notes
 
 
 def _add_replicas(content: ReportContent, runs: list[RunData], sweeps: list[Sweep]) -> None:
