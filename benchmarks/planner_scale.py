@@ -141,7 +141,14 @@ def main() -> None:
         flush=True,
     )
 
+    start = time.process_time()
     requests, prompts = trace_requests(scenario, tokenizer)
+    prompts_s = time.process_time() - start
+    print(
+        f"prompts: {prompts_s:.1f} CPU-s for every row's token ids and text (plan building: bench plan makes "
+        f"them before it simulates), {1e3 * prompts_s / len(rows):.2f} CPU-ms a request",
+        flush=True,
+    )
     deployment = deployment_from_args(scenario.backend.launch.args, "smollm2")
     sim = Simulation(deployment, GPU_LIKE, keep_steps=False, fast_forward=not args.no_fast_forward)
     records = []
@@ -181,46 +188,54 @@ def peak_rss_gib() -> float:
 
 
 class TracePrompts:
-    """Token ids of each trace row's prompt, made when asked (at the request's arrival)."""
+    """Each trace row's prompt as token ids, made once before the simulation (as bench plan encodes every
+    prompt before it simulates), kept as int32 arrays (~2.4 KB a request) and listed when its request arrives."""
 
     def __init__(self, scenario, tokenizer, rows):
         self.rows, self.seed, self.block_size = rows, scenario.seed, scenario.load.trace_block_size
         self.tokenizer, self.builder = tokenizer, prompt_builder(tokenizer)
         self.special = tokenizer.encode(self.builder.text_of(self.builder.word_ids[:1]))[: tokenizer.added_tokens]
+        self.ids: list[np.ndarray] = []
 
     # A session's turns repeat its earlier blocks and every prompt starts with the system blocks; a block's
-    # words cost ~70 us to draw (a generator seeded per hash_id), so the blocks of the sessions in flight
-    # are kept (~40 MB at this size).
+    # words cost ~40 us to draw (a generator seeded per hash_id), so the blocks of the sessions in flight
+    # are kept with their text (rows come in time order: ~60 MB at this size).
     @functools.lru_cache(maxsize=1 << 17)  # noqa: B019 (one instance a run; the cache goes with it)
-    def block(self, hash_id: int) -> np.ndarray:
-        return hash_block_ids(self.tokenizer, self.seed, hash_id, self.block_size)
+    def block(self, hash_id: int) -> tuple[np.ndarray, str]:
+        words = hash_block_ids(self.tokenizer, self.seed, hash_id, self.block_size)
+        return words, self.builder.text_of(words)
 
-    def words(self, i: int) -> np.ndarray:
+    def add(self, i: int) -> str:
+        """Makes row i's token ids; returns its text (its word tokens' text: what the router matches)."""
         row = self.rows[i]
         body = max(row.input_tokens, 1) - len(self.special)
-        blocks = [self.block(h) for h in row.hash_ids or ()]
-        fixed = np.concatenate(blocks)[:body] if blocks else np.zeros(0, dtype=np.int64)
-        fill = np.random.default_rng([self.seed, 2, i]).choice(self.builder.word_ids, size=body - len(fixed))
-        return np.concatenate([fixed, fill])
+        parts, texts, n = [np.array(self.special, dtype=np.int64)], [], 0
+        for h in row.hash_ids or ():
+            words, text = self.block(h)
+            if n + len(words) > body:  # the blocks are cut where the prompt ends
+                words, text = words[: body - n], self.builder.text_of(words[: body - n])
+            parts.append(words)
+            texts.append(text)
+            n += len(words)
+            if n == body:
+                break
+        if body > n:
+            fill = np.random.default_rng([self.seed, 2, i]).choice(self.builder.word_ids, size=body - n)
+            parts.append(fill)
+            texts.append(self.builder.text_of(fill))
+        self.ids.append(np.concatenate(parts).astype(np.int32))
+        return "".join(texts)
 
     def __getitem__(self, i: int) -> list[int]:
-        return self.special + self.words(i).tolist()
+        return self.ids[i].tolist()
 
 
 def trace_requests(scenario, tokenizer) -> tuple[list[RequestSpec], TracePrompts]:
     rows = load_trace(scenario.load.trace)
     offsets = trace_offsets_s([row.timestamp_s for row in rows], scenario.load.time_scale)
     prompts = TracePrompts(scenario, tokenizer, rows)
-    # the router matches on prompt text; a row's text is its word tokens' text
     requests = [
-        RequestSpec(
-            i,
-            prompts.builder.text_of(prompts.words(i)),
-            None,
-            row.input_tokens,
-            max(row.output_tokens, 1),
-            float(offsets[i]),
-        )
+        RequestSpec(i, prompts.add(i), None, row.input_tokens, max(row.output_tokens, 1), float(offsets[i]))
         for i, row in enumerate(rows)
     ]
     return requests, prompts
