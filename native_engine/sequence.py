@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import time
 from dataclasses import dataclass, field
 
@@ -81,7 +82,6 @@ class Sequence:
         self.finish_reason: str | None = None  # "stop" | "length" | "abort"
         self.stop_reason: int | str | None = None
         self.num_preemptions = 0
-        self.rng = np.random.default_rng(self.params.seed)
         self.scheduled_s: float | None = None  # first time it got a slot: end of queue time
         self.first_token_s: float | None = None
         self.last_token_s: float | None = None
@@ -95,6 +95,12 @@ class Sequence:
         self.export_kv_to: str | None = None
         self.handoff = None
         self.kv_transfer: dict = {}
+
+    @functools.cached_property
+    def rng(self) -> np.random.Generator:
+        """The request's generator (seeded: a seeded request repeats exactly), made where it is first used:
+        an unseeded one draws its seed from the OS (~20 us), and `bench plan`'s sequences never sample."""
+        return np.random.default_rng(self.params.seed)
 
     @property
     def num_tokens(self) -> int:
