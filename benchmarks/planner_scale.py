@@ -154,7 +154,7 @@ def main() -> None:
     records = []
     writer = ResultWriter(tmp / "out")
     profile = cProfile.Profile() if args.profile else None
-    start = time.process_time()
+    start, wall_start = time.process_time(), time.perf_counter()
     if profile:
         profile.enable()
     run_simulation(sim, requests, prompts, None, lambda rec: (records.append(rec), writer.append(rec)))
@@ -162,12 +162,13 @@ def main() -> None:
     summary = summarize(records)
     if profile:
         profile.disable()
-    end = time.process_time()
+    end, wall_s = time.process_time(), time.perf_counter() - wall_start
     writer.close()
     sim_s, summary_s = simulated - start, end - simulated
     print(
         f"simulation and requests.jsonl {sim_s:.1f} CPU-s, summary {summary_s:.1f} CPU-s: {sim_s + summary_s:.1f} "
-        f"CPU-s; load average {os.getloadavg()[0]:.1f}; peak memory {peak_rss_gib():.1f} GiB"
+        f"CPU-s ({wall_s:.1f} s of wall clock); load average {os.getloadavg()[0]:.1f}; peak memory "
+        f"{peak_rss_gib():.1f} GiB"
     )
     print(
         f"{len(rows) / (sim_s + summary_s):,.0f} simulated requests per CPU-second, {sim.sequence_steps:,} "
