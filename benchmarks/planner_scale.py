@@ -1,24 +1,27 @@
 """How fast `bench plan` simulates: a Mooncake-format trace of multi-turn sessions (`bench make-trace`'s
 generator) over many replicas behind the cache_aware router, on one core.
 
-Two parts, timed apart (CPU seconds of this process):
+Three parts, timed apart (CPU seconds of this process):
   plan        bench run's own plan building (harness/workload.build_plan: each trace row's prompt text, encoded
               once by the tokenizer to count it), per request: the first N and 2N rows timed, the difference/N;
+  prompts     this script's stand-in for it over every row: the same word blocks per hash_id
+              (harness/workload.hash_block_ids) and random word fill, made as token ids directly (word tokens
+              re-encode to themselves, harness/prompts.py) with their text, before the simulation, as bench plan
+              encodes every prompt before it simulates;
   simulation  every row through the simulator (harness/plan/simulator.run_simulation: the engine's Scheduler,
-              BlockManager and router Policy on the virtual clock), then summarize and requests.jsonl.
-              Its prompts are the same word blocks per hash_id (harness/workload.hash_block_ids) and random
-              word fill, made as token ids directly (word tokens re-encode to themselves, harness/prompts.py),
-              built when each request arrives, so 100,000 prompts are never all in memory.
+              BlockManager and router Policy on the virtual clock), then summarize and requests.jsonl: the
+              figure the simulated requests per CPU-second are of.
 The step model is a fitted-form model with the coefficients below (GPU-like step times; the rate of
 simulation depends on them only through how many steps they make). Prints simulated requests per
 CPU-second and microseconds per sequence-step (one sequence in one step's batch).
 
   PYTHONPATH=. python benchmarks/planner_scale.py [--requests 100000] [--replicas 100] [--profile] [--no-fast-forward]
 
-Measured 2026-12-02 at load average 2.3-3.9: 100,000 requests over 100 replicas in 172 CPU-s (simulation and
-requests.jsonl 158.5, summary 13.6): 581 simulated requests per CPU-second, 98% of 9.67 M engine steps
-fast-forwarded (harness/plan/decode_run.py), 12.4 us a sequence-step, peak memory 4.7 GiB. The 120 s target is
-not met; what limits it is per request (docs/planner.md, Speed). Fast-forward against --no-fast-forward, 10,000
+Measured 2026-12-02 alone on the machine (load average 1.1-1.6): 100,000 requests over 100 replicas in 56.7
+CPU-s (56.7 s wall; simulation and requests.jsonl 49.7, summary 6.9): 1,765 simulated requests per CPU-second,
+98% of 9.67 M engine steps fast-forwarded (harness/plan/decode_run.py), 3.9 us a sequence-step, peak memory
+4.5 GiB; the prompts 20.4 CPU-s more. Before (load 2.3-3.9): 172 CPU-s, 581 a CPU-second. What limits it is
+per request (docs/planner.md, Speed). Fast-forward against --no-fast-forward (the earlier tree), 10,000
 requests over 10 replicas: 19.7 against 20.4 CPU-s at 1 request/s a replica, 12.6 against 15.5 at 10.
 """
 
