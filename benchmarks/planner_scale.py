@@ -1,24 +1,27 @@
 """How fast `bench plan` simulates: a Mooncake-format trace of multi-turn sessions (`bench make-trace`'s
 generator) over many replicas behind the cache_aware router, on one core.
 
-Two parts, timed apart (CPU seconds of this process):
+Three parts, timed apart (CPU seconds of this process):
   plan        bench run's own plan building (harness/workload.build_plan: each trace row's prompt text, encoded
               once by the tokenizer to count it), per request: the first N and 2N rows timed, the difference/N;
+  prompts     this script's stand-in for it over every row: the same word blocks per hash_id
+              (harness/workload.hash_block_ids) and random word fill, made as token ids directly (word tokens
+              re-encode to themselves, harness/prompts.py) with their text, before the simulation, as bench plan
+              encodes every prompt before it simulates;
   simulation  every row through the simulator (harness/plan/simulator.run_simulation: the engine's Scheduler,
-              BlockManager and router Policy on the virtual clock), then summarize and requests.jsonl.
-              Its prompts are the same word blocks per hash_id (harness/workload.hash_block_ids) and random
-              word fill, made as token ids directly (word tokens re-encode to themselves, harness/prompts.py),
-              built when each request arrives, so 100,000 prompts are never all in memory.
+              BlockManager and router Policy on the virtual clock), then summarize and requests.jsonl: the
+              figure the simulated requests per CPU-second are of.
 The step model is a fitted-form model with the coefficients below (GPU-like step times; the rate of
 simulation depends on them only through how many steps they make). Prints simulated requests per
 CPU-second and microseconds per sequence-step (one sequence in one step's batch).
 
   PYTHONPATH=. python benchmarks/planner_scale.py [--requests 100000] [--replicas 100] [--profile] [--no-fast-forward]
 
-Measured 2026-12-02 at load average 2.3-3.9: 100,000 requests over 100 replicas in 172 CPU-s (simulation and
-requests.jsonl 158.5, summary 13.6): 581 simulated requests per CPU-second, 98% of 9.67 M engine steps
-fast-forwarded (harness/plan/decode_run.py), 12.4 us a sequence-step, peak memory 4.7 GiB. The 120 s target is
-not met; what limits it is per request (docs/planner.md, Speed). Fast-forward against --no-fast-forward, 10,000
+Measured 2026-12-02 alone on the machine (load average 1.1-1.6): 100,000 requests over 100 replicas in 56.7
+CPU-s (56.7 s wall; simulation and requests.jsonl 49.7, summary 6.9): 1,765 simulated requests per CPU-second,
+98% of 9.67 M engine steps fast-forwarded (harness/plan/decode_run.py), 3.9 us a sequence-step, peak memory
+4.5 GiB; the prompts 20.4 CPU-s more. Before (load 2.3-3.9): 172 CPU-s, 581 a CPU-second. What limits it is
+per request (docs/planner.md, Speed). Fast-forward against --no-fast-forward (the earlier tree), 10,000
 requests over 10 replicas: 19.7 against 20.4 CPU-s at 1 request/s a replica, 12.6 against 15.5 at 10.
 """
 
@@ -141,13 +144,20 @@ def main() -> None:
         flush=True,
     )
 
+    start = time.process_time()
     requests, prompts = trace_requests(scenario, tokenizer)
+    prompts_s = time.process_time() - start
+    print(
+        f"prompts: {prompts_s:.1f} CPU-s for every row's token ids and text (plan building: bench plan makes "
+        f"them before it simulates), {1e3 * prompts_s / len(rows):.2f} CPU-ms a request",
+        flush=True,
+    )
     deployment = deployment_from_args(scenario.backend.launch.args, "smollm2")
     sim = Simulation(deployment, GPU_LIKE, keep_steps=False, fast_forward=not args.no_fast_forward)
     records = []
     writer = ResultWriter(tmp / "out")
     profile = cProfile.Profile() if args.profile else None
-    start = time.process_time()
+    start, wall_start = time.process_time(), time.perf_counter()
     if profile:
         profile.enable()
     run_simulation(sim, requests, prompts, None, lambda rec: (records.append(rec), writer.append(rec)))
@@ -155,12 +165,13 @@ def main() -> None:
     summary = summarize(records)
     if profile:
         profile.disable()
-    end = time.process_time()
+    end, wall_s = time.process_time(), time.perf_counter() - wall_start
     writer.close()
     sim_s, summary_s = simulated - start, end - simulated
     print(
         f"simulation and requests.jsonl {sim_s:.1f} CPU-s, summary {summary_s:.1f} CPU-s: {sim_s + summary_s:.1f} "
-        f"CPU-s; load average {os.getloadavg()[0]:.1f}; peak memory {peak_rss_gib():.1f} GiB"
+        f"CPU-s ({wall_s:.1f} s of wall clock); load average {os.getloadavg()[0]:.1f}; peak memory "
+        f"{peak_rss_gib():.1f} GiB"
     )
     print(
         f"{len(rows) / (sim_s + summary_s):,.0f} simulated requests per CPU-second, {sim.sequence_steps:,} "
@@ -181,46 +192,54 @@ def peak_rss_gib() -> float:
 
 
 class TracePrompts:
-    """Token ids of each trace row's prompt, made when asked (at the request's arrival)."""
+    """Each trace row's prompt as token ids, made once before the simulation (as bench plan encodes every
+    prompt before it simulates), kept as int32 arrays (~2.4 KB a request) and listed when its request arrives."""
 
     def __init__(self, scenario, tokenizer, rows):
         self.rows, self.seed, self.block_size = rows, scenario.seed, scenario.load.trace_block_size
         self.tokenizer, self.builder = tokenizer, prompt_builder(tokenizer)
         self.special = tokenizer.encode(self.builder.text_of(self.builder.word_ids[:1]))[: tokenizer.added_tokens]
+        self.ids: list[np.ndarray] = []
 
     # A session's turns repeat its earlier blocks and every prompt starts with the system blocks; a block's
-    # words cost ~70 us to draw (a generator seeded per hash_id), so the blocks of the sessions in flight
-    # are kept (~40 MB at this size).
+    # words cost ~40 us to draw (a generator seeded per hash_id), so the blocks of the sessions in flight
+    # are kept with their text (rows come in time order: ~60 MB at this size).
     @functools.lru_cache(maxsize=1 << 17)  # noqa: B019 (one instance a run; the cache goes with it)
-    def block(self, hash_id: int) -> np.ndarray:
-        return hash_block_ids(self.tokenizer, self.seed, hash_id, self.block_size)
+    def block(self, hash_id: int) -> tuple[np.ndarray, str]:
+        words = hash_block_ids(self.tokenizer, self.seed, hash_id, self.block_size)
+        return words, self.builder.text_of(words)
 
-    def words(self, i: int) -> np.ndarray:
+    def add(self, i: int) -> str:
+        """Makes row i's token ids; returns its text (its word tokens' text: what the router matches)."""
         row = self.rows[i]
         body = max(row.input_tokens, 1) - len(self.special)
-        blocks = [self.block(h) for h in row.hash_ids or ()]
-        fixed = np.concatenate(blocks)[:body] if blocks else np.zeros(0, dtype=np.int64)
-        fill = np.random.default_rng([self.seed, 2, i]).choice(self.builder.word_ids, size=body - len(fixed))
-        return np.concatenate([fixed, fill])
+        parts, texts, n = [np.array(self.special, dtype=np.int64)], [], 0
+        for h in row.hash_ids or ():
+            words, text = self.block(h)
+            if n + len(words) > body:  # the blocks are cut where the prompt ends
+                words, text = words[: body - n], self.builder.text_of(words[: body - n])
+            parts.append(words)
+            texts.append(text)
+            n += len(words)
+            if n == body:
+                break
+        if body > n:
+            fill = np.random.default_rng([self.seed, 2, i]).choice(self.builder.word_ids, size=body - n)
+            parts.append(fill)
+            texts.append(self.builder.text_of(fill))
+        self.ids.append(np.concatenate(parts).astype(np.int32))
+        return "".join(texts)
 
     def __getitem__(self, i: int) -> list[int]:
-        return self.special + self.words(i).tolist()
+        return self.ids[i].tolist()
 
 
 def trace_requests(scenario, tokenizer) -> tuple[list[RequestSpec], TracePrompts]:
     rows = load_trace(scenario.load.trace)
     offsets = trace_offsets_s([row.timestamp_s for row in rows], scenario.load.time_scale)
     prompts = TracePrompts(scenario, tokenizer, rows)
-    # the router matches on prompt text; a row's text is its word tokens' text
     requests = [
-        RequestSpec(
-            i,
-            prompts.builder.text_of(prompts.words(i)),
-            None,
-            row.input_tokens,
-            max(row.output_tokens, 1),
-            float(offsets[i]),
-        )
+        RequestSpec(i, prompts.add(i), None, row.input_tokens, max(row.output_tokens, 1), float(offsets[i]))
         for i, row in enumerate(rows)
     ]
     return requests, prompts

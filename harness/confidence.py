@@ -73,20 +73,29 @@ def rank_interval(n: int, q: float, confidence: float = DEFAULT_CONFIDENCE) -> t
 def percentile_interval(values, q: float, confidence: float = DEFAULT_CONFIDENCE) -> PercentileInterval:
     """The confidence interval of the q-quantile of `values` (any unit; the interval is in the same)."""
     arr = np.asarray(values, dtype=np.float64)
-    n = int(arr.size)
-    needed = samples_needed(q, confidence)
-    ranks = rank_interval(n, q, confidence) if n else None
+    ranks = rank_interval(arr.size, q, confidence) if arr.size else None
+    picked = np.partition(arr, [ranks[0] - 1, ranks[1] - 1]) if ranks else arr  # two order statistics, no sort
+    return _picked_interval(picked, q, confidence, ranks)
+
+
+def _picked_interval(picked: np.ndarray, q: float, confidence: float, ranks) -> PercentileInterval:
+    """The interval of rank_interval's ranks, read from samples partitioned at them."""
+    n, needed = int(picked.size), samples_needed(q, confidence)
     if ranks is None:
         return PercentileInterval(False, n, needed)
     lo, hi, coverage = ranks
-    picked = np.partition(arr, [lo - 1, hi - 1])  # two order statistics, without sorting everything
     return PercentileInterval(True, n, needed, float(picked[lo - 1]), float(picked[hi - 1]), coverage)
 
 
 def percentile_intervals(values, confidence: float = DEFAULT_CONFIDENCE) -> dict:
     """{p50: {...}, p90: ..., p99: ..., p999: ...}: each PercentileInterval as a dict."""
     arr = np.asarray(values, dtype=np.float64)
-    return {key: percentile_interval(arr, q, confidence).as_dict() for key, q in INTERVAL_PERCENTILES.items()}
+    qs = INTERVAL_PERCENTILES
+    ranks = {key: rank_interval(arr.size, q, confidence) if arr.size else None for key, q in qs.items()}
+    # one partition at every rank of every percentile (12.8 M token gaps in a 100k-request plan)
+    kth = sorted({r - 1 for found in ranks.values() if found for r in found[:2]})
+    picked = np.partition(arr, kth) if kth else arr
+    return {key: _picked_interval(picked, q, confidence, ranks[key]).as_dict() for key, q in qs.items()}
 
 
 def share_lower_bound(successes: int, trials: int, confidence: float) -> float:

@@ -52,22 +52,21 @@ class HashPrefixCache:
 
     def match(self, seq: Sequence, max_blocks: int) -> list[int]:
         hit: list[int] = []
-        bs = self.block_size
+        hashes, keys = seq.block_hashes, seq.block_keys  # BlockManager.find_cached_prefix made them
         for i in range(max_blocks):
-            block_id = self.hash_to_block_id.get(seq.block_hashes[i])
-            if block_id is None or self.blocks[block_id].token_ids != tuple(seq.token_ids[i * bs : (i + 1) * bs]):
+            block_id = self.hash_to_block_id.get(hashes[i])
+            if block_id is None or self.blocks[block_id].token_ids != keys[i]:
                 break
             hit.append(block_id)
         return hit
 
     def insert(self, seq: Sequence, num_blocks: int) -> None:
-        bs = self.block_size
         for i in range(seq.num_keyed_blocks, num_blocks):
             block = self.blocks[seq.block_table[i]]
             key = seq.block_hashes[i]
             if block.block_hash is not None or key in self.hash_to_block_id:
                 continue  # another sequence computed the same prefix at the same time; keep theirs
-            block.block_hash, block.token_ids = key, tuple(seq.token_ids[i * bs : (i + 1) * bs])
+            block.block_hash, block.token_ids = key, seq.block_keys[i]
             self.hash_to_block_id[key] = block.block_id
 
     def released(self, block_id: int) -> None:
@@ -123,10 +122,12 @@ class BlockManager:
 
     # ---- prefix cache lookup --------------------------------------------------------------
     def _update_block_hashes(self, seq: Sequence, num_full_blocks: int) -> None:
-        bs = self.block_size
-        for i in range(len(seq.block_hashes), num_full_blocks):
-            parent = seq.block_hashes[i - 1] if i else None
-            seq.block_hashes.append(chain_hash(parent, tuple(seq.token_ids[i * bs : (i + 1) * bs])))
+        """Grows seq's hash chain, and its blocks' token ids beside it, to num_full_blocks blocks."""
+        bs, hashes, keys, tokens = self.block_size, seq.block_hashes, seq.block_keys, seq.token_ids
+        for i in range(len(hashes), num_full_blocks):
+            key = tuple(tokens[i * bs : (i + 1) * bs])
+            keys.append(key)
+            hashes.append(chain_hash(hashes[i - 1] if i else None, key))
 
     def find_cached_prefix(self, seq: Sequence) -> list[int]:
         """Block ids holding the longest cached prefix of seq. No side effects.
@@ -151,7 +152,7 @@ class BlockManager:
         num_new_blocks = self.blocks_needed(total_tokens) - len(seq.block_table) - num_cached
         if num_new_blocks <= 0 and not num_cached and seq.block_table:
             return True  # most decode steps: the token fits the last block
-        reclaimed = sum(1 for b in cached_block_ids if self.blocks[b].ref_count == 0)
+        reclaimed = sum(1 for b in cached_block_ids if self.blocks[b].ref_count == 0) if num_cached else 0
         if num_new_blocks > self.num_free_blocks - reclaimed:
             return False
         if not seq.block_table:

@@ -48,21 +48,20 @@ class PrefixTree:
         """Record that `text` was sent to `tenant`: every node along it now holds that tenant."""
         now = time.monotonic()
         self.add_tenant(tenant)
-        node, rest = self.root, text
+        node, at = self.root, 0  # text[at:] is what is left below node (an offset: no copy of the rest)
         self.root.last_used[tenant] = now
-        while rest:
-            child = node.children.get(rest[0])
+        while at < len(text):
+            child = node.children.get(text[at])
             if child is None:
-                child = Node(text=rest, parent=node)
-                node.children[rest[0]] = child
-            else:
-                shared = common_prefix_len(child.text, rest)
-                if shared < len(child.text):
-                    child = self._split(child, shared)
+                child = Node(text=text[at:], parent=node)
+                node.children[text[at]] = child
+            elif not text.startswith(child.text, at):
+                shared = common_prefix_len(child.text, text[at : at + len(child.text)])
+                child = self._split(child, shared)
             if tenant not in child.last_used:
                 self.chars_of[tenant] += len(child.text)
             child.last_used[tenant] = now
-            node, rest = child, rest[len(child.text) :]
+            node, at = child, at + len(child.text)
 
     def _split(self, child: Node, at: int) -> Node:
         """Cut child's edge after `at` characters; returns the new upper node (same tenants)."""
@@ -74,20 +73,22 @@ class PrefixTree:
 
     def match(self, text: str, alive: set[str]) -> tuple[int, str | None]:
         """Longest prefix of `text` some alive tenant holds: (characters matched, that tenant).
-        Where several hold it, the one that used it last."""
-        node, rest, matched, best = self.root, text, 0, None
-        while rest:
-            child = node.children.get(rest[0])
-            holders = [t for t in child.last_used if t in alive] if child else []
-            if not holders:
+        Where several hold it, the one that used it last (of the deepest node reached)."""
+        everyone = alive.issuperset(self.chars_of)  # the usual case: no tenant to leave out
+        node, at, last = self.root, 0, None
+        while at < len(text):
+            child = node.children.get(text[at])
+            if child is None or not (child.last_used if everyone else any(t in alive for t in child.last_used)):
                 break
-            shared = common_prefix_len(child.text, rest)
-            matched += shared
-            best = max(holders, key=child.last_used.get)
-            if shared < len(child.text):
+            last = child
+            if not text.startswith(child.text, at):
+                at += common_prefix_len(child.text, text[at : at + len(child.text)])
                 break
-            node, rest = child, rest[shared:]
-        return matched, best
+            node, at = child, at + len(child.text)
+        if last is None:
+            return at, None
+        used = last.last_used
+        return at, max(used if everyone else [t for t in used if t in alive], key=used.get)
 
     def remove_tenant(self, tenant: str) -> None:
         """Forget a replica wholly (it restarted or died: its cache is gone)."""

@@ -48,27 +48,30 @@ class Policy:
 
     def choose(self, prompt_text: str, load: dict[str, int], up: set[str]) -> Decision:
         """load: requests in flight per replica; up: replicas that may take requests (not empty)."""
-        candidates = [r for r in self.replicas if r in up]
+        candidates = self.replicas if up.issuperset(self.replicas) else [r for r in self.replicas if r in up]
         if not candidates:
             raise LookupError("no replica is up")
         if self.name == "round_robin":
             return Decision(candidates[next(self._turn) % len(candidates)], "round_robin")
-        least = min(candidates, key=lambda r: load.get(r, 0))
+        loads = [load.get(r, 0) for r in candidates]
+        least = candidates[loads.index(min(loads))]  # the first of the least loaded
         if self.name == "least_load":
             return Decision(least, "least_load")
-        decision = self._cache_aware(prompt_text, load, candidates, least)
+        decision = self._cache_aware(prompt_text, loads, candidates, least)
         self.tree.insert(prompt_text, decision.replica)
         return decision
 
-    def _cache_aware(self, text: str, load: dict[str, int], candidates: list[str], least: str) -> Decision:
-        loads = [load.get(r, 0) for r in candidates]
+    def _cache_aware(self, text: str, loads: list[int], candidates: list[str], least: str) -> Decision:
+        """loads: of each candidate, in order."""
         c = self.config
-        if max(loads) - min(loads) > c.balance_abs_threshold and max(loads) > c.balance_rel_threshold * min(loads):
+        most, fewest = max(loads), min(loads)
+        if most - fewest > c.balance_abs_threshold and most > c.balance_rel_threshold * fewest:
             return Decision(least, "imbalanced")
         matched, holder = self.tree.match(text, set(candidates))
         if holder is not None and text and matched / len(text) > c.cache_threshold:
             return Decision(holder, "cache_hit", matched)
-        smallest = min(candidates, key=lambda r: self.tree.chars_of.get(r, 0))
+        sizes = [self.tree.chars_of.get(r, 0) for r in candidates]
+        smallest = candidates[sizes.index(min(sizes))]
         return Decision(smallest, "cache_miss", matched if holder == smallest else 0)
 
     def replica_lost(self, replica: str) -> None:

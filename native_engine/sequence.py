@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import time
 from dataclasses import dataclass, field
 
@@ -76,12 +77,12 @@ class Sequence:
         self.num_cached_tokens = 0  # prompt tokens served by the prefix cache (first schedule)
         self.block_table: list[int] = []
         self.block_hashes: list[int] = []  # hash chain of this sequence's full blocks, grown lazily
+        self.block_keys: list[tuple[int, ...]] = []  # the token ids of each of those blocks (their cache keys)
         self.num_keyed_blocks = 0  # head blocks already offered to the prefix cache
         self.status = SequenceStatus.WAITING
         self.finish_reason: str | None = None  # "stop" | "length" | "abort"
         self.stop_reason: int | str | None = None
         self.num_preemptions = 0
-        self.rng = np.random.default_rng(self.params.seed)
         self.scheduled_s: float | None = None  # first time it got a slot: end of queue time
         self.first_token_s: float | None = None
         self.last_token_s: float | None = None
@@ -95,6 +96,12 @@ class Sequence:
         self.export_kv_to: str | None = None
         self.handoff = None
         self.kv_transfer: dict = {}
+
+    @functools.cached_property
+    def rng(self) -> np.random.Generator:
+        """The request's generator (seeded: a seeded request repeats exactly), made where it is first used:
+        an unseeded one draws its seed from the OS (~20 us), and `bench plan`'s sequences never sample."""
+        return np.random.default_rng(self.params.seed)
 
     @property
     def num_tokens(self) -> int:

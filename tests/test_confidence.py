@@ -16,6 +16,7 @@ from scipy.stats import norm
 import harness.cli
 from harness.capacity import LoadPoint
 from harness.confidence import (
+    INTERVAL_PERCENTILES,
     percentile_interval,
     percentile_intervals,
     rank_interval,
@@ -34,6 +35,16 @@ def test_the_median_of_twenty_is_bracketed_by_the_sixth_and_fifteenth_sample():
     assert rank_interval(20, 0.5, 0.95) == (6, 15, pytest.approx(0.9793 - 0.0207, abs=1e-4))
     interval = percentile_interval(np.arange(20.0, 0.0, -1.0), 0.5, 0.95)  # 20 .. 1, unsorted on purpose
     assert (interval.low, interval.high, interval.established) == (6.0, 15.0, True)
+
+
+def test_every_percentile_at_once_picks_what_each_alone_picks():
+    rng = np.random.default_rng(3)
+    for n in (5, 40, 400, 5000):  # from none established to all four
+        values = rng.lognormal(0.0, 1.0, n)
+        together = percentile_intervals(values)
+        alone = {key: percentile_interval(values, q).as_dict() for key, q in INTERVAL_PERCENTILES.items()}
+        assert together == alone
+    assert sum(together[k]["established"] for k in together) == 4
 
 
 def test_the_samples_a_percentile_needs_and_the_quickstarts_p999():

@@ -61,6 +61,14 @@ def test_describe_percentiles():
     assert describe([])["p99"] is None
 
 
+def test_summary_itl_of_one_token_and_of_several_token_chunks():
+    one = summarize([_rec(times=[0.1, 0.2, 0.4, 0.7])])
+    assert one["itl_ms"] == one["itl_chunk_ms"] and one["itl_ms"]["max"] == pytest.approx(300)
+    # a chunk of 4 tokens after a 0.2 s gap: 4 token gaps of 50 ms, one chunk gap of 200 ms
+    several = summarize([_rec(times=[0.1, 0.3], per_chunk=[1, 4], out=5)])
+    assert several["itl_ms"]["max"] == pytest.approx(50) and several["itl_chunk_ms"]["max"] == pytest.approx(200)
+
+
 def test_slo_checks_each_metric():
     lat = request_latency(_rec(times=[0.1, 0.12, 0.17]))  # ttft 100, itl 20/50, tpot 35, e2e 170 ms
     assert meets_slo(lat, {"ttft_ms": 100.001, "tpot_ms": 35.001, "e2e_ms": 170.001})

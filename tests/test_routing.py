@@ -1,9 +1,30 @@
 """The router's prefix tree and its policies (pure logic, no servers)."""
 
+import os
+import random
+
 import pytest
 
 from native_engine.prefix_tree import PrefixTree
 from native_engine.routing import CacheAwareConfig, Policy, prompt_text
+
+
+def test_tree_match_is_the_longest_prefix_sent_to_a_live_replica_and_its_latest_sender():
+    """Against the definition, over every prompt sent: short texts of two letters make many shared prefixes,
+    edge splits and texts that end inside an edge."""
+    rng = random.Random(5)
+    tree, sent = PrefixTree(), []  # (text, tenant) in the order sent
+    for _ in range(80):
+        text, tenant = "".join(rng.choice("ab") for _ in range(rng.randint(1, 10))), rng.choice("xyz")
+        tree.insert(text, tenant)
+        sent.append((text, tenant))
+    for alive in ({"x", "y", "z"}, {"x", "y"}, {"z"}):
+        for _ in range(60):
+            query = "".join(rng.choice("ab") for _ in range(rng.randint(1, 12)))
+            shared = [(len(os.path.commonprefix([text, query])), tenant) for text, tenant in sent if tenant in alive]
+            longest = max(n for n, _ in shared)
+            latest = [tenant for n, tenant in shared if n == longest][-1] if longest else None
+            assert tree.match(query, alive) == (longest, latest), (query, alive)
 
 
 def test_tree_matches_the_longest_prefix_and_splits_edges():

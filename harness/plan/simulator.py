@@ -79,12 +79,29 @@ class Simulation:
         self.engine_steps = 0
         self.fast_forwarded_steps = 0  # of engine_steps, those committed as part of a decode run
         self._events: list = []
+        # the arrivals known from the start (a trace's, an open loop's), in time order, and the next of them:
+        # kept out of the heap, which then holds only the events made on the way (a shallower heap)
+        self._scheduled: list = []
+        self._next_scheduled = 0
         self._order = itertools.count()
 
     def push(self, time_s: float, kind: int, item, rank: int = 0) -> None:
         """At equal times arrivals in the order pushed, then step ends by replica: not by when each step
         started, so that a decode run (pushed at its start) ends where its last step would."""
         heapq.heappush(self._events, (time_s, kind, rank, next(self._order), item))
+
+    def schedule_arrivals(self, arrivals: list[tuple[float, object]]) -> None:
+        """(time, item) arrivals, before any push: ordered as pushed one by one would order them."""
+        self._scheduled = sorted((t, ARRIVE, 0, next(self._order), item) for t, item in arrivals)
+
+    def pop(self) -> tuple | None:
+        """The next event (time_s, kind, rank, order, item): the earlier of the heap's and the next scheduled
+        arrival (their keys are unique: the order pushed); None when none is left."""
+        events, i = self._events, self._next_scheduled
+        if i < len(self._scheduled) and (not events or self._scheduled[i] < events[0]):
+            self._next_scheduled += 1
+            return self._scheduled[i]
+        return heapq.heappop(events) if events else None
 
     def route(self, text: str) -> Replica:
         if self.policy is None:
@@ -152,13 +169,15 @@ def run_simulation(
     waiting_slots: deque[RequestSpec] = deque()
     next_turn: dict[tuple[int, int], RequestSpec] = {}
     live: dict[str, tuple[RequestSpec, float, list[float], Replica]] = {}
+    scheduled = []
     for r in requests:
         if r.intended_offset_s is not None:
-            sim.push(r.intended_offset_s, ARRIVE, (r, r.intended_offset_s))
+            scheduled.append((r.intended_offset_s, (r, r.intended_offset_s)))
         elif r.turn_index > 0:
             next_turn[(r.session_id, r.turn_index)] = r
         else:
             waiting_slots.append(r)
+    sim.schedule_arrivals(scheduled)
     for _ in range(min(concurrency or 0, len(waiting_slots))):
         sim.push(0.0, ARRIVE, (waiting_slots.popleft(), 0.0))
 
@@ -192,8 +211,8 @@ def run_simulation(
         on_record(_record(spec, sent_s, times, seq))
         release_after(spec)
 
-    while sim._events:
-        time_s, kind, _, _, item = heapq.heappop(sim._events)
+    while (event := sim.pop()) is not None:
+        time_s, kind, _, _, item = event
         sim.clock.now_s = time_s
         if kind != STEP_END:
             spec, sent_s = item
