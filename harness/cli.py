@@ -31,6 +31,7 @@ from harness.results import ResultsError, default_output_dir, versions
 from harness.run import MIN_COMPLETED_SHARE, Reporter, RunResult, Terminated, raise_on_sigterm, run_scenario
 from harness.scenario import ScenarioError, load_scenario
 from harness.session_trace import SessionTraceConfig, write_session_trace
+from harness.steady_window import window_text
 from harness.sweep import capacity_line, run_sweep, sweep_kind
 from harness.tokenizer_source import TokenizerError
 from harness.workers import client_bound_advice
@@ -141,10 +142,13 @@ def run(
         help="send the load from a Ray cluster's nodes, one client actor each: "
         "auto (the cluster running here) or its address (sets load.ray; needs the ray extra)",
     ),
+    no_trim: bool = typer.Option(
+        False, "--no-trim", help="measure the whole run, ramp-up and drain included (sets load.trim=false)"
+    ),
 ) -> None:
     """Replay the scenario's load against its backend and write results (exit codes: `bench --help`)."""
     raise_on_sigterm()
-    resolved = _load(scenario, set_ + ([f"load.ray={ray}"] if ray else []))
+    resolved = _load(scenario, set_ + ([f"load.ray={ray}"] if ray else []) + (["load.trim=false"] if no_trim else []))
     try:
         out_dir = output or default_output_dir(resolved.name)
         if resolved.candidates:
@@ -278,10 +282,13 @@ def _candidates(scenario, out_dir: Path, workers: str | None, overwrite: bool, a
 
 def print_summary(summary: dict, out_dir: Path) -> None:
     req = summary["requests"]
+    span_s = summary.get("run_span_s", summary["window_s"])
     console.print(
         f"\n[bold]{req['completed']}[/] completed, [bold]{req['failed']}[/] failed "
-        f"({req['warmup']} warm-up excluded) in {summary['window_s']:.2f} s; results in {out_dir}"
+        f"({req['warmup']} warm-up excluded) in {span_s:.2f} s; results in {out_dir}"
     )
+    if summary.get("window"):
+        console.print(window_text(summary["window"]), highlight=False, markup=False)
     if summary["failures"]:
         console.print("failures: " + ", ".join(f"{k}={v}" for k, v in sorted(summary["failures"].items())))
     t, g = summary["throughput"], summary["goodput"]
