@@ -10,10 +10,13 @@ import pytest
 from bench_process import bench, bench_started, interrupt_once_written
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 from scipy.stats import t as student_t
+from typer.testing import CliRunner
 
 from harness.across_runs import HEADLINE_METRICS, converged, mean_interval, metric_value
+from harness.cli import app
 from harness.repeats import run_repeats
 from harness.scenario import load_scenario
+from reports.report import write_report
 
 
 def _scenario(tmp_path, url: str, load: str) -> str:
@@ -52,9 +55,9 @@ def test_the_interval_is_students_t_and_until_ci_waits_for_three_runs_within_it(
 
 
 def test_repeats_that_agree_stop_at_three_and_the_folder_is_reported(tmp_path):
-    # every request takes 200 ms + 7 x 10 ms: runs of 60 requests at 20/s differ by client noise only
+    # every request takes 200 ms + 7 x 10 ms: runs of 60 requests at 40/s differ by client noise only
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=200, itl_ms=10)) as gt:
-        scenario = _scenario(tmp_path, gt.url, "{arrival: constant, rate: 20, num_requests: 60}")
+        scenario = _scenario(tmp_path, gt.url, "{arrival: constant, rate: 40, num_requests: 60}")
         out = tmp_path / "out"
         # --keep-invalid: on a shared machine a repeat may be client-bound (invalid); they are counted all the same
         res = bench(
@@ -79,8 +82,7 @@ def test_repeats_that_agree_stop_at_three_and_the_folder_is_reported(tmp_path):
         assert m["n"] == 3 and m["mean"] == pytest.approx(mean) and m["half_width"] == pytest.approx(half)
         assert m["relative_half_width"] <= 0.10
     assert "across 3 of 3 completed repeats" in res.stderr and "stopped: converged after 3" in res.stderr
-    report = bench("report", out, "-o", tmp_path / "report.html")
-    assert report.returncode == 0, report.stderr
+    write_report([out], tmp_path / "report.html")
     md = (tmp_path / "report.md").read_text()
     ttft = manifest["metrics"]["ttft_ms.p50"]
     assert "## Across repeats" in md and f"| out | ttft_ms.p50 | ms | {ttft['mean']:,.2f} |" in md
@@ -88,8 +90,8 @@ def test_repeats_that_agree_stop_at_three_and_the_folder_is_reported(tmp_path):
 
 
 def test_repeats_of_a_server_whose_speed_changes_between_runs_run_to_the_end(tmp_path):
-    # the server's TTFT is 50 ms for the first 80 requests, 400 ms for the next 80, and so on: one value a run
-    n = 80
+    # the server's TTFT is 50 ms for the first 60 requests, 400 ms for the next 60, and so on: one value a run
+    n = 60
     with GroundTruthProcess(GroundTruthConfig(itl_ms=5, ttft_cycle_ms=(50.0, 400.0), cycle_every=n)) as gt:
         scenario = load_scenario(_scenario(tmp_path, gt.url, f"{{arrival: constant, rate: 40, num_requests: {n}}}"))
         state = run_repeats(scenario, tmp_path / "out", 4, until_ci=0.10, workers="1", keep_invalid=True)
@@ -105,7 +107,7 @@ def test_repeats_of_a_server_whose_speed_changes_between_runs_run_to_the_end(tmp
 
 def test_a_cut_short_repeats_folder_keeps_its_finished_repeats(tmp_path):
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=20, itl_ms=5)) as gt:
-        scenario = _scenario(tmp_path, gt.url, "{arrival: constant, rate: 20, num_requests: 50}")
+        scenario = _scenario(tmp_path, gt.url, "{arrival: constant, rate: 40, num_requests: 50}")
         out = tmp_path / "out"
         proc = bench_started("run", scenario, "--output", out, "--repeats", 3, "--keep-invalid", "--allow-client-bound")
         stderr = interrupt_once_written(proc, out / "repeat-2" / "requests.jsonl", 5)
@@ -115,8 +117,7 @@ def test_a_cut_short_repeats_folder_keeps_its_finished_repeats(tmp_path):
     assert manifest["stopped"] == "interrupted" and manifest["metrics"]["ttft_ms.p50"]["n"] == 1
     first = json.loads((out / "repeat-1" / "summary.json").read_text())
     assert manifest["metrics"]["ttft_ms.p50"]["mean"] == first["ttft_ms"]["p50"]
-    report = bench("report", out, "-o", tmp_path / "report.html")
-    assert report.returncode == 0, report.stderr
+    write_report([out], tmp_path / "report.html")
     md = (tmp_path / "report.md").read_text()
     assert "| out/repeat-1 |" in md and "out/repeat-2 |" not in md and "not completed: repeat-2 (interrupted)" in md
 
@@ -131,5 +132,5 @@ def test_a_cut_short_repeats_folder_keeps_its_finished_repeats(tmp_path):
 )
 def test_bad_repeat_options_name_the_option_and_the_fix(tmp_path, args, message):
     scenario = _scenario(tmp_path, "http://127.0.0.1:9", "{arrival: constant, rate: 20, num_requests: 4}")
-    res = bench("run", scenario, "--output", tmp_path / "out", *args)
-    assert res.returncode == 2 and message in res.stderr, res.stderr
+    res = CliRunner().invoke(app, ["run", str(scenario), "--output", str(tmp_path / "out"), *args])
+    assert res.exit_code == 2 and message in " ".join(res.output.split()), res.output
