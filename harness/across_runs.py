@@ -1,5 +1,5 @@
 """How sure a run's headline figures are across repeated runs: each one's mean over the runs with a Student t
-confidence interval (docs/confidence.md#repeated-runs-bench-run---repeats).
+confidence interval (docs/confidence.md#repeated-runs-bench-run---repeats-n---until-ci-p).
 
 One run's percentile intervals (harness/confidence.py) say how well its own samples pin its distribution;
 they cannot see what changes from run to run (the arrival process drawn, the engine's state, a busy
