@@ -14,7 +14,8 @@ a lighter engine than the load's, and a window stretched over them dilutes its t
   E2E before the drain, so a typical request's whole life lies in the window. Requests are chosen by their
   send time, never by their end: choosing by end would drop the long ones near the drain and flatter the tail.
 
-The window is not cut (the whole run is measured, as before the rule) when the load never settled: the
+The window is not cut (the whole run is measured, as before the rule) when its steady level is one request in
+flight or none (requests one at a time: no batch to fill or to empty), when the load never settled: the
 ramp-up would take more than MAX_RAMP_SHARE of the sending span (the in-flight count kept rising: an
 over-saturated engine), or nothing is left between ramp-up and drain. `load.trim: false` (`bench run
 --no-trim`) keeps everything too.
@@ -83,6 +84,8 @@ def steady_window(measured: list[RequestRecord]) -> Window:
     if last_send_s <= first_s:
         return whole_run(measured, "not cut: every request was sent at once (no steady stretch)")
     level = weighted_median_level(times, levels, first_s, last_send_s)
+    if level <= 1:
+        return whole_run(measured, f"not cut: {level:g} in flight at the steady level, no ramp-up or drain to cut")
     reached = np.nonzero((levels >= level) & (times <= last_send_s))[0]
     start_s = float(times[reached[0]]) if reached.size else last_send_s
     if start_s - first_s > MAX_RAMP_SHARE * (last_send_s - first_s):

@@ -57,12 +57,12 @@ def test_an_over_saturated_load_has_no_steady_level_so_nothing_is_cut():
     assert window.start_s == records[0].intended_send_s and window.end_s == records[-1].end_s
 
 
-def test_a_light_load_loses_only_its_drain_and_load_trim_false_keeps_everything(tmp_path):
-    # 60 ms requests every 250 ms: at most one in flight, so no ramp-up; the drain is the last request's life
+def test_one_request_at_a_time_is_not_cut_and_load_trim_false_keeps_everything(tmp_path):
+    # 60 ms requests every 250 ms: at most one in flight, no batch to fill or to empty
     records = synthetic_records(n=40, rate=4.0)
     window = steady_window(records)
-    assert window.trimmed and window.start_s == records[0].intended_send_s
-    assert window.as_dict(records)["excluded"] == {"ramp_up": 0, "drain": 1}
+    assert not window.trimmed and "no ramp-up or drain" in window.note
+    assert window.as_dict(records)["latency_requests"] == 40
     path = tmp_path / "s.yaml"
     path.write_text("name: s\nbackend: {kind: openai, url: 'http://127.0.0.1:9'}\nload: {rate: 1, num_requests: 2}\n")
     assert trims(load_scenario(path)) and not trims(load_scenario(path, ["load.trim=false"]))
