@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from backends import available, load_backend
+from harness.across_runs import MIN_RUNS_TO_STOP
 from harness.candidates import run_candidates
 from harness.confidence import INTERVAL_PERCENTILES, interval_text
 from harness.explain import explanation_lines
@@ -29,10 +30,13 @@ from harness.metrics import INTERVAL_METRICS
 from harness.model_inspect import inspect_model
 from harness.probe_cli import probe
 from harness.ray_shards import DistributedError
+from harness.repeats import MANIFEST as REPEATS_MANIFEST
+from harness.repeats import MAX_REPEATS, run_repeats
 from harness.results import ResultsError, default_output_dir, versions
 from harness.run import MIN_COMPLETED_SHARE, Reporter, RunResult, Terminated, raise_on_sigterm, run_scenario
 from harness.scenario import ScenarioError, load_scenario
 from harness.session_trace import SessionTraceConfig, write_session_trace
+from harness.steady_window import window_text
 from harness.sweep import capacity_line, run_sweep, sweep_kind
 from harness.tokenizer_source import TokenizerError
 from harness.workers import client_bound_advice
@@ -143,12 +147,28 @@ def run(
         help="send the load from a Ray cluster's nodes, one client actor each: "
         "auto (the cluster running here) or its address (sets load.ray; needs the ray extra)",
     ),
+    no_trim: bool = typer.Option(
+        False, "--no-trim", help="measure the whole run, ramp-up and drain included (sets load.trim=false)"
+    ),
+    repeats: int = typer.Option(
+        1, "--repeats", min=1, max=MAX_REPEATS, help="run the scenario N times into OUT/repeat-K/: means with intervals"
+    ),
+    until_ci: str = typer.Option(
+        "", "--until-ci", help="with --repeats: stop once every headline interval is within this of its mean, e.g. 5%"
+    ),
+    keep_invalid: bool = typer.Option(
+        False, "--keep-invalid", help="with --repeats: count the repeats whose validity verdict is invalid"
+    ),
 ) -> None:
     """Replay the scenario's load against its backend and write results (exit codes: `bench --help`)."""
     raise_on_sigterm()
-    resolved = _load(scenario, set_ + ([f"load.ray={ray}"] if ray else []))
+    resolved = _load(scenario, set_ + ([f"load.ray={ray}"] if ray else []) + (["load.trim=false"] if no_trim else []))
     try:
         out_dir = output or default_output_dir(resolved.name)
+        if repeats > 1 or until_ci:
+            until = parse_until_ci(until_ci, repeats)
+            _repeats(resolved, out_dir, repeats, until, workers or None, overwrite, allow_client_bound, keep_invalid)
+            return
         if resolved.candidates:
             _candidates(resolved, out_dir, workers or None, overwrite, allow_client_bound)
             return
@@ -255,6 +275,80 @@ def _sweep(scenario, out_dir: Path, workers: str | None, overwrite: bool, allow_
             raise typer.Exit(EXIT_CLIENT_BOUND)
 
 
+def parse_until_ci(text: str, repeats: int) -> float | None:
+    """--until-ci: "5%" or "5" (percent of the mean) as a share, 0.05; None when not given."""
+    if not text:
+        return None
+    try:
+        percent = float(text.strip().removesuffix("%"))
+    except ValueError:
+        percent = float("nan")
+    if not 0 < percent < 100:
+        raise ScenarioError(f"--until-ci: {text!r} is not a percentage between 0 and 100; give e.g. --until-ci 5%")
+    if repeats < MIN_RUNS_TO_STOP:
+        raise ScenarioError(
+            f"--until-ci needs --repeats {MIN_RUNS_TO_STOP} or more (it stops no earlier than after "
+            f"{MIN_RUNS_TO_STOP} runs); got --repeats {repeats}"
+        )
+    return percent / 100
+
+
+def _repeats(
+    scenario,
+    out_dir: Path,
+    repeats: int,
+    until_ci: float | None,
+    workers,
+    overwrite: bool,
+    allow_client_bound: bool,
+    keep_invalid: bool,
+) -> None:
+    """`bench run --repeats N`: N runs into OUT/repeat-K/ (fewer once --until-ci is met), then the table of means."""
+    if scenario.candidates or scenario.load.sweep is not None:
+        raise ScenarioError("--repeats: not with candidates or load.sweep; repeat a single run's scenario")
+    where = f"finished repeats stay in {out_dir} (see {REPEATS_MANIFEST})"
+    try:
+        state = run_repeats(scenario, out_dir, repeats, until_ci, workers, overwrite, ConsoleReporter(), keep_invalid)
+    except (BackendUnreachable, TokenizerError, DistributedError) as e:
+        raise _fail("run failed", f"{e}; {where}", EXIT_RUN_FAILED)
+    except Terminated:
+        raise _fail("terminated", where, EXIT_SIGTERM)
+    except KeyboardInterrupt:
+        raise _fail("interrupted", where, EXIT_SIGINT)
+    print_repeats(state, keep_invalid)
+    console.print(f"results in {out_dir} ({REPEATS_MANIFEST}; `bench report {out_dir}` draws them)")
+    if state.last is not None and state.stopped in ("interrupted", "failed"):
+        raise typer.Exit(_verdict(state.last, allow_client_bound=True))
+    bound = [s.dir for s in state.statuses if s.result is not None and s.result.client_bound]
+    if bound and not allow_client_bound:
+        console.print(
+            f"[bold red on white] CLIENT-BOUND [/] [bold red]the client fell behind its own schedule in "
+            f"{', '.join(bound)} ({'kept' if keep_invalid else 'left out'} as invalid); " + _advice(state.last) + ".[/]"
+        )
+        raise typer.Exit(EXIT_CLIENT_BOUND)
+
+
+def print_repeats(state, keep_invalid: bool = False) -> None:
+    """The headline metrics' means across the valid repeats, with their intervals, and why the repeats stopped."""
+    done = [s for s in state.statuses if s.status == "completed"]
+    counted = done if keep_invalid else [s for s in done if s.valid]
+    kind = "" if keep_invalid else " valid"
+    table = Table(title=f"across {len(counted)}{kind} of {len(done)} completed repeats (mean, Student t interval)")
+    for col in ("metric", "unit", "mean", "interval", "±", "per repeat"):
+        table.add_column(col, justify="left" if col in ("metric", "unit", "per repeat") else "right")
+    for name, m in state.intervals.items():
+        interval = "-" if m["low"] is None else f"{m['low']:,.2f} – {m['high']:,.2f}"
+        share = "-" if m["relative_half_width"] is None else f"{100 * m['relative_half_width']:.1f}%"
+        mean = "-" if m["mean"] is None else f"{m['mean']:,.2f}"
+        table.add_row(name, m["unit"], mean, interval, share, ", ".join(f"{v:,.1f}" for v in m["values"]))
+    console.print(table)
+    for s in done:
+        if not s.valid:
+            what = "kept (--keep-invalid)" if keep_invalid else "left out"
+            console.print(f"  {s.dir} {what}, invalid: {'; '.join(s.reasons)}", markup=False, highlight=False)
+    console.print(f"stopped: {state.stopped} after {len(done)} repeat(s)", highlight=False)
+
+
 def _candidates(scenario, out_dir: Path, workers: str | None, overwrite: bool, allow_client_bound: bool) -> None:
     """`bench run` with candidates: each deployment in turn into OUT/<name>/, a line per candidate."""
     try:
@@ -280,10 +374,13 @@ def _candidates(scenario, out_dir: Path, workers: str | None, overwrite: bool, a
 
 def print_summary(summary: dict, out_dir: Path) -> None:
     req = summary["requests"]
+    span_s = summary.get("run_span_s", summary["window_s"])
     console.print(
         f"\n[bold]{req['completed']}[/] completed, [bold]{req['failed']}[/] failed "
-        f"({req['warmup']} warm-up excluded) in {summary['window_s']:.2f} s; results in {out_dir}"
+        f"({req['warmup']} warm-up excluded) in {span_s:.2f} s; results in {out_dir}"
     )
+    if summary.get("window"):
+        console.print(window_text(summary["window"]), highlight=False, markup=False)
     if summary["failures"]:
         console.print("failures: " + ", ".join(f"{k}={v}" for k, v in sorted(summary["failures"].items())))
     t, g = summary["throughput"], summary["goodput"]

@@ -10,6 +10,7 @@ import numpy as np
 
 from harness.confidence import DEFAULT_CONFIDENCE, percentile_intervals, share_lower_bound
 from harness.results import RequestRecord
+from harness.steady_window import steady_window, whole_run
 
 STAT_KEYS = ("mean", "std", "min", "p50", "p90", "p95", "p99", "p999", "max")
 SLO_LIMIT_KEYS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
@@ -111,26 +112,26 @@ def concurrency_profile(records: list[RequestRecord]) -> dict:
     return {"mean": area / span if span > 0 else float(peak), "max": peak}
 
 
-def summarize(records: list[RequestRecord], slo: dict | None = None, loop_lag_s: list[float] | None = None) -> dict:
-    """The summary of the measured (non-warm-up) requests."""
+def summarize(
+    records: list[RequestRecord], slo: dict | None = None, loop_lag_s: list[float] | None = None, trim: bool = False
+) -> dict:
+    """The summary of the measured (non-warm-up) requests. `trim`: latencies, throughput and goodput over the
+    steady-state window (harness/steady_window.py, what `bench run` does unless load.trim is false); else over
+    the whole run. `requests`, failures and token counts are always the whole run's."""
     confidence = slo_confidence(slo)
     slo = active_slo(slo)
     measured = [r for r in records if not r.is_warmup]
+    window = steady_window(measured) if trim else whole_run(measured)
     done = [r for r in measured if r.ok]
-    lats = [lat for lat in (request_latency(r) for r in done) if lat is not None]
+    sampled = [r for r in measured if window.sent_inside(r)]  # the requests whose latencies count
+    lats = [lat for lat in (request_latency(r) for r in sampled if r.ok) if lat is not None]
     samples_s = latency_samples_s(lats)
     one_token_chunks = all(lat.itl_chunk_s is lat.itl_token_s for lat in lats)  # then the chunks' gaps are those
-    good = sum(meets_slo(lat, slo) for lat in lats)
-
-    window_s = 0.0
-    if measured:
-        start = min(r.intended_send_s for r in measured)
-        end = max((r.end_s if r.end_s is not None else r.intended_send_s) for r in measured)
-        window_s = max(end - start, 0.0)
-    per_s = (lambda n: n / window_s) if window_s > 0 else (lambda n: 0.0)
-    out_tokens = sum(r.output_tokens for r in done)
+    finished = [r for r in done if window.ended_inside(r)]  # the completions the window's throughput counts
+    per_s = (lambda n: n / window.duration_s) if window.duration_s > 0 else (lambda n: 0.0)
+    window_tokens = tokens_between(done, window.start_s, window.end_s)
+    good = [meets_slo(lat, slo) for lat in (request_latency(r) for r in finished) if lat is not None]
     partial = [r for r in measured if not r.ok and r.partial]  # their tokens count in no figure above this key
-    total_tokens = out_tokens + sum(r.prompt_tokens for r in done)
 
     return {
         "requests": {
@@ -140,14 +141,18 @@ def summarize(records: list[RequestRecord], slo: dict | None = None, loop_lag_s:
             "warmup": len(records) - len(measured),
         },
         "failures": dict(Counter(r.error_reason for r in measured if not r.ok)),
-        "window_s": window_s,
+        "window_s": window.duration_s,
+        "window": window.as_dict(measured),
+        "run_span_s": whole_run(measured).duration_s,  # first intended send to last end: the client's whole run
         "throughput": {
-            "requests_per_s": per_s(len(done)),
-            "output_tokens_per_s": per_s(out_tokens),
-            "total_tokens_per_s": per_s(total_tokens),
+            "requests_per_s": per_s(len(finished)),
+            "output_tokens_per_s": per_s(window_tokens),
+            "total_tokens_per_s": per_s(window_tokens + sum(r.prompt_tokens for r in finished)),
         },
-        "goodput": goodput_figures(good, len(measured), per_s(good), slo, confidence),
-        "output_tokens": out_tokens,
+        "goodput": goodput_figures(
+            sum(meets_slo(lat, slo) for lat in lats), len(sampled), per_s(sum(good)), slo, confidence
+        ),
+        "output_tokens": sum(r.output_tokens for r in done),
         "partial": {"requests": len(partial), "output_tokens": sum(r.output_tokens for r in partial)},
         "token_count_mismatches": sum(r.token_count_mismatch for r in done),
         # the tokens the chunks counted missed (or added): what shifts ITL and TPOT
@@ -172,6 +177,18 @@ def summarize(records: list[RequestRecord], slo: dict | None = None, loop_lag_s:
         "concurrency": concurrency_profile(measured),
         "percentile_ci": latency_intervals(samples_s, confidence or DEFAULT_CONFIDENCE),
     }
+
+
+def tokens_between(records: list[RequestRecord], start_s: float, end_s: float) -> float:
+    """The output tokens that arrived in [start_s, end_s]: each request's count (the server's, as everywhere)
+    times the share of its streamed tokens that arrived then."""
+    total = 0.0
+    for r in records:
+        per_chunk = r.tokens_per_chunk or [1] * len(r.token_times_s)
+        streamed = sum(per_chunk)
+        inside = sum(k for t, k in zip(r.token_times_s, per_chunk) if start_s <= t <= end_s)
+        total += r.output_tokens * inside / streamed if streamed else 0.0
+    return total
 
 
 def goodput_figures(good: int, measured: int, good_per_s: float, slo: dict, confidence: float | None) -> dict:

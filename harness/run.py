@@ -143,7 +143,7 @@ def run_scenario(
 def interrupted_summary(run_dir: Path, scenario: Scenario, signal_name: str) -> dict:
     """The summary of a run a signal stopped outside its load: of the records on disk (none when the engine was
     still starting), with `interrupted: true`."""
-    summary = summarize(read_records(run_dir), scenario.slo.model_dump())
+    summary = summarize(read_records(run_dir), scenario.slo.model_dump(), trim=trims(scenario))
     summary.update(
         interrupted=True,
         interrupted_by=signal_name,
@@ -274,7 +274,7 @@ def _run(
             launched.startup["first_request"] = first_request(outcome.records, writer.dir.name)
         run_info["startup"] = dict(launched.startup)
     writer.write_run_info(run_info)
-    summary = summarize(outcome.records, scenario.slo.model_dump(), outcome.loop_lag_s)
+    summary = summarize(outcome.records, scenario.slo.model_dump(), outcome.loop_lag_s, trims(scenario))
     reasons = client_bound_reasons(summary)
     summary.update(
         client_bound=bool(reasons),
@@ -299,7 +299,7 @@ def _run(
             stamps,
             capacity_tokens(outcome, summary),
             outcome.client_cpu_s,
-            summary.get("window_s"),
+            summary["run_span_s"],  # the client's CPU ran over the whole run, not only the measured window
             str(writer.dir),
             late,
         )
@@ -324,6 +324,11 @@ def _run(
     summary["validity"] = run_validity(summary, counter_resets(writer.dir / "server_metrics.csv"))
     writer.write_summary(summary)
     return RunResult(writer.dir, summary, run_info, warnings)
+
+
+def trims(scenario: Scenario) -> bool:
+    """Whether the summary measures the steady-state window only (load.trim; unset means yes)."""
+    return scenario.load.trim is not False
 
 
 def capacity_tokens(outcome, summary: dict) -> int:

@@ -375,6 +375,9 @@ class LoadConfig(Strict):
     # unset: harness.ray_shards.DEFAULT_MAX_CLOCK_UNCERTAINTY_MS (None, so runs from before the option compare equal)
     ray_max_clock_uncertainty_ms: float | None = Field(default=None, gt=0, le=1000, description="ms")
     sweep: list[float] | None = None  # requests/s (open arrivals) or requests in flight (closed), one point each
+    # measure over the steady-state window, ramp-up and drain cut (harness/steady_window.py); false keeps the whole
+    # run. Unset means true (None, so runs from before the option compare equal in the gate)
+    trim: bool | None = None
 
     @field_validator("workers", mode="before")
     @classmethod

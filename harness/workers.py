@@ -74,7 +74,7 @@ def client_bound_advice(summary: dict, cpu_count: int | None) -> str:
     workers, nodes = summary.get("workers") or 1, len(summary.get("ray_nodes") or [])
     streams = (summary.get("concurrency") or {}).get("max")
     each = f" (up to {math.ceil(streams / workers)} each in this run)" if streams else ""
-    cpu_s, window_s = summary.get("client_cpu_s"), summary.get("window_s")
+    cpu_s, window_s = summary.get("client_cpu_s"), summary.get("run_span_s", summary.get("window_s"))
     used = f"; its processes used {cpu_s / window_s:.2f} cores in all on average" if cpu_s and window_s else ""
     needed, sizing = summary.get("workers_needed") or 0, summary.get("workers_sizing") or {}
     each_takes = (

@@ -12,6 +12,7 @@ from reports.confidence_rows import INTERVAL_COLUMNS, VALIDITY_COLUMNS
 from reports.markdown import INTERVALS_NOTE, SUMMARY_COLUMNS
 from reports.prediction import PREDICTION_COLUMNS
 from reports.quality_rows import ACCURACY_COLUMNS
+from reports.repeat_runs import REPEAT_COLUMNS, REPEATS_NOTE
 from reports.replicas import REPLICA_COLUMNS
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -61,4 +62,6 @@ def render_report_html(content) -> str:
         intervals_note=INTERVALS_NOTE,
         validity_columns=VALIDITY_COLUMNS,
         accuracy_columns=ACCURACY_COLUMNS,
+        repeat_columns=REPEAT_COLUMNS,
+        repeats_note=REPEATS_NOTE,
     )

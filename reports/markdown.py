@@ -5,6 +5,7 @@ from __future__ import annotations
 from reports.confidence_rows import INTERVAL_COLUMNS, VALIDITY_COLUMNS
 from reports.prediction import PREDICTION_COLUMNS
 from reports.quality_rows import ACCURACY_COLUMNS
+from reports.repeat_runs import REPEAT_COLUMNS, REPEATS_NOTE
 from reports.replicas import REPLICA_COLUMNS
 
 SUMMARY_COLUMNS = (
@@ -54,6 +55,8 @@ def render_report_md(content) -> str:
             md_table(SUMMARY_COLUMNS, content.summary_rows),
             "",
         ]
+    if content.repeat_rows:
+        out += ["## Across repeats", "", REPEATS_NOTE, "", md_table(REPEAT_COLUMNS, content.repeat_rows), ""]
     if content.validity_rows:
         out += ["## Validity", "", md_table(VALIDITY_COLUMNS, content.validity_rows), ""]
     if content.interval_rows:

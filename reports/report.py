@@ -15,6 +15,7 @@ from reports.load import RunData, Sweep, load_results
 from reports.markdown import render_report_md
 from reports.prediction import is_simulated, prediction_rows
 from reports.quality_rows import accuracy_rows, agreement_section
+from reports.repeat_runs import expand_repeats
 from reports.replica_figures import replica_comparison, replica_load
 from reports.replicas import decision_rows, replica_rows, replica_view
 from reports.server_figures import server_metrics, telemetry
@@ -50,6 +51,7 @@ class ReportContent:
     validity_rows: list[list[str]] = field(default_factory=list)  # run, valid or INVALID, the reasons
     accuracy_rows: list[list[str]] = field(default_factory=list)  # run, a known-answer task's accuracy
     agreement_lines: list[str] = field(default_factory=list)  # two runs' answers compared (bench compare-outputs)
+    repeat_rows: list[list[str]] = field(default_factory=list)  # a repeats folder's means across its repeats
 
 
 def fmt(value, digits: int = 1) -> str:
@@ -113,7 +115,8 @@ def context_row(run: RunData, label: str | None = None) -> list[str]:
 
 
 def build_report(paths, labels: list[str] | None = None, attainment: float = DEFAULT_ATTAINMENT) -> ReportContent:
-    expanded = expand_candidates(paths, labels)  # a folder of candidates: each one its own sweep or run
+    repeats = expand_repeats(paths, labels)  # a folder of repeats: each completed repeat one run
+    expanded = expand_candidates(repeats.paths, repeats.labels)  # a folder of candidates: each its own sweep or run
     runs, sweeps = load_results(expanded.paths, expanded.labels)
     sections = []
     for sw in sweeps:
@@ -139,6 +142,8 @@ def build_report(paths, labels: list[str] | None = None, attainment: float = DEF
             (f"Latency distributions per point: {s.label}", latency_cdfs([p.run for p in s.points])) for s in sweeps
         ]
     content.prediction_rows = prediction_rows(runs)
+    content.repeat_rows = repeats.rows
+    content.notes += repeats.notes
     for run in runs:
         content.diagnosis_rows += [[run.label, f["severity"], f["message"]] for f in run.summary.get("diagnosis") or ()]
         if (run.summary.get("roofline") or {}).get("line"):

@@ -16,6 +16,8 @@ malformed_sse|stall, or one of the faults a broken engine shows: abort_after_N (
 completion tokens), endless (a 200 stream that never ends) and endless_500 (an error body that never ends).
 Run standalone: python tests/groundtruth_server.py --port 0
 (prints "PORT <n>" once listening).
+With --ttft-cycle-ms 50,400 --cycle-every K its default TTFT steps to the next value every K streaming requests:
+repeated runs of K requests each meet a server that is fast, then slow (variation between runs).
 With --max-streams N it streams at most N requests at a time and queues the rest in arrival order (each
 one's TTFT counts from when it gets a slot): its latency steps up at a known load, N / (TTFT + tokens x ITL)
 requests per second.
@@ -50,6 +52,10 @@ class GroundTruthConfig:
     tokens_per_chunk: int = 1
     keep_alive: bool = True
     max_streams: int = 0  # streams served at once, the rest queued (0: no limit)
+    # a server whose speed changes between runs: the default TTFT steps through these values, one step every
+    # `cycle_every` streaming requests (a run of that many requests sees one value, the next run the next)
+    ttft_cycle_ms: tuple[float, ...] = ()
+    cycle_every: int = 0
 
 
 class _Stream:
@@ -155,6 +161,7 @@ class GroundTruthServer:
         self.listener: socket.socket | None = None
         self.clock = ClockOffset()  # the kernel's receive stamps onto perf_counter_ns, as the stamped client does
         self._clock_measured_ns = 0
+        self.streams_started = 0  # streaming requests taken, for config.ttft_cycle_ms
 
     async def start(self, port: int = 0) -> int:
         self.listener = socket.create_server(("127.0.0.1", port), backlog=4096)
@@ -307,7 +314,7 @@ class GroundTruthServer:
         s.total, s.sent = int(req.get("max_tokens") or 16), 0
         s.k = int(opts.get("k", self.config.tokens_per_chunk))
         s.itl_ns = int(float(opts.get("itl_ms", self.config.itl_ms)) * 1e6)
-        s.ttft_ns = int(float(opts.get("ttft_ms", self.config.ttft_ms)) * 1e6)
+        s.ttft_ns = int(float(opts.get("ttft_ms", self._default_ttft_ms())) * 1e6)
         s.first_due_ns = recv_ns + s.ttft_ns
         s.prompt_tokens = len(body.split()) // 2
         s.write_ns = []
@@ -323,6 +330,14 @@ class GroundTruthServer:
         proto.start_stream(s.chat, status=500 if fail == "endless_500" else 200)
         if fail != "stall":
             self.add_stream(s)
+
+    def _default_ttft_ms(self) -> float:
+        """config.ttft_ms, or this request's step of config.ttft_cycle_ms."""
+        c = self.config
+        self.streams_started += 1
+        if not c.ttft_cycle_ms:
+            return c.ttft_ms
+        return c.ttft_cycle_ms[((self.streams_started - 1) // c.cycle_every) % len(c.ttft_cycle_ms)]
 
     def pop_stats(self) -> dict:
         late = sorted(self.lateness_ns)
@@ -467,6 +482,8 @@ class GroundTruthProcess:
             "--max-streams",
             str(c.max_streams),
         ]
+        if c.ttft_cycle_ms:
+            args += ["--ttft-cycle-ms", ",".join(map(str, c.ttft_cycle_ms)), "--cycle-every", str(c.cycle_every)]
         args += [] if c.keep_alive else ["--close"]
         self.proc = subprocess.Popen(self.prefix + args, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
@@ -488,7 +505,13 @@ class GroundTruthProcess:
 async def _main(args) -> None:
     server = GroundTruthServer(
         GroundTruthConfig(
-            args.ttft_ms, args.itl_ms, args.tokens_per_chunk, keep_alive=not args.close, max_streams=args.max_streams
+            args.ttft_ms,
+            args.itl_ms,
+            args.tokens_per_chunk,
+            keep_alive=not args.close,
+            max_streams=args.max_streams,
+            ttft_cycle_ms=tuple(float(v) for v in args.ttft_cycle_ms.split(",") if v),
+            cycle_every=args.cycle_every,
         )
     )
     port = await server.start(args.port)
@@ -504,6 +527,8 @@ if __name__ == "__main__":
     p.add_argument("--tokens-per-chunk", type=int, default=1)
     p.add_argument("--close", action="store_true", help="Connection: close after each response")
     p.add_argument("--max-streams", type=int, default=0, help="streams served at once, the rest queued (0: no limit)")
+    p.add_argument("--ttft-cycle-ms", default="", help="default TTFTs stepped through, e.g. 50,400")
+    p.add_argument("--cycle-every", type=int, default=1, help="streaming requests per --ttft-cycle-ms step")
     try:
         asyncio.run(_main(p.parse_args()))
     except KeyboardInterrupt:
