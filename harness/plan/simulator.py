@@ -380,7 +380,8 @@ def simulate_scenario(
         if writer is not None:
             writer.close()
     records.sort(key=lambda r: r.index)
-    summary = summarize(records, scenario.slo.model_dump())
+    # windowed as `bench run` windows a measured run (load.trim), so prediction and measurement compare alike
+    summary = summarize(records, scenario.slo.model_dump(), trim=scenario.load.trim is not False)
     summary.update(
         simulated=True,
         client_bound=False,
