@@ -59,13 +59,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.capacity import LoadPoint, max_load_meeting_slo
-from harness.run import Reporter, raise_on_sigterm
+from harness.knee import Tally, certain, knee_confidence
+from harness.results import point_dir_name
+from harness.run import Reporter, raise_on_sigterm, run_scenario
 from harness.scenario import Scenario
-from harness.sweep import run_sweep
+from harness.session import engine_session
 from harness.tune import Tuner
 
 GT_SERVER = ROOT / "tests" / "groundtruth_server.py"
 WITHIN = 0.10
+ATTAINMENT = 0.9  # the tune block's default, harness.capacity's
 
 
 @dataclass
@@ -89,9 +92,9 @@ DEFAULTS = {
         space={"--max-num-seqs": [2, 8], "--no-chunked-prefill": [False, True]},
         input_tokens=16,
         output_tokens=8,
-        num_requests=20,
+        num_requests=30,
         ttft_ms=1000,
-        grid=(1.5, 1.2, 13),
+        grid=(1.5, 1.2, 15),  # to 19.3 req/s: past max-num-seqs 8's capacity
         arrival="constant",
         launch_args=("--no-prefix-caching",),
     ),
@@ -146,30 +149,64 @@ def scenario(args, setting: dict | None, sweep: list[float] | None) -> Scenario:
             "load": {"rate": {"min": args.grid[0], "max": args.grid[-1]}},
             "probe_requests": args.probe_requests,
             "precision": WITHIN,
+            "repeats": args.repeats,
         }
     return Scenario.model_validate(data, context={"base_dir": str(ROOT)})
 
 
 def dense(args, setting: dict, out: Path) -> dict:
+    """Every grid point run whole against one engine; a point whose verdict is uncertain is run again, as
+    `bench tune` does (harness/knee.py), so both judge a load on the same pooled share."""
     s = scenario(args, setting, args.grid)
     begun = time.monotonic()
-    points = run_sweep(s, out, reporter=Reporter())
-    if any(p.status == "interrupted" for p in points):  # Ctrl-C or SIGTERM cut a point's load: stop here
-        raise KeyboardInterrupt
-    done = [p for p in points if p.status == "completed"]
-    cap = max_load_meeting_slo([LoadPoint.from_summary(p.offered_load, p.result.summary) for p in done])
-    fails = [p.offered_load for p in done if p.result.summary["goodput"]["fraction"] < cap.attainment]
+    out.mkdir(parents=True, exist_ok=True)
+    points, rows = [], []
+    with engine_session(s, out / "engine.log", print) as session:
+        for i, point in enumerate(s.sweep_points()):
+            tally, runs = dense_point(args, point, out / point_dir_name(i, "rate", point.load.rate), session)
+            points.append(LoadPoint(point.load.rate, tally.fraction, *map(_mean, zip(*runs))))
+            rows.append({"rate": point.load.rate, "met": tally.met, "judged": tally.judged, "runs": len(runs)})
+            print(f"dense {point.load.rate:g} req/s: {tally.met}/{tally.judged} met in {len(runs)} run(s)", flush=True)
+    cap = max_load_meeting_slo(points)
+    fails = [p.offered_load for p in points if p.goodput_fraction < cap.attainment]
     first_fail = min(fails) if fails else None
-    passes = [p.offered_load for p in done if first_fail is None or p.offered_load < first_fail]
+    passes = [p.offered_load for p in points if first_fail is None or p.offered_load < first_fail]
     return {
         "capacity": cap.offered_load,
         "status": cap.status,
         "bracket": [max(passes) if passes else None, first_fail],
-        "requests": sum(
-            p.result.summary["requests"]["measured"] + p.result.summary["requests"]["warmup"] for p in done
-        ),
+        "requests": sum(r["judged"] for r in rows) + sum(r["runs"] for r in rows) * s.load.warmup_requests,
+        "points": rows,
         "minutes": (time.monotonic() - begun) / 60,
     }
+
+
+def dense_point(args, point: Scenario, out: Path, session) -> tuple[Tally, list[tuple[float, float]]]:
+    """One grid point's runs (seed + repeat each) until its pooled share is certain or the repeats are spent:
+    the tally and each run's (requests/s, output tokens/s)."""
+    tally, runs = Tally(), []
+    for repeat in range(args.repeats + 1):
+        result = run_scenario(
+            point.model_copy(update={"seed": point.seed + repeat}),
+            out / f"run-{repeat}",
+            workers="1",
+            session=session,
+            reporter=Reporter(),
+        )
+        if result.interrupted_by or result.engine_exit:  # Ctrl-C, SIGTERM or a dead engine: stop here
+            raise KeyboardInterrupt
+        summary = result.summary
+        measured = summary["requests"]["measured"]
+        tally = tally.plus(round(summary["goodput"]["fraction"] * measured), measured)
+        runs.append((summary["throughput"]["requests_per_s"], summary["throughput"]["output_tokens_per_s"]))
+        if certain(tally, ATTAINMENT, knee_confidence(None)):
+            break
+    return tally, runs
+
+
+def _mean(xs) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs)
 
 
 def tuned(args, setting: dict, out: Path) -> dict:
@@ -182,6 +219,11 @@ def tuned(args, setting: dict, out: Path) -> dict:
         "status": c["capacity"]["status"],
         "bracket": c["capacity"]["bracket"],
         "requests": doc["cost"]["search"]["requests"] + warmups,
+        "points": [
+            {k: t[k] for k in ("offered_load", "repeat", "met", "judged", "passed")}
+            for t in doc["trials"]
+            if t["kind"] == "point" and t["status"] == "completed"
+        ],
         "early_stops": sum(t["stopped_early"] is not None for t in doc["trials"]),
         "seconds_saved": doc["cost"]["search"]["seconds_saved_by_early_stops"],
         "minutes": (time.monotonic() - begun) / 60,
@@ -202,6 +244,7 @@ def main() -> None:
     p.add_argument("--engine", choices=sorted(DEFAULTS), default="native")
     p.add_argument("--num-requests", type=int, help="per point (default: the engine's, below)")
     p.add_argument("--probe-requests", type=int, default=6)
+    p.add_argument("--repeats", type=int, default=2, help="more runs of an uncertain point, both sides (knee.py)")
     p.add_argument("--ttft-ms", type=float, help="the SLO")
     p.add_argument("--input-tokens", type=int)
     p.add_argument("--output-tokens", type=int)
