@@ -58,6 +58,7 @@ import json
 import os
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,10 +129,12 @@ def backend(args) -> dict:
     }
 
 
-def scenario(args, setting: dict | None, sweep: list[float] | None) -> Scenario:
+def scenario(args, setting: dict | None, sweep: list[float] | None, url: str | None = None) -> Scenario:
+    """The dense sweep's (`sweep`) or the tune's; `url`: the tune of an engine already running, no space."""
+    launched = backend(args)
     data = {
         "name": "tune-cost",
-        "backend": backend(args),
+        "backend": launched if url is None else {**{k: v for k, v in launched.items() if k != "launch"}, "url": url},
         "workload": {"input_tokens": args.input_tokens, "output_tokens": args.output_tokens},
         "load": {
             "arrival": DEFAULTS[args.engine].arrival,
@@ -151,7 +154,7 @@ def scenario(args, setting: dict | None, sweep: list[float] | None) -> Scenario:
         data["backend"]["launch"]["args"] += args_for
     else:
         data["tune"] = {
-            "space": {k: [v] for k, v in setting.items()},
+            "space": {k: [v] for k, v in setting.items()} if url is None else {},
             "load": {"rate": {"min": args.grid[0], "max": args.grid[-1]}},
             "probe_requests": args.probe_requests,
             "precision": WITHIN,
@@ -160,14 +163,14 @@ def scenario(args, setting: dict | None, sweep: list[float] | None) -> Scenario:
     return Scenario.model_validate(data, context={"base_dir": str(ROOT)})
 
 
-def dense(args, setting: dict, out: Path) -> dict:
-    """Every grid point run whole against one engine; a point whose verdict is uncertain is run again, as
-    `bench tune` does (harness/knee.py), so both judge a load on the same pooled share."""
+def dense(args, setting: dict, out: Path, session=None) -> dict:
+    """Every grid point run whole against one engine (`session`'s, else its own); a point whose verdict is
+    uncertain is run again, as `bench tune` does (harness/knee.py), so both judge a load on the same pooled share."""
     s = scenario(args, setting, args.grid)
     begun = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     points, rows = [], []
-    with engine_session(s, out / "engine.log", print) as session:
+    with nullcontext(session) if session else engine_session(s, out / "engine.log", print) as session:
         for i, point in enumerate(s.sweep_points()):
             tally, runs = dense_point(args, point, out / point_dir_name(i, "rate", point.load.rate), session)
             points.append(LoadPoint(point.load.rate, tally.fraction, *map(_mean, zip(*runs))))
@@ -215,9 +218,9 @@ def _mean(xs) -> float:
     return sum(xs) / len(xs)
 
 
-def tuned(args, setting: dict, out: Path) -> dict:
+def tuned(args, setting: dict, out: Path, url: str | None = None) -> dict:
     begun = time.monotonic()
-    doc = Tuner(scenario(args, setting, None), out, Reporter(), resume=False, workers="1").run()
+    doc = Tuner(scenario(args, setting, None, url), out, Reporter(), resume=False, workers="1").run()
     c = doc["configurations"][0]
     warmups = sum(1 for t in doc["trials"] if t["kind"] == "point" and t["status"] == "completed")
     return {
@@ -251,6 +254,11 @@ def main() -> None:
     p.add_argument("--num-requests", type=int, help="per point (default: the engine's, below)")
     p.add_argument("--probe-requests", type=int, default=6)
     p.add_argument("--repeats", type=int, default=2, help="more runs of an uncertain point, both sides (knee.py)")
+    p.add_argument(
+        "--same-engine",
+        action="store_true",
+        help="the dense sweep and the tune against one launch of each configuration (else each launches its own)",
+    )
     p.add_argument("--ttft-ms", type=float, help="the SLO")
     p.add_argument("--input-tokens", type=int)
     p.add_argument("--output-tokens", type=int)
@@ -272,8 +280,15 @@ def main() -> None:
     for setting in settings:
         name = config_name(setting)
         load_before = os.getloadavg()[0]
-        d = dense(args, setting, args.out / "dense" / name)
-        t = tuned(args, setting, args.out / "tune" / name)
+        if args.same_engine:  # one launch for both: the engine's launch-to-launch spread left out
+            (args.out / "dense" / name).mkdir(parents=True, exist_ok=True)
+            log = args.out / "dense" / name / "engine.log"
+            with engine_session(scenario(args, setting, args.grid), log, print) as session:
+                d = dense(args, setting, args.out / "dense" / name, session)
+                t = tuned(args, setting, args.out / "tune" / name, session.url)
+        else:
+            d = dense(args, setting, args.out / "dense" / name)
+            t = tuned(args, setting, args.out / "tune" / name)
         rows.append(
             {
                 "config": name,

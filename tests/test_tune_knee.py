@@ -11,7 +11,7 @@ from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 
 from harness.confidence import share_lower_bound, share_upper_bound
 from harness.early_stop import PointWatch
-from harness.knee import Tally, certain
+from harness.knee import Tally, certain, passes
 from harness.run import Reporter, run_scenario
 from harness.scenario import Scenario, load_scenario
 from harness.tune import Tuner
@@ -50,6 +50,9 @@ def test_the_share_bounds_decide_when_a_verdict_is_certain():
     assert not certain(Tally(27, 30), 0.9, 0.9) and not certain(Tally(29, 30), 0.9, 0.9)
     assert certain(Tally(24, 30), 0.9, 0.9)  # upper bound 0.891
     assert not certain(Tally(81, 90), 0.9, 0.9)  # still 0.9 exactly: more runs narrow it, never past the target
+    # the verdict at the cap: the share met, or with slo.confidence its lower bound (as `bench run` judges a point)
+    assert passes(Tally(81, 90), 0.9, None) and not passes(Tally(80, 90), 0.9, None)
+    assert not passes(Tally(81, 90), 0.9, 0.9) and passes(Tally(30, 30), 0.9, 0.9)
 
 
 def test_an_uncertain_point_is_run_again_and_judged_on_its_pooled_requests(tmp_path):
