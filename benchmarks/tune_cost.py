@@ -9,7 +9,10 @@ dense one or inside its bracket, and the requests each used; then the ratio of a
 Run it alone on the machine (nothing CPU-heavy beside it); the load (`uptime`) is printed beside the figures.
 
   python benchmarks/tune_cost.py [--engine native|groundtruth] [--out DIR] [--num-requests N]
-      [--ttft-ms MS] [--input-tokens N] [--output-tokens N] [--grid 1.5,1.8,...]
+      [--ttft-ms MS] [--input-tokens N] [--output-tokens N] [--grid 1.5,1.8,...] [--repeats N] [--same-engine]
+
+--same-engine runs both sides against one launch of each configuration: without it each launches its own, and
+the native engine's launches differ (one saturated at 4.1-4.5 req/s, the next with the same flags at 5.0-5.4).
 
 The defaults (DEFAULTS below) are the ones each engine was measured with. --engine groundtruth runs the same
 comparison on tests/groundtruth_server.py (a real HTTP server whose capacity is set by --max-streams and
