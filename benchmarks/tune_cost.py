@@ -51,7 +51,9 @@ Since then both sides judge a load by the knee rule (harness/knee.py: an uncerta
 --repeats more times, and judged on its pooled requests), and the defaults are 30 requests a point and a grid
 to 19.259 req/s. Measured 2026-12-02 06:04-06:19 alone (load 1.0-2.1), 14.8 minutes: requests 561 of 1953
 (29%); 2 of 4 capacities agree; the misses come from the engine's run-to-run throughput (3.78-5.24 req/s at
-one setting), which a request-level interval cannot see (docs/tune.md has the table).
+one setting), which a request-level interval cannot see (docs/tune.md has the table). With --same-engine
+(06:31-06:47, alone, load 0.8-2.2), 14.4 minutes: requests 725 of 1984 (37%); 3 of 4 agree; the miss is one
+engine a minute apart (3.8-4.0 req/s completed at the dense sweep's saturated points, 4.2-4.9 at the tune's).
 """
 
 from __future__ import annotations
