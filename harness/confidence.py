@@ -106,3 +106,11 @@ def share_lower_bound(successes: int, trials: int, confidence: float) -> float:
     if successes >= trials:
         return float((1 - confidence) ** (1 / trials))
     return float(beta.ppf(1 - confidence, successes, trials - successes + 1))
+
+
+def share_upper_bound(successes: int, trials: int, confidence: float) -> float:
+    """The one-sided Clopper-Pearson upper bound of a share: with `confidence`, the true share is at most
+    this (1 with no trial or every trial a success)."""
+    if trials <= 0 or successes >= trials:
+        return 1.0
+    return 1.0 - share_lower_bound(trials - successes, trials, confidence)

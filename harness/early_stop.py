@@ -10,6 +10,9 @@ Two reasons, checked on each measured record as it completes (`run_scenario(...,
   fitted by least squares against time; when the one-sided lower confidence bound of both slopes is
   above zero the queue is growing without end and the point has failed.
 
+A repeat of a point (harness/knee.py) is watched with the earlier runs' counts (`prior`): its verdict is then
+on the pooled plan, their requests and its own.
+
 The decision lands in summary.json as `stopped_early`; the records written so far stay as they are.
 """
 
@@ -21,6 +24,7 @@ from dataclasses import asdict, dataclass
 
 from scipy import stats
 
+from harness.knee import Tally
 from harness.metrics import meets_slo, request_latency
 
 SATURATION_MIN_SAMPLES = 12  # completions before the slope test may speak
@@ -63,11 +67,18 @@ class PointWatch:
     """Told the plan before the load (`begin`), then each record; `observe` returns True to stop the run."""
 
     def __init__(
-        self, slo: dict, attainment: float, saturation: bool = True, verdict: bool = True, can_pass: bool = True
+        self,
+        slo: dict,
+        attainment: float,
+        saturation: bool = True,
+        verdict: bool = True,
+        can_pass: bool = True,
+        prior: Tally = Tally(),
     ):
-        """can_pass=False: the point is judged on more than attainment (tune.percentile_slo), so the records
-        can prove it failed but not that it passed."""
-        self.slo, self.attainment, self.can_pass = slo, attainment, can_pass
+        """can_pass=False: the point is judged on more than its share met (tune.percentile_slo, slo.confidence),
+        so the records can prove it failed but not that it passed. `prior`: the earlier runs of the same point,
+        pooled with this one's requests."""
+        self.slo, self.attainment, self.can_pass, self.prior = slo, attainment, can_pass, prior
         limit_ms = slo.get("ttft_ms") or slo.get("e2e_ms")  # what a growing queue pushes past
         self.limit_s = limit_ms / 1e3 if limit_ms else None
         self.saturation, self.verdict = saturation, verdict
@@ -80,7 +91,8 @@ class PointWatch:
 
     def begin(self, requests: list) -> None:
         measured = [r for r in requests if not r.is_warmup]
-        self.planned = len(measured)
+        self.planned = self.prior.judged + len(measured)
+        self._met, self._missed = self.prior.met, self.prior.judged - self.prior.met
         offsets = [r.intended_offset_s for r in requests if r.intended_offset_s is not None]
         self._sends_s = sorted(offsets) if len(offsets) == len(requests) else []
 
@@ -97,7 +109,7 @@ class PointWatch:
             self._ttft.append((rec.intended_send_s, lat.ttft_s))
         if self._sends_s:
             sent = bisect.bisect_right(self._sends_s, now)
-            self._outstanding.append((now, sent - self._met - self._missed))
+            self._outstanding.append((now, sent - (self._met + self._missed - self.prior.judged)))
         self.decision = (self._certain_verdict(now) if self.verdict else None) or (
             self._over_saturated(now) if self.saturation and self._sends_s else None
         )
@@ -164,4 +176,5 @@ class PointWatch:
             return True
         crossing_s = (self.limit_s - t_intercept) / t_slope
         late = len(self._sends_s) - bisect.bisect_right(self._sends_s, crossing_s)
-        return late > self.planned - math.ceil(self.attainment * self.planned - 1e-9)
+        allowed = self.planned - math.ceil(self.attainment * self.planned - 1e-9)
+        return late > allowed - (self.prior.judged - self.prior.met)

@@ -9,6 +9,10 @@ sweep of the same grid. Trials live in OUT/<configuration>/: probe-<kind>-<load>
 candidates.json, so `bench report OUT/<configuration>` and `bench select OUT` read a tune folder as they read a
 sweep and a `candidates:` run.
 
+Near the knee a point's verdict is made certain before it is final (harness/knee.py): a point whose
+attainment's confidence interval holds the target is run again at the same load, up to `tune.repeats` more
+times, and judged on its pooled requests.
+
 `--resume` replays a finished trial from tune.json instead of running it again (the search is deterministic
 given its points) and reruns the one that was cut. Ctrl-C or SIGTERM mark the running trial interrupted,
 write tune.json and stop the engine.
@@ -29,6 +33,7 @@ from pathlib import Path
 
 from harness.candidates import short_reason
 from harness.early_stop import PointWatch
+from harness.knee import Tally, certain, knee_confidence, passes
 from harness.launcher import BackendUnreachable
 from harness.metrics import active_slo
 from harness.prefix_reset import reset_prefix_cache
@@ -74,6 +79,9 @@ class TrialRow:
     prefix_cache: str = ""  # what resetting the engine's prefix cache before the trial did
     percentiles: dict | None = None  # tune.percentile_slo's bounds against this point's measured percentiles
     reason: str = ""
+    repeat: int = 0  # 0: a load's first run; n: its n-th repeat, whose passed and goodput_fraction are pooled
+    met: int = 0  # this run's requests that met the SLOs, of the `judged` ones its verdict counted
+    judged: int = 0
 
     def measured(self) -> Measured:
         return Measured(
@@ -161,7 +169,9 @@ class Tuner:
             def measure(load: float, probe: bool) -> Measured | None:
                 if probe_only and not probe:
                     return None
-                row = self._trial(c, load, probe, stack, session)
+                if not probe:
+                    return self._point(c, load, stack, session)
+                row = self._trial(c, load, True, stack, session)
                 return None if row is None else row.measured()
 
             try:
@@ -246,10 +256,36 @@ class Tuner:
             "points": len(result.points),
         }
 
+    # ---- one point: its runs until the verdict is certain (harness/knee.py) --------------------
+    def _point(self, c: ConfigRow, load: float, stack: ExitStack, session: list[EngineSession]) -> Measured | None:
+        tally, row = Tally(), None
+        confidence = knee_confidence(self.scenario.slo.confidence)
+        for repeat in range(self.tune.repeats + 1):
+            last = self._trial(c, load, False, stack, session, tally, repeat)
+            if last is None:  # the budget is spent: the runs so far make the point, if any
+                break
+            row, tally = last, tally.plus(last.met, last.judged)
+            stop = row.stopped_early or {}
+            # a queue growing without end, or a percentile missed, is no coin toss: no repeat settles it more
+            settled = stop.get("reason") == "over_saturated" or not all(
+                b["met"] for b in (row.percentiles or {}).values()
+            )
+            if settled or certain(tally, self.tune.attainment, confidence):
+                break
+        return None if row is None else row.measured()
+
     # ---- one trial -------------------------------------------------------------------------
     def _trial(
-        self, c: ConfigRow, load: float, probe: bool, stack: ExitStack, session: list[EngineSession]
+        self,
+        c: ConfigRow,
+        load: float,
+        probe: bool,
+        stack: ExitStack,
+        session: list[EngineSession],
+        prior: Tally = Tally(),
+        repeat: int = 0,
     ) -> TrialRow | None:
+        """One run. A point's repeat is watched and judged with the earlier runs' tally (`prior`)."""
         seq = len(c.trials)
         kind = "probe" if probe else "point"
         name = f"probe-{self.kind}-{load:g}" if probe else point_dir_name(seq - 1, self.kind, load)
@@ -259,7 +295,7 @@ class Tuner:
             return old
         if self._spent():
             return None
-        row = TrialRow(c.name, seq, kind, load, f"{c.name}/{name}")
+        row = TrialRow(c.name, seq, kind, load, f"{c.name}/{name}", repeat=repeat)
         c.trials.append(row)
         if not session:
             session.append(self._start_engine(c, stack))
@@ -271,19 +307,19 @@ class Tuner:
         begun = time.monotonic()
         try:
             result = run_scenario(
-                self._point_scenario(c, load, probe),
+                self._point_scenario(c, load, probe, repeat),
                 self.out / row.dir,
                 workers=self.workers,
                 session=session[0],
                 reporter=self.reporter,
-                watch=self._watch(probe),
+                watch=self._watch(probe, prior),
             )
         except BaseException:
             row.status = "interrupted"
             raise
         finally:
             row.wall_s = time.monotonic() - begun
-        self._fill(row, result, c.accelerators)
+        self._fill(row, result, c.accelerators, prior)
         self.save()
         if result.interrupted_by:
             raise Terminated() if result.interrupted_by == "SIGTERM" else KeyboardInterrupt()
@@ -301,7 +337,8 @@ class Tuner:
         c.engine_start_s += time.monotonic() - begun
         return session
 
-    def _point_scenario(self, c: ConfigRow, load: float, probe: bool) -> Scenario:
+    def _point_scenario(self, c: ConfigRow, load: float, probe: bool, repeat: int = 0) -> Scenario:
+        """A repeat draws its own arrivals and prompts (seed + repeat): pooled runs are independent samples."""
         s = self.scenario
         update = {"concurrency": int(load)} if self.kind == "concurrency" else {"rate": load}
         if probe:
@@ -311,15 +348,18 @@ class Tuner:
             backend = backend.model_copy(
                 update={"launch": backend.launch.model_copy(update={"args": [*backend.launch.args, *c.launch_args]})}
             )
-        return s.model_copy(update={"backend": backend, "load": s.load.model_copy(update=update), "tune": None})
+        load_spec = s.load.model_copy(update=update)
+        return s.model_copy(update={"backend": backend, "load": load_spec, "tune": None, "seed": s.seed + repeat})
 
-    def _watch(self, probe: bool) -> PointWatch | None:
+    def _watch(self, probe: bool, prior: Tally) -> PointWatch | None:
         if probe or not self.tune.early_stop:
             return None  # a probe measures throughput: it runs to its end
         slo = active_slo(self.scenario.slo.model_dump())
-        return PointWatch(slo, self.tune.attainment, can_pass=not self.tune.percentile_slo)
+        # with slo.confidence a pass is judged on the share's lower bound, which the share met cannot prove early
+        can_pass = not self.tune.percentile_slo and self.scenario.slo.confidence is None
+        return PointWatch(slo, self.tune.attainment, can_pass=can_pass, prior=prior)
 
-    def _fill(self, row: TrialRow, result, accelerators: int) -> None:
+    def _fill(self, row: TrialRow, result, accelerators: int, prior: Tally) -> None:
         s = result.summary
         problems = ([result.engine_exit] if result.engine_exit else []) + list(result.incomplete_reasons)
         row.status = "failed" if problems else "interrupted" if result.interrupted_by else "completed"
@@ -333,19 +373,29 @@ class Tuner:
         row.client_bound = result.client_bound
         if row.kind == "probe":
             row.requests_per_s = completion_rate(result.out_dir) or row.requests_per_s
-        fraction = s["goodput"]["fraction"]
-        stop = s.get("stopped_early")
-        row.stopped_early = stop
+        self._judge(row, s, prior)
+
+    def _judge(self, row: TrialRow, s: dict, prior: Tally) -> None:
+        """The verdict and the share met, pooled with the earlier runs of the same load (`prior`)."""
+        good = round(s["goodput"]["fraction"] * s["requests"]["measured"])
+        stop = row.stopped_early = s.get("stopped_early")
+        if stop:  # the watch's counts, pooled with the earlier runs'
+            row.met, row.judged = stop["met"] - prior.met, stop["after_requests"] - prior.judged
+        else:
+            row.met, row.judged = good, s["requests"]["measured"]
         if stop:  # the verdict it proved; the fraction is its bound
             row.passed = stop["passed"]
             bound = stop["met"] if stop["passed"] else stop["planned_requests"] - stop["missed"]
             row.goodput_fraction = bound / stop["planned_requests"]
             if stop["reason"] == "over_saturated":  # failed by its slopes; what it measured, at most the bound
-                row.goodput_fraction = min(fraction, row.goodput_fraction)
+                measured = prior.plus(good, s["requests"]["measured"])  # the cut requests count as missed
+                row.goodput_fraction = min(measured.fraction, row.goodput_fraction)
             remaining = stop["planned_requests"] - stop["after_requests"]
             row.seconds_saved = remaining / row.requests_per_s if row.requests_per_s > 0 else None
         else:
-            row.passed, row.goodput_fraction = fraction >= self.tune.attainment, fraction
+            pooled = prior.plus(row.met, row.judged)
+            row.goodput_fraction = pooled.fraction
+            row.passed = passes(pooled, self.tune.attainment, self.scenario.slo.confidence)
         if self.tune.percentile_slo:  # judged on what the point measured (a stopped point has failed already)
             row.percentiles = judge_percentiles(self.tune.percentile_slo, s)
             row.passed = row.passed and all(b["met"] for b in row.percentiles.values())

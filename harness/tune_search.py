@@ -50,7 +50,7 @@ Measure = Callable[[float, bool], "Measured | None"]  # (load, is_probe) -> poin
 
 def start_load(kind: str, lo: float, hi: float, probe: Measured | None) -> float:
     if kind == "rate" and probe is not None and probe.requests_per_s > 0:
-        return _round(kind, _clamp(probe.requests_per_s, lo, hi))
+        return _round_within(kind, probe.requests_per_s, lo, hi)
     return _round(kind, math.sqrt(lo * hi))
 
 
@@ -75,7 +75,7 @@ def search_capacity(
             return SearchResult([], None, None, "budget")
         start = start_load(kind, bound_lo, bound_hi, probe)
     points: list[Measured] = []
-    load: float | None = _round(kind, _clamp(start, bound_lo, bound_hi))
+    load: float | None = _round_within(kind, start, bound_lo, bound_hi)
     while load is not None and len(points) < max_points:
         point = measure(load, False)
         if point is None:
@@ -94,9 +94,9 @@ def next_load(
     lo, hi = _bracket(points)
     if lo is None:  # nothing passed yet: go down
         lowest = min(p.offered_load for p in points)
-        return None if lowest <= bound_lo else _fresh(points, kind, max(bound_lo, lowest / STEP_FACTOR))
+        return None if lowest <= bound_lo else _fresh(points, kind, lowest / STEP_FACTOR, (bound_lo, bound_hi))
     if hi is None:  # nothing failed above the passes: go up
-        return None if lo >= bound_hi else _fresh(points, kind, min(bound_hi, lo * STEP_FACTOR))
+        return None if lo >= bound_hi else _fresh(points, kind, lo * STEP_FACTOR, (bound_lo, bound_hi))
     if hi / lo - 1 <= precision:
         return None
     a = next(p for p in points if p.offered_load == lo)
@@ -106,7 +106,7 @@ def next_load(
     interpolate = a.exact and b.exact and a.goodput_fraction > b.goodput_fraction
     w = (a.goodput_fraction - attainment) / (a.goodput_fraction - b.goodput_fraction) if interpolate else 0.5
     guess = lo + min(max(w, SAFEGUARD), 1 - SAFEGUARD) * span
-    return _fresh(points, kind, guess, lo, hi)
+    return _fresh(points, kind, guess, (bound_lo, bound_hi), lo, hi)
 
 
 def _bracket(points: list[Measured]) -> tuple[float | None, float | None]:
@@ -118,13 +118,26 @@ def _bracket(points: list[Measured]) -> tuple[float | None, float | None]:
 
 
 def _fresh(
-    points: list[Measured], kind: str, load: float, lo: float | None = None, hi: float | None = None
+    points: list[Measured],
+    kind: str,
+    load: float,
+    bounds: tuple[float, float],
+    lo: float | None = None,
+    hi: float | None = None,
 ) -> float | None:
-    """The load rounded for its kind; None when that is one already measured (no whole number left between)."""
-    load = _round(kind, load)
+    """The load rounded for its kind, inside the bounds; None when that is one already measured (no whole
+    number left between)."""
+    load = _round_within(kind, load, *bounds)
     if kind == "concurrency" and lo is not None and hi is not None and not lo < load < hi:
         return None
     return None if any(math.isclose(p.offered_load, load) for p in points) else load
+
+
+def _round_within(kind: str, load: float, bound_lo: float, bound_hi: float) -> float:
+    """Rounded, and never past a bound: 19.259 rounds to 19.3, so a bound of 19.259 stays 19.259 (a load above
+    tune.load's max was measured otherwise)."""
+    rounded = _round(kind, _clamp(load, bound_lo, bound_hi))
+    return _clamp(rounded, bound_lo, bound_hi) if kind == "rate" else rounded
 
 
 def _round(kind: str, load: float) -> float:

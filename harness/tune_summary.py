@@ -80,6 +80,7 @@ def search_cost(trials: list[dict], configs: list[dict]) -> dict:
     seconds = sum(t["wall_s"] for t in ran) + sum(c["engine_start_s"] for c in configs)
     return {
         "runs": len(ran),
+        "repeats": sum(1 for t in ran if t.get("repeat")),  # runs again of a load whose verdict was uncertain
         "requests": sum(t["requests"] for t in ran),
         "minutes": seconds / 60,
         "seconds_saved_by_early_stops": sum(t["seconds_saved"] or 0.0 for t in ran),
@@ -127,6 +128,8 @@ def trial_line(row, kind: str) -> str:
         f"{row.kind} {kind} {row.offered_load:g}: {verdict}, goodput {100 * (row.goodput_fraction or 0):.0f}%, "
         f"{row.requests_per_s:.2f} req/s, {row.requests} requests in {row.wall_s:.1f} s"
     )
+    if row.repeat:
+        line += f" (repeat {row.repeat}: the verdict on the load's pooled requests)"
     for name, bound in (row.percentiles or {}).items():
         if not bound["met"]:
             measured = "not measured" if bound["measured_ms"] is None else f"{bound['measured_ms']:.0f} ms"
@@ -146,16 +149,18 @@ def plan_lines(scenario: Scenario) -> list[str]:
     searched = len(settings) if method == "grid" else max(1, math.ceil(len(settings) * HALVING_KEEP))
     per_point = load.num_requests + load.warmup_requests
     mid = math.sqrt(bounds.min * bounds.max)
-    worst_requests = len(settings) * tune.probe_requests + searched * tune.max_points * per_point
-    seconds = len(settings) * tune.probe_requests / bounds.max + searched * tune.max_points * per_point / mid
+    runs = tune.max_points * (1 + tune.repeats)  # per configuration, each point run again while uncertain
+    worst_requests = len(settings) * tune.probe_requests + searched * runs * per_point
+    seconds = len(settings) * tune.probe_requests / bounds.max + searched * runs * per_point / mid
     lines = [f"{len(settings)} configuration(s); {method_why(method, len(settings), tune.full_grid_max)}"]
     lines += [f"  {config_name(s)}: {' '.join(launch_args(s)) or '(the launch as written)'}" for s in settings]
     lines.append(
         f"each: one engine start, a probe of {tune.probe_requests} requests, then up to {tune.max_points} "
         f"points of {per_point} requests between {kind} {bounds.min:g} and {bounds.max:g} "
-        f"(until the bracket is within {tune.precision:.0%})"
+        f"(until the bracket is within {tune.precision:.0%}), each run up to {tune.repeats} more times while its "
+        f"verdict is uncertain"
     )
-    estimate = f"at most {len(settings) + searched * tune.max_points} runs, {worst_requests} requests"
+    estimate = f"at most {len(settings) + searched * runs} runs, {worst_requests} requests"
     if kind == "rate":  # open arrivals: a schedule's span is known; a closed loop's depends on the engine
         estimate += f", about {seconds / 60:.1f} minutes of load (+ engine starts; early stops cut it)"
     dense = dense_grid(kind, bounds.min, bounds.max, tune.precision)

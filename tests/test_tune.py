@@ -93,6 +93,20 @@ def test_search_brackets_a_known_capacity_with_few_points():
     assert len(result.points) <= 6 < dense_points  # 57 points for a sweep to the same precision
 
 
+def test_the_search_never_measures_past_its_bounds():
+    """Loads are rounded to 3 significant digits; a bound such as 19.259 must not become 19.3 (the tune then
+    measured above the dense sweep's top point and beside its grid)."""
+    measured = []
+
+    def measure(load, probe):
+        measured.append(load)
+        return Measured(load, True, 1.0, load)  # every load passes: the search climbs to the upper bound
+
+    result = search_capacity(measure, "rate", 1.5, 19.259, 0.9, 0.1, 8)
+    assert result.status == "at_least" and result.lo == 19.259
+    assert max(measured) == 19.259 and min(measured) >= 1.5
+
+
 def test_slope_bound_sees_growth_and_not_noise():
     xs = [i * 0.1 for i in range(30)]
     slope, low, _ = fit_line(xs, [2 * x + (0.05 if i % 2 else -0.05) for i, x in enumerate(xs)], 0.99)
