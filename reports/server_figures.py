@@ -148,8 +148,10 @@ def telemetry(runs: list[RunData]) -> go.Figure | None:
     return _small_multiples("Device telemetry", per_run) if per_run else None
 
 
-def _small_multiples(title: str, per_run) -> go.Figure:
+def _small_multiples(title: str, per_run) -> go.Figure | None:
     names = list(dict.fromkeys(n for _, _, panels in per_run for n in panels))[:MAX_PANELS]  # first run's order
+    if not names:  # a run too short for any series to have two samples: nothing to draw
+        return None
     fig = make_subplots(
         rows=len(names), cols=1, shared_xaxes=True, subplot_titles=names, vertical_spacing=min(0.08, 0.3 / len(names))
     )
