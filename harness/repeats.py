@@ -23,6 +23,7 @@ from harness.results import RUN_FILES, ResultsError, holds_run, write_json
 from harness.run import Reporter, RunResult, run_scenario
 from harness.scenario import Scenario
 from harness.session import engine_session
+from harness.sweep import run_status
 
 MANIFEST = "repeats.json"
 MAX_REPEATS = 100
@@ -108,13 +109,7 @@ def run_repeats(
 def _judge(status: RepeatStatus) -> None:
     """A finished repeat's status (as a sweep point's) and its validity."""
     result = status.result
-    status.status = (
-        "failed"
-        if result.engine_exit or result.incomplete_reasons
-        else "interrupted"
-        if result.summary["interrupted"]
-        else "completed"
-    )
+    status.status = run_status(result)
     verdict = result.summary.get("validity") or {"valid": True, "reasons": []}
     status.valid, status.reasons = verdict["valid"], list(verdict["reasons"])
 

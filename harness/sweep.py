@@ -68,20 +68,21 @@ def run_sweep(
             finally:
                 save()
             result = point.result
-            # records missing (a lost client process) make a point as unusable as the engine's exit
-            point.status = (
-                "failed"
-                if result.engine_exit or result.incomplete_reasons
-                else "interrupted"
-                if result.summary["interrupted"]
-                else "completed"
-            )
+            point.status = run_status(result)
             point.client_bound = result.client_bound
             save()
             reporter.info(point_line(point, kind))
             if point.status != "completed":
                 break
     return points
+
+
+def run_status(result: RunResult) -> str:
+    """A finished run's status in a sweep's or a repeats folder's manifest. Records missing (a lost client
+    process) make a run as unusable as the engine's exit."""
+    if result.engine_exit or result.incomplete_reasons:
+        return "failed"
+    return "interrupted" if result.summary["interrupted"] else "completed"
 
 
 def _save_manifest(out_dir: Path, scenario: Scenario, kind: str, points: list[SweepPointStatus]) -> None:

@@ -17,6 +17,7 @@ from harness.peers.common import (
     FROM_ACTUAL_SEND,
     PeerRun,
     chunk_times,
+    json_object_or_none,
     one_token_per_chunk,
     read_json_file,
     require,
@@ -37,11 +38,8 @@ TO_MS = {"ms": 1.0, "s": 1e3, "sec": 1e3, "us": 1e-3, "ns": 1e-6}
 
 
 def matches(path: Path) -> bool:
-    if path.suffix != ".json":
-        return False
-    try:
-        obj = read_json_file(path)
-    except ResultsError:
+    obj = json_object_or_none(path) if path.suffix == ".json" else None
+    if obj is None:
         return False
     return "aiperf_version" in obj and "time_to_first_token" in obj
 

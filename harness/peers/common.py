@@ -54,6 +54,14 @@ def read_json_file(path: Path) -> dict:
     return obj
 
 
+def json_object_or_none(path: Path) -> dict | None:
+    """The file's JSON object, or None when it is not one: how each tool's `matches` tells its files apart."""
+    try:
+        return read_json_file(path)
+    except ResultsError:
+        return None
+
+
 def require(obj: dict, keys, path: Path, tool: str) -> None:
     missing = [k for k in keys if k not in obj]
     if missing:

@@ -13,19 +13,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.peers.common import FROM_ACTUAL_SEND, PeerRun, read_json_file, require, stats_ms, streamed_record
-from harness.results import ResultsError
+from harness.peers.common import (
+    FROM_ACTUAL_SEND,
+    PeerRun,
+    json_object_or_none,
+    read_json_file,
+    require,
+    stats_ms,
+    streamed_record,
+)
 
 TOOL = "GuideLLM"
 MS = {"time_to_first_token_ms": "ttft_ms", "inter_token_latency_ms": "tpot_ms"}
 
 
 def matches(path: Path) -> bool:
-    if path.suffix != ".json":
-        return False
-    try:
-        obj = read_json_file(path)
-    except ResultsError:
+    obj = json_object_or_none(path) if path.suffix == ".json" else None
+    if obj is None:
         return False
     benchmarks = obj.get("benchmarks")
     return isinstance(benchmarks, list) and bool(benchmarks) and "metrics" in benchmarks[0]

@@ -14,6 +14,7 @@ from harness.peers.common import (
     FROM_ACTUAL_SEND,
     PeerRun,
     chunk_times,
+    json_object_or_none,
     one_token_per_chunk,
     read_json_file,
     require,
@@ -27,11 +28,8 @@ METRICS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_chunk_ms", "e2el": 
 
 
 def matches(path: Path) -> bool:
-    if path.suffix != ".json":
-        return False
-    try:
-        obj = read_json_file(path)
-    except Exception:
+    obj = json_object_or_none(path) if path.suffix == ".json" else None
+    if obj is None:
         return False
     return all(k in obj for k in FIGURES) and "endpoint_type" in obj and "median_ttft_ms" in obj
 
