@@ -28,7 +28,7 @@ from native_engine.model_files import resolve_model
 from native_engine.model_runner import SeqChunk
 from native_engine.runtime import make_runner
 from native_engine.sampler import mask_stop_tokens, sample_with_drafts
-from native_engine.scheduler import QueueFullError, Scheduler, SchedulerConfig
+from native_engine.scheduler import QueueFullError, ScheduledChunk, Scheduler, SchedulerConfig
 from native_engine.sequence import SamplingParams, Sequence, SequenceStatus
 from native_engine.spec_decode import NgramProposer, SpeculativeConfig
 from native_engine.step_trace import StepTrace, step_flops
@@ -136,6 +136,32 @@ def _merge_outputs(outs: list[RequestOutput]) -> RequestOutput:
         last.num_cached_tokens,
         last.timings,
     )
+
+
+@dataclass
+class StepBatch:
+    """One step's scheduled chunks and what the forward pass and the sampler need of each, in batch order."""
+
+    chunks: list[ScheduledChunk]
+    seq_chunks: list[SeqChunk] = field(default_factory=list)
+    drafts: list[list[int]] = field(default_factory=list)  # each chunk's draft tokens (speculative decoding)
+    sampling: list[bool] = field(default_factory=list)  # the chunk completes its prompt: its logits give a token
+    is_decode: list[bool] = field(default_factory=list)
+    flops: int = 0
+
+    @property
+    def sampled_seqs(self) -> list[Sequence]:
+        return [c.seq for c, s in zip(self.chunks, self.sampling) if s]
+
+    @property
+    def sampled_drafts(self) -> list[list[int]]:
+        return [d for d, s in zip(self.drafts, self.sampling) if s]
+
+
+@dataclass
+class StepTokens:
+    prompt_tokens: int = 0  # prompts that got their first token this step
+    generation_tokens: int = 0
 
 
 class LLMEngine:
@@ -261,57 +287,79 @@ class LLMEngine:
                     self.scheduler.finish(seq, "abort")
         return admitted
 
-    # ---- one step -------------------------------------------------------------------------
+    # ---- one step: schedule, run, postprocess ---------------------------------------------------
     def step(self) -> list[RequestOutput]:
         start_ns = time.perf_counter_ns()
         admitted = self._drain_inbox()
-        seen_preemptions, seen_hits = self.scheduler.num_preemptions, self.block_manager.prefix_cache_hits_tokens
+        seen = (self.scheduler.num_preemptions, self.block_manager.prefix_cache_hits_tokens)
         if self.proposer:
             self._propose_drafts()
         chunks = self.scheduler.schedule()
         if not chunks:
             self._record_step(0, 0, 0, 0)  # gauges still move after aborts
             return admitted
-        sampling, drafts, seq_chunks, is_decode = [], [], [], []  # one pass over the batch: it runs every step
+        batch = self._build_batch(chunks)
+        logits = self._forward(batch)
+        kv_positions_read = self.scheduler.postprocess(chunks)
+        outputs, new_ids = self._sample(batch, logits)
+        stats = self._emit_tokens(batch, new_ids, outputs)
+        self._record_forward_step(batch, stats, kv_positions_read)
+        if self.step_trace is not None:
+            self._trace_step(batch, start_ns, seen, kv_positions_read)
+        return admitted + outputs
+
+    def _build_batch(self, chunks: list[ScheduledChunk]) -> StepBatch:
+        """One pass over the scheduled chunks (it runs every step): each one's tokens, drafts, whether it samples."""
+        batch = StepBatch(chunks)
         for c in chunks:
-            seq, start, samples = c.seq, c.seq.num_computed_tokens, c.completes_prompt
+            seq, start = c.seq, c.seq.num_computed_tokens
             draft = seq.spec_token_ids[: c.num_draft_tokens] if seq.spec_token_ids else []
             known = seq.token_ids[start : start + c.num_new_tokens]
-            sampling.append(samples)
-            drafts.append(draft)
-            seq_chunks.append(SeqChunk(known + draft if draft else known, start, seq.block_table, samples, bool(draft)))
-            is_decode.append(c.num_new_tokens == 1 and seq.num_output_tokens > 0)
+            batch.sampling.append(c.completes_prompt)
+            batch.drafts.append(draft)
+            batch.seq_chunks.append(
+                SeqChunk(known + draft if draft else known, start, seq.block_table, c.completes_prompt, bool(draft))
+            )
+            batch.is_decode.append(c.num_new_tokens == 1 and seq.num_output_tokens > 0)
+        batch.flops = step_flops(
+            *self._flops_args, [(sc.start_pos, len(sc.token_ids)) for sc in batch.seq_chunks], len(batch.sampled_seqs)
+        )
+        return batch
+
+    def _forward(self, batch: StepBatch):
         forward_start_s = time.perf_counter()
-        logits = self.runner.forward(seq_chunks)
+        logits = self.runner.forward(batch.seq_chunks)
         self.last_forward_s = time.perf_counter() - forward_start_s  # the rest of a step is engine overhead
-        kv_positions_read = 0
-        for c, d in zip(chunks, drafts):
-            # Draft positions hold KV only once accepted (below); until then the sequence ends before them.
-            c.seq.num_computed_tokens += c.num_new_tokens - len(d)
-            kv_positions_read += c.seq.num_computed_tokens + len(d)
-            self.block_manager.cache_computed_blocks(c.seq)
-        kv_bytes = kv_positions_read * self.runner.kv_bytes_per_token
-        seqs = [c.seq for c, s in zip(chunks, sampling) if s]
-        flops = step_flops(*self._flops_args, [(sc.start_pos, len(sc.token_ids)) for sc in seq_chunks], len(seqs))
-        drafts = [d for d, s in zip(drafts, sampling) if s]
-        outputs = []
+        return logits
+
+    def _sample(self, batch: StepBatch, logits) -> tuple[list[RequestOutput], list[list[int]]]:
+        """The sampled rows' new tokens (a sequence with drafts: the accepted ones and one more), masked for
+        stop tokens and grammars first; when that raises, the failed requests' outputs and no tokens."""
+        seqs, drafts = batch.sampled_seqs, batch.sampled_drafts
         try:
-            row_seqs = [seq for seq, d in zip(seqs, drafts) for _ in range(1 + len(d))]
-            row_outputs = [seq.num_output_tokens + j for seq, d in zip(seqs, drafts) for j in range(1 + len(d))]
-            mask_stop_tokens(logits, row_seqs, list(self.eos_token_ids), row_outputs)
-            self.guided.mask_logits(logits, row_seqs)  # constrained sequences never have drafts
+            self._mask_logits(logits, seqs, drafts)
             new_ids = sample_with_drafts(logits, seqs, drafts)
             self.guided.accept(seqs, [ids[0] for ids in new_ids])
         except Exception as exc:
-            outputs = self._isolate_sampling_failure(exc, logits, chunks, sampling, drafts)
-            seqs, drafts, new_ids = [], [], []
+            return self._isolate_sampling_failure(exc, logits, batch), []
+        return [], new_ids
 
+    def _mask_logits(self, logits, seqs: list[Sequence], drafts: list[list[int]]) -> None:
+        """A sequence with drafts owns 1 + len(draft) consecutive rows, the j-th after j more output tokens."""
+        row_seqs = [seq for seq, d in zip(seqs, drafts) for _ in range(1 + len(d))]
+        row_outputs = [seq.num_output_tokens + j for seq, d in zip(seqs, drafts) for j in range(1 + len(d))]
+        mask_stop_tokens(logits, row_seqs, list(self.eos_token_ids), row_outputs)
+        self.guided.mask_logits(logits, row_seqs)  # constrained sequences never have drafts
+
+    def _emit_tokens(self, batch: StepBatch, new_ids: list[list[int]], outputs: list[RequestOutput]) -> StepTokens:
+        """Each sampled sequence's new tokens, through stop checks, into outputs (appended); returns the
+        step's prompt and generation token counts."""
         now = time.perf_counter()
-        prompt_tokens = generation_tokens = 0
-        for seq, draft, token_ids in zip(seqs, drafts, new_ids):
+        stats = StepTokens()
+        for seq, draft, token_ids in zip(batch.sampled_seqs, batch.sampled_drafts, new_ids):
             if seq.first_token_s is None:
                 seq.first_token_s = now
-                prompt_tokens += seq.num_prompt_tokens
+                stats.prompt_tokens += seq.num_prompt_tokens
                 self.metrics.time_to_first_token.observe(now - seq.arrival_s)
             else:
                 self.metrics.inter_token_latency.observe(now - seq.last_token_s)
@@ -319,45 +367,50 @@ class LLMEngine:
             if draft:
                 self.metrics.record_draft(len(draft), len(token_ids) - 1)
             try:
-                outs = []
-                for token_id in token_ids:
-                    seq.token_ids.append(token_id)
-                    outs.append(self._process_token(seq, token_id, now))
-                    if outs[-1].finished:
-                        break
-                generation_tokens += len(outs)
-                if draft and not outs[-1].finished:
-                    # Keep the accepted drafts' KV; roll back over the rejected ones and free their blocks.
-                    seq.num_computed_tokens += len(token_ids) - 1
-                    self.block_manager.cache_computed_blocks(seq)
-                    self.block_manager.trim(seq, seq.num_tokens)
-                out = outs[0] if len(outs) == 1 else _merge_outputs(outs)
-                if seq.grammar_matcher is not None:
-                    out = self._jump_forward(seq, out, now)
+                out, num_tokens = self._emit_sequence(seq, draft, token_ids, now)
+                stats.generation_tokens += num_tokens
                 outputs.append(out)
             except Exception as exc:
                 outputs.append(self._fail_sequence(seq, exc))
-        self._record_step(
-            prompt_tokens, generation_tokens, max(self.runner.last_step_bytes_read - kv_bytes, 0), kv_bytes, flops
+        return stats
+
+    def _emit_sequence(self, seq: Sequence, draft: list[int], token_ids: list[int], now: float):
+        """One sequence's tokens of this step as one output, and how many it emitted (a stop ends them early)."""
+        outs = []
+        for token_id in token_ids:
+            seq.token_ids.append(token_id)
+            outs.append(self._process_token(seq, token_id, now))
+            if outs[-1].finished:
+                break
+        if draft and not outs[-1].finished:
+            self.scheduler.accept_drafts(seq, len(token_ids) - 1)
+        out = outs[0] if len(outs) == 1 else _merge_outputs(outs)
+        if seq.grammar_matcher is not None:
+            out = self._jump_forward(seq, out, now)
+        return out, len(outs)
+
+    def _record_forward_step(self, batch: StepBatch, stats: StepTokens, kv_positions_read: int) -> None:
+        kv_bytes = kv_positions_read * self.runner.kv_bytes_per_token
+        weight_bytes = max(self.runner.last_step_bytes_read - kv_bytes, 0)
+        self._record_step(stats.prompt_tokens, stats.generation_tokens, weight_bytes, kv_bytes, batch.flops)
+
+    def _trace_step(self, batch: StepBatch, start_ns: int, seen: tuple[int, int], kv_positions_read: int) -> None:
+        bm = self.block_manager
+        self.step_trace.record(  # in step_trace.FIELDS order
+            start_ns,
+            time.perf_counter_ns(),
+            int(self.last_forward_s * 1e9),
+            [c.num_new_tokens for c, d in zip(batch.chunks, batch.is_decode) if not d],
+            sum(batch.is_decode),
+            bm.num_blocks - bm.num_free_blocks,
+            self.scheduler.num_preemptions - seen[0],
+            bm.prefix_cache_hits_tokens - seen[1],
+            self.runner.last_step_bytes_read,
+            batch.flops,
+            len(self.scheduler.running),
+            len(self.scheduler.waiting),
+            kv_positions_read,
         )
-        if self.step_trace is not None:
-            bm = self.block_manager
-            self.step_trace.record(  # in step_trace.FIELDS order
-                start_ns,
-                time.perf_counter_ns(),
-                int(self.last_forward_s * 1e9),
-                [c.num_new_tokens for c, d in zip(chunks, is_decode) if not d],
-                sum(is_decode),
-                bm.num_blocks - bm.num_free_blocks,
-                self.scheduler.num_preemptions - seen_preemptions,
-                bm.prefix_cache_hits_tokens - seen_hits,
-                self.runner.last_step_bytes_read,
-                flops,
-                len(self.scheduler.running),
-                len(self.scheduler.waiting),
-                kv_positions_read,
-            )
-        return admitted + outputs
 
     def _propose_drafts(self) -> None:
         """Drafts for the running sequences that decode next step (all others get none)."""
@@ -479,14 +532,14 @@ class LLMEngine:
             seq.num_cached_tokens,
         )
 
-    def _isolate_sampling_failure(self, exc: Exception, logits, chunks, sampling, drafts) -> list[RequestOutput]:
+    def _isolate_sampling_failure(self, exc: Exception, logits, batch: StepBatch) -> list[RequestOutput]:
         """The batched mask/sample raised. Fail the rows that raise alone (tried on copies, with
         their generators restored) and step the others back, so the next step recomputes their last
         chunk and samples again: sampling may have edited their logits in place. A sequence with
         drafts owns 1 + len(draft) consecutive rows."""
-        outputs, sampled = [], [c for c, s in zip(chunks, sampling) if s]
+        outputs, sampled = [], [c for c, s in zip(batch.chunks, batch.sampling) if s]
         row = 0
-        for c, draft in zip(sampled, drafts):
+        for c, draft in zip(sampled, batch.sampled_drafts):
             rows = slice(row, row + 1 + len(draft))
             row = rows.stop
             rng_state = c.seq.rng.bit_generator.state
@@ -502,7 +555,7 @@ class LLMEngine:
                 outputs.append(self._fail_sequence(c.seq, row_exc))
                 continue
             c.seq.rng.bit_generator.state = rng_state
-            c.seq.num_computed_tokens -= c.num_new_tokens - len(draft)  # drafts were never counted computed
+            self.scheduler.rewind(c, len(draft))
         if not outputs:  # no single row is at fault: the batch is, and each of its requests fails
             log.error("sampling failed for the whole batch", exc_info=exc)
             outputs = [self._fail_sequence(c.seq, exc, traceback=False) for c in sampled]

@@ -148,6 +148,29 @@ class Scheduler:
             budget -= num_new
         return chunks
 
+    # ---- after the forward pass ----------------------------------------------------------------
+    def postprocess(self, chunks: list[ScheduledChunk]) -> int:
+        """The step's chunks have their KV: count it computed and put full blocks in the prefix cache.
+        Draft positions hold KV only once accepted (accept_drafts); until then the sequence ends before
+        them. Returns the KV positions the step's attention read."""
+        kv_positions_read = 0
+        for c in chunks:
+            num_drafts = c.num_draft_tokens  # before the count moves, which changes it
+            c.seq.num_computed_tokens += c.num_new_tokens - num_drafts
+            kv_positions_read += c.seq.num_computed_tokens + num_drafts
+            self.block_manager.cache_computed_blocks(c.seq)
+        return kv_positions_read
+
+    def accept_drafts(self, seq: Sequence, num_accepted: int) -> None:
+        """Keep the accepted drafts' KV; roll back over the rejected ones and free their blocks."""
+        seq.num_computed_tokens += num_accepted
+        self.block_manager.cache_computed_blocks(seq)
+        self.block_manager.trim(seq, seq.num_tokens)
+
+    def rewind(self, chunk: ScheduledChunk, num_drafts: int) -> None:
+        """Undo postprocess for a chunk whose tokens were not sampled: the next step computes it again."""
+        chunk.seq.num_computed_tokens -= chunk.num_new_tokens - num_drafts  # drafts were never counted computed
+
     def _order_by_prefix_match(self) -> None:
         now = self.clock()
         window = [self.waiting.popleft() for _ in range(min(len(self.waiting), LPM_WINDOW))]
