@@ -26,25 +26,14 @@ from dataclasses import dataclass
 
 import typer
 
+from native_engine.config import ServeConfig, to_flags
 from native_engine.disaggregation import DisaggregationSpec, Disaggregator
 from native_engine.router import Router, start_router
-from native_engine.routing import CacheAwareConfig, Policy
+from native_engine.routing import Policy
 
 log = logging.getLogger("native_engine.deployment")
-# The serve options that belong to the deployment, not to each replica.
-DEPLOYMENT_OPTIONS = {
-    "host",
-    "port",
-    "data_parallel",
-    "router_policy",
-    "router_cache_threshold",
-    "router_balance_abs_threshold",
-    "router_balance_rel_threshold",
-    "blas_threads",
-    "disaggregate",
-    "kv_transfer_dir",
-    "pin_cpus",
-}
+# Set by the deployment for each replica itself, not passed on from `serve`'s own.
+REPLICA_SETS = {"host", "port", "blas_threads", "kv_transfer_dir"}
 READY_LINE = re.compile(r"serving .* on http://([0-9.]+):(\d+)")
 STOP_GRACE_S = 10.0
 PR_SET_PDEATHSIG = 1
@@ -58,21 +47,9 @@ class ReplicaProcess:
     stopping: bool = False  # set when we stop it: its exit is then no news
 
 
-def replica_args(ctx: typer.Context) -> list[str]:
-    """The engine options this `serve` was given, spelled as flags for each replica's own `serve`."""
-    args = []
-    for param in ctx.command.params:
-        if param.param_type_name != "option" or param.name in DEPLOYMENT_OPTIONS:
-            continue
-        value = ctx.params[param.name]
-        if param.is_flag:
-            if value:
-                args.append(param.opts[0])
-            elif param.secondary_opts:
-                args.append(param.secondary_opts[0])
-        elif value is not None:
-            args += [param.opts[0], str(value)]
-    return args
+def replica_args(settings: ServeConfig) -> list[str]:
+    """The engine's and the server's settings this `serve` was given, as flags for each replica's own `serve`."""
+    return to_flags(settings.engine, REPLICA_SETS) + to_flags(settings.server, REPLICA_SETS)
 
 
 def die_with_parent(cpu: int | None = None) -> None:
@@ -166,45 +143,33 @@ def stop_replicas(replicas: list[ReplicaProcess]) -> None:
             r.process.wait()
 
 
-def serve_deployment(ctx: typer.Context) -> int:
+def serve_deployment(settings: ServeConfig) -> int:
     """Runs until SIGINT/SIGTERM; returns the exit code."""
-    p = ctx.params
+    d = settings.deployment
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        spec = DisaggregationSpec.parse(p["disaggregate"]) if p["disaggregate"] is not None else None
-        if spec and p["data_parallel"] > 1:
+        spec = DisaggregationSpec.parse(d.disaggregate) if d.disaggregate is not None else None
+        if spec and d.data_parallel > 1:
             raise ValueError(
                 "--disaggregate: give it or --data-parallel, not both (prefill=P,decode=D already "
                 "says how many engine processes run)"
             )
-        ids = spec.worker_ids() if spec else [str(i) for i in range(p["data_parallel"])]
-        policy = (
-            None
-            if spec
-            else Policy(
-                p["router_policy"],
-                ids,
-                CacheAwareConfig(
-                    cache_threshold=p["router_cache_threshold"],
-                    balance_abs_threshold=p["router_balance_abs_threshold"],
-                    balance_rel_threshold=p["router_balance_rel_threshold"],
-                ),
-            )
-        )
+        ids = spec.worker_ids() if spec else [str(i) for i in range(d.data_parallel)]
+        policy = None if spec else Policy(d.router_policy, ids, d.cache_aware)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         return 2
     # One BLAS thread pool per replica: by default the cores are shared out, not each replica taking all.
-    blas_threads = p["blas_threads"] or max(1, (os.cpu_count() or 1) // len(ids))
-    engine_args = replica_args(ctx)
+    blas_threads = settings.engine.threads or max(1, (os.cpu_count() or 1) // len(ids))
+    engine_args = replica_args(settings)
     transfer_dir = None
     if spec:
         transfer_dir = tempfile.mkdtemp(prefix="native-kv-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
         engine_args += ["--kv-transfer-dir", transfer_dir]
     try:
         try:
-            replicas = start_replicas(ids, engine_args, blas_threads, p["pin_cpus"])
+            replicas = start_replicas(ids, engine_args, blas_threads, d.pin_cpus)
         except RuntimeError as exc:
             typer.echo(f"error: {exc}", err=True)
             return 1
@@ -216,7 +181,8 @@ def serve_deployment(ctx: typer.Context) -> int:
         else:
             front, what = Router(urls, policy), f"router ({policy.name})"
         try:
-            asyncio.run(run_front(front, what, p["host"], p["port"], replicas, blas_threads))
+            server = settings.server
+            asyncio.run(run_front(front, what, server.host, server.port, replicas, blas_threads))
         finally:
             stop_replicas(replicas)
     finally:

@@ -20,6 +20,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from native_engine.block_manager import BlockManager
+from native_engine.config import EngineConfig  # defined with the other settings; imported from here too
 from native_engine.gguf_model import ModelConfig, ModelWeights, load_gguf
 from native_engine.guided import GrammarError, GuidedDecoding
 from native_engine.kv_transfer import KVHandoff, export_blocks, import_blocks
@@ -28,41 +29,13 @@ from native_engine.model_files import resolve_model
 from native_engine.model_runner import SeqChunk
 from native_engine.runtime import make_runner
 from native_engine.sampler import mask_stop_tokens, sample_with_drafts
-from native_engine.scheduler import QueueFullError, ScheduledChunk, Scheduler, SchedulerConfig
+from native_engine.scheduler import QueueFullError, ScheduledChunk, Scheduler
 from native_engine.sequence import SamplingParams, Sequence, SequenceStatus
-from native_engine.spec_decode import NgramProposer, SpeculativeConfig
+from native_engine.spec_decode import NgramProposer
 from native_engine.step_trace import StepTrace, step_flops
 from native_engine.tokenizer import IncrementalDetokenizer, Tokenizer
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class EngineConfig:
-    model: str = "smollm2"  # "smollm2" or a path to a GGUF file
-    served_model_name: str = "smollm2"
-    kv_block_size: int = 16
-    kv_cache_tokens: int = 32768  # KV cache capacity (46 KB a token for SmolLM2); whole blocks
-    enable_prefix_caching: bool = True
-    prefix_cache: str = "hash"  # "hash" (vLLM's hash chain) or "radix" (SGLang's radix tree)
-    step_trace: bool = False  # keep a record of every step (GET /step_trace)
-    enable_jump_forward: bool = True  # constrained requests: append grammar-forced tokens in one step
-    runtime: str = "numpy"  # "numpy" (fp32 reference), "torch" or "auto"; see runtime.py
-    dtype: str = "int4"  # torch's weights: "int4" (the GGUF's Q4_1 blocks), "int8", "bf16" or "fp32"
-    threads: int = 0  # torch's threads (0: one per core this process may use)
-    device: str = "cpu"  # torch's device: "cpu", "cuda" or "auto" (cuda when torch sees a GPU)
-    cuda_graphs: bool = True  # on CUDA: replay captured graphs for decode steps (off: launch each kernel)
-    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
-    speculative: SpeculativeConfig | None = None  # None: no speculative decoding
-    kv_transfer_dir: str | None = None  # a worker of a disaggregated deployment: KV files go here (kv_transfer.py)
-
-    def __post_init__(self):
-        k = self.speculative.num_speculative_tokens if self.speculative else 0
-        if k + 1 > self.scheduler.max_num_batched_tokens:
-            raise ValueError(
-                f"--num-speculative-tokens: {k} drafts and the last token must fit one step's budget "
-                f"(--max-num-batched-tokens {self.scheduler.max_num_batched_tokens})"
-            )
 
 
 @dataclass

@@ -15,17 +15,10 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from native_engine.config import CacheAwareConfig  # defined with the other settings; imported from here too
 from native_engine.prefix_tree import PrefixTree
 
 POLICIES = ("round_robin", "least_load", "cache_aware")
-
-
-@dataclass
-class CacheAwareConfig:
-    cache_threshold: float = 0.5
-    balance_abs_threshold: int = 32
-    balance_rel_threshold: float = 1.1
-    max_tree_chars: int = 2**22  # per replica; older prompts are forgotten beyond it
 
 
 @dataclass

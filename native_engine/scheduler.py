@@ -24,36 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from native_engine.block_manager import BlockManager
+from native_engine.config import SchedulerConfig  # defined with the other settings; imported from here too
 from native_engine.sequence import Sequence, SequenceStatus
 
-SCHEDULE_POLICIES = ("fcfs", "lpm")
 LPM_WINDOW = 128
-
-
-@dataclass
-class SchedulerConfig:
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int = 256
-    max_waiting: int = 1024
-    enable_chunked_prefill: bool = True
-    # Static batching (for comparison only): admit a new batch only when the running batch is empty.
-    static_batching: bool = False
-    schedule_policy: str = "fcfs"  # "fcfs" or "lpm"
-    schedule_aging_s: float = 10.0  # lpm: after this long waiting, a request goes first (FCFS)
-
-    def __post_init__(self):
-        if self.schedule_policy not in SCHEDULE_POLICIES:
-            raise ValueError(
-                f"schedule_policy: must be one of {', '.join(SCHEDULE_POLICIES)}, not {self.schedule_policy!r}"
-            )
-        if not self.schedule_aging_s >= 0:
-            raise ValueError("schedule_aging_s: must be >= 0 seconds (0 makes lpm behave as fcfs)")
-        if self.max_num_seqs < 1:
-            raise ValueError("max_num_seqs: must be >= 1")
-        if self.max_num_batched_tokens < 1:
-            raise ValueError("max_num_batched_tokens: must be >= 1")
-        if self.max_waiting < 1:
-            raise ValueError("max_waiting: must be >= 1")
 
 
 @dataclass

@@ -11,32 +11,9 @@ sequence's KV length back over the rejected ones. Pays off where outputs copy th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-MAX_SPECULATIVE_TOKENS = 16  # a verification chunk is k+1 tokens; beyond this the step grows with little gain
-
-
-@dataclass
-class SpeculativeConfig:
-    method: str = "ngram"
-    num_speculative_tokens: int = 4  # k: drafted tokens verified per step
-    ngram_max: int = 4  # longest suffix looked up
-    ngram_min: int = 2  # shortest suffix accepted as a match
-
-    def __post_init__(self):
-        # Messages name the `bench serve` flags: this is where a bad flag is caught, at startup.
-        if self.method != "ngram":
-            raise ValueError(f"--speculative: {self.method!r} is not a proposer here; use ngram")
-        if not 1 <= self.num_speculative_tokens <= MAX_SPECULATIVE_TOKENS:
-            raise ValueError(
-                f"--num-speculative-tokens: must be in [1, {MAX_SPECULATIVE_TOKENS}], got {self.num_speculative_tokens}"
-            )
-        if self.ngram_max < 1:
-            raise ValueError(f"--ngram-max: must be >= 1, got {self.ngram_max}")
-        if not 1 <= self.ngram_min <= self.ngram_max:
-            raise ValueError(f"--ngram-min: must be in [1, --ngram-max ({self.ngram_max})], got {self.ngram_min}")
+from native_engine.config import SpeculativeConfig  # defined with the other settings; imported from here too
 
 
 def propose_ngram(token_ids: list[int] | np.ndarray, k: int, ngram_min: int, ngram_max: int) -> list[int]:
