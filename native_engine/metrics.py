@@ -83,17 +83,28 @@ class EngineMetrics:
     def __init__(self, model_name: str, num_speculative_tokens: int = 0, kv_transfer: bool = False):
         self.registry = CollectorRegistry()
         self.model_name = model_name
-        r, labels = self.registry, ["model_name"]
+        # registered in /metrics' order: the step's gauges and counters, the latency histograms, then the optional
+        self._add_step_metrics()
+        self._add_latency_histograms()
+        if kv_transfer:  # a worker of a disaggregated deployment: the KV handoff's cost, by direction
+            self._add_kv_transfer_metrics()
+        self._seen_queries = self._seen_hits = self._seen_preemptions = 0
+        self._seen_cached = self._seen_recomputed = 0
+        if num_speculative_tokens:  # as vLLM: the spec_decode family only when speculation is on
+            self._add_spec_decode_metrics(num_speculative_tokens)
 
-        def gauge(name, doc):
-            return Gauge(f"native:{name}", doc, labels, registry=r).labels(model_name)
+    def _gauge(self, name: str, doc: str):
+        return Gauge(f"native:{name}", doc, ["model_name"], registry=self.registry).labels(self.model_name)
 
-        def counter(name, doc):
-            return Counter(f"native:{name}", doc, labels, registry=r).labels(model_name)
+    def _counter(self, name: str, doc: str):
+        return Counter(f"native:{name}", doc, ["model_name"], registry=self.registry).labels(self.model_name)
 
-        def histogram(name, doc, buckets):
-            return Histogram(f"native:{name}", doc, labels, buckets=buckets, registry=r).labels(model_name)
+    def _histogram(self, name: str, doc: str, buckets: tuple[float, ...]):
+        family = Histogram(f"native:{name}", doc, ["model_name"], buckets=buckets, registry=self.registry)
+        return family.labels(self.model_name)
 
+    def _add_step_metrics(self) -> None:
+        gauge, counter = self._gauge, self._counter
         self.num_requests_running = gauge("num_requests_running", "Requests in the running batch.")
         self.num_requests_waiting = gauge("num_requests_waiting", "Requests waiting to be scheduled.")
         self.kv_cache_usage_perc = gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
@@ -114,6 +125,9 @@ class EngineMetrics:
         self.jump_forward_tokens = counter(
             "jump_forward_tokens", "Output tokens a grammar forced, appended without sampling (jump-forward)."
         )
+
+    def _add_latency_histograms(self) -> None:
+        histogram = self._histogram
         self.time_to_first_token = histogram(
             "time_to_first_token_seconds", "Histogram of time to first token in seconds.", _TTFT_BUCKETS
         )
@@ -132,50 +146,49 @@ class EngineMetrics:
         self.request_decode_time = histogram(
             "request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", _REQUEST_BUCKETS
         )
-        if kv_transfer:  # a worker of a disaggregated deployment: the KV handoff's cost, by direction
-            labels = ["model_name", "direction"]
-            self.kv_transfer = (
-                Counter(
-                    "native:kv_transfer_bytes",
-                    "KV-cache bytes handed between prefill and decode workers.",
-                    labels,
-                    registry=r,
-                ),
-                Counter(
-                    "native:kv_transfer_blocks",
-                    "KV-cache blocks handed between prefill and decode workers.",
-                    labels,
-                    registry=r,
-                ),
-                Histogram(
-                    "native:kv_transfer_seconds",
-                    "Time to copy one prompt's KV blocks from the cache into "
-                    "the transfer file (send) or from it into the cache (receive).",
-                    labels,
-                    buckets=_KV_TRANSFER_BUCKETS,
-                    registry=r,
-                ),
-            )
-            for family in self.kv_transfer:
-                for direction in ("send", "receive"):
-                    family.labels(model_name, direction)
-        self._seen_queries = self._seen_hits = self._seen_preemptions = 0
-        self._seen_cached = self._seen_recomputed = 0
-        if num_speculative_tokens:  # as vLLM: the spec_decode family only when speculation is on
-            self.spec_decode_num_drafts = counter("spec_decode_num_drafts", "Number of spec decoding drafts.")
-            self.spec_decode_num_draft_tokens = counter("spec_decode_num_draft_tokens", "Number of draft tokens.")
-            self.spec_decode_num_accepted_tokens = counter(
-                "spec_decode_num_accepted_tokens", "Number of accepted tokens."
-            )
-            per_pos = Counter(
-                "native:spec_decode_num_accepted_tokens_per_pos",
-                "Accepted tokens per draft position.",
-                ["model_name", "position"],
+
+    def _add_kv_transfer_metrics(self) -> None:
+        r, labels = self.registry, ["model_name", "direction"]
+        self.kv_transfer = (
+            Counter(
+                "native:kv_transfer_bytes",
+                "KV-cache bytes handed between prefill and decode workers.",
+                labels,
                 registry=r,
-            )
-            self.spec_decode_num_accepted_tokens_per_pos = [
-                per_pos.labels(model_name, str(pos)) for pos in range(num_speculative_tokens)
-            ]
+            ),
+            Counter(
+                "native:kv_transfer_blocks",
+                "KV-cache blocks handed between prefill and decode workers.",
+                labels,
+                registry=r,
+            ),
+            Histogram(
+                "native:kv_transfer_seconds",
+                "Time to copy one prompt's KV blocks from the cache into "
+                "the transfer file (send) or from it into the cache (receive).",
+                labels,
+                buckets=_KV_TRANSFER_BUCKETS,
+                registry=r,
+            ),
+        )
+        for family in self.kv_transfer:
+            for direction in ("send", "receive"):
+                family.labels(self.model_name, direction)
+
+    def _add_spec_decode_metrics(self, num_speculative_tokens: int) -> None:
+        counter = self._counter
+        self.spec_decode_num_drafts = counter("spec_decode_num_drafts", "Number of spec decoding drafts.")
+        self.spec_decode_num_draft_tokens = counter("spec_decode_num_draft_tokens", "Number of draft tokens.")
+        self.spec_decode_num_accepted_tokens = counter("spec_decode_num_accepted_tokens", "Number of accepted tokens.")
+        per_pos = Counter(
+            "native:spec_decode_num_accepted_tokens_per_pos",
+            "Accepted tokens per draft position.",
+            ["model_name", "position"],
+            registry=self.registry,
+        )
+        self.spec_decode_num_accepted_tokens_per_pos = [
+            per_pos.labels(self.model_name, str(pos)) for pos in range(num_speculative_tokens)
+        ]
 
     def record_kv_transfer(self, direction: str, num_bytes: int, num_blocks: int, seconds: float) -> None:
         """One prompt's KV handed off (kv_transfer.py): "send" on a prefill worker, "receive" on a decode worker."""

@@ -14,6 +14,7 @@ import math
 import os
 import time
 import uuid
+from dataclasses import dataclass
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -21,7 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from native_engine.guided import Grammar, GrammarError, grammar_from_request
 from native_engine.head_deadline import HEAD_TIMEOUT_S, use_head_deadline
 from native_engine.kv_transfer import KVTransferError, cache_shape, receive_handoff
-from native_engine.llm_engine import LLMEngine, RequestOutput
+from native_engine.llm_engine import LLMEngine, RequestOutput, RequestStream
 from native_engine.scheduler import QueueFullError
 from native_engine.sequence import SamplingParams
 
@@ -369,119 +370,148 @@ class TokenEvents:
         return compact_json(out.new_text).encode().join(self._parts)
 
 
+@dataclass
+class StartedRequest:
+    """A request the engine took: its stream, and how the client asked to be answered."""
+
+    stream: RequestStream
+    request_id: str
+    streaming: bool
+    include_usage: bool
+    handoff: dict  # open_stream's disaggregation arguments (export_kv_to, handoff, handoff_timings)
+
+
 async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
     engine, served_name = request.app[ENGINE_KEY], request.app[NAME_KEY]
     try:
-        body = await read_json(request)
-        check_model(body, served_name)
-        check_unsupported(body)
-        kv_transfer, handoff = kv_transfer_field(body, engine), {}
-        if kv_transfer is not None and "kv_file" in kv_transfer:  # the prompt comes tokenized, with its KV
-            try:
-                handoff["handoff"], handoff["handoff_timings"] = receive_handoff(
-                    kv_transfer, engine.config.kv_transfer_dir, cache_shape(engine.runner)
-                )
-            except KVTransferError as exc:
-                raise RequestError(f"kv_transfer: {exc}", "kv_transfer") from None
-            prompt_ids, prompt_field = handoff["handoff"].prompt_token_ids, "messages" if chat else "prompt"
-        elif chat:
-            prompt_ids, prompt_field = await off_loop(chat_prompt_ids, body, engine), "messages"
-        else:
-            prompt_ids, prompt_field = await off_loop(prompt_ids_of_completion, body, engine), "prompt"
-        params = sampling_params(
-            body,
-            len(prompt_ids),
-            engine.max_model_len,
-            None if chat else 16,
-            prompt_field,
-            engine.model_config.vocab_size,
-        )
-        params.grammar = await output_grammar(body, engine)
-        streaming = typed(body, "stream", (bool,), False, "true or false")
-        options = typed(body, "stream_options", (dict,), {}, "an object")
-        include_usage = bool(options.get("include_usage", False))
-        request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}"
-        if kv_transfer is not None and params.grammar is not None:
-            raise RequestError(
-                "kv_transfer: a constrained request (response_format, guided_*) is not handed off; "
-                "send it whole to one worker",
-                "kv_transfer",
-            )
-        if kv_transfer is not None and kv_transfer.get("role") == "prefill":
-            params.max_tokens = 1  # the client's max_tokens was checked above; the decode worker runs the rest
-            handoff["export_kv_to"] = os.path.join(engine.config.kv_transfer_dir, request_id + ".kv")
-        try:
-            stream = engine.open_stream(request_id, prompt_ids, params, **handoff)
-        except QueueFullError as exc:
-            raise RequestError(f"{exc}; retry later", None, status=503, err_type="ServiceUnavailableError") from None
+        started = await start_request(request, engine, served_name, chat)
     except RequestError as exc:
         return exc.response()
-
     head = {
-        "id": request_id,
+        "id": started.request_id,
         "object": "chat.completion.chunk" if chat else "text_completion",
         "created": int(time.time()),
         "model": served_name,
     }
     try:
-        if not streaming:
-            text, last = "", None
-            async for last in stream:
-                text += last.new_text
-            if last.finish_reason in ("abort", "error"):
-                return RequestError(
-                    "the engine failed while running this request (its log says why)", None, 500, "InternalServerError"
-                ).response()
-            choice = {
-                "index": 0,
-                "logprobs": None,
-                "finish_reason": last.finish_reason,
-                "stop_reason": last.stop_reason,
-            }
-            if chat:
-                choice["message"] = {"role": "assistant", "content": text, "tool_calls": []}
-            else:
-                choice = {
-                    "index": 0,
-                    "text": text,
-                    **{k: v for k, v in choice.items() if k != "index"},
-                    "prompt_logprobs": None,
-                }
-            head["object"] = "chat.completion" if chat else "text_completion"
-            if "export_kv_to" in handoff:  # a prefill worker's answer: where the KV is and what it cost
-                head["kv_transfer"] = last.timings
-            elif "handoff" in handoff:  # the coordinator reads the handoff's cost there (streams: last chunk)
-                head["timings"] = last.timings
-            return web.json_response(
-                dumps=compact_json,
-                data={**head, "choices": [choice], "usage": usage(last), "system_fingerprint": SYSTEM_FINGERPRINT},
-            )
-
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await response.prepare(request)
-        if chat:
-            first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-            await response.write(sse({**head, "choices": [first], "prompt_token_ids": None, "prompt_text": None}))
-        events = TokenEvents(head, chat)
-        async for out in stream:
-            if not out.new_text and not out.finished:
-                continue  # a token whose text is held back (partial UTF-8 or a possible stop string)
-            if not out.finished:
-                await response.write(events.token_event(out))
-                continue
-            extra = {"timings": out.timings} if out.timings else {}  # like llama-server's: the engine's own account
-            if not include_usage:
-                extra["system_fingerprint"] = SYSTEM_FINGERPRINT
-            await response.write(events.chunk_event(out, out.new_text, **extra))
-            if include_usage:
-                await response.write(
-                    sse({**head, "choices": [], "usage": usage(out), "system_fingerprint": SYSTEM_FINGERPRINT})
-                )
-        await response.write(sse(b"[DONE]"))
-        await response.write_eof()
-        return response
+        if not started.streaming:
+            return await whole_response(started, head, chat)
+        return await stream_response(request, started, head, chat)
     finally:
-        stream.close()
+        started.stream.close()
+
+
+async def start_request(request: web.Request, engine: LLMEngine, served_name: str, chat: bool) -> StartedRequest:
+    """The request's body checked, its prompt tokenized and handed to the engine; RequestError names what is wrong."""
+    body = await read_json(request)
+    check_model(body, served_name)
+    check_unsupported(body)
+    kv_transfer = kv_transfer_field(body, engine)
+    prompt_ids, prompt_field, handoff = await request_prompt(body, engine, chat, kv_transfer)
+    params = sampling_params(
+        body,
+        len(prompt_ids),
+        engine.max_model_len,
+        None if chat else 16,
+        prompt_field,
+        engine.model_config.vocab_size,
+    )
+    params.grammar = await output_grammar(body, engine)
+    streaming = typed(body, "stream", (bool,), False, "true or false")
+    options = typed(body, "stream_options", (dict,), {}, "an object")
+    include_usage = bool(options.get("include_usage", False))
+    request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}"
+    if kv_transfer is not None and params.grammar is not None:
+        raise RequestError(
+            "kv_transfer: a constrained request (response_format, guided_*) is not handed off; "
+            "send it whole to one worker",
+            "kv_transfer",
+        )
+    if kv_transfer is not None and kv_transfer.get("role") == "prefill":
+        params.max_tokens = 1  # the client's max_tokens was checked above; the decode worker runs the rest
+        handoff["export_kv_to"] = os.path.join(engine.config.kv_transfer_dir, request_id + ".kv")
+    try:
+        stream = engine.open_stream(request_id, prompt_ids, params, **handoff)
+    except QueueFullError as exc:
+        raise RequestError(f"{exc}; retry later", None, status=503, err_type="ServiceUnavailableError") from None
+    return StartedRequest(stream, request_id, streaming, include_usage, handoff)
+
+
+async def request_prompt(body: dict, engine: LLMEngine, chat: bool, kv_transfer: dict | None):
+    """(prompt token ids, the field they came from, open_stream's handoff arguments): a decode worker's
+    request brings its prompt tokenized, with its KV; any other is tokenized here (off the loop)."""
+    if kv_transfer is not None and "kv_file" in kv_transfer:
+        try:
+            received, timings = receive_handoff(kv_transfer, engine.config.kv_transfer_dir, cache_shape(engine.runner))
+        except KVTransferError as exc:
+            raise RequestError(f"kv_transfer: {exc}", "kv_transfer") from None
+        handoff = {"handoff": received, "handoff_timings": timings}
+        return received.prompt_token_ids, "messages" if chat else "prompt", handoff
+    if chat:
+        return await off_loop(chat_prompt_ids, body, engine), "messages", {}
+    return await off_loop(prompt_ids_of_completion, body, engine), "prompt", {}
+
+
+async def whole_response(started: StartedRequest, head: dict, chat: bool) -> web.Response:
+    """The finished request as one JSON answer (stream: false)."""
+    text, last = "", None
+    async for last in started.stream:
+        text += last.new_text
+    if last.finish_reason in ("abort", "error"):
+        return RequestError(
+            "the engine failed while running this request (its log says why)", None, 500, "InternalServerError"
+        ).response()
+    choice = {
+        "index": 0,
+        "logprobs": None,
+        "finish_reason": last.finish_reason,
+        "stop_reason": last.stop_reason,
+    }
+    if chat:
+        choice["message"] = {"role": "assistant", "content": text, "tool_calls": []}
+    else:
+        choice = {
+            "index": 0,
+            "text": text,
+            **{k: v for k, v in choice.items() if k != "index"},
+            "prompt_logprobs": None,
+        }
+    head["object"] = "chat.completion" if chat else "text_completion"
+    if "export_kv_to" in started.handoff:  # a prefill worker's answer: where the KV is and what it cost
+        head["kv_transfer"] = last.timings
+    elif "handoff" in started.handoff:  # the coordinator reads the handoff's cost there (streams: last chunk)
+        head["timings"] = last.timings
+    return web.json_response(
+        dumps=compact_json,
+        data={**head, "choices": [choice], "usage": usage(last), "system_fingerprint": SYSTEM_FINGERPRINT},
+    )
+
+
+async def stream_response(request: web.Request, started: StartedRequest, head: dict, chat: bool) -> web.StreamResponse:
+    """The request's outputs as server-sent events, as they come (stream: true)."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    if chat:
+        first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+        await response.write(sse({**head, "choices": [first], "prompt_token_ids": None, "prompt_text": None}))
+    events = TokenEvents(head, chat)
+    async for out in started.stream:
+        if not out.new_text and not out.finished:
+            continue  # a token whose text is held back (partial UTF-8 or a possible stop string)
+        if not out.finished:
+            await response.write(events.token_event(out))
+            continue
+        extra = {"timings": out.timings} if out.timings else {}  # like llama-server's: the engine's own account
+        if not started.include_usage:
+            extra["system_fingerprint"] = SYSTEM_FINGERPRINT
+        await response.write(events.chunk_event(out, out.new_text, **extra))
+        if started.include_usage:
+            await response.write(
+                sse({**head, "choices": [], "usage": usage(out), "system_fingerprint": SYSTEM_FINGERPRINT})
+            )
+    await response.write(sse(b"[DONE]"))
+    await response.write_eof()
+    return response
 
 
 async def completions(request: web.Request) -> web.StreamResponse:

@@ -71,21 +71,7 @@ def write_tiny_llama_gguf(
         raise ValueError(f"tokenizer must be 'bytes' or 'smollm2', got {tokenizer!r}")
     if hidden % n_heads or n_heads % n_kv_heads or (hidden // n_heads) % 2:
         raise ValueError("hidden must split into n_heads heads of even size, n_heads into n_kv_heads groups")
-    tokens, types, merges = byte_level_vocab() if tokenizer == "bytes" else smollm2_vocab()
-    vocab = len(tokens) if vocab is None else vocab
-    if vocab < len(tokens):
-        raise ValueError(f"vocab ({vocab}) is smaller than the {tokenizer} tokenizer ({len(tokens)} tokens)")
-    tokens = list(tokens) + [f"<|unused_{i}|>" for i in range(vocab - len(tokens))]
-    types = list(types) + [int(gguf.TokenType.UNUSED)] * (vocab - len(types))
-    head_dim = hidden // n_heads
-    rng = np.random.default_rng(seed)
-
-    def matrix(n_out: int, n_in: int) -> np.ndarray:
-        return (rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)).astype(np.float32)
-
-    def norm(n: int) -> np.ndarray:
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
-
+    tokens, types, merges = _padded_vocab(tokenizer, vocab)
     path = Path(path)
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name("tiny-random-llama")
@@ -95,10 +81,10 @@ def write_tiny_llama_gguf(
     writer.add_feed_forward_length(ffn)
     writer.add_head_count(n_heads)
     writer.add_head_count_kv(n_kv_heads)
-    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_dimension_count(hidden // n_heads)
     writer.add_rope_freq_base(rope_theta)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_vocab_size(vocab)
+    writer.add_vocab_size(len(tokens))
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("smollm")
     writer.add_token_list(tokens)
@@ -108,6 +94,47 @@ def write_tiny_llama_gguf(
     writer.add_eos_token_id(2)
     writer.add_add_bos_token(False)
     writer.add_chat_template(CHATML_TEMPLATE)
+    _add_random_weights(
+        writer, np.random.default_rng(seed), n_layers, hidden, n_heads, n_kv_heads, ffn, len(tokens), tied_embeddings
+    )
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _padded_vocab(tokenizer: str, vocab: int | None) -> tuple[list[str], list[int], list[str]]:
+    """The tokenizer's tokens, types and merges, with unused placeholder tokens up to vocab rows."""
+    tokens, types, merges = byte_level_vocab() if tokenizer == "bytes" else smollm2_vocab()
+    vocab = len(tokens) if vocab is None else vocab
+    if vocab < len(tokens):
+        raise ValueError(f"vocab ({vocab}) is smaller than the {tokenizer} tokenizer ({len(tokens)} tokens)")
+    tokens = list(tokens) + [f"<|unused_{i}|>" for i in range(vocab - len(tokens))]
+    types = list(types) + [int(gguf.TokenType.UNUSED)] * (vocab - len(types))
+    return tokens, types, merges
+
+
+def _add_random_weights(
+    writer: gguf.GGUFWriter,
+    rng: np.random.Generator,
+    n_layers: int,
+    hidden: int,
+    n_heads: int,
+    n_kv_heads: int,
+    ffn: int,
+    vocab: int,
+    tied_embeddings: bool,
+) -> None:
+    """Every tensor, drawn from rng in file order (so a seed gives the same model)."""
+    head_dim = hidden // n_heads
+
+    def matrix(n_out: int, n_in: int) -> np.ndarray:
+        return (rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)).astype(np.float32)
+
+    def norm(n: int) -> np.ndarray:
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
     q4, q8 = gguf.GGMLQuantizationType.Q4_1, gguf.GGMLQuantizationType.Q8_0
     _add_matrix(writer, "token_embd.weight", rng.standard_normal((vocab, hidden)).astype(np.float32), q8)
     for i in range(n_layers):
@@ -124,8 +151,3 @@ def write_tiny_llama_gguf(
     writer.add_tensor("output_norm.weight", norm(hidden))
     if not tied_embeddings:
         _add_matrix(writer, "output.weight", matrix(vocab, hidden), q4)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
