@@ -9,10 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import assert_same_tokens_up_to_near_tie
+from prometheus_client import generate_latest
 from scipy.stats import chisquare
 
 from native_engine.block_manager import BlockManager
 from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
+from native_engine.metrics import EngineMetrics
 from native_engine.model_runner import ModelRunner, SeqChunk
 from native_engine.sampler import sample_with_drafts
 from native_engine.scheduler import SchedulerConfig
@@ -337,3 +339,10 @@ def test_sglang_acceptance_is_its_gauge_averaged_over_the_window_and_says_so():
     out = window_speculative(series, 1.0, 2.0)
     assert out["acceptance_rate"] == pytest.approx(0.7) and "gauge" in out["source"]
     assert window_speculative(window_series(gauge.format(0.0)), 0.0, 1.0) == {}
+
+
+def test_a_disaggregated_worker_with_speculation_has_both_metric_families():
+    # a worker's KV-transfer families once left the spec_decode ones built with their labels: start-up raised
+    page = generate_latest(EngineMetrics("m", 2, kv_transfer=True).registry).decode()
+    assert 'native:kv_transfer_bytes_total{direction="send",model_name="m"} 0.0' in page
+    assert 'native:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="1"} 0.0' in page
