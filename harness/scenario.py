@@ -51,6 +51,7 @@ from harness.sampling import SamplingConfig
 from harness.stamped_http import choose_stamps
 from harness.telemetry import TelemetryConfig
 from harness.tune_config import TuneConfig
+from harness.workload_kinds import WORKLOADS, WorkloadKind, WorkloadKindError, workload_kind
 
 DEFAULT_NUM_REQUESTS = 100  # used when neither load.num_requests nor load.duration_s is given
 
@@ -292,7 +293,7 @@ class BackendConfig(Strict):
 
 
 class WorkloadConfig(Strict):
-    kind: str = "random"  # a name in harness.workload.WORKLOADS
+    kind: str = "random"  # a name in harness.workload_kinds.WORKLOADS
     input_tokens: TokenLength = Dist(dist="fixed", mean=256)  # shared_prefix: the unique suffix; repeat: the passage
     output_tokens: TokenLength = Dist(dist="fixed", mean=128)
     ignore_eos: bool = True
@@ -320,10 +321,16 @@ class WorkloadConfig(Strict):
 
     @model_validator(mode="after")
     def _fields_match_kind(self) -> WorkloadConfig:
-        # imported here: harness.workload builds on this module (its kinds read a validated Scenario)
-        from harness.workload import WORKLOADS, workload_kind
+        try:
+            kind = workload_kind(self.kind)
+            self._check_kind_fields(kind)
+            kind.check(self)
+        except WorkloadKindError as error:
+            raise ScenarioError(str(error)) from None
+        return self
 
-        kind = workload_kind(self.kind)
+    def _check_kind_fields(self, kind: WorkloadKind) -> None:
+        """Fields another kind owns left at their defaults; those this kind needs given."""
         others = [(name, owner) for owner in WORKLOADS if owner != self.kind for name in workload_kind(owner).fields]
         for name, owner in others:
             # Compared with the default, not "was it written", so a resolved_dict() validates again.
@@ -332,8 +339,6 @@ class WorkloadConfig(Strict):
         for name in kind.required:
             if getattr(self, name) is None:
                 raise ScenarioError(f"workload.{name}: missing; workload.kind {self.kind} needs it")
-        kind.check(self)
-        return self
 
 
 class LoadConfig(Strict):
@@ -507,7 +512,7 @@ class Candidate(Strict):
 class Scenario(Strict):
     name: str
     backend: BackendConfig
-    # a factory: validating a WorkloadConfig reads harness.workload's kinds, which import this module
+    # a factory: validating a WorkloadConfig loads harness.workload's kinds, which import this module
     workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
     load: LoadConfig
     slo: SloConfig = SloConfig()

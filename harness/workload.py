@@ -14,22 +14,20 @@ schedule, the lengths and the prompt words, so changing a prompt length does not
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import re
 from dataclasses import dataclass, field
-from functools import cache
-from typing import ClassVar
 
 import numpy as np
 
 from harness.answers import MATCHES
 from harness.arrivals import trace_offsets_s
 from harness.prompts import answer_tokens, prompt_builder, prompt_tokens
-from harness.scenario import Scenario, ScenarioError, WorkloadConfig
+from harness.scenario import Scenario, ScenarioError
 from harness.tokenizer_source import TokenizerSource
 from harness.traces import TraceRow, load_trace, read_jsonl, read_utf8
+from harness.workload_kinds import WorkloadKind, WorkloadKindError, workload_kind
 
 
 @dataclass
@@ -131,19 +129,10 @@ class Prompts:
     warnings: list[str] = field(default_factory=list)
 
 
-class WorkloadKind:
-    """One workload kind, named by workload.kind: the fields only it uses (`fields`, those of them it needs in
-    `required`), its own checks, and its prompts. Registered in WORKLOADS; a new kind is one class."""
-
-    name: ClassVar[str]
-    fields: ClassVar[tuple[str, ...]] = ()
-    required: ClassVar[tuple[str, ...]] = ()
-
-    def check(self, workload: WorkloadConfig) -> None:
-        """ScenarioError naming the field when the workload's settings do not suit this kind."""
+class SingleTurn(WorkloadKind):
+    """A kind with one request per schedule slot, each prompt from `prompts`."""
 
     def plan(self, scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
-        """One request per schedule slot, its prompt from `prompts`."""
         load = scenario.load
         schedule = _schedule(scenario, load.warmup_requests, load.num_requests)
         output_rng = np.random.default_rng([scenario.seed, 5])
@@ -183,7 +172,7 @@ def _plan_of(built: Prompts, schedule: _Schedule, tokenizer: TokenizerSource) ->
     return Plan(requests, tokenizer.method, schedule.duration_s, built.warnings)
 
 
-class RandomWorkload(WorkloadKind):
+class RandomWorkload(SingleTurn):
     """Random words of the drawn lengths; under a trace, each row's lengths and shared blocks."""
 
     name = "random"
@@ -198,7 +187,7 @@ class RandomWorkload(WorkloadKind):
         return Prompts([builder.random_text(draws.prompt_rng, int(k)) for k in lengths], draws.output_tokens)
 
 
-class SharedPrefixWorkload(WorkloadKind):
+class SharedPrefixWorkload(SingleTurn):
     name = "shared_prefix"
     fields = ("num_groups", "prefix_tokens", "group_assignment")
     required = ("num_groups", "prefix_tokens")
@@ -208,7 +197,7 @@ class SharedPrefixWorkload(WorkloadKind):
         return Prompts(prompts, draws.output_tokens)
 
 
-class RepeatWorkload(WorkloadKind):
+class RepeatWorkload(SingleTurn):
     name = "repeat"
 
     def prompts(self, draws):
@@ -221,7 +210,7 @@ class RepeatWorkload(WorkloadKind):
         )
 
 
-class FileWorkload(WorkloadKind):
+class FileWorkload(SingleTurn):
     name = "file"
     fields = ("path", "format")
     required = ("path",)
@@ -241,14 +230,14 @@ class FileWorkload(WorkloadKind):
         )
 
 
-class StructuredWorkload(WorkloadKind):
+class StructuredWorkload(SingleTurn):
     name = "structured"
     fields = ("schemas",)
     required = ("schemas",)
 
     def check(self, workload):
         if workload.ignore_eos:
-            raise ScenarioError(
+            raise WorkloadKindError(
                 "workload.ignore_eos: set it to false for kind structured; the grammar decides "
                 "where an answer ends, and output_tokens is only its upper bound"
             )
@@ -274,25 +263,6 @@ class MultiTurnWorkload(WorkloadKind):
 
     def plan(self, scenario, tokenizer):
         return _multi_turn_plan(scenario, tokenizer)
-
-
-WORKLOADS = {
-    "random": "harness.workload:RandomWorkload",
-    "shared_prefix": "harness.workload:SharedPrefixWorkload",
-    "multi_turn": "harness.workload:MultiTurnWorkload",
-    "file": "harness.workload:FileWorkload",
-    "repeat": "harness.workload:RepeatWorkload",
-    "structured": "harness.workload:StructuredWorkload",
-}
-
-
-@cache
-def workload_kind(name: str) -> WorkloadKind:
-    """The workload kind called `name`; ScenarioError naming workload.kind and the known ones if none is."""
-    if name not in WORKLOADS:
-        raise ScenarioError(f"workload.kind: {name!r} is not a workload kind; known: {', '.join(WORKLOADS)}")
-    module_name, _, attr = WORKLOADS[name].partition(":")
-    return getattr(importlib.import_module(module_name), attr)()
 
 
 def build_plan(scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
