@@ -248,7 +248,7 @@ class StructuredWorkload(SingleTurn):
             {"type": "json_schema", "json_schema": {"name": row["name"], "schema": row["schema"]}} for row in rows
         ]
         return Prompts(
-            [(row["prompt"], len(draws.tokenizer.encode(row["prompt"]))) for row in rows],
+            [(row["prompt"], prompt_tokens(draws.tokenizer, row["prompt"])) for row in rows],
             draws.output_tokens,
             extra_bodies=[{"response_format": response_format} for response_format in formats],
         )
