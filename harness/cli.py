@@ -473,7 +473,7 @@ def tune(
 ) -> None:
     """Find the engine settings that carry the most load within the SLOs (the scenario's tune: block)."""
     from harness.tune import TUNE_MANIFEST, Tuner
-    from harness.tune_summary import capacity_text, plan_lines
+    from harness.tune_summary import plan_lines
 
     raise_on_sigterm()
     resolved = _load(scenario, set_)
@@ -507,6 +507,14 @@ def tune(
         raise _fail(
             "interrupted", f"{output / TUNE_MANIFEST} lists the finished trials; --resume continues", EXIT_SIGINT
         )
+    _print_tune_result(doc, output)
+
+
+def _print_tune_result(doc: dict, output: Path) -> None:
+    """Each configuration's capacity, the recommendation (exit 5 when none met the SLOs), the search's cost,
+    and the tune folder's HTML report."""
+    from harness.tune_summary import capacity_text
+
     for c in doc["configurations"]:
         console.print(f"{c['name']}: {c['status']}; {capacity_text(c['capacity'], doc['kind'])}", highlight=False)
     best = doc["recommended"]
@@ -588,9 +596,6 @@ def plan(
     """Simulate the scenario's load on the deployment its plan: block describes (the engine's own scheduler,
     a fitted or roofline step model) and write a results folder as `bench run` does, marked simulated.
     --search: the cheapest deployment per GPU type; --memory (no scenario): the memory a model needs."""
-    from harness.plan.folders import simulate_candidates, simulate_sweep
-    from harness.plan.simulator import simulate_scenario
-
     if memory:
         return plan_memory_report(
             model,
@@ -605,7 +610,14 @@ def plan(
         )
     if scenario is None:
         raise _fail("error", "bench plan needs a SCENARIO (or --memory with --model)", EXIT_BAD_INPUT)
-    resolved = _load(scenario, set_)
+    _plan_scenario(_load(scenario, set_), output, search, max_gpus, time_budget_s, overwrite)
+
+
+def _plan_scenario(resolved, output: Path | None, search: bool, max_gpus: int, time_budget_s: float, overwrite: bool):
+    """bench plan of a scenario: a search, its candidates, its sweep's points or the one deployment, simulated."""
+    from harness.plan.folders import simulate_candidates, simulate_sweep
+    from harness.plan.simulator import simulate_scenario
+
     try:
         out_dir = output or default_output_dir(f"{resolved.name}-plan")
         if search:

@@ -69,82 +69,60 @@ def step_kind(step: dict) -> str:
     return "prefill" if step["prefill_tokens"] else "decode"
 
 
+STEP_ARGS = (
+    "prefill_tokens",
+    "prefill_chunks",
+    "decode_seqs",
+    "kv_blocks_used",
+    "bytes_read",
+    "flops",
+    "running",
+    "waiting",
+    "kv_positions_read",
+)
+
+
 def chrome_trace(steps: list[dict]) -> dict:
     events = [{"ph": "M", "pid": PID, "name": "process_name", "args": {"name": "native engine"}}]
     events += [
         {"ph": "M", "pid": PID, "tid": tid, "name": "thread_name", "args": {"name": name}}
         for name, tid in TRACKS.items()
     ]
-    timed = []
-    for s in steps:
-        ts, dur = s["t_s"] * 1e6, s["dur_s"] * 1e6
-        args = {
-            k: s.get(k)
-            for k in (
-                "prefill_tokens",
-                "prefill_chunks",
-                "decode_seqs",
-                "kv_blocks_used",
-                "bytes_read",
-                "flops",
-                "running",
-                "waiting",
-                "kv_positions_read",
-            )
-        }
-        timed.append(
-            {"ph": "X", "pid": PID, "tid": TRACKS["steps"], "name": step_kind(s), "ts": ts, "dur": dur, "args": args}
-        )
-        timed.append(
-            {
-                "ph": "X",
-                "pid": PID,
-                "tid": TRACKS["forward"],
-                "name": "forward",
-                "ts": ts,
-                "dur": max(min(s["forward_s"] * 1e6, dur), 0.001),
-            }
-        )
-        timed.append(
-            {
-                "ph": "C",
-                "pid": PID,
-                "name": "batch",
-                "ts": ts,
-                "args": {"prefill_tokens": s["prefill_tokens"], "decode_seqs": s["decode_seqs"]},
-            }
-        )
-        timed.append(
-            {"ph": "C", "pid": PID, "name": "kv_blocks_used", "ts": ts, "args": {"blocks": s["kv_blocks_used"]}}
-        )
-        timed.append(
-            {
-                "ph": "C",
-                "pid": PID,
-                "name": "requests",
-                "ts": ts,
-                "args": {"running": s["running"], "waiting": s["waiting"]},
-            }
-        )
-        for name, key in (("preemption", "preemptions"), ("prefix_hit", "prefix_hit_tokens")):
-            if s[key]:
-                timed.append(
-                    {
-                        "ph": "i",
-                        "s": "t",
-                        "pid": PID,
-                        "tid": TRACKS["scheduler"],
-                        "name": name,
-                        "ts": ts,
-                        "args": {key: s[key]},
-                    }
-                )
+    timed = [event for s in steps for event in _step_events(s)]
     timed.sort(key=lambda e: e["ts"])
     return {
         "traceEvents": events + timed,
         "displayTimeUnit": "ms",
         "otherData": {"clock": "microseconds from the run's t0 (requests.jsonl's clock)"},
     }
+
+
+def _step_events(s: dict) -> list[dict]:
+    """One step's slices (the step, its forward pass), counters (batch, KV blocks, requests) and instants."""
+    ts, dur = s["t_s"] * 1e6, s["dur_s"] * 1e6
+    args = {k: s.get(k) for k in STEP_ARGS}
+    forward_us = max(min(s["forward_s"] * 1e6, dur), 0.001)
+    batch = {"prefill_tokens": s["prefill_tokens"], "decode_seqs": s["decode_seqs"]}
+    out = [
+        {"ph": "X", "pid": PID, "tid": TRACKS["steps"], "name": step_kind(s), "ts": ts, "dur": dur, "args": args},
+        {"ph": "X", "pid": PID, "tid": TRACKS["forward"], "name": "forward", "ts": ts, "dur": forward_us},
+        {"ph": "C", "pid": PID, "name": "batch", "ts": ts, "args": batch},
+        {"ph": "C", "pid": PID, "name": "kv_blocks_used", "ts": ts, "args": {"blocks": s["kv_blocks_used"]}},
+        {
+            "ph": "C",
+            "pid": PID,
+            "name": "requests",
+            "ts": ts,
+            "args": {"running": s["running"], "waiting": s["waiting"]},
+        },
+    ]
+    for name, key in (("preemption", "preemptions"), ("prefix_hit", "prefix_hit_tokens")):
+        if s[key]:
+            scheduler = TRACKS["scheduler"]
+            out.append(
+                {"ph": "i", "s": "t", "pid": PID, "tid": scheduler, "name": name, "ts": ts, "args": {key: s[key]}}
+            )
+    return out
 
 
 def write_engine_trace(path: Path, steps: list[dict]) -> None:

@@ -213,14 +213,7 @@ def launch(
     log's tail; so does Ctrl-C (KeyboardInterrupt is re-raised after the stop)."""
     if isinstance(backend, str):  # a kind name: launch("native", ...)
         backend = load_backend(backend)
-    port = urlparse(url).port if url else None
-    if port and port_in_use(port):
-        raise BackendUnreachable(
-            f"backend.url: port {port} is already taken by another process; stop it, "
-            f"or leave backend.url out so bench picks a free port"
-        )
-    port = port or free_port()
-    url = url or f"http://127.0.0.1:{port}"
+    port, url = _launch_port(url)
     command = engine_command(backend, launch_config, port, model, sizing)
     command += backend.launch_args(log_path.parent, command)
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -263,6 +256,18 @@ def launch(
     finally:
         log.close()
     return launched
+
+
+def _launch_port(url: str | None) -> tuple[int, str]:
+    """backend.url's port, refused when another process holds it, else a free one on loopback; and the url."""
+    port = urlparse(url).port if url else None
+    if port and port_in_use(port):
+        raise BackendUnreachable(
+            f"backend.url: port {port} is already taken by another process; stop it, "
+            f"or leave backend.url out so bench picks a free port"
+        )
+    port = port or free_port()
+    return port, url or f"http://127.0.0.1:{port}"
 
 
 class HeldSignals:

@@ -127,7 +127,6 @@ def summarize(
     latency_of = {id(r): request_latency(r) for r in done}  # built once: a plan's summary has 100k of them
     lats = [lat for lat in (latency_of[id(r)] for r in sampled if r.ok) if lat is not None]
     samples_s = latency_samples_s(lats)
-    one_token_chunks = all(lat.itl_chunk_s is lat.itl_token_s for lat in lats)  # then the chunks' gaps are those
     finished = [r for r in done if window.ended_inside(r)]  # the completions the window's throughput counts
     per_s = (lambda n: n / window.duration_s) if window.duration_s > 0 else (lambda n: 0.0)
     # uncut, every token lies in the window (and a 100k-request plan would walk 12.8 M token times to learn it)
@@ -163,6 +162,17 @@ def summarize(
         "token_count_mismatch_tokens": sum(
             abs(r.output_tokens_usage - r.output_tokens_counted) for r in done if r.token_count_mismatch
         ),
+        **_latencies(lats, samples_s, done),
+        **_client_lags(measured, loop_lag_s),
+        "concurrency": concurrency_profile(measured),
+        "percentile_ci": latency_intervals(samples_s, confidence or DEFAULT_CONFIDENCE),
+    }
+
+
+def _latencies(lats: list, samples_s: dict, done: list[RequestRecord]) -> dict:
+    """The latency figures of summary.json, in its order (reasoning_tokens sits among them)."""
+    one_token_chunks = all(lat.itl_chunk_s is lat.itl_token_s for lat in lats)  # then the chunks' gaps are those
+    return {
         "ttft_ms": describe(samples_s["ttft_ms"]),
         # a reasoning model's: to the first answer token, past the thinking (the requests that got an answer)
         "ttft_answer_ms": describe([lat.ttft_answer_s for lat in lats if lat.ttft_answer_s is not None]),
@@ -171,15 +181,16 @@ def summarize(
         "itl_chunk_ms": describe(samples_s["itl_ms"] if one_token_chunks else flat([lat.itl_chunk_s for lat in lats])),
         "tpot_ms": describe(samples_s["tpot_ms"]),
         "e2e_ms": describe(samples_s["e2e_ms"]),
-        "schedule_lag_ms": describe(
-            [r.actual_send_s - r.intended_send_s for r in measured if r.actual_send_s is not None]
-        ),
-        "client_lag_ms": describe(
-            [r.actual_send_s - r.intended_send_s - r.cap_wait_s for r in measured if r.actual_send_s is not None]
-        ),
+    }
+
+
+def _client_lags(measured: list[RequestRecord], loop_lag_s: list[float] | None) -> dict:
+    """How late the client sent (schedule lag; client lag: less a concurrency cap's wait) and its loop's lag."""
+    sent = [r for r in measured if r.actual_send_s is not None]
+    return {
+        "schedule_lag_ms": describe([r.actual_send_s - r.intended_send_s for r in sent]),
+        "client_lag_ms": describe([r.actual_send_s - r.intended_send_s - r.cap_wait_s for r in sent]),
         "event_loop_lag_ms": describe(loop_lag_s or []),
-        "concurrency": concurrency_profile(measured),
-        "percentile_ci": latency_intervals(samples_s, confidence or DEFAULT_CONFIDENCE),
     }
 
 

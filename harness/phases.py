@@ -81,6 +81,22 @@ def histogram_means(server_metrics_csv: Path, start_s: float, end_s: float) -> d
     return means
 
 
+def _run_means(done, server_metrics_csv: Path | None, scrape_offset_s: float) -> dict:
+    """The engine's histogram means (ms) over the requests' span, the phases it lacks derived where it can."""
+    start = min(r.intended_send_s for r in done) + scrape_offset_s
+    end = max(r.end_s for r in done) + scrape_offset_s
+    means = (
+        histogram_means(server_metrics_csv, start, end)
+        if server_metrics_csv and Path(server_metrics_csv).is_file()
+        else {}
+    )
+    if "prefill" not in means and "ttft" in means and "queue" in means:  # SGLang without per-stage latency
+        means["prefill"] = max(means["ttft"] - means["queue"], 0.0)
+    if "decode" not in means and "e2e" in means and "ttft" in means:
+        means["decode"] = max(means["e2e"] - means["ttft"], 0.0)
+    return means
+
+
 def phases(records, server_metrics_csv: Path | None = None, scrape_offset_s: float = 0.0) -> dict:
     """The phases_ms block of summary.json for the measured, completed requests.
     `scrape_offset_s`: add to record times to get server_metrics.csv's clock."""
@@ -113,17 +129,7 @@ def phases(records, server_metrics_csv: Path | None = None, scrape_offset_s: flo
         out["requests_with_engine_timings"] = accounted
         parts = {p: _stats(v) for p, v in per_part.items()}
     else:
-        start = min(r.intended_send_s for r in done) + scrape_offset_s
-        end = max(r.end_s for r in done) + scrape_offset_s
-        means = (
-            histogram_means(server_metrics_csv, start, end)
-            if server_metrics_csv and Path(server_metrics_csv).is_file()
-            else {}
-        )
-        if "prefill" not in means and "ttft" in means and "queue" in means:  # SGLang without per-stage latency
-            means["prefill"] = max(means["ttft"] - means["queue"], 0.0)
-        if "decode" not in means and "e2e" in means and "ttft" in means:
-            means["decode"] = max(means["e2e"] - means["ttft"], 0.0)
+        means = _run_means(done, server_metrics_csv, scrape_offset_s)
         parts = {p: _stats(v) for p, v in per_part.items() if p in CLIENT_PARTS}
         found = [p for p in ENGINE_PHASES if p in means]
         for phase in found:

@@ -133,34 +133,16 @@ def roofline(
     """The roofline block of summary.json. Steps (the step trace) give per-kind points over the time
     the steps ran; without them, the engine's counters over the window (idle time included)."""
     on_cpu = engine_kind == "native" or gpu_peaks(gpu_name) is None
-    dram, tensor = telemetry.get("gpu_dram_active_mean"), telemetry.get("gpu_tensor_active_mean")
-    hardware = None
-    if not on_cpu and dram is not None and tensor is not None:  # NVML GPM / DCGM: what the GPU itself counted
-        hardware = {
-            "dram_active": dram,
-            "tensor_active": tensor,
-            "line": f"the GPU's own counters: DRAM active {100 * dram:.0f}%, tensor pipes active "
-            f"{100 * tensor:.0f}% ({'memory' if dram > tensor else 'compute'}-bound)",
-        }
+    hardware = None if on_cpu else _gpu_counters(telemetry)
     if not steps and not (telemetry.get("engine_read_bytes_per_s") and telemetry.get("engine_flops_per_s")):
         why = (
             "the engine reported no bytes moved and FLOPs done (native: backend.trace or its /metrics; "
             "vLLM, SGLang: --enable-mfu-metrics)"
         )
         return {"reason": why, "hardware": hardware, "line": hardware["line"]} if hardware else {"reason": why}
-    if on_cpu:
-        peak_bytes = telemetry.get("memory_bandwidth_ceiling_bytes_per_s")
-        if not peak_bytes:
-            return {"reason": "no memory ceiling was measured (telemetry off)"}
-        peak_flops = compute_ceiling_flops or measure_compute_ceiling_flops()
-        ceilings = {
-            "source": "measured on this CPU (matrix-vector read, fp32 matrix product)",
-            "load_average": os.getloadavg()[0],
-            "cpu_count": os.cpu_count(),
-        }
-    else:
-        peak_flops, peak_bytes = gpu_peaks(gpu_name)
-        ceilings = {"source": f"published peaks of {gpu_name} (dense BF16, HBM)"}
+    if on_cpu and not telemetry.get("memory_bandwidth_ceiling_bytes_per_s"):
+        return {"reason": "no memory ceiling was measured (telemetry off)"}
+    peak_flops, peak_bytes, ceilings = _ceilings(on_cpu, telemetry, gpu_name, compute_ceiling_flops)
     out: dict = {
         "ceilings": {
             **ceilings,
@@ -169,25 +151,9 @@ def roofline(
             "ridge_flop_per_byte": peak_flops / peak_bytes,
         }
     }
-    points: dict[str, dict] = {}
-    if steps:
-        by_kind: dict[str, list[dict]] = {}
-        for s in steps:
-            kind = s.get("kind") or (
-                "mixed" if s["prefill_tokens"] and s["decode_seqs"] else "prefill" if s["prefill_tokens"] else "decode"
-            )
-            by_kind.setdefault(kind, []).append(s)
-        for kind, group in by_kind.items():
-            seconds = sum(s["dur_s"] for s in group)
-            moved, flops = sum(s["bytes_read"] for s in group), sum(s["flops"] for s in group)
-            if seconds > 0 and moved > 0:
-                points[kind] = {**place(moved, flops, seconds, peak_flops, peak_bytes), "steps": len(group)}
-        out["basis"] = "step trace: bytes and FLOPs over the time the steps ran"
-    else:
-        read, done = telemetry.get("engine_read_bytes_per_s"), telemetry.get("engine_flops_per_s")
-        if read and done:
-            points["all steps"] = place(read, done, 1.0, peak_flops, peak_bytes)
-            out["basis"] = "engine counters over the measured window (idle time included)"
+    points, basis = _points(steps, telemetry, peak_flops, peak_bytes)
+    if basis:
+        out["basis"] = basis
     out["points"] = points
     if hardware:
         out["hardware"] = hardware
@@ -201,3 +167,53 @@ def roofline(
     if main:
         out["line"] = line(main, points[main])
     return out
+
+
+def _gpu_counters(telemetry: dict) -> dict | None:
+    """What the GPU itself counted (NVML GPM / DCGM), when it did: DRAM and tensor-pipe activity."""
+    dram, tensor = telemetry.get("gpu_dram_active_mean"), telemetry.get("gpu_tensor_active_mean")
+    if dram is None or tensor is None:
+        return None
+    return {
+        "dram_active": dram,
+        "tensor_active": tensor,
+        "line": f"the GPU's own counters: DRAM active {100 * dram:.0f}%, tensor pipes active "
+        f"{100 * tensor:.0f}% ({'memory' if dram > tensor else 'compute'}-bound)",
+    }
+
+
+def _ceilings(on_cpu: bool, telemetry: dict, gpu_name: str | None, compute_ceiling_flops: float | None):
+    """(peak FLOP/s, peak bytes/s, where they come from): measured on this CPU, or a GPU's published peaks."""
+    if not on_cpu:
+        peak_flops, peak_bytes = gpu_peaks(gpu_name)
+        return peak_flops, peak_bytes, {"source": f"published peaks of {gpu_name} (dense BF16, HBM)"}
+    peak_flops = compute_ceiling_flops or measure_compute_ceiling_flops()
+    ceilings = {
+        "source": "measured on this CPU (matrix-vector read, fp32 matrix product)",
+        "load_average": os.getloadavg()[0],
+        "cpu_count": os.cpu_count(),
+    }
+    return peak_flops, telemetry["memory_bandwidth_ceiling_bytes_per_s"], ceilings
+
+
+def _points(steps: list[dict], telemetry: dict, peak_flops: float, peak_bytes: float) -> tuple[dict, str | None]:
+    """One roofline point per step kind (the step trace), else one of the engine's counters; and its basis."""
+    points: dict[str, dict] = {}
+    if not steps:
+        read, done = telemetry.get("engine_read_bytes_per_s"), telemetry.get("engine_flops_per_s")
+        if not (read and done):
+            return points, None
+        points["all steps"] = place(read, done, 1.0, peak_flops, peak_bytes)
+        return points, "engine counters over the measured window (idle time included)"
+    by_kind: dict[str, list[dict]] = {}
+    for s in steps:
+        kind = s.get("kind") or (
+            "mixed" if s["prefill_tokens"] and s["decode_seqs"] else "prefill" if s["prefill_tokens"] else "decode"
+        )
+        by_kind.setdefault(kind, []).append(s)
+    for kind, group in by_kind.items():
+        seconds = sum(s["dur_s"] for s in group)
+        moved, flops = sum(s["bytes_read"] for s in group), sum(s["flops"] for s in group)
+        if seconds > 0 and moved > 0:
+            points[kind] = {**place(moved, flops, seconds, peak_flops, peak_bytes), "steps": len(group)}
+    return points, "step trace: bytes and FLOPs over the time the steps ran"

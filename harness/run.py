@@ -1,7 +1,9 @@
-"""One run of a scenario as a pipeline of small steps; the CLI and sweeps call `run_scenario`.
+"""One run of a scenario as a pipeline of named steps (RunSteps); the CLI and sweeps call `run_scenario`.
 
-results folder -> engine session (launch, probe) -> token counts -> plan -> client processes ->
-run.json -> load (with telemetry, server metrics, the engine watched) -> summary.json.
+results folder -> engine session (launch, probe) -> token counts and plan (plan_requests) -> where the load
+is sent from (choose_load_site: this process, worker processes or Ray actors, harness/load_site.py) ->
+run.json (write_run_info) -> load, with telemetry, server metrics, the engine watched (send_load) ->
+summary.json (write_summary).
 Problems are raised as typed errors (ScenarioError, ResultsError, BackendUnreachable,
 TokenizerError) for the caller to print; what a finished run found (interrupted, engine died,
 most requests failed, client-bound) is in the RunResult.
@@ -10,31 +12,30 @@ most requests failed, client-bound) is in the RunResult.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-from contextlib import ExitStack, closing
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.answers import accuracy
-from harness.client_capacity import ClientCapacity, load_capacity, record_capacity
+from harness.client_capacity import ClientCapacity, load_capacity
 from harness.explain import explain
 from harness.launcher import LaunchedBackend
+from harness.load_site import LoadSite, choose_load_site
 from harness.metrics import client_bound_reasons, summarize
 from harness.observers import RunObservers
-from harness.ray_shards import start_crew
 from harness.results import ResultWriter, host_info, read_records, versions
-from harness.runner import Target, run_async, t0_ahead_ns
+from harness.runner import RunOutcome, Target, run_async
 from harness.sampling import sampling_info
 from harness.scenario import Scenario, ScenarioError
 from harness.server_metrics import counter_deltas, counter_resets
 from harness.session import EngineSession, engine_session
 from harness.stamped_http import choose_stamps
 from harness.startup import first_request
-from harness.tokenizer_source import resolve_tokenizer
+from harness.tokenizer_source import TokenizerSource, resolve_tokenizer
 from harness.validity import run_validity
-from harness.workers import resolve_workers, run_plan, workers_needed
-from harness.workload import build_plan
+from harness.workers import workers_needed
+from harness.workload import Plan, build_plan
 
 MIN_COMPLETED_SHARE = 0.5  # a run where fewer measured requests completed is a failed run (exit 4)
 ENGINE_WATCH_S = 0.25
@@ -157,173 +158,207 @@ def interrupted_summary(run_dir: Path, scenario: Scenario, signal_name: str) -> 
     return summary
 
 
-def _run(
-    scenario: Scenario,
-    writer: ResultWriter,
-    session: EngineSession,
-    workers: str | None,
-    reporter: Reporter,
-    cleanup: ExitStack,
-    watch=None,
-) -> RunResult:
-    backend, load, engine, url = scenario.backend, scenario.load, session.engine, session.url
-    warnings: list[str] = []
-    if scenario.workload.ignore_eos and not engine.forces_length:
-        warnings.append(
-            f"workload.ignore_eos: {engine.name} cannot force the output length; answers may be "
-            f"shorter than planned (records show the server's count)"
+@dataclass
+class RunSteps:
+    """One run as named steps, each a method a test can call in turn; each fills the fields the next reads.
+
+    plan -> choose_load_site -> write_run_info -> send_load -> write_summary. Where the load is sent from
+    (this process, worker processes, Ray actors) is the LoadSite's business alone (harness/load_site.py)."""
+
+    scenario: Scenario
+    writer: ResultWriter
+    session: EngineSession
+    reporter: Reporter = field(default_factory=Reporter)
+    watch: object = None  # harness.early_stop.PointWatch, or None
+    warnings: list[str] = field(default_factory=list)
+    tokenizer: TokenizerSource | None = None
+    plan: Plan | None = None
+    stamps: str = ""
+    stamps_fallback: str | None = None
+    capacity: ClientCapacity | None = None
+    site: LoadSite | None = None
+    run_info: dict = field(default_factory=dict)
+    t0_ns: int = 0
+    observers: RunObservers | None = None
+    outcome: RunOutcome | None = None
+    stopped_by: str | None = None
+    summary: dict = field(default_factory=dict)
+
+    def plan_requests(self) -> None:
+        """Token counts (the engine's /tokenize, a local tokenizer or words) and every request's plan."""
+        scenario, engine = self.scenario, self.session.engine
+        if scenario.workload.ignore_eos and not engine.forces_length:
+            self.warnings.append(
+                f"workload.ignore_eos: {engine.name} cannot force the output length; answers may be "
+                f"shorter than planned (records show the server's count)"
+            )
+        self.tokenizer = resolve_tokenizer(scenario, self.session.url, self.warnings)
+        self.plan = build_plan(scenario, self.tokenizer)
+        if self.watch is not None:
+            self.watch.begin(self.plan.requests)
+        self.warnings += self.plan.warnings
+        if self.plan.token_count_method == "approximate":
+            self.warnings.append(
+                "prompt lengths are approximate (about one token per word): the engine has no /tokenize and "
+                "no local tokenizer is known; set backend.tokenizer to a GGUF file, a Hugging Face "
+                "tokenizer folder or name for exact counts"
+            )
+        else:
+            self.reporter.info(f"prompt lengths counted by {self.tokenizer.name} ({self.plan.token_count_method})")
+
+    def choose_load_site(self, workers: str | None, cleanup: ExitStack) -> None:
+        """Token stamps, this machine's measured client capacity, and where the load is sent from."""
+        try:
+            self.stamps, self.stamps_fallback = choose_stamps(self.scenario.backend.stamps, self.session.url)
+        except ValueError as e:
+            raise ScenarioError(str(e)) from None
+        self.capacity = load_capacity(self.stamps, self.warnings)  # this machine's client, measured by earlier runs
+        self.site = choose_load_site(
+            self.scenario,
+            self.plan.requests,
+            self.plan.duration_s,
+            workers,
+            self.stamps,
+            self.capacity,
+            cleanup,
+            self.reporter.info,
         )
-    tokenizer = resolve_tokenizer(scenario, url, warnings)
-    plan = build_plan(scenario, tokenizer)
-    if watch is not None:
-        watch.begin(plan.requests)
-    warnings += plan.warnings
-    if plan.token_count_method == "approximate":
-        warnings.append(
-            "prompt lengths are approximate (about one token per word): the engine has no /tokenize and "
-            "no local tokenizer is known; set backend.tokenizer to a GGUF file, a Hugging Face "
-            "tokenizer folder or name for exact counts"
+        if self.stamps_fallback and self.scenario.backend.stamps == "auto":
+            self.reporter.info(f"token times from the event loop, not the kernel: {self.stamps_fallback}")
+
+    def write_run_info(self) -> None:
+        """run.json as known before the load: the resolved scenario, versions, host, engine, clients."""
+        backend, engine, url, launched = self.scenario.backend, self.session.engine, self.session.url, self.launched
+        self.run_info = {
+            "scenario": self.scenario.resolved_dict(),
+            "versions": versions(),
+            "host": host_info(),
+            "backend": {
+                "kind": backend.kind,
+                "url": url,
+                "model": backend.model,
+                "api": backend.api,
+                "launched": launched is not None,
+                "engine_version": engine.version(url, backend.headers),
+                "engine_pid": launched.pid if launched else None,
+            },
+            "stamps": {"setting": backend.stamps, "used": self.stamps, "why_not_kernel": self.stamps_fallback},
+            "token_count_method": self.plan.token_count_method,
+            "tokenizer": self.tokenizer.name,
+            "sampling": sampling_info(self.scenario.workload.sampling),
+            "workers": self.site.workers,
+            "workers_sizing": sizing_info(self.capacity),
+            "time_unit": "seconds from t0 (perf_counter_ns)",
+        }
+        if launched is not None:
+            self.run_info["startup"] = dict(launched.startup)  # first_request joins it after the load
+        self.run_info.update(self.site.run_info())
+        self.writer.write_run_info(self.run_info)
+
+    @property
+    def launched(self) -> LaunchedBackend | None:
+        return self.session.launched
+
+    def target(self) -> Target:
+        """How each request is sent: the endpoint, its dialect, and what the scenario asks of every request."""
+        backend, workload = self.scenario.backend, self.scenario.workload
+        return Target(
+            self.session.url,
+            backend.api,
+            backend.model,
+            backend.request_timeout_s,
+            dict(backend.headers),
+            workload.ignore_eos,
+            backend.kind,
+            tuple(backend.eos_token_ids),
+            backend.max_response_bytes,
+            backend.stamps,
+            workload.sampling.fields(),
+            dict(backend.extra_body),
+            workload.record_outputs,
         )
-    else:
-        reporter.info(f"prompt lengths counted by {tokenizer.name} ({plan.token_count_method})")
-    try:
-        stamps, stamps_fallback = choose_stamps(backend.stamps, url)
-    except ValueError as e:
-        raise ScenarioError(str(e)) from None
-    capacity = load_capacity(stamps, warnings)  # this machine's client, measured by earlier runs
-    try:
-        n_workers = resolve_workers(
-            workers or load.workers, plan.requests, load.concurrency, plan.duration_s, os.cpu_count() or 1, capacity
+
+    def send_load(self) -> None:
+        """The load, with telemetry and server metrics on its clock; run.json again with what it found."""
+        self.t0_ns = self.site.t0_ns()
+        session = self.session
+        self.observers = RunObservers(
+            self.scenario, session.engine, session.url, self.launched, self.t0_ns, self.writer.dir
         )
-    except ValueError as e:
-        raise ScenarioError(str(e)) from None
-    if (workers or load.workers) == "auto" and not load.ray:
-        reporter.info(f"workers: auto chose {n_workers} client process(es) ({capacity.describe()})")
-    crew = None
-    if load.ray:  # one client actor per node; refused here when a node's clock is not known well enough
-        crew = cleanup.enter_context(
-            closing(start_crew(load.ray, plan.requests, load.concurrency, load.ray_max_clock_uncertainty_ms))
+        self.warnings += self.observers.start()
+        for warning in self.warnings:
+            self.reporter.warning(warning)
+        try:
+            self.outcome, self.stopped_by = run_async(_load(self))
+        finally:
+            self.run_info.update(self.observers.stop())
+        self.run_info["t0_perf_counter_ns"] = self.outcome.t0_ns
+        if self.outcome.t0_ns != self.t0_ns:
+            self.run_info["telemetry_t0_offset_s"] = (self.outcome.t0_ns - self.t0_ns) / 1e9  # workers started late
+        self.run_info.update(self.site.run_info())
+        self._warn(self.site.lost_lines())
+        launched = self.launched
+        if launched is not None:
+            if "first_request" not in launched.startup:  # this run sent the engine's first request
+                launched.startup["first_request"] = first_request(self.outcome.records, self.writer.dir.name)
+            self.run_info["startup"] = dict(launched.startup)
+        self.writer.write_run_info(self.run_info)
+
+    def write_summary(self) -> RunResult:
+        """summary.json: the metrics, what stopped the load, the clients, where the time went, the verdict."""
+        scenario, outcome, plan, load = self.scenario, self.outcome, self.plan, self.scenario.load
+        summary = summarize(outcome.records, scenario.slo.model_dump(), outcome.loop_lag_s, trims(scenario))
+        reasons = client_bound_reasons(summary)
+        summary.update(
+            client_bound=bool(reasons),
+            client_bound_reasons=reasons,
+            interrupted=outcome.interrupted,
+            workers=self.site.workers,
+            client_cpu_s=outcome.client_cpu_s,
+            token_count_method=plan.token_count_method,
+            workers_needed=workers_needed(plan.requests, load.concurrency, plan.duration_s, self.capacity),
+            workers_sizing=sizing_info(self.capacity),
+            **outcome.completeness(),
         )
-        n_workers = len(crew.shards)
-    launched = session.launched
-    target = Target(
-        url,
-        backend.api,
-        backend.model,
-        backend.request_timeout_s,
-        dict(backend.headers),
-        scenario.workload.ignore_eos,
-        backend.kind,
-        tuple(backend.eos_token_ids),
-        backend.max_response_bytes,
-        backend.stamps,
-        scenario.workload.sampling.fields(),
-        dict(backend.extra_body),
-        scenario.workload.record_outputs,
-    )
-    if stamps_fallback and backend.stamps == "auto":
-        reporter.info(f"token times from the event loop, not the kernel: {stamps_fallback}")
-    run_info = {
-        "scenario": scenario.resolved_dict(),
-        "versions": versions(),
-        "host": host_info(),
-        "backend": {
-            "kind": backend.kind,
-            "url": url,
-            "model": backend.model,
-            "api": backend.api,
-            "launched": launched is not None,
-            "engine_version": engine.version(url, backend.headers),
-            "engine_pid": launched.pid if launched else None,
-        },
-        "stamps": {"setting": backend.stamps, "used": stamps, "why_not_kernel": stamps_fallback},
-        "token_count_method": plan.token_count_method,
-        "tokenizer": tokenizer.name,
-        "sampling": sampling_info(scenario.workload.sampling),
-        "workers": n_workers,
-        "workers_sizing": sizing_info(capacity),
-        "time_unit": "seconds from t0 (perf_counter_ns)",
-    }
-    if launched is not None:
-        run_info["startup"] = dict(launched.startup)  # first_request joins it after the load
-    if crew:
-        run_info["ray"] = crew.describe()
-    writer.write_run_info(run_info)
-    # t0 is fixed before the run so telemetry and server metrics share the requests' clock
-    t0_ns = t0_ahead_ns(n_workers, spawn=crew is None, connect=True)
-    observers = RunObservers(scenario, engine, url, launched, t0_ns, writer.dir)
-    warnings += observers.start()
-    for warning in warnings:
-        reporter.warning(warning)
-    try:
-        outcome, stopped_by = run_async(
-            _load(plan, target, load.concurrency, n_workers, writer, reporter, t0_ns, launched, crew, watch)
-        )
-    finally:
-        run_info.update(observers.stop())
-    run_info["t0_perf_counter_ns"] = outcome.t0_ns
-    if outcome.t0_ns != t0_ns:
-        run_info["telemetry_t0_offset_s"] = (outcome.t0_ns - t0_ns) / 1e9  # workers started late
-    if crew:
-        run_info["ray"] = crew.describe()  # now with each node's counts
-        for line in crew.lost_lines():
-            reporter.warning(line)
-            warnings.append(line)
-    if launched is not None:
-        if "first_request" not in launched.startup:  # this run sent the engine's first request
-            launched.startup["first_request"] = first_request(outcome.records, writer.dir.name)
-        run_info["startup"] = dict(launched.startup)
-    writer.write_run_info(run_info)
-    summary = summarize(outcome.records, scenario.slo.model_dump(), outcome.loop_lag_s, trims(scenario))
-    reasons = client_bound_reasons(summary)
-    summary.update(
-        client_bound=bool(reasons),
-        client_bound_reasons=reasons,
-        interrupted=outcome.interrupted,
-        workers=n_workers,
-        client_cpu_s=outcome.client_cpu_s,
-        token_count_method=plan.token_count_method,
-        workers_needed=workers_needed(plan.requests, load.concurrency, plan.duration_s, capacity),
-        workers_sizing=sizing_info(capacity),
-        **outcome.completeness(),
-    )
-    if stopped_by in ("SIGINT", "SIGTERM"):
-        summary["interrupted_by"] = stopped_by
-    elif stopped_by:
-        summary["engine_exited"] = stopped_by
-    if crew:  # Ray's client processes ran on other machines: no measurement of this one's client
-        summary["ray_nodes"] = crew.node_counts()
-    else:
-        late: list[str] = []
-        summary["client_capacity_measured"] = record_capacity(
-            stamps,
-            capacity_tokens(outcome, summary),
-            outcome.client_cpu_s,
-            summary["run_span_s"],  # the client's CPU ran over the whole run, not only the measured window
-            str(writer.dir),
-            late,
-        )
-        for line in late:
-            reporter.warning(line)
-            warnings.append(line)
-    if watch is not None and watch.decision is not None:
-        summary["stopped_early"] = watch.decision.as_dict()
-    summary["telemetry"] = observers.derived(outcome)
-    summary["engine_counters"] = counter_deltas(writer.dir / "server_metrics.csv")
-    summary.update(
-        explain(
-            summary,
-            outcome.records,
-            writer.dir,
-            observers.engine_steps(outcome),
-            scenario.resolved_dict(),
-            (outcome.t0_ns - t0_ns) / 1e9,
-        )
-    )  # phases_ms, prefix_cache, speculative, ...
-    summary["accuracy"] = accuracy(outcome.records, scenario.slo.confidence or 0.95)
-    summary["validity"] = run_validity(summary, counter_resets(writer.dir / "server_metrics.csv"))
-    writer.write_summary(summary)
-    return RunResult(writer.dir, summary, run_info, warnings)
+        if self.stopped_by in ("SIGINT", "SIGTERM"):
+            summary["interrupted_by"] = self.stopped_by
+        elif self.stopped_by:
+            summary["engine_exited"] = self.stopped_by
+        tokens = capacity_tokens(outcome, summary)
+        self._warn(self.site.client_summary(outcome, summary, tokens, str(self.writer.dir)))
+        if self.watch is not None and self.watch.decision is not None:
+            summary["stopped_early"] = self.watch.decision.as_dict()
+        self._explain(summary)
+        self.summary = summary
+        self.writer.write_summary(summary)
+        return RunResult(self.writer.dir, summary, self.run_info, self.warnings)
+
+    def _explain(self, summary: dict) -> None:
+        """Telemetry, engine counters, phases and diagnosis, accuracy and the validity verdict into `summary`."""
+        outcome, run_dir = self.outcome, self.writer.dir
+        summary["telemetry"] = self.observers.derived(outcome)
+        summary["engine_counters"] = counter_deltas(run_dir / "server_metrics.csv")
+        engine_steps = self.observers.engine_steps(outcome)
+        offset_s = (outcome.t0_ns - self.t0_ns) / 1e9
+        # phases_ms, prefix_cache, speculative, ...
+        resolved = self.scenario.resolved_dict()
+        summary.update(explain(summary, outcome.records, run_dir, engine_steps, resolved, offset_s))
+        summary["accuracy"] = accuracy(outcome.records, self.scenario.slo.confidence or 0.95)
+        summary["validity"] = run_validity(summary, counter_resets(run_dir / "server_metrics.csv"))
+
+    def _warn(self, lines: list[str]) -> None:
+        for line in lines:
+            self.reporter.warning(line)
+            self.warnings.append(line)
+
+
+def _run(scenario, writer, session, workers, reporter, cleanup, watch=None) -> RunResult:
+    steps = RunSteps(scenario, writer, session, reporter, watch)
+    steps.plan_requests()
+    steps.choose_load_site(workers, cleanup)
+    steps.write_run_info()
+    steps.send_load()
+    return steps.write_summary()
 
 
 def trims(scenario: Scenario) -> bool:
@@ -359,19 +394,10 @@ def sizing_info(capacity: ClientCapacity) -> dict:
     }
 
 
-async def _load(
-    plan,
-    target: Target,
-    concurrency,
-    n_workers: int,
-    writer: ResultWriter,
-    reporter: Reporter,
-    t0_ns: int,
-    launched: LaunchedBackend | None,
-    crew=None,
-    watch=None,
-):
-    """Sends the plan; SIGINT, SIGTERM or the launched engine's exit stop it. Returns (outcome, what stopped it)."""
+async def _load(steps: RunSteps):
+    """Sends the plan from the run's LoadSite; SIGINT, SIGTERM or the launched engine's exit stop it.
+    Returns (outcome, what stopped it)."""
+    plan, writer, reporter, launched, watch = steps.plan, steps.writer, steps.reporter, steps.launched, steps.watch
     stop = asyncio.Event()
     stopped_by: list[str] = []
 
@@ -402,8 +428,9 @@ async def _load(
 
     reporter.start_requests(len(plan.requests))
     try:
-        outcome = await run_plan(
-            plan.requests, target, concurrency, n_workers, on_record, stop, plan.duration_s, t0_ns=t0_ns, crew=crew
+        concurrency = steps.scenario.load.concurrency
+        outcome = await steps.site.send(
+            plan.requests, steps.target(), concurrency, on_record, stop, plan.duration_s, steps.t0_ns
         )
     finally:
         reporter.end_requests()

@@ -36,6 +36,7 @@ from pydantic import (
 )
 
 from backends import available, load_backend
+from harness.arrivals import Arrival, ArrivalError, arrival_process
 from harness.distributions import Dist, dist_from_yaml
 from harness.limits import (
     DEFAULT_MAX_RESPONSE_BYTES,
@@ -50,6 +51,7 @@ from harness.sampling import SamplingConfig
 from harness.stamped_http import choose_stamps
 from harness.telemetry import TelemetryConfig
 from harness.tune_config import TuneConfig
+from harness.workload_kinds import WORKLOADS, WorkloadKind, WorkloadKindError, workload_kind
 
 DEFAULT_NUM_REQUESTS = 100  # used when neither load.num_requests nor load.duration_s is given
 
@@ -290,20 +292,8 @@ class BackendConfig(Strict):
         return self
 
 
-WORKLOAD_ONLY_FIELDS = {
-    "num_groups": "shared_prefix",
-    "prefix_tokens": "shared_prefix",
-    "group_assignment": "shared_prefix",
-    "turns": "multi_turn",
-    "think_time_s": "multi_turn",
-    "path": "file",
-    "format": "file",
-    "schemas": "structured",
-}
-
-
 class WorkloadConfig(Strict):
-    kind: Literal["random", "shared_prefix", "multi_turn", "file", "repeat", "structured"] = "random"
+    kind: str = "random"  # a name in harness.workload_kinds.WORKLOADS
     input_tokens: TokenLength = Dist(dist="fixed", mean=256)  # shared_prefix: the unique suffix; repeat: the passage
     output_tokens: TokenLength = Dist(dist="fixed", mean=128)
     ignore_eos: bool = True
@@ -331,29 +321,29 @@ class WorkloadConfig(Strict):
 
     @model_validator(mode="after")
     def _fields_match_kind(self) -> WorkloadConfig:
-        for name, owner in WORKLOAD_ONLY_FIELDS.items():
+        try:
+            kind = workload_kind(self.kind)
+            self._check_kind_fields(kind)
+            kind.check(self)
+        except WorkloadKindError as error:
+            raise ScenarioError(str(error)) from None
+        return self
+
+    def _check_kind_fields(self, kind: WorkloadKind) -> None:
+        """Fields another kind owns left at their defaults; those this kind needs given."""
+        others = [(name, owner) for owner in WORKLOADS if owner != self.kind for name in workload_kind(owner).fields]
+        for name, owner in others:
             # Compared with the default, not "was it written", so a resolved_dict() validates again.
-            if owner != self.kind and getattr(self, name) != type(self).model_fields[name].default:
+            if getattr(self, name) != type(self).model_fields[name].default:
                 raise ScenarioError(f"workload.{name}: only used when workload.kind is {owner} (kind is {self.kind})")
-        required = {
-            "shared_prefix": ("num_groups", "prefix_tokens"),
-            "multi_turn": ("turns",),
-            "file": ("path",),
-            "structured": ("schemas",),
-        }
-        for name in required.get(self.kind, ()):
+        for name in kind.required:
             if getattr(self, name) is None:
                 raise ScenarioError(f"workload.{name}: missing; workload.kind {self.kind} needs it")
-        if self.kind == "structured" and self.ignore_eos:
-            raise ScenarioError(
-                "workload.ignore_eos: set it to false for kind structured; the grammar decides "
-                "where an answer ends, and output_tokens is only its upper bound"
-            )
-        return self
 
 
 class LoadConfig(Strict):
-    arrival: Literal["constant", "poisson", "gamma", "trace", "closed"] = "poisson"
+    arrival: str = "poisson"  # a name in harness.arrivals.ARRIVALS (or the bench.arrivals entry points)
+    arrival_options: dict[str, Any] | None = None  # what the arrival process takes beyond rate (square_wave)
     rate: float | None = Field(default=None, gt=0, le=MAX_RATE_PER_S, description="requests/s")
     burstiness: float = Field(default=1.0, gt=0, le=1e6)  # gamma shape: 1 = Poisson, < 1 burstier
     concurrency: int | None = Field(default=None, ge=1, le=MAX_CONCURRENCY, description="requests in flight")
@@ -378,6 +368,20 @@ class LoadConfig(Strict):
     # measure over the steady-state window, ramp-up and drain cut (harness/steady_window.py); false keeps the whole
     # run. Unset means true (None, so runs from before the option compare equal in the gate)
     trim: bool | None = None
+
+    @field_validator("arrival")
+    @classmethod
+    def _known_arrival(cls, value: str) -> str:
+        try:
+            arrival_process(value)
+        except ArrivalError as error:
+            raise ScenarioError(str(error)) from None
+        return value
+
+    @property
+    def process(self) -> Arrival:
+        """The arrival process load.arrival names (harness/arrivals.py)."""
+        return arrival_process(self.arrival)
 
     @field_validator("workers", mode="before")
     @classmethod
@@ -416,25 +420,23 @@ class LoadConfig(Strict):
     def _cross_field_checks(self) -> LoadConfig:
         if self.sweep is not None:
             self._check_sweep()
-        if self.arrival in ("constant", "poisson", "gamma") and self.rate is None and self.sweep is None:
-            raise ScenarioError(f"load.rate: missing; arrival {self.arrival} needs a rate in requests/s (e.g. rate: 4)")
-        if self.arrival == "trace" and self.trace is None:
-            raise ScenarioError("load.trace: missing; arrival trace needs a trace file (e.g. trace: traces/day.jsonl)")
-        if self.arrival == "closed" and self.concurrency is None and self.sweep is None:
-            raise ScenarioError("load.concurrency: missing; arrival closed needs the number of requests in flight")
+        try:
+            self.process.check(self)
+        except ArrivalError as error:
+            raise ScenarioError(str(error)) from None
         if self.num_requests is not None and self.duration_s is not None:
             raise ScenarioError("load.duration_s: give either load.num_requests or load.duration_s, not both")
         # A trace without a count replays all its rows; everything else defaults to a fixed count.
-        if self.num_requests is None and self.duration_s is None and self.arrival != "trace":
+        if self.num_requests is None and self.duration_s is None and self.process.paced_by != "trace":
             self.num_requests = DEFAULT_NUM_REQUESTS
         self._check_schedule_span()
         return self
 
     def _check_schedule_span(self) -> None:
         """A typo like rate: 0.00001 would hold a run open for years: the expected span is bounded."""
-        if self.arrival not in ("constant", "poisson", "gamma") or self.num_requests is None:
+        if self.process.paced_by != "rate" or self.num_requests is None:
             return
-        rate = self.rate if self.sweep is None else self.sweep[0]
+        rate = self.process.mean_rate_per_s(self, self.rate if self.sweep is None else self.sweep[0])
         span_s = (self.num_requests + self.warmup_requests) / rate
         if span_s > MAX_SCHEDULE_S:
             field = "load.rate" if self.sweep is None else "load.sweep"
@@ -446,12 +448,12 @@ class LoadConfig(Strict):
 
     def _check_sweep(self) -> None:
         """A sweep supplies each point's rate (open arrivals) or concurrency (closed), so neither is required."""
-        if self.arrival == "trace":
+        if self.process.paced_by == "trace":
             raise ScenarioError(
                 "load.sweep: a trace sets its own pace; leave load.sweep out, or scale the "
                 "trace with load.time_scale in separate runs"
             )
-        if self.arrival == "closed":
+        if self.process.paced_by == "concurrency":
             if any(v > MAX_CONCURRENCY for v in self.sweep):
                 raise ScenarioError(
                     f"load.sweep: {self.sweep} is not valid: arrival closed sweeps requests in "
@@ -510,7 +512,8 @@ class Candidate(Strict):
 class Scenario(Strict):
     name: str
     backend: BackendConfig
-    workload: WorkloadConfig = WorkloadConfig()
+    # a factory: validating a WorkloadConfig loads harness.workload's kinds, which import this module
+    workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
     load: LoadConfig
     slo: SloConfig = SloConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
@@ -542,15 +545,16 @@ class Scenario(Strict):
             raise ScenarioError("tune.load: give exactly one of rate or concurrency, e.g. {rate: {min: 0.25, max: 16}}")
         if isinstance(load, dict) and isinstance(tune_load, dict):
             arrival = load.get("arrival", "poisson")
-            if "concurrency" in tune_load and arrival != "closed":
+            paced_by = _paced_by(arrival)
+            if "concurrency" in tune_load and paced_by not in ("concurrency", None):
                 raise ScenarioError(
                     "tune.load.concurrency: searches requests in flight, so set load.arrival: "
                     "closed (or search tune.load.rate)"
                 )
-            if "rate" in tune_load and arrival in ("closed", "trace"):
+            if "rate" in tune_load and paced_by in ("concurrency", "trace"):
                 raise ScenarioError(
                     f"tune.load.rate: load.arrival {arrival} has no rate; use "
-                    f"tune.load.concurrency for closed, or arrival poisson/constant/gamma"
+                    f"tune.load.concurrency for closed, or an open-loop arrival (e.g. poisson)"
                 )
             for field in ("rate", "concurrency"):
                 bounds = tune_load.get(field)
@@ -567,10 +571,10 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _workload_fits_load(self) -> Scenario:
-        if self.workload.kind == "multi_turn" and self.load.arrival == "trace":
+        if self.workload.kind == "multi_turn" and self.load.process.paced_by == "trace":
             raise ScenarioError(
-                "load.arrival: trace does not combine with workload.kind multi_turn; "
-                "use constant, poisson, gamma or closed"
+                f"load.arrival: {self.load.arrival} does not combine with workload.kind multi_turn; "
+                "use an open-loop arrival (e.g. poisson) or closed"
             )
         if self.candidates:
             if self.backend.launch is None:
@@ -628,7 +632,7 @@ class Scenario(Strict):
     def sweep_points(self) -> list[Scenario]:
         """One scenario per load.sweep value, that value as its load.rate (load.concurrency when closed)."""
         load = self.load
-        field, cast = ("concurrency", int) if load.arrival == "closed" else ("rate", float)
+        field, cast = ("concurrency", int) if load.process.paced_by == "concurrency" else ("rate", float)
         return [
             self.model_copy(update={"load": load.model_copy(update={"sweep": None, field: cast(v)})})
             for v in load.sweep or ()
@@ -648,6 +652,14 @@ class Scenario(Strict):
                 if any(word in name.upper() for word in ("TOKEN", "KEY", "SECRET", "PASSWORD")):
                     env[name] = "<redacted>"
         return resolved
+
+
+def _paced_by(arrival: Any) -> str | None:
+    """What paces the arrival process called `arrival`; None for an unknown one (its field check names it)."""
+    try:
+        return arrival_process(arrival).paced_by
+    except (ArrivalError, TypeError):
+        return None
 
 
 def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:

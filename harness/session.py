@@ -45,7 +45,7 @@ def engine_sizing(scenario: Scenario) -> EngineSizing:
     longest prompt + answer (a multi-turn session's whole history)."""
     load, workload = scenario.load, scenario.workload
     slots = load.concurrency or OPEN_LOOP_SLOTS
-    if load.arrival == "closed" and load.sweep:
+    if load.process.paced_by == "concurrency" and load.sweep:
         slots = int(max(load.sweep))
 
     def upper(dist) -> float:
@@ -53,7 +53,7 @@ def engine_sizing(scenario: Scenario) -> EngineSizing:
             return dist.max
         return dist.expected + 4 * (dist.std or 0.0)
 
-    if workload.kind == "file" or load.arrival == "trace":
+    if workload.kind == "file" or load.process.paced_by == "trace":
         tokens = UNKNOWN_TOKENS_PER_REQUEST
     else:
         tokens = upper(workload.input_tokens) + upper(workload.output_tokens) + (workload.prefix_tokens or 0)

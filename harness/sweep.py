@@ -31,7 +31,7 @@ class SweepPointStatus:
 
 
 def sweep_kind(scenario: Scenario) -> str:
-    return "concurrency" if scenario.load.arrival == "closed" else "rate"
+    return "concurrency" if scenario.load.process.paced_by == "concurrency" else "rate"
 
 
 def run_sweep(

@@ -118,15 +118,13 @@ async def run_plan(
     stop: asyncio.Event,
     dispatch_until_s: float | None = None,
     t0_ns: int | None = None,
-    crew=None,
 ) -> RunOutcome:
-    """t0_ns: the run's clock origin (perf_counter_ns), picked by the caller so other recorders
-    share it; with several workers it moves later if they were not all started by then.
-    crew: a harness.ray_shards.RayCrew, started, to send the load from a Ray cluster's nodes instead.
-    The outcome's incomplete_reasons say what is missing: a worker that died, records never written."""
-    if crew is not None:
-        outcome = await crew.run(target, on_record, stop, dispatch_until_s, t0_ns)
-    elif workers <= 1:
+    """Sends the plan from this process (workers <= 1) or that many client processes (harness/load_site.py
+    chooses between these and a Ray cluster's actors). t0_ns: the run's clock origin (perf_counter_ns),
+    picked by the caller so other recorders share it; with several workers it moves later if they were not all
+    started by then. The outcome's incomplete_reasons say what is missing: a worker that died, records never
+    written."""
+    if workers <= 1:
         cpu_start = time.process_time()
         outcome = await Runner(
             target, requests, concurrency, on_record, t0_ns=t0_ns, stop=stop, dispatch_until_s=dispatch_until_s
@@ -218,12 +216,11 @@ class _Worker:
         return f"exited with code {code} before finishing"
 
 
-async def _run_processes(
-    requests, target, concurrency, workers, on_record, stop, dispatch_until_s, t0_ns
-) -> RunOutcome:
+def _spawn(requests, target, concurrency, workers, dispatch_until_s) -> list[_Worker]:
+    """`workers` client processes, each given its share of the jobs (a session stays in one)."""
     ctx = mp.get_context("spawn")
     jobs = group_jobs(requests)
-    crew: list[_Worker] = []
+    spawned = []
     for w in range(workers):
         mine = [spec for job in jobs[w::workers] for spec in job]
         parent_end, child_end = ctx.Pipe()
@@ -234,70 +231,82 @@ async def _run_processes(
         )
         p.start()
         child_end.close()  # the worker holds the only other end, so its death reads as EOF here
-        crew.append(_Worker(w, p, parent_end, mine))
-    loop = asyncio.get_running_loop()
-    records, loop_lag, interrupted, cpu_s = [], [], False, 0.0
+        spawned.append(_Worker(w, p, parent_end, mine))
+    return spawned
 
-    async def receive_some() -> None:
-        nonlocal interrupted, cpu_s
-        open_conns = [c.conn for c in crew if not c.closed]
-        readable = await loop.run_in_executor(None, wait_for_connections, open_conns, 0.2)
-        for worker in crew:
+
+class _Crew:
+    """The parent's side of one run's client processes: what they sent so far, read off their pipes."""
+
+    def __init__(self, workers: list[_Worker], on_record: Callable[[RequestRecord], None]) -> None:
+        self.workers, self.on_record = workers, on_record
+        self.records: list[RequestRecord] = []
+        self.loop_lag: list[float] = []
+        self.interrupted, self.cpu_s = False, 0.0
+
+    async def receive_some(self) -> None:
+        """What the workers sent, waiting up to 0.2 s for any of them to send."""
+        open_conns = [c.conn for c in self.workers if not c.closed]
+        readable = await asyncio.get_running_loop().run_in_executor(None, wait_for_connections, open_conns, 0.2)
+        for worker in self.workers:
             while not worker.closed and worker.conn in readable and worker.conn.poll():
                 message = worker.receive()
                 if message is None:
                     break
-                kind, payload = message
-                if kind == "ready":
-                    worker.ready = True
-                elif kind == "record":
-                    rec = RequestRecord.from_dict(payload)
-                    worker.recorded.add(rec.index)
-                    records.append(rec)
-                    on_record(rec)
-                else:  # done
-                    worker.done = True
-                    loop_lag.extend(payload["loop_lag_s"])
-                    cpu_s += payload["cpu_s"]
-                    interrupted |= payload["interrupted"]
+                self._take(worker, *message)
 
-    start_deadline = time.monotonic() + WORKER_START_TIMEOUT_S
-    while not all(c.ready or c.closed for c in crew):  # t0 is fixed only once every worker has started
-        if time.monotonic() > start_deadline:
-            for c in crew:
-                if not c.ready:  # its EOF follows; it is reported lost
-                    c.process.kill()
-        await receive_some()
-    soonest_ns = t0_ahead_ns(workers, spawn=False, connect=True)  # they still read t0 and open connections
-    if t0_ns is None or t0_ns < soonest_ns:
-        t0_ns = soonest_ns
-    for c in crew:
-        c.send(("go", t0_ns))
-    stop_sent = False
-    while not all(c.closed for c in crew):  # every worker ends with an EOF, after its "done" or without it
-        if stop.is_set() and not stop_sent:
-            for c in crew:  # workers stop sending and give in-flight requests a grace
-                c.send(("stop", None))
-            stop_sent = True
-        await receive_some()
-    lost = []
-    for c in crew:
-        c.process.join(timeout=5)
-        if not c.done:
+    def _take(self, worker: _Worker, kind: str, payload) -> None:
+        if kind == "ready":
+            worker.ready = True
+        elif kind == "record":
+            rec = RequestRecord.from_dict(payload)
+            worker.recorded.add(rec.index)
+            self.keep(rec)
+        else:  # done
+            worker.done = True
+            self.loop_lag.extend(payload["loop_lag_s"])
+            self.cpu_s += payload["cpu_s"]
+            self.interrupted |= payload["interrupted"]
+
+    def keep(self, rec: RequestRecord) -> None:
+        self.records.append(rec)
+        self.on_record(rec)
+
+    async def wait_until_started(self) -> None:
+        """Until every worker is ready or gone; one not ready within WORKER_START_TIMEOUT_S is killed."""
+        start_deadline = time.monotonic() + WORKER_START_TIMEOUT_S
+        while not all(c.ready or c.closed for c in self.workers):
+            if time.monotonic() > start_deadline:
+                for c in self.workers:
+                    if not c.ready:  # its EOF follows; it is reported lost
+                        c.process.kill()
+            await self.receive_some()
+
+    async def run_until_closed(self, stop: asyncio.Event) -> None:
+        """Until every worker's EOF, after its "done" or without it; `stop` tells them to stop sending."""
+        stop_sent = False
+        while not all(c.closed for c in self.workers):
+            if stop.is_set() and not stop_sent:
+                for c in self.workers:  # workers stop sending and give in-flight requests a grace
+                    c.send(("stop", None))
+                stop_sent = True
+            await self.receive_some()
+
+    def count_lost(self, t0_ns: int, dispatch_until_s: float | None, stopped: bool) -> list[dict]:
+        """A failed record for each planned request of a worker that never said done; what each lost worker was."""
+        lost = []
+        for c in self.workers:
+            c.process.join(timeout=5)
+            if c.done:
+                continue
             exit_description = c.exit_description()
-            never = lost_records(
-                c.requests,
-                c.recorded,
-                t0_ns,
-                dispatch_until_s,
-                stop.is_set(),
-                "worker_lost",
+            detail = (
                 f"client worker {c.index} (pid {c.process.pid}) {exit_description} before this "
-                f"request's record reached the parent",
+                f"request's record reached the parent"
             )
+            never = lost_records(c.requests, c.recorded, t0_ns, dispatch_until_s, stopped, "worker_lost", detail)
             for rec in never:
-                records.append(rec)
-                on_record(rec)
+                self.keep(rec)
             lost.append(
                 {
                     "worker": c.index,
@@ -309,7 +318,23 @@ async def _run_processes(
                     "worker_lost_failures": len(never),
                 }
             )
-    return RunOutcome(records, loop_lag, t0_ns, interrupted or stop.is_set(), lost_workers=lost, client_cpu_s=cpu_s)
+        return lost
+
+
+async def _run_processes(
+    requests, target, concurrency, workers, on_record, stop, dispatch_until_s, t0_ns
+) -> RunOutcome:
+    crew = _Crew(_spawn(requests, target, concurrency, workers, dispatch_until_s), on_record)
+    await crew.wait_until_started()  # t0 is fixed only once every worker has started
+    soonest_ns = t0_ahead_ns(workers, spawn=False, connect=True)  # they still read t0 and open connections
+    if t0_ns is None or t0_ns < soonest_ns:
+        t0_ns = soonest_ns
+    for c in crew.workers:
+        c.send(("go", t0_ns))
+    await crew.run_until_closed(stop)
+    lost = crew.count_lost(t0_ns, dispatch_until_s, stop.is_set())
+    interrupted = crew.interrupted or stop.is_set()
+    return RunOutcome(crew.records, crew.loop_lag, t0_ns, interrupted, lost_workers=lost, client_cpu_s=crew.cpu_s)
 
 
 def _worker_main(w, requests, target, concurrency, dispatch_until_s, conn: Connection) -> None:

@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harness.answers import MATCHES
-from harness.arrivals import open_loop_offsets_s, open_loop_offsets_until_s, trace_offsets_s
+from harness.arrivals import trace_offsets_s
 from harness.prompts import answer_tokens, prompt_builder, prompt_tokens
 from harness.scenario import Scenario, ScenarioError
 from harness.tokenizer_source import TokenizerSource
 from harness.traces import TraceRow, load_trace, read_jsonl, read_utf8
+from harness.workload_kinds import WorkloadKind, WorkloadKindError, workload_kind
 
 
 @dataclass
@@ -66,10 +67,10 @@ def _schedule(scenario: Scenario, warmup_slots: int, measured_slots: int | None)
     """Due times for warm-up + measured slots (a slot is a request, or a session for multi_turn)."""
     load = scenario.load
     rng = np.random.default_rng([scenario.seed, 0])
-    if load.arrival == "closed":
+    if load.process.paced_by == "concurrency":
         total = warmup_slots + (measured_slots if measured_slots is not None else load.max_requests)
         return _Schedule([None] * total, warmup_slots, load.duration_s)
-    if load.arrival == "trace":
+    if load.process.paced_by == "trace":
         rows = load_trace(load.trace, load.trace_format)
         offsets = trace_offsets_s([row.timestamp_s for row in rows], load.time_scale)
         if len(rows) <= warmup_slots:
@@ -84,13 +85,12 @@ def _schedule(scenario: Scenario, warmup_slots: int, measured_slots: int | None)
             duration_end_s = start_s + load.duration_s
             end = int(np.searchsorted(offsets, duration_end_s, side="left"))
         return _Schedule([float(x) for x in offsets[:end]], warmup_slots, duration_end_s, rows[:end])
-    warmup = open_loop_offsets_s(load.arrival, load.rate, load.burstiness, warmup_slots + 1, rng)
+    process = load.process
+    warmup = process.offsets_s(load, warmup_slots + 1, rng)
     if measured_slots is not None:
-        rest = open_loop_offsets_s(load.arrival, load.rate, load.burstiness, measured_slots, rng)
+        rest = process.offsets_s(load, measured_slots, rng)
         return _Schedule([float(x) for x in np.concatenate([warmup[:-1], warmup[-1] + rest])], warmup_slots, None)
-    measured = open_loop_offsets_until_s(
-        load.arrival, load.rate, load.burstiness, load.duration_s, rng, max_count=load.max_requests
-    )
+    measured = process.offsets_until_s(load, load.duration_s, rng, max_count=load.max_requests)
     if measured is None:
         raise ScenarioError(
             f"load.max_requests: {load.max_requests} is too small for rate {load.rate:g}/s "
@@ -100,62 +100,173 @@ def _schedule(scenario: Scenario, warmup_slots: int, measured_slots: int | None)
     return _Schedule([float(x) for x in offsets], warmup_slots, float(warmup[-1]) + load.duration_s)
 
 
-def build_plan(scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
-    workload, load = scenario.workload, scenario.load
-    if workload.kind == "multi_turn":
-        return _multi_turn_plan(scenario, tokenizer)
-    schedule = _schedule(scenario, load.warmup_requests, load.num_requests)
-    n = len(schedule.offsets_s)
-    length_rng = np.random.default_rng([scenario.seed, 1])
-    prompt_rng = np.random.default_rng([scenario.seed, 2])
-    output_tokens = workload.output_tokens.sample(np.random.default_rng([scenario.seed, 5]), n)
-    warnings: list[str] = []
-    messages: list[list[dict] | None] = [None] * n
-    extra_bodies: list[dict | None] = [None] * n
-    expected: list[tuple[str, str] | None] = [None] * n  # known answers: (answer, how it is matched)
-    if workload.kind == "file":
-        rows, warnings = _read_prompt_file(workload.path, workload.format, n)
-        if any(row["messages"] is not None for row in rows) and scenario.backend.api != "chat":
-            raise ScenarioError(f"workload.path: {workload.path} has messages rows; they need backend.api: chat")
-        prompts = [(row["prompt"], _count_tokens(tokenizer, row)) for row in rows]
-        messages = [row["messages"] for row in rows]
-        expected = [row["expected"] for row in rows]
-        output_tokens = [_answer_tokens(tokenizer, row) or int(o) for row, o in zip(rows, output_tokens)]
-    elif workload.kind == "structured":
-        rows = _read_schema_file(workload.schemas, n)
-        prompts = [(row["prompt"], len(tokenizer.encode(row["prompt"]))) for row in rows]
-        extra_bodies = [
-            {"response_format": {"type": "json_schema", "json_schema": {"name": row["name"], "schema": row["schema"]}}}
-            for row in rows
-        ]
-    elif workload.kind == "shared_prefix":
-        prompts = _shared_prefix_prompts(scenario, tokenizer, n, length_rng, prompt_rng)
-    elif workload.kind == "repeat":
-        lengths = workload.input_tokens.sample(length_rng, n)
-        repeats = [_repeat_prompt(tokenizer, prompt_rng, int(k)) for k in lengths]
-        prompts = [(text, count) for text, count, _ in repeats]
-        expected = [(passage, "copy") for _, _, passage in repeats]
-    elif schedule.trace_rows is not None:
-        prompts = _trace_prompts(scenario, tokenizer, schedule.trace_rows, prompt_rng)
-        output_tokens = [max(row.output_tokens, 1) for row in schedule.trace_rows]
-    else:
-        lengths = workload.input_tokens.sample(length_rng, n)
-        prompts = [prompt_builder(tokenizer).random_text(prompt_rng, int(k)) for k in lengths]
+@dataclass
+class Draws:
+    """What a single-turn workload kind draws its n requests from: the schedule (n = its slots), the
+    scenario's seeded streams, and the answer lengths drawn from workload.output_tokens."""
+
+    scenario: Scenario
+    tokenizer: TokenizerSource
+    schedule: _Schedule
+    length_rng: np.random.Generator
+    prompt_rng: np.random.Generator
+    output_tokens: list[int]
+
+    @property
+    def n(self) -> int:
+        return len(self.schedule.offsets_s)
+
+
+@dataclass
+class Prompts:
+    """A workload kind's requests: (prompt, its token count) each, with whatever the kind adds per request."""
+
+    prompts: list[tuple[str | None, int]]
+    output_tokens: list[int]
+    messages: list[list[dict] | None] | None = None  # chat messages sent as they are (file rows)
+    extra_bodies: list[dict | None] | None = None  # merged into each request body (structured: response_format)
+    expected: list[tuple[str, str] | None] | None = None  # known answers: (answer, how it is matched)
+    warnings: list[str] = field(default_factory=list)
+
+
+class SingleTurn(WorkloadKind):
+    """A kind with one request per schedule slot, each prompt from `prompts`."""
+
+    def plan(self, scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
+        load = scenario.load
+        schedule = _schedule(scenario, load.warmup_requests, load.num_requests)
+        output_rng = np.random.default_rng([scenario.seed, 5])
+        outputs = scenario.workload.output_tokens.sample(output_rng, len(schedule.offsets_s))
+        draws = Draws(
+            scenario,
+            tokenizer,
+            schedule,
+            length_rng=np.random.default_rng([scenario.seed, 1]),
+            prompt_rng=np.random.default_rng([scenario.seed, 2]),
+            output_tokens=[int(o) for o in outputs],
+        )
+        return _plan_of(self.prompts(draws), schedule, tokenizer)
+
+    def prompts(self, draws: Draws) -> Prompts:
+        raise NotImplementedError
+
+
+def _plan_of(built: Prompts, schedule: _Schedule, tokenizer: TokenizerSource) -> Plan:
+    n = len(built.prompts)
+    messages, extra_bodies = built.messages or [None] * n, built.extra_bodies or [None] * n
+    expected = built.expected or [None] * n
     requests = [
         RequestSpec(
             index=i,
             prompt=text,
             messages=messages[i],
             prompt_tokens=count,
-            output_tokens=int(output_tokens[i]),
+            output_tokens=int(built.output_tokens[i]),
             intended_offset_s=schedule.offsets_s[i],
             is_warmup=i < schedule.warmup_slots,
             extra_body=extra_bodies[i],
             **({"expected": expected[i][0], "expected_match": expected[i][1]} if expected[i] else {}),
         )
-        for i, (text, count) in enumerate(prompts)
+        for i, (text, count) in enumerate(built.prompts)
     ]
-    return Plan(requests, tokenizer.method, schedule.duration_s, warnings)
+    return Plan(requests, tokenizer.method, schedule.duration_s, built.warnings)
+
+
+class RandomWorkload(SingleTurn):
+    """Random words of the drawn lengths; under a trace, each row's lengths and shared blocks."""
+
+    name = "random"
+
+    def prompts(self, draws):
+        if draws.schedule.trace_rows is not None:
+            rows = draws.schedule.trace_rows
+            prompts = _trace_prompts(draws.scenario, draws.tokenizer, rows, draws.prompt_rng)
+            return Prompts(prompts, [max(row.output_tokens, 1) for row in rows])
+        builder = prompt_builder(draws.tokenizer)
+        lengths = draws.scenario.workload.input_tokens.sample(draws.length_rng, draws.n)
+        return Prompts([builder.random_text(draws.prompt_rng, int(k)) for k in lengths], draws.output_tokens)
+
+
+class SharedPrefixWorkload(SingleTurn):
+    name = "shared_prefix"
+    fields = ("num_groups", "prefix_tokens", "group_assignment")
+    required = ("num_groups", "prefix_tokens")
+
+    def prompts(self, draws):
+        prompts = _shared_prefix_prompts(draws.scenario, draws.tokenizer, draws.n, draws.length_rng, draws.prompt_rng)
+        return Prompts(prompts, draws.output_tokens)
+
+
+class RepeatWorkload(SingleTurn):
+    name = "repeat"
+
+    def prompts(self, draws):
+        lengths = draws.scenario.workload.input_tokens.sample(draws.length_rng, draws.n)
+        repeats = [_repeat_prompt(draws.tokenizer, draws.prompt_rng, int(k)) for k in lengths]
+        return Prompts(
+            [(text, count) for text, count, _ in repeats],
+            draws.output_tokens,
+            expected=[(passage, "copy") for _, _, passage in repeats],
+        )
+
+
+class FileWorkload(SingleTurn):
+    name = "file"
+    fields = ("path", "format")
+    required = ("path",)
+
+    def prompts(self, draws):
+        scenario, tokenizer = draws.scenario, draws.tokenizer
+        workload = scenario.workload
+        rows, warnings = _read_prompt_file(workload.path, workload.format, draws.n)
+        if any(row["messages"] is not None for row in rows) and scenario.backend.api != "chat":
+            raise ScenarioError(f"workload.path: {workload.path} has messages rows; they need backend.api: chat")
+        return Prompts(
+            [(row["prompt"], _count_tokens(tokenizer, row)) for row in rows],
+            [_answer_tokens(tokenizer, row) or o for row, o in zip(rows, draws.output_tokens)],
+            messages=[row["messages"] for row in rows],
+            expected=[row["expected"] for row in rows],
+            warnings=warnings,
+        )
+
+
+class StructuredWorkload(SingleTurn):
+    name = "structured"
+    fields = ("schemas",)
+    required = ("schemas",)
+
+    def check(self, workload):
+        if workload.ignore_eos:
+            raise WorkloadKindError(
+                "workload.ignore_eos: set it to false for kind structured; the grammar decides "
+                "where an answer ends, and output_tokens is only its upper bound"
+            )
+
+    def prompts(self, draws):
+        rows = _read_schema_file(draws.scenario.workload.schemas, draws.n)
+        formats = [
+            {"type": "json_schema", "json_schema": {"name": row["name"], "schema": row["schema"]}} for row in rows
+        ]
+        return Prompts(
+            [(row["prompt"], prompt_tokens(draws.tokenizer, row["prompt"])) for row in rows],
+            draws.output_tokens,
+            extra_bodies=[{"response_format": response_format} for response_format in formats],
+        )
+
+
+class MultiTurnWorkload(WorkloadKind):
+    """Sessions of `turns` requests; a slot of the schedule is a session, its later turns follow answers."""
+
+    name = "multi_turn"
+    fields = ("turns", "think_time_s")
+    required = ("turns",)
+
+    def plan(self, scenario, tokenizer):
+        return _multi_turn_plan(scenario, tokenizer)
+
+
+def build_plan(scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
+    return workload_kind(scenario.workload.kind).plan(scenario, tokenizer)
 
 
 def _shared_prefix_prompts(scenario, tokenizer, n, length_rng, prompt_rng) -> list[tuple[str, int]]:
@@ -211,7 +322,7 @@ def _multi_turn_plan(scenario: Scenario, tokenizer: TokenizerSource) -> Plan:
     warmup_sessions = math.ceil(load.warmup_requests / turns)
     # A closed loop run by duration gets load.max_requests requests, so that many turns, not sessions.
     measured_requests = (
-        load.max_requests if load.arrival == "closed" and load.num_requests is None else load.num_requests
+        load.max_requests if load.process.paced_by == "concurrency" and load.num_requests is None else load.num_requests
     )
     measured_sessions = None if measured_requests is None else math.ceil(measured_requests / turns)
     schedule = _schedule(scenario, warmup_sessions, measured_sessions)

@@ -3,12 +3,24 @@
 import numpy as np
 import pytest
 
-from harness.arrivals import gaps_s, open_loop_offsets_s, open_loop_offsets_until_s, trace_offsets_s
-from harness.scenario import Scenario, ScenarioError
+from harness.arrivals import arrival_process, open_loop, trace_offsets_s
+from harness.scenario import LoadConfig, Scenario, ScenarioError, load_scenario
 from harness.tokenizer_source import ApproximateTokenizer
 from harness.workload import build_plan
 
 DRAWS = 10_000
+
+
+def load_of(arrival: str, rate: float, burstiness: float = 1.0, **more) -> LoadConfig:
+    return LoadConfig.model_validate({"arrival": arrival, "rate": rate, "burstiness": burstiness, **more})
+
+
+def open_loop_offsets_s(arrival, rate, burstiness, n, rng, **more):
+    return open_loop(arrival).offsets_s(load_of(arrival, rate, burstiness, **more), n, rng)
+
+
+def gaps_s(arrival, rate, burstiness, n, rng):
+    return open_loop(arrival).gaps_s(load_of(arrival, rate, burstiness), n, rng)
 
 
 def scenario(load: dict, seed: int = 0, workload: dict | None = None) -> Scenario:
@@ -65,10 +77,11 @@ def test_same_seed_same_schedule_other_seed_other_schedule():
 
 
 def test_offsets_until_cover_the_duration_and_stop_before_it():
-    offsets = open_loop_offsets_until_s("poisson", 50.0, 1.0, 200.0, np.random.default_rng(0), max_count=100_000)
+    poisson, load = open_loop("poisson"), load_of("poisson", 50.0)
+    offsets = poisson.offsets_until_s(load, 200.0, np.random.default_rng(0), max_count=100_000)
     assert offsets.max() < 200.0 and offsets.max() > 199.0
     assert abs(len(offsets) / 200.0 - 50.0) / 50.0 < 0.02
-    assert open_loop_offsets_until_s("poisson", 50.0, 1.0, 200.0, np.random.default_rng(0), max_count=5000) is None
+    assert poisson.offsets_until_s(load, 200.0, np.random.default_rng(0), max_count=5000) is None
 
 
 def test_trace_offsets_are_relative_to_the_first_and_scaled():
@@ -129,3 +142,71 @@ def test_closed_multi_turn_by_duration_caps_requests_not_sessions():
     load = {"arrival": "closed", "concurrency": 2, "duration_s": 30.0, "max_requests": 10}
     plan = build_plan(scenario(load, workload=workload), ApproximateTokenizer())
     assert len(plan.requests) == 10 and [r.turn_index for r in plan.requests][-2:] == [0, 1]
+
+
+def square_wave_offsets(low_rate: float, n: int) -> np.ndarray:
+    options = {"low_rate": low_rate, "period_s": 20.0}
+    return open_loop_offsets_s("square_wave", 10.0, 1.0, n, np.random.default_rng(0), arrival_options=options)
+
+
+def test_square_wave_alternates_between_its_two_rates():
+    # 10/s for 10 s, then 2/s for 10 s: 120 arrivals a period, so 12,000 cover 100 periods. Each half's
+    # count over 100 periods has a standard error of 1% (high) and 2.2% (low); bounds are ~3 of them.
+    offsets = square_wave_offsets(2.0, 12_000)
+    phase_s = offsets % 20.0
+    periods = offsets[-1] / 20.0
+    high_rate = (phase_s < 10.0).sum() / (periods * 10.0)
+    low_rate = (phase_s >= 10.0).sum() / (periods * 10.0)
+    assert abs(high_rate - 10.0) / 10.0 < 0.03 and abs(low_rate - 2.0) / 2.0 < 0.07
+    assert offsets[0] == 0.0 and np.all(np.diff(offsets) >= 0)
+    # within a half the gaps are exponential: coefficient of variation ~1
+    high_gaps = np.diff(offsets)[(phase_s[1:] < 9.0) & (phase_s[:-1] < 9.0)]
+    assert abs(high_gaps.std() / high_gaps.mean() - 1.0) < 0.06
+
+
+def test_square_wave_with_a_silent_half_sends_nothing_in_it():
+    offsets = square_wave_offsets(0.0, 2_000)
+    assert np.all(offsets % 20.0 < 10.0) and offsets[-1] > 20.0 * 10
+
+
+def test_square_wave_duration_run_and_its_mean_rate():
+    square = open_loop("square_wave")
+    load = load_of("square_wave", 10.0, arrival_options={"low_rate": 2.0, "period_s": 20.0})
+    offsets = square.offsets_until_s(load, 2000.0, np.random.default_rng(0), max_count=100_000)
+    assert offsets.max() < 2000.0 and abs(len(offsets) / 2000.0 - 6.0) / 6.0 < 0.03
+    assert square.mean_rate_per_s(load, 10.0) == 6.0
+
+
+@pytest.mark.parametrize(
+    "load, message",
+    [
+        ({"arrival": "square_wave", "rate": 4}, "load.arrival_options.low_rate: Field required"),
+        (
+            {"arrival": "square_wave", "rate": 4, "arrival_options": {"low_rate": 1, "period_s": 0}},
+            "load.arrival_options.period_s: Input should be greater than 0",
+        ),
+        (
+            {"arrival": "square_wave", "rate": 4, "arrival_options": {"low_rate": 1, "period_s": 9, "phase": 1}},
+            "load.arrival_options.phase: Extra inputs are not permitted (arrival square_wave takes low_rate, period_s)",
+        ),
+        ({"arrival": "poisson", "rate": 4, "arrival_options": {"low_rate": 1}}, "arrival poisson takes no options"),
+        ({"arrival": "sqare_wave", "rate": 4}, "load.arrival: 'sqare_wave' is not an arrival process; known: closed"),
+    ],
+)
+def test_arrival_errors_name_the_field_and_the_fix(tmp_path, load, message):
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: t\nbackend: {kind: openai, url: 'http://127.0.0.1:8000'}\n"
+        f"workload: {{input_tokens: 8, output_tokens: 4}}\nload: {load}\n"
+    )
+    with pytest.raises(ScenarioError) as error:
+        load_scenario(path)
+    assert message in str(error.value)
+
+
+def test_a_square_wave_plan_keeps_the_wave_and_sweeps_its_high_rate():
+    wave = {"arrival": "square_wave", "arrival_options": {"low_rate": 0.0, "period_s": 4.0}}
+    plan = build_plan(scenario({**wave, "rate": 20.0, "num_requests": 200}), ApproximateTokenizer())
+    assert all(r.intended_offset_s % 4.0 < 2.0 for r in plan.requests)
+    points = scenario({**wave, "sweep": [5.0, 10.0], "num_requests": 10}).sweep_points()
+    assert [p.load.rate for p in points] == [5.0, 10.0] and arrival_process("square_wave").paced_by == "rate"

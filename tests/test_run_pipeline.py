@@ -6,6 +6,7 @@ import os
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -14,10 +15,11 @@ from groundtruth_server import GroundTruthConfig, GroundTruthProcess, gt_request
 
 from backends import load_backend
 from harness.launcher import engine_command
-from harness.results import ResultsError, read_records
-from harness.run import Reporter, run_scenario
+from harness.load_site import LocalClients
+from harness.results import ResultsError, ResultWriter, read_records
+from harness.run import Reporter, RunSteps, run_scenario
 from harness.scenario import LaunchConfig, ScenarioError, load_scenario
-from harness.session import engine_sizing
+from harness.session import engine_session, engine_sizing
 from harness.tokenizer_source import ApproximateTokenizer, LocalTokenizer, TokenizerError, resolve_tokenizer
 from harness.workers import client_bound_advice, resolve_workers, workers_needed
 from harness.workload import build_plan
@@ -56,6 +58,36 @@ def test_a_run_writes_its_folder_refuses_to_mix_two_runs_and_says_counts_are_app
     again = run_scenario(scn, tmp_path / "out", workers="1", overwrite=True)
     assert len(read_records(tmp_path / "out")) == 8 and again.summary["requests"]["measured"] == 8
     assert (tmp_path / "out" / "telemetry.csv").read_text() != "stale"
+
+
+def test_the_run_steps_called_one_by_one_each_leave_what_the_next_reads(gt, tmp_path):
+    scn = scenario(tmp_path, f"{{kind: openai, url: '{gt.url}', model: gt}}")
+    writer = ResultWriter(tmp_path / "out", overwrite=False)
+    with ExitStack() as cleanup:
+        cleanup.callback(writer.close)
+        steps = RunSteps(scn, writer, cleanup.enter_context(engine_session(scn, writer.dir / "engine.log")))
+        steps.plan_requests()
+        assert len(steps.plan.requests) == 8 and steps.plan.token_count_method == "approximate"
+        assert any("prompt lengths are approximate" in w for w in steps.warnings)
+        assert not (writer.dir / "run.json").exists()
+
+        steps.choose_load_site("1", cleanup)
+        assert isinstance(steps.site, LocalClients) and steps.site.workers == 1
+
+        steps.write_run_info()
+        before = json.loads((writer.dir / "run.json").read_text())
+        assert before["workers"] == 1 and before["backend"]["url"] == gt.url
+        assert "t0_perf_counter_ns" not in before and "ray" not in before and read_records(writer.dir) == []
+
+        steps.send_load()
+        assert sorted(r.index for r in read_records(writer.dir)) == list(range(8))
+        after = json.loads((writer.dir / "run.json").read_text())
+        assert after["t0_perf_counter_ns"] == steps.outcome.t0_ns and not (writer.dir / "summary.json").exists()
+
+        result = steps.write_summary()
+    on_disk = json.loads((writer.dir / "summary.json").read_text())
+    assert on_disk == json.loads(json.dumps(result.summary)) and on_disk["requests"]["completed"] == 8
+    assert on_disk["workers"] == 1 and "client_capacity_measured" in on_disk and "ray_nodes" not in on_disk
 
 
 def test_an_output_folder_that_cannot_be_one_is_a_clear_error(gt, tmp_path, monkeypatch):

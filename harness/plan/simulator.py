@@ -166,110 +166,132 @@ def run_simulation(
     sim: Simulation, requests: list[RequestSpec], token_ids: list[list[int]], concurrency: int | None, on_record
 ) -> None:
     """Plays every request through the simulated deployment; on_record(RequestRecord) as each finishes."""
-    waiting_slots: deque[RequestSpec] = deque()
-    next_turn: dict[tuple[int, int], RequestSpec] = {}
-    live: dict[str, tuple[RequestSpec, float, list[float], Replica]] = {}
-    scheduled = []
-    for r in requests:
-        if r.intended_offset_s is not None:
-            scheduled.append((r.intended_offset_s, (r, r.intended_offset_s)))
-        elif r.turn_index > 0:
-            next_turn[(r.session_id, r.turn_index)] = r
-        else:
-            waiting_slots.append(r)
-    sim.schedule_arrivals(scheduled)
-    for _ in range(min(concurrency or 0, len(waiting_slots))):
-        sim.push(0.0, ARRIVE, (waiting_slots.popleft(), 0.0))
-
-    def release_after(spec: RequestSpec) -> None:
-        """What waits on this request: its session's next turn, or (closed loop) the next request."""
-        after = next_turn.pop((spec.session_id, spec.turn_index + 1), None)
-        if after is not None:
-            at_s = sim.clock.now_s + after.think_time_s
-            sim.push(at_s, ARRIVE if at_s > sim.clock.now_s else RELEASED, (after, at_s))
-        elif spec.turn_index == 0 and waiting_slots and spec.intended_offset_s is None:
-            sim.push(sim.clock.now_s, RELEASED, (waiting_slots.popleft(), sim.clock.now_s))
-
-    def refuse(spec: RequestSpec, sent_s: float, status: int, detail: str) -> None:
-        rec = RequestRecord(
-            spec.index,
-            sent_s,
-            sent_s,
-            sent_s,
-            end_s=sim.clock.now_s,
-            http_status=status,
-            prompt_tokens=spec.prompt_tokens,
-            is_warmup=spec.is_warmup,
-        )
-        rec.fail(http_failure_reason(status), f"HTTP {status}: {detail}")
-        on_record(rec)
-        release_after(spec)
-
-    def finish(seq: Sequence) -> None:
-        spec, sent_s, times, replica = live.pop(seq.request_id)
-        sim.in_flight[replica.name] -= 1
-        on_record(_record(spec, sent_s, times, seq))
-        release_after(spec)
-
+    playback = _Playback(sim, token_ids, on_record)
+    playback.schedule(requests, concurrency)
     while (event := sim.pop()) is not None:
         time_s, kind, _, _, item = event
         sim.clock.now_s = time_s
         if kind != STEP_END:
-            spec, sent_s = item
-            engine_s = sent_s + sim.request_overhead_s
-            if time_s < engine_s:
-                sim.push(engine_s, ARRIVE, item)  # the server's share before the engine sees it
-                continue
-            replica = sim.route(
-                prompt_text({"prompt": spec.prompt} if spec.messages is None else {"messages": spec.messages})
-            )
-            ids = list(token_ids[spec.index])
-            try:  # the server's own rule: the prompt and its answer must fit the context
-                params = sampling_params(
-                    {"max_tokens": spec.output_tokens, "ignore_eos": True},
-                    len(ids),
-                    replica.max_model_len,
-                    None,
-                    "prompt",
-                    ANY_VOCAB,
-                )
-            except RequestError as e:
-                refuse(spec, sent_s, e.status, e.message)
-                continue
-            seq = Sequence(str(spec.index), ids, params, arrival_s=engine_s)
-            try:
-                replica.scheduler.add(seq)
-            except QueueFullError as e:
-                refuse(spec, sent_s, 503, str(e))
-                continue
-            live[seq.request_id] = (spec, sent_s, [], replica)
-            sim.in_flight[replica.name] += 1
-            sim.arrived(replica, after_steps=kind == RELEASED)
+            playback.arrive(time_s, kind, item)
             continue
         replica, work = item
         if work is not replica.in_flight:
             continue  # a decode run an arrival cut back
         if isinstance(work, DecodeRun):
-            taken = commit(work, replica)
-            times = work.ends_s[: work.steps]
-            for seq in work.seqs:
-                live[seq.request_id][2].extend(times)  # one list of floats shared by the batch
-            sim.engine_steps += work.steps
-            sim.fast_forwarded_steps += work.steps
-            sim.sequence_steps += work.steps * len(work.seqs)
-            if sim.steps is not None:
-                sim.steps += _trace_decode_run(replica, work, taken)
+            playback.decode_run_ended(replica, work)
         else:
-            replica.end_step(work)
-            for seq in work.sampled:
-                live[seq.request_id][2].append(time_s)
-            sim.engine_steps += 1
-            sim.sequence_steps += work.shape.prefill_seqs + work.shape.decode_seqs
-            if sim.steps is not None:
-                sim.steps.append(_trace_step(replica.name, work, time_s))
-            for seq in work.finished:
-                finish(seq)
+            playback.step_ended(replica, work, time_s)
         sim.start_step(replica)
+
+
+class _Playback:
+    """The requests' side of one simulation: which wait for a slot or a turn, which are live where."""
+
+    def __init__(self, sim: Simulation, token_ids: list[list[int]], on_record) -> None:
+        self.sim, self.token_ids, self.on_record = sim, token_ids, on_record
+        self.waiting_slots: deque[RequestSpec] = deque()  # a closed loop's requests not yet sent
+        self.next_turn: dict[tuple[int, int], RequestSpec] = {}  # (session, turn): sent after the turn before
+        self.live: dict[str, tuple[RequestSpec, float, list[float], Replica]] = {}
+
+    def schedule(self, requests: list[RequestSpec], concurrency: int | None) -> None:
+        """The arrivals known from the start, and a closed loop's first `concurrency` requests at 0."""
+        scheduled = []
+        for r in requests:
+            if r.intended_offset_s is not None:
+                scheduled.append((r.intended_offset_s, (r, r.intended_offset_s)))
+            elif r.turn_index > 0:
+                self.next_turn[(r.session_id, r.turn_index)] = r
+            else:
+                self.waiting_slots.append(r)
+        self.sim.schedule_arrivals(scheduled)
+        for _ in range(min(concurrency or 0, len(self.waiting_slots))):
+            self.sim.push(0.0, ARRIVE, (self.waiting_slots.popleft(), 0.0))
+
+    def release_after(self, spec: RequestSpec) -> None:
+        """What waits on this request: its session's next turn, or (closed loop) the next request."""
+        sim = self.sim
+        after = self.next_turn.pop((spec.session_id, spec.turn_index + 1), None)
+        if after is not None:
+            at_s = sim.clock.now_s + after.think_time_s
+            sim.push(at_s, ARRIVE if at_s > sim.clock.now_s else RELEASED, (after, at_s))
+        elif spec.turn_index == 0 and self.waiting_slots and spec.intended_offset_s is None:
+            sim.push(sim.clock.now_s, RELEASED, (self.waiting_slots.popleft(), sim.clock.now_s))
+
+    def refuse(self, spec: RequestSpec, sent_s: float, status: int, detail: str) -> None:
+        rec = RequestRecord(
+            spec.index,
+            sent_s,
+            sent_s,
+            sent_s,
+            end_s=self.sim.clock.now_s,
+            http_status=status,
+            prompt_tokens=spec.prompt_tokens,
+            is_warmup=spec.is_warmup,
+        )
+        rec.fail(http_failure_reason(status), f"HTTP {status}: {detail}")
+        self.on_record(rec)
+        self.release_after(spec)
+
+    def arrive(self, time_s: float, kind: int, item: tuple[RequestSpec, float]) -> None:
+        """A request reaches the server; once its overhead has passed, its replica's scheduler takes it."""
+        sim = self.sim
+        spec, sent_s = item
+        engine_s = sent_s + sim.request_overhead_s
+        if time_s < engine_s:
+            sim.push(engine_s, ARRIVE, item)  # the server's share before the engine sees it
+            return
+        replica = sim.route(
+            prompt_text({"prompt": spec.prompt} if spec.messages is None else {"messages": spec.messages})
+        )
+        ids = list(self.token_ids[spec.index])
+        try:  # the server's own rule: the prompt and its answer must fit the context
+            params = sampling_params(
+                {"max_tokens": spec.output_tokens, "ignore_eos": True},
+                len(ids),
+                replica.max_model_len,
+                None,
+                "prompt",
+                ANY_VOCAB,
+            )
+        except RequestError as e:
+            self.refuse(spec, sent_s, e.status, e.message)
+            return
+        seq = Sequence(str(spec.index), ids, params, arrival_s=engine_s)
+        try:
+            replica.scheduler.add(seq)
+        except QueueFullError as e:
+            self.refuse(spec, sent_s, 503, str(e))
+            return
+        self.live[seq.request_id] = (spec, sent_s, [], replica)
+        sim.in_flight[replica.name] += 1
+        sim.arrived(replica, after_steps=kind == RELEASED)
+
+    def decode_run_ended(self, replica: Replica, work: DecodeRun) -> None:
+        sim = self.sim
+        taken = commit(work, replica)
+        times = work.ends_s[: work.steps]
+        for seq in work.seqs:
+            self.live[seq.request_id][2].extend(times)  # one list of floats shared by the batch
+        sim.engine_steps += work.steps
+        sim.fast_forwarded_steps += work.steps
+        sim.sequence_steps += work.steps * len(work.seqs)
+        if sim.steps is not None:
+            sim.steps += _trace_decode_run(replica, work, taken)
+
+    def step_ended(self, replica: Replica, work: Step, time_s: float) -> None:
+        sim = self.sim
+        replica.end_step(work)
+        for seq in work.sampled:
+            self.live[seq.request_id][2].append(time_s)
+        sim.engine_steps += 1
+        sim.sequence_steps += work.shape.prefill_seqs + work.shape.decode_seqs
+        if sim.steps is not None:
+            sim.steps.append(_trace_step(replica.name, work, time_s))
+        for seq in work.finished:
+            spec, sent_s, times, at = self.live.pop(seq.request_id)
+            sim.in_flight[at.name] -= 1
+            self.on_record(_record(spec, sent_s, times, seq))
+            self.release_after(spec)
 
 
 def _record(spec: RequestSpec, sent_s: float, times: list[float], seq: Sequence) -> RequestRecord:
@@ -349,17 +371,7 @@ def simulate_scenario(
     """The summary (bench run's summary.json, `simulated: true`) of the scenario on its plan: deployment;
     with out_dir, the results folder too (run.json, requests.jsonl, summary.json). `step_model`: use this
     one instead of the plan's (benchmarks, tests); its request overhead is then 0."""
-    if scenario.plan is None:
-        raise ScenarioError(
-            "plan: missing; bench plan needs a plan: block, e.g. plan: {step_model: "
-            "{fitted: [results/run-a]}} (docs/planner.md)"
-        )
-    launch_args = scenario.backend.launch.args if scenario.backend.launch else []
-    try:
-        deployment = deployment_from_args(launch_args, scenario.backend.model, scenario.plan.replicas)
-        step_model, overhead_s = (step_model, 0.0) if step_model else _step_model(scenario, deployment)
-    except ValueError as e:
-        raise ScenarioError(str(e)) from None
+    deployment, step_model, overhead_s = _deployment_and_model(scenario, step_model)
     started_s = time.process_time()
     tokenizer = _tokenizer(scenario)
     plan = build_plan(scenario, tokenizer)
@@ -380,19 +392,7 @@ def simulate_scenario(
         if writer is not None:
             writer.close()
     records.sort(key=lambda r: r.index)
-    # windowed as `bench run` windows a measured run (load.trim), so prediction and measurement compare alike
-    summary = summarize(records, scenario.slo.model_dump(), trim=scenario.load.trim is not False)
-    summary.update(
-        simulated=True,
-        client_bound=False,
-        client_bound_reasons=[],
-        interrupted=False,
-        workers=0,
-        token_count_method=plan.token_count_method,
-        incomplete=False,
-        incomplete_reasons=[],
-        lost_workers=[],
-    )
+    summary = _simulated_summary(scenario, records, plan.token_count_method)
     summary["plan"] = {
         "step_model": step_model.describe(),
         "request_overhead_s": overhead_s,
@@ -405,21 +405,59 @@ def simulate_scenario(
     }
     summary.update(explain(summary, records, Path(out_dir or "."), sim.steps or [], scenario.resolved_dict()))
     if writer is not None:
-        writer.write_run_info(
-            {
-                "scenario": scenario.resolved_dict(),
-                "versions": versions(),
-                "simulated": True,
-                "backend": {"kind": scenario.backend.kind, "model": scenario.backend.model, "simulated": True},
-                "token_count_method": plan.token_count_method,
-                "tokenizer": tokenizer.name,
-                "time_unit": "simulated seconds from t0",
-            }
-        )
-        writer.write_summary(summary)
-        if sim.steps:  # the report's step timeline of the simulated engine(s)
-            write_engine_trace(writer.dir / "engine_trace.json", sim.steps)
+        _write_folder(writer, scenario, plan.token_count_method, tokenizer.name, summary, sim.steps)
     return summary
+
+
+def _deployment_and_model(scenario: Scenario, step_model: StepModel | None) -> tuple[Deployment, StepModel, float]:
+    """The plan's deployment, its step model (the one given, else the plan's) and the request overhead in s."""
+    if scenario.plan is None:
+        raise ScenarioError(
+            "plan: missing; bench plan needs a plan: block, e.g. plan: {step_model: "
+            "{fitted: [results/run-a]}} (docs/planner.md)"
+        )
+    launch_args = scenario.backend.launch.args if scenario.backend.launch else []
+    try:
+        deployment = deployment_from_args(launch_args, scenario.backend.model, scenario.plan.replicas)
+        step_model, overhead_s = (step_model, 0.0) if step_model else _step_model(scenario, deployment)
+    except ValueError as e:
+        raise ScenarioError(str(e)) from None
+    return deployment, step_model, overhead_s
+
+
+def _simulated_summary(scenario: Scenario, records: list[RequestRecord], token_count_method: str) -> dict:
+    # windowed as `bench run` windows a measured run (load.trim), so prediction and measurement compare alike
+    summary = summarize(records, scenario.slo.model_dump(), trim=scenario.load.trim is not False)
+    summary.update(
+        simulated=True,
+        client_bound=False,
+        client_bound_reasons=[],
+        interrupted=False,
+        workers=0,
+        token_count_method=token_count_method,
+        incomplete=False,
+        incomplete_reasons=[],
+        lost_workers=[],
+    )
+    return summary
+
+
+def _write_folder(writer: ResultWriter, scenario: Scenario, token_count_method, tokenizer_name, summary, steps):
+    """run.json, summary.json and (when the steps were kept) engine_trace.json of a simulated run."""
+    writer.write_run_info(
+        {
+            "scenario": scenario.resolved_dict(),
+            "versions": versions(),
+            "simulated": True,
+            "backend": {"kind": scenario.backend.kind, "model": scenario.backend.model, "simulated": True},
+            "token_count_method": token_count_method,
+            "tokenizer": tokenizer_name,
+            "time_unit": "simulated seconds from t0",
+        }
+    )
+    writer.write_summary(summary)
+    if steps:  # the report's step timeline of the simulated engine(s)
+        write_engine_trace(writer.dir / "engine_trace.json", steps)
 
 
 def _describe_deployment(d: Deployment) -> dict:
