@@ -2,15 +2,16 @@
 Q1 names queueing as the main share of TTFT; Q2 places decode memory-bound on the roofline; Q3 the prefix
 cache (off / hash / radix) saves prefill and TTFT, and the diagnosis states the blocks it holds; Q4 names the
 batch limit, not memory; Q5 names head-of-line blocking; Q6 speculative decoding leaves greedy answers equal
-and pays at one stream; Q7 prefill interference with chunked prefill off, gone with it on; Q8 a 7B at 4.5
+and takes >= 10% fewer engine steps at one stream; Q7 prefill interference with chunked prefill off, gone with it on; Q8 a 7B at 4.5
 bits fits 16 GB, int4-vs-fp32 agreement measured; Q9 SmolLM2's file is a Q4_1 mix with one Q8_0 tensor; Q10
-a long-input short-output load spends most of E2E before the first token, and bench select picks an engine;
+a long-input short-output load spends >= 30% of E2E before the first token, and bench select picks an engine;
 Q11 probes the native engine; Q12 prefix caching (one engine, and two behind cache_aware) skips most of an
 agent's resent prompt; Q13 a launched engine's start-up is in run.json; Q14 two replicas carry more than one
 (efficiency printed) and tensor parallelism is predicted sublinear with a growing all-reduce share.
 Each question prints its answer line. Verdicts compare ratios with margins, never absolute times, so they
 hold on a loaded machine. Q10 also runs llama.cpp's llama-server when LLAMA_SERVER names it.
-About 25 minutes of real-model runs on 2 cores: run by hand or nightly, not in the test suite.
+About 27 minutes of real-model runs on 2 cores (the sum of each question's time measured 2026-12-02, not yet
+one timed run of the whole script): run by hand or nightly, not in the test suite.
 
     python scenarios/questions/check.py [OUT_DIR]
 """
