@@ -273,6 +273,29 @@ def prefix_cache_miss(run: Run) -> Finding | None:
     )
 
 
+def prefix_cache_saving(run: Run) -> Finding | None:
+    """What the prefix cache saved over the window, and the memory it kept for that: the blocks only the cache
+    holds (prefixes no running request uses, which a cache-less engine would have free) and its evictions."""
+    window = run.summary.get("prefix_cache") or {}
+    blocks = run.window_values("bench:prefix_cache_blocks")
+    if not window.get("hit_tokens") or not blocks:
+        return None
+    evictions = run.counter_increase("bench:prefix_cache_evictions")
+    return Finding(
+        "prefix_cache_saving",
+        "info",
+        f"prefix cache saved {_pct(window['hit_rate'])} of prefill ({window['hit_tokens']:.0f} of "
+        f"{window['queried_tokens']:.0f} prompt tokens served from cache); its memory: up to {max(blocks):.0f} KV "
+        f"blocks held by cached prefixes no running request used, {evictions:.0f} blocks evicted",
+        {
+            "hit_fraction": window["hit_rate"],
+            "saved_prefill_tokens": window["hit_tokens"],
+            "cached_blocks_max": max(blocks),
+            "evicted_blocks": evictions,
+        },
+    )
+
+
 def client_bound(run: Run) -> Finding | None:
     share = run.summary.get("phases_ms", {}).get("ttft_share") or {}
     client = share.get("client_lag", 0.0) + share.get("connect_send", 0.0)
@@ -312,6 +335,7 @@ RULES = (
     head_of_line,
     decode_roofline,
     prefix_cache_miss,
+    prefix_cache_saving,
     client_bound,
     token_count_mismatch,
 )

@@ -17,6 +17,9 @@ under `bench:` names, whatever the engine calls it:
   spec_accepted_tokens, spec_drafts (counters); spec_accept_rate, spec_accept_length (SGLang gauges)
   read_bytes, write_bytes, flops   the engine's estimates (counters) where it offers them; per GPU for vLLM and SGLang
   jump_forward_tokens              output tokens a grammar forced, appended without sampling (counter)
+  prefix_cache_blocks, prefix_cache_evictions
+                                   KV blocks only the prefix cache holds (gauge) and cached blocks evicted
+                                   (counter): the cache's memory cost (native)
   ttft_s_*, itl_s_*, tpot_s_*, e2e_s_*, queue_s_*, prefill_s_*, decode_s_*
                                    engine-side histograms (_bucket with le, _sum, _count)
 Label sets (one per model, engine or GPU rank) combine by one rule, combine_label_sets(), which
@@ -104,6 +107,9 @@ SCHEMA = {  # engine's name without its prefix -> schema name
     "estimated_flops_per_gpu_total": "flops",
     "flops_total": "flops",
     "jump_forward_tokens_total": "jump_forward_tokens",
+    # native: the prefix cache's memory (blocks only it holds, a gauge) and its evictions (blocks, a counter)
+    "prefix_cache_blocks": "prefix_cache_blocks",
+    "prefix_cache_evictions_total": "prefix_cache_evictions",
 }
 # vLLM's num_requests_waiting_by_reason{reason=capacity|deferred}: one schema row per reason
 BY_REASON = {"num_requests_waiting_by_reason": "waiting"}

@@ -105,12 +105,18 @@ class BlockManager:
         self.prefix_cache_queries_tokens = 0
         self.prefix_cache_hits_tokens = 0
         self.recomputed_prefill_tokens = 0
+        self.prefix_cache_evictions = 0  # cached blocks taken back for new KV (reset_prefix_cache not counted)
         self._computed_hashes: OrderedDict[int, None] = OrderedDict()  # the last 8 x num_blocks
 
     # ---- capacity -------------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
         return len(self.free_block_ids) + (self.cache.num_evictable if self.cache else 0)
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Blocks that only the prefix cache holds: the memory kept for prefixes no running request uses."""
+        return self.cache.num_evictable if self.cache else 0
 
     @property
     def usage(self) -> float:
@@ -178,7 +184,11 @@ class BlockManager:
         self.recomputed_prefill_tokens += again * self.block_size
 
     def _take_free_block(self) -> int:
-        block_id = self.free_block_ids.popleft() if self.free_block_ids else self.cache.evict()
+        if self.free_block_ids:
+            block_id = self.free_block_ids.popleft()
+        else:
+            block_id = self.cache.evict()
+            self.prefix_cache_evictions += 1
         self.blocks[block_id].ref_count = 1
         return block_id
 

@@ -551,7 +551,12 @@ class LLMEngine:
             kv_bytes,
             flops,
         )
-        self.metrics.record_prefix_cache(self.scheduler.num_cached_prompt_tokens, bm.recomputed_prefill_tokens)
+        self.metrics.record_prefix_cache(
+            self.scheduler.num_cached_prompt_tokens,
+            bm.recomputed_prefill_tokens,
+            bm.num_cached_blocks,
+            bm.prefix_cache_evictions,
+        )
 
     def _process_token(self, seq: Sequence, token_id: int, now: float) -> RequestOutput:
         p = seq.params

@@ -89,7 +89,7 @@ class EngineMetrics:
         if kv_transfer:  # a worker of a disaggregated deployment: the KV handoff's cost, by direction
             self._add_kv_transfer_metrics()
         self._seen_queries = self._seen_hits = self._seen_preemptions = 0
-        self._seen_cached = self._seen_recomputed = 0
+        self._seen_cached = self._seen_recomputed = self._seen_evictions = 0
         if num_speculative_tokens:  # as vLLM: the spec_decode family only when speculation is on
             self._add_spec_decode_metrics(num_speculative_tokens)
 
@@ -115,6 +115,12 @@ class EngineMetrics:
             "recomputed_prefill_tokens",
             "Prefill tokens computed again: their prefix was computed before but "
             "evicted, or the request was preempted (whole blocks).",
+        )
+        self.prefix_cache_blocks = gauge(
+            "prefix_cache_blocks", "KV blocks only the prefix cache holds (cached prefixes no running request uses)."
+        )
+        self.prefix_cache_evictions = counter(
+            "prefix_cache_evictions", "Cached KV blocks evicted to make room for new ones."
         )
         self.num_preemptions = counter("num_preemptions", "Cumulative number of preemptions.")
         self.prompt_tokens = counter("prompt_tokens", "Number of prefill tokens processed.")
@@ -228,11 +234,16 @@ class EngineMetrics:
         self.kv_bytes_read.inc(kv_bytes)
         self.flops.inc(flops)
 
-    def record_prefix_cache(self, cached_prompt_tokens: int, recomputed_tokens: int) -> None:
+    def record_prefix_cache(
+        self, cached_prompt_tokens: int, recomputed_tokens: int, cached_blocks: int = 0, evictions: int = 0
+    ) -> None:
         """Running totals from the scheduler and block manager; the counters take the differences."""
         self.prompt_tokens_cached.inc(cached_prompt_tokens - self._seen_cached)
         self.recomputed_prefill_tokens.inc(recomputed_tokens - self._seen_recomputed)
+        self.prefix_cache_evictions.inc(evictions - self._seen_evictions)
+        self.prefix_cache_blocks.set(cached_blocks)
         self._seen_cached, self._seen_recomputed = cached_prompt_tokens, recomputed_tokens
+        self._seen_evictions = evictions
 
     def record_draft(self, num_draft_tokens: int, num_accepted_tokens: int) -> None:
         """One verified draft: num_accepted_tokens of its num_draft_tokens were kept (bonus token not counted)."""

@@ -195,6 +195,22 @@ def test_prefix_cache_miss_from_the_window_counters_where_records_carry_no_cache
     assert "prefix_cache_miss" not in rules(run({}, plain, since_start, scenario=scenario))
 
 
+def test_prefix_cache_saving_states_the_prefill_saved_and_the_blocks_it_holds():
+    window = {"hit_rate": 0.62, "hit_tokens": 1984, "queried_tokens": 3200}
+    series = {
+        "bench:prefix_cache_blocks": [(0.1, 8), (0.5, 31), (1.0, 24)],
+        "bench:prefix_cache_evictions": [(0.1, 2), (0.5, 9), (1.0, 14)],
+    }
+    found = rules(run({"prefix_cache": window}, RECORDS, series))["prefix_cache_saving"]
+    assert found["message"] == (
+        "prefix cache saved 62% of prefill (1984 of 3200 prompt tokens served from cache); its memory: up to 31 KV "
+        "blocks held by cached prefixes no running request used, 12 blocks evicted"
+    )
+    # no hits (caching off, or nothing shared), or an engine without the blocks gauge: nothing to state
+    assert "prefix_cache_saving" not in rules(run({"prefix_cache": {**window, "hit_tokens": 0}}, RECORDS, series))
+    assert "prefix_cache_saving" not in rules(run({"prefix_cache": window}, RECORDS))
+
+
 def test_client_bound_by_its_share_of_ttft():
     summary = {
         "phases_ms": {"ttft_share": {"client_lag": 0.3, "connect_send": 0.05}},

@@ -46,14 +46,17 @@ def test_eviction_takes_least_recently_released_leaf_never_a_shared_head():
     bm.free(a)  # released first: a's leaf [3,3] is the oldest
     bm.free(b)
     assert bm.num_free_blocks == 6 and bm.cache.num_evictable == 4
+    assert bm.num_cached_blocks == 4 and bm.prefix_cache_evictions == 0  # the cache's memory, on /metrics
     c = make_seq([9, 9, 9, 9, 9], "c")  # 3 blocks: 2 uncached partial blocks, then one eviction
     assert bm.allocate(c, 5)
+    assert bm.num_cached_blocks == 3 and bm.prefix_cache_evictions == 1
     assert len(bm.find_cached_prefix(make_seq([1, 1, 2, 2, 3, 3, 0]))) == 2  # [3,3] went
     assert len(bm.find_cached_prefix(make_seq([1, 1, 2, 2, 4, 4, 0]))) == 3  # b's leaf stays
     d = make_seq([8] * 5, "d")  # 3 more: b's leaf, then the head's tail, then its head
     assert bm.allocate(d, 5)
     assert bm.find_cached_prefix(make_seq([1, 1, 2, 2, 4, 4, 0])) == []
     assert bm.cache.root.children == {} and bm.cache.num_evictable == 0 and bm.num_free_blocks == 0
+    assert bm.num_cached_blocks == 0 and bm.prefix_cache_evictions == 4
 
 
 def test_referenced_blocks_are_never_evicted_and_hits_reclaim_free_slots():

@@ -53,6 +53,16 @@ def test_llama_server_and_native_names():
     assert s["bench:running"] == 2 and s["bench:read_bytes"] == 105 and s["bench:prefix_cache_hit_rate"] == 0.75
 
 
+def test_native_prefix_cache_memory_reaches_the_schema():
+    from native_engine.metrics import EngineMetrics
+
+    metrics = EngineMetrics("m")
+    metrics.record_prefix_cache(0, 0, cached_blocks=7, evictions=3)
+    metrics.record_prefix_cache(0, 0, cached_blocks=5, evictions=4)  # running totals: the counter adds 1
+    s = schema(metrics.render().decode())
+    assert s["bench:prefix_cache_blocks"] == 5 and s["bench:prefix_cache_evictions"] == 4
+
+
 def test_fractions_average_and_counts_sum_over_label_sets():
     page = (
         'vllm:kv_cache_usage_perc{engine="0"} 0.2\nvllm:kv_cache_usage_perc{engine="1"} 0.4\n'
