@@ -703,6 +703,38 @@ def compare_outputs(
     raise typer.Exit(EXIT_REGRESSION if result["flagged"] else EXIT_OK)
 
 
+@app.command("export")
+def export_run(
+    run_dir: Path = typer.Argument(..., help="a run folder"),
+    fmt: str = typer.Option("csv", "--format", help="csv | parquet (the records, one row each) | llm-d (a report)"),
+    output: Path = typer.Option(None, "--output", "-o", help="the file to write (default: beside the run)"),
+) -> None:
+    """A run's records as one flat table (CSV, Parquet) or the run as an llm-d Benchmark Report v0.2."""
+    from harness.export import export
+
+    try:
+        typer.echo(f"wrote {export(run_dir, fmt, output)}")
+    except ResultsError as e:
+        raise _fail("error", str(e), EXIT_BAD_INPUT)
+
+
+@app.command("schema")
+def schema(
+    write: bool = typer.Option(False, "--write", help="write docs/schema/*.json (else list them and what differs)"),
+) -> None:
+    """The JSON Schema of each results file, generated from harness/schema.py into docs/schema/."""
+    from harness.schema_files import SCHEMA_DIR, rendered, write_schemas
+
+    if write:
+        for path in write_schemas():
+            typer.echo(f"wrote {path}")
+        return
+    for name, text in rendered().items():
+        path = SCHEMA_DIR / name
+        same = path.is_file() and path.read_text(encoding="utf-8") == text
+        typer.echo(f"{name}: {'up to date' if same else 'differs from the models (bench schema --write)'}")
+
+
 @app.command("backends")
 def list_backends() -> None:
     """List the installed engine backends (the `bench.backends` entry-point group)."""

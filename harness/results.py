@@ -5,6 +5,7 @@ request, appended as each completes), summary.json, telemetry.csv, server_metric
 engine's log when bench launched it. A sweep folder holds one run folder per point,
 `point-NNN-<rate|concurrency>-<value>/`, and sweep.json (each point's status). A repeats folder
 (one side of `bench gate`) holds run folders as direct sub-folders (`run-1/` ...).
+Each JSON file is checked against its model in harness/schema.py as it is written (write_json).
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ import socket
 import sys
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
+from functools import cache
 from pathlib import Path
 
 import numpy as np
+from pydantic import TypeAdapter, ValidationError
 
 from harness.limits import MAX_TOKENS_PER_REQUEST, is_token_count
+from harness.schema import MODELS, SchemaError, checked, field_errors
 
 
 @dataclass
@@ -137,6 +141,23 @@ class RequestRecord:
     @classmethod
     def from_dict(cls, d: dict) -> RequestRecord:
         return cls(**d)
+
+
+def validate_record(doc: dict) -> None:
+    """One requests.jsonl line checked: exactly RequestRecord's fields, each of its type (SchemaError naming them).
+    Records are not checked as they are written (a plan writes 100,000); the tests check whole folders."""
+    unknown = set(doc) - {f.name for f in fields(RequestRecord)}
+    if unknown:
+        raise SchemaError(f"requests.jsonl: keys not in RequestRecord: {', '.join(sorted(unknown))}")
+    try:
+        _record_adapter().validate_python(doc)
+    except ValidationError as e:
+        raise SchemaError(f"requests.jsonl: {field_errors(e)}") from None
+
+
+@cache
+def _record_adapter() -> TypeAdapter:
+    return TypeAdapter(RequestRecord)
 
 
 def _bad_count(name: str, value) -> str:
@@ -285,9 +306,19 @@ class ResultWriter:
 
 
 def write_json(path: Path, obj: dict) -> None:
+    """Written whole or not at all. A results file with a model (harness/schema.py) is stamped with schema_version
+    and checked against it: one that does not fit is still written (a long run keeps its summary), then refused."""
+    problem = None
+    if path.name in MODELS:
+        try:
+            obj = checked(path.name, obj)
+        except SchemaError as e:
+            problem = e
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, path)  # readers never see half a file
+    if problem is not None:
+        raise problem
 
 
 # --- reading --------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from harness.metrics import meets_slo, request_latency
 from harness.results import read_records
 from harness.run import Reporter
 from harness.scenario import ScenarioError, load_scenario
+from harness.schema_files import validate_folder
 from native_engine.tiny_gguf import write_tiny_llama_gguf
 from reports.report import build_report
 from reports.select import select
@@ -62,6 +63,7 @@ def test_each_candidate_runs_in_turn_and_select_ranks_them_by_measured_goodput(t
     ]
     assert "exited" in statuses[2].reason and "No such option: --no-such-deployment-flag" in statuses[2].reason
     manifest = json.loads((out / "candidates.json").read_text())
+    assert str(out / "candidates.json") in validate_folder(out)  # each file of each candidate fits its model
     assert [c["status"] for c in manifest["candidates"]] == ["completed", "completed", "failed"]
     run_json = json.loads(next((out / "2xDP-rr").glob("point-*/run.json")).read_text())
     assert run_json["scenario"]["backend"]["launch"]["args"][-4:] == [

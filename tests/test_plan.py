@@ -14,6 +14,7 @@ from harness.plan.simulator import simulate_scenario
 from harness.plan.step_model import FittedStepModel, StepShape, band_residuals, fit_step_model
 from harness.results import RequestRecord, read_records
 from harness.scenario import ScenarioError, load_scenario
+from harness.schema_files import validate_folder
 from harness.session_trace import SessionTraceConfig, write_session_trace
 from native_engine import scheduler
 from native_engine.tiny_gguf import write_tiny_llama_gguf
@@ -156,6 +157,9 @@ def test_simulated_and_measured_folders_load_through_report_select_and_gate(meas
     predicted = tmp_path / "predicted"
     spec = write_scenario(tmp / "plan2.yaml", {**body, "plan": {"step_model": {"fitted": ["measured"]}}})
     simulate_scenario(load_scenario(spec), predicted)
+    assert (
+        len(validate_folder(predicted)) == 3
+    )  # run.json, summary.json, requests.jsonl: simulated, each fits its model
     content = build_report([tmp / "measured", predicted], ["measured", "predicted"])
     assert [row[0] for row in content.summary_rows] == ["measured", "predicted"]
     assert "SIMULATED" in content.context_rows[1][-1] and "SIMULATED" not in content.context_rows[0][-1]

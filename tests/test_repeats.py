@@ -16,6 +16,7 @@ from harness.across_runs import HEADLINE_METRICS, converged, mean_interval, metr
 from harness.cli import app
 from harness.repeats import run_repeats
 from harness.scenario import load_scenario
+from harness.schema_files import validate_folder
 from reports.report import write_report
 
 
@@ -75,6 +76,7 @@ def test_repeats_that_agree_stop_at_three_and_the_folder_is_reported(tmp_path):
     assert res.returncode == 0, res.stderr
     manifest = json.loads((out / "repeats.json").read_text())
     assert manifest["stopped"] == "converged", res.stderr
+    assert str(out / "repeats.json") in validate_folder(out)  # with each repeat's files, each fits its model
     assert [r["status"] for r in manifest["repeats"]] == ["completed"] * 3 + ["pending"] * 2
     assert [r["seed"] for r in manifest["repeats"][:3]] == [0, 1, 2] and not (out / "repeat-4").exists()
     for path, (mean, half) in _by_hand(out, ["repeat-1", "repeat-2", "repeat-3"]).items():

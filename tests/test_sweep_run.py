@@ -11,6 +11,7 @@ from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 from harness.launcher import BackendUnreachable, probe
 from harness.results import POINT_DIR, point_dir_name, read_records
 from harness.scenario import ScenarioError, load_scenario
+from harness.schema_files import validate_folder
 
 GT_SERVER = Path(__file__).parent / "groundtruth_server.py"
 WORKLOAD = "workload: {kind: random, input_tokens: 16, output_tokens: 8}\n"
@@ -46,6 +47,7 @@ def test_sweep_runs_every_point_against_one_launched_engine(tmp_path):
     with pytest.raises(BackendUnreachable):
         probe(run_info["backend"]["url"], timeout_s=1)
     manifest = json.loads((out / "sweep.json").read_text())
+    assert sum(name.endswith("requests.jsonl") for name in validate_folder(out)) == 3  # every file fits its model
     assert manifest["kind"] == "rate" and [p["status"] for p in manifest["points"]] == ["completed"] * 3
     assert res.stderr.count("offered ") == 3 and "highest rate meeting TTFT ≤ 300 ms" in res.stderr
     report = bench("report", out, "-o", tmp_path / "report.html")

@@ -16,6 +16,7 @@ from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 from harness.early_stop import PointWatch, fit_line
 from harness.run import run_scenario
 from harness.scenario import Scenario, ScenarioError, load_scenario
+from harness.schema_files import validate_folder
 from harness.tune_search import Measured, search_capacity
 
 GT_SERVER = Path(__file__).parent / "groundtruth_server.py"
@@ -228,6 +229,7 @@ def test_resume_after_an_interruption_reruns_no_finished_trial(tmp_path):
     for d, mtime in finished.items():  # not run again
         assert (out / d / "requests.jsonl").stat().st_mtime_ns == mtime
     assert resumed["status"] == "completed" and len({t["dir"] for t in resumed["trials"]}) == len(resumed["trials"])
+    assert str(out / "tune.json") in validate_folder(out)  # with every trial's run folder, each fits its model
     assert (out / "reports" / "tune.html").is_file() and "max-streams-4" in (out / "reports" / "tune.md").read_text()
     chosen = bench("select", out, "-o", tmp_path / "select.html")  # `bench select` reads a tune folder
     assert chosen.returncode == 0 and chosen.stdout.startswith("Choose max-streams-4"), chosen.stderr
