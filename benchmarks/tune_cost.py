@@ -1,18 +1,24 @@
 """`bench tune` against a dense sweep of the same configurations, on the native engine, side by side.
 
 For each configuration of a 2 x 2 grid (--max-num-seqs x chunked prefill on/off) in turn: a dense sweep
-(`load.sweep` over a geometric grid of rates, every point run whole; its capacity is harness.capacity's,
-between its last passing and first failing point), then `bench tune` of that one configuration (probe,
-bracketing search, early stops). Interleaved, so both see about the same machine load. Reports per
-configuration both capacities, the dense sweep's bracket, whether the tuned capacity is within 10% of the
-dense one or inside its bracket, and the requests each used; then the ratio of all requests.
+(a geometric grid of rates, every point run whole; its capacity is harness.capacity's, between its last passing
+and first failing point) and `bench tune` of that one configuration (probe, bracketing search, early stops).
+Both judge a load by its runs (harness/knee.py): each run on its own requests, the bracket's two ends run again
+until their runs' majority is settled (a second run, a third when they disagree), the majority's verdict.
+Reports per configuration both capacities, the dense sweep's bracket, whether the tuned capacity is within 10%
+of the dense one or inside its bracket, and the requests each used; then the ratio of all requests.
 Run it alone on the machine (nothing CPU-heavy beside it); the load (`uptime`) is printed beside the figures.
 
   python benchmarks/tune_cost.py [--engine native|groundtruth] [--out DIR] [--num-requests N]
       [--ttft-ms MS] [--input-tokens N] [--output-tokens N] [--grid 1.5,1.8,...] [--repeats N] [--same-engine]
 
---same-engine runs both sides against one launch of each configuration: without it each launches its own, and
-the native engine's launches differ (one saturated at 4.1-4.5 req/s, the next with the same flags at 5.0-5.4).
+--same-engine runs both sides against one launch of each configuration, interleaved in time: after each of the
+tune's trials (Tuner's after_trial hook) the dense sweep runs its DENSE_PER_TRIAL unrun grid points nearest the
+load that trial ran, then whatever it has left. Without it each side launches its own engine, one after the
+other, and the native engine's launches differ (one saturated at 4.1-4.5 req/s, the next with the same flags at
+5.0-5.4). Fair: each side keeps its own points and rule (the dense sweep runs every grid point whole and
+confirms its own ends; the tune sees nothing of the dense results); only the order in time is shared, so the
+runs both make near one load fall within the same minute and a drift of the engine over minutes moves both.
 
 The defaults (DEFAULTS below) are the ones each engine was measured with. --engine groundtruth runs the same
 comparison on tests/groundtruth_server.py (a real HTTP server whose capacity is set by --max-streams and
@@ -60,10 +66,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import statistics
 import sys
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,16 +78,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.capacity import LoadPoint, max_load_meeting_slo
-from harness.knee import Tally, certain, knee_confidence
+from harness.knee import run_passes
 from harness.results import point_dir_name
 from harness.run import Reporter, raise_on_sigterm, run_scenario
 from harness.scenario import Scenario
 from harness.session import engine_session
 from harness.tune import Tuner
+from harness.tune_search import Measured, Point, add_run, bracket, unsettled_end
 
 GT_SERVER = ROOT / "tests" / "groundtruth_server.py"
 WITHIN = 0.10
 ATTAINMENT = 0.9  # the tune block's default, harness.capacity's
+DENSE_PER_TRIAL = 2  # --same-engine: dense runs after each tune trial (~15 grid points + ends to ~10 trials)
 
 
 @dataclass
@@ -168,70 +177,123 @@ def scenario(args, setting: dict | None, sweep: list[float] | None, url: str | N
     return Scenario.model_validate(data, context={"base_dir": str(ROOT)})
 
 
-def dense(args, setting: dict, out: Path, session=None) -> dict:
-    """Every grid point run whole against one engine (`session`'s, else its own); a point whose verdict is
-    uncertain is run again, as `bench tune` does (harness/knee.py), so both judge a load on the same pooled share."""
-    s = scenario(args, setting, args.grid)
-    begun = time.monotonic()
-    out.mkdir(parents=True, exist_ok=True)
-    points, rows = [], []
-    with nullcontext(session) if session else engine_session(s, out / "engine.log", print) as session:
-        for i, point in enumerate(s.sweep_points()):
-            tally, runs = dense_point(args, point, out / point_dir_name(i, "rate", point.load.rate), session)
-            points.append(LoadPoint(point.load.rate, tally.fraction, *map(_mean, zip(*runs))))
-            rows.append({"rate": point.load.rate, "met": tally.met, "judged": tally.judged, "runs": len(runs)})
-            print(f"dense {point.load.rate:g} req/s: {tally.met}/{tally.judged} met in {len(runs)} run(s)", flush=True)
-    cap = max_load_meeting_slo(points)
-    fails = [p.offered_load for p in points if p.goodput_fraction < cap.attainment]
-    first_fail = min(fails) if fails else None
-    passes = [p.offered_load for p in points if first_fail is None or p.offered_load < first_fail]
-    return {
-        "capacity": cap.offered_load,
-        "status": cap.status,
-        "bracket": [max(passes) if passes else None, first_fail],
-        "requests": sum(r["judged"] for r in rows) + sum(r["runs"] for r in rows) * s.load.warmup_requests,
-        "points": rows,
-        "minutes": (time.monotonic() - begun) / 60,
-    }
+class DenseSweep:
+    """Every grid point run whole against one engine, then its bracket's ends confirmed as `bench tune` confirms
+    its own (harness/knee.py: run again until their runs' majority is settled), so both judge a load alike.
+    One run per `step`, so `--same-engine` can interleave it with the tune's trials."""
 
+    def __init__(self, args, setting: dict, out: Path, session):
+        self.args, self.out, self.session = args, out, session
+        self.scenario = scenario(args, setting, args.grid)
+        self.grid = list(self.scenario.sweep_points())
+        self.todo = list(range(len(self.grid)))  # grid points not run yet
+        self.points: list[Point] = []
+        self.rows: dict[float, dict] = {}  # per load: its runs' counts
+        self.seconds = 0.0
 
-def dense_point(args, point: Scenario, out: Path, session) -> tuple[Tally, list[tuple[float, float]]]:
-    """One grid point's runs (seed + repeat each) until its pooled share is certain or the repeats are spent:
-    the tally and each run's (requests/s, output tokens/s)."""
-    tally, runs = Tally(), []
-    for repeat in range(args.repeats + 1):
+    def step(self, near: float | None = None) -> bool:
+        """Run one run: the unrun grid point nearest `near` (in ratio; else the lowest), else a bracket end whose
+        majority is unsettled. False when nothing is left."""
+        if self.todo:
+            key = (lambda i: abs(math.log(self.grid[i].load.rate / near))) if near else (lambda i: i)
+            index = min(self.todo, key=key)
+            self.todo.remove(index)
+        else:
+            load = unsettled_end(self.points, 1 + self.args.repeats)
+            if load is None:
+                return False
+            index = next(i for i, g in enumerate(self.grid) if math.isclose(g.load.rate, load))
+        self._run(index)
+        return True
+
+    def _run(self, index: int) -> None:
+        point = self.grid[index]
+        rate = point.load.rate
+        row = self.rows.setdefault(rate, {"rate": rate, "met": [], "judged": [], "tokens_per_s": []})
+        repeat = len(row["met"])
+        begun = time.monotonic()
         result = run_scenario(
             point.model_copy(update={"seed": point.seed + repeat}),
-            out / f"run-{repeat}",
+            self.out / point_dir_name(index, "rate", rate) / f"run-{repeat}",
             workers="1",
-            session=session,
+            session=self.session,
             reporter=Reporter(),
         )
+        self.seconds += time.monotonic() - begun
         if result.interrupted_by or result.engine_exit:  # Ctrl-C, SIGTERM or a dead engine: stop here
             raise KeyboardInterrupt
         summary = result.summary
-        measured = summary["requests"]["measured"]
-        tally = tally.plus(round(summary["goodput"]["fraction"] * measured), measured)
-        runs.append((summary["throughput"]["requests_per_s"], summary["throughput"]["output_tokens_per_s"]))
-        if certain(tally, ATTAINMENT, knee_confidence(None)):
-            break
-    return tally, runs
+        judged = summary["requests"]["measured"]
+        met = round(summary["goodput"]["fraction"] * judged)
+        row["met"].append(met)
+        row["judged"].append(judged)
+        row["tokens_per_s"].append(summary["throughput"]["output_tokens_per_s"])
+        passed = run_passes(met, judged, ATTAINMENT, None)
+        fraction = met / judged if judged else 0.0
+        add_run(self.points, Measured(rate, passed, fraction, summary["throughput"]["requests_per_s"]))
+        print(f"dense {rate:g} req/s run {repeat + 1}: {met}/{judged} met ({'pass' if passed else 'FAIL'})", flush=True)
+
+    def result(self) -> dict:
+        """harness.capacity's rule over each load's median run (its majority's side: harness/knee.py)."""
+        by_load = {p.offered_load: p for p in self.points}
+        loads = [
+            LoadPoint(rate, p.goodput_fraction, p.requests_per_s, statistics.median(self.rows[rate]["tokens_per_s"]))
+            for rate, p in sorted(by_load.items())
+        ]
+        cap = max_load_meeting_slo(loads, ATTAINMENT)
+        warmups = sum(len(r["met"]) for r in self.rows.values()) * self.scenario.load.warmup_requests
+        lo, hi = bracket(self.points)
+        return {
+            "capacity": cap.offered_load,
+            "status": cap.status,
+            "bracket": [lo, hi],
+            "bracket_runs_passed": [None if end is None else [r.passed for r in by_load[end].runs] for end in (lo, hi)],
+            "requests": sum(sum(r["judged"]) for r in self.rows.values()) + warmups,
+            "points": [{k: r[k] for k in ("rate", "met", "judged")} for _, r in sorted(self.rows.items())],
+            "minutes": self.seconds / 60,
+        }
 
 
-def _mean(xs) -> float:
-    xs = list(xs)
-    return sum(xs) / len(xs)
+def dense(args, setting: dict, out: Path) -> dict:
+    """The dense sweep alone, against its own launch."""
+    out.mkdir(parents=True, exist_ok=True)
+    with engine_session(scenario(args, setting, args.grid), out / "engine.log", print) as session:
+        sweep = DenseSweep(args, setting, out, session)
+        while sweep.step():
+            pass
+    return sweep.result()
 
 
-def tuned(args, setting: dict, out: Path, url: str | None = None) -> dict:
-    begun = time.monotonic()
-    doc = Tuner(scenario(args, setting, None, url), out, Reporter(), resume=False, workers="1").run()
+def interleaved(args, setting: dict, name: str) -> tuple[dict, dict]:
+    """Both sides against one launch, in step: after each of the tune's trials the dense sweep runs its
+    DENSE_PER_TRIAL unrun grid points nearest the load that trial ran, then whatever is left. Each side keeps
+    its own points and its own rule; only their order in time is shared, so the runs both make near one load
+    fall within the same minute and a drift of the engine's throughput over minutes moves both alike."""
+    out = args.out / "dense" / name
+    out.mkdir(parents=True, exist_ok=True)
+    with engine_session(scenario(args, setting, args.grid), out / "engine.log", print) as session:
+        sweep = DenseSweep(args, setting, out, session)
+
+        def between(load: float) -> None:
+            for _ in range(DENSE_PER_TRIAL):
+                sweep.step(near=load)
+
+        t = tuned(args, setting, args.out / "tune" / name, session.url, after_trial=between)
+        while sweep.step():
+            pass
+    return sweep.result(), t
+
+
+def tuned(args, setting: dict, out: Path, url: str | None = None, after_trial=None) -> dict:
+    s = scenario(args, setting, None, url)
+    doc = Tuner(s, out, Reporter(), resume=False, workers="1", after_trial=after_trial).run()
     c = doc["configurations"][0]
     warmups = sum(1 for t in doc["trials"] if t["kind"] == "point" and t["status"] == "completed")
     return {
         "capacity": c["capacity"]["offered_load"],
         "status": c["capacity"]["status"],
         "bracket": c["capacity"]["bracket"],
+        "bracket_runs_passed": c["capacity"]["bracket_runs_passed"],
         "requests": doc["cost"]["search"]["requests"] + warmups,
         "points": [
             {k: t[k] for k in ("offered_load", "repeat", "met", "judged", "passed")}
@@ -240,7 +302,7 @@ def tuned(args, setting: dict, out: Path, url: str | None = None) -> dict:
         ],
         "early_stops": sum(t["stopped_early"] is not None for t in doc["trials"]),
         "seconds_saved": doc["cost"]["search"]["seconds_saved_by_early_stops"],
-        "minutes": (time.monotonic() - begun) / 60,
+        "minutes": sum(t["wall_s"] for t in doc["trials"]) / 60,
     }
 
 
@@ -258,7 +320,7 @@ def main() -> None:
     p.add_argument("--engine", choices=sorted(DEFAULTS), default="native")
     p.add_argument("--num-requests", type=int, help="per point (default: the engine's, below)")
     p.add_argument("--probe-requests", type=int, default=6)
-    p.add_argument("--repeats", type=int, default=2, help="more runs of an uncertain point, both sides (knee.py)")
+    p.add_argument("--repeats", type=int, default=2, help="more runs of a bracket end, both sides (knee.py)")
     p.add_argument(
         "--same-engine",
         action="store_true",
@@ -285,12 +347,8 @@ def main() -> None:
     for setting in settings:
         name = config_name(setting)
         load_before = os.getloadavg()[0]
-        if args.same_engine:  # one launch for both: the engine's launch-to-launch spread left out
-            (args.out / "dense" / name).mkdir(parents=True, exist_ok=True)
-            log = args.out / "dense" / name / "engine.log"
-            with engine_session(scenario(args, setting, args.grid), log, print) as session:
-                d = dense(args, setting, args.out / "dense" / name, session)
-                t = tuned(args, setting, args.out / "tune" / name, session.url)
+        if args.same_engine:  # one launch for both, interleaved: the launch's spread and its drift left out
+            d, t = interleaved(args, setting, name)
         else:
             d = dense(args, setting, args.out / "dense" / name)
             t = tuned(args, setting, args.out / "tune" / name)

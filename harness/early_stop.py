@@ -10,8 +10,7 @@ Two reasons, checked on each measured record as it completes (`run_scenario(...,
   fitted by least squares against time; when the one-sided lower confidence bound of both slopes is
   above zero the queue is growing without end and the point has failed.
 
-A repeat of a point (harness/knee.py) is watched with the earlier runs' counts (`prior`): its verdict is then
-on the pooled plan, their requests and its own.
+Each run is watched, and its verdict proved, on its own requests: a load's runs are not pooled (harness/knee.py).
 
 The decision lands in summary.json as `stopped_early`; the records written so far stay as they are.
 """
@@ -24,7 +23,6 @@ from dataclasses import asdict, dataclass
 
 from scipy import stats
 
-from harness.knee import Tally
 from harness.metrics import meets_slo, request_latency
 
 SATURATION_MIN_SAMPLES = 12  # completions before the slope test may speak
@@ -73,12 +71,10 @@ class PointWatch:
         saturation: bool = True,
         verdict: bool = True,
         can_pass: bool = True,
-        prior: Tally = Tally(),
     ):
         """can_pass=False: the point is judged on more than its share met (tune.percentile_slo, slo.confidence),
-        so the records can prove it failed but not that it passed. `prior`: the earlier runs of the same point,
-        pooled with this one's requests."""
-        self.slo, self.attainment, self.can_pass, self.prior = slo, attainment, can_pass, prior
+        so the records can prove it failed but not that it passed."""
+        self.slo, self.attainment, self.can_pass = slo, attainment, can_pass
         limit_ms = slo.get("ttft_ms") or slo.get("e2e_ms")  # what a growing queue pushes past
         self.limit_s = limit_ms / 1e3 if limit_ms else None
         self.saturation, self.verdict = saturation, verdict
@@ -91,8 +87,7 @@ class PointWatch:
 
     def begin(self, requests: list) -> None:
         measured = [r for r in requests if not r.is_warmup]
-        self.planned = self.prior.judged + len(measured)
-        self._met, self._missed = self.prior.met, self.prior.judged - self.prior.met
+        self.planned = len(measured)
         offsets = [r.intended_offset_s for r in requests if r.intended_offset_s is not None]
         self._sends_s = sorted(offsets) if len(offsets) == len(requests) else []
 
@@ -109,7 +104,7 @@ class PointWatch:
             self._ttft.append((rec.intended_send_s, lat.ttft_s))
         if self._sends_s:
             sent = bisect.bisect_right(self._sends_s, now)
-            self._outstanding.append((now, sent - (self._met + self._missed - self.prior.judged)))
+            self._outstanding.append((now, sent - (self._met + self._missed)))
         self.decision = (self._certain_verdict(now) if self.verdict else None) or (
             self._over_saturated(now) if self.saturation and self._sends_s else None
         )
@@ -177,4 +172,4 @@ class PointWatch:
         crossing_s = (self.limit_s - t_intercept) / t_slope
         late = len(self._sends_s) - bisect.bisect_right(self._sends_s, crossing_s)
         allowed = self.planned - math.ceil(self.attainment * self.planned - 1e-9)
-        return late > allowed - (self.prior.judged - self.prior.met)
+        return late > allowed

@@ -1,58 +1,42 @@
-"""A point's verdict near the knee: final only when its attainment's confidence interval lies on one side of the
-target; until then the point is run again and judged on its requests pooled over the runs (docs/tune.md).
+"""A load's verdict near the knee: the majority of its runs, each run judged on its own requests (docs/tune.md).
 
-Near a configuration's capacity one run's attainment is a coin toss: 27 of 30 requests met at one try, 30 of 30
-at the next, so a search (or a dense sweep) that trusts one run moves its capacity by a grid step from run to
-run. The share met is judged by its one-sided Clopper-Pearson bounds at `confidence` (harness/confidence.py):
-certainly passed when the lower bound reaches the attainment, certainly failed when the upper bound is below
-it, else uncertain. An uncertain point gets another run at the same load (its own seed: fresh arrivals and
-prompts), up to `repeats` more; the verdict is then on the pooled share. Both `bench tune` and the dense sweep
-of benchmarks/tune_cost.py use this rule, so both estimate the same quantity: the attainment of a run of
-`num_requests` requests at that load.
+Near a configuration's capacity one run's verdict moves by ~10% of load from run to run, and the requests of one
+run are not independent: one stall of the engine delays every request queued behind it, so a stalled run misses
+14 of 30 and a binomial interval over its requests calls that failure certain. Pooling such a run with the
+next ones carries its misses into their verdict. So a load is judged by its runs: each run passes or fails on
+its own share met (as `bench run` judges a sweep's point), and the load's verdict is what most of its runs
+said, a stalled run outvoted rather than pooled.
+
+Which loads get more runs: the two the capacity is read between (the bracket's ends), since a far point's
+verdict does not move with one stall. Each end is run until one verdict holds a majority of the `1 + repeats`
+runs it may get: with `repeats: 2`, a second run confirms the first and a third breaks their tie. Both
+`bench tune` (harness/tune_search.py) and the dense sweep of benchmarks/tune_cost.py use this rule, so both
+estimate the same quantity: the verdict most runs of `num_requests` requests give at that load.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from harness.confidence import share_lower_bound, share_upper_bound
-
-KNEE_CONFIDENCE = 0.9  # without slo.confidence; at 30 requests a point of 30 met passes for certain
+from harness.confidence import share_lower_bound
 
 
-@dataclass(frozen=True)
-class Tally:
-    """Requests of one load pooled over its runs: how many were judged and how many met the SLOs."""
-
-    met: int = 0
-    judged: int = 0
-
-    def plus(self, met: int, judged: int) -> Tally:
-        return Tally(self.met + met, self.judged + judged)
-
-    @property
-    def fraction(self) -> float:
-        return self.met / self.judged if self.judged else 0.0
-
-
-def knee_confidence(slo_confidence: float | None) -> float:
-    """The scenario's slo.confidence when it sets one, else KNEE_CONFIDENCE."""
-    return slo_confidence if slo_confidence is not None else KNEE_CONFIDENCE
-
-
-def certain(tally: Tally, attainment: float, confidence: float) -> bool:
-    """True when the pooled share's interval lies wholly above or below the target (nothing judged: nothing
-    another run of the same could settle either, so certain too)."""
-    if tally.judged == 0:
-        return True
-    if share_lower_bound(tally.met, tally.judged, confidence) >= attainment:
-        return True
-    return share_upper_bound(tally.met, tally.judged, confidence) < attainment
-
-
-def passes(tally: Tally, attainment: float, slo_confidence: float | None) -> bool:
-    """The pooled verdict: the share met against the attainment, or its lower bound with slo.confidence (as
-    `bench run` judges a sweep's points)."""
+def run_passes(met: int, judged: int, attainment: float, slo_confidence: float | None) -> bool:
+    """One run's verdict: its share met against the attainment, or with slo.confidence the share's lower
+    bound (as `bench run` judges a sweep's points)."""
+    if judged == 0:
+        return False
     if slo_confidence is not None:
-        return share_lower_bound(tally.met, tally.judged, slo_confidence) >= attainment
-    return tally.fraction >= attainment
+        return share_lower_bound(met, judged, slo_confidence) >= attainment
+    return met / judged >= attainment
+
+
+def majority_passed(verdicts: list[bool]) -> bool:
+    """The load's verdict: passed when more of its runs passed than failed (a tie fails: the capacity is then
+    not raised on a coin toss)."""
+    return sum(verdicts) * 2 > len(verdicts)
+
+
+def settled(verdicts: list[bool], max_runs: int) -> bool:
+    """True when no further run could change the majority: one verdict holds more than half of `max_runs`, or
+    the load has had all its runs."""
+    held = max(sum(verdicts), len(verdicts) - sum(verdicts))
+    return held * 2 > max_runs or len(verdicts) >= max_runs

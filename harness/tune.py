@@ -9,9 +9,8 @@ sweep of the same grid. Trials live in OUT/<configuration>/: probe-<kind>-<load>
 candidates.json, so `bench report OUT/<configuration>` and `bench select OUT` read a tune folder as they read a
 sweep and a `candidates:` run.
 
-Near the knee a point's verdict is made certain before it is final (harness/knee.py): a point whose
-attainment's confidence interval holds the target is run again at the same load, up to `tune.repeats` more
-times, and judged on its pooled requests.
+Near the knee a load is judged by its runs (harness/knee.py): the bracket's two ends are run again, up to
+`tune.repeats` more times each, until their runs' majority is settled; each run is judged on its own requests.
 
 `--resume` replays a finished trial from tune.json instead of running it again (the search is deterministic
 given its points) and reruns the one that was cut. Ctrl-C or SIGTERM mark the running trial interrupted,
@@ -27,13 +26,14 @@ from __future__ import annotations
 import math
 import shutil
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.candidates import short_reason
 from harness.early_stop import PointWatch
-from harness.knee import Tally, certain, knee_confidence, passes
+from harness.knee import run_passes
 from harness.launcher import BackendUnreachable
 from harness.metrics import active_slo
 from harness.prefix_reset import reset_prefix_cache
@@ -79,7 +79,7 @@ class TrialRow:
     prefix_cache: str = ""  # what resetting the engine's prefix cache before the trial did
     percentiles: dict | None = None  # tune.percentile_slo's bounds against this point's measured percentiles
     reason: str = ""
-    repeat: int = 0  # 0: a load's first run; n: its n-th repeat, whose passed and goodput_fraction are pooled
+    repeat: int = 0  # 0: a load's first run; n: its n-th run again (a bracket end confirmed: harness/knee.py)
     met: int = 0  # this run's requests that met the SLOs, of the `judged` ones its verdict counted
     judged: int = 0
 
@@ -118,9 +118,19 @@ def accelerators_of(setting: dict) -> int:
 
 
 class Tuner:
-    def __init__(self, scenario: Scenario, out_dir: Path, reporter: Reporter, resume: bool, workers: str | None):
+    def __init__(
+        self,
+        scenario: Scenario,
+        out_dir: Path,
+        reporter: Reporter,
+        resume: bool,
+        workers: str | None,
+        after_trial: Callable[[float], None] | None = None,
+    ):
+        """`after_trial(load)`: called after each trial run (not one replayed by --resume), with its load; the
+        engine is idle then (benchmarks/tune_cost.py runs a dense sweep's points there, against the same launch)."""
         self.scenario, self.tune, self.out = scenario, scenario.tune, Path(out_dir)
-        self.reporter, self.workers = reporter, workers
+        self.reporter, self.workers, self.after_trial = reporter, workers, after_trial
         self.kind = self.tune.load.kind
         settings = self.tune.configurations()
         self.configs = [ConfigRow(config_name(s), s, launch_args(s), accelerators_of(s)) for s in settings]
@@ -169,9 +179,7 @@ class Tuner:
             def measure(load: float, probe: bool) -> Measured | None:
                 if probe_only and not probe:
                     return None
-                if not probe:
-                    return self._point(c, load, stack, session)
-                row = self._trial(c, load, True, stack, session)
+                row = self._trial(c, load, probe, stack, session)
                 return None if row is None else row.measured()
 
             try:
@@ -184,6 +192,7 @@ class Tuner:
                     self.tune.precision,
                     self.tune.max_points,
                     start=start,
+                    max_runs=1 + self.tune.repeats,
                 )
             except (BackendUnreachable, TokenizerError, TrialFailed) as e:
                 c.status, c.reason = "failed", short_reason(str(e))
@@ -238,6 +247,8 @@ class Tuner:
         """Where the line between the bracket's two attainments crosses the target (harness.capacity's rule)."""
         by_load = {p.offered_load: p for p in result.points}
         lo, hi = result.lo, result.hi
+        # each end's runs, in order: the majority of these is its verdict (harness/knee.py)
+        votes = [None if end is None else [r.passed for r in by_load[end].runs] for end in (lo, hi)]
         load = rps = None
         if lo is not None and hi is not None:
             a, b = by_load[lo], by_load[hi]
@@ -252,27 +263,10 @@ class Tuner:
             "offered_load": load,
             "status": result.status,
             "bracket": [lo, hi],
+            "bracket_runs_passed": votes,
             "requests_per_s": rps,
             "points": len(result.points),
         }
-
-    # ---- one point: its runs until the verdict is certain (harness/knee.py) --------------------
-    def _point(self, c: ConfigRow, load: float, stack: ExitStack, session: list[EngineSession]) -> Measured | None:
-        tally, row = Tally(), None
-        confidence = knee_confidence(self.scenario.slo.confidence)
-        for repeat in range(self.tune.repeats + 1):
-            last = self._trial(c, load, False, stack, session, tally, repeat)
-            if last is None:  # the budget is spent: the runs so far make the point, if any
-                break
-            row, tally = last, tally.plus(last.met, last.judged)
-            stop = row.stopped_early or {}
-            # a queue growing without end, or a percentile missed, is no coin toss: no repeat settles it more
-            settled = stop.get("reason") == "over_saturated" or not all(
-                b["met"] for b in (row.percentiles or {}).values()
-            )
-            if settled or certain(tally, self.tune.attainment, confidence):
-                break
-        return None if row is None else row.measured()
 
     # ---- one trial -------------------------------------------------------------------------
     def _trial(
@@ -282,12 +276,11 @@ class Tuner:
         probe: bool,
         stack: ExitStack,
         session: list[EngineSession],
-        prior: Tally = Tally(),
-        repeat: int = 0,
     ) -> TrialRow | None:
-        """One run. A point's repeat is watched and judged with the earlier runs' tally (`prior`)."""
+        """One run, judged on its own requests; `repeat` counts the earlier runs of the same load."""
         seq = len(c.trials)
         kind = "probe" if probe else "point"
+        repeat = sum(1 for t in c.trials if t.kind == kind and math.isclose(t.offered_load, load))
         name = f"probe-{self.kind}-{load:g}" if probe else point_dir_name(seq - 1, self.kind, load)
         old = self.done.get((c.name, seq))
         if old is not None and old.status == "completed" and old.kind == kind and math.isclose(old.offered_load, load):
@@ -312,14 +305,14 @@ class Tuner:
                 workers=self.workers,
                 session=session[0],
                 reporter=self.reporter,
-                watch=self._watch(probe, prior),
+                watch=self._watch(probe),
             )
         except BaseException:
             row.status = "interrupted"
             raise
         finally:
             row.wall_s = time.monotonic() - begun
-        self._fill(row, result, c.accelerators, prior)
+        self._fill(row, result, c.accelerators)
         self.save()
         if result.interrupted_by:
             raise Terminated() if result.interrupted_by == "SIGTERM" else KeyboardInterrupt()
@@ -327,6 +320,8 @@ class Tuner:
             raise TrialFailed(f"{row.dir}: {row.reason}")
         self.done[(c.name, seq)] = row
         self.reporter.info("  " + trial_line(row, self.kind))
+        if self.after_trial is not None:
+            self.after_trial(load)
         return row
 
     def _start_engine(self, c: ConfigRow, stack: ExitStack) -> EngineSession:
@@ -351,15 +346,15 @@ class Tuner:
         load_spec = s.load.model_copy(update=update)
         return s.model_copy(update={"backend": backend, "load": load_spec, "tune": None, "seed": s.seed + repeat})
 
-    def _watch(self, probe: bool, prior: Tally) -> PointWatch | None:
+    def _watch(self, probe: bool) -> PointWatch | None:
         if probe or not self.tune.early_stop:
             return None  # a probe measures throughput: it runs to its end
         slo = active_slo(self.scenario.slo.model_dump())
         # with slo.confidence a pass is judged on the share's lower bound, which the share met cannot prove early
         can_pass = not self.tune.percentile_slo and self.scenario.slo.confidence is None
-        return PointWatch(slo, self.tune.attainment, can_pass=can_pass, prior=prior)
+        return PointWatch(slo, self.tune.attainment, can_pass=can_pass)
 
-    def _fill(self, row: TrialRow, result, accelerators: int, prior: Tally) -> None:
+    def _fill(self, row: TrialRow, result, accelerators: int) -> None:
         s = result.summary
         problems = ([result.engine_exit] if result.engine_exit else []) + list(result.incomplete_reasons)
         row.status = "failed" if problems else "interrupted" if result.interrupted_by else "completed"
@@ -373,14 +368,14 @@ class Tuner:
         row.client_bound = result.client_bound
         if row.kind == "probe":
             row.requests_per_s = completion_rate(result.out_dir) or row.requests_per_s
-        self._judge(row, s, prior)
+        self._judge(row, s)
 
-    def _judge(self, row: TrialRow, s: dict, prior: Tally) -> None:
-        """The verdict and the share met, pooled with the earlier runs of the same load (`prior`)."""
+    def _judge(self, row: TrialRow, s: dict) -> None:
+        """This run's verdict and share met, on its own requests (a load's verdict is its runs' majority)."""
         good = round(s["goodput"]["fraction"] * s["requests"]["measured"])
         stop = row.stopped_early = s.get("stopped_early")
-        if stop:  # the watch's counts, pooled with the earlier runs'
-            row.met, row.judged = stop["met"] - prior.met, stop["after_requests"] - prior.judged
+        if stop:  # the watch's counts
+            row.met, row.judged = stop["met"], stop["after_requests"]
         else:
             row.met, row.judged = good, s["requests"]["measured"]
         if stop:  # the verdict it proved; the fraction is its bound
@@ -388,14 +383,13 @@ class Tuner:
             bound = stop["met"] if stop["passed"] else stop["planned_requests"] - stop["missed"]
             row.goodput_fraction = bound / stop["planned_requests"]
             if stop["reason"] == "over_saturated":  # failed by its slopes; what it measured, at most the bound
-                measured = prior.plus(good, s["requests"]["measured"])  # the cut requests count as missed
-                row.goodput_fraction = min(measured.fraction, row.goodput_fraction)
+                measured = good / max(1, s["requests"]["measured"])  # the cut requests count as missed
+                row.goodput_fraction = min(measured, row.goodput_fraction)
             remaining = stop["planned_requests"] - stop["after_requests"]
             row.seconds_saved = remaining / row.requests_per_s if row.requests_per_s > 0 else None
         else:
-            pooled = prior.plus(row.met, row.judged)
-            row.goodput_fraction = pooled.fraction
-            row.passed = passes(pooled, self.tune.attainment, self.scenario.slo.confidence)
+            row.goodput_fraction = row.met / row.judged if row.judged else 0.0
+            row.passed = run_passes(row.met, row.judged, self.tune.attainment, self.scenario.slo.confidence)
         if self.tune.percentile_slo:  # judged on what the point measured (a stopped point has failed already)
             row.percentiles = judge_percentiles(self.tune.percentile_slo, s)
             row.passed = row.passed and all(b["met"] for b in row.percentiles.values())

@@ -89,8 +89,8 @@ class TuneConfig(_Strict):
     # more configurations than this are searched by successive halving instead of the whole grid
     full_grid_max: int = Field(default=8, ge=1, le=10_000, description="configurations")
     early_stop: bool = True  # stop a point when it is over-saturated or its verdict is certain
-    # a point whose attainment's confidence interval holds the target is run again, up to this many more
-    # times, and judged on its pooled requests (harness/knee.py)
+    # the bracket's two ends are run again, up to this many more times each, until their runs' majority is
+    # settled (harness/knee.py): 2 is a second run, and a third when the two disagree
     repeats: int = Field(default=2, ge=0, le=10, description="runs")
     # metric -> percentile -> most milliseconds, judged on each point's measured distribution
     percentile_slo: dict[str, dict[str, float]] = {}

@@ -6,11 +6,15 @@
    a rate its achieved throughput is where an engine saturates, an upper bound on what it carries
    within SLOs, so the first point is there (clamped into the bounds).
 2. bracketing: a passing point multiplies the load by 1.5, a failing one divides it, until one of each is seen
-   (or a bound is reached: the capacity is then "at least max" or "none").
+   (or a bound is reached: the capacity is then "at least max" or "none"); from a load whose runs split, by
+   1 + precision instead (it sits at the knee).
 3. narrowing: the next load is where the line through the bracket's two attainments crosses the target
    (regula falsi on measured attainment), kept inside the middle half of the bracket so each step
    shrinks it; the middle when an end stopped early (its attainment is only a bound); until
    hi/lo - 1 <= precision or max_points points are measured.
+4. confirming (harness/knee.py): the bracket's two ends are run again until their runs' majority is settled
+   (a second run, a third when the two disagree); an end whose majority turns moves the bracket, and the
+   search goes on from 2. A load's verdict is its runs' majority, its attainment and throughput their median.
 
 The search is deterministic given the points it is told, which is what lets `bench tune --resume` replay
 finished trials instead of running them again.
@@ -19,8 +23,11 @@ finished trials instead of running them again.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from harness.knee import majority_passed, settled
 
 STEP_FACTOR = 1.5  # bracketing: x1.5 after a pass, /1.5 after a fail (the probe starts it near the knee)
 SAFEGUARD = 0.25  # narrowing stays within [lo + 25%, hi - 25%] of the bracket
@@ -28,7 +35,7 @@ SAFEGUARD = 0.25  # narrowing stays within [lo + 25%, hi - 25%] of the bracket
 
 @dataclass
 class Measured:
-    """What the search needs from one trial."""
+    """What the search needs from one trial (one run at one load)."""
 
     offered_load: float
     passed: bool
@@ -38,8 +45,38 @@ class Measured:
 
 
 @dataclass
+class Point:
+    """One load and its runs: the verdict is their majority, the attainment and throughput their median."""
+
+    runs: list[Measured] = field(default_factory=list)
+
+    @property
+    def offered_load(self) -> float:
+        return self.runs[0].offered_load
+
+    @property
+    def passed(self) -> bool:
+        return majority_passed([r.passed for r in self.runs])
+
+    @property
+    def goodput_fraction(self) -> float:
+        return statistics.median(r.goodput_fraction for r in self.runs)
+
+    @property
+    def requests_per_s(self) -> float:
+        return statistics.median(r.requests_per_s for r in self.runs)
+
+    @property
+    def exact(self) -> bool:
+        return all(r.exact for r in self.runs)
+
+    def settled(self, max_runs: int) -> bool:
+        return settled([r.passed for r in self.runs], max_runs)
+
+
+@dataclass
 class SearchResult:
-    points: list[Measured]  # probe excluded
+    points: list[Point]  # one per load, probe excluded
     lo: float | None  # highest passing load
     hi: float | None  # lowest failing load above it
     status: str  # bracketed | at_least | none | budget (the budget ran out first)
@@ -67,36 +104,59 @@ def search_capacity(
     precision: float,
     max_points: int,
     start: float | None = None,
+    max_runs: int = 1,
 ) -> SearchResult:
-    """`start`: the first load (a prediction, `bench plan`'s); without one a probe finds it."""
+    """`start`: the first load (a prediction, `bench plan`'s); without one a probe finds it. `max_runs`: the
+    most runs a bracket end gets (1 + tune.repeats); max_points counts loads, not their confirming runs."""
     if start is None:
         probe = measure(probe_load(kind, bound_lo, bound_hi), True)
         if probe is None:
             return SearchResult([], None, None, "budget")
         start = start_load(kind, bound_lo, bound_hi, probe)
-    points: list[Measured] = []
+    points: list[Point] = []
     load: float | None = _round_within(kind, start, bound_lo, bound_hi)
-    while load is not None and len(points) < max_points:
-        point = measure(load, False)
-        if point is None:
-            return SearchResult(points, *_bracket(points), "budget")
-        points.append(point)
-        load = next_load(points, kind, bound_lo, bound_hi, attainment, precision)
-    lo, hi = _bracket(points)
+    while load is not None:
+        run = measure(load, False)
+        if run is None:
+            return SearchResult(points, *bracket(points), "budget")
+        add_run(points, run)
+        load = next_load(points, kind, bound_lo, bound_hi, attainment, precision) if len(points) < max_points else None
+        if load is None:
+            load = unsettled_end(points, max_runs)
+    lo, hi = bracket(points)
     status = "bracketed" if lo is not None and hi is not None else "at_least" if lo is not None else "none"
     return SearchResult(points, lo, hi, status)
 
 
+def add_run(points: list[Point], run: Measured) -> None:
+    """The run joins its load's point (a confirming run), or starts a new one."""
+    same = next((p for p in points if math.isclose(p.offered_load, run.offered_load)), None)
+    if same is None:
+        points.append(Point([run]))
+    else:
+        same.runs.append(run)
+
+
+def unsettled_end(points: list[Point], max_runs: int) -> float | None:
+    """A bracket end whose runs' majority could still turn: the load to run again (harness/knee.py)."""
+    by_load = {p.offered_load: p for p in points}
+    for end in bracket(points):
+        if end is not None and not by_load[end].settled(max_runs):
+            return end
+    return None
+
+
 def next_load(
-    points: list[Measured], kind: str, bound_lo: float, bound_hi: float, attainment: float, precision: float
+    points: list[Point], kind: str, bound_lo: float, bound_hi: float, attainment: float, precision: float
 ) -> float | None:
     """The next load to measure, or None when the search is done."""
-    lo, hi = _bracket(points)
+    lo, hi = bracket(points)
+    by_load = {p.offered_load: p for p in points}
     if lo is None:  # nothing passed yet: go down
-        lowest = min(p.offered_load for p in points)
-        return None if lowest <= bound_lo else _fresh(points, kind, lowest / STEP_FACTOR, (bound_lo, bound_hi))
+        lowest = min(by_load)
+        return None if lowest <= bound_lo else _step(points, by_load[lowest], -1, kind, (bound_lo, bound_hi), precision)
     if hi is None:  # nothing failed above the passes: go up
-        return None if lo >= bound_hi else _fresh(points, kind, lo * STEP_FACTOR, (bound_lo, bound_hi))
+        return None if lo >= bound_hi else _step(points, by_load[lo], 1, kind, (bound_lo, bound_hi), precision)
     if hi / lo - 1 <= precision:
         return None
     a = next(p for p in points if p.offered_load == lo)
@@ -109,7 +169,21 @@ def next_load(
     return _fresh(points, kind, guess, (bound_lo, bound_hi), lo, hi)
 
 
-def _bracket(points: list[Measured]) -> tuple[float | None, float | None]:
+def _step(
+    points: list[Point], start: Point, direction: int, kind: str, bounds: tuple[float, float], precision: float
+) -> float | None:
+    """Bracketing's next load from `start`, up (1) or down (-1): x STEP_FACTOR, but only 1 + precision from a
+    load whose runs split (its attainment sits on the target: the capacity is within a precision step of it,
+    so a STEP_FACTOR step would only have to be narrowed back)."""
+    split = len({r.passed for r in start.runs}) > 1
+    for factor in (1 + precision, STEP_FACTOR) if split else (STEP_FACTOR,):
+        load = _fresh(points, kind, start.offered_load * factor**direction, bounds)
+        if load is not None:
+            return load
+    return None
+
+
+def bracket(points: list[Point]) -> tuple[float | None, float | None]:
     """(highest pass below every fail, lowest fail): a pass above a fail is not trusted (harness.capacity)."""
     fails = [p.offered_load for p in points if not p.passed]
     lowest_fail = min(fails) if fails else None
@@ -118,7 +192,7 @@ def _bracket(points: list[Measured]) -> tuple[float | None, float | None]:
 
 
 def _fresh(
-    points: list[Measured],
+    points: list[Point],
     kind: str,
     load: float,
     bounds: tuple[float, float],

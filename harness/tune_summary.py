@@ -80,7 +80,7 @@ def search_cost(trials: list[dict], configs: list[dict]) -> dict:
     seconds = sum(t["wall_s"] for t in ran) + sum(c["engine_start_s"] for c in configs)
     return {
         "runs": len(ran),
-        "repeats": sum(1 for t in ran if t.get("repeat")),  # runs again of a load whose verdict was uncertain
+        "repeats": sum(1 for t in ran if t.get("repeat")),  # runs again of a bracket end (harness/knee.py)
         "requests": sum(t["requests"] for t in ran),
         "minutes": seconds / 60,
         "seconds_saved_by_early_stops": sum(t["seconds_saved"] or 0.0 for t in ran),
@@ -129,7 +129,7 @@ def trial_line(row, kind: str) -> str:
         f"{row.requests_per_s:.2f} req/s, {row.requests} requests in {row.wall_s:.1f} s"
     )
     if row.repeat:
-        line += f" (repeat {row.repeat}: the verdict on the load's pooled requests)"
+        line += f" (run {row.repeat + 1} of this load: its verdict is its runs' majority)"
     for name, bound in (row.percentiles or {}).items():
         if not bound["met"]:
             measured = "not measured" if bound["measured_ms"] is None else f"{bound['measured_ms']:.0f} ms"
@@ -149,7 +149,7 @@ def plan_lines(scenario: Scenario) -> list[str]:
     searched = len(settings) if method == "grid" else max(1, math.ceil(len(settings) * HALVING_KEEP))
     per_point = load.num_requests + load.warmup_requests
     mid = math.sqrt(bounds.min * bounds.max)
-    runs = tune.max_points * (1 + tune.repeats)  # per configuration, each point run again while uncertain
+    runs = tune.max_points * (1 + tune.repeats)  # per configuration: each load at most 1 + repeats runs
     worst_requests = len(settings) * tune.probe_requests + searched * runs * per_point
     seconds = len(settings) * tune.probe_requests / bounds.max + searched * runs * per_point / mid
     lines = [f"{len(settings)} configuration(s); {method_why(method, len(settings), tune.full_grid_max)}"]
@@ -157,8 +157,8 @@ def plan_lines(scenario: Scenario) -> list[str]:
     lines.append(
         f"each: one engine start, a probe of {tune.probe_requests} requests, then up to {tune.max_points} "
         f"points of {per_point} requests between {kind} {bounds.min:g} and {bounds.max:g} "
-        f"(until the bracket is within {tune.precision:.0%}), each run up to {tune.repeats} more times while its "
-        f"verdict is uncertain"
+        f"(until the bracket is within {tune.precision:.0%}), the bracket's two ends each run up to "
+        f"{tune.repeats} more times until their runs' majority is settled"
     )
     estimate = f"at most {len(settings) + searched * runs} runs, {worst_requests} requests"
     if kind == "rate":  # open arrivals: a schedule's span is known; a closed loop's depends on the engine

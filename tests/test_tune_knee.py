@@ -1,100 +1,93 @@
-"""`bench tune` near the knee (harness/knee.py): a point whose attainment's confidence interval holds the target
-is run again and judged on its pooled requests; a certain one is not; a repeat's early stop counts the earlier
-runs. Against the ground-truth server, with a prompt file whose directives fail a known share of requests."""
+"""`bench tune` near the knee (harness/knee.py): a load is judged by its runs' majority, each run on its own
+requests; the bracket's two ends are run again (a second run, a third when the two disagree), far points once.
+Against the ground-truth server made slow for exactly one run (--ttft-cycle-ms): that run is outvoted."""
 
-import json
 import sys
 from pathlib import Path
 
-import pytest
-from groundtruth_server import GroundTruthConfig, GroundTruthProcess
-
-from harness.confidence import share_lower_bound, share_upper_bound
-from harness.early_stop import PointWatch
-from harness.knee import Tally, certain, passes
-from harness.run import Reporter, run_scenario
-from harness.scenario import Scenario, load_scenario
+from harness.knee import majority_passed, run_passes, settled
+from harness.run import Reporter
+from harness.scenario import load_scenario
 from harness.tune import Tuner
+from harness.tune_search import Measured, search_capacity
 
 GT_SERVER = Path(__file__).parent / "groundtruth_server.py"
 
 
-def _prompts(tmp_path: Path, failing: set[int], n: int = 30) -> Path:
-    """n prompt rows; the rows in `failing` make the server answer HTTP 500 (a request that misses the SLOs)."""
-    path = tmp_path / f"prompts-{len(failing)}.jsonl"
-    rows = [f"[gt id={i}{' fail=http_500' if i in failing else ''}] hi" for i in range(n)]
-    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in rows))
-    return path
+def test_a_load_is_settled_once_its_majority_cannot_turn():
+    assert not settled([True], 3) and not settled([False], 3)  # one run: a second confirms it
+    assert settled([True, True], 3) and settled([False, False], 3)
+    assert not settled([False, True], 3) and settled([False, True, True], 3)  # a tie: a third breaks it
+    assert settled([False], 1) and settled([True, False], 2)  # no runs left: settled whatever they said
+    assert majority_passed([False, True, True]) and not majority_passed([True, False, False])
+    assert not majority_passed([True, False])  # a tie fails: no capacity raised on a coin toss
+    # one run's verdict: its own share met, or with slo.confidence that share's lower bound
+    assert run_passes(27, 30, 0.9, None) and not run_passes(26, 30, 0.9, None)
+    assert not run_passes(27, 30, 0.9, 0.9) and run_passes(30, 30, 0.9, 0.9) and not run_passes(0, 0, 0.9, None)
 
 
-def _tune(tmp_path: Path, prompts: Path, out: str) -> dict:
-    """A TTFT SLO of 5 s: on a loaded machine only the failing rows miss it."""
-    command = f"{sys.executable} {GT_SERVER} --port {{port}} --ttft-ms 5 --itl-ms 2"
-    path = tmp_path / f"{out}.yaml"
+def test_the_bracket_ends_are_confirmed_and_a_stalled_run_is_outvoted():
+    """A true capacity of 10 (every run below passes, above fails), and the first run at 10 stalls: without
+    confirmation the bracket would stop below 10; its second and third runs pass and outvote it."""
+    runs: dict[float, int] = {}
+
+    def measure(load, probe):
+        runs[load] = runs.get(load, 0) + (not probe)
+        stalled = load == 10 and runs[load] == 1
+        passed = load <= 10 and not stalled
+        return Measured(load, passed, 1.0 if passed else 0.5, min(load, 10.0))
+
+    result = search_capacity(measure, "rate", 2, 12, 0.9, 0.1, 10, start=10, max_runs=3)
+    by_load = {p.offered_load: p for p in result.points}
+    assert [r.passed for r in by_load[10].runs] == [False, True, True] and by_load[10].passed
+    assert result.status == "bracketed" and result.lo == 10 and result.hi / 10 - 1 <= 0.1
+    assert [r.passed for r in by_load[result.hi].runs] == [False, False]  # the failing end confirmed
+    # only loads that were a bracket's end when the narrowing stopped are run again; the rest once
+    assert sum(len(p.runs) == 1 for p in result.points) >= len(result.points) - 3
+
+
+def test_a_run_slowed_whole_is_outvoted_by_the_loads_other_runs(tmp_path):
+    """The ground-truth server's TTFT is 5 ms except for the second run's 30 requests (3 s each, past the 1 s
+    SLO): the tune's first point. Pooled, its load would have 60 of 90 met and fail; by runs it passes 2 to 1,
+    and every load up to the bound passes. The hook sees every trial's load, in order."""
+    cycle = ",".join(["5", "3000"] + ["5"] * 14)  # one step per 30 streaming requests: one run each
+    command = f"{sys.executable} {GT_SERVER} --port {{port}} --itl-ms 2 --ttft-cycle-ms {cycle} --cycle-every 30"
+    path = tmp_path / "stall.yaml"
     path.write_text(
-        f"""name: knee
+        f"""name: stall
 backend: {{kind: openai, model: gt, tokenizer: smollm2, launch: {{command: '{command}', ready_timeout_s: 30}}}}
-workload: {{kind: file, path: '{prompts}', output_tokens: 2}}
+workload: {{input_tokens: 8, output_tokens: 2}}
 load: {{arrival: constant, num_requests: 30, warmup_requests: 0, workers: 1}}
-slo: {{ttft_ms: 5000}}
-tune: {{load: {{rate: {{min: 20, max: 25}}}}, probe_requests: 4, repeats: 2}}
+slo: {{ttft_ms: 1000}}
+tune: {{load: {{rate: {{min: 20, max: 25}}}}, probe_requests: 30, repeats: 2, early_stop: false}}
 """
     )
-    return Tuner(load_scenario(path), tmp_path / out, Reporter(), resume=False, workers="1").run()
-
-
-def test_the_share_bounds_decide_when_a_verdict_is_certain():
-    assert share_upper_bound(30, 30, 0.9) == 1.0
-    assert share_upper_bound(27, 30, 0.9) == pytest.approx(1 - share_lower_bound(3, 30, 0.9))
-    assert certain(Tally(30, 30), 0.9, 0.9)  # lower bound 0.1 ** (1 / 30) = 0.926
-    assert not certain(Tally(27, 30), 0.9, 0.9) and not certain(Tally(29, 30), 0.9, 0.9)
-    assert certain(Tally(24, 30), 0.9, 0.9)  # upper bound 0.891
-    assert not certain(Tally(81, 90), 0.9, 0.9)  # still 0.9 exactly: more runs narrow it, never past the target
-    # the verdict at the cap: the share met, or with slo.confidence its lower bound (as `bench run` judges a point)
-    assert passes(Tally(81, 90), 0.9, None) and not passes(Tally(80, 90), 0.9, None)
-    assert not passes(Tally(81, 90), 0.9, 0.9) and passes(Tally(30, 30), 0.9, 0.9)
-
-
-def test_an_uncertain_point_is_run_again_and_judged_on_its_pooled_requests(tmp_path):
-    # 3 of 30 fail (rows 0, 10, 20): exactly the 90% target, so no run settles it; the last row meets its SLO,
-    # so no run stops early either (its 27th success is its last request)
-    doc = _tune(tmp_path, _prompts(tmp_path, {0, 10, 20}), "uncertain")
+    seen: list[float] = []
+    doc = Tuner(load_scenario(path), tmp_path / "out", Reporter(), False, "1", after_trial=seen.append).run()
+    assert seen == [t["offered_load"] for t in doc["trials"]]
     points = [t for t in doc["trials"] if t["kind"] == "point"]
-    loads = sorted({t["offered_load"] for t in points})
-    assert loads and all(20 <= load <= 25 for load in loads)
-    for load in loads:
-        runs = [t for t in points if t["offered_load"] == load]
-        assert [t["repeat"] for t in runs] == [0, 1, 2]  # the first run and both repeats, at the same load
-        assert [(t["met"], t["judged"]) for t in runs] == [(27, 30)] * 3
-        assert all(t["stopped_early"] is None for t in runs)
-        assert runs[-1]["goodput_fraction"] == pytest.approx(81 / 90) and runs[-1]["passed"] is True
-    assert doc["configurations"][0]["capacity"]["status"] == "at_least"
+    (slow,) = [t for t in points if not t["passed"]]  # the one slowed run, and nothing else failed
+    assert slow["repeat"] == 0 and slow["met"] == 0 and slow["judged"] == 30
+    same = [t for t in points if t["offered_load"] == slow["offered_load"]]
+    assert [t["passed"] for t in same] == [False, True, True]
+    assert sum(t["met"] for t in same) / sum(t["judged"] for t in same) < 0.9  # what pooling would have failed
+    capacity = doc["configurations"][0]["capacity"]
+    assert capacity["status"] == "at_least" and capacity["offered_load"] == 25
+    assert len(capacity["bracket_runs_passed"][0]) >= 2 and doc["cost"]["search"]["repeats"] >= 3
 
 
-def test_a_certain_point_is_not_run_again(tmp_path):
-    doc = _tune(tmp_path, _prompts(tmp_path, set()), "certain")
-    points = [t for t in doc["trials"] if t["kind"] == "point"]
-    assert points and all(t["repeat"] == 0 and t["passed"] for t in points)
-    # stopped at 27 of 27 met: the share's lower bound (0.918 at 90%) is past the target
-    assert all(t["stopped_early"]["reason"] == "verdict_met" and t["met"] == t["judged"] == 27 for t in points)
+def test_from_a_load_whose_runs_split_the_search_steps_by_the_precision():
+    """8.27 passes once and then fails twice (a coin toss at the knee): outvoted, it leaves nothing passed, and
+    the search steps down by 1 + precision (to 7.52), not by the bracketing factor 1.5 (to 5.51): the capacity
+    is within a precision step of a load that splits, and the bracket is then narrow at once."""
+    runs: dict[float, int] = {}
 
+    def measure(load, probe):
+        runs[load] = runs.get(load, 0) + 1
+        passed = load <= 8 or (load == 8.27 and runs[load] == 1)
+        return Measured(load, passed, 1.0 if passed else 0.8, min(load, 8.0))
 
-def test_a_repeat_stops_on_the_pooled_plan(tmp_path):
-    """Earlier runs of the load met 20 of 30: with this run's 30 the plan is 60, of which at most 6 may miss;
-    10 have, so the first record settles it, although this run alone (all requests met) would pass."""
-    with GroundTruthProcess(GroundTruthConfig(ttft_ms=5, itl_ms=2)) as gt:
-        scenario = Scenario.model_validate(
-            {
-                "name": "repeat",
-                "backend": {"kind": "openai", "url": gt.url, "model": "gt"},
-                "workload": {"input_tokens": 8, "output_tokens": 2},
-                "load": {"arrival": "constant", "rate": 40, "num_requests": 30, "warmup_requests": 0, "workers": 1},
-                "slo": {"ttft_ms": 5000},
-            }
-        )
-        watch = PointWatch({"ttft_ms": 5000}, 0.9, saturation=False, prior=Tally(met=20, judged=30))
-        result = run_scenario(scenario, tmp_path / "run", watch=watch)
-    stop = result.summary["stopped_early"]
-    assert stop["reason"] == "verdict_missed" and stop["passed"] is False
-    assert stop["planned_requests"] == 60 and stop["missed"] == 10 and stop["after_requests"] == 31
-    assert result.summary["requests"]["measured"] < 30
+    result = search_capacity(measure, "rate", 2, 20, 0.9, 0.1, 6, start=8.27, max_runs=3)
+    by_load = {p.offered_load: p for p in result.points}
+    assert [r.passed for r in by_load[8.27].runs] == [True, False, False]
+    assert (result.lo, result.hi) == (7.52, 8.27) and 5.51 not in by_load
