@@ -3,7 +3,8 @@ Q1 names queueing as the main share of TTFT; Q2 places decode memory-bound on th
 cache (off / hash / radix) saves prefill and TTFT, and the diagnosis states the blocks it holds; Q4 names the
 batch limit, not memory; Q5 names head-of-line blocking; Q6 speculative decoding leaves greedy answers equal
 and takes >= 10% fewer engine steps at one stream; Q7 prefill interference with chunked prefill off, gone
-with it on; Q8 a 7B at 4.5 bits fits 16 GB, int4-vs-fp32 agreement measured; Q9 SmolLM2's file is a Q4_1 mix with one Q8_0 tensor; Q10
+with it on; Q8 a 7B at 4.5 bits fits 16 GB, int4-vs-fp32 agreement measured; Q9 SmolLM2's file is a Q4_1 mix
+with one Q8_0 tensor; Q10
 a long-input short-output load spends >= 30% of E2E before the first token, and bench select
 recommends;
 Q11 probes the native engine; Q12 prefix caching (one engine, and two behind cache_aware) skips most of an
