@@ -60,6 +60,21 @@ to 19.259 req/s. Measured 2026-12-02 06:04-06:19 alone (load 1.0-2.1), 14.8 minu
 one setting), which a request-level interval cannot see (docs/tune.md has the table). With --same-engine
 (06:31-06:47, alone, load 0.8-2.2), 14.4 minutes: requests 725 of 1984 (37%); 3 of 4 agree; the miss is one
 engine a minute apart (3.8-4.0 req/s completed at the dense sweep's saturated points, 4.2-4.9 at the tune's).
+
+Since then a load is judged by its runs' majority (the bracket's ends confirmed, both sides) and --same-engine
+interleaves the two sides. --engine groundtruth --same-engine (12:52-12:59, beside other helpers' test runs,
+load 0.6-3.1): requests 1006 of 3198 (31%); 3 of 4 agree; the miss was 8.27 req/s, a coin toss on both sides
+(dense pass, fail, pass; tune pass, fail, fail), after which bracketing stepped down by 1.5 and ran out of
+max_points; a load whose runs split now steps by 1 + precision. A rerun (13:04-13:14) at load 4.0-8.0 (other
+helpers' suites beside it) starved the server: 0 of 4, 24%, not a measurement (docs/tune.md).
+--engine native --same-engine (13:22-13:49, alone under /tmp/excl, load 1.5-2.4), 27 minutes: requests 1129 of
+2294 (49%); 2 of 4 agree: NOT MET. Dense [bracket] vs tuned [bracket], req/s: max-num-seqs 2 chunked on 2.21
+[2.16, 2.59] vs 2.45 (inside), off 2.21 [2.16, 2.59] vs 2.46 (inside; a stalled run outvoted on each side);
+max-num-seqs 8 chunked on 6.79 [6.45, 7.74] vs 5.69 [5.69, 7.11] (16% below), off 6.67 [6.45, 7.74] vs 5.69
+[5.69, 6.4] (15% below). The launch carried far less than the morning's (2.2 and 6.7 against 4.5 and 17
+req/s). The misses: the tune's over-saturation stop failed knee runs after 12 of 12 met (the dense sweep runs
+whole and passed 6.45), and one search ran out of max_points after a confirmation moved its bracket. The
+cost: confirming passing ends (27 + 1 requests each, 8 of 11 trials in one row).
 """
 
 from __future__ import annotations

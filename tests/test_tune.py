@@ -324,6 +324,7 @@ tune:
   space: {{--ttft-ms: [20, 600]}}
   load: {{rate: {{min: 8, max: 12}}}}
   probe_requests: 4
+  repeats: 0  # one run a load: this is about judging percentiles, and each run again is one more draw of the load
   percentile_slo: {{ttft_ms: {{p90: 300}}}}
 """,
     )
