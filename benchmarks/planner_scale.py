@@ -41,6 +41,7 @@ import numpy as np
 import yaml
 
 from harness.arrivals import trace_offsets_s
+from harness.chat_trace import SessionTraceConfig, write_session_trace
 from harness.metrics import summarize
 from harness.plan.deployment import deployment_from_args
 from harness.plan.simulator import Simulation, run_simulation
@@ -48,7 +49,6 @@ from harness.plan.step_model import FittedStepModel
 from harness.prompts import prompt_builder
 from harness.results import ResultWriter
 from harness.scenario import load_scenario
-from harness.session_trace import SessionTraceConfig, write_session_trace
 from harness.tokenizer_source import LocalTokenizer
 from harness.traces import load_trace
 from harness.workload import RequestSpec, build_plan, hash_block_ids

@@ -69,7 +69,7 @@ import aiohttp
 
 from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
 from native_engine.router import Router, start_router
-from native_engine.routing import POLICIES, Policy
+from native_engine.routing_policy import POLICIES, Policy
 from native_engine.server import start_server
 from native_engine.tiny_gguf import write_tiny_llama_gguf
 

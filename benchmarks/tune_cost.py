@@ -1,7 +1,7 @@
 """`bench tune` against a dense sweep of the same configurations, on the native engine, side by side.
 
 For each configuration of a 2 x 2 grid (--max-num-seqs x chunked prefill on/off) in turn: a dense sweep
-(a geometric grid of rates, every point run whole; its capacity is harness.capacity's, between its last passing
+(a geometric grid of rates, every point run whole; its capacity is harness.slo_capacity's, between its last passing
 and first failing point) and `bench tune` of that one configuration (probe, bracketing search, early stops).
 Both judge a load by its runs (harness/knee.py): each run on its own requests, the bracket's two ends run again
 until their runs' majority is settled (a second run, a third when they disagree), the majority's verdict.
@@ -92,18 +92,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.capacity import LoadPoint, max_load_meeting_slo
+from harness.engine_session import engine_session
 from harness.knee import run_passes
 from harness.results import point_dir_name
 from harness.run import Reporter, raise_on_sigterm, run_scenario
 from harness.scenario import Scenario
-from harness.session import engine_session
+from harness.slo_capacity import LoadPoint, max_load_meeting_slo
 from harness.tune import Tuner
 from harness.tune_search import Measured, Point, add_run, bracket, unsettled_end
 
 GT_SERVER = ROOT / "tests" / "groundtruth_server.py"
 WITHIN = 0.10
-ATTAINMENT = 0.9  # the tune block's default, harness.capacity's
+ATTAINMENT = 0.9  # the tune block's default, harness.slo_capacity's
 DENSE_PER_TRIAL = 2  # --same-engine: dense runs after each tune trial (~15 grid points + ends to ~10 trials)
 
 
@@ -249,7 +249,7 @@ class DenseSweep:
         print(f"dense {rate:g} req/s run {repeat + 1}: {met}/{judged} met ({'pass' if passed else 'FAIL'})", flush=True)
 
     def result(self) -> dict:
-        """harness.capacity's rule over each load's median run (its majority's side: harness/knee.py)."""
+        """harness.slo_capacity's rule over each load's median run (its majority's side: harness/knee.py)."""
         by_load = {p.offered_load: p for p in self.points}
         loads = [
             LoadPoint(rate, p.goodput_fraction, p.requests_per_s, statistics.median(self.rows[rate]["tokens_per_s"]))

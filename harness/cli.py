@@ -23,6 +23,7 @@ from rich.table import Table
 from backends import available, load_backend
 from harness.across_runs import MIN_RUNS_TO_STOP
 from harness.candidates import run_candidates
+from harness.chat_trace import SessionTraceConfig, write_session_trace
 from harness.confidence import INTERVAL_PERCENTILES, interval_text
 from harness.explain import explanation_lines
 from harness.launcher import BackendUnreachable
@@ -35,7 +36,6 @@ from harness.repeats import MAX_REPEATS, run_repeats
 from harness.results import ResultsError, default_output_dir, versions
 from harness.run import MIN_COMPLETED_SHARE, Reporter, RunResult, Terminated, raise_on_sigterm, run_scenario
 from harness.scenario import ScenarioError, load_scenario
-from harness.session_trace import SessionTraceConfig, write_session_trace
 from harness.steady_window import window_text
 from harness.sweep import capacity_line, run_sweep, sweep_kind
 from harness.tokenizer_source import TokenizerError

@@ -6,7 +6,7 @@ vLLM's POST /reset_prefix_cache, SGLang's POST /flush_cache, the native engine's
 from __future__ import annotations
 
 from backends.base import http_post
-from harness.session import EngineSession
+from harness.engine_session import EngineSession
 
 
 def reset_prefix_cache(session: EngineSession, headers: dict) -> str:

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from harness.across_runs import MIN_RUNS_TO_STOP, converged, headline_intervals, widest
 from harness.confidence import DEFAULT_CONFIDENCE
+from harness.engine_session import engine_session
 from harness.results import RUN_FILES, ResultsError, holds_run, write_json
 from harness.run import Reporter, RunResult, run_scenario
 from harness.scenario import Scenario
-from harness.session import engine_session
 from harness.sweep import run_status
 
 MANIFEST = "repeats.json"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness.answers import accuracy
 from harness.client_capacity import ClientCapacity, load_capacity
+from harness.engine_session import EngineSession, engine_session
 from harness.explain import explain
 from harness.launcher import LaunchedBackend
 from harness.load_site import LoadSite, choose_load_site
@@ -29,7 +30,6 @@ from harness.runner import RunOutcome, Target, run_async
 from harness.sampling import sampling_info
 from harness.scenario import Scenario, ScenarioError
 from harness.server_metrics import counter_deltas, counter_resets
-from harness.session import EngineSession, engine_session
 from harness.stamped_http import choose_stamps
 from harness.startup import first_request
 from harness.tokenizer_source import TokenizerSource, resolve_tokenizer

@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harness.capacity import DEFAULT_ATTAINMENT, LoadPoint, max_load_meeting_slo
+from harness.engine_session import engine_session
 from harness.metrics import active_slo
 from harness.results import point_dir_name, prepare_sweep_dir, write_manifest
 from harness.run import Reporter, RunResult, run_scenario
 from harness.scenario import Scenario
-from harness.session import engine_session
+from harness.slo_capacity import DEFAULT_ATTAINMENT, LoadPoint, max_load_meeting_slo
 
 
 @dataclass

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from harness.candidates import short_reason
 from harness.early_stop import PointWatch
+from harness.engine_session import EngineSession, engine_session
 from harness.knee import run_passes
 from harness.launcher import BackendUnreachable
 from harness.metrics import active_slo
@@ -48,7 +49,6 @@ from harness.results import (
 )
 from harness.run import Reporter, Terminated, run_scenario
 from harness.scenario import Scenario, ScenarioError
-from harness.session import EngineSession, engine_session
 from harness.tokenizer_source import TokenizerError
 from harness.tune_config import config_name, judge_percentiles, launch_args
 from harness.tune_search import Measured, search_capacity
@@ -244,7 +244,7 @@ class Tuner:
         return predicted
 
     def _capacity(self, result) -> dict:
-        """Where the line between the bracket's two attainments crosses the target (harness.capacity's rule)."""
+        """Where the line between the bracket's two attainments crosses the target (harness.slo_capacity's rule)."""
         by_load = {p.offered_load: p for p in result.points}
         lo, hi = result.lo, result.hi
         # each end's runs, in order: the majority of these is its verdict (harness/knee.py)

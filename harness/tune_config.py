@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from harness.limits import MAX_CONCURRENCY, MAX_RATE_PER_S, MAX_REQUESTS
 
-DEFAULT_ATTAINMENT = 0.9  # the same default as harness.capacity's
+DEFAULT_ATTAINMENT = 0.9  # the same default as harness.slo_capacity's
 PERCENTILE_METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")  # summary.json's latency distributions
 PERCENTILES = ("p50", "p90", "p95", "p99", "p999")  # the percentiles summary.json keeps of each
 

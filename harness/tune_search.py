@@ -184,7 +184,7 @@ def _step(
 
 
 def bracket(points: list[Point]) -> tuple[float | None, float | None]:
-    """(highest pass below every fail, lowest fail): a pass above a fail is not trusted (harness.capacity)."""
+    """(highest pass below every fail, lowest fail): a pass above a fail is not trusted (harness.slo_capacity)."""
     fails = [p.offered_load for p in points if not p.passed]
     lowest_fail = min(fails) if fails else None
     passes = [p.offered_load for p in points if p.passed and (lowest_fail is None or p.offered_load < lowest_fail)]

@@ -29,7 +29,7 @@ import typer
 from native_engine.config import ServeConfig, to_flags
 from native_engine.disaggregation import DisaggregationSpec, Disaggregator
 from native_engine.router import Router, start_router
-from native_engine.routing import Policy
+from native_engine.routing_policy import Policy
 
 log = logging.getLogger("native_engine.deployment")
 # Set by the deployment for each replica itself, not passed on from `serve`'s own.

@@ -30,7 +30,7 @@ from aiohttp import web
 from prometheus_client import Counter, Histogram
 
 from native_engine.router import Replica, ReplicaFailed, Router, error_response
-from native_engine.routing import Policy
+from native_engine.routing_policy import Policy
 
 GRAMMAR_FIELDS = ("response_format", "guided_json", "guided_regex")
 SPEC = re.compile(r"prefill=(\d+),decode=(\d+)")

@@ -1,6 +1,6 @@
 """The data-parallel router: one OpenAI-compatible port in front of N engine replicas (aiohttp proxy).
 
-Generation requests go to the replica the policy (routing.py) picks; /v1/models, /tokenize and
+Generation requests go to the replica the policy (routing_policy.py) picks; /v1/models, /tokenize and
 /detokenize go to any replica that is up. A replica is down from the moment a request to it fails at
 the connection, until its /health answers again (probed every HEALTH_INTERVAL_S). A request that
 could not reach its replica at all is sent to another; one whose replica failed while answering gets
@@ -20,7 +20,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from native_engine.router_metrics import RouterMetrics
-from native_engine.routing import Policy, prompt_text
+from native_engine.routing_policy import Policy, prompt_text
 
 log = logging.getLogger("native_engine.router")
 HEALTH_INTERVAL_S = 0.5

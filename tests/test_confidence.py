@@ -14,7 +14,6 @@ from rich.console import Console
 from scipy.stats import norm
 
 import harness.cli
-from harness.capacity import LoadPoint
 from harness.confidence import (
     INTERVAL_PERCENTILES,
     percentile_interval,
@@ -26,6 +25,7 @@ from harness.confidence import (
 from harness.metrics import summarize
 from harness.run import run_scenario
 from harness.scenario import ScenarioError, load_scenario
+from harness.slo_capacity import LoadPoint
 from harness.validity import run_validity
 from reports.select import parse_slo
 

@@ -8,6 +8,7 @@ import pytest
 import yaml
 from bench_process import bench
 
+from harness.chat_trace import SessionTraceConfig, write_session_trace
 from harness.engine_trace import write_engine_trace
 from harness.plan.deployment import deployment_from_args
 from harness.plan.simulator import simulate_scenario
@@ -15,7 +16,6 @@ from harness.plan.step_model import FittedStepModel, StepShape, band_residuals, 
 from harness.results import RequestRecord, read_records
 from harness.scenario import ScenarioError, load_scenario
 from harness.schema_files import validate_folder
-from harness.session_trace import SessionTraceConfig, write_session_trace
 from native_engine import scheduler
 from native_engine.tiny_gguf import write_tiny_llama_gguf
 from reports.gate import compare, load_rules

@@ -6,6 +6,7 @@ radix), chunk prefills, run multi-turn sessions, a closed loop, and 3 replicas b
 import pytest
 import yaml
 
+from harness.chat_trace import SessionTraceConfig, write_session_trace
 from harness.plan import decode_run
 from harness.plan.architectures import load_architecture
 from harness.plan.deployment import deployment_from_args
@@ -14,7 +15,6 @@ from harness.plan.simulator import Simulation, prompt_token_ids, run_simulation
 from harness.plan.step_model import FittedStepModel
 from harness.roofline import gpu_spec
 from harness.scenario import load_scenario
-from harness.session_trace import SessionTraceConfig, write_session_trace
 from harness.tokenizer_source import LocalTokenizer
 from harness.workload import build_plan
 

@@ -6,8 +6,8 @@ import asyncio
 import aiohttp
 
 from backends import load_backend
+from harness.engine_session import EngineSession
 from harness.prefix_reset import reset_prefix_cache
-from harness.session import EngineSession
 from native_engine.llm_engine import EngineConfig, LLMEngine
 from native_engine.server import start_server
 

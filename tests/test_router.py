@@ -16,7 +16,7 @@ from helpers import alive, metric, post, streamed_text, wait_gone
 
 from native_engine.llm_engine import EngineConfig, LLMEngine
 from native_engine.router import Router, start_router
-from native_engine.routing import Policy
+from native_engine.routing_policy import Policy
 from native_engine.server import start_server
 
 DOC = "Paged attention stores the key and value cache in fixed-size blocks shared between requests. " * 3

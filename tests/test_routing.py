@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from native_engine.prefix_tree import PrefixTree
-from native_engine.routing import CacheAwareConfig, Policy, prompt_text
+from native_engine.router_prefix_tree import PrefixTree
+from native_engine.routing_policy import CacheAwareConfig, Policy, prompt_text
 
 
 def test_tree_match_is_the_longest_prefix_sent_to_a_live_replica_and_its_latest_sender():

@@ -14,12 +14,12 @@ import pytest
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, gt_request
 
 from backends import load_backend
+from harness.engine_session import engine_session, engine_sizing
 from harness.launcher import engine_command
 from harness.load_site import LocalClients
 from harness.results import ResultsError, ResultWriter, read_records
 from harness.run import Reporter, RunSteps, run_scenario
 from harness.scenario import LaunchConfig, ScenarioError, load_scenario
-from harness.session import engine_session, engine_sizing
 from harness.tokenizer_source import ApproximateTokenizer, LocalTokenizer, TokenizerError, resolve_tokenizer
 from harness.workers import client_bound_advice, resolve_workers, workers_needed
 from harness.workload import build_plan

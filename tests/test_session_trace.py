@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from bench_process import bench
 
+from harness.chat_trace import SessionTraceConfig, session_trace_rows, write_session_trace
 from harness.scenario import Scenario
-from harness.session_trace import SessionTraceConfig, session_trace_rows, write_session_trace
 from harness.tokenizer_source import LocalTokenizer
 from harness.traces import load_trace
 from harness.workload import build_plan

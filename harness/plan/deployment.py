@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import click
 import typer
 
-from native_engine.routing import CacheAwareConfig
+from native_engine.routing_policy import CacheAwareConfig
 from native_engine.scheduler import SchedulerConfig
 
 PLACEHOLDERS = {"{port}": "0", "{host}": "127.0.0.1"}

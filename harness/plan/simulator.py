@@ -32,7 +32,7 @@ from harness.scenario import Scenario, ScenarioError
 from harness.tokenizer_source import resolve_tokenizer
 from harness.workload import RequestSpec, build_plan
 from native_engine.llm_engine import request_timings
-from native_engine.routing import Policy, prompt_text
+from native_engine.routing_policy import Policy, prompt_text
 from native_engine.scheduler import QueueFullError
 from native_engine.sequence import Sequence
 from native_engine.server import RequestError, sampling_params

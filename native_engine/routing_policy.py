@@ -16,7 +16,7 @@ import itertools
 from dataclasses import dataclass
 
 from native_engine.config import CacheAwareConfig  # defined with the other settings; imported from here too
-from native_engine.prefix_tree import PrefixTree
+from native_engine.router_prefix_tree import PrefixTree
 
 POLICIES = ("round_robin", "least_load", "cache_aware")
 
