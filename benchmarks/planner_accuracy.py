@@ -24,6 +24,10 @@ the cases: TTFT p50 21.3% and TPOT p50 13.2% (targets 10%: NOT met), TTFT p90 18
 (met). The schedule check replays every run to within 1% of its TTFT p50 (saturated-2: 9%): what is left
 is the step times, which varied +-10-70% within and between runs (drift 0.91-1.36; the second repeats ran
 beside ~20-35% of a core of other work that the lock did not hold off). docs/planner.md.
+Again 2026-12-02 12:20-12:51 on a VM of the same kind half as fast (56 ms a step against 34), load 1.0-2.3:
+TTFT p50 13.6%, TPOT p50 20.9% (NOT met), TTFT p90 16.0%, tok/s 2.5% (met); the schedule check replays all 8
+single-replica runs step for step; cache_aware's TPOT 48-173% high (two engines, router and client on 2 cores:
+host CPU 196-198% at p90), and mix and no_chunked ran past this machine's capacity at their fixed rates.
 
   PYTHONPATH=. python benchmarks/planner_accuracy.py --out DIR [--repeats 2] [--cases low_rate,mix]
   PYTHONPATH=. python benchmarks/planner_accuracy.py --out DIR --measure-only   # under the lock; report later
