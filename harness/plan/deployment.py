@@ -8,8 +8,7 @@ from dataclasses import dataclass
 import click
 import typer
 
-from native_engine.routing_policy import CacheAwareConfig
-from native_engine.scheduler import SchedulerConfig
+from native_engine.config import CacheAwareConfig, SchedulerConfig, from_flags
 
 PLACEHOLDERS = {"{port}": "0", "{host}": "127.0.0.1"}
 
@@ -47,37 +46,30 @@ def deployment_from_args(
 ) -> Deployment:
     """`replicas` (plan.replicas) overrides --data-parallel; context_length is the model's."""
     p = serve_parameters(launch_args, model)
-    if p["disaggregate"] is not None:
+    try:
+        serve = from_flags(p)  # the settings as `bench serve` builds them: one definition (native_engine/config.py)
+    except ValueError as e:
+        raise ValueError(f"backend.launch.args: {e}") from None
+    engine, deployment = serve.engine, serve.deployment
+    if deployment.disaggregate is not None:
         raise ValueError(
             "backend.launch.args: --disaggregate is not simulated yet by bench plan; "
             "leave it out, or measure the deployment with bench run"
         )
-    if p["speculative"] is not None:
+    if engine.speculative is not None:
         raise ValueError(
             "backend.launch.args: --speculative is not simulated by bench plan (acceptance depends "
             "on the text); leave it out"
         )
-    scheduler = SchedulerConfig(
-        max_num_seqs=p["max_num_seqs"],
-        max_num_batched_tokens=p["max_num_batched_tokens"],
-        max_waiting=p["max_waiting"],
-        enable_chunked_prefill=not p["no_chunked_prefill"],
-        static_batching=p["static_batching"],
-        schedule_policy=p["schedule_policy"],
-        schedule_aging_s=p["schedule_aging_s"],
-    )
-    num_blocks = p["kv_cache_tokens"] // max(p["block_size"], 1)
-    cache_aware = CacheAwareConfig(
-        p["router_cache_threshold"], p["router_balance_abs_threshold"], p["router_balance_rel_threshold"]
-    )
+    num_blocks = engine.kv_cache_tokens // max(engine.kv_block_size, 1)
     return Deployment(
-        scheduler,
+        engine.scheduler,
         num_blocks,
-        p["block_size"],
-        not p["no_prefix_caching"],
-        p["prefix_cache"],
-        replicas or p["data_parallel"],
-        p["router_policy"],
-        cache_aware,
-        min(context_length, num_blocks * p["block_size"]),
+        engine.kv_block_size,
+        engine.enable_prefix_caching,
+        engine.prefix_cache,
+        replicas or deployment.data_parallel,
+        deployment.router_policy,
+        deployment.cache_aware,
+        min(context_length, num_blocks * engine.kv_block_size),
     )
