@@ -191,7 +191,9 @@ class Summary(Closed):
     client_capacity_measured: Section = None
     interrupted_by: Literal["SIGINT", "SIGTERM"] | None = None
     engine_exited: str | None = None
-    ray_nodes: Section = None
+    ray_nodes: list[dict[str, Any]] | None = Field(
+        None, description="per Ray node: planned, recorded, completed, failed, lost"
+    )
     stopped_early: Section = Field(None, description="harness/early_stop.py's decision, when a watch stopped it")
     telemetry: Section = Field(None, description="derived telemetry figures (harness/observers.py), by name")
     engine_counters: dict[str, float] | None = Field(None, description="engine counter deltas by metric name")

@@ -130,8 +130,11 @@ def write_run(
                 "slo": slo,
             },
             "versions": {"harness": "0.1.0"},
-            "host": {"hostname": "test"},
+            "host": {"hostname": "test", "platform": "Linux-test", "cpu_count": 2, "machine": "x86_64"},
             "backend": {"kind": kind, "model": "smollm2"},
+            "token_count_method": "local_tokenizer",
+            "tokenizer": "smollm2",
+            "time_unit": "seconds from t0 (perf_counter_ns)",
         }
     )
     for r in records:
@@ -148,7 +151,14 @@ def write_run(
         writer.append(r)
     writer.close()
     summary = summarize(records, slo)
-    summary.update(client_bound=False, client_bound_reasons=[], interrupted=False)
+    summary.update(
+        client_bound=False,
+        client_bound_reasons=[],
+        interrupted=False,
+        incomplete=False,
+        incomplete_reasons=[],
+        lost_workers=[],
+    )
     if verdict:
         summary["validity"] = run_validity(summary)
     if explain:
