@@ -114,7 +114,7 @@ def test_caveats_name_engine_versions_flags_and_cpu_only(tmp_path):
     sel = select([fast, slow], slo=SLO, gpu_cost_per_hour=0.085)
     assert [e.backend for e in sel.engines] == ["native (SmolLM2.Q4_1.gguf)", "native (smollm2)"]
     where = next(c for c in sel.caveats if c.startswith("Measured on this hardware"))
-    assert "fast: native b1-0c1e570 started with `-t 2 --parallel 16`, on test (?" in where
+    assert "fast: native b1-0c1e570 started with `-t 2 --parallel 16`, on test (2 CPUs, CPU only" in where
     assert "slow: native (version not reported), on test" in where and "CPU only" in where
     assert any(c.startswith("No GPU was seen in these runs (CPU only)") for c in sel.caveats)
     assert sel.price_text() == "Machine price $0.085/hour (CPU only, no accelerator), 1 machine per engine."
