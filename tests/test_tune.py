@@ -282,6 +282,8 @@ def test_a_plan_block_starts_the_search_from_the_predicted_capacity(tmp_path):
         }
     )
     run_scenario(traced, tmp_path / "traced")
+    run_info = json.loads((tmp_path / "traced" / "run.json").read_text())
+    assert (tmp_path / "traced" / "engine_trace.json").is_file(), run_info.get("engine_trace")
     scenario = Scenario.model_validate(
         {
             "name": "planned",
@@ -299,16 +301,18 @@ def test_a_plan_block_starts_the_search_from_the_predicted_capacity(tmp_path):
     )
     doc = Tuner(scenario, tmp_path / "out", Reporter(), resume=False, workers="1").run()
     predicted = [c["predicted"]["offered_load"] for c in doc["configurations"]]
-    assert all(p is not None for p in predicted), doc["configurations"]  # the simulated search found a capacity
+    # the simulated search found a capacity (the message: what it found, or why it could not simulate)
+    assert all(p is not None for p in predicted), [c["predicted"] for c in doc["configurations"]]
     (trial,) = doc["trials"]  # the budget: one measured trial, the first configuration's first
     assert trial["kind"] == "point" and trial["offered_load"] == pytest.approx(predicted[0], rel=0.01)
     assert [c["status"] for c in doc["configurations"]] == ["budget", "budget"]
 
 
 def test_percentile_slos_judge_each_point_on_its_measured_distribution(tmp_path):
-    """TTFT p90 <= 300 ms and no per-request SLO: a server answering in 600 ms fails every load although every
+    """TTFT p90 <= 1 s and no per-request SLO: a server answering in 2 s fails every load although every
     request completes (attainment alone would pass it); one answering in 20 ms passes, each passing point run
-    whole (its records cannot prove a percentile before the end: no verdict_met stop)."""
+    whole (its records cannot prove a percentile before the end: no verdict_met stop). The margins are wide:
+    on a 2-core machine with two other busy processes the 20 ms server's p90 measured 406 ms."""
     from harness.run import Reporter
     from harness.tune import Tuner
     from reports.tune_report import write_tune_report
@@ -321,25 +325,27 @@ backend: {{kind: openai, model: gt, tokenizer: smollm2, launch: {{command: '{com
 workload: {{input_tokens: 8, output_tokens: 3}}
 load: {{arrival: constant, num_requests: 10, workers: 1}}
 tune:
-  space: {{--ttft-ms: [20, 600]}}
+  space: {{--ttft-ms: [20, 2000]}}
   load: {{rate: {{min: 8, max: 12}}}}
   probe_requests: 4
   repeats: 0  # one run a load: this is about judging percentiles, and each run again is one more draw of the load
-  percentile_slo: {{ttft_ms: {{p90: 300}}}}
+  percentile_slo: {{ttft_ms: {{p90: 1000}}}}
 """,
     )
     out = tmp_path / "out"
     doc = Tuner(load_scenario(scenario), out, Reporter(), resume=False, workers="1").run()
     configs = {c["name"]: c for c in doc["configurations"]}
-    assert configs["ttft-ms-20"]["capacity"]["status"] == "at_least"
-    assert configs["ttft-ms-600"]["capacity"]["status"] == "none"
-    assert doc["recommended"]["name"] == "ttft-ms-20" and doc["percentile_slo"] == {"ttft_ms": {"p90": 300.0}}
+    # what each point measured, for a failure's message
+    seen = [(t["config"], t["offered_load"], t["percentiles"], t["stopped_early"]) for t in doc["trials"]]
+    assert configs["ttft-ms-20"]["capacity"]["status"] == "at_least", seen
+    assert configs["ttft-ms-2000"]["capacity"]["status"] == "none", seen
+    assert doc["recommended"]["name"] == "ttft-ms-20" and doc["percentile_slo"] == {"ttft_ms": {"p90": 1000.0}}
     points = [t for t in doc["trials"] if t["kind"] == "point"]
     for t in points:
         bound = t["percentiles"]["ttft_ms.p90"]
-        slow = t["config"] == "ttft-ms-600"
+        slow = t["config"] == "ttft-ms-2000"
         assert t["goodput_fraction"] == 1.0 and t["passed"] is not slow and bound["met"] is not slow
-        assert (bound["measured_ms"] > 500) if slow else (bound["measured_ms"] < 300)
+        assert (bound["measured_ms"] > 1500) if slow else (bound["measured_ms"] < 1000)
         assert t["stopped_early"] is None and t["requests"] == 10
     write_tune_report(out, tmp_path / "tune.html")
-    assert "percentile SLOs ttft_ms p90 ≤ 300" in (tmp_path / "tune.md").read_text()
+    assert "percentile SLOs ttft_ms p90 ≤ 1000" in (tmp_path / "tune.md").read_text()
