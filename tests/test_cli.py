@@ -102,7 +102,12 @@ def test_client_bound_run_fails_loudly_unless_allowed(gt, tmp_path):
 def test_client_bound_reasons():
     assert client_bound_reasons({"client_lag_ms": {"p99": 1.0}, "event_loop_lag_ms": {"p99": 2.0}}) == []
     reasons = client_bound_reasons({"client_lag_ms": {"p99": 12.0}, "event_loop_lag_ms": {"p99": 30.0}})
-    assert len(reasons) == 2 and "send lag" in reasons[0]
+    assert reasons == ["send lag p99 12.0 ms > 5 ms", "event-loop lag p99 30.0 ms > 10 ms"]
+    # beside a TTFT p50 of 1 s, 12 ms of send lag moves no percentile by 5%; 60 ms does
+    slow = {"client_lag_ms": {"p99": 12.0}, "event_loop_lag_ms": {"p99": 30.0}, "ttft_ms": {"p50": 1000.0}}
+    assert client_bound_reasons(slow) == []
+    slow["client_lag_ms"]["p99"] = 60.0
+    assert client_bound_reasons(slow) == ["send lag p99 60.0 ms > 5 ms and > 5% of TTFT p50"]
 
 
 def test_launch_starts_and_stops_the_engine(tmp_path):
