@@ -3,11 +3,16 @@
 Calibrates on one measured run (SmolLM2 on the native engine, backend.trace: true, a three-phase trace: a
 burst of short prompts, a burst of long ones, then lengths drawn over a range; see CALIBRATION_PHASES), then
 judges five other cases, each measured REPEATS times and predicted once from the calibration run alone:
-  low_rate      128-token prompts, 64-token answers at 0.25 req/s
-  saturated     the same at 4 req/s, past the engine's capacity (the requests in flight grow)
-  mix           other prompt/output lengths (384 in, 24 out) at 0.5 req/s
-  no_chunked    the mix with --no-chunked-prefill (384-token prompts over a 256-token step budget), 0.25 req/s
-  cache_aware   2 replicas behind the cache_aware router on the multi-turn shared-prefix chat trace
+  low_rate      128-token prompts, 64-token answers at 0.4 x their capacity
+  saturated     the same at 2 x their capacity (the requests in flight grow until the arrivals end)
+  mix           other prompt/output lengths (384 in, 24 out) at 0.4 x their capacity
+  no_chunked    the mix with --no-chunked-prefill (384-token prompts over a 256-token step budget), 0.4 x its
+                capacity (without chunks)
+  cache_aware   2 replicas behind the cache_aware router on the multi-turn shared-prefix chat trace, at the
+                trace's own timing; predicted with the replicas sharing this host's cores (plan.host_cores)
+The rate rule: a case's capacity is the requests/s the calibration's fit completes for that case's workload
+and flags with 16 requests always in flight (a simulated closed loop), measured once per --out (rates.json), so
+the same case judges the same regime (below or past capacity) on a machine twice as slow or fast.
 Printed: the calibration's fit (coefficients, its error per kind of step); per case and metric the measured
 mean of the repeats with their spread (min-max), the prediction and the absolute percentage error; the mean
 absolute percentage error (MAPE) per metric over the cases, against the targets (10% for TTFT p50, TPOT p50
@@ -28,6 +33,11 @@ Again 2026-12-02 12:20-12:51 on a VM of the same kind half as fast (56 ms a step
 TTFT p50 13.6%, TPOT p50 20.9% (NOT met), TTFT p90 16.0%, tok/s 2.5% (met); the schedule check replays all 8
 single-replica runs step for step; cache_aware's TPOT 48-173% high (two engines, router and client on 2 cores:
 host CPU 196-198% at p90), and mix and no_chunked ran past this machine's capacity at their fixed rates.
+With the rates relative to capacity and plan.host_cores, 2026-12-02 16:46-17:07 UTC, one lock hold, load
+average 0.5-1.1 (3.5 as the hold began: the lock-holders before it): TTFT p50 14.0%, TPOT p50 11.5% (NOT met),
+TTFT p90 15.5%, tok/s 0.9% (met). The runs' steps ran 0.92-1.06 of the calibration's model on the same
+batches; saturated's TTFT (28.6% high) multiplies that, and mix's TPOT p50 (17.4%) sits where its per-request
+TPOTs jump from ~25 ms (no prefill beside) to 50+ ms (docs/planner.md).
 
   PYTHONPATH=. python benchmarks/planner_accuracy.py --out DIR [--repeats 2] [--cases low_rate,mix]
   PYTHONPATH=. python benchmarks/planner_accuracy.py --out DIR --measure-only   # under the lock; report later
