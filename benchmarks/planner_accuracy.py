@@ -3,11 +3,16 @@
 Calibrates on one measured run (SmolLM2 on the native engine, backend.trace: true, a three-phase trace: a
 burst of short prompts, a burst of long ones, then lengths drawn over a range; see CALIBRATION_PHASES), then
 judges five other cases, each measured REPEATS times and predicted once from the calibration run alone:
-  low_rate      128-token prompts, 64-token answers at 0.25 req/s
-  saturated     the same at 4 req/s, past the engine's capacity (the requests in flight grow)
-  mix           other prompt/output lengths (384 in, 24 out) at 0.5 req/s
-  no_chunked    the mix with --no-chunked-prefill (384-token prompts over a 256-token step budget), 0.25 req/s
-  cache_aware   2 replicas behind the cache_aware router on the multi-turn shared-prefix chat trace
+  low_rate      128-token prompts, 64-token answers at 0.4 x their capacity
+  saturated     the same at 2 x their capacity (the requests in flight grow until the arrivals end)
+  mix           other prompt/output lengths (384 in, 24 out) at 0.4 x their capacity
+  no_chunked    the mix with --no-chunked-prefill (384-token prompts over a 256-token step budget), 0.4 x its
+                capacity (without chunks)
+  cache_aware   2 replicas behind the cache_aware router on the multi-turn shared-prefix chat trace, at the
+                trace's own timing; predicted with the replicas sharing this host's cores (plan.host_cores)
+The rate rule: a case's capacity is the requests/s the calibration's fit completes for that case's workload
+and flags with 16 requests always in flight (a simulated closed loop), measured once per --out (rates.json), so
+the same case judges the same regime (below or past capacity) on a machine twice as slow or fast.
 Printed: the calibration's fit (coefficients, its error per kind of step); per case and metric the measured
 mean of the repeats with their spread (min-max), the prediction and the absolute percentage error; the mean
 absolute percentage error (MAPE) per metric over the cases, against the targets (10% for TTFT p50, TPOT p50
@@ -28,6 +33,11 @@ Again 2026-12-02 12:20-12:51 on a VM of the same kind half as fast (56 ms a step
 TTFT p50 13.6%, TPOT p50 20.9% (NOT met), TTFT p90 16.0%, tok/s 2.5% (met); the schedule check replays all 8
 single-replica runs step for step; cache_aware's TPOT 48-173% high (two engines, router and client on 2 cores:
 host CPU 196-198% at p90), and mix and no_chunked ran past this machine's capacity at their fixed rates.
+With the rates relative to capacity and plan.host_cores, 2026-12-02 16:46-17:07 UTC, one lock hold, load
+average 0.5-1.1 (3.5 as the hold began: the lock-holders before it): TTFT p50 14.0%, TPOT p50 11.5% (NOT met),
+TTFT p90 15.5%, tok/s 0.9% (met). The runs' steps ran 0.92-1.06 of the calibration's model on the same
+batches; saturated's TTFT (28.6% high) multiplies that, and mix's TPOT p50 (17.4%) sits where its per-request
+TPOTs jump from ~25 ms (no prefill beside) to 50+ ms (docs/planner.md).
 
   PYTHONPATH=. python benchmarks/planner_accuracy.py --out DIR [--repeats 2] [--cases low_rate,mix]
   PYTHONPATH=. python benchmarks/planner_accuracy.py --out DIR --measure-only   # under the lock; report later
@@ -52,7 +62,6 @@ ENGINE = {"kind": "native", "model": "smollm2", "trace": True}
 BLAS = ["--blas-threads", "1"]  # one thread per engine: on 2 shared cores, two threads fight other work
 BASE_WORKLOAD = {"kind": "random", "input_tokens": 128, "output_tokens": 64, "ignore_eos": True}
 MIX_WORKLOAD = {"kind": "random", "input_tokens": 384, "output_tokens": 24, "ignore_eos": True}
-BASE_RATE = 0.5
 NUM_REQUESTS = 30
 
 
@@ -109,16 +118,24 @@ def calibration(out: Path) -> dict:
     return scenario("calibration", {"kind": "random", "ignore_eos": True}, {**trace, "warmup_requests": 2}, [])
 
 
-CASES = {
-    "low_rate": scenario("low_rate", BASE_WORKLOAD, poisson(BASE_RATE / 2), []),
-    # 4 req/s x 64 tokens offers ~250 tokens/s, past what a batch of 32 decodes on this machine (~150/s at
-    # ~200 ms a step): the requests in flight grow until the arrivals end (2 req/s was past capacity on a
-    # machine half as fast, and is not here)
-    "saturated": scenario("saturated", BASE_WORKLOAD, poisson(BASE_RATE * 8), []),
-    "mix": scenario("mix", MIX_WORKLOAD, poisson(BASE_RATE), []),
-    # below capacity: without chunking a 384-token prompt holds the engine ~1.3 s, and past capacity the TTFT is
-    # the backlog, which multiplies any step-time error by the requests queued (the saturated case judges that)
-    "no_chunked": scenario("no_chunked", MIX_WORKLOAD, poisson(BASE_RATE / 2), ["--no-chunked-prefill"]),
+# Each case's rate is a fraction of its capacity on this machine as the calibration's fit predicts it (requests
+# per second the simulated engine completes with CAPACITY_IN_FLIGHT requests always in flight), so a case judges
+# the same regime on a machine twice as slow: below capacity at CAPACITY_FRACTION (the TTFT mostly the request's
+# own prefill, not a backlog that multiplies every step-time error by the requests queued), and past it at
+# SATURATED_FRACTION (the requests in flight grow until the arrivals end). Fixed rates put mix and no_chunked
+# past capacity on a VM half as fast as the one they were chosen on.
+CAPACITY_IN_FLIGHT = 16
+CAPACITY_FRACTION = 0.4
+SATURATED_FRACTION = 2.0
+CASES = {  # a poisson case's load names its fraction of capacity; resolved to a rate by case_specs
+    "low_rate": scenario("low_rate", BASE_WORKLOAD, {"capacity_fraction": CAPACITY_FRACTION}, []),
+    "saturated": scenario("saturated", BASE_WORKLOAD, {"capacity_fraction": SATURATED_FRACTION}, []),
+    "mix": scenario("mix", MIX_WORKLOAD, {"capacity_fraction": CAPACITY_FRACTION}, []),
+    # without chunking a 384-token prompt holds the engine for its whole prefill: its capacity is its own
+    "no_chunked": scenario(
+        "no_chunked", MIX_WORKLOAD, {"capacity_fraction": CAPACITY_FRACTION}, ["--no-chunked-prefill"]
+    ),
+    # the trace's own timing (48 requests over 83 s, prefixes shared within each session), not scaled
     "cache_aware": scenario(
         "cache_aware",
         {"kind": "random", "ignore_eos": True},
@@ -168,12 +185,48 @@ def figures(summary: dict) -> dict:
 
 
 def predict(spec: dict, calibration_dir: Path, out_dir: Path) -> dict:
+    """The case simulated on the calibration's fit; the replicas share this host's cores (harness/plan/host.py),
+    with what an engine and the rest of the host take read from the calibration's telemetry."""
     from harness.plan.simulator import simulate_scenario
     from harness.scenario import load_scenario
 
     path = out_dir.with_suffix(".yaml")
-    path.write_text(yaml.safe_dump({**spec, "plan": {"step_model": {"fitted": [str(calibration_dir)]}}}))
+    plan = {"step_model": {"fitted": [str(calibration_dir)]}, "host_cores": float(os.cpu_count() or 1)}
+    path.write_text(yaml.safe_dump({**spec, "plan": plan}))
     return simulate_scenario(load_scenario(path), out_dir, overwrite=True)
+
+
+def capacity_req_s(spec: dict, calibration_dir: Path, out: Path) -> float:
+    """Requests/s the calibration's fit completes for this case's workload and engine flags with
+    CAPACITY_IN_FLIGHT requests always in flight (a closed loop)."""
+    load = {"arrival": "closed", "concurrency": CAPACITY_IN_FLIGHT, "num_requests": 4 * CAPACITY_IN_FLIGHT}
+    summary = predict({**spec, "load": load}, calibration_dir, out / f"{spec['name']}-capacity")
+    return summary["throughput"]["requests_per_s"]
+
+
+def case_specs(cases: list[str], calibration_dir: Path, out: Path) -> dict[str, dict]:
+    """Every case with its rate resolved from its capacity (written to OUT/rates.json the first time and read
+    from it after, so a second invocation, --predict-only included, runs and predicts the same rates)."""
+    saved = out / "rates.json"
+    rates = json.loads(saved.read_text()) if saved.is_file() else {}
+    specs = {}
+    for case in cases:
+        spec = CASES[case]
+        fraction = spec["load"].get("capacity_fraction")
+        if fraction is None:
+            specs[case] = spec
+            continue
+        if case not in rates:
+            capacity = capacity_req_s(spec, calibration_dir, out)
+            rates[case] = {"capacity_req_s": capacity, "fraction": fraction, "rate": round(fraction * capacity, 4)}
+        specs[case] = {**spec, "load": poisson(rates[case]["rate"])}
+        print(
+            f"{case}: {fraction:g} x its capacity {rates[case]['capacity_req_s']:.3f} req/s = "
+            f"{rates[case]['rate']:g} req/s",
+            flush=True,
+        )
+    saved.write_text(json.dumps(rates, indent=1))
+    return specs
 
 
 def main() -> None:
@@ -188,20 +241,23 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     cases = args.cases.split(",")
     runs = {c: [args.out / f"{c}-{i + 1}" for i in range(args.repeats)] for c in cases}
-    specs = {args.out / "calibration": calibration(args.out)}
-    # every case's first repeat before any second one: a stretch cut short still covers every case
-    specs |= {runs[c][i]: CASES[c] for i in range(args.repeats) for c in cases}
-    todo = [d for d in specs if not (d / "summary.json").is_file()]
+    calibration_dir = args.out / "calibration"
     started_s = time.monotonic()
-    for run_dir in [] if args.predict_only else todo:  # one stretch, under the measurement lock the caller holds
+    if not args.predict_only and not (calibration_dir / "summary.json").is_file():
+        info = measure(calibration(args.out), calibration_dir)
+        print(f"measured calibration: load {info['load_before']:.1f} -> {info['load_after']:.1f}", flush=True)
+    specs = case_specs(cases, calibration_dir, args.out)
+    # every case's first repeat before any second one: a stretch cut short still covers every case
+    todo = [(runs[c][i], c) for i in range(args.repeats) for c in cases if not (runs[c][i] / "summary.json").is_file()]
+    for run_dir, case in [] if args.predict_only else todo:  # one stretch, under the lock the caller holds
         if time.monotonic() - started_s > 60 * args.budget_min:
             print(f"not measured (past --budget-min {args.budget_min:g}): {run_dir.name}", flush=True)
             continue
-        info = measure(specs[run_dir], run_dir)
+        info = measure(specs[case], run_dir)
         print(f"measured {run_dir.name}: load {info['load_before']:.1f} -> {info['load_after']:.1f}", flush=True)
     if args.measure_only:
         return
-    report(cases, runs, args.out / "calibration", args.out)
+    report(cases, runs, specs, calibration_dir, args.out)
 
 
 def step_drift(run_dir: Path, calibration_dir: Path) -> float | None:
@@ -275,17 +331,20 @@ def ttft_text(records) -> str:
 
 
 def print_fit(calibration_dir: Path) -> None:
+    from harness.plan.host import measured_cores
     from harness.plan.step_model import fit_step_model
 
     model = fit_step_model([calibration_dir])
     print(f"step model fitted to {calibration_dir.name} ({model.residuals['steps']} steps):")
     print("  " + ", ".join(f"{k} {v * 1e3:.4g} ms" for k, v in model.coefficients.items()))
     print(f"  step_gap {model.step_gap_s * 1e3:.3g} ms, request_overhead {model.request_overhead_s * 1e3:.3g} ms")
+    cores = measured_cores([str(calibration_dir)])  # what predict's host sharing uses for co-located replicas
+    print(f"  host: {os.cpu_count()} cores; " + ", ".join(f"{k} {v:.2f}" for k, v in cores.items()))
     for b in model.residuals["bands"]:
         print(f"  {b['band']:14} {b['steps']:4} steps, mean {b['measured_ms']:6.1f} ms, bias {100 * b['bias']:+5.1f}%")
 
 
-def report(cases: list[str], runs: dict, calibration_dir: Path, out: Path) -> None:
+def report(cases: list[str], runs: dict, specs: dict, calibration_dir: Path, out: Path) -> None:
     print_fit(calibration_dir)
     errors = {m: [] for m in METRICS}
     print(
@@ -298,7 +357,7 @@ def report(cases: list[str], runs: dict, calibration_dir: Path, out: Path) -> No
             continue
         summaries = [json.loads((d / "summary.json").read_text()) for d in done]
         loads = [json.loads((d / "load.json").read_text()) for d in done]
-        predicted = figures(predict(CASES[case], calibration_dir, out / f"{case}-predicted"))
+        predicted = figures(predict(specs[case], calibration_dir, out / f"{case}-predicted"))
         measured = [figures(s) for s in summaries]
         load_text = "/".join(f"{x['load_before']:.1f}-{x['load_after']:.1f}" for x in loads)
         bound = "/".join("yes" if s["client_bound"] else "no" for s in summaries)

@@ -322,3 +322,48 @@ def test_a_prompt_past_the_context_is_refused_as_the_server_refuses_it(tmp_path)
     records = read_records(tmp_path / "out")
     assert len(records) == 4  # each refusal frees the closed loop's slot for the next request
     assert all(r.error_reason == "http_4xx" and "max_model_len) is 256" in r.error_detail for r in records)
+
+
+def host_shared_summary(tmp_path, replicas: int, host: dict) -> dict:
+    """A load that keeps every replica stepping, on `replicas` replicas with the plan's host sharing."""
+    spec = write_scenario(
+        tmp_path / f"s-{replicas}-{len(host)}.yaml",
+        {
+            "backend": native(["--data-parallel", str(replicas), "--router-policy", "round_robin"]),
+            "workload": {"kind": "random", "input_tokens": 32, "output_tokens": 32},
+            "load": {"arrival": "closed", "concurrency": 4 * replicas, "num_requests": 16 * replicas},
+            "plan": {"step_model": "roofline", **host},
+        },
+    )
+    return simulate_scenario(load_scenario(spec), step_model=STATED)
+
+
+def test_replicas_sharing_a_hosts_cores_step_slower_when_they_ask_for_more_than_it_has(tmp_path):
+    # two engines of a core each and a client of one on 2 cores ask for 3: each step 1.5 times one engine's
+    # (which, beside the client alone, asked for 2 and had them)
+    shared = {"host_cores": 2, "engine_cores": 1.0, "host_other_cores": 1.0}
+    alone = host_shared_summary(tmp_path, 2, {})
+    crowded = host_shared_summary(tmp_path, 2, shared)
+    roomy = host_shared_summary(tmp_path, 2, {**shared, "host_cores": 3})
+    assert crowded["plan"]["host"]["host_cores"] == 2 and alone["plan"]["host"] is None
+    assert crowded["tpot_ms"]["p50"] == pytest.approx(1.5 * alone["tpot_ms"]["p50"], rel=0.05)
+    assert crowded["throughput"]["output_tokens_per_s"] < alone["throughput"]["output_tokens_per_s"] / 1.4
+    assert roomy["tpot_ms"]["p50"] == pytest.approx(alone["tpot_ms"]["p50"])  # 3 cores for 3: no slowdown
+    # one replica runs as it was calibrated, whatever the host
+    one = host_shared_summary(tmp_path, 1, {})
+    assert host_shared_summary(tmp_path, 1, shared)["tpot_ms"]["p50"] == one["tpot_ms"]["p50"]
+
+
+def test_host_sharing_defaults_to_the_fitted_runs_telemetry(measured):
+    from harness.plan.host import host_share
+    from harness.plan.spec import PlanSpec
+
+    tmp, _ = measured
+    plan = PlanSpec.model_validate({"step_model": {"fitted": [str(tmp / "measured")]}, "host_cores": 2})
+    share = host_share(plan, plan.step_model.fitted)
+    assert share.source == "fitted runs"
+    assert share.engine_cores > 0 and share.other_cores >= 0
+    # a value the plan states wins over the measured one
+    stated = host_share(plan.model_copy(update={"engine_cores": 1.25}), plan.step_model.fitted)
+    assert stated.engine_cores == 1.25 and stated.other_cores == share.other_cores
+    assert host_share(plan.model_copy(update={"host_cores": None}), plan.step_model.fitted) is None

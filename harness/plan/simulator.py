@@ -24,6 +24,7 @@ from harness.explain import explain
 from harness.metrics import summarize
 from harness.plan.decode_run import DecodeRun, admits, commit, plan_decode_run
 from harness.plan.deployment import Deployment, deployment_from_args
+from harness.plan.host import HostShare, host_share
 from harness.plan.replica import Replica, Step
 from harness.plan.step_model import StepModel, StepShape, fit_step_model
 from harness.results import RequestRecord, ResultWriter, versions
@@ -63,11 +64,15 @@ class Simulation:
         request_overhead_s: float = 0.0,
         keep_steps: bool = True,
         fast_forward: bool = True,
+        host: HostShare | None = None,
     ):
         self.clock = VirtualClock()
         self.step_model = step_model
         self.request_overhead_s = request_overhead_s
-        self.fast_forward = fast_forward  # pure-decode stretches as one event each (decode_run.py)
+        # replicas sharing the host's cores (host.py): a step's slowdown depends on the other replicas' state at
+        # its start, which a decode run timed ahead cannot know, so they step one by one
+        self.host = host if host is not None and deployment.replicas > 1 else None
+        self.fast_forward = fast_forward and self.host is None  # pure-decode stretches as one event (decode_run.py)
         names = [f"replica-{i}" for i in range(deployment.replicas)]
         self.replicas = {n: Replica(n, deployment, self.clock) for n in names}
         self.rank = {n: i for i, n in enumerate(names)}  # orders replicas' step ends at equal times
@@ -119,7 +124,11 @@ class Simulation:
         step = replica.start_step()
         replica.in_flight = step
         if step is not None:
-            end_s = now_s + self.step_model.step_time_s(step.shape)
+            step_s = self.step_model.step_time_s(step.shape)
+            if self.host is not None:  # the replicas stepping now, this one included
+                busy = 1 + sum(r.in_flight is not None for r in self.replicas.values() if r is not replica)
+                step_s *= self.host.slowdown(busy)
+            end_s = now_s + step_s
             self.push(end_s, STEP_END, (replica, step), self.rank[replica.name])
 
     def arrived(self, replica: Replica, after_steps: bool) -> None:
@@ -385,7 +394,9 @@ def simulate_scenario(
             writer.append(rec)
 
     planned_s = time.process_time()
-    sim = Simulation(deployment, step_model, overhead_s, keep_steps=len(plan.requests) <= MAX_TRACED_REQUESTS)
+    keep_steps = len(plan.requests) <= MAX_TRACED_REQUESTS
+    host = host_share(scenario.plan, scenario.plan.step_model.fitted)
+    sim = Simulation(deployment, step_model, overhead_s, keep_steps=keep_steps, host=host)
     try:
         run_simulation(sim, plan.requests, token_ids, scenario.load.concurrency, on_record)
     finally:
@@ -397,6 +408,7 @@ def simulate_scenario(
         "step_model": step_model.describe(),
         "request_overhead_s": overhead_s,
         "deployment": _describe_deployment(deployment),
+        "host": sim.host.describe() if sim.host is not None else None,
         "preemptions": sum(r.scheduler.num_preemptions for r in sim.replicas.values()),
         "engine_steps": sim.engine_steps,
         "fast_forwarded_steps": sim.fast_forwarded_steps,

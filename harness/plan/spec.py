@@ -8,6 +8,9 @@
       step_model: roofline                      # or {roofline: {mfu: 0.4, mbu: 0.7, overhead_ms: 2}}
       replicas: 100
       tensor_parallel: 1
+    plan:
+      step_model: {fitted: [results/run-a]}
+      host_cores: 2                             # replicas share this host's 2 cores (harness/plan/host.py)
 
 Engine settings (batch budget, KV blocks, prefix cache, router policy, data parallelism) come from
 backend.launch.args, parsed as `bench serve` parses them; `replicas` overrides --data-parallel.
@@ -110,6 +113,12 @@ class PlanSpec(_Strict):
     # bits a stored weight takes (4.5: 4-bit with scales); None: the model's own (GGUF) or 16 (built-in, config.json)
     weight_bits: float | None = Field(default=None, gt=0, le=32)
     prices: dict[str, float] = {}  # $/GPU-hour by GPU name (bench plan --search)
+    # Replicas sharing one CPU host (harness/plan/host.py): its cores; None: each replica has its own device.
+    # engine_cores / host_other_cores: cores a stepping engine and the rest of the host (client, router) take;
+    # None: read from the fitted runs' telemetry
+    host_cores: float | None = Field(default=None, gt=0, le=4096)
+    engine_cores: float | None = Field(default=None, gt=0, le=4096)
+    host_other_cores: float | None = Field(default=None, ge=0, le=4096)
 
     @field_validator("model")
     @classmethod
