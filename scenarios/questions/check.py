@@ -223,8 +223,8 @@ def check_q6(out_root: Path) -> list[str]:
     pays = [f"{n} ({r:.2f}x)" for n, r in busy_ratio.items() if r < Q6_PAYS_BELOW]
     not_pays = [f"{n} ({r:.2f}x)" for n, r in busy_ratio.items() if r >= Q6_PAYS_BELOW]
     print(
-        f"Q6: drafting saves engine time at {', '.join(pays) or 'no tested concurrency'} in flight, not at "
-        f"{', '.join(not_pays) or 'any tested'} (engine busy time on/off): the gain vanishes where a verification "
+        f"Q6: drafting saves engine time at {', '.join(pays) or 'none'} in flight, not at "
+        f"{', '.join(not_pays) or 'none'} (engine busy time on/off): the gain vanishes where a verification "
         "step costs more than a decode step by as much as the steps it saves, and where answers do not copy"
     )
     return failures
