@@ -11,10 +11,17 @@
 3. narrowing: the next load is where the line through the bracket's two attainments crosses the target
    (regula falsi on measured attainment), kept inside the middle half of the bracket so each step
    shrinks it; the middle when an end stopped early (its attainment is only a bound); until
-   hi/lo - 1 <= precision or max_points points are measured.
+   hi/lo - 1 <= precision or max_points loads are measured.
 4. confirming (harness/knee.py): the bracket's two ends are run again until their runs' majority is settled
-   (a second run, a third when the two disagree); an end whose majority turns moves the bracket, and the
-   search goes on from 2. A load's verdict is its runs' majority, its attainment and throughput their median.
+   (a second run, a third when the two disagree), the failing end first; an end whose majority turns moves
+   the bracket, and the search goes on from 2. A load's verdict is its runs' majority, its attainment and
+   throughput their median.
+
+What the order of 3 and 4 saves: a load is confirmed only once narrowing is done, so a passing end that
+narrowing moves past is never run again. The failing end goes first because its runs are the cheaper (a run
+fails once more than its share missed; it passes only once its share met: 27 of 30), and when it turns to a
+pass the passing end below it is no longer an end and needs no confirmation; an end whose majority is already
+settled is not run again.
 
 The search is deterministic given the points it is told, which is what lets `bench tune --resume` replay
 finished trials instead of running them again.
@@ -138,9 +145,11 @@ def add_run(points: list[Point], run: Measured) -> None:
 
 
 def unsettled_end(points: list[Point], max_runs: int) -> float | None:
-    """A bracket end whose runs' majority could still turn: the load to run again (harness/knee.py)."""
+    """A bracket end whose runs' majority could still turn: the load to run again (harness/knee.py). The
+    failing end first: its runs are the cheaper, and if it turns the passing end is no longer one."""
     by_load = {p.offered_load: p for p in points}
-    for end in bracket(points):
+    lo, hi = bracket(points)
+    for end in (hi, lo):
         if end is not None and not by_load[end].settled(max_runs):
             return end
     return None
