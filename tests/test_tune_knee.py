@@ -111,3 +111,20 @@ def test_the_failing_end_is_confirmed_first_and_a_passing_end_it_passes_is_not_r
     assert [r.passed for r in by_load[10.3].runs] == [False, True, True]
     assert (result.lo, result.hi) == (10.3, 11.2) and [r.passed for r in by_load[11.2].runs] == [False, False]
     assert len(by_load[10].runs) == 1  # confirmed first (the old order), it cost one passing run more
+
+
+def test_an_end_a_confirmation_turned_gives_the_search_one_more_load():
+    """max_points 3: 10 (its first run stalled), 6.67 and 7.5 use them up. Confirming 10 turns it to a pass,
+    which leaves nothing failed above it; the turned end gives one more load, 11 (a precision step up from a
+    load whose runs split), and the bracket closes at [10, 11] instead of ending 'at least 10'."""
+    runs: dict[float, int] = {}
+
+    def measure(load, probe):
+        runs[load] = runs.get(load, 0) + 1
+        passed = load <= 10 and not (load == 10 and runs[load] == 1)
+        return Measured(load, passed, 1.0 if passed else 0.5, min(load, 10.0))
+
+    result = search_capacity(measure, "rate", 2, 20, 0.9, 0.1, 3, start=10, max_runs=3)
+    by_load = {p.offered_load: p for p in result.points}
+    assert list(by_load) == [10, 6.67, 7.5, 11] and [r.passed for r in by_load[10].runs] == [False, True, True]
+    assert result.status == "bracketed" and (result.lo, result.hi) == (10, 11)
