@@ -13,7 +13,7 @@
    shrinks it; the middle when an end stopped early (its attainment is only a bound); until
    hi/lo - 1 <= precision or max_points loads are measured (one more for each end a confirmation turned).
 4. confirming (harness/knee.py): the bracket's two ends are run again until their runs' majority is settled
-   (a second run, a third when the two disagree), the failing end first; an end whose majority turns moves
+   (a second run, a third when the two disagree, at once), the failing end first; an end whose majority turns moves
    the bracket, and the search goes on from 2. A load's verdict is its runs' majority, its attainment and
    throughput their median.
 
@@ -129,10 +129,9 @@ def search_capacity(
         if run is None:
             return SearchResult(points, *bracket(points), "budget")
         add_run(points, run)
-        loads_allowed = max_points + min(turned_ends(points), max_points)
-        load = (
-            next_load(points, kind, bound_lo, bound_hi, attainment, precision) if len(points) < loads_allowed else None
-        )
+        load = split_load(points, max_runs)
+        if load is None and len(points) < max_points + min(turned_ends(points), max_points):
+            load = next_load(points, kind, bound_lo, bound_hi, attainment, precision)
         if load is None:
             load = unsettled_end(points, max_runs)
     lo, hi = bracket(points)
@@ -147,6 +146,16 @@ def add_run(points: list[Point], run: Measured) -> None:
         points.append(Point([run]))
     else:
         same.runs.append(run)
+
+
+def split_load(points: list[Point], max_runs: int) -> float | None:
+    """A load whose runs disagree and whose majority is not settled: its next run decides it, and so which side
+    of the bracket it is on. Until then a tie counts as a fail, and the search would step away from a load that
+    may yet pass (measured: two loads the search stepped to below a tie, the tie then passing)."""
+    for p in points:
+        if len({r.passed for r in p.runs}) > 1 and not p.settled(max_runs):
+            return p.offered_load
+    return None
 
 
 def turned_ends(points: list[Point]) -> int:

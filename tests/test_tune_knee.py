@@ -128,3 +128,19 @@ def test_an_end_a_confirmation_turned_gives_the_search_one_more_load():
     by_load = {p.offered_load: p for p in result.points}
     assert list(by_load) == [10, 6.67, 7.5, 11] and [r.passed for r in by_load[10].runs] == [False, True, True]
     assert result.status == "bracketed" and (result.lo, result.hi) == (10, 11)
+
+
+def test_a_load_whose_runs_tie_is_run_again_before_the_search_moves_on():
+    """Every load up to 10 passes, but 10's second run stalls: 10 then stands one pass to one fail, which the
+    majority counts as a fail. Its third run comes next and decides it (a pass), so the search never steps
+    down to 9.09 as if 10 had failed."""
+    order: list[float] = []
+
+    def measure(load, probe):
+        order.append(load)
+        passed = load <= 10 and not (load == 10 and order.count(10) == 2)
+        return Measured(load, passed, 1.0 if passed else 0.5, min(load, 10.0))
+
+    result = search_capacity(measure, "rate", 2, 12, 0.9, 0.1, 6, start=10, max_runs=3)
+    assert order == [10, 12, 10.5, 10.5, 10, 10]  # the failing end 10.5 confirmed, then 10 twice in a row
+    assert result.status == "bracketed" and (result.lo, result.hi) == (10, 10.5)
