@@ -75,6 +75,24 @@ max-num-seqs 8 chunked on 6.79 [6.45, 7.74] vs 5.69 [5.69, 7.11] (16% below), of
 req/s). The misses: the tune's over-saturation stop failed knee runs after 12 of 12 met (the dense sweep runs
 whole and passed 6.45), and one search ran out of max_points after a confirmation moved its bracket. The
 cost: confirming passing ends (27 + 1 requests each, 8 of 11 trials in one row).
+
+Since then the over-saturation stop fails a run only once it has missed more than its allowed share of the
+requests seen so far, the bracket's failing end is confirmed first, a load whose runs tie is run again at once,
+and an end a confirmation turned gives the narrowing one more load (docs/tune.md). --engine groundtruth
+--same-engine (17:08-17:16, alone under /tmp/excl, load 3.5 -> 0.2; before the tie rule): requests 1370 of 3116
+(44%); 4 of 4 agree (18.3 [17.2, 20.6] vs 17.9; 8.29 [8.29, 9.95] vs 8.07; 52.8 [51.4, 61.6] vs 50.5; 21.3
+[20.6, 24.8] vs 20.9 req/s); again with the tie rule (17:49-17:57, alone, load 4.1 -> 0.0): 1299 of 3116 (42%),
+4 of 4 agree (the same dense figures; tuned 17.9, 8.07, 53.5, 20.9).
+--engine native --same-engine (2026-12-02 17:24-17:38, alone under /tmp/excl, load
+average 5.6 at the start from the jobs before it, 1.0-1.7 while it ran), 14.2 minutes: requests 631 of 2139
+(29%); 3 of 4 agree: NOT MET. Dense [bracket] vs tuned [bracket], req/s: max-num-seqs 2 chunked on 7.83 [7.74,
+9.29] (7.74: 28, 17, 28 of 30) vs 6.53 [6.53, 7.18] (7.18: pass, fail, fail): no, 17% below; chunked off 6.62
+[6.45, 7.74] vs 6.87 [6.87, 7.49] (inside); max-num-seqs 8 both: at least 19.26 (the grid's top) on both sides,
+68 requests each in the tune, so the 29% leans on them: the two max-num-seqs 2 rows alone used 495 of 1085
+(46%). The miss: the tune's runs at 7.63 (24 of 27, 20 of 23) and 7.18 (20 of 23, 14 of 16) were stopped as
+over-saturated with 2-3 misses, no more than a 30-request run may have, so each could still have passed whole
+(the dense sweep's 7.74 passed twice with 28 of 30). This launch carried 7.8 req/s at max-num-seqs 2 where the
+13:22 one carried 2.2.
 """
 
 from __future__ import annotations

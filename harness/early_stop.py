@@ -8,7 +8,9 @@ Two reasons, checked on each measured record as it completes (`run_scenario(...,
 - over-saturation (open arrivals only), after GuideLLM's over_saturation constraint: the requests
   outstanding (sent by the schedule, not yet finished) and the TTFT both grow through the run. Each is
   fitted by least squares against time; when the one-sided lower confidence bound of both slopes is
-  above zero the queue is growing without end and the point has failed.
+  above zero the queue is growing without end and the point has failed. It speaks only once the run has
+  missed more than its allowed share of the requests seen so far: near the knee the TTFT of a run at
+  constant arrivals drifts up although every request meets the SLO, and such a run passes when run whole.
 
 Each run is watched, and its verdict proved, on its own requests: a load's runs are not pooled (harness/knee.py).
 
@@ -139,6 +141,8 @@ class PointWatch:
     def _over_saturated(self, now: float) -> StopDecision | None:
         if len(self._ttft) < SATURATION_MIN_SAMPLES or len(self._outstanding) < SATURATION_MIN_SAMPLES:
             return None
+        if self._missed <= (1 - self.attainment) * (self._met + self._missed) + 1e-9:
+            return None  # slopes alone fail no run: at the knee a run whose requests all met them can still pass
         span_s = self._ttft[-1][0] - self._ttft[0][0]
         if span_s < SATURATION_MIN_SPAN_S:
             return None

@@ -85,7 +85,12 @@ class TuneConfig(_Strict):
     probe_requests: int = Field(default=8, ge=1, le=MAX_REQUESTS, description="requests")
     # the search of one configuration ends when its bracket [passing, failing] is this narrow (relative)
     precision: float = Field(default=0.1, gt=0, le=1)
-    max_points: int = Field(default=6, ge=1, le=100, description="trials per configuration, probe excluded")
+    max_points: int = Field(
+        default=6,
+        ge=1,
+        le=100,
+        description="loads per configuration, probe excluded (+1 per end a confirmation turned, at most 2x)",
+    )
     # more configurations than this are searched by successive halving instead of the whole grid
     full_grid_max: int = Field(default=8, ge=1, le=10_000, description="configurations")
     early_stop: bool = True  # stop a point when it is over-saturated or its verdict is certain

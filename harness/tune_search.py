@@ -11,10 +11,18 @@
 3. narrowing: the next load is where the line through the bracket's two attainments crosses the target
    (regula falsi on measured attainment), kept inside the middle half of the bracket so each step
    shrinks it; the middle when an end stopped early (its attainment is only a bound); until
-   hi/lo - 1 <= precision or max_points points are measured.
+   hi/lo - 1 <= precision or max_points loads are measured (one more for each end a confirmation turned).
 4. confirming (harness/knee.py): the bracket's two ends are run again until their runs' majority is settled
-   (a second run, a third when the two disagree); an end whose majority turns moves the bracket, and the
-   search goes on from 2. A load's verdict is its runs' majority, its attainment and throughput their median.
+   (a second run, a third when the two disagree, at once), the failing end first; an end whose majority turns moves
+   the bracket, and the search goes on from 2. A load's verdict is its runs' majority, its attainment and
+   throughput their median.
+
+What the order of 3 and 4 saves: a load is confirmed only once narrowing is done, so a passing end that
+narrowing moves past is never run again. The failing end goes first because its runs are the cheaper (a run
+fails once more than its share missed; it passes only once its share met: 27 of 30), and when it turns to a
+pass the passing end below it is no longer an end and needs no confirmation; an end whose majority is already
+settled is not run again. A turned end reopens the bracket it closed, so it gives the narrowing one more load
+(at most max_points more in all): the search does not stop on max_points with a bracket a confirmation widened.
 
 The search is deterministic given the points it is told, which is what lets `bench tune --resume` replay
 finished trials instead of running them again.
@@ -107,7 +115,8 @@ def search_capacity(
     max_runs: int = 1,
 ) -> SearchResult:
     """`start`: the first load (a prediction, `bench plan`'s); without one a probe finds it. `max_runs`: the
-    most runs a bracket end gets (1 + tune.repeats); max_points counts loads, not their confirming runs."""
+    most runs a bracket end gets (1 + tune.repeats); max_points counts loads, not their confirming runs, and
+    grows by one for each end a confirmation turned (at most doubled)."""
     if start is None:
         probe = measure(probe_load(kind, bound_lo, bound_hi), True)
         if probe is None:
@@ -120,7 +129,9 @@ def search_capacity(
         if run is None:
             return SearchResult(points, *bracket(points), "budget")
         add_run(points, run)
-        load = next_load(points, kind, bound_lo, bound_hi, attainment, precision) if len(points) < max_points else None
+        load = split_load(points, max_runs)
+        if load is None and len(points) < max_points + min(turned_ends(points), max_points):
+            load = next_load(points, kind, bound_lo, bound_hi, attainment, precision)
         if load is None:
             load = unsettled_end(points, max_runs)
     lo, hi = bracket(points)
@@ -137,10 +148,27 @@ def add_run(points: list[Point], run: Measured) -> None:
         same.runs.append(run)
 
 
+def split_load(points: list[Point], max_runs: int) -> float | None:
+    """A load whose runs disagree and whose majority is not settled: its next run decides it, and so which side
+    of the bracket it is on. Until then a tie counts as a fail, and the search would step away from a load that
+    may yet pass (measured: two loads the search stepped to below a tie, the tie then passing)."""
+    for p in points:
+        if len({r.passed for r in p.runs}) > 1 and not p.settled(max_runs):
+            return p.offered_load
+    return None
+
+
+def turned_ends(points: list[Point]) -> int:
+    """Loads whose runs' majority says otherwise than their first run: each moved the bracket once."""
+    return sum(1 for p in points if p.runs[0].passed != p.passed)
+
+
 def unsettled_end(points: list[Point], max_runs: int) -> float | None:
-    """A bracket end whose runs' majority could still turn: the load to run again (harness/knee.py)."""
+    """A bracket end whose runs' majority could still turn: the load to run again (harness/knee.py). The
+    failing end first: its runs are the cheaper, and if it turns the passing end is no longer one."""
     by_load = {p.offered_load: p for p in points}
-    for end in bracket(points):
+    lo, hi = bracket(points)
+    for end in (hi, lo):
         if end is not None and not by_load[end].settled(max_runs):
             return end
     return None

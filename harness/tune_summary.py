@@ -149,7 +149,9 @@ def plan_lines(scenario: Scenario) -> list[str]:
     searched = len(settings) if method == "grid" else max(1, math.ceil(len(settings) * HALVING_KEEP))
     per_point = load.num_requests + load.warmup_requests
     mid = math.sqrt(bounds.min * bounds.max)
-    runs = tune.max_points * (1 + tune.repeats)  # per configuration: each load at most 1 + repeats runs
+    # per configuration: at most 2 x max_points loads (each end a confirmation turned adds one), each at most
+    # 1 + repeats runs
+    runs = 2 * tune.max_points * (1 + tune.repeats)
     worst_requests = len(settings) * tune.probe_requests + searched * runs * per_point
     seconds = len(settings) * tune.probe_requests / bounds.max + searched * runs * per_point / mid
     lines = [f"{len(settings)} configuration(s); {method_why(method, len(settings), tune.full_grid_max)}"]
@@ -157,6 +159,7 @@ def plan_lines(scenario: Scenario) -> list[str]:
     lines.append(
         f"each: one engine start, a probe of {tune.probe_requests} requests, then up to {tune.max_points} "
         f"points of {per_point} requests between {kind} {bounds.min:g} and {bounds.max:g} "
+        f"(one more for each end a confirmation turned, up to {2 * tune.max_points}) "
         f"(until the bracket is within {tune.precision:.0%}), the bracket's two ends each run up to "
         f"{tune.repeats} more times until their runs' majority is settled"
     )

@@ -8,12 +8,14 @@ import signal
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from bench_process import bench, bench_started
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 
 from harness.early_stop import PointWatch, fit_line
+from harness.results import RequestRecord
 from harness.run import run_scenario
 from harness.scenario import Scenario, ScenarioError, load_scenario
 from harness.schema_files import validate_folder
@@ -116,6 +118,28 @@ def test_slope_bound_sees_growth_and_not_noise():
     assert low_flat < 0
 
 
+def test_slopes_alone_fail_no_run_whose_requests_met_the_slo():
+    """A knee run at constant arrivals: 30 planned at 10/s, TTFT rising 0.4 s per second of sends from 0.25 s, so
+    the fitted line crosses the 1 s SLO at 1.875 s with 11 sends after it (more than the 3 that may miss) and
+    both slopes are certain from the 12th completion. Requests meet the SLO up to the 19th: the watch waits
+    until the misses exceed the share allowed of those seen (3 of 22), and then stops the run as
+    over-saturated, before its verdict is certain (4 misses)."""
+    plan = [SimpleNamespace(is_warmup=False, intended_offset_s=i / 10) for i in range(30)]
+    watch = PointWatch({"ttft_ms": 1000}, 0.9)
+    watch.begin(plan)
+    stopped_after = None
+    for i in range(30):
+        sent_s = i / 10
+        first_s = sent_s + 0.25 + 0.4 * sent_s
+        rec = RequestRecord(i, sent_s, token_times_s=[first_s, first_s + 0.05], end_s=first_s + 0.05, output_tokens=2)
+        if watch.observe(rec):
+            stopped_after = i + 1
+            break
+    stop = watch.decision
+    assert stopped_after == 22 and stop.reason == "over_saturated" and stop.passed is False
+    assert (stop.met, stop.missed) == (19, 3) and stop.ttft_s_per_s == pytest.approx(0.4)
+
+
 def _scenario(url: str, rate: float, n: int, ttft_ms: float, arrival: str = "constant") -> Scenario:
     return Scenario.model_validate(
         {
@@ -131,10 +155,11 @@ def _scenario(url: str, rate: float, n: int, ttft_ms: float, arrival: str = "con
 def test_over_saturated_point_stops_early_and_saves_seconds(tmp_path):
     # 2 streams of 20 ms + 9 x 20 ms: the server carries 10 requests/s; 30/s makes its queue grow all run long
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=20, itl_ms=20, max_streams=2)) as gt:
-        # TTFT passes 3 s for requests sent after ~1.5 s, far more than the 15 that may miss; the slopes see it
-        # coming before the first miss (the requests sent after 1.5 s are answered after 4.5 s)
-        scenario = _scenario(gt.url, 30, 150, ttft_ms=3000)
-        watch = PointWatch({"ttft_ms": 3000}, 0.9)
+        # TTFT passes 2 s for requests sent after ~1 s, far more than the 15 that may miss; they are answered
+        # from ~3.2 s on, and once a tenth of those seen have missed (~3.6 s, 4 of ~36) the slopes stop the run,
+        # while ~40 requests are still to be sent and before the 16th miss makes its verdict certain (~4.7 s)
+        scenario = _scenario(gt.url, 30, 150, ttft_ms=2000)
+        watch = PointWatch({"ttft_ms": 2000}, 0.9)
         stopped = run_scenario(scenario, tmp_path / "stopped", watch=watch)
         whole = run_scenario(scenario, tmp_path / "whole")
     stop = stopped.summary["stopped_early"]

@@ -73,7 +73,8 @@ tune: {{load: {{rate: {{min: 20, max: 25}}}}, probe_requests: 30, repeats: 2, ea
     assert sum(t["met"] for t in same) / sum(t["judged"] for t in same) < 0.9  # what pooling would have failed
     capacity = doc["configurations"][0]["capacity"]
     assert capacity["status"] == "at_least" and capacity["offered_load"] == 25
-    assert len(capacity["bracket_runs_passed"][0]) >= 2 and doc["cost"]["search"]["repeats"] >= 3
+    # the slowed load, the failing end, was confirmed first and turned: the pass below it is no end to confirm
+    assert len(capacity["bracket_runs_passed"][0]) >= 2 and doc["cost"]["search"]["repeats"] >= 2
 
 
 def test_from_a_load_whose_runs_split_the_search_steps_by_the_precision():
@@ -91,3 +92,55 @@ def test_from_a_load_whose_runs_split_the_search_steps_by_the_precision():
     by_load = {p.offered_load: p for p in result.points}
     assert [r.passed for r in by_load[8.27].runs] == [True, False, False]
     assert (result.lo, result.hi) == (7.52, 8.27) and 5.51 not in by_load
+
+
+def test_the_failing_end_is_confirmed_first_and_a_passing_end_it_passes_is_not_run_again():
+    """Every load up to 10.6 passes, and the first run at 10.3 stalls: the bracket closes at [10, 10.3]. The
+    failing end is run again first (a failing run is the cheaper); it turns to a pass, so 10 is no longer an
+    end and is not confirmed (its confirming run would cost the 27 of 30 a pass needs), nor is 10.3 run again
+    once settled."""
+    runs: dict[float, int] = {}
+
+    def measure(load, probe):
+        runs[load] = runs.get(load, 0) + 1
+        passed = load <= 10.6 and not (load == 10.3 and runs[load] == 1)
+        return Measured(load, passed, 1.0 if passed else 0.5, min(load, 10.6))
+
+    result = search_capacity(measure, "rate", 2, 20, 0.9, 0.1, 6, start=10, max_runs=3)
+    by_load = {p.offered_load: p for p in result.points}
+    assert [r.passed for r in by_load[10.3].runs] == [False, True, True]
+    assert (result.lo, result.hi) == (10.3, 11.2) and [r.passed for r in by_load[11.2].runs] == [False, False]
+    assert len(by_load[10].runs) == 1  # confirmed first (the old order), it cost one passing run more
+
+
+def test_an_end_a_confirmation_turned_gives_the_search_one_more_load():
+    """max_points 3: 10 (its first run stalled), 6.67 and 7.5 use them up. Confirming 10 turns it to a pass,
+    which leaves nothing failed above it; the turned end gives one more load, 11 (a precision step up from a
+    load whose runs split), and the bracket closes at [10, 11] instead of ending 'at least 10'."""
+    runs: dict[float, int] = {}
+
+    def measure(load, probe):
+        runs[load] = runs.get(load, 0) + 1
+        passed = load <= 10 and not (load == 10 and runs[load] == 1)
+        return Measured(load, passed, 1.0 if passed else 0.5, min(load, 10.0))
+
+    result = search_capacity(measure, "rate", 2, 20, 0.9, 0.1, 3, start=10, max_runs=3)
+    by_load = {p.offered_load: p for p in result.points}
+    assert list(by_load) == [10, 6.67, 7.5, 11] and [r.passed for r in by_load[10].runs] == [False, True, True]
+    assert result.status == "bracketed" and (result.lo, result.hi) == (10, 11)
+
+
+def test_a_load_whose_runs_tie_is_run_again_before_the_search_moves_on():
+    """Every load up to 10 passes, but 10's second run stalls: 10 then stands one pass to one fail, which the
+    majority counts as a fail. Its third run comes next and decides it (a pass), so the search never steps
+    down to 9.09 as if 10 had failed."""
+    order: list[float] = []
+
+    def measure(load, probe):
+        order.append(load)
+        passed = load <= 10 and not (load == 10 and order.count(10) == 2)
+        return Measured(load, passed, 1.0 if passed else 0.5, min(load, 10.0))
+
+    result = search_capacity(measure, "rate", 2, 12, 0.9, 0.1, 6, start=10, max_runs=3)
+    assert order == [10, 12, 10.5, 10.5, 10, 10]  # the failing end 10.5 confirmed, then 10 twice in a row
+    assert result.status == "bracketed" and (result.lo, result.hi) == (10, 10.5)
