@@ -94,19 +94,24 @@ def test_from_a_load_whose_runs_split_the_search_steps_by_the_precision():
     assert (result.lo, result.hi) == (7.52, 8.27) and 5.51 not in by_load
 
 
+def _first_run_stalls(capacity: float, stalled_load: float):
+    """A scripted engine: every load up to `capacity` passes, except the first run at `stalled_load`."""
+    runs: dict[float, int] = {}
+
+    def measure(load, probe):
+        runs[load] = runs.get(load, 0) + 1
+        passed = load <= capacity and not (load == stalled_load and runs[load] == 1)
+        return Measured(load, passed, 1.0 if passed else 0.5, min(load, capacity))
+
+    return measure
+
+
 def test_the_failing_end_is_confirmed_first_and_a_passing_end_it_passes_is_not_run_again():
     """Every load up to 10.6 passes, and the first run at 10.3 stalls: the bracket closes at [10, 10.3]. The
     failing end is run again first (a failing run is the cheaper); it turns to a pass, so 10 is no longer an
     end and is not confirmed (its confirming run would cost the 27 of 30 a pass needs), nor is 10.3 run again
     once settled."""
-    runs: dict[float, int] = {}
-
-    def measure(load, probe):
-        runs[load] = runs.get(load, 0) + 1
-        passed = load <= 10.6 and not (load == 10.3 and runs[load] == 1)
-        return Measured(load, passed, 1.0 if passed else 0.5, min(load, 10.6))
-
-    result = search_capacity(measure, "rate", 2, 20, 0.9, 0.1, 6, start=10, max_runs=3)
+    result = search_capacity(_first_run_stalls(10.6, 10.3), "rate", 2, 20, 0.9, 0.1, 6, start=10, max_runs=3)
     by_load = {p.offered_load: p for p in result.points}
     assert [r.passed for r in by_load[10.3].runs] == [False, True, True]
     assert (result.lo, result.hi) == (10.3, 11.2) and [r.passed for r in by_load[11.2].runs] == [False, False]
@@ -117,14 +122,7 @@ def test_an_end_a_confirmation_turned_gives_the_search_one_more_load():
     """max_points 3: 10 (its first run stalled), 6.67 and 7.5 use them up. Confirming 10 turns it to a pass,
     which leaves nothing failed above it; the turned end gives one more load, 11 (a precision step up from a
     load whose runs split), and the bracket closes at [10, 11] instead of ending 'at least 10'."""
-    runs: dict[float, int] = {}
-
-    def measure(load, probe):
-        runs[load] = runs.get(load, 0) + 1
-        passed = load <= 10 and not (load == 10 and runs[load] == 1)
-        return Measured(load, passed, 1.0 if passed else 0.5, min(load, 10.0))
-
-    result = search_capacity(measure, "rate", 2, 20, 0.9, 0.1, 3, start=10, max_runs=3)
+    result = search_capacity(_first_run_stalls(10.0, 10), "rate", 2, 20, 0.9, 0.1, 3, start=10, max_runs=3)
     by_load = {p.offered_load: p for p in result.points}
     assert list(by_load) == [10, 6.67, 7.5, 11] and [r.passed for r in by_load[10].runs] == [False, True, True]
     assert result.status == "bracketed" and (result.lo, result.hi) == (10, 11)
