@@ -11,6 +11,8 @@ Two reasons, checked on each measured record as it completes (`run_scenario(...,
   above zero the queue is growing without end and the point has failed. It speaks only once the run has
   missed more than its allowed share of the requests seen so far: near the knee the TTFT of a run at
   constant arrivals drifts up although every request meets the SLO, and such a run passes when run whole.
+  And the TTFT line drawn at the slope's lower bound must cross the SLO while more requests are still to
+  be sent than may miss.
 
 Each run is watched, and its verdict proved, on its own requests: a load's runs are not pooled (harness/knee.py).
 
@@ -147,14 +149,9 @@ class PointWatch:
         if span_s < SATURATION_MIN_SPAN_S:
             return None
         q_slope, q_low, _ = fit_line(*zip(*self._outstanding), SATURATION_CONFIDENCE)
-        t_slope, t_low, t_intercept = fit_line(*zip(*self._ttft), SATURATION_CONFIDENCE)
+        t_slope, t_low, _ = fit_line(*zip(*self._ttft), SATURATION_CONFIDENCE)
         q_span_s = self._outstanding[-1][0] - self._outstanding[0][0]
-        if (
-            q_low > 0
-            and t_low > 0
-            and q_slope * q_span_s >= SATURATION_MIN_GROWTH
-            and self._fails_on(t_slope, t_intercept)
-        ):
+        if q_low > 0 and t_low > 0 and q_slope * q_span_s >= SATURATION_MIN_GROWTH and self._fails_on(t_low):
             stop = self._stop(
                 "over_saturated",
                 False,
@@ -167,13 +164,16 @@ class PointWatch:
             return stop
         return None
 
-    def _fails_on(self, t_slope: float, t_intercept: float) -> bool:
-        """Growth that matters: the fitted TTFT line crosses the SLO (TTFT's, else E2E's) early enough that
-        more requests are sent after the crossing than may miss. A queue that grows a little over a short
-        run is no verdict. Without either SLO the slopes alone decide."""
+    def _fails_on(self, t_slope_low: float) -> bool:
+        """Growth that matters: the TTFT line at the lower confidence bound of its slope (pivoting on the
+        samples' mean) crosses the SLO (TTFT's, else E2E's) early enough that more requests are sent after the
+        crossing than may miss. The least-squares slope itself would stop knee runs whose noisy TTFT drifts
+        up over a short run, runs that pass when run whole. Without either SLO the slopes alone decide."""
         if self.limit_s is None:
             return True
-        crossing_s = (self.limit_s - t_intercept) / t_slope
+        sends_s, ttfts_s = zip(*self._ttft)
+        mean_send_s, mean_ttft_s = sum(sends_s) / len(sends_s), sum(ttfts_s) / len(ttfts_s)
+        crossing_s = mean_send_s + (self.limit_s - mean_ttft_s) / t_slope_low
         late = len(self._sends_s) - bisect.bisect_right(self._sends_s, crossing_s)
         allowed = self.planned - math.ceil(self.attainment * self.planned - 1e-9)
         return late > allowed
