@@ -58,6 +58,7 @@ def steps_on_run_clock(raw: dict, t0_ns: int, start_s: float | None = None, end_
                 "running": rec["running"],
                 "waiting": rec["waiting"],
                 "kv_positions_read": rec.get("kv_positions_read"),
+                "prefill_starts": rec.get("prefill_starts"),
             }
         )  # None: traced before it was recorded
     return steps
@@ -79,6 +80,7 @@ STEP_ARGS = (
     "running",
     "waiting",
     "kv_positions_read",
+    "prefill_starts",
 )
 
 

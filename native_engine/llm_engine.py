@@ -383,6 +383,7 @@ class LLMEngine:
             len(self.scheduler.running),
             len(self.scheduler.waiting),
             kv_positions_read,
+            [sc.start_pos for sc, d in zip(batch.seq_chunks, batch.is_decode) if not d],
         )
 
     def _propose_drafts(self) -> None:

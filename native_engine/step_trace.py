@@ -4,8 +4,9 @@ One record per step that ran a forward pass: when it started and ended (perf_cou
 same monotonic clock as the harness on this machine, so steps line up with requests), the
 forward pass's share, the batch (prefill tokens and their chunk sizes, decode sequences), KV
 blocks in use, preemptions and prefix-cache hit tokens since the previous step, the bytes
-read and FLOPs done, and the KV positions the step's attention read (`bench plan`'s fitted step
-model takes it as the batch's context). GET /step_trace returns them; harness/engine_trace.py
+read and FLOPs done, the KV positions the step's attention read (`bench plan`'s fitted step
+model takes it as the batch's context) and where each prefill chunk starts in its sequence (a chunk's
+attention grows with the tokens before it). GET /step_trace returns them; harness/engine_trace.py
 turns them into a Chrome/Perfetto trace. Records are plain tuples in a bounded deque: appending one costs about a
 microsecond against steps of milliseconds (benchmarks/step_trace_cost.py measures it).
 """
@@ -28,6 +29,7 @@ FIELDS = (
     "running",
     "waiting",
     "kv_positions_read",
+    "prefill_starts",
 )
 
 

@@ -9,14 +9,17 @@ import yaml
 from bench_process import bench
 
 from harness.chat_trace import SessionTraceConfig, write_session_trace
-from harness.engine_trace import write_engine_trace
+from harness.engine_trace import steps_on_run_clock, write_engine_trace
 from harness.plan.deployment import deployment_from_args
 from harness.plan.simulator import simulate_scenario
-from harness.plan.step_model import FittedStepModel, StepShape, band_residuals, fit_step_model
+from harness.plan.step_model import FittedStepModel, StepShape, band_residuals, fit_step_model, shape_of
 from harness.results import RequestRecord, read_records
 from harness.scenario import ScenarioError, load_scenario
 from harness.schema_files import validate_folder
 from native_engine import scheduler
+from native_engine.config import EngineConfig, SchedulerConfig
+from native_engine.llm_engine import LLMEngine, LoadedModel
+from native_engine.sequence import SamplingParams
 from native_engine.tiny_gguf import write_tiny_llama_gguf
 from reports.gate import compare, load_rules
 from reports.repeats import check_same_scenario, load_run_set
@@ -75,14 +78,16 @@ def test_fit_recovers_the_costs_of_steps_it_is_given(tmp_path):
         "per_prefill_seq_s": 1e-3,
         "per_decode_seq_s": 3e-4,
         "per_context_token_s": 2e-7,
+        "per_prefill_pair_s": 3e-8,  # prefill attention: a chunk's queries over the positions before them
     }
     steps, t_s = [], 0.0
     for i in range(60):
-        shape = StepShape(
-            prefill_tokens=(i * 37) % 256, prefill_seqs=i % 3, decode_seqs=(i * 7) % 17, context_tokens=(i * 131) % 3000
-        )
+        chunks = [(i * 37 + 11 * k) % 256 + 1 for k in range(i % 3)]  # prefill tokens per sequence
+        starts = [(i * 53 + 97 * k) % 500 for k in range(i % 3)]  # where each chunk starts in its prompt
+        pairs = sum(n * start + n * (n + 1) // 2 for n, start in zip(chunks, starts))
+        shape = StepShape(sum(chunks), len(chunks), (i * 7) % 17 + 1, (i * 131) % 3000, pairs)
         if i % 4 == 0:  # a lone decoding sequence: one token row, a matrix-vector step
-            shape = StepShape(0, 0, 1, (i * 131) % 3000)
+            chunks, starts, shape = [], [], StepShape(0, 0, 1, (i * 131) % 3000)
         dur_s = FittedStepModel(costs, 0.0, 0.0, {}, []).step_time_s(shape)
         steps.append(
             {
@@ -90,7 +95,8 @@ def test_fit_recovers_the_costs_of_steps_it_is_given(tmp_path):
                 "dur_s": dur_s,
                 "forward_s": dur_s,
                 "prefill_tokens": shape.prefill_tokens,
-                "prefill_chunks": [1] * shape.prefill_seqs,
+                "prefill_chunks": chunks,
+                "prefill_starts": starts,
                 "decode_seqs": shape.decode_seqs,
                 "kv_blocks_used": 0,
                 "preemptions": 0,
@@ -115,6 +121,26 @@ def test_fit_recovers_the_costs_of_steps_it_is_given(tmp_path):
     assert model.residuals["rms_ms"] < 0.01
     bands = model.residuals["bands"]
     assert sum(b["steps"] for b in bands) == 60 and all(abs(b["bias"]) < 1e-3 for b in bands)
+
+
+def test_the_step_trace_says_where_each_prefill_chunk_starts(tmp_path):
+    """An 80-token prompt in 32-token chunks: the engine's trace says the chunks start at 0, 32 and 64, and the
+    fitted model's batch counts each chunk's attention pairs over the positions before it (by hand: 32 x 33 / 2,
+    32 x 32 + 528, 16 x 64 + 16 x 17 / 2), as the simulator's replica counts them (harness/plan/replica.py)."""
+    engine = LLMEngine(
+        EngineConfig(
+            kv_cache_tokens=256,
+            kv_block_size=4,
+            step_trace=True,
+            scheduler=SchedulerConfig(max_num_batched_tokens=32),
+        ),
+        LoadedModel.load(str(write_tiny_llama_gguf(tmp_path / "tiny.gguf"))),
+    )
+    engine.generate([[5 + i % 200 for i in range(80)]], SamplingParams(max_tokens=2, temperature=0, ignore_eos=True))
+    raw = engine.step_trace.as_dict()
+    steps = steps_on_run_clock(raw, raw["steps"][0][0])
+    assert [s["prefill_starts"] for s in steps] == [[0], [32], [64], []]
+    assert [shape_of(s, 4).prefill_pairs for s in steps] == [528, 1552, 1160, 0]
 
 
 def test_band_residuals_show_where_a_fit_is_biased():

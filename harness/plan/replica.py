@@ -54,7 +54,7 @@ class Replica:
         chunks = sched.schedule()
         if not chunks:
             return None
-        prefill_tokens = prefill_seqs = decode_seqs = context_tokens = 0
+        prefill_tokens = prefill_seqs = decode_seqs = context_tokens = pairs = 0
         sampled = []
         block_size = bm.block_size
         # The hot loop of the simulator (once per sequence per step): Sequence's properties and
@@ -67,6 +67,7 @@ class Replica:
             else:
                 prefill_seqs += 1
                 prefill_tokens += n
+                pairs += n * seq.num_computed_tokens + n * (n + 1) // 2  # step_model.prefill_pairs
             computed = seq.num_computed_tokens + n
             if computed >= known:
                 sampled.append(seq)
@@ -74,7 +75,7 @@ class Replica:
             context_tokens += computed
             if computed // block_size > seq.num_keyed_blocks:  # else cache_computed_blocks has nothing to do
                 bm.cache_computed_blocks(seq)
-        shape = StepShape(prefill_tokens, prefill_seqs, decode_seqs, context_tokens)
+        shape = StepShape(prefill_tokens, prefill_seqs, decode_seqs, context_tokens, pairs)
         return Step(
             shape,
             sampled,

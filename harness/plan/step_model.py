@@ -5,11 +5,15 @@ Fitted form, with non-negative coefficients (a step never gets faster by adding 
     step_time_s = intercept_s + multi_token_step_s * [prefill_tokens + decode_seqs >= 2]
                   + per_prefill_token_s * prefill_tokens + per_prefill_seq_s * prefill_seqs
                   + per_decode_seq_s * decode_seqs + per_context_token_s * context_tokens
+                  + per_prefill_pair_s * prefill_pairs
 multi_token_step_s is the jump from one token to two: with one token row every weight matrix is a
 matrix-vector product, with two or more BLAS repacks each matrix for a matrix product first
 (native_engine/model_runner.py), so a batch of 2 costs more than twice a batch of 1 and the cost per
 sequence after that is much less than the first sequence's. A line through batches of 1..10 without it
 puts a batch of 30 at twice what it takes.
+prefill_pairs is prefill attention's quadratic part: a chunk of n tokens starting at position p computes
+n * p + n * (n + 1) / 2 (query, key) pairs. Without it the fit put the steps of 384-token prompts 7-9%
+above and those of 128-token prompts 5-10% below what they took (benchmarks/planner_accuracy.py).
 plus `step_gap_s`, the engine loop's median idle between two back-to-back steps, and
 `request_overhead_s`, the server's per-request time outside the engine's queue and prefill
 (HTTP, tokenization, the first chunk's trip), from the runs' phases_ms.
@@ -28,7 +32,7 @@ from scipy.optimize import nnls
 
 from harness.engine_trace import read_engine_trace
 
-FEATURES = ("prefill_tokens", "prefill_seqs", "decode_seqs", "context_tokens")
+FEATURES = ("prefill_tokens", "prefill_seqs", "decode_seqs", "context_tokens", "prefill_pairs")
 COEFFICIENTS = ("intercept_s", "multi_token_step_s", *("per_" + f.removesuffix("s") + "_s" for f in FEATURES))
 DECODE_BANDS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 32), (33, 1 << 30))  # decode-only steps by batch size
 BACK_TO_BACK_S = 0.005  # a gap longer than this between steps is the engine waiting for work, not overhead
@@ -42,6 +46,7 @@ class StepShape:
     prefill_seqs: int  # sequences with a prefill chunk this step
     decode_seqs: int  # sequences generating one token this step
     context_tokens: int  # sum over the step's sequences of the tokens each attends over (KV read)
+    prefill_pairs: int = 0  # (query, key) pairs of the prefill chunks' attention: n * start + n * (n + 1) / 2 each
 
 
 class StepModel(Protocol):
@@ -68,6 +73,7 @@ class FittedStepModel:
             + c["per_prefill_seq_s"] * shape.prefill_seqs
             + c["per_decode_seq_s"] * shape.decode_seqs
             + c["per_context_token_s"] * shape.context_tokens
+            + c.get("per_prefill_pair_s", 0.0) * shape.prefill_pairs
             + self.step_gap_s
         )
 
@@ -75,18 +81,28 @@ class FittedStepModel:
         return {
             "kind": "fitted",
             "form": "intercept + multi_token_step [2+ tokens] + prefill_tokens + prefill_seqs + decode_seqs + "
-            "context_tokens (least squares, coefficients >= 0) + step_gap",
+            "context_tokens + prefill_pairs (least squares, coefficients >= 0) + step_gap",
             **asdict(self),
         }
 
 
 def shape_of(step: dict, kv_block_size: int) -> StepShape:
     """A measured step's batch. context_tokens: the engine's kv_positions_read where the trace has it,
-    else the KV blocks held (a bound: blocks are whole and include shared prefixes once)."""
+    else the KV blocks held (a bound: blocks are whole and include shared prefixes once). prefill_pairs from
+    the chunks' prefill_starts where traced, else as if each chunk started its prompt (a lower bound)."""
     context = step.get("kv_positions_read")
     if context is None:
         context = step["kv_blocks_used"] * kv_block_size
-    return StepShape(step["prefill_tokens"], len(step["prefill_chunks"]), step["decode_seqs"], int(context))
+    chunks = step["prefill_chunks"]
+    starts = step.get("prefill_starts") or [0] * len(chunks)
+    return StepShape(
+        step["prefill_tokens"], len(chunks), step["decode_seqs"], int(context), prefill_pairs(chunks, starts)
+    )
+
+
+def prefill_pairs(chunk_tokens: list[int], starts: list[int]) -> int:
+    """Attention's (query, key) pairs over prefill chunks: each query attends to the positions before it."""
+    return sum(n * start + n * (n + 1) // 2 for n, start in zip(chunk_tokens, starts))
 
 
 def fit_step_model(run_dirs: list[str | Path], kv_block_size: int = 16) -> FittedStepModel:
