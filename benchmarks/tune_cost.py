@@ -93,6 +93,13 @@ average 5.6 at the start from the jobs before it, 1.0-1.7 while it ran), 14.2 mi
 over-saturated with 2-3 misses, no more than a 30-request run may have, so each could still have passed whole
 (the dense sweep's 7.74 passed twice with 28 of 30). This launch carried 7.8 req/s at max-num-seqs 2 where the
 13:22 one carried 2.2.
+
+Since then the over-saturation stop projects the TTFT line at its slope's lower bound (benchmarks/early_stop_knee.py)
+and the native grid reaches 33.3 req/s. --engine native --same-engine, alone under /tmp/excl, load 0.2-1.5:
+21:12-21:26 with --max-num-seqs [2, 8]: 24% (581 of 2418), 4 of 4 agree, but max-num-seqs 8 passed the grid's
+top on both sides, so the space is now --max-num-seqs [2, 4]; 21:28-21:43 with it: 37% (953 of 2542), 3 of 4
+agree: NOT MET (max-num-seqs 4 chunked on: dense 14.98 [13.37, 16.05], its 16.05 runs 28, 25, 22 of 30; tuned
+16.6, passed twice: 10.8% above). docs/tune.md has the tables.
 """
 
 from __future__ import annotations
