@@ -38,6 +38,9 @@ average 0.5-1.1 (3.5 as the hold began: the lock-holders before it): TTFT p50 14
 TTFT p90 15.5%, tok/s 0.9% (met). The runs' steps ran 0.92-1.06 of the calibration's model on the same
 batches; saturated's TTFT (28.6% high) multiplies that, and mix's TPOT p50 (17.4%) sits where its per-request
 TPOTs jump from ~25 ms (no prefill beside) to 50+ ms (docs/planner.md).
+With prefill attention's quadratic part in the fit (prefill_pairs), 2026-12-02 21:43-22:02 UTC, one lock
+hold, nothing else running, load average 0.5-1.0 (1.2 as it began): TTFT p50 7.2%, TTFT p90 7.4%, TPOT p50
+3.0%, tok/s 0.6%: all four met; no_chunked's TTFT p50 17.4% low is the largest single error.
 
   PYTHONPATH=. python benchmarks/planner_accuracy.py --out DIR [--repeats 2] [--cases low_rate,mix]
   PYTHONPATH=. python benchmarks/planner_accuracy.py --out DIR --measure-only   # under the lock; report later
