@@ -100,6 +100,13 @@ and the native grid reaches 33.3 req/s. --engine native --same-engine, alone und
 top on both sides, so the space is now --max-num-seqs [2, 4]; 21:28-21:43 with it: 37% (953 of 2542), 3 of 4
 agree: NOT MET (max-num-seqs 4 chunked on: dense 14.98 [13.37, 16.05], its 16.05 runs 28, 25, 22 of 30; tuned
 16.6, passed twice: 10.8% above). docs/tune.md has the tables.
+
+Since then the native engine runs with one BLAS thread (its served rate at saturation spread 7.3-9.1 req/s with
+two, 5.35-5.55 with one), 60 requests a point on a grid to 13.4 req/s, and the search steps down from a failing
+load to what the engine served there. 2026-12-06 (AMD EPYC, alone, load 0.5-1.1): with one thread and 30
+requests, 03:15-03:56: 45% (1125 of 2511), 3 of 4 agree; with all three, 03:46-04:23: 41% (1616 of 3965), 3 of 4
+agree (max-num-seqs 4 chunked on: dense 5.54 [5.38, 6.45], its 5.375 met 31, 60, 60 of 60; tuned 4.98, its 5.37
+stopped as over-saturated twice: 10.1% below). NOT MET. docs/tune.md has the tables.
 """
 
 from __future__ import annotations
@@ -153,11 +160,17 @@ DEFAULTS = {
         space={"--max-num-seqs": [2, 4], "--no-chunked-prefill": [False, True]},  # 8 carried > 33 req/s
         input_tokens=16,
         output_tokens=8,
-        num_requests=30,
+        # 60 a point: at 30 a run at the knee passed or failed by chance over +-10% of load (one thread: 4.8
+        # req/s passed 2 of 5 runs, 5.4 1 of 5); at 60, 4.8 passed 4 of 5 and 5.4 none (2026-12-06)
+        num_requests=60,
         ttft_ms=1000,
-        grid=(1.5, 1.2, 18),  # to 33.3 req/s: 19.3 (15 points) was below max-num-seqs 8's capacity
+        grid=(1.5, 1.2, 13),  # to 13.4 req/s: with one BLAS thread max-num-seqs 4 serves ~5.4 at saturation
         arrival="constant",
-        launch_args=("--no-prefix-caching",),
+        # one BLAS thread: the engine keeps one core and the client the other. With OpenBLAS's default two
+        # threads on this 2-core VM the engine's matmuls share a core with the client, and the served rate of
+        # one launch at saturation spread 7.3-9.1 req/s over eight 30-request runs (max-num-seqs 4); with one
+        # thread 5.35-5.55 (2026-12-06). The knee's verdict moved with that spread.
+        launch_args=("--no-prefix-caching", "--blas-threads", "1"),
     ),
     # the ground-truth server: streams at once x the gap between tokens; capacity ~ streams / (20 + 9 x gap ms)
     "groundtruth": EngineDefaults(

@@ -69,6 +69,7 @@ class TrialRow:
     goodput_fraction: float | None = None
     requests: int = 0  # measured requests recorded
     requests_per_s: float = 0.0
+    completion_per_s: float | None = None  # completed per second, first completion to last (completion_rate)
     output_tokens_per_s: float = 0.0
     output_tokens_per_s_per_accelerator: float = 0.0
     tokens_per_s_per_user: float | None = None  # 1 / TPOT: the interactivity of the Pareto chart
@@ -90,6 +91,7 @@ class TrialRow:
             self.goodput_fraction or 0.0,
             self.requests_per_s,
             exact=self.stopped_early is None,
+            completion_per_s=self.completion_per_s,
         )
 
 
@@ -366,8 +368,9 @@ class Tuner:
         tpot = (s.get("tpot_ms") or {}).get("mean")
         row.tokens_per_s_per_user = 1000 / tpot if tpot else None
         row.client_bound = result.client_bound
+        row.completion_per_s = completion_rate(result.out_dir)
         if row.kind == "probe":
-            row.requests_per_s = completion_rate(result.out_dir) or row.requests_per_s
+            row.requests_per_s = row.completion_per_s or row.requests_per_s
         self._judge(row, s)
 
     def _judge(self, row: TrialRow, s: dict) -> None:

@@ -7,7 +7,10 @@
    within SLOs, so the first point is there (clamped into the bounds).
 2. bracketing: a passing point multiplies the load by 1.5, a failing one divides it, until one of each is seen
    (or a bound is reached: the capacity is then "at least max" or "none"); from a load whose runs split, by
-   1 + precision instead (it sits at the knee).
+   1 + precision instead (it sits at the knee). Down from a failing load that the engine fell behind (it
+   completed more than half a precision step less than it was offered), the next load is what it served
+   there (its completion rate), between a 1.5 step and a precision step down: an engine offered more than it
+   can take completes at its own rate, so the knee is near it.
 3. narrowing: the next load is where the line through the bracket's two attainments crosses the target
    (regula falsi on measured attainment), kept inside the middle half of the bracket so each step
    shrinks it; the middle when an end stopped early (its attainment is only a bound); until
@@ -50,6 +53,8 @@ class Measured:
     goodput_fraction: float  # the share that met the SLOs; for an early-stopped point, the bound it proved
     requests_per_s: float  # achieved throughput
     exact: bool = True  # False: stopped early, so goodput_fraction is only the bound its verdict proved
+    completion_per_s: float | None = None  # completed per second, first completion to last: a saturated
+    # engine's served rate (harness.tune.completion_rate); None where the run had too few completions
 
 
 @dataclass
@@ -77,6 +82,13 @@ class Point:
     @property
     def exact(self) -> bool:
         return all(r.exact for r in self.runs)
+
+    @property
+    def served_per_s(self) -> float | None:
+        """What the engine served at this load: its failing runs' median completion rate (a failing run of a
+        saturated engine completes at the engine's rate, whatever was offered); None without one."""
+        rates = [r.completion_per_s for r in self.runs if not r.passed and r.completion_per_s]
+        return statistics.median(rates) if rates else None
 
     def settled(self, max_runs: int) -> bool:
         return settled([r.passed for r in self.runs], max_runs)
@@ -202,8 +214,18 @@ def _step(
 ) -> float | None:
     """Bracketing's next load from `start`, up (1) or down (-1): x STEP_FACTOR, but only 1 + precision from a
     load whose runs split (its attainment sits on the target: the capacity is within a precision step of it,
-    so a STEP_FACTOR step would only have to be narrowed back)."""
+    so a STEP_FACTOR step would only have to be narrowed back). Down from a load the engine fell behind at,
+    its served rate, between a STEP_FACTOR step and a precision step down. Measured on the native engine: a
+    failing run offered 3.58 req/s completed ~3.1, and the three loads a 1.5 step down passed (2.39, 2.69,
+    2.84) were each a 28-request run below a knee at 3.1-3.2; one offered 5.19 completed 4.77, and a 1.5 step
+    to 3.46 took three passing 55-request runs to climb back to 5.19. A run that kept up (completed what it
+    was offered) and failed on latency alone says nothing of the knee: STEP_FACTOR then."""
     split = len({r.passed for r in start.runs}) > 1
+    served, offered = start.served_per_s, start.offered_load
+    if direction < 0 and not split and served is not None and served < offered * (1 - precision / 2):
+        load = _fresh(points, kind, min(max(served, offered / STEP_FACTOR), offered / (1 + precision)), bounds)
+        if load is not None:
+            return load
     for factor in (1 + precision, STEP_FACTOR) if split else (STEP_FACTOR,):
         load = _fresh(points, kind, start.offered_load * factor**direction, bounds)
         if load is not None:

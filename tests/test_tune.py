@@ -111,6 +111,38 @@ def test_the_search_never_measures_past_its_bounds():
     assert max(measured) == 19.259 and min(measured) >= 1.5
 
 
+def test_down_from_a_saturated_failing_load_the_search_steps_to_what_the_engine_served():
+    """An engine that serves 10 requests/s: a run passes up to 10.5 offered (a short run rides out a small
+    overload), and a failing run completes at 10/s whatever was offered. From a first load of 13 the next is 10,
+    where the engine is, not 13 / 1.5 = 8.67, a pass far below the knee that narrowing would have to climb
+    back from; from 11, where it completed 10.3, a precision step down. An engine that kept up with what it
+    was offered and failed on latency alone says nothing of its knee: from it the search steps by 1.5."""
+
+    def engine(knee: float, served: float | None):
+        order: list[float] = []
+
+        def measure(load, probe):
+            order.append(load)
+            passed = load <= knee
+            return Measured(load, passed, 1.0 if passed else 0.6, min(load, 10.0), completion_per_s=served or load)
+
+        return order, measure
+
+    order, measure = engine(10.5, 10.0)
+    result = search_capacity(measure, "rate", 1, 40, 0.9, 0.1, 6, start=13)
+    assert order[:2] == [13, 10] and 8.67 not in order
+    assert result.status == "bracketed" and result.lo <= 10.5 < result.hi and result.hi / result.lo - 1 <= 0.1
+    assert len(order) <= 3  # 13, 10, then one load between them closes the bracket to 10%
+
+    order, measure = engine(10.5, 10.3)  # fell behind by 6%: a precision step down (10), not 1.5 (7.33)
+    result = search_capacity(measure, "rate", 1, 40, 0.9, 0.1, 6, start=11)
+    assert order[:2] == [11, 10] and result.lo <= 10.5 < result.hi == 11 and len(order) <= 3
+
+    order, measure = engine(5.0, None)  # each run completes what it was offered: no saturation seen
+    search_capacity(measure, "rate", 1, 40, 0.9, 0.1, 6, start=13)
+    assert order[:3] == [13, 8.67, 5.78]
+
+
 def test_slope_bound_sees_growth_and_not_noise():
     xs = [i * 0.1 for i in range(30)]
     slope, low, _ = fit_line(xs, [2 * x + (0.05 if i % 2 else -0.05) for i, x in enumerate(xs)], 0.99)
