@@ -106,7 +106,11 @@ two, 5.35-5.55 with one), 60 requests a point on a grid to 13.4 req/s, and the s
 load to what the engine served there. 2026-12-06 (AMD EPYC, alone, load 0.5-1.1): with one thread and 30
 requests, 03:15-03:56: 45% (1125 of 2511), 3 of 4 agree; with all three, 03:46-04:23: 41% (1616 of 3965), 3 of 4
 agree (max-num-seqs 4 chunked on: dense 5.54 [5.38, 6.45], its 5.375 met 31, 60, 60 of 60; tuned 4.98, its 5.37
-stopped as over-saturated twice: 10.1% below). NOT MET. docs/tune.md has the tables.
+stopped as over-saturated twice: 10.1% below). NOT MET. The served-rate step then went down to a precision step
+(where the engine fell behind by more than 5%), 04:24-05:00: 35% (1352 of 3843), 4 of 4 agree (dense vs tuned:
+2.68 vs 2.71, 3.19 vs 3.13, 5.56 vs 5.29, 5.56 vs 5.46 req/s). The dense sweeps of the last two runs, the same
+code, found 4.63 and 5.56 for max-num-seqs 4 chunked off: a dense sweep agrees with itself 3 of 4 by this rule.
+docs/tune.md has the tables.
 """
 
 from __future__ import annotations
