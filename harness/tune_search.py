@@ -219,15 +219,17 @@ def _step(
     failing run offered 3.58 req/s completed ~3.1, and the three loads a 1.5 step down passed (2.39, 2.69,
     2.84) were each a 28-request run below a knee at 3.1-3.2; one offered 5.19 completed 4.77, and a 1.5 step
     to 3.46 took three passing 55-request runs to climb back to 5.19. A run that kept up (completed what it
-    was offered) and failed on latency alone says nothing of the knee: STEP_FACTOR then."""
+    was offered) and failed on latency alone says nothing of the knee: STEP_FACTOR then. Rate searches only:
+    a concurrency is requests in flight, not requests per second, and a served rate says nothing of it."""
     split = len({r.passed for r in start.runs}) > 1
     served, offered = start.served_per_s, start.offered_load
-    if direction < 0 and not split and served is not None and served < offered * (1 - precision / 2):
+    behind = kind == "rate" and served is not None and served < offered * (1 - precision / 2)
+    if direction < 0 and not split and behind:
         load = _fresh(points, kind, min(max(served, offered / STEP_FACTOR), offered / (1 + precision)), bounds)
         if load is not None:
             return load
     for factor in (1 + precision, STEP_FACTOR) if split else (STEP_FACTOR,):
-        load = _fresh(points, kind, start.offered_load * factor**direction, bounds)
+        load = _fresh(points, kind, offered * factor**direction, bounds)
         if load is not None:
             return load
     return None

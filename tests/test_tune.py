@@ -142,6 +142,10 @@ def test_down_from_a_saturated_failing_load_the_search_steps_to_what_the_engine_
     search_capacity(measure, "rate", 1, 40, 0.9, 0.1, 6, start=13)
     assert order[:3] == [13, 8.67, 5.78]
 
+    order, measure = engine(5.0, 12.0)  # a concurrency search: 12 requests/s served is no concurrency of 12
+    search_capacity(measure, "concurrency", 1, 40, 0.9, 0.1, 6, start=13)
+    assert order[:2] == [13, 9]  # 13 / 1.5, rounded to a whole number
+
 
 def test_slope_bound_sees_growth_and_not_noise():
     xs = [i * 0.1 for i in range(30)]
