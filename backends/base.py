@@ -18,7 +18,7 @@ from backends.http import http_get, http_post  # noqa: F401  (re-exported: backe
 from backends.openai import CHAT, COMPLETIONS, ParsedStream, StreamError, build_request_body, parse_sse
 
 NATIVE = "native"  # backend.api for an engine's own (non-OpenAI) generate endpoint
-# workload.sampling's fields (harness/sampling.py), each under the name the OpenAI-compatible servers read
+# workload.sampling's fields (harness/scenario/sampling.py), each under the name the OpenAI-compatible servers read
 # (vLLM, SGLang and trtllm-serve take top_k, min_p and repetition_penalty at the top level beside OpenAI's own)
 SAMPLING_FIELDS = (
     "temperature",
@@ -107,7 +107,7 @@ class Backend:
         return {}
 
     def sizing_args(self, sizing) -> list[tuple[tuple[str, ...], str]]:
-        """Arguments for the default command so the engine fits the benchmark (harness.launcher.EngineSizing):
+        """Arguments for the default command so the engine fits the benchmark (harness.engine.launcher.EngineSizing):
         (the flag's spellings, value) pairs; a flag the user gives in launch.args wins."""
         return []
 
@@ -121,7 +121,7 @@ class Backend:
 
     def engine_build_s(self, log_text: str) -> float | None:
         """Seconds the engine spent building an engine at start-up, as its log reports them; None when it builds
-        none (run.json's startup block, harness/startup.py)."""
+        none (run.json's startup block, harness/engine/startup.py)."""
         return None
 
     # --- probes ---------------------------------------------------------------------------

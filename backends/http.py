@@ -1,6 +1,6 @@
 """The one small blocking HTTP client of the project (probes, /tokenize, profiler hooks, /metrics pages).
 
-The load itself goes through aiohttp in harness/runner.py; everything else is a handful of
+The load itself goes through aiohttp in harness/client/runner.py; everything else is a handful of
 requests made before or after it, and they all go through `request` here.
 """
 

@@ -2,7 +2,7 @@
 
 llama-server: `ignore_eos` forces the length (it has no min_tokens); the final chunk always
 carries `usage` and `timings` (cache_n, prompt_n, prompt_ms, predicted_n, predicted_ms: the
-request's prefill and decode, kept as server_timings and read by harness/phases.py), the chat
+request's prefill and decode, kept as server_timings and read by harness/metrics/phases.py), the chat
 stream opens with a role-only delta and finishes on an empty trailing chunk. /health, /props
 (build_info), and /metrics with `llamacpp:` names only when started with --metrics
 (tools/server/server-context.cpp): no KV-usage gauge any more (kv_cache_usage_ratio is gone);

@@ -8,7 +8,7 @@ prompt_tokens, completion_tokens (cumulative) and, on the last event, finish_rea
 new piece when the server runs with --incremental-streaming-output: the parser tells the two
 apart (python/sglang/srt/managers/tokenizer_manager.py). /metrics (with --enable-metrics) has the
 `sglang:` names of python/sglang/srt/observability/metrics_collector.py (mapped in
-harness/server_metrics.py); /start_profile and /stop_profile
+harness/engine/server_metrics.py); /start_profile and /stop_profile
 exist; /server_info carries the version (/get_server_info is its deprecated alias, asked when
 /server_info is missing on an older server).
 """

@@ -3,9 +3,9 @@
 Exact output length: `ignore_eos` with `min_tokens` (its sampling parameters). Streams: a
 role-only first chat delta, the finish_reason on the last token chunk, usage only when
 `stream_options.include_usage` asks (a trailing chunk with empty choices). /metrics has the
-`vllm:` names of vllm/v1/metrics/loggers.py and perf.py (mapped in harness/server_metrics.py), including
+`vllm:` names of vllm/v1/metrics/loggers.py and perf.py (mapped in harness/engine/server_metrics.py), including
 the per-request phase histograms request_{queue,prefill,decode}_time_seconds that
-harness/phases.py reads. /start_profile and /stop_profile exist only when the server was started
+harness/metrics/phases.py reads. /start_profile and /stop_profile exist only when the server was started
 with `--profiler-config` (vllm/config/profiler.py; the VLLM_TORCH_PROFILER_DIR variable is gone):
 with backend.profile, a launched vLLM gets one that writes its torch traces into
 <results>/vllm_profile/.

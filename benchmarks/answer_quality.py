@@ -3,7 +3,7 @@
     python benchmarks/answer_quality.py [--output results/quality] [--only spec_decode,runtimes,chunked_prefill]
 
 Runs each scenario (`bench run`: its candidates one after another, the real SmolLM2 on the native engine), then
-compares every candidate's answers with the first candidate's (harness/output_agreement.py) and prints one
+compares every candidate's answers with the first candidate's (harness/metrics/output_agreement.py) and prints one
 Markdown table: output tokens/s and TPOT p50 as ratios to the reference run (the candidates run in turn on
 the same machine, so the ratio carries the machine's drift between them: the load average is printed), the
 exact-match share, token agreement, where the answers first part, and the known-answer accuracy.
@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.output_agreement import compare_runs  # noqa: E402
+from harness.metrics.output_agreement import compare_runs  # noqa: E402
 
 SCENARIOS = ("spec_decode", "runtimes", "chunked_prefill")
 COLUMNS = (

@@ -1,4 +1,4 @@
-"""The client's capacity on this machine (harness/client_capacity.py): real `bench run`s (harness.run.run_scenario)
+"""The client's capacity on this machine (harness/client/capacity.py): real `bench run`s (harness.runs.run.run_scenario)
 against the ground-truth server, kernel-stamped client and aiohttp interleaved, each run's tokens per CPU-second
 and the pooled figure `workers: auto` would size from.
 
@@ -19,9 +19,9 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent.parent / "tests")]
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 
-from harness.client_capacity import CAPACITY_FILE_ENV, MIN_BUSY_CORES, WORKER_CPU_SHARE, load_capacity
-from harness.run import run_scenario
-from harness.scenario import load_scenario
+from harness.client.capacity import CAPACITY_FILE_ENV, MIN_BUSY_CORES, WORKER_CPU_SHARE, load_capacity
+from harness.runs.run import run_scenario
+from harness.scenario.scenario import load_scenario
 
 
 def main() -> None:

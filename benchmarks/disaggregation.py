@@ -3,7 +3,7 @@
 The same Mooncake-format trace for every deployment: --streams short prompts (64 tokens) with long
 answers (--stream-tokens) start at t=0 and keep a steady decode load; long prompts (--long-prompts
 tokens, 8-token answers) arrive one every --gap-s seconds from 1.5 s on. Each deployment is launched
-by the harness (`harness.run.run_scenario` on a scenario, so the figures are the harness's records:
+by the harness (`harness.runs.run.run_scenario` on a scenario, so the figures are the harness's records:
 client-side token arrival times) with SmolLM2-135M on numpy:
   colocated-chunked  one engine on both cores, --colocated-threads BLAS threads (default 1), chunked
                      prefill (256-token steps)
@@ -37,9 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.results import read_records
-from harness.run import run_scenario
-from harness.scenario import load_scenario
+from harness.results.folder import read_records
+from harness.runs.run import run_scenario
+from harness.scenario.scenario import load_scenario
 
 COMMON = ["--kv-cache-tokens", "8192"]
 DEPLOYMENTS = {

@@ -1,9 +1,9 @@
-"""How often the over-saturation stop (harness/early_stop.py) fails a knee run that would pass run whole.
+"""How often the over-saturation stop (harness/runs/early_stop.py) fails a knee run that would pass run whole.
 
 Synthetic 30-request runs at 7.5 req/s, constant arrivals, TTFT SLO 1 s, attainment 0.9 (3 may miss), as
 benchmarks/tune_cost.py runs the native engine: TTFT = 0.3 s + (a - 0.3 s) x g(send time) + N(0, sd), where g
 either settles (1 - exp(-t / tau): the queue fills, then holds; tau 1-3 s) or grows without end (t / 3 s),
-a in 0.85-1.6 s, sd 0.05-0.15 s, 30 seeds each. Each run is watched as harness/tune.py watches a trial;
+a in 0.85-1.6 s, sd 0.05-0.15 s, 30 seeds each. Each run is watched as harness/tune/tune.py watches a trial;
 counted: runs that pass whole (at most 3 of 30 miss) but were stopped as over-saturated, and failing runs the
 stop ended before their verdict was certain. Two rules for the TTFT line the stop projects to the SLO: the
 least-squares slope (the rule before), and the slope's one-sided 99% lower bound (the rule now).
@@ -26,8 +26,8 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.early_stop import PointWatch, fit_line  # noqa: E402
-from harness.results import RequestRecord  # noqa: E402
+from harness.results.folder import RequestRecord  # noqa: E402
+from harness.runs.early_stop import PointWatch, fit_line  # noqa: E402
 
 RATE, N, SLO_S, ALLOWED = 7.5, 30, 1.0, 3
 

@@ -31,7 +31,7 @@ import time
 import aiohttp
 import numpy as np
 
-from harness.launcher import free_port
+from harness.engine.launcher import free_port
 
 WORDS = (
     "paged attention keeps the kv cache in blocks so requests share memory and the scheduler "

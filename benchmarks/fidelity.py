@@ -5,7 +5,7 @@ really wrote each chunk; the error is measured minus that truth, per request (TT
 gap (ITL). Open arrivals (default) are spaced so that `concurrency` streams are in flight;
 `--arrival closed` runs N workers back to back (streams then start and end in bursts).
 
-Token stamps (`--stamps`): `kernel` runs the stamped client (harness/stamped_http.py), whose records
+Token stamps (`--stamps`): `kernel` runs the stamped client (harness/client/stamped_http.py), whose records
 hold the kernel's receive time and the loop's time of every chunk, so both are judged in the same run
 (rows `kernel` and `kernel:loop`); `loop` runs the aiohttp path. Several are interleaved per level.
 `--pin` puts the server on core 0 at real-time priority (chrt -f) and the client on core 1.
@@ -34,9 +34,9 @@ import numpy as np
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent.parent / "tests")]
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, errors_against_truth, fetch_stats, gt_request
 
-from harness.metrics import client_bound_reasons, summarize
-from harness.runner import Target
-from harness.workers import run_plan
+from harness.client.runner import Target
+from harness.client.workers import run_plan
+from harness.metrics.latencies import client_bound_reasons, summarize
 
 
 def _cpu_s() -> float:
@@ -65,7 +65,7 @@ def steady_concurrency(records, stream_s: float) -> float:
 
 
 def run_local(reqs, target: Target, cap: int | None, workers: int):
-    """The load from this machine's client processes (harness.workers)."""
+    """The load from this machine's client processes (harness.client.workers)."""
 
     async def go():
         return await run_plan(reqs, target, cap, workers, lambda rec: None, asyncio.Event())
@@ -76,10 +76,10 @@ def run_local(reqs, target: Target, cap: int | None, workers: int):
 
 
 def run_ray(reqs, target: Target, cap: int | None, workers: int):
-    """The load from one client actor per node of a running Ray cluster (harness.ray_shards), the same path as
+    """The load from one client actor per node of a running Ray cluster (harness.client.ray.shards), the same path as
     `bench run --ray`: its address from RAY_ADDRESS (default auto: the cluster started on this machine with
     `ray start --head`, plus `ray start --address ...` for a second node). `workers` does not apply."""
-    from harness.ray_shards import start_crew
+    from harness.client.ray.shards import start_crew
 
     crew = start_crew(os.environ.get("RAY_ADDRESS", "auto"), reqs, cap)
     try:
@@ -113,7 +113,7 @@ def measure(
     fetch_stats(url)  # clear the server's records
     cpu0, wall0, wait0 = _cpu_s(), time.perf_counter(), _runqueue_wait_s()
 
-    out = LOAD_MODES[mode](reqs, Target(url, stamps=stamps), concurrency if arrival == "closed" else None, workers)
+    out = LOAD_MODES[mode](reqs, Target(url=url, stamps=stamps), concurrency if arrival == "closed" else None, workers)
     wall_s, cpu_s, wait_s = time.perf_counter() - wall0, _cpu_s() - cpu0, _runqueue_wait_s() - wait0
     stats = fetch_stats(url)
     sources = {r.stamp_source for r in out.records if r.ok}

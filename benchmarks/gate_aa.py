@@ -161,8 +161,8 @@ def main() -> None:
 
     from itertools import count
 
-    from harness.launcher import launch
-    from harness.scenario import load_scenario
+    from harness.engine.launcher import launch
+    from harness.scenario.scenario import load_scenario
 
     args.out.mkdir(parents=True, exist_ok=True)
     scenario = load_scenario(SCENARIO)

@@ -24,9 +24,10 @@ from pathlib import Path
 import pynvml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness.telemetry import TelemetryConfig, TelemetryRecorder
-from harness.telemetry.gpu import GPM_FIELDS, GpuSampler
-from harness.telemetry.timeline import Unavailable
+from harness.engine.telemetry import TelemetryRecorder
+from harness.engine.telemetry.gpu import GPM_FIELDS, GpuSampler
+from harness.engine.telemetry.timeline import Unavailable
+from harness.scenario.telemetry_settings import TelemetryConfig
 
 PHASES = [("idle", 5.0), ("copy", 10.0), ("matmul", 10.0), ("idle_after", 5.0)]
 # pynvml function -> its key in the fixture (both reason functions answer the same bitmask)

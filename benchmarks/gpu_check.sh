@@ -16,8 +16,8 @@ PYTHON="${PYTHON:-python}"
 fail() { echo "gpu_check: FAILED: $*" >&2; exit 1; }
 
 "$PYTHON" -c "import pynvml" 2>/dev/null || fail "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
-"$PYTHON" -c "import harness.telemetry" 2>/dev/null \
-  || fail "cannot import harness.telemetry (run from the repository, after: pip install -e . --no-deps)"
+"$PYTHON" -c "import harness.engine.telemetry" 2>/dev/null \
+  || fail "cannot import harness.engine.telemetry (run from the repository, after: pip install -e . --no-deps)"
 reason=$("$PYTHON" - <<'PY' 2>&1
 import pynvml
 try:

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from harness.plan.search import TP_SIZES, Search, table_lines
-from harness.scenario import load_scenario
+from harness.scenario.scenario import load_scenario
 
 SCENARIO = """
 name: plan-search-bench

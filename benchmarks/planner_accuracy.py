@@ -191,7 +191,7 @@ def predict(spec: dict, calibration_dir: Path, out_dir: Path) -> dict:
     """The case simulated on the calibration's fit; the replicas share this host's cores (harness/plan/host.py),
     with what an engine and the rest of the host take read from the calibration's telemetry."""
     from harness.plan.simulator import simulate_scenario
-    from harness.scenario import load_scenario
+    from harness.scenario.scenario import load_scenario
 
     path = out_dir.with_suffix(".yaml")
     plan = {"step_model": {"fitted": [str(calibration_dir)]}, "host_cores": float(os.cpu_count() or 1)}
@@ -268,7 +268,7 @@ def step_drift(run_dir: Path, calibration_dir: Path) -> float | None:
     measured times over the sum of the modelled ones (a step's trace duration is without the loop's gap, so the
     model's is too). Above 1: the steps ran slower than the model says, either the machine slower than when
     calibrated or the model's form wrong for these batches (the fit's own bands tell the second)."""
-    from harness.engine_trace import read_engine_trace
+    from harness.engine.step_trace import read_engine_trace
     from harness.plan.step_model import fit_step_model, shape_of
 
     if not (run_dir / "engine_trace.json").is_file():
@@ -286,13 +286,13 @@ def schedule_check(run_dir: Path) -> str:
     difference is the simulation's (arrival order, what a step does to the state), not the step model's."""
     from dataclasses import replace
 
-    from harness.engine_trace import read_engine_trace
+    from harness.engine.step_trace import read_engine_trace
     from harness.plan.deployment import deployment_from_args
     from harness.plan.simulator import Simulation, _tokenizer, prompt_token_ids, run_simulation
     from harness.plan.step_model import BACK_TO_BACK_S, request_overhead_s
-    from harness.results import read_records
-    from harness.scenario import load_scenario
-    from harness.workload import build_plan
+    from harness.results.folder import read_records
+    from harness.scenario.scenario import load_scenario
+    from harness.scenario.workload import build_schedule
 
     steps = read_engine_trace(run_dir / "engine_trace.json")
     durations_s = [a["dur_s"] for a in steps]
@@ -313,7 +313,7 @@ def schedule_check(run_dir: Path) -> str:
     tokenizer = _tokenizer(scenario)
     measured_records = read_records(run_dir)
     sent_s = {r.index: r.actual_send_s for r in measured_records}
-    requests = [replace(r, intended_offset_s=sent_s[r.index]) for r in build_plan(scenario, tokenizer).requests]
+    requests = [replace(r, intended_offset_s=sent_s[r.index]) for r in build_schedule(scenario, tokenizer).requests]
     sim = Simulation(deployment, Replay(), request_overhead_s(run_dir), fast_forward=False)
     replayed = []
     run_simulation(sim, requests, prompt_token_ids(requests, tokenizer), None, replayed.append)

@@ -2,11 +2,12 @@
 generator) over many replicas behind the cache_aware router, on one core.
 
 Three parts, timed apart (CPU seconds of this process):
-  plan        bench run's own plan building (harness/workload.build_plan: each trace row's prompt text, encoded
+  plan        bench run's own plan building (harness/workload.build_schedule: each trace row's prompt text, encoded
               once by the tokenizer to count it), per request: the first N and 2N rows timed, the difference/N;
   prompts     this script's stand-in for it over every row: the same word blocks per hash_id
               (harness/workload.hash_block_ids) and random word fill, made as token ids directly (word tokens
-              re-encode to themselves, harness/prompts.py) with their text, before the simulation, as bench plan
+              re-encode to themselves, harness/scenario/prompts.py) with their text, before the simulation, as bench
+              plan
               encodes every prompt before it simulates;
   simulation  every row through the simulator (harness/plan/simulator.run_simulation: the engine's Scheduler,
               BlockManager and router Policy on the virtual clock), then summarize and requests.jsonl: the
@@ -40,18 +41,18 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from harness.arrivals import trace_offsets_s
-from harness.chat_trace import SessionTraceConfig, write_session_trace
-from harness.metrics import summarize
+from harness.metrics.latencies import summarize
 from harness.plan.deployment import deployment_from_args
 from harness.plan.simulator import Simulation, run_simulation
 from harness.plan.step_model import FittedStepModel
-from harness.prompts import prompt_builder
-from harness.results import ResultWriter
-from harness.scenario import load_scenario
-from harness.tokenizer_source import LocalTokenizer
-from harness.traces import load_trace
-from harness.workload import RequestSpec, build_plan, hash_block_ids
+from harness.results.folder import ResultWriter
+from harness.scenario.arrivals import trace_offsets_s
+from harness.scenario.chat_trace import SessionTraceConfig, write_session_trace
+from harness.scenario.prompts import prompt_builder
+from harness.scenario.scenario import load_scenario
+from harness.scenario.tokenizer_source import LocalTokenizer
+from harness.scenario.traces import load_trace
+from harness.scenario.workload import RequestSpec, build_schedule, hash_block_ids
 
 TURNS = 4
 BLOCK_TOKENS = 32
@@ -130,12 +131,12 @@ def main() -> None:
         flush=True,
     )
     tokenizer = LocalTokenizer("smollm2")
-    # the trace file is read whole by every build_plan: time two sample sizes, the difference is per request
+    # the trace file is read whole by every build_schedule: time two sample sizes, the difference is per request
     times = []
     for n in (args.plan_sample, 2 * args.plan_sample):
         sample = scenario.model_copy(update={"load": scenario.load.model_copy(update={"num_requests": n})})
         start = time.process_time()
-        build_plan(sample, tokenizer)
+        build_schedule(sample, tokenizer)
         times.append(time.process_time() - start)
     plan_s = (times[1] - times[0]) / args.plan_sample
     print(

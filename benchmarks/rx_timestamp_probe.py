@@ -1,4 +1,4 @@
-"""What one TCP receive stamp covers: the experiment behind harness/stamped_http.py's read design.
+"""What one TCP receive stamp covers: the experiment behind harness/client/stamped_http.py's read design.
 
 A sender writes three segments 3 ms apart over loopback (TCP_NODELAY); the receiver (SO_TIMESTAMPNS) reads
 only after all three arrived, either in one recvmsg or one segment's length at a time. On Linux the one read
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness.stamped_http import ANCILLARY_BYTES, SO_TIMESTAMPNS
+from harness.client.stamped_http import ANCILLARY_BYTES, SO_TIMESTAMPNS
 
 SEGMENT_BYTES, GAP_S = 200, 0.003
 

@@ -21,12 +21,12 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent.parent / "tests")]
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, gt_request
 
-from harness.runner import Runner, Target, run_blocking
+from harness.client.runner import Runner, Target, run_blocking
 
 
 def one_wave_us_per_send(url: str, streams: int) -> float:
     reqs = [gt_request(i, None, 2) for i in range(streams)]
-    out = run_blocking(lambda: Runner(Target(url, stamps="kernel"), reqs, streams))
+    out = run_blocking(lambda: Runner(Target(url=url, stamps="kernel"), reqs, streams))
     written = sorted(r.request_written_s for r in out.records if r.request_written_s is not None)
     return (written[-1] - written[0]) / (len(written) - 1) * 1e6
 

@@ -32,9 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.scenario import Scenario
-from harness.tokenizer_source import LocalTokenizer
-from harness.workload import build_plan
+from harness.scenario.scenario import Scenario
+from harness.scenario.tokenizer_source import LocalTokenizer
+from harness.scenario.workload import build_schedule
 from native_engine.blas import set_blas_threads
 from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
 from native_engine.scheduler import SchedulerConfig
@@ -53,7 +53,7 @@ def chat_prompts(model: LoadedModel, kind: str, n: int, input_tokens: int) -> li
             "seed": 1,
         }
     )
-    plan = build_plan(scenario, LocalTokenizer("smollm2"))
+    plan = build_schedule(scenario, LocalTokenizer("smollm2"))
     tok = model.tokenizer
     return [
         tok.encode(tok.apply_chat_template([{"role": "user", "content": r.prompt}], add_generation_prompt=True))

@@ -1,9 +1,10 @@
 """`bench tune` against a dense sweep of the same configurations, on the native engine, side by side.
 
 For each configuration of a 2 x 2 grid (--max-num-seqs x chunked prefill on/off) in turn: a dense sweep
-(a geometric grid of rates, every point run whole; its capacity is harness.slo_capacity's, between its last passing
+(a geometric grid of rates, every point run whole; its capacity is harness.metrics.slo_capacity's, between its last
+passing
 and first failing point) and `bench tune` of that one configuration (probe, bracketing search, early stops).
-Both judge a load by its runs (harness/knee.py): each run on its own requests, the bracket's two ends run again
+Both judge a load by its runs (harness/metrics/knee.py): each run on its own requests, the bracket's two ends run again
 until their runs' majority is settled (a second run, a third when they disagree), the majority's verdict.
 Reports per configuration both capacities, the dense sweep's bracket, whether the tuned capacity is within 10%
 of the dense one or inside its bracket, and the requests each used; then the ratio of all requests.
@@ -53,7 +54,7 @@ defaults (16-token prompts, 8-token answers, constant arrivals, 20 requests + 1 
   Not yet met; a next try would widen the grid to ~20 req/s for max-num-seqs 8 (the client was flagged as
   the bottleneck from ~10 req/s in the probe) and use more requests a point near the knee.
 
-Since then both sides judge a load by the knee rule (harness/knee.py: an uncertain point is run again, up to
+Since then both sides judge a load by the knee rule (harness/metrics/knee.py: an uncertain point is run again, up to
 --repeats more times, and judged on its pooled requests), and the defaults are 30 requests a point and a grid
 to 19.259 req/s. Measured 2026-12-02 06:04-06:19 alone (load 1.0-2.1), 14.8 minutes: requests 561 of 1953
 (29%); 2 of 4 capacities agree; the misses come from the engine's run-to-run throughput (3.78-5.24 req/s at
@@ -128,18 +129,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.engine_session import engine_session
-from harness.knee import run_passes
-from harness.results import point_dir_name
-from harness.run import Reporter, raise_on_sigterm, run_scenario
-from harness.scenario import Scenario
-from harness.slo_capacity import LoadPoint, max_load_meeting_slo
-from harness.tune import Tuner
-from harness.tune_search import Measured, Point, add_run, bracket, unsettled_end
+from harness.engine.session import engine_session
+from harness.metrics.knee import run_passes
+from harness.metrics.slo_capacity import LoadPoint, max_load_meeting_slo
+from harness.results.folder import point_dir_name
+from harness.runs.run import Reporter, raise_on_sigterm, run_scenario
+from harness.scenario.scenario import Scenario
+from harness.tune.search import Measured, Point, add_run, bracket, unsettled_end
+from harness.tune.tune import Tuner
 
 GT_SERVER = ROOT / "tests" / "groundtruth_server.py"
 WITHIN = 0.10
-ATTAINMENT = 0.9  # the tune block's default, harness.slo_capacity's
+ATTAINMENT = 0.9  # the tune block's default, harness.metrics.slo_capacity's
 DENSE_PER_TRIAL = 2  # --same-engine: dense runs after each tune trial (~15 grid points + ends to ~10 trials)
 
 
@@ -236,7 +237,7 @@ def scenario(args, setting: dict | None, sweep: list[float] | None, url: str | N
 
 class DenseSweep:
     """Every grid point run whole against one engine, then its bracket's ends confirmed as `bench tune` confirms
-    its own (harness/knee.py: run again until their runs' majority is settled), so both judge a load alike.
+    its own (harness/metrics/knee.py: run again until their runs' majority is settled), so both judge a load alike.
     One run per `step`, so `--same-engine` can interleave it with the tune's trials."""
 
     def __init__(self, args, setting: dict, out: Path, session):
@@ -291,7 +292,8 @@ class DenseSweep:
         print(f"dense {rate:g} req/s run {repeat + 1}: {met}/{judged} met ({'pass' if passed else 'FAIL'})", flush=True)
 
     def result(self) -> dict:
-        """harness.slo_capacity's rule over each load's median run (its majority's side: harness/knee.py)."""
+        """harness.metrics.slo_capacity's rule over each load's median run (its majority's side:
+        harness/metrics/knee.py)."""
         by_load = {p.offered_load: p for p in self.points}
         loads = [
             LoadPoint(rate, p.goodput_fraction, p.requests_per_s, statistics.median(self.rows[rate]["tokens_per_s"]))
@@ -396,7 +398,7 @@ def main() -> None:
     start, step, n = d.grid
     args.grid = args.grid or [round(start * step**i, 3) for i in range(n)]
     raise_on_sigterm()  # a kill unwinds: the engines are stopped
-    from harness.tune_config import TuneConfig, config_name
+    from harness.scenario.tuning import TuneConfig, config_name
 
     space = {"space": d.space, "load": {"rate": {"min": 1, "max": 2}}}
     settings = TuneConfig.model_validate(space).configurations()

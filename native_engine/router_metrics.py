@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 class RouterMetrics:
     """Under `native_router:`, apart from the replicas' `native:` names; GET /replicas lists the replicas
-    so that a scraper can read each one's own page too (harness/server_metrics.py does)."""
+    so that a scraper can read each one's own page too (harness/engine/server_metrics.py does)."""
 
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry()

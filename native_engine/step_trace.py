@@ -6,7 +6,7 @@ forward pass's share, the batch (prefill tokens and their chunk sizes, decode se
 blocks in use, preemptions and prefix-cache hit tokens since the previous step, the bytes
 read and FLOPs done, the KV positions the step's attention read (`bench plan`'s fitted step
 model takes it as the batch's context) and where each prefill chunk starts in its sequence (a chunk's
-attention grows with the tokens before it). GET /step_trace returns them; harness/engine_trace.py
+attention grows with the tokens before it). GET /step_trace returns them; harness/engine/step_trace.py
 turns them into a Chrome/Perfetto trace. Records are plain tuples in a bounded deque: appending one costs about a
 microsecond against steps of milliseconds (benchmarks/step_trace_cost.py measures it).
 """

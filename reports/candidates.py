@@ -1,4 +1,4 @@
-"""Results folders of `bench run` with `candidates:` (harness/candidates.py): OUT/candidates.json
+"""Results folders of `bench run` with `candidates:` (harness/runs/candidates.py): OUT/candidates.json
 and a folder per candidate. Given such a folder, reports read each completed candidate as one
 results folder named after it; failed ones are listed with their reason, not silently dropped."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.results import ResultsError, read_candidates
+from harness.results.folder import ResultsError, read_candidates
 
 
 @dataclass

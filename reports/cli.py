@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from harness.results import ResultsError
+from harness.results.folder import ResultsError
 from reports.console import console
 from reports.console import fail as _fail
 from reports.console import warn as _warn

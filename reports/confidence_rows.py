@@ -1,11 +1,11 @@
 """The report's tables of each run's percentile intervals and validity verdict (summary.json percentile_ci and
-validity, with the measured window; harness/confidence.py, validity.py and steady_window.py compute them)."""
+validity, with the measured window; harness/metrics/confidence.py, validity.py and steady_window.py compute them)."""
 
 from __future__ import annotations
 
-from harness.confidence import INTERVAL_PERCENTILES, interval_text
-from harness.metrics import INTERVAL_METRICS
-from harness.steady_window import window_text
+from harness.metrics.confidence import INTERVAL_PERCENTILES, interval_text
+from harness.metrics.latencies import INTERVAL_METRICS
+from harness.metrics.steady_window import window_text
 
 INTERVAL_COLUMNS = ("run", "metric", "confidence", *INTERVAL_PERCENTILES)
 VALIDITY_COLUMNS = ("run", "validity", "reasons", "measured window")
@@ -27,7 +27,7 @@ def interval_rows(labelled) -> list[list[str]]:
 
 def validity_rows(labelled) -> list[list[str]]:
     """A row per run: its verdict, the reasons, and the window its figures were measured over
-    (harness/steady_window.py; "-" for a run from before the window existed)."""
+    (harness/metrics/steady_window.py; "-" for a run from before the window existed)."""
     rows = []
     for label, run in labelled:
         verdict, window = run.summary.get("validity"), run.summary.get("window")

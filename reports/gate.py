@@ -28,8 +28,8 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from harness.confidence import samples_needed
-from harness.metrics import active_slo, meets_slo, request_latency
+from harness.metrics.confidence import samples_needed
+from harness.metrics.latencies import active_slo, meets_slo, request_latency
 from reports.load import RunData
 from reports.markdown import md_table
 from reports.repeats import RunSet
@@ -216,7 +216,7 @@ def _spread(values: list[float]) -> float | None:
 
 def samples_for_tail(statistic: str, tail: int, confidence: float) -> int:
     """The samples a run needs to judge a percentile: `tail` beyond it, and enough to establish it (bound it
-    from both sides by order statistics, harness/confidence.py) at the gate's confidence."""
+    from both sides by order statistics, harness/metrics/confidence.py) at the gate's confidence."""
     if not statistic.startswith("p"):
         return 0
     q = float(statistic[1:]) / 100  # the gate writes p99.9

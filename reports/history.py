@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.results import ResultsError
-from harness.validity import skip_reason
+from harness.metrics.validity import skip_reason
+from harness.results.folder import ResultsError
 from reports.run_identity import HistoryError, check_complete, identify, revision
 from reports.run_values import run_values
 

@@ -1,4 +1,5 @@
-"""`bench history add|show` (registered in harness/cli.py), and the --history parts of `bench gate` and `bench report`.
+"""`bench history add|show` (registered in harness/cli/app.py), and the --history parts of `bench gate` and `bench
+report`.
 
 Exit codes as reports/cli.py: 0 fine, 1 the gate found a regression, 2 bad input.
 """
@@ -34,7 +35,7 @@ def add(
     ),
 ) -> None:
     """Record finished runs (identity and per-run statistics). Adding a run again changes nothing."""
-    from harness.results import ResultsError
+    from harness.results.folder import ResultsError
     from reports.gate import GateRulesError, load_rules
     from reports.history import add_runs
     from reports.repeats import run_dirs as expand
@@ -118,7 +119,7 @@ def gate_against_history(
 ) -> str:
     """`bench gate --history`: exits with the verdict when the history is long enough; else returns a note for
     the gate against BASELINE (or, without one, exits 0: nothing to compare against)."""
-    from harness.results import ResultsError
+    from harness.results.folder import ResultsError
     from reports.gate import GateRulesError, load_rules
     from reports.history_gate import gate_history, render_markdown
     from reports.run_identity import HistoryError

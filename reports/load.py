@@ -1,10 +1,10 @@
 """Reads results folders (one run, or a sweep of point sub-folders) into plain data for reports.
 
-The folder layout and its files are harness/results.py's (it writes and parses them); here they
+The folder layout and its files are harness/results/folder.py's (it writes and parses them); here they
 become tables: server_metrics.csv (`t_s,name,value,labels`) and telemetry.csv
 (`t_s,source,name,value`) share the requests' clock (seconds from the run's t0). Sweep points that
 sweep.json does not mark completed (cut by Ctrl-C, failed) are left out, as their partial counts
-would pass for a load the engine could not take. Latencies use harness.metrics, the one implementation.
+would pass for a load the engine could not take. Latencies use harness.metrics.latencies, the one implementation.
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.confidence import share_lower_bound
-from harness.engine_trace import read_engine_trace
-from harness.metrics import active_slo, meets_slo, request_latency, summarize
-from harness.peers import find_peer_file, load_peer
-from harness.results import (
+from harness.engine.step_trace import read_engine_trace
+from harness.metrics.confidence import share_lower_bound
+from harness.metrics.latencies import active_slo, meets_slo, request_latency, summarize
+from harness.results.folder import (
     RequestRecord,
     ResultsError,
     is_run_dir,
@@ -29,6 +28,7 @@ from harness.results import (
     read_records,
     read_statuses,
 )
+from reports.peers import find_peer_file, load_peer
 
 REQUEST_COLUMNS = [
     "index",
@@ -70,7 +70,7 @@ class RunData:
 
     def goodput_fraction(self, slo: dict, confidence: float | None = None) -> float:
         """Share of measured requests that completed within every given SLO (ms); with `confidence`, the lower
-        bound of that share (harness.confidence.share_lower_bound)."""
+        bound of that share (harness.metrics.confidence.share_lower_bound)."""
         slo = active_slo(slo)
         lats = [request_latency(r) for r in self.records]
         good = sum(lat is not None and meets_slo(lat, slo) for lat in lats)
@@ -120,7 +120,7 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
 
 
 def load_peer_run(path: str | Path, label: str | None = None) -> RunData:
-    """A peer tool's result file (harness/peers) as a run: the tool's figures as its summary, its requests
+    """A peer tool's result file (reports/peers) as a run: the tool's figures as its summary, its requests
     rebuilt as records; run_info["peer"] names the tool and the definitions that differ from ours."""
     peer = load_peer(path)
     records = sorted(peer.records, key=lambda r: (r.intended_send_s, r.index))
@@ -204,7 +204,7 @@ def load_results(paths, labels: list[str] | None = None) -> tuple[list[RunData],
     runs, sweeps = [], []
     for i, p in enumerate(paths):
         p, label = Path(p), (labels[i] if labels else None)
-        if find_peer_file(p) is not None:  # another tool's result file (harness/peers)
+        if find_peer_file(p) is not None:  # another tool's result file (reports/peers)
             runs.append(load_peer_run(p, label))
             continue
         if not p.is_dir():

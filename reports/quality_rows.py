@@ -1,10 +1,10 @@
 """The report's answer-quality tables: each run's known-answer accuracy, and, for two runs of the same prompts,
-how far their answers agree (harness/answers.py, harness/output_agreement.py)."""
+how far their answers agree (harness/scenario/answers.py, harness/metrics/output_agreement.py)."""
 
 from __future__ import annotations
 
-from harness.output_agreement import agreement_lines, compare_runs
-from harness.results import ResultsError
+from harness.metrics.output_agreement import agreement_lines, compare_runs
+from harness.results.folder import ResultsError
 
 ACCURACY_COLUMNS = ("run", "answers scored", "correct", "accuracy", "95% interval")
 

@@ -1,4 +1,4 @@
-"""Results folders of `bench run --repeats` (harness/repeats.py): OUT/repeats.json and a run folder per repeat.
+"""Results folders of `bench run --repeats` (harness/runs/repeats.py): OUT/repeats.json and a run folder per repeat.
 Given such a folder, reports read each completed repeat as a run (labelled `<folder>/repeat-K`) and show the
 table of means across the valid ones that repeats.json holds; repeats not completed are listed, not dropped."""
 
@@ -7,14 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.repeats import MANIFEST
-from harness.results import ResultsError, read_json
+from harness.results.folder import ResultsError, read_json
+from harness.runs.repeats import MANIFEST
 
 REPEAT_COLUMNS = ("repeats", "metric", "unit", "mean", "interval", "±", "per repeat")
 REPEATS_NOTE = (
     "Each headline figure's mean across the repeats counted (the valid ones unless --keep-invalid), with its "
     "Student t interval at the runs' confidence: where the mean of this scenario's runs lies "
-    "(harness/across_runs.py)."
+    "(harness/metrics/across_runs.py)."
 )
 
 

@@ -1,6 +1,6 @@
-"""One side of `bench gate`: a single run folder, a peer tool's result file (harness/peers), or a folder of
+"""One side of `bench gate`: a single run folder, a peer tool's result file (reports/peers), or a folder of
 repeated runs of one scenario
-(which folders those are: harness.results.run_dirs). Repeats are only
+(which folders those are: harness.results.folder.run_dirs). Repeats are only
 comparable when they ran the same scenario: same name, workload and load (the seed may differ:
 the same distribution with fresh prompts keeps a shared engine's prefix cache out of the picture).
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.peers import find_peer_file
-from harness.results import ResultsError, run_dirs
-from harness.validity import skip_reason
+from harness.metrics.validity import skip_reason
+from harness.results.folder import ResultsError, run_dirs
 from reports.load import RunData, load_peer_run, load_run
+from reports.peers import find_peer_file
 
 SAME_SCENARIO_KEYS = ("name", "workload", "load")
 

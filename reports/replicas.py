@@ -1,5 +1,5 @@
 """Per-replica view of a deployment run: how the router spread the load, and how each replica's
-prefix cache fared, from server_metrics.csv rows labelled `replica="<id>"` (harness/server_metrics.py).
+prefix cache fared, from server_metrics.csv rows labelled `replica="<id>"` (harness/engine/server_metrics.py).
 
 Counters are read as their increase from the first to the last scrape of the run (warm-ups
 included, as the scraper runs around the whole load): requests the router sent each replica
@@ -115,7 +115,7 @@ def _hit_rate(rows: pd.DataFrame) -> tuple[float | None, pd.DataFrame]:
     """(hit rate over the run, per-interval hit rate series) of one replica's rows."""
     hits = rows[rows["name"].str.endswith("prefix_cache_hits_total") & ~rows["name"].str.contains("external")]
     queries = rows[rows["name"].str.endswith("prefix_cache_queries_total") & ~rows["name"].str.contains("external")]
-    if hits.empty or queries.empty:  # other engines: the same pair in the schema (harness/server_metrics.py)
+    if hits.empty or queries.empty:  # other engines: the same pair in the schema (harness/engine/server_metrics.py)
         hits, queries = (
             rows[rows["name"] == "bench:prefix_cache_hits"],
             rows[rows["name"] == "bench:prefix_cache_queries"],

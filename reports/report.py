@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.startup import startup_text
+from harness.engine.startup import startup_text
 from reports.candidates import expand_candidates
 from reports.confidence_rows import interval_rows, validity_rows
 from reports.explain_figures import phase_bars, step_timeline

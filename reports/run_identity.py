@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.workers import client_bound_advice
+from harness.client.workers import client_bound_advice
 
 
 class HistoryError(Exception):

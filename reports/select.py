@@ -4,7 +4,7 @@ Per engine: the highest request rate at which the SLOs still hold (from its swee
 output tokens/s per accelerator there, and, given a price, the cost per million output tokens if the
 accelerators run at that rate all hour. The ranking is by cost per token, or without a price by output
 tokens/s per accelerator within the SLOs; engines that never met them come last. Each gets a line on
-why (select_why.py). A folder of `candidates:` (harness/candidates.py) stands for its deployments, each
+why (select_why.py). A folder of `candidates:` (harness/runs/candidates.py) stands for its deployments, each
 with the accelerators it declared; the SLOs default to the ones the runs were made with.
 """
 
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from harness.metrics import active_slo, slo_confidence
-from harness.startup import startup_text
-from harness.workers import client_bound_advice
+from harness.client.workers import client_bound_advice
+from harness.engine.startup import startup_text
+from harness.metrics.latencies import active_slo, slo_confidence
 from reports.candidates import expand_candidates
 from reports.figures import LAYOUT, color
 from reports.html import render
@@ -54,7 +54,7 @@ class EngineResult:
     notes: list[str] = field(default_factory=list)
     why: str = ""  # latencies where it passed, the SLO it missed first, the replicas' shares
     lowest_load_goodput: float = 0.0  # share within the SLOs at its lowest load: orders those that never met them
-    startup: str = ""  # harness.startup's line: launch to ready, engine build, first request
+    startup: str = ""  # harness.engine.startup's line: launch to ready, engine build, first request
 
     def capacity_text(self) -> str:
         cap = self.capacity

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.metrics import meets_slo, request_latency
-from harness.slo_capacity import SloCapacity
+from harness.metrics.latencies import meets_slo, request_latency
+from harness.metrics.slo_capacity import SloCapacity
 from reports.load import RunData, Sweep
 from reports.replicas import replica_view
 from reports.sweep import point_goodput

@@ -31,7 +31,7 @@ BENCH_GAUGES = {
 }
 HIT_RATE = "prefix cache hit rate"
 SKIP_SUFFIXES = ("_bucket", "_sum", "_count", "_created")
-# harness/telemetry names (host.py, gpu.py, engine_bytes.py), most telling first
+# harness/engine/telemetry names (host.py, gpu.py, engine_bytes.py), most telling first
 TELEMETRY_FIRST = (
     "cpu_percent",
     "bandwidth_util",
@@ -63,7 +63,7 @@ def _short(name: str) -> str:
 
 def _hit_rate(frame: pd.DataFrame) -> pd.DataFrame | None:
     """Δhits / Δqueries between scrapes, from bench:prefix_cache_hits and bench:prefix_cache_queries (the same
-    counters on every engine, harness/server_metrics.py), else `*prefix_cache_{hits,queries}_total` (files from
+    counters on every engine, harness/engine/server_metrics.py), else `*prefix_cache_{hits,queries}_total` (files from
     before those rows)."""
     hits, queries = (
         frame[frame["name"] == "bench:prefix_cache_hits"],
@@ -94,7 +94,7 @@ def _counter_rate(part: pd.DataFrame) -> pd.DataFrame:
 def server_panels(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Panel title -> rows (t_s, value, key) of one run; key tells series in a panel apart (labels).
 
-    harness/server_metrics.py writes the engine's state once more under `bench:` names, the same
+    harness/engine/server_metrics.py writes the engine's state once more under `bench:` names, the same
     for every engine; those are used when present, the engine's own names otherwise.
     """
     labels = frame["labels"].fillna("") if "labels" in frame else pd.Series("", index=frame.index)

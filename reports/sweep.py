@@ -1,8 +1,8 @@
-"""Capacity under SLOs of a sweep read from disk (the rule itself: harness/slo_capacity.py)."""
+"""Capacity under SLOs of a sweep read from disk (the rule itself: harness/metrics/slo_capacity.py)."""
 
 from __future__ import annotations
 
-from harness.slo_capacity import DEFAULT_ATTAINMENT, LoadPoint, SloCapacity, max_load_meeting_slo
+from harness.metrics.slo_capacity import DEFAULT_ATTAINMENT, LoadPoint, SloCapacity, max_load_meeting_slo
 from reports.load import SweepPoint
 
 __all__ = ["DEFAULT_ATTAINMENT", "SloCapacity", "max_rate_meeting_slo", "point_goodput"]

@@ -1,4 +1,4 @@
-"""The report of a `bench tune` folder (harness/tune.py's tune.json): the capacity table, the recommendation
+"""The report of a `bench tune` folder (harness/tune/tune.py's tune.json): the capacity table, the recommendation
 with its margin, what the search cost beside a dense sweep, and two charts: the Pareto front of output
 tokens/s per accelerator against tokens/s per user (1 / TPOT, as InferenceX draws it) over every measured
 point, and each configuration's attainment against load with its bracket."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from harness.results import ResultsError, read_json
+from harness.results.folder import ResultsError, read_json
 from reports.figures import LAYOUT, color
 from reports.html import render
 from reports.markdown import md_table

@@ -16,7 +16,7 @@ def no_user_client_capacity_file(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def own_client_capacity_file(tmp_path_factory, monkeypatch):
-    """Runs record their client's capacity (harness.client_capacity): a test's go to a file of its own, never
+    """Runs record their client's capacity (harness.client.capacity): a test's go to a file of its own, never
     to the user's cache, and no earlier run's measurement sizes a test's `workers: auto`."""
     path = tmp_path_factory.mktemp("capacity") / "client_capacity.json"
     monkeypatch.setenv("BENCH_CLIENT_CAPACITY_FILE", str(path))

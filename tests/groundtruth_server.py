@@ -40,7 +40,7 @@ from pathlib import Path
 
 if str(Path(__file__).resolve().parents[1]) not in sys.path:  # run standalone: the harness is one folder up
     sys.path.append(str(Path(__file__).resolve().parents[1]))
-from harness.stamped_http import ANCILLARY_BYTES, SO_TIMESTAMPNS, ClockOffset  # noqa: E402
+from harness.client.stamped_http import ANCILLARY_BYTES, SO_TIMESTAMPNS, ClockOffset  # noqa: E402
 
 _DIRECTIVE = re.compile(rb"\[gt ([^\]]*)\]")
 
@@ -538,7 +538,7 @@ if __name__ == "__main__":
 def gt_request(index: int, offset_s: float | None, output_tokens: int = 16, chat: bool = False, **directives):
     """A RequestSpec whose prompt carries ground-truth directives (id is the index unless given)."""
     try:
-        from harness.workload import RequestSpec
+        from harness.scenario.workload import RequestSpec
     except ImportError:  # the workload module is written in parallel; same fields
         from dataclasses import field as dc_field
         from dataclasses import make_dataclass

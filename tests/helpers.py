@@ -8,9 +8,9 @@ import time
 
 import numpy as np
 
-from harness.metrics import summarize
-from harness.results import RequestRecord, ResultWriter
-from harness.validity import run_validity
+from harness.metrics.latencies import summarize
+from harness.metrics.validity import run_validity
+from harness.results.folder import RequestRecord, ResultWriter
 from native_engine.model_runner import ModelRunner, SeqChunk
 from native_engine.sequence import SamplingParams, Sequence
 
@@ -118,7 +118,7 @@ def write_run(
 ):
     """A results folder as `bench run` leaves it; `explain`: with the native engine's per-request
     timings, phases_ms and diagnosis in summary.json, and an engine_trace.json; `verdict`: with its
-    validity (harness/validity.py), as `bench run` writes it."""
+    validity (harness/metrics/validity.py), as `bench run` writes it."""
     slo = slo or {"ttft_ms": 200.0, "tpot_ms": 50.0}
     writer = ResultWriter(path)
     writer.write_run_info(
@@ -162,9 +162,9 @@ def write_run(
     if verdict:
         summary["validity"] = run_validity(summary)
     if explain:
-        from harness.diagnosis import Run, diagnose
-        from harness.engine_trace import write_engine_trace
-        from harness.phases import phases
+        from harness.engine.step_trace import write_engine_trace
+        from harness.metrics.diagnosis import Run, diagnose
+        from harness.metrics.phases import phases
 
         summary["phases_ms"] = phases(records)
         summary["diagnosis"] = diagnose(Run(summary, records))
@@ -201,7 +201,7 @@ def write_run(
         rows += [f"{t:.2f},vllm:e2e_request_latency_seconds_bucket,{k},le=1.0" for k, t in enumerate(times)]
         (path / "server_metrics.csv").write_text("\n".join(rows) + "\n")
     if telemetry:
-        # as harness/telemetry writes it: host counters, the engine's byte counters and their rate
+        # as harness/engine/telemetry writes it: host counters, the engine's byte counters and their rate
         rows = ["t_s,source,name,value"] + [
             f"{t:.2f},engine_process,cpu_percent,{150 + 30 * np.cos(t):.1f}" for t in np.arange(0, end, 0.5)
         ]

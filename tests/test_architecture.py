@@ -21,13 +21,13 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("harness", "backends", "reports", "native_engine")
 # the only modules of harness that import native_engine, and what they take from it
 HARNESS_USES_NATIVE_ENGINE = {
-    "harness.tokenizer_source": {"native_engine.model_files", "native_engine.tokenizer"},
-    "harness.telemetry.host": {"native_engine.blas"},
+    "harness.scenario.tokenizer_source": {"native_engine.model_files", "native_engine.tokenizer"},
+    "harness.engine.telemetry.host": {"native_engine.blas"},
     # bench plan runs the engine's own scheduler, block manager, router policy and argument parsing (no copy of
     # them), and reads a GGUF's architecture with the engine's reader
     "harness.plan.architectures": {"native_engine.gguf_model"},
     # bench inspect-model: the same GGUF reader, and `smollm2` found where the engine finds it
-    "harness.model_inspect": {"native_engine.gguf_model", "native_engine.model_files"},
+    "harness.plan.model_inspect": {"native_engine.gguf_model", "native_engine.model_files"},
     "harness.plan.deployment": {"native_engine.cli", "native_engine.config"},
     "harness.plan.replica": {"native_engine.block_manager", "native_engine.scheduler", "native_engine.sequence"},
     "harness.plan.decode_run": {"native_engine.scheduler", "native_engine.sequence"},
@@ -41,14 +41,14 @@ HARNESS_USES_NATIVE_ENGINE = {
 }
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
     """module -> the project modules it imports (a package import counts as its __init__)."""
-    files = {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    files = {module_name(p, root): p for pkg in packages for p in (root / pkg).rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in files.items():
         targets = set()
@@ -124,7 +124,7 @@ def test_packages_depend_one_way_and_harness_never_imports_reports():
 def test_other_packages_commands_come_from_the_entry_point_group():
     """report/gate/select/serve are in `bench` without harness importing them (an install older than the
     `bench.commands` group lacks them: reinstall with `pip install -e .`)."""
-    from harness.cli import app
+    from harness.cli.app import app
 
     assert {"report", "gate", "select", "serve"} <= {info.name for info in app.registered_commands}
     assert "history" in {info.name for info in app.registered_groups}
@@ -135,7 +135,7 @@ def _declared(name: str, value: str) -> EntryPoint:
 
 
 def test_a_declared_command_is_added_or_stops_bench_naming_it():
-    from harness.cli import add_declared_commands
+    from harness.cli.app import add_declared_commands
 
     cli = typer.Typer()
     cli.command()(lambda: None)  # a first command, named "<lambda>"

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from harness.arrivals import arrival_process, open_loop, trace_offsets_s
-from harness.scenario import LoadConfig, Scenario, ScenarioError, load_scenario
-from harness.tokenizer_source import ApproximateTokenizer
-from harness.workload import build_plan
+from harness.scenario.arrivals import arrival_process, open_loop, trace_offsets_s
+from harness.scenario.scenario import LoadConfig, Scenario, ScenarioError, load_scenario
+from harness.scenario.tokenizer_source import ApproximateTokenizer
+from harness.scenario.workload import build_schedule
 
 DRAWS = 10_000
 
@@ -90,7 +90,7 @@ def test_trace_offsets_are_relative_to_the_first_and_scaled():
 
 
 def test_plan_puts_warmups_first_then_exactly_num_requests():
-    plan = build_plan(
+    plan = build_schedule(
         scenario({"arrival": "poisson", "rate": 5.0, "num_requests": 30, "warmup_requests": 3}), ApproximateTokenizer()
     )
     offsets = [r.intended_offset_s for r in plan.requests]
@@ -101,7 +101,7 @@ def test_plan_puts_warmups_first_then_exactly_num_requests():
 
 def test_duration_runs_cover_the_window_after_the_warmups():
     load = {"arrival": "constant", "rate": 4.0, "duration_s": 10.0, "warmup_requests": 2}
-    plan = build_plan(scenario(load), ApproximateTokenizer())
+    plan = build_schedule(scenario(load), ApproximateTokenizer())
     first_measured_s = plan.requests[2].intended_offset_s
     assert first_measured_s == pytest.approx(0.5)  # two warm-ups at 0 and 0.25 s
     assert plan.duration_s == pytest.approx(first_measured_s + 10.0)
@@ -112,16 +112,16 @@ def test_duration_runs_cover_the_window_after_the_warmups():
 def test_duration_run_too_long_for_the_cap_says_which_knob_to_turn():
     load = {"arrival": "poisson", "rate": 100.0, "duration_s": 60.0, "max_requests": 500}
     with pytest.raises(ScenarioError, match="load.max_requests: 500 is too small"):
-        build_plan(scenario(load), ApproximateTokenizer())
+        build_schedule(scenario(load), ApproximateTokenizer())
 
 
 def test_closed_loop_has_no_schedule():
-    plan = build_plan(
+    plan = build_schedule(
         scenario({"arrival": "closed", "concurrency": 4, "num_requests": 12, "warmup_requests": 2}),
         ApproximateTokenizer(),
     )
     assert len(plan.requests) == 14 and all(r.intended_offset_s is None for r in plan.requests)
-    timed = build_plan(
+    timed = build_schedule(
         scenario({"arrival": "closed", "concurrency": 4, "duration_s": 5.0, "max_requests": 50}), ApproximateTokenizer()
     )
     assert len(timed.requests) == 50 and timed.duration_s == 5.0
@@ -129,8 +129,8 @@ def test_closed_loop_has_no_schedule():
 
 def test_prompt_lengths_do_not_move_the_schedule():
     load = {"arrival": "gamma", "rate": 3.0, "burstiness": 0.5, "num_requests": 20}
-    short = build_plan(scenario(load, workload={"input_tokens": 8}), ApproximateTokenizer())
-    long = build_plan(
+    short = build_schedule(scenario(load, workload={"input_tokens": 8}), ApproximateTokenizer())
+    long = build_schedule(
         scenario(load, workload={"input_tokens": {"dist": "uniform", "min": 50, "max": 90}}), ApproximateTokenizer()
     )
     assert [r.intended_offset_s for r in short.requests] == [r.intended_offset_s for r in long.requests]
@@ -140,7 +140,7 @@ def test_prompt_lengths_do_not_move_the_schedule():
 def test_closed_multi_turn_by_duration_caps_requests_not_sessions():
     workload = {"kind": "multi_turn", "turns": 4, "input_tokens": 8, "output_tokens": 4}
     load = {"arrival": "closed", "concurrency": 2, "duration_s": 30.0, "max_requests": 10}
-    plan = build_plan(scenario(load, workload=workload), ApproximateTokenizer())
+    plan = build_schedule(scenario(load, workload=workload), ApproximateTokenizer())
     assert len(plan.requests) == 10 and [r.turn_index for r in plan.requests][-2:] == [0, 1]
 
 
@@ -206,7 +206,7 @@ def test_arrival_errors_name_the_field_and_the_fix(tmp_path, load, message):
 
 def test_a_square_wave_plan_keeps_the_wave_and_sweeps_its_high_rate():
     wave = {"arrival": "square_wave", "arrival_options": {"low_rate": 0.0, "period_s": 4.0}}
-    plan = build_plan(scenario({**wave, "rate": 20.0, "num_requests": 200}), ApproximateTokenizer())
+    plan = build_schedule(scenario({**wave, "rate": 20.0, "num_requests": 200}), ApproximateTokenizer())
     assert all(r.intended_offset_s % 4.0 < 2.0 for r in plan.requests)
     points = scenario({**wave, "sweep": [5.0, 10.0], "num_requests": 10}).sweep_points()
     assert [p.load.rate for p in points] == [5.0, 10.0] and arrival_process("square_wave").paced_by == "rate"

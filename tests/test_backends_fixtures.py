@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harness.cli import app
-from harness.results import read_records
+from harness.cli.app import app
+from harness.results.folder import read_records
 
 FIXTURE_SERVER = Path(__file__).parent / "fixture_server.py"
 # the tokens each replayed stream carries: a run asks for exactly that many (more would fail over_length)
@@ -153,7 +153,7 @@ def test_replica_pages_named_in_the_scenario_are_scraped_with_their_label(tmp_pa
     import time
     import urllib.request
 
-    from harness.launcher import free_port
+    from harness.engine.launcher import free_port
 
     replicas = {}
     procs = []

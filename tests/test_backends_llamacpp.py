@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from bench_process import bench
 
-from harness.launcher import group_alive
-from harness.results import read_records
+from harness.engine.launcher import group_alive
+from harness.results.folder import read_records
 
 CACHED = Path.home() / ".cache/llm-serving-bench/llama-server-0.3.36/bin/llama-server"
 LLAMA_SERVER = Path(os.environ.get("LLAMA_SERVER") or CACHED)

@@ -5,12 +5,12 @@ import json
 
 import pytest
 
-from harness.candidates import run_candidates
-from harness.metrics import meets_slo, request_latency
-from harness.results import read_records
-from harness.run import Reporter
-from harness.scenario import ScenarioError, load_scenario
-from harness.schema_files import validate_folder
+from harness.metrics.latencies import meets_slo, request_latency
+from harness.results.folder import read_records
+from harness.results.schema_files import validate_folder
+from harness.runs.candidates import run_candidates
+from harness.runs.run import Reporter
+from harness.scenario.scenario import ScenarioError, load_scenario
 from native_engine.tiny_gguf import write_tiny_llama_gguf
 from reports.report import build_report
 from reports.select import select

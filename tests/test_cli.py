@@ -9,9 +9,9 @@ from bench_process import bench
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 from typer.testing import CliRunner
 
-from harness.cli import app
-from harness.metrics import client_bound_reasons
-from harness.results import read_records
+from harness.cli.app import app
+from harness.metrics.latencies import client_bound_reasons
+from harness.results.folder import read_records
 
 GT_SERVER = Path(__file__).parent / "groundtruth_server.py"
 STAT_KEYS = {"mean", "std", "min", "p50", "p90", "p95", "p99", "p999", "max"}
@@ -126,10 +126,10 @@ def test_launch_starts_and_stops_the_engine(tmp_path):
     log = (out / "engine.log").read_text()
     assert "groundtruth_server.py --port" in log and "PORT " in log
     url = json.loads((out / "run.json").read_text())["backend"]["url"]
-    from harness.launcher import BackendUnreachable, probe
+    from harness.engine.launcher import BackendUnreachable, check_ready
 
     with pytest.raises(BackendUnreachable):
-        probe(url, timeout_s=1)  # stopped after the run
+        check_ready(url, timeout_s=1)  # stopped after the run
 
 
 def test_workers_share_one_schedule(gt, tmp_path):
@@ -151,7 +151,7 @@ def test_workers_share_one_schedule(gt, tmp_path):
 def test_workers_option():
     from groundtruth_server import gt_request
 
-    from harness.workers import resolve_workers
+    from harness.client.workers import resolve_workers
 
     reqs = [gt_request(i, i * 0.01, 99) for i in range(101)]  # 9,999 output tokens over 1 s
     assert resolve_workers("auto", reqs, None, None, cpu_count=16) == 2

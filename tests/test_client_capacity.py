@@ -1,4 +1,4 @@
-"""The client's measured capacity (harness/client_capacity.py): a real run records it, the next `workers: auto`
+"""The client's measured capacity (harness/client/capacity.py): a real run records it, the next `workers: auto`
 sizes from it, and a file that cannot be read is a warning and the planning figure, never a crash."""
 
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, gt_request
 
-from harness.client_capacity import (
+from harness.client.capacity import (
     CAPACITY_FILE_ENV,
     KEEP_LAST,
     PLANNING_FIGURE,
@@ -17,9 +17,9 @@ from harness.client_capacity import (
     machine_key,
     record_capacity,
 )
-from harness.run import Reporter, run_scenario, sizing_info
-from harness.scenario import load_scenario
-from harness.workers import client_bound_advice, resolve_workers, workers_needed
+from harness.client.workers import client_bound_advice, resolve_workers, workers_needed
+from harness.runs.run import Reporter, run_scenario, sizing_info
+from harness.scenario.scenario import load_scenario
 
 # ~99,000 streamed tokens/s planned: 1,001 requests of 99 tokens over one second
 BUSY_PLAN = [gt_request(i, i * 0.001, 99) for i in range(1001)]
@@ -167,8 +167,8 @@ def test_a_server_reporting_absurd_usage_leaves_the_capacity_cache_unchanged(
     gt, tmp_path, monkeypatch, own_client_capacity_file, claimed
 ):
     # the run's CPU filters off, so only the fix keeps the server's counts out (a failed 0.4 s run once passed them)
-    monkeypatch.setattr("harness.client_capacity.MIN_CPU_S", 0.0)
-    monkeypatch.setattr("harness.client_capacity.MIN_BUSY_CORES", 0.0)
+    monkeypatch.setattr("harness.client.capacity.MIN_CPU_S", 0.0)
+    monkeypatch.setattr("harness.client.capacity.MIN_BUSY_CORES", 0.0)
     record_capacity("loop", 40_000, 1.0, 2.0, "earlier", [])
     record_capacity("kernel", 40_000, 1.0, 2.0, "earlier", [])
     before = own_client_capacity_file.read_bytes()
@@ -182,8 +182,8 @@ def test_a_server_reporting_absurd_usage_leaves_the_capacity_cache_unchanged(
 
 @pytest.mark.faults
 def test_only_completed_requests_count_towards_a_kept_measurement(gt, tmp_path, monkeypatch, own_client_capacity_file):
-    monkeypatch.setattr("harness.client_capacity.MIN_CPU_S", 0.0)
-    monkeypatch.setattr("harness.client_capacity.MIN_BUSY_CORES", 0.0)
+    monkeypatch.setattr("harness.client.capacity.MIN_CPU_S", 0.0)
+    monkeypatch.setattr("harness.client.capacity.MIN_BUSY_CORES", 0.0)
     result = run_scenario(
         load_scenario(_prompts_scenario(tmp_path, gt.url, ["usage_1e12", "", "", ""])), tmp_path / "out"
     )

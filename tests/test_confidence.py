@@ -1,4 +1,4 @@
-"""Percentile confidence intervals from order statistics (harness/confidence.py), checked by hand and by their
+"""Percentile confidence intervals from order statistics (harness/metrics/confidence.py), checked by hand and by their
 coverage over seeded sample sets of a known distribution."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from helpers import synthetic_records
 from rich.console import Console
 from scipy.stats import norm
 
-import harness.cli
-from harness.confidence import (
+import harness.cli.app
+from harness.metrics.confidence import (
     INTERVAL_PERCENTILES,
     percentile_interval,
     percentile_intervals,
@@ -22,11 +22,11 @@ from harness.confidence import (
     samples_needed,
     share_lower_bound,
 )
-from harness.metrics import summarize
-from harness.run import run_scenario
-from harness.scenario import ScenarioError, load_scenario
-from harness.slo_capacity import LoadPoint
-from harness.validity import run_validity
+from harness.metrics.latencies import summarize
+from harness.metrics.slo_capacity import LoadPoint
+from harness.metrics.validity import run_validity
+from harness.runs.run import run_scenario
+from harness.scenario.scenario import ScenarioError, load_scenario
 from reports.select import parse_slo
 
 
@@ -149,9 +149,9 @@ def test_the_console_shows_a_quickstart_sized_runs_p999_as_not_established(tmp_p
     summary = summarize(synthetic_records(n=20), {"ttft_ms": 200.0})
     summary.update(client_bound=False, interrupted=False, incomplete=False)
     summary["validity"] = run_validity(summary)
-    monkeypatch.setattr(harness.cli, "console", Console(record=True, width=200))
-    harness.cli.print_summary(summary, tmp_path)
-    text = harness.cli.console.export_text()
+    monkeypatch.setattr(harness.cli.app, "console", Console(record=True, width=200))
+    harness.cli.app.print_summary(summary, tmp_path)
+    text = harness.cli.app.console.export_text()
     ttft_row = next(line for line in text.splitlines() if line.strip().startswith("│ ttft") and "needs" in line)
     p50 = summary["percentile_ci"]["ttft_ms"]["p50"]
     assert f"{p50['low']:,.1f} – {p50['high']:,.1f}" in ttft_row

@@ -2,9 +2,9 @@
 
 import pytest
 
-from harness.diagnosis import Run, diagnose
-from harness.results import RequestRecord
-from harness.roofline import line, place, roofline
+from harness.metrics.diagnosis import Run, diagnose
+from harness.metrics.roofline import line, place, roofline
+from harness.results.folder import RequestRecord
 
 
 def rec(i, send, ttft_s, gaps_s=(0.05, 0.05), prompt=16, timings=None, mismatch=False):
@@ -184,7 +184,11 @@ def test_prefix_cache_miss_on_a_shared_prefix_workload():
 def test_prefix_cache_miss_from_the_window_counters_where_records_carry_no_cache_count():
     scenario = {"workload": {"kind": "shared_prefix", "prefix_tokens": 512, "input_tokens": {"mean": 64}}}
     plain = [rec(i, i * 0.2, 0.3) for i in range(4)]
-    window = {"hit_rate": 0.2, "hit_tokens": 460, "queried_tokens": 2304}  # harness.server_metrics.window_hit_rate
+    window = {
+        "hit_rate": 0.2,
+        "hit_tokens": 460,
+        "queried_tokens": 2304,
+    }  # harness.engine.server_metrics.window_hit_rate
     found = rules(run({"prefix_cache": window}, plain, scenario=scenario))["prefix_cache_miss"]
     assert found["evidence"]["hit_fraction"] == 0.2 and "counters over the window" in found["evidence"]["source"]
     assert "prefix_cache_miss" not in rules(

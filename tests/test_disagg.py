@@ -301,7 +301,7 @@ def test_bench_run_on_a_disaggregated_deployment_records_the_handoff_and_ctrl_c_
 
     from bench_process import bench_started, interrupt_once_written
 
-    from harness.results import read_records
+    from harness.results.folder import read_records
 
     prompts = tmp_path / "prompts.jsonl"  # a file: random prompts would need a real vocabulary (slow to load)
     prompts.write_text("".join(json.dumps({"prompt": f"{DOC} {i}", "output_tokens": 400}) + "\n" for i in range(40)))

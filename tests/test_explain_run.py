@@ -6,7 +6,7 @@ import json
 import pytest
 from bench_process import bench
 
-from harness.results import read_records
+from harness.results.folder import read_records
 from native_engine.tiny_gguf import write_tiny_llama_gguf
 
 

@@ -8,10 +8,10 @@ import pytest
 from bench_process import bench
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 
-from harness.export import PARQUET_FIX, export, records_table
-from harness.results import ResultsError, read_records
-from harness.run import Reporter, run_scenario
-from harness.scenario import load_scenario
+from harness.metrics.export import PARQUET_FIX, export, records_table
+from harness.results.folder import ResultsError, read_records
+from harness.runs.run import Reporter, run_scenario
+from harness.scenario.scenario import load_scenario
 
 # what llm-d-benchmark's br_v0_2_json_schema.json (llmdbenchmark/analysis/benchmark_report/) requires and allows
 LLMD_UNITS = {"count", "percent", "fraction", "ms", "s", "ms/token", "s/token", "tokens/s", "queries/s"}

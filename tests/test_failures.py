@@ -7,10 +7,10 @@ import pytest
 from bench_process import bench, bench_started, interrupt_once_written
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, GroundTruthServer, gt_request
 
-from harness.launcher import BackendUnreachable, free_port, probe
-from harness.metrics import summarize
-from harness.results import ResultWriter, read_records
-from harness.runner import Runner, Target
+from harness.client.runner import Runner, Target
+from harness.engine.launcher import BackendUnreachable, free_port, probe
+from harness.metrics.latencies import summarize
+from harness.results.folder import ResultWriter, read_records
 
 FAILURES = {  # server directive -> the reason the runner must record
     "http_500": "http_5xx",
@@ -32,7 +32,9 @@ async def test_every_failure_kind_is_recorded_and_the_run_goes_on(tmp_path):
         reqs.append(gt_request(2 * n, 0.01 * n, 8, fail=fail))
         reqs.append(gt_request(2 * n + 1, 0.01 * n + 0.005, 8))  # a good request after each bad one
     writer = ResultWriter(tmp_path)
-    out = await Runner(Target(f"http://127.0.0.1:{port}", request_timeout_s=0.5), reqs, on_record=writer.append).run()
+    out = await Runner(
+        Target(url=f"http://127.0.0.1:{port}", request_timeout_s=0.5), reqs, on_record=writer.append
+    ).run()
     writer.close()
     await server.stop_listening()
 
@@ -64,7 +66,7 @@ async def test_refused_connections_mid_run_are_failures():
         await server.stop_listening()
 
     closer = asyncio.create_task(close_listener())
-    out = await Runner(Target(f"http://127.0.0.1:{port}"), reqs).run()
+    out = await Runner(Target(url=f"http://127.0.0.1:{port}"), reqs).run()
     await closer
     by_index = {r.index: r for r in out.records}
     assert by_index[0].ok and by_index[1].ok

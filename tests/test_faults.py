@@ -14,14 +14,14 @@ import pytest
 from bench_process import bench, bench_started, wait_until_written
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, GroundTruthServer, gt_request
 
+from harness.client.runner import Runner, Target
+from harness.client.workers import resolve_workers
 from harness.limits import MAX_TOKENS_PER_REQUEST
-from harness.metrics import summarize
-from harness.runner import Runner, Target
-from harness.scenario import ScenarioError, load_scenario
-from harness.tokenizer_source import ApproximateTokenizer
-from harness.traces import load_trace
-from harness.workers import resolve_workers
-from harness.workload import build_plan
+from harness.metrics.latencies import summarize
+from harness.scenario.scenario import ScenarioError, load_scenario
+from harness.scenario.tokenizer_source import ApproximateTokenizer
+from harness.scenario.traces import load_trace
+from harness.scenario.workload import build_schedule
 
 pytestmark = pytest.mark.faults
 
@@ -30,7 +30,7 @@ async def run_against_gt(requests, **target_options):
     server = GroundTruthServer(GroundTruthConfig(ttft_ms=5, itl_ms=2))
     port = await server.start()
     try:
-        return await Runner(Target(f"http://127.0.0.1:{port}", **target_options), requests).run()
+        return await Runner(Target(url=f"http://127.0.0.1:{port}", **target_options), requests).run()
     finally:
         await server.stop_listening()
 
@@ -280,12 +280,12 @@ def test_non_utf8_files_are_named_with_exit_2_and_no_traceback(tmp_path):
         )
         line = 1 if name.endswith("json") else 2
         with pytest.raises(ScenarioError, match=f"workload.path: {tmp_path / name} line {line}: not UTF-8"):
-            build_plan(workload, ApproximateTokenizer())
+            build_schedule(workload, ApproximateTokenizer())
 
 
 def test_missing_records_make_a_run_incomplete_unless_it_was_cut_short_on_purpose():
-    from harness.runner import RunOutcome
-    from harness.workers import incomplete_reasons
+    from harness.client.runner import RunOutcome
+    from harness.client.workers import incomplete_reasons
 
     outcome = RunOutcome(records=[object()] * 7, loop_lag_s=[], t0_ns=0, interrupted=False)
     assert incomplete_reasons(outcome, 10, stops_at_duration=False) == ["3 of 10 planned requests have no record"]

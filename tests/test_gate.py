@@ -234,7 +234,7 @@ def test_committed_nightly_baseline_is_clean_repeats_of_the_nightly_scenario():
     """ci/nightly.yml gates scenarios/nightly.yaml against ci/baselines/nightly: a scenario change needs new runs."""
     from pathlib import Path
 
-    from harness.scenario import load_scenario
+    from harness.scenario.scenario import load_scenario
     from reports.repeats import check_same_scenario, scenario_settings
 
     root = Path(__file__).parent.parent
@@ -251,12 +251,12 @@ def test_real_runs_against_the_ground_truth_server(tmp_path):
     """A/A through the real runner passes; one run each of a server 60% slower (past the single-run threshold) fails."""
     from groundtruth_server import GroundTruthConfig, GroundTruthProcess, gt_request
 
-    from harness.runner import Runner, Target, run_blocking
+    from harness.client.runner import Runner, Target, run_blocking
 
     def real_run(name, ttft_ms, itl_ms):
         with GroundTruthProcess(GroundTruthConfig(ttft_ms=ttft_ms, itl_ms=itl_ms)) as gt:
             reqs = [gt_request(i, i * 0.02, 10) for i in range(60)]
-            out = run_blocking(lambda: Runner(Target(gt.url), reqs))
+            out = run_blocking(lambda: Runner(Target(url=gt.url), reqs))
         return load_run_set(write_run(tmp_path / name, out.records, slo={"ttft_ms": 500.0}))
 
     a1, a2, slow = real_run("a1", 40, 5), real_run("a2", 40, 5), real_run("slow", 64, 8)
@@ -329,7 +329,7 @@ def test_report_names_its_markdown_after_the_html_and_refuses_an_empty_run(tmp_p
     assert "same name with .md" in " ".join(helped.output.split())
     assert CliRunner().invoke(app, ["report", str(run), "-o", str(tmp_path / "X.md")]).exit_code == 2
     # the folder of a run that never sent a request (its engine did not start): a message, not a traceback
-    from harness.results import ResultWriter
+    from harness.results.folder import ResultWriter
 
     ResultWriter(tmp_path / "never").close()
     (tmp_path / "never" / "engine.log").write_text("$ llama-server ...\nerror: model not found\n")

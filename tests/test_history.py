@@ -23,7 +23,7 @@ from groundtruth_server import GroundTruthConfig, GroundTruthProcess, gt_request
 from helpers import write_run
 from typer.testing import CliRunner
 
-from harness.cli import app
+from harness.cli.app import app
 from reports.gate import load_rules
 from reports.history import add_runs, nights
 from reports.history_gate import gate_history
@@ -71,8 +71,8 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("nights")
     plan = {"flat": [ITL_MS] * FLAT, **FUTURES}
     out = {}
-    # each run starts with a full garbage collection (harness.runner); over pytest's heap that takes ~0.3 s a run.
-    # Frozen objects are skipped by it: the 50 runs take ~20 s instead of ~40 s
+    # each run starts with a full garbage collection (harness.client.runner); over pytest's heap that takes ~0.3 s
+    # a run. Frozen objects are skipped by it: the 50 runs take ~20 s instead of ~40 s
     gc.freeze()
     try:
         with GroundTruthProcess(GroundTruthConfig(ttft_ms=20, itl_ms=ITL_MS)) as gt:
@@ -92,11 +92,11 @@ def _night(url: str, itl_ms: float, tries: int = 3):
     p99 past twice `bench run`'s client-bound limit; measured on this shared box at a load average of 17: ITL
     p50 of single runs from 3 to 28 ms for a server sending every 20 ms) is run again: its gaps are the
     machine's, not the server's. If every try is starved the machine cannot measure this: skip, saying so."""
-    from harness.runner import Runner, Target, run_blocking
+    from harness.client.runner import Runner, Target, run_blocking
 
     for _ in range(tries):
         reqs = [gt_request(i, i * 0.01, 8, itl_ms=f"{itl_ms:.3f}") for i in range(8)]
-        outcome = run_blocking(lambda reqs=reqs: Runner(Target(url), reqs))
+        outcome = run_blocking(lambda reqs=reqs: Runner(Target(url=url), reqs))
         lag_ms = float(np.percentile(outcome.loop_lag_s, 99)) * 1e3 if outcome.loop_lag_s else 0.0
         if lag_ms <= STARVED_LOOP_LAG_MS:
             return outcome.records

@@ -11,8 +11,8 @@ import pytest
 
 from backends import load_backend
 from backends.base import Backend
-from harness.launcher import BackendUnreachable, engine_command, group_alive, launch
-from harness.scenario import LaunchConfig
+from harness.engine.launcher import BackendUnreachable, engine_command, group_alive, launch
+from harness.scenario.scenario import LaunchConfig
 
 GT_SERVER = Path(__file__).parent / "groundtruth_server.py"
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from harness.metrics import concurrency_profile, describe, meets_slo, request_latency, summarize
-from harness.results import RequestRecord
+from harness.metrics.latencies import concurrency_profile, describe, meets_slo, request_latency, summarize
+from harness.results.folder import RequestRecord
 
 
 def _rec(index=0, intended=0.0, actual=None, times=(), per_chunk=(), out=None, **kw):

@@ -9,7 +9,7 @@ import gguf
 import pytest
 from bench_process import bench
 
-from harness.model_inspect import inspect_gguf
+from harness.plan.model_inspect import inspect_gguf
 from native_engine.model_files import smollm2_path
 
 

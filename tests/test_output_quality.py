@@ -12,15 +12,15 @@ from helpers import assert_same_tokens_up_to_near_tie
 from scipy.stats import binomtest
 
 from backends import load_backend
-from harness.answers import accuracy, is_correct, share_interval
-from harness.output_agreement import compare_runs
-from harness.results import RequestRecord, ResultsError, read_json, read_records
-from harness.run import run_scenario
-from harness.runner import answer_problem
-from harness.sampling import request_sampling
-from harness.scenario import Scenario, ScenarioError, load_scenario
-from harness.tokenizer_source import ApproximateTokenizer, local_tokenizer
-from harness.workload import build_plan
+from harness.client.runner import answer_problem
+from harness.metrics.output_agreement import compare_runs
+from harness.results.folder import RequestRecord, ResultsError, read_json, read_records
+from harness.runs.run import run_scenario
+from harness.scenario.answers import accuracy, is_correct, share_interval
+from harness.scenario.sampling import request_sampling
+from harness.scenario.scenario import Scenario, ScenarioError, load_scenario
+from harness.scenario.tokenizer_source import ApproximateTokenizer, local_tokenizer
+from harness.scenario.workload import build_schedule
 from native_engine.sampler import BROKEN_VERIFIER_ENV
 from native_engine.sequence import SamplingParams
 
@@ -128,9 +128,9 @@ def test_a_file_row_with_a_bad_expected_answer_is_named(tmp_path):
         f"workload: {{kind: file, path: {rows}}}\nload: {{rate: 1}}\n",
     )
     with pytest.raises(ScenarioError, match=r"qa.jsonl line 1 field 'expected': not a valid regular expression"):
-        build_plan(load_scenario(path), ApproximateTokenizer())
+        build_schedule(load_scenario(path), ApproximateTokenizer())
     rows.write_text(json.dumps({"prompt": "2+2=", "expected": "4"}) + "\n")
-    spec = build_plan(load_scenario(path), ApproximateTokenizer()).requests[0]
+    spec = build_schedule(load_scenario(path), ApproximateTokenizer()).requests[0]
     assert (spec.expected, spec.expected_match) == ("4", "exact")
 
 
@@ -211,7 +211,7 @@ def test_the_repeat_workload_knows_the_passage_each_answer_should_copy(tmp_path)
     scn = load_scenario(
         scenario_file(tmp_path, body + "workload: {kind: repeat, input_tokens: 16, output_tokens: 16}\n")
     )
-    for spec in build_plan(scn, local_tokenizer("smollm2")).requests:
+    for spec in build_schedule(scn, local_tokenizer("smollm2")).requests:
         assert spec.expected_match == "copy" and spec.expected and spec.expected in spec.prompt
         assert spec.prompt.index(spec.expected) < spec.prompt.index("Repeated text:")
 
@@ -242,7 +242,7 @@ def check_near_ties(dir_a, dir_b, tiny, tiny_path):
     """Where greedy answers part, the decision there was a near tie (helpers.py), from the plan's prompts."""
     scenario = Scenario.model_validate(read_json(dir_a / "run.json")["scenario"])
     tokenizer = local_tokenizer(str(tiny_path))
-    specs = {spec.index: spec for spec in build_plan(scenario, tokenizer).requests}
+    specs = {spec.index: spec for spec in build_schedule(scenario, tokenizer).requests}
     greedy = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
     skip = tokenizer.added_tokens
     for a, b in zip(read_records(dir_a), read_records(dir_b)):

@@ -1,4 +1,4 @@
-"""Peer tools' result files (harness/peers): each real fixture (tests/fixtures/peers/<tool>/, recorded here against
+"""Peer tools' result files (reports/peers): each real fixture (tests/fixtures/peers/<tool>/, recorded here against
 llama-server, see its README) reproduces every figure the tool printed on its console, parsed independently from
 the saved console text; and they load into bench report, select and gate beside a run of ours."""
 
@@ -13,9 +13,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from harness.peers import find_peer_file, load_peer
-from harness.results import ResultsError
+from harness.results.folder import ResultsError
 from reports.cli import gate as gate_command
+from reports.peers import find_peer_file, load_peer
 from reports.report import build_report
 from reports.select import write_selection
 

@@ -4,9 +4,9 @@ import csv
 
 import pytest
 
-from harness.phases import phases
-from harness.results import RequestRecord
-from harness.server_metrics import COLUMNS, parse_page
+from harness.engine.server_metrics import COLUMNS, parse_page
+from harness.metrics.phases import phases
+from harness.results.folder import RequestRecord
 
 
 def record(i, send, ttft_s, timings=None, prompt=16, written_after_s=0.002, lag_s=0.0, cap_s=0.0):

@@ -8,14 +8,14 @@ import pytest
 import yaml
 from bench_process import bench
 
-from harness.chat_trace import SessionTraceConfig, write_session_trace
-from harness.engine_trace import steps_on_run_clock, write_engine_trace
+from harness.engine.step_trace import steps_on_run_clock, write_engine_trace
 from harness.plan.deployment import deployment_from_args
 from harness.plan.simulator import simulate_scenario
 from harness.plan.step_model import FittedStepModel, StepShape, band_residuals, fit_step_model, shape_of
-from harness.results import RequestRecord, read_records
-from harness.scenario import ScenarioError, load_scenario
-from harness.schema_files import validate_folder
+from harness.results.folder import RequestRecord, read_records
+from harness.results.schema_files import validate_folder
+from harness.scenario.chat_trace import SessionTraceConfig, write_session_trace
+from harness.scenario.scenario import ScenarioError, load_scenario
 from native_engine import scheduler
 from native_engine.config import EngineConfig, SchedulerConfig
 from native_engine.llm_engine import LLMEngine, LoadedModel
@@ -382,7 +382,7 @@ def test_replicas_sharing_a_hosts_cores_step_slower_when_they_ask_for_more_than_
 
 def test_host_sharing_defaults_to_the_fitted_runs_telemetry(measured):
     from harness.plan.host import host_share
-    from harness.plan.spec import PlanSpec
+    from harness.scenario.planning import PlanSpec
 
     tmp, _ = measured
     plan = PlanSpec.model_validate({"step_model": {"fitted": [str(tmp / "measured")]}, "host_cores": 2})

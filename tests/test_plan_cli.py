@@ -1,4 +1,5 @@
-"""`bench plan --memory` and `bench plan SCENARIO --search` as a user runs them."""
+"""`bench memory` (and its deprecated spelling `bench plan --memory`) and `bench plan SCENARIO --search` as a user runs
+them."""
 
 import json
 
@@ -7,8 +8,7 @@ from bench_process import bench
 
 def test_memory_for_llama_8b_at_fp16_kv():
     res = bench(
-        "plan",
-        "--memory",
+        "memory",
         "--model",
         "llama-3.1-8b",
         "--kv-dtype",
@@ -31,8 +31,7 @@ def test_memory_for_llama_8b_at_fp16_kv():
 
 def test_memory_seven_billion_at_four_bits_on_a_16_gib_laptop():
     res = bench(
-        "plan",
-        "--memory",
+        "memory",
         "--model",
         "mistral-7b",
         "--weight-bits",
@@ -46,16 +45,17 @@ def test_memory_seven_billion_at_four_bits_on_a_16_gib_laptop():
     )
     assert res.returncode == 0, res.stderr
     assert "weights: 4.08 GB" in res.stdout and "fits: yes" in res.stdout
-    bf16 = bench(
-        "plan", "--memory", "--model", "mistral-7b", "--context", "8192", "--concurrency", "4", "--gpu-memory", "16GiB"
-    )
+    bf16 = bench("memory", "--model", "mistral-7b", "--context", "8192", "--concurrency", "4", "--gpu-memory", "16GiB")
     assert "fits: NO" in bf16.stdout
+    # the old spelling still answers, and says it is deprecated
+    old = bench("plan", "--memory", "--model", "mistral-7b", "--context", "8192", "--gpu-memory", "16GiB")
+    assert old.returncode == 0 and "fits:" in old.stdout and "deprecated: use bench memory" in old.stderr
 
 
 def test_memory_bad_input_names_the_option():
-    res = bench("plan", "--memory", "--gpu-memory", "sixteen")
+    res = bench("memory", "--gpu-memory", "sixteen")
     assert res.returncode != 0 and "--gpu-memory" in res.stderr and "16GiB" in res.stderr
-    res = bench("plan", "--memory", "--kv-dtype", "int3")
+    res = bench("memory", "--kv-dtype", "int3")
     assert res.returncode != 0 and "--kv-dtype" in res.stderr and "fp8" in res.stderr
 
 

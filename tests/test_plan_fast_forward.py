@@ -6,17 +6,17 @@ radix), chunk prefills, run multi-turn sessions, a closed loop, and 3 replicas b
 import pytest
 import yaml
 
-from harness.chat_trace import SessionTraceConfig, write_session_trace
 from harness.plan import decode_run
 from harness.plan.architectures import load_architecture
 from harness.plan.deployment import deployment_from_args
 from harness.plan.roofline_model import RooflineStepModel
 from harness.plan.simulator import Simulation, prompt_token_ids, run_simulation
 from harness.plan.step_model import FittedStepModel
-from harness.roofline import gpu_spec
-from harness.scenario import load_scenario
-from harness.tokenizer_source import LocalTokenizer
-from harness.workload import build_plan
+from harness.scenario.chat_trace import SessionTraceConfig, write_session_trace
+from harness.scenario.gpus import gpu_spec
+from harness.scenario.scenario import load_scenario
+from harness.scenario.tokenizer_source import LocalTokenizer
+from harness.scenario.workload import build_schedule
 
 # stated step costs (what the simulator does with step times, not what they are): 20 ms a step, 0.5 ms a
 # prompt token, 1.5 ms a decoding sequence, 1 us a KV position read
@@ -76,7 +76,7 @@ def simulate(tmp_path, case: str, fast_forward: bool) -> tuple[Simulation, list]
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
     scenario = load_scenario(tmp_path / "s.yaml")
     tokenizer = LocalTokenizer("smollm2")
-    plan = build_plan(scenario, tokenizer)
+    plan = build_schedule(scenario, tokenizer)
     deployment = deployment_from_args(launch_args, "smollm2")
     sim, records = Simulation(deployment, STEP_MODELS.get(case, STATED), fast_forward=fast_forward), []
     run_simulation(

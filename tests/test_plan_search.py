@@ -7,8 +7,8 @@ from itertools import product
 import pytest
 
 from harness.plan.search import Search, table_lines, write_search
-from harness.plan.spec import StepModelSpec
-from harness.scenario import load_scenario
+from harness.scenario.planning import StepModelSpec
+from harness.scenario.scenario import load_scenario
 
 # Llama-3.1-8B at bf16 (16 GB of weights). One L4 (300 GB/s) needs ~72 ms a decode step, over the 60 ms TPOT,
 # so L4 is only viable at TP 2; an H100 serves the load alone.

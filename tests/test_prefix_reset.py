@@ -1,13 +1,13 @@
 """Emptying the prefix cache between benchmark points: the block manager's reset, the native server's
-POST /reset_prefix_cache (vLLM's route) and harness.prefix_reset, which `bench tune` calls before each trial."""
+POST /reset_prefix_cache (vLLM's route) and harness.engine.prefix_reset, which `bench tune` calls before each trial."""
 
 import asyncio
 
 import aiohttp
 
 from backends import load_backend
-from harness.engine_session import EngineSession
-from harness.prefix_reset import reset_prefix_cache
+from harness.engine.prefix_reset import reset_prefix_cache
+from harness.engine.session import EngineSession
 from native_engine.llm_engine import EngineConfig, LLMEngine
 from native_engine.server import start_server
 

@@ -12,8 +12,8 @@ import pytest
 from bench_process import bench
 
 from backends.http import request
-from harness.launcher import launch
-from harness.scenario import LaunchConfig
+from harness.engine.launcher import launch
+from harness.scenario.scenario import LaunchConfig
 from native_engine.model_files import smollm2_path
 
 CACHE = Path.home() / ".cache/llm-serving-bench"

@@ -1,4 +1,4 @@
-"""Distributed load generation on a real two-node Ray cluster on loopback (harness.ray_shards).
+"""Distributed load generation on a real two-node Ray cluster on loopback (harness.client.ray.shards).
 
 The module starts the cluster once (Ray takes 10-30 s to start on two busy cores): a head and a second
 node, each `ray start --block` with --num-cpus 1 in a session of its own, on free ports and a temp dir of
@@ -25,10 +25,10 @@ import pytest
 from bench_process import bench_started, interrupt_once_written
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 
-from harness.clock_offset import measure_offset
-from harness.ray_shards import DistributedError
-from harness.run import run_scenario
-from harness.scenario import load_scenario
+from harness.client.clock_offset import measure_offset
+from harness.client.ray.shards import DistributedError
+from harness.runs.run import run_scenario
+from harness.scenario.scenario import load_scenario
 
 START_TIMEOUT_S = 90
 
@@ -292,15 +292,17 @@ def test_every_nodes_records_sit_on_the_drivers_timeline(ray_cluster):
 
     from groundtruth_server import fetch_stats, gt_request
 
-    from harness.ray_shards import start_crew
-    from harness.runner import Target, run_async, t0_ahead_ns
+    from harness.client.ray.shards import start_crew
+    from harness.client.runner import Target, run_async, t0_ahead_ns
 
     requests = [gt_request(i, 0.01 * i, 8) for i in range(80)]
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=20, itl_ms=10)) as gt:
         crew = start_crew(ray_cluster, requests, None, max_uncertainty_ms=5)
         try:
             t0_ns = t0_ahead_ns(2, spawn=False, connect=True)
-            outcome = run_async(crew.run(Target(gt.url, model="gt"), lambda rec: None, asyncio.Event(), None, t0_ns))
+            outcome = run_async(
+                crew.run(Target(url=gt.url, model="gt"), lambda rec: None, asyncio.Event(), None, t0_ns)
+            )
         finally:
             crew.close()
         truth = fetch_stats(gt.url)["records"]

@@ -17,9 +17,9 @@ import pytest
 from typer.testing import CliRunner
 
 from backends import load_backend
-from harness.cli import app
-from harness.metrics import request_latency, summarize
-from harness.results import RequestRecord, read_records
+from harness.cli.app import app
+from harness.metrics.latencies import request_latency, summarize
+from harness.results.folder import RequestRecord, read_records
 
 FIXTURES = Path(__file__).parent / "fixtures" / "engines"
 WORDS = " The cache keeps the keys and values."

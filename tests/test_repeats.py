@@ -1,4 +1,4 @@
-"""`bench run --repeats N [--until-ci P]` (harness/repeats.py, across_runs.py): repeats against the ground-truth
+"""`bench run --repeats N [--until-ci P]` (harness/runs/repeats.py, across_runs.py): repeats against the ground-truth
 server that agree stop early, repeats of a server whose speed changes between runs run to N, the intervals are
 the hand-computed t-intervals, a cut-short folder stays usable and `bench report` draws it."""
 
@@ -12,11 +12,11 @@ from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 from scipy.stats import t as student_t
 from typer.testing import CliRunner
 
-from harness.across_runs import HEADLINE_METRICS, converged, mean_interval, metric_value
-from harness.cli import app
-from harness.repeats import run_repeats
-from harness.scenario import load_scenario
-from harness.schema_files import validate_folder
+from harness.cli.app import app
+from harness.metrics.across_runs import HEADLINE_METRICS, converged, mean_interval, metric_value
+from harness.results.schema_files import validate_folder
+from harness.runs.repeats import run_repeats
+from harness.scenario.scenario import load_scenario
 from reports.report import write_report
 
 

@@ -108,11 +108,11 @@ def test_report_of_a_real_run_against_the_ground_truth_server(tmp_path):
     """A run through the real runner and results writer; the report's ITL CDF sits on the server's ITL."""
     from groundtruth_server import GroundTruthConfig, GroundTruthProcess, gt_request
 
-    from harness.runner import Runner, Target, run_blocking
+    from harness.client.runner import Runner, Target, run_blocking
 
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=40.0, itl_ms=8.0)) as gt:
         reqs = [gt_request(i, i * 0.05, 12) for i in range(30)]
-        out = run_blocking(lambda: Runner(Target(gt.url), reqs))
+        out = run_blocking(lambda: Runner(Target(url=gt.url), reqs))
     write_run(tmp_path / "gt", out.records, slo={"ttft_ms": 500.0})
     content = write_report([tmp_path / "gt"], tmp_path / "gt.html")
     run = content.runs[0]
@@ -136,7 +136,7 @@ def test_concurrency_sweep_and_mixed_sweeps_are_told_apart(tmp_path):
 
 
 def test_server_metrics_in_the_harness_schema(tmp_path):
-    """harness/server_metrics.py also writes `bench:` names; those are what the report plots."""
+    """harness/engine/server_metrics.py also writes `bench:` names; those are what the report plots."""
     a = write_run(tmp_path / "a", synthetic_records())
     rows = ["t_s,name,value,labels"]
     for k, t in enumerate(np.arange(0, 10, 0.5)):

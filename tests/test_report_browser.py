@@ -156,9 +156,9 @@ def test_tune_report_draws_the_pareto_front_and_the_capacity_table(tmp_path):
 
     from groundtruth_server import __file__ as gt_server
 
-    from harness.run import Reporter
-    from harness.scenario import Scenario
-    from harness.tune import Tuner
+    from harness.runs.run import Reporter
+    from harness.scenario.scenario import Scenario
+    from harness.tune.tune import Tuner
     from reports.tune_report import write_tune_report
 
     command = f"{sys.executable} {gt_server} --port {{port}} --ttft-ms 10 --itl-ms 10"

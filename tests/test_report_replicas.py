@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import read_records
+from harness.results.folder import read_records
 from reports.load import load_run
 from reports.replicas import replica_view
 from reports.report import build_report, write_report

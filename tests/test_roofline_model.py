@@ -10,16 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.engine_trace import write_engine_trace
+from harness.engine.step_trace import write_engine_trace
 from harness.plan.architectures import BUILTIN
 from harness.plan.roofline_fit import VLLM_COUNTERS, fit_roofline, trace_rows
 from harness.plan.roofline_model import RooflineParams, RooflineStepModel
 from harness.plan.roofline_scenario import roofline_step_model
 from harness.plan.simulator import simulate_scenario
-from harness.plan.spec import StepModelSpec
 from harness.plan.step_model import StepShape
-from harness.roofline import GPU_SPECS
-from harness.scenario import ScenarioError, load_scenario
+from harness.scenario.gpus import GPU_SPECS
+from harness.scenario.planning import StepModelSpec
+from harness.scenario.scenario import ScenarioError, load_scenario
 
 FIXTURE_RUN = Path(__file__).parent / "fixtures" / "roofline_fit_run"
 IDEAL = RooflineParams(mfu=1.0, mbu=1.0, overhead_ms=0.0, allreduce_hop_latency_us=0.0)

@@ -204,7 +204,7 @@ async def test_the_harness_scrapes_the_router_and_each_replica_with_its_label(de
     import csv
 
     from backends.native import NativeBackend
-    from harness.server_metrics import ServerMetricsScraper
+    from harness.engine.server_metrics import ServerMetricsScraper
 
     start, http = deployment
     url, router, engines, replica_runners = await start("round_robin", 2)
@@ -240,7 +240,7 @@ async def test_the_harness_scrapes_the_router_and_each_replica_with_its_label(de
 
 
 async def test_a_single_engine_has_no_replicas_to_scrape(tiny, tmp_path):
-    from harness.server_metrics import ServerMetricsScraper
+    from harness.engine.server_metrics import ServerMetricsScraper
 
     runner, port = await start_server(LLMEngine(EngineConfig(kv_cache_tokens=1024), tiny), "127.0.0.1", 0)
     try:
@@ -340,7 +340,7 @@ def test_bench_run_against_a_deployment_survives_a_killed_replica_and_leaves_no_
     exit code follows the completed share, per-replica metrics are scraped, nothing is left."""
     import csv
 
-    from harness.results import read_records
+    from harness.results.folder import read_records
 
     proc, out, url, pids, family = deployment_run(tmp_path, tiny_path, n_requests=16, rate=20, output_tokens=400)
     stuck = stop_with_requests_stuck(pids[0], url, "0", time.monotonic() + 60)

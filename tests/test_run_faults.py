@@ -13,8 +13,8 @@ from bench_process import bench, bench_started, wait_until_written
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 from typer.testing import CliRunner
 
-from harness.cli import app
-from harness.results import read_records
+from harness.cli.app import app
+from harness.results.folder import read_records
 
 pytestmark = pytest.mark.faults
 GT_SERVER = Path(__file__).parent / "groundtruth_server.py"

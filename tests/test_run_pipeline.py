@@ -1,4 +1,4 @@
-"""The run pipeline called directly (harness.run.run_scenario), without a subprocess: results folder rules,
+"""The run pipeline called directly (harness.runs.run.run_scenario), without a subprocess: results folder rules,
 token-count sources and their messages, failed runs, the profiler warning, launch command building."""
 
 import json
@@ -14,15 +14,15 @@ import pytest
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, gt_request
 
 from backends import load_backend
-from harness.engine_session import engine_session, engine_sizing
-from harness.launcher import engine_command
-from harness.load_site import LocalClients
-from harness.results import ResultsError, ResultWriter, read_records
-from harness.run import Reporter, RunSteps, run_scenario
-from harness.scenario import LaunchConfig, ScenarioError, load_scenario
-from harness.tokenizer_source import ApproximateTokenizer, LocalTokenizer, TokenizerError, resolve_tokenizer
-from harness.workers import client_bound_advice, resolve_workers, workers_needed
-from harness.workload import build_plan
+from harness.client.load_site import LocalClients
+from harness.client.workers import client_bound_advice, resolve_workers, workers_needed
+from harness.engine.launcher import engine_command
+from harness.engine.session import engine_session, engine_sizing
+from harness.results.folder import ResultsError, ResultWriter, read_records
+from harness.runs.run import Reporter, RunSteps, run_scenario
+from harness.scenario.scenario import LaunchConfig, ScenarioError, load_scenario
+from harness.scenario.tokenizer_source import ApproximateTokenizer, LocalTokenizer, TokenizerError, resolve_tokenizer
+from harness.scenario.workload import build_schedule
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_the_run_steps_called_one_by_one_each_leave_what_the_next_reads(gt, tmp_
     with ExitStack() as cleanup:
         cleanup.callback(writer.close)
         steps = RunSteps(scn, writer, cleanup.enter_context(engine_session(scn, writer.dir / "engine.log")))
-        steps.plan_requests()
+        steps.schedule_requests()
         assert len(steps.plan.requests) == 8 and steps.plan.token_count_method == "approximate"
         assert any("prompt lengths are approximate" in w for w in steps.warnings)
         assert not (writer.dir / "run.json").exists()
@@ -192,7 +192,7 @@ def test_a_tokenize_route_that_breaks_after_the_probe_is_a_tokenizer_error(tmp_p
     try:
         scn = scenario(tmp_path, f"{{kind: openai, url: '{server.url}', model: some-model}}")
         with pytest.raises(TokenizerError, match="/tokenize answered HTTP 500: overloaded"):
-            build_plan(scn, resolve_tokenizer(scn))
+            build_schedule(scn, resolve_tokenizer(scn))
     finally:
         server.close()
 
@@ -200,7 +200,7 @@ def test_a_tokenize_route_that_breaks_after_the_probe_is_a_tokenizer_error(tmp_p
 def test_a_scenario_key_gives_a_local_hugging_face_tokenizer(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from harness.tokenizer_source import WORDS
+    from harness.scenario.tokenizer_source import WORDS
 
     vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(WORDS)}}
     hf = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
@@ -215,7 +215,7 @@ def test_a_scenario_key_gives_a_local_hugging_face_tokenizer(tmp_path):
     assert scn.backend.tokenizer == str((tmp_path / "tok").resolve())
     source = resolve_tokenizer(scn)
     assert isinstance(source, LocalTokenizer) and source.method == "local_tokenizer"
-    plan = build_plan(scn, source)
+    plan = build_schedule(scn, source)
     assert all(r.prompt_tokens == 40 and len(hf.encode(r.prompt).ids) == 40 for r in plan.requests)
     with pytest.raises(ScenarioError, match="backend.tokenizer: './missing.gguf' not found"):
         scenario(tmp_path, "{kind: openai, url: 'http://127.0.0.1:9', tokenizer: ./missing.gguf}")
@@ -288,7 +288,7 @@ def test_scenarios_that_would_misplace_the_engine_or_the_results_are_refused(tmp
 
 
 def test_default_output_dir_never_leaves_results():
-    from harness.results import default_output_dir
+    from harness.results.folder import default_output_dir
 
     assert default_output_dir("quickstart").parent == Path("results")
     for name in ("../../etc/x", "a/b", ".hidden"):
@@ -297,7 +297,7 @@ def test_default_output_dir_never_leaves_results():
 
 
 def test_a_sweep_folder_holding_results_is_refused_unless_overwritten(tmp_path):
-    from harness.results import prepare_sweep_dir, read_statuses, write_manifest
+    from harness.results.folder import prepare_sweep_dir, read_statuses, write_manifest
 
     out = tmp_path / "sweep"
     prepare_sweep_dir(out)  # new: fine

@@ -6,8 +6,8 @@ import time
 import pytest
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, errors_against_truth, fetch_stats, gt_request
 
-from harness.metrics import summarize
-from harness.runner import Runner, Target, collect_young, run_blocking, t0_ahead_ns
+from harness.client.runner import Runner, Target, collect_young, run_blocking, t0_ahead_ns
+from harness.metrics.latencies import summarize
 
 TTFT_MS, ITL_MS, TOKENS = 50.0, 10.0, 32
 
@@ -20,7 +20,7 @@ def gt():
 
 def _run(url, requests, concurrency=None, api="completions"):
     fetch_stats(url)  # start from clean server records
-    out = run_blocking(lambda: Runner(Target(url, api=api), requests, concurrency=concurrency))
+    out = run_blocking(lambda: Runner(Target(url=url, api=api), requests, concurrency=concurrency))
     return out, fetch_stats(url)
 
 

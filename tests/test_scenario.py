@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.scenario import DEFAULT_NUM_REQUESTS, Scenario, ScenarioError, apply_override, load_scenario
-from harness.tokenizer_source import ApproximateTokenizer
-from harness.workload import build_plan
+from harness.scenario.scenario import DEFAULT_NUM_REQUESTS, Scenario, ScenarioError, apply_override, load_scenario
+from harness.scenario.tokenizer_source import ApproximateTokenizer
+from harness.scenario.workload import build_schedule
 
 SCENARIOS_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 BASE = {
@@ -35,7 +35,7 @@ def error_of(tmp_path: Path, overrides: list[str], data: dict = BASE) -> str:
 def test_every_shipped_scenario_validates_and_plans(path):
     scenario = load_scenario(path)
     for point in scenario.sweep_points() or [scenario]:  # a sweep plans each of its points
-        plan = build_plan(point, ApproximateTokenizer())
+        plan = build_schedule(point, ApproximateTokenizer())
         warmups = [r for r in plan.requests if r.is_warmup]
         assert plan.requests and all(r.prompt_tokens >= 1 and r.output_tokens >= 1 for r in plan.requests)
         assert plan.requests[: len(warmups)] == warmups  # warm-ups lead the plan

@@ -1,4 +1,4 @@
-"""The results schema (harness/schema.py): docs/schema/ is what the models generate, a writer's unknown field is
+"""The results schema (harness/results/schema.py): docs/schema/ is what the models generate, a writer's unknown field is
 refused with the fix named, and folders written before the schema (tests/fixtures/results_v0/) still validate
 and load."""
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import ResultWriter, read_records, validate_record, write_json
-from harness.schema import PRE_SCHEMA_VERSION, SCHEMA_VERSION, SchemaError, validate
-from harness.schema_files import SCHEMA_DIR, rendered, validate_folder
+from harness.results.folder import ResultWriter, read_records, validate_record, write_json
+from harness.results.schema import PRE_SCHEMA_VERSION, SCHEMA_VERSION, SchemaError, validate
+from harness.results.schema_files import SCHEMA_DIR, rendered, validate_folder
 from reports.load import load_run
 
 OLD = Path(__file__).parent / "fixtures" / "results_v0"
@@ -18,7 +18,7 @@ BASELINE_RUN = Path(__file__).parent.parent / "ci" / "baselines" / "nightly" / "
 
 def test_the_committed_json_schemas_are_what_the_models_generate():
     on_disk = {p.name: p.read_text(encoding="utf-8") for p in SCHEMA_DIR.glob("*.schema.json")}
-    assert on_disk == rendered(), "docs/schema/ drifted from harness/schema.py: run `bench schema --write`"
+    assert on_disk == rendered(), "docs/schema/ drifted from harness/results/schema.py: run `bench schema --write`"
 
 
 @pytest.mark.parametrize("kind", ["run", "sweep", "candidates", "repeats", "plan", "tune"])

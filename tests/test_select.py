@@ -192,9 +192,9 @@ def test_runs_made_at_different_slos_need_one_given(tmp_path):
 
 
 def test_a_candidates_folder_stands_for_its_deployments_each_with_its_accelerators(tmp_path):
-    """candidates.json (harness/candidates.py): completed candidates by name, per-accelerator figures with
+    """candidates.json (harness/runs/candidates.py): completed candidates by name, per-accelerator figures with
     the accelerators each declared, a failed one named in the caveats."""
-    from harness.results import write_candidates
+    from harness.results.folder import write_candidates
 
     out = tmp_path / "shapes"
     write_sweep(out / "two-replicas", rates=(1, 3, 5, 7, 9), capacity_rps=6)

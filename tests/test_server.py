@@ -222,7 +222,7 @@ async def test_models_health_tokenize_detokenize(serve):
 async def test_python_m_native_engine_serve_starts_and_answers(tmp_path):
     import sys
 
-    from harness.launcher import free_port
+    from harness.engine.launcher import free_port
 
     path = write_tiny_llama_gguf(tmp_path / "tiny.gguf", seed=1)
     port = free_port()

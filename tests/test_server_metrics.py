@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.explain import explain
-from harness.phases import histogram_means
-from harness.results import RequestRecord
-from harness.server_metrics import ServerMetricsScraper, parse_page, read_schema, window_hit_rate
-from harness.telemetry.engine_bytes import engine_counters
+from harness.engine.server_metrics import ServerMetricsScraper, parse_page, read_schema, window_hit_rate
+from harness.engine.telemetry.engine_bytes import engine_counters
+from harness.metrics.explain import explain
+from harness.metrics.phases import histogram_means
+from harness.results.folder import RequestRecord
 
 FIXTURES = Path(__file__).parent / "fixtures" / "engines"
 
@@ -257,13 +257,16 @@ def test_the_run_summary_takes_the_window_rate(tmp_path):
 def test_the_console_prints_the_window_rate(tmp_path, monkeypatch):
     from rich.console import Console
 
-    import harness.cli
-    from harness.metrics import summarize
+    import harness.cli.app
+    from harness.metrics.latencies import summarize
 
     done = RequestRecord(
         index=0, intended_send_s=0.0, token_times_s=[0.1], tokens_per_chunk=[1], end_s=0.1, output_tokens=1
     )
     summary = {**summarize([done]), "prefix_cache": {"hit_rate": 0.5, "hit_tokens": 400.0, "queried_tokens": 800.0}}
-    monkeypatch.setattr(harness.cli, "console", Console(record=True, width=200))
-    harness.cli.print_summary(summary, tmp_path)
-    assert "prefix cache: 50.0% of the 800 prompt tokens looked up over the window" in harness.cli.console.export_text()
+    monkeypatch.setattr(harness.cli.app, "console", Console(record=True, width=200))
+    harness.cli.app.print_summary(summary, tmp_path)
+    assert (
+        "prefix cache: 50.0% of the 800 prompt tokens looked up over the window"
+        in harness.cli.app.console.export_text()
+    )

@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 from bench_process import bench
 
-from harness.chat_trace import SessionTraceConfig, session_trace_rows, write_session_trace
-from harness.scenario import Scenario
-from harness.tokenizer_source import LocalTokenizer
-from harness.traces import load_trace
-from harness.workload import build_plan
+from harness.scenario.chat_trace import SessionTraceConfig, session_trace_rows, write_session_trace
+from harness.scenario.scenario import Scenario
+from harness.scenario.tokenizer_source import LocalTokenizer
+from harness.scenario.traces import load_trace
+from harness.scenario.workload import build_schedule
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
@@ -81,7 +81,7 @@ def test_the_committed_trace_is_what_make_trace_writes_and_replays_prefix_exactl
             "load": {"arrival": "trace", "trace": str(committed), "trace_block_size": 16, "warmup_requests": 0},
         }
     )
-    plan = build_plan(scenario, LocalTokenizer("smollm2"))
+    plan = build_schedule(scenario, LocalTokenizer("smollm2"))
     assert [r.prompt_tokens for r in plan.requests] == [r.input_tokens for r in rows]
     # turn k-1's prompt is the start of turn k's: the engine can serve it from its prefix cache
     rows_json = [json.loads(line) for line in committed.read_text().splitlines()]

@@ -258,9 +258,9 @@ async def test_server_streams_accepted_runs_and_serves_the_spec_metrics(tiny):
 
 # ---- the harness side ---------------------------------------------------------------------------
 def test_repeat_workload_prompts_hold_the_passage_to_copy():
-    from harness.scenario import Scenario
-    from harness.tokenizer_source import LocalTokenizer
-    from harness.workload import REPEAT_INSTRUCTION, build_plan
+    from harness.scenario.scenario import Scenario
+    from harness.scenario.tokenizer_source import LocalTokenizer
+    from harness.scenario.workload import REPEAT_INSTRUCTION, build_schedule
 
     tokenizer = LocalTokenizer("smollm2")
     scenario = Scenario.model_validate(
@@ -272,7 +272,7 @@ def test_repeat_workload_prompts_hold_the_passage_to_copy():
             "load": {"arrival": "closed", "concurrency": 1, "num_requests": 4, "warmup_requests": 0},
         }
     )
-    plan = build_plan(scenario, tokenizer)
+    plan = build_schedule(scenario, tokenizer)
     passages = []
     for r in plan.requests:
         assert r.prompt.startswith(REPEAT_INSTRUCTION) and r.prompt.endswith("\n\nRepeated text:")
@@ -298,14 +298,14 @@ def page(drafts, drafted, accepted, prefix="native:"):
 
 
 def values(text):
-    from harness.server_metrics import parse_page
+    from harness.engine.server_metrics import parse_page
 
     return {name: value for name, value, labels in parse_page(text)[1] if not labels}
 
 
 def window_series(*pages):
     """read_schema()-like series of pages scraped at t = 0, 1, 2, ..."""
-    from harness.server_metrics import parse_page
+    from harness.engine.server_metrics import parse_page
 
     series = {}
     for t, text in enumerate(pages):
@@ -317,7 +317,7 @@ def window_series(*pages):
 
 @pytest.mark.parametrize("prefix", ["native:", "vllm:", "llamacpp:"])
 def test_acceptance_over_the_window_comes_from_counter_differences(prefix):
-    from harness.server_metrics import window_speculative
+    from harness.engine.server_metrics import window_speculative
 
     # warm-up before the window (t=0 -> 1) is left out: 50 drafts, 200 drafted, 100 accepted in [1, 2]
     series = window_series(page(2, 8, 2, prefix), page(10, 40, 30, prefix), page(60, 240, 130, prefix))
@@ -332,7 +332,7 @@ def test_acceptance_over_the_window_comes_from_counter_differences(prefix):
 
 
 def test_sglang_acceptance_is_its_gauge_averaged_over_the_window_and_says_so():
-    from harness.server_metrics import window_speculative
+    from harness.engine.server_metrics import window_speculative
 
     gauge = '# TYPE sglang:spec_accept_rate gauge\nsglang:spec_accept_rate{{model_name="m"}} {}\n'
     series = window_series(gauge.format(0.1), gauge.format(0.6), gauge.format(0.8))

@@ -1,4 +1,4 @@
-"""Kernel receive stamps (harness/stamped_http.py): present, never later than the loop's, right when the loop
+"""Kernel receive stamps (harness/client/stamped_http.py): present, never later than the loop's, right when the loop
 is late; the fallback is chosen and said; the closed loop sends before its bookkeeping; bad HTTP fails one
 request with its reason. Loopback servers only; timing asserted as relations, never absolute times."""
 
@@ -7,7 +7,9 @@ import importlib.util
 import json
 import statistics
 import time
+from contextlib import ExitStack
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from groundtruth_server import (
@@ -19,10 +21,11 @@ from groundtruth_server import (
     gt_request,
 )
 
-from harness import stamped_http
-from harness.results import ResultWriter, read_records
-from harness.runner import Runner, Target, turn_messages
-from harness.scenario import ScenarioError, load_scenario
+from harness.client import stamped_http
+from harness.client.runner import Runner, Target, turn_messages
+from harness.results.folder import ResultWriter, read_records
+from harness.runs.run import RunSteps
+from harness.scenario.scenario import ScenarioError, load_scenario
 
 pytestmark = pytest.mark.skipif(
     stamped_http.kernel_stamps_unavailable("http://x") is not None, reason="no kernel receive stamps on this system"
@@ -34,7 +37,7 @@ async def _run_in_process(requests, concurrency=None, on_record=None, **target):
     port = await server.start()
     try:
         return await Runner(
-            Target(f"http://127.0.0.1:{port}", **target), requests, concurrency, on_record=on_record
+            Target(url=f"http://127.0.0.1:{port}", **target), requests, concurrency, on_record=on_record
         ).run()
     finally:
         await server.stop_listening()
@@ -71,7 +74,7 @@ def test_a_blocked_loop_moves_the_loop_stamps_not_the_kernel_stamps():
             loop.call_later(0.031, block)
 
         loop.call_later(0.031, block)
-        return await Runner(Target(url, stamps="kernel"), [gt_request(i, 0.013 * i, 24) for i in range(4)]).run()
+        return await Runner(Target(url=url, stamps="kernel"), [gt_request(i, 0.013 * i, 24) for i in range(4)]).run()
 
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=30, itl_ms=20)) as gt:
         fetch_stats(gt.url)
@@ -98,16 +101,22 @@ async def test_without_kernel_stamps_auto_falls_back_to_the_loop_and_says_why(mo
         "linux has no SO_TIMESTAMPNS receive timestamps",
     )
     with pytest.raises(ValueError, match="backend.stamps: kernel is not available here"):
-        Runner(Target("http://127.0.0.1:1", stamps="kernel"), [])
+        Runner(Target(url="http://127.0.0.1:1", stamps="kernel"), [])
 
 
 def test_tls_takes_the_loop_path_and_kernel_stamps_asked_over_tls_name_the_field(tmp_path):
     assert stamped_http.choose_stamps("auto", "https://engine:443")[0] == "loop"
     assert "TLS" in stamped_http.choose_stamps("auto", "https://engine:443")[1]
     scenario = tmp_path / "s.yaml"
-    scenario.write_text("name: tls\nbackend: {kind: openai, url: 'https://127.0.0.1:8443', stamps: kernel}\n")
+    scenario.write_text(
+        "name: tls\nbackend: {kind: openai, url: 'https://127.0.0.1:8443', stamps: kernel}\nload: {rate: 1}\n"
+    )
+    # the scenario is valid as written; the machine is checked where the run starts, naming the field
+    steps = RunSteps(
+        load_scenario(scenario), ResultWriter(tmp_path / "run"), SimpleNamespace(url="https://127.0.0.1:8443")
+    )
     with pytest.raises(ScenarioError, match=r"backend.stamps: kernel is not available here \(TLS"):
-        load_scenario(scenario)
+        steps.choose_load_site(None, ExitStack())
 
 
 async def test_a_socket_that_refuses_the_option_is_stamped_by_the_loop(monkeypatch):
@@ -159,7 +168,7 @@ async def test_a_malformed_response_fails_its_request_with_the_reason(case):
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     async with server:
-        out = await Runner(Target(url, stamps="kernel", request_timeout_s=5), [gt_request(0, 0.0, 4)]).run()
+        out = await Runner(Target(url=url, stamps="kernel", request_timeout_s=5), [gt_request(0, 0.0, 4)]).run()
     rec = out.records[0]
     assert rec.error_reason == reason, rec
     assert rec.error_detail and "Traceback" not in rec.error_detail
@@ -219,7 +228,7 @@ async def test_first_turns_built_before_t0_are_the_bytes_built_at_send_time_and_
     session = [gt_request(i, None, 4, chat=True) for i in (2, 3)]
     for turn, spec in enumerate(session):
         spec.session_id, spec.turn_index = 7, turn
-    runner = Runner(Target(f"http://127.0.0.1:{port}", api="chat", stamps=stamps), lone + session, 2)
+    runner = Runner(Target(url=f"http://127.0.0.1:{port}", api="chat", stamps=stamps), lone + session, 2)
     try:
         out = await runner.run()
     finally:

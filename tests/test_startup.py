@@ -1,4 +1,4 @@
-"""An engine's start-up cost (harness/startup.py): a launched native engine's run.json has its launch-to-ready
+"""An engine's start-up cost (harness/engine/startup.py): a launched native engine's run.json has its launch-to-ready
 seconds and first request, `bench report` and `bench select` show them; TensorRT-LLM's engine build is read
 from its builder's log lines (the format of tensorrt_llm/builder.py; no GPU here to run it)."""
 
@@ -8,7 +8,7 @@ import time
 from bench_process import bench
 
 from backends import load_backend
-from harness.results import read_records
+from harness.results.folder import read_records
 from native_engine.tiny_gguf import write_tiny_llama_gguf
 
 

@@ -1,4 +1,4 @@
-"""The measured window (harness/steady_window.py): ramp-up and drain found from the requests in flight and cut,
+"""The measured window (harness/metrics/steady_window.py): ramp-up and drain found from the requests in flight and cut,
 end to end against the ground-truth server, and left alone when the load never settled."""
 
 import json
@@ -7,11 +7,11 @@ import pytest
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 from helpers import synthetic_records
 
-from harness.metrics import summarize
-from harness.results import read_records
-from harness.run import run_scenario, trims
-from harness.scenario import load_scenario
-from harness.steady_window import steady_window
+from harness.metrics.latencies import summarize
+from harness.metrics.steady_window import steady_window
+from harness.results.folder import read_records
+from harness.runs.run import run_scenario, trims
+from harness.scenario.scenario import load_scenario
 
 
 def test_a_runs_ramp_up_and_drain_are_cut_and_its_throughput_is_the_offered_rate(tmp_path):

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from harness.metrics import summarize
-from harness.runner import Runner, Target
-from harness.workload import RequestSpec
+from harness.client.runner import Runner, Target
+from harness.metrics.latencies import summarize
+from harness.scenario.workload import RequestSpec
 
 pytestmark = pytest.mark.faults
 EVENTS = [
@@ -87,7 +87,7 @@ async def record_of(url: str, fault: str, stamps: str, **target):
         prompt_tokens=PLANNED_PROMPT_TOKENS,
         output_tokens=16,
     )
-    outcome = await Runner(Target(url, model="smollm2", stamps=stamps, **target), [spec]).run()
+    outcome = await Runner(Target(url=url, model="smollm2", stamps=stamps, **target), [spec]).run()
     (rec,) = outcome.records
     strict = json.loads(rec.to_json(), parse_constant=lambda name: pytest.fail(f"{name} in the record"))
     return rec, strict

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.runner import Runner, Target
-from harness.scenario import Scenario, ScenarioError
-from harness.server_metrics import counter_deltas
-from harness.tokenizer_source import LocalTokenizer
-from harness.workload import build_plan
+from harness.client.runner import Runner, Target
+from harness.engine.server_metrics import counter_deltas
+from harness.scenario.scenario import Scenario, ScenarioError
+from harness.scenario.tokenizer_source import LocalTokenizer
+from harness.scenario.workload import build_schedule
 from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
 from native_engine.server import start_server
 from native_engine.tiny_gguf import write_tiny_llama_gguf
@@ -42,7 +42,7 @@ def smollm2():
 
 def test_requests_cycle_through_the_schema_file(smollm2):
     rows = [json.loads(line) for line in SCHEMAS.read_text().splitlines()]
-    plan = build_plan(scenario({}), smollm2)
+    plan = build_schedule(scenario({}), smollm2)
     assert len(plan.requests) == 8
     for i, r in enumerate(plan.requests):
         row = rows[i % len(rows)]
@@ -55,11 +55,11 @@ def test_requests_cycle_through_the_schema_file(smollm2):
 def test_a_row_without_prompt_asks_for_its_schema_and_bad_rows_name_file_and_line(tmp_path, smollm2):
     path = tmp_path / "s.jsonl"
     path.write_text(json.dumps({"schema": {"type": "boolean"}}) + "\n")
-    plan = build_plan(scenario({"schemas": str(path)}), smollm2)
+    plan = build_schedule(scenario({"schemas": str(path)}), smollm2)
     assert '{"type": "boolean"}' in plan.requests[0].prompt
     path.write_text(json.dumps({"schema": {"type": "boolean"}}) + "\n" + json.dumps({"prompt": "no schema"}) + "\n")
     with pytest.raises(ScenarioError, match=r"workload.schemas: .*s.jsonl line 2: needs \"schema\""):
-        build_plan(scenario({"schemas": str(path)}), smollm2)
+        build_schedule(scenario({"schemas": str(path)}), smollm2)
 
 
 @pytest.mark.parametrize(
@@ -96,8 +96,8 @@ async def test_runner_sends_response_format_and_answers_end_at_the_grammar(tmp_p
     runner, port = await start_server(engine, "127.0.0.1", 0)
     try:
         url = f"http://127.0.0.1:{port}"
-        plan = build_plan(scenario({}, url=url, num_requests=4), smollm2)  # prompts are text: any vocabulary
-        outcome = await Runner(Target(url, api="chat", model="smollm2"), plan.requests).run()
+        plan = build_schedule(scenario({}, url=url, num_requests=4), smollm2)  # prompts are text: any vocabulary
+        outcome = await Runner(Target(url=url, api="chat", model="smollm2"), plan.requests).run()
     finally:
         await runner.cleanup()
     assert len(outcome.records) == 5 and all(r.ok for r in outcome.records)

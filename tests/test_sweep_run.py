@@ -8,10 +8,10 @@ import pytest
 from bench_process import bench, bench_started, interrupt_once_written
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 
-from harness.launcher import BackendUnreachable, probe
-from harness.results import POINT_DIR, point_dir_name, read_records
-from harness.scenario import ScenarioError, load_scenario
-from harness.schema_files import validate_folder
+from harness.engine.launcher import BackendUnreachable, probe
+from harness.results.folder import POINT_DIR, point_dir_name, read_records
+from harness.results.schema_files import validate_folder
+from harness.scenario.scenario import ScenarioError, load_scenario
 
 GT_SERVER = Path(__file__).parent / "groundtruth_server.py"
 WORKLOAD = "workload: {kind: random, input_tokens: 16, output_tokens: 8}\n"

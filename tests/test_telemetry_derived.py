@@ -2,8 +2,8 @@
 
 import pytest
 
-from harness.telemetry.derived import summarize
-from harness.telemetry.timeline import Timeline, read_telemetry_csv
+from harness.engine.telemetry.derived import summarize
+from harness.engine.telemetry.timeline import Timeline, read_telemetry_csv
 
 H200_PEAK = 4.9e12
 

@@ -10,11 +10,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import aiohttp
 import pytest
 
-from harness.launcher import free_port
-from harness.telemetry import TelemetryConfig, TelemetryRecorder
-from harness.telemetry.dcgm import DcgmScraper, parse_dcgm_exporter
-from harness.telemetry.engine_bytes import EngineBytesPoller, engine_counters
-from harness.telemetry.timeline import Unavailable, read_telemetry_csv
+from harness.engine.launcher import free_port
+from harness.engine.telemetry import TelemetryRecorder
+from harness.engine.telemetry.dcgm import DcgmScraper, parse_dcgm_exporter
+from harness.engine.telemetry.engine_bytes import EngineBytesPoller, engine_counters
+from harness.engine.telemetry.timeline import Unavailable, read_telemetry_csv
+from harness.scenario.telemetry_settings import TelemetryConfig
 from native_engine.tiny_gguf import write_tiny_llama_gguf
 
 NATIVE_PAGE = """# TYPE native:weight_bytes_read_total counter

@@ -18,9 +18,10 @@ import pydantic
 import pynvml
 import pytest
 
-from harness.telemetry import TelemetryConfig, TelemetryRecorder
-from harness.telemetry.gpu import GPM_FIELDS, MIB, GpuSampler
-from harness.telemetry.timeline import Unavailable, read_telemetry_csv
+from harness.engine.telemetry import TelemetryRecorder
+from harness.engine.telemetry.gpu import GPM_FIELDS, MIB, GpuSampler
+from harness.engine.telemetry.timeline import Unavailable, read_telemetry_csv
+from harness.scenario.telemetry_settings import TelemetryConfig
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "nvml_h200_replay.json").read_text())
 TICKS = FIXTURE["devices"][0]["ticks"]

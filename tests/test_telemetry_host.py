@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from harness.telemetry.host import CLOCK_TICKS_PER_S, HostSampler, memory_bandwidth_ceiling, process_tree
+from harness.engine.telemetry.host import CLOCK_TICKS_PER_S, HostSampler, memory_bandwidth_ceiling, process_tree
 
 BUSY_CHILD = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'while True: pass'])"
 IDLE = "import time; time.sleep(60)"

@@ -8,8 +8,8 @@ import os
 import pytest
 from bench_process import bench
 
-from harness.launcher import group_alive
-from harness.results import read_records
+from harness.engine.launcher import group_alive
+from harness.results.folder import read_records
 from native_engine.tiny_gguf import write_tiny_llama_gguf
 
 

@@ -5,10 +5,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.scenario import Scenario, ScenarioError
-from harness.tokenizer_source import LocalTokenizer
-from harness.traces import detect_format, load_trace
-from harness.workload import build_plan, hash_block_ids
+from harness.scenario.scenario import Scenario, ScenarioError
+from harness.scenario.tokenizer_source import LocalTokenizer
+from harness.scenario.traces import detect_format, load_trace
+from harness.scenario.workload import build_schedule, hash_block_ids
 
 TINY_MOONCAKE = Path(__file__).resolve().parent.parent / "scenarios" / "traces" / "mooncake_tiny.jsonl"
 AZURE_CSV = """TIMESTAMP,ContextTokens,GeneratedTokens
@@ -122,7 +122,7 @@ def test_equal_hash_ids_give_identical_blocks(smollm2):
 
 
 def test_mooncake_replay_shares_prefixes_at_the_token_level(smollm2):
-    plan = build_plan(trace_scenario(TINY_MOONCAKE, trace_block_size=16), smollm2)
+    plan = build_schedule(trace_scenario(TINY_MOONCAKE, trace_block_size=16), smollm2)
     rows = load_trace(TINY_MOONCAKE)
     assert [r.prompt_tokens for r in plan.requests] == [row.input_tokens for row in rows]
     assert [r.output_tokens for r in plan.requests] == [row.output_tokens for row in rows]
@@ -145,23 +145,23 @@ def test_mooncake_replay_shares_prefixes_at_the_token_level(smollm2):
 
 
 def test_trace_replay_schedule_scale_warmup_and_duration(smollm2):
-    plan = build_plan(trace_scenario(TINY_MOONCAKE, time_scale=0.5, warmup_requests=2), smollm2)
+    plan = build_schedule(trace_scenario(TINY_MOONCAKE, time_scale=0.5, warmup_requests=2), smollm2)
     offsets = [r.intended_offset_s for r in plan.requests]
     assert offsets[:3] == [0.0, 0.0, pytest.approx(0.206)] and offsets[-1] == pytest.approx(2.99)
     assert [r.is_warmup for r in plan.requests] == [True, True] + [False] * 10
-    capped = build_plan(trace_scenario(TINY_MOONCAKE, num_requests=4, warmup_requests=1), smollm2)
+    capped = build_schedule(trace_scenario(TINY_MOONCAKE, num_requests=4, warmup_requests=1), smollm2)
     assert len(capped.requests) == 5
-    timed = build_plan(trace_scenario(TINY_MOONCAKE, duration_s=2.0, warmup_requests=3), smollm2)
+    timed = build_schedule(trace_scenario(TINY_MOONCAKE, duration_s=2.0, warmup_requests=3), smollm2)
     # measured window starts at the 4th row (1.130 s) and lasts 2 s: rows before 3.130 s
     assert timed.duration_s == pytest.approx(3.13) and len(timed.requests) == 7
     with pytest.raises(ScenarioError, match="load.warmup_requests: 12 is not valid: the trace has only 12"):
-        build_plan(trace_scenario(TINY_MOONCAKE, warmup_requests=12), smollm2)
+        build_schedule(trace_scenario(TINY_MOONCAKE, warmup_requests=12), smollm2)
 
 
 def test_csv_traces_replay_with_their_lengths(tmp_path, smollm2):
     path = tmp_path / "burst.csv"
     path.write_text(BURSTGPT_CSV)
-    plan = build_plan(trace_scenario(path, time_scale=0.01), smollm2)
+    plan = build_schedule(trace_scenario(path, time_scale=0.01), smollm2)
     assert [r.intended_offset_s for r in plan.requests] == [0.0, pytest.approx(0.4), pytest.approx(1.13)]
     assert [r.prompt_tokens for r in plan.requests] == [472, 1087, 417]
     assert [r.output_tokens for r in plan.requests] == [18, 1, 276]  # a 0-token answer still asks for 1

@@ -15,12 +15,12 @@ import pytest
 from bench_process import bench, bench_started
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 
-from harness.early_stop import PointWatch, fit_line
-from harness.results import RequestRecord
-from harness.run import run_scenario
-from harness.scenario import Scenario, ScenarioError, load_scenario
-from harness.schema_files import validate_folder
-from harness.tune_search import Measured, search_capacity
+from harness.results.folder import RequestRecord
+from harness.results.schema_files import validate_folder
+from harness.runs.early_stop import PointWatch, fit_line
+from harness.runs.run import run_scenario
+from harness.scenario.scenario import Scenario, ScenarioError, load_scenario
+from harness.tune.search import Measured, search_capacity
 
 GT_SERVER = Path(__file__).parent / "groundtruth_server.py"
 
@@ -335,8 +335,8 @@ def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path):
 
 
 def test_a_large_space_is_pruned_by_successive_halving_on_the_probe(tmp_path):
-    from harness.run import Reporter
-    from harness.tune import Tuner
+    from harness.runs.run import Reporter
+    from harness.tune.tune import Tuner
 
     overrides = ["tune.space={--max-streams: [1, 4, 2]}", "tune.full_grid_max=2"]
     scenario = load_scenario(_tune_scenario(tmp_path), overrides)
@@ -352,8 +352,8 @@ def test_a_large_space_is_pruned_by_successive_halving_on_the_probe(tmp_path):
 def test_a_plan_block_starts_the_search_from_the_predicted_capacity(tmp_path):
     """bench plan's simulation, fitted to a real traced run of the native engine (a tiny GGUF with SmolLM2's
     tokenizer), runs the same search first; the measured search starts at its capacity instead of a probe."""
-    from harness.run import Reporter
-    from harness.tune import Tuner
+    from harness.runs.run import Reporter
+    from harness.tune.tune import Tuner
     from native_engine.tiny_gguf import write_tiny_llama_gguf
 
     model = write_tiny_llama_gguf(tmp_path / "tiny.gguf", tokenizer="smollm2")
@@ -401,8 +401,8 @@ def test_percentile_slos_judge_each_point_on_its_measured_distribution(tmp_path)
     request completes (attainment alone would pass it); one answering in 20 ms passes, each passing point run
     whole (its records cannot prove a percentile before the end: no verdict_met stop). The margins are wide:
     on a 2-core machine with two other busy processes the 20 ms server's p90 measured 406 ms."""
-    from harness.run import Reporter
-    from harness.tune import Tuner
+    from harness.runs.run import Reporter
+    from harness.tune.tune import Tuner
     from reports.tune_report import write_tune_report
 
     command = f"{sys.executable} {GT_SERVER} --port {{port}} --itl-ms 5"

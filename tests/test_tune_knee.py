@@ -1,15 +1,15 @@
-"""`bench tune` near the knee (harness/knee.py): a load is judged by its runs' majority, each run on its own
+"""`bench tune` near the knee (harness/metrics/knee.py): a load is judged by its runs' majority, each run on its own
 requests; the bracket's two ends are run again (a second run, a third when the two disagree), far points once.
 Against the ground-truth server made slow for exactly one run (--ttft-cycle-ms): that run is outvoted."""
 
 import sys
 from pathlib import Path
 
-from harness.knee import majority_passed, run_passes, settled
-from harness.run import Reporter
-from harness.scenario import load_scenario
-from harness.tune import Tuner
-from harness.tune_search import Measured, search_capacity
+from harness.metrics.knee import majority_passed, run_passes, settled
+from harness.runs.run import Reporter
+from harness.scenario.scenario import load_scenario
+from harness.tune.search import Measured, search_capacity
+from harness.tune.tune import Tuner
 
 GT_SERVER = Path(__file__).parent / "groundtruth_server.py"
 

@@ -1,14 +1,14 @@
-"""The run's validity verdict (harness/validity.py), and the history and the gate skipping an invalid run."""
+"""The run's validity verdict (harness/metrics/validity.py), and the history and the gate skipping an invalid run."""
 
 import sqlite3
 
 from helpers import synthetic_records, write_run
 from typer.testing import CliRunner
 
-from harness.cli import app
-from harness.metrics import summarize
-from harness.server_metrics import counter_resets
-from harness.validity import MAX_FAILED_SHARE, run_validity
+from harness.cli.app import app
+from harness.engine.server_metrics import counter_resets
+from harness.metrics.latencies import summarize
+from harness.metrics.validity import MAX_FAILED_SHARE, run_validity
 
 SLO = {"ttft_ms": 200.0, "tpot_ms": 50.0}
 

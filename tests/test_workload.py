@@ -7,9 +7,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from harness.scenario import Scenario, ScenarioError
-from harness.tokenizer_source import ApproximateTokenizer, LocalTokenizer, ServerTokenizer, resolve_tokenizer
-from harness.workload import build_plan
+from harness.scenario.scenario import Scenario, ScenarioError
+from harness.scenario.tokenizer_source import ApproximateTokenizer, LocalTokenizer, ServerTokenizer, resolve_tokenizer
+from harness.scenario.workload import build_schedule
 
 
 @pytest.fixture(scope="module")
@@ -51,18 +51,18 @@ RANDOM = {
 
 
 def test_same_seed_same_plan_other_seed_other_plan(smollm2):
-    first = build_plan(scenario(RANDOM, seed=5), smollm2)
-    assert fingerprint(first) == fingerprint(build_plan(scenario(RANDOM, seed=5), smollm2))
-    other = build_plan(scenario(RANDOM, seed=6), smollm2)
+    first = build_schedule(scenario(RANDOM, seed=5), smollm2)
+    assert fingerprint(first) == fingerprint(build_schedule(scenario(RANDOM, seed=5), smollm2))
+    other = build_schedule(scenario(RANDOM, seed=6), smollm2)
     assert all(a.prompt != b.prompt for a, b in zip(first.requests, other.requests))
     assert [r.intended_offset_s for r in first.requests][1:] != [r.intended_offset_s for r in other.requests][1:]
 
 
 def test_random_prompts_hit_the_drawn_length_exactly_with_smollm2(smollm2):
-    plan = build_plan(scenario({**RANDOM, "input_tokens": 64}), smollm2)
+    plan = build_schedule(scenario({**RANDOM, "input_tokens": 64}), smollm2)
     assert plan.token_count_method == "local_tokenizer"
     assert all(r.prompt_tokens == 64 == len(smollm2.encode(r.prompt)) for r in plan.requests)
-    varied = build_plan(scenario(RANDOM), smollm2)
+    varied = build_schedule(scenario(RANDOM), smollm2)
     counts = [r.prompt_tokens for r in varied.requests]
     assert all(counts[i] == len(smollm2.encode(r.prompt)) for i, r in enumerate(varied.requests))
     assert min(counts) >= 5 and max(counts) <= 200 and len(set(counts)) > 6
@@ -70,14 +70,14 @@ def test_random_prompts_hit_the_drawn_length_exactly_with_smollm2(smollm2):
 
 
 def test_prompts_use_no_control_tokens(smollm2):
-    plan = build_plan(scenario({"kind": "random", "input_tokens": 300, "output_tokens": 4}), smollm2)
+    plan = build_schedule(scenario({"kind": "random", "input_tokens": 300, "output_tokens": 4}), smollm2)
     ids = {i for r in plan.requests for i in smollm2.encode(r.prompt)}
     assert not ids & smollm2.tokenizer.special_token_ids
 
 
 def test_shared_prefix_groups_share_their_first_tokens_exactly(smollm2):
     workload = {"kind": "shared_prefix", "num_groups": 3, "prefix_tokens": 40, "input_tokens": 10, "output_tokens": 4}
-    plan = build_plan(scenario(workload), smollm2)
+    plan = build_schedule(scenario(workload), smollm2)
     encoded = [smollm2.encode(r.prompt) for r in plan.requests]
     assert all(len(ids) == r.prompt_tokens == 50 for ids, r in zip(encoded, plan.requests))
     for i, ids in enumerate(encoded):  # round robin: request i belongs to group i % 3
@@ -95,7 +95,7 @@ def test_multi_turn_sessions(smollm2):
         "think_time_s": {"dist": "uniform", "min": 0.5, "max": 2.0},
     }
     load = {"arrival": "poisson", "rate": 1.0, "num_requests": 10, "warmup_requests": 2}
-    plan = build_plan(scenario(workload, load, api="chat"), smollm2)
+    plan = build_schedule(scenario(workload, load, api="chat"), smollm2)
     warmups = [r for r in plan.requests if r.is_warmup]
     measured = [r for r in plan.requests if not r.is_warmup]
     assert len(warmups) == 3 and {r.session_id for r in warmups} == {0}  # 2 warm-ups round up to a session
@@ -111,7 +111,7 @@ def test_multi_turn_sessions(smollm2):
 def test_jsonl_file_rows_cycle_and_keep_their_lengths(tmp_path, smollm2):
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"prompt": "Explain KV caching.", "output_tokens": 20}\n\n{"prompt": "Hi"}\n')
-    plan = build_plan(scenario({"kind": "file", "path": str(rows), "output_tokens": 7}), smollm2)
+    plan = build_schedule(scenario({"kind": "file", "path": str(rows), "output_tokens": 7}), smollm2)
     assert [r.prompt for r in plan.requests[:4]] == ["Explain KV caching.", "Hi"] * 2
     assert [r.output_tokens for r in plan.requests[:2]] == [20, 7]
     assert plan.requests[0].prompt_tokens == len(smollm2.encode("Explain KV caching."))
@@ -126,8 +126,8 @@ def test_chat_message_rows_need_the_chat_api(tmp_path, smollm2):
         + "\n"
     )
     with pytest.raises(ScenarioError, match="messages rows; they need backend.api: chat"):
-        build_plan(scenario({"kind": "file", "path": str(rows)}), smollm2)
-    plan = build_plan(scenario({"kind": "file", "path": str(rows)}, api="chat"), smollm2)
+        build_schedule(scenario({"kind": "file", "path": str(rows)}), smollm2)
+    plan = build_schedule(scenario({"kind": "file", "path": str(rows)}, api="chat"), smollm2)
     assert plan.requests[0].messages[1]["content"] == "What is a token?" and plan.requests[0].prompt is None
     assert plan.requests[0].prompt_tokens == len(smollm2.encode("Be short.")) + len(smollm2.encode("What is a token?"))
 
@@ -144,7 +144,7 @@ def test_bad_jsonl_rows_name_file_and_line(tmp_path, line, expected):
     rows = tmp_path / "bad.jsonl"
     rows.write_text(line)
     with pytest.raises(ScenarioError) as caught:
-        build_plan(scenario({"kind": "file", "path": str(rows)}), ApproximateTokenizer())
+        build_schedule(scenario({"kind": "file", "path": str(rows)}), ApproximateTokenizer())
     assert str(rows) in str(caught.value) and expected in str(caught.value)
 
 
@@ -164,7 +164,7 @@ def test_sharegpt_takes_first_human_turn_and_answer_length_and_counts_skips(tmp_
     ]
     path = tmp_path / "share.json"
     path.write_text(json.dumps(entries))
-    plan = build_plan(scenario({"kind": "file", "path": str(path)}), smollm2)
+    plan = build_schedule(scenario({"kind": "file", "path": str(path)}), smollm2)
     assert {r.prompt for r in plan.requests} == {"What is a token?"}
     assert plan.requests[0].output_tokens == len(smollm2.encode(answer))
     assert plan.warnings == [f"workload.path: skipped 3 malformed entries of {path}"]
@@ -218,7 +218,7 @@ def test_server_tokenize_is_preferred_and_counts_its_bos_with_bounded_calls(smol
     with TokenizeServer(smollm2.tokenizer) as server:
         source = resolve_tokenizer(scenario(RANDOM, url=server.url))
         assert isinstance(source, ServerTokenizer) and source.added_tokens == 1
-        plan = build_plan(scenario({**RANDOM, "input_tokens": 48}, url=server.url), source)
+        plan = build_schedule(scenario({**RANDOM, "input_tokens": 48}, url=server.url), source)
         assert plan.token_count_method == "server_tokenize"
         assert all(r.prompt_tokens == 48 and len(smollm2.encode(r.prompt)) == 47 for r in plan.requests)
         # probe + empty text + one call for all the words + one per prompt; no detokenize round trips
@@ -230,5 +230,5 @@ def test_without_a_server_smollm2_uses_the_local_tokenizer_and_others_approximat
     assert resolve_tokenizer(scenario(RANDOM, url=closed_port_url)).method == "local_tokenizer"
     approximate = resolve_tokenizer(scenario(RANDOM, url=closed_port_url, model="meta-llama/Llama-3-8B"))
     assert approximate.method == "approximate"
-    plan = build_plan(scenario({**RANDOM, "input_tokens": 30}, model="x"), approximate)
+    plan = build_schedule(scenario({**RANDOM, "input_tokens": 30}, model="x"), approximate)
     assert all(r.prompt_tokens == 30 == len(r.prompt.split()) for r in plan.requests)

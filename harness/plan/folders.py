@@ -7,9 +7,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from harness.candidates import CandidateStatus
 from harness.plan.simulator import simulate_scenario
-from harness.results import (
+from harness.results.folder import (
     CANDIDATES_MANIFEST,
     ResultsError,
     point_dir_name,
@@ -17,9 +16,10 @@ from harness.results import (
     write_candidates,
     write_manifest,
 )
-from harness.run import RunResult
-from harness.scenario import Scenario
-from harness.sweep import SweepPointStatus, sweep_kind
+from harness.runs.candidates import CandidateStatus
+from harness.runs.run import RunResult
+from harness.runs.sweep import SweepPointStatus, sweep_kind
+from harness.scenario.scenario import Scenario
 
 
 def simulate_sweep(scenario: Scenario, out_dir: Path, overwrite: bool = False) -> list[SweepPointStatus]:

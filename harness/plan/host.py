@@ -26,7 +26,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness.engine_trace import read_engine_trace
+from harness.engine.step_trace import read_engine_trace
 
 DEFAULT_ENGINE_CORES = 1.0  # one BLAS thread a step; used when no fitted run has telemetry
 

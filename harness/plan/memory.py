@@ -126,7 +126,7 @@ def load_fit(plan: MemoryPlan, context_tokens: int, concurrency: int) -> dict:
 def memory_lines(
     arch: Architecture, plan: MemoryPlan, context_tokens: int, concurrency: int, kv_dtype: str
 ) -> list[str]:
-    """`bench plan --memory`'s answer: weights, KV per token, KV for the asked load, and what fits."""
+    """`bench memory`'s answer: weights, KV per token, KV for the asked load, and what fits."""
     fit = load_fit(plan, context_tokens, concurrency)
     gb = 1e9
     lines = [

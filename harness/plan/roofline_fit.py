@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import nnls
 
-from harness.engine_trace import read_engine_trace
+from harness.engine.step_trace import read_engine_trace
 from harness.plan.roofline_model import DEFAULTS, RooflineParams
 
 VLLM_COUNTERS = {

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from harness.plan.architectures import Architecture
 from harness.plan.memory import kv_bytes_per_token
 from harness.plan.step_model import StepShape
-from harness.roofline import GpuSpec
+from harness.scenario.gpus import GpuSpec
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from harness.plan.architectures import Architecture, load_architecture
 from harness.plan.memory import MemoryPlan, plan_memory
 from harness.plan.roofline_fit import fit_roofline
 from harness.plan.roofline_model import DEFAULTS, RooflineStepModel
-from harness.roofline import GPU_SPECS, GpuSpec, gpu_spec
+from harness.scenario.gpus import GPU_SPECS, GpuSpec, gpu_spec
 
 
 def scenario_architecture(scenario) -> Architecture:

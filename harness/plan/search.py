@@ -2,7 +2,7 @@
 the scenario's SLOs at its load, simulated on the roofline step model; an engine-selection table, cheapest first.
 
 A deployment meets the SLOs when its predicted goodput fraction (requests within every SLO) reaches
-`attainment` (harness/slo_capacity.py's 0.9 by default). Search order, so a GPU type costs a handful of
+`attainment` (harness/metrics/slo_capacity.py's 0.9 by default). Search order, so a GPU type costs a handful of
 simulations rather than every pair:
 - tensor-parallel sizes are those whose weight shard fits the GPU's memory with room for KV, that
   divide the attention heads, and whose decode step alone (batch 1, the roofline) is within the TPOT
@@ -20,12 +20,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from harness.metrics.slo_capacity import DEFAULT_ATTAINMENT
 from harness.plan.memory import plan_memory
 from harness.plan.roofline_scenario import roofline_step_model, scenario_architecture
 from harness.plan.simulator import simulate_scenario
 from harness.plan.step_model import StepShape
-from harness.roofline import gpu_spec
-from harness.slo_capacity import DEFAULT_ATTAINMENT
+from harness.scenario.gpus import gpu_spec
 
 TP_SIZES = (1, 2, 4, 8)
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms")

@@ -3,10 +3,10 @@
 Events on one virtual clock: a request arrives (the router's own Policy picks its replica), a
 replica's step ends (its tokens are out; the next step starts at once while it has work). Each
 replica is the engine's Scheduler and BlockManager (replica.py); a step lasts what the step model
-says for its batch. Requests are `bench run`'s plan (harness/workload.py), their prompts encoded
+says for its batch. Requests are `bench run`'s plan (harness/scenario/workload.py), their prompts encoded
 to token ids, so prefix sharing is exact; a request reaches the engine `request_overhead_s` after
 it is sent (the server's HTTP and tokenization, measured), and its tokens reach the client when
-the step that made them ends. The records and summary are `bench run`'s (harness/metrics.py),
+the step that made them ends. The records and summary are `bench run`'s (harness/metrics/latencies.py),
 with `simulated: true` and the models used.
 """
 
@@ -19,19 +19,19 @@ import time
 from collections import deque
 from pathlib import Path
 
-from harness.engine_trace import write_engine_trace
-from harness.explain import explain
-from harness.metrics import summarize
+from harness.client.runner import http_failure_reason
+from harness.engine.step_trace import write_engine_trace
+from harness.metrics.explain import explain
+from harness.metrics.latencies import summarize
 from harness.plan.decode_run import DecodeRun, admits, commit, plan_decode_run
 from harness.plan.deployment import Deployment, deployment_from_args
 from harness.plan.host import HostShare, host_share
 from harness.plan.replica import Replica, Step
 from harness.plan.step_model import StepModel, StepShape, fit_step_model
-from harness.results import RequestRecord, ResultWriter, versions
-from harness.runner import http_failure_reason
-from harness.scenario import Scenario, ScenarioError
-from harness.tokenizer_source import resolve_tokenizer
-from harness.workload import RequestSpec, build_plan
+from harness.results.folder import RequestRecord, ResultWriter, versions
+from harness.scenario.scenario import Scenario, ScenarioError
+from harness.scenario.tokenizer_source import resolve_tokenizer
+from harness.scenario.workload import RequestSpec, build_schedule
 from native_engine.llm_engine import request_timings
 from native_engine.routing_policy import Policy, prompt_text
 from native_engine.scheduler import QueueFullError
@@ -326,7 +326,7 @@ def _record(spec: RequestSpec, sent_s: float, times: list[float], seq: Sequence)
 
 
 def _trace_step(replica: str, s: Step, end_s: float) -> dict:
-    """A simulated step in harness/engine_trace.py's step form (what diagnosis reads)."""
+    """A simulated step in harness/engine/step_trace.py's step form (what diagnosis reads)."""
     return {
         "t_s": s.start_s,
         "dur_s": end_s - s.start_s,
@@ -383,8 +383,8 @@ def simulate_scenario(
     deployment, step_model, overhead_s = _deployment_and_model(scenario, step_model)
     started_s = time.process_time()
     tokenizer = _tokenizer(scenario)
-    plan = build_plan(scenario, tokenizer)
-    token_ids = prompt_token_ids(plan.requests, tokenizer)
+    schedule = build_schedule(scenario, tokenizer)
+    token_ids = prompt_token_ids(schedule.requests, tokenizer)
     writer = ResultWriter(out_dir, overwrite) if out_dir is not None else None
     records: list[RequestRecord] = []
 
@@ -394,16 +394,16 @@ def simulate_scenario(
             writer.append(rec)
 
     planned_s = time.process_time()
-    keep_steps = len(plan.requests) <= MAX_TRACED_REQUESTS
+    keep_steps = len(schedule.requests) <= MAX_TRACED_REQUESTS
     host = host_share(scenario.plan, scenario.plan.step_model.fitted)
     sim = Simulation(deployment, step_model, overhead_s, keep_steps=keep_steps, host=host)
     try:
-        run_simulation(sim, plan.requests, token_ids, scenario.load.concurrency, on_record)
+        run_simulation(sim, schedule.requests, token_ids, scenario.load.concurrency, on_record)
     finally:
         if writer is not None:
             writer.close()
     records.sort(key=lambda r: r.index)
-    summary = _simulated_summary(scenario, records, plan.token_count_method)
+    summary = _simulated_summary(scenario, records, schedule.token_count_method)
     summary["plan"] = {
         "step_model": step_model.describe(),
         "request_overhead_s": overhead_s,
@@ -417,7 +417,7 @@ def simulate_scenario(
     }
     summary.update(explain(summary, records, Path(out_dir or "."), sim.steps or [], scenario.resolved_dict()))
     if writer is not None:
-        _write_folder(writer, scenario, plan.token_count_method, tokenizer.name, summary, sim.steps)
+        _write_folder(writer, scenario, schedule.token_count_method, tokenizer.name, summary, sim.steps)
     return summary
 
 

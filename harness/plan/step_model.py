@@ -30,7 +30,7 @@ from typing import Protocol
 import numpy as np
 from scipy.optimize import nnls
 
-from harness.engine_trace import read_engine_trace
+from harness.engine.step_trace import read_engine_trace
 
 FEATURES = ("prefill_tokens", "prefill_seqs", "decode_seqs", "context_tokens", "prefill_pairs")
 COEFFICIENTS = ("intercept_s", "multi_token_step_s", *("per_" + f.removesuffix("s") + "_s" for f in FEATURES))

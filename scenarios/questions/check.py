@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from harness.engine_trace import read_engine_trace  # noqa: E402
+from harness.engine.step_trace import read_engine_trace  # noqa: E402
 
 HERE = Path(__file__).parent
 
@@ -91,8 +91,8 @@ def check_q9() -> list[str]:
 
 
 def check_q11(out_root: Path) -> list[str]:
-    from harness.launcher import launch
-    from harness.scenario import LaunchConfig
+    from harness.engine.launcher import launch
+    from harness.scenario.scenario import LaunchConfig
 
     out = out_root / "q11_probe_native"
     engine = launch("native", LaunchConfig(), None, "smollm2", out / "engine.log")
@@ -255,7 +255,7 @@ def check_q6_no_copy(out_root: Path, steps_saved: dict[int, float]) -> list[str]
 
 def check_q8(out_root: Path) -> list[str]:
     plan = bench(
-        *"plan --memory --model mistral-7b --weight-bits 4.5 --gpu-memory 16GiB --context 4096".split(),
+        *"memory --model mistral-7b --weight-bits 4.5 --gpu-memory 16GiB --context 4096".split(),
         "--concurrency",
         "4",
     ).stdout
@@ -406,7 +406,7 @@ def check_q14_data_parallel(out_root: Path) -> list[str]:
 def check_q14_tensor_parallel(out_root: Path) -> list[str]:
     from harness.plan.roofline_scenario import roofline_step_model
     from harness.plan.step_model import StepShape
-    from harness.scenario import load_scenario
+    from harness.scenario.scenario import load_scenario
 
     scenario = load_scenario(HERE / "q14_tensor_parallel.yaml")
     w = scenario.workload

@@ -1,0 +1,485 @@
+"""Turn a Scenario into a RequestSchedule: every request's prompt, lengths and due time, fixed before load
+starts.
+
+Same scenario + same seed -> the same schedule, request for request. Separate random streams feed the
+due times, the lengths and the prompt words, so changing a prompt length does not move the arrivals.
+- Warm-up requests are the first `load.warmup_requests` slots of the due times (multi_turn: whole
+  sessions, rounded up), flagged is_warmup; `load.num_requests` measured requests follow them.
+- `load.duration_s`: open arrivals are drawn until the first measured arrival + duration_s, which is
+  `RequestSchedule.duration_s`; a closed loop gets `load.max_requests` requests and
+  `RequestSchedule.duration_s = duration_s`.
+- `arrival: trace` + `kind: random`: prompt and answer lengths come from the trace rows (Mooncake
+  hash_ids become shared prompt blocks); other workload kinds take only the timestamps.
+- Prompt text and the token-count rule (BOS included in a prompt's count, never in an answer's):
+  harness/scenario/prompts.py, the same for every kind.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from harness.scenario.answers import MATCHES
+from harness.scenario.arrivals import trace_offsets_s
+from harness.scenario.prompts import answer_tokens, prompt_builder, prompt_tokens
+from harness.scenario.scenario import Scenario, ScenarioError
+from harness.scenario.tokenizer_source import TokenizerSource
+from harness.scenario.traces import TraceRow, load_trace, read_jsonl, read_utf8
+from harness.scenario.workload_kinds import WorkloadKind, WorkloadKindError, workload_kind
+
+
+@dataclass
+class RequestSpec:
+    index: int  # 0-based position in the schedule; warm-up requests come first
+    prompt: str | None  # completions: the full prompt; chat: the new user message
+    messages: list[dict] | None  # file workloads with chat messages (sent as-is on the chat API)
+    prompt_tokens: int  # token count of the prompt as built
+    output_tokens: int  # max_tokens to ask
+    intended_offset_s: float | None  # seconds after run start; None = closed loop or a later turn
+    session_id: int | None = None  # multi_turn: turns of one session share it
+    turn_index: int = 0
+    think_time_s: float = 0.0  # multi_turn turn > 0: wait after the previous turn's answer
+    is_warmup: bool = False
+    extra_body: dict | None = None  # merged into the request body (structured: response_format)
+    expected: str | None = None  # a known answer (harness/scenario/answers.py): the passage to copy, or a file row's
+    expected_match: str = "exact"  # how the answer is scored against it: exact | regex | copy
+
+
+@dataclass
+class RequestSchedule:
+    requests: list[RequestSpec]
+    token_count_method: str  # "server_tokenize" | "local_tokenizer" | "approximate"
+    duration_s: float | None  # stop dispatching at this offset (load.duration_s runs only)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _DueTimes:
+    offsets_s: list[float | None]
+    warmup_slots: int
+    duration_s: float | None
+    trace_rows: list[TraceRow] | None = None
+
+
+def _due_times(scenario: Scenario, warmup_slots: int, measured_slots: int | None) -> _DueTimes:
+    """Due times for warm-up + measured slots (a slot is a request, or a session for multi_turn)."""
+    load = scenario.load
+    rng = np.random.default_rng([scenario.seed, 0])
+    if load.process.paced_by == "concurrency":
+        total = warmup_slots + (measured_slots if measured_slots is not None else load.max_requests)
+        return _DueTimes([None] * total, warmup_slots, load.duration_s)
+    if load.process.paced_by == "trace":
+        rows = load_trace(load.trace, load.trace_format)
+        offsets = trace_offsets_s([row.timestamp_s for row in rows], load.time_scale)
+        if len(rows) <= warmup_slots:
+            raise ScenarioError(
+                f"load.warmup_requests: {warmup_slots} is not valid: the trace has only "
+                f"{len(rows)} requests; use fewer warm-ups"
+            )
+        start_s = offsets[warmup_slots]
+        end = len(rows) if measured_slots is None else min(len(rows), warmup_slots + measured_slots)
+        duration_end_s = None
+        if load.duration_s is not None:
+            duration_end_s = start_s + load.duration_s
+            end = int(np.searchsorted(offsets, duration_end_s, side="left"))
+        return _DueTimes([float(x) for x in offsets[:end]], warmup_slots, duration_end_s, rows[:end])
+    process = load.process
+    warmup = process.offsets_s(load, warmup_slots + 1, rng)
+    if measured_slots is not None:
+        rest = process.offsets_s(load, measured_slots, rng)
+        return _DueTimes([float(x) for x in np.concatenate([warmup[:-1], warmup[-1] + rest])], warmup_slots, None)
+    measured = process.offsets_until_s(load, load.duration_s, rng, max_count=load.max_requests)
+    if measured is None:
+        raise ScenarioError(
+            f"load.max_requests: {load.max_requests} is too small for rate {load.rate:g}/s "
+            f"over duration_s {load.duration_s:g}; raise load.max_requests or shorten the run"
+        )
+    offsets = np.concatenate([warmup[:-1], warmup[-1] + measured])
+    return _DueTimes([float(x) for x in offsets], warmup_slots, float(warmup[-1]) + load.duration_s)
+
+
+@dataclass
+class Draws:
+    """What a single-turn workload kind draws its n requests from: the schedule (n = its slots), the
+    scenario's seeded streams, and the answer lengths drawn from workload.output_tokens."""
+
+    scenario: Scenario
+    tokenizer: TokenizerSource
+    due: _DueTimes
+    length_rng: np.random.Generator
+    prompt_rng: np.random.Generator
+    output_tokens: list[int]
+
+    @property
+    def n(self) -> int:
+        return len(self.due.offsets_s)
+
+
+@dataclass
+class Prompts:
+    """A workload kind's requests: (prompt, its token count) each, with whatever the kind adds per request."""
+
+    prompts: list[tuple[str | None, int]]
+    output_tokens: list[int]
+    messages: list[list[dict] | None] | None = None  # chat messages sent as they are (file rows)
+    extra_bodies: list[dict | None] | None = None  # merged into each request body (structured: response_format)
+    expected: list[tuple[str, str] | None] | None = None  # known answers: (answer, how it is matched)
+    warnings: list[str] = field(default_factory=list)
+
+
+class SingleTurn(WorkloadKind):
+    """A kind with one request per schedule slot, each prompt from `prompts`."""
+
+    def schedule(self, scenario: Scenario, tokenizer: TokenizerSource) -> RequestSchedule:
+        load = scenario.load
+        due = _due_times(scenario, load.warmup_requests, load.num_requests)
+        output_rng = np.random.default_rng([scenario.seed, 5])
+        outputs = scenario.workload.output_tokens.sample(output_rng, len(due.offsets_s))
+        draws = Draws(
+            scenario,
+            tokenizer,
+            due,
+            length_rng=np.random.default_rng([scenario.seed, 1]),
+            prompt_rng=np.random.default_rng([scenario.seed, 2]),
+            output_tokens=[int(o) for o in outputs],
+        )
+        return _schedule_of(self.prompts(draws), due, tokenizer)
+
+    def prompts(self, draws: Draws) -> Prompts:
+        raise NotImplementedError
+
+
+def _schedule_of(built: Prompts, due: _DueTimes, tokenizer: TokenizerSource) -> RequestSchedule:
+    n = len(built.prompts)
+    messages, extra_bodies = built.messages or [None] * n, built.extra_bodies or [None] * n
+    expected = built.expected or [None] * n
+    requests = [
+        RequestSpec(
+            index=i,
+            prompt=text,
+            messages=messages[i],
+            prompt_tokens=count,
+            output_tokens=int(built.output_tokens[i]),
+            intended_offset_s=due.offsets_s[i],
+            is_warmup=i < due.warmup_slots,
+            extra_body=extra_bodies[i],
+            **({"expected": expected[i][0], "expected_match": expected[i][1]} if expected[i] else {}),
+        )
+        for i, (text, count) in enumerate(built.prompts)
+    ]
+    return RequestSchedule(requests, tokenizer.method, due.duration_s, built.warnings)
+
+
+class RandomWorkload(SingleTurn):
+    """Random words of the drawn lengths; under a trace, each row's lengths and shared blocks."""
+
+    name = "random"
+
+    def prompts(self, draws):
+        if draws.due.trace_rows is not None:
+            rows = draws.due.trace_rows
+            prompts = _trace_prompts(draws.scenario, draws.tokenizer, rows, draws.prompt_rng)
+            return Prompts(prompts, [max(row.output_tokens, 1) for row in rows])
+        builder = prompt_builder(draws.tokenizer)
+        lengths = draws.scenario.workload.input_tokens.sample(draws.length_rng, draws.n)
+        return Prompts([builder.random_text(draws.prompt_rng, int(k)) for k in lengths], draws.output_tokens)
+
+
+class SharedPrefixWorkload(SingleTurn):
+    name = "shared_prefix"
+    fields = ("num_groups", "prefix_tokens", "group_assignment")
+    required = ("num_groups", "prefix_tokens")
+
+    def prompts(self, draws):
+        prompts = _shared_prefix_prompts(draws.scenario, draws.tokenizer, draws.n, draws.length_rng, draws.prompt_rng)
+        return Prompts(prompts, draws.output_tokens)
+
+
+class RepeatWorkload(SingleTurn):
+    name = "repeat"
+
+    def prompts(self, draws):
+        lengths = draws.scenario.workload.input_tokens.sample(draws.length_rng, draws.n)
+        repeats = [_repeat_prompt(draws.tokenizer, draws.prompt_rng, int(k)) for k in lengths]
+        return Prompts(
+            [(text, count) for text, count, _ in repeats],
+            draws.output_tokens,
+            expected=[(passage, "copy") for _, _, passage in repeats],
+        )
+
+
+class FileWorkload(SingleTurn):
+    name = "file"
+    fields = ("path", "format")
+    required = ("path",)
+
+    def prompts(self, draws):
+        scenario, tokenizer = draws.scenario, draws.tokenizer
+        workload = scenario.workload
+        rows, warnings = _read_prompt_file(workload.path, workload.format, draws.n)
+        if any(row["messages"] is not None for row in rows) and scenario.backend.api != "chat":
+            raise ScenarioError(f"workload.path: {workload.path} has messages rows; they need backend.api: chat")
+        return Prompts(
+            [(row["prompt"], _count_tokens(tokenizer, row)) for row in rows],
+            [_answer_tokens(tokenizer, row) or o for row, o in zip(rows, draws.output_tokens)],
+            messages=[row["messages"] for row in rows],
+            expected=[row["expected"] for row in rows],
+            warnings=warnings,
+        )
+
+
+class StructuredWorkload(SingleTurn):
+    name = "structured"
+    fields = ("schemas",)
+    required = ("schemas",)
+
+    def check(self, workload):
+        if workload.ignore_eos:
+            raise WorkloadKindError(
+                "workload.ignore_eos: set it to false for kind structured; the grammar decides "
+                "where an answer ends, and output_tokens is only its upper bound"
+            )
+
+    def prompts(self, draws):
+        rows = _read_schema_file(draws.scenario.workload.schemas, draws.n)
+        formats = [
+            {"type": "json_schema", "json_schema": {"name": row["name"], "schema": row["schema"]}} for row in rows
+        ]
+        return Prompts(
+            [(row["prompt"], prompt_tokens(draws.tokenizer, row["prompt"])) for row in rows],
+            draws.output_tokens,
+            extra_bodies=[{"response_format": response_format} for response_format in formats],
+        )
+
+
+class MultiTurnWorkload(WorkloadKind):
+    """Sessions of `turns` requests; a slot of the due times is a session, its later turns follow answers."""
+
+    name = "multi_turn"
+    fields = ("turns", "think_time_s")
+    required = ("turns",)
+
+    def schedule(self, scenario, tokenizer):
+        return _multi_turn_schedule(scenario, tokenizer)
+
+
+def build_schedule(scenario: Scenario, tokenizer: TokenizerSource) -> RequestSchedule:
+    return workload_kind(scenario.workload.kind).schedule(scenario, tokenizer)
+
+
+def _shared_prefix_prompts(scenario, tokenizer, n, length_rng, prompt_rng) -> list[tuple[str, int]]:
+    workload = scenario.workload
+    builder = prompt_builder(tokenizer)
+    prefixes = [
+        np.random.default_rng([scenario.seed, 4, g]).choice(builder.word_ids, size=workload.prefix_tokens)
+        for g in range(workload.num_groups)
+    ]
+    if workload.group_assignment == "round_robin":
+        groups = np.arange(n) % workload.num_groups
+    else:
+        groups = length_rng.integers(0, workload.num_groups, size=n)
+    suffix_lengths = workload.input_tokens.sample(length_rng, n)
+    return [
+        builder.random_text(prompt_rng, workload.prefix_tokens + int(k), prefix_ids=prefixes[g])
+        for g, k in zip(groups, suffix_lengths)
+    ]
+
+
+REPEAT_INSTRUCTION = "Repeat the following text exactly, word for word.\n\nText:"
+
+
+def _repeat_prompt(tokenizer, prompt_rng, passage_tokens: int) -> tuple[str, int, str]:
+    """A prompt whose answer copies it: an instruction, a passage of random words, a cue to repeat
+    it. Where a `random` workload's answers share little with their prompts, these share most of
+    their tokens (what n-gram speculative decoding feeds on). Returns (prompt, its tokens, the passage):
+    the passage is the known answer its exact-copy rate is scored by (harness/scenario/answers.py)."""
+    passage, _ = prompt_builder(tokenizer).random_text(prompt_rng, passage_tokens + tokenizer.added_tokens)
+    text = f"{REPEAT_INSTRUCTION}{passage}\n\nRepeated text:"
+    return text, prompt_tokens(tokenizer, text), passage.strip()
+
+
+def hash_block_ids(tokenizer: TokenizerSource, seed: int, hash_id: int, block_size: int) -> np.ndarray:
+    """The word tokens of one Mooncake block: a pure function of (seed, hash_id), so equal ids share text."""
+    return np.random.default_rng([seed, 3, hash_id]).choice(prompt_builder(tokenizer).word_ids, size=block_size)
+
+
+def _trace_prompts(scenario, tokenizer, rows: list[TraceRow], prompt_rng) -> list[tuple[str, int]]:
+    block_size = scenario.load.trace_block_size
+    prompts = []
+    for row in rows:
+        target = max(row.input_tokens, 1)
+        blocks = [hash_block_ids(tokenizer, scenario.seed, h, block_size) for h in row.hash_ids or ()]
+        prefix = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
+        prompts.append(prompt_builder(tokenizer).random_text(prompt_rng, target, prefix_ids=prefix))
+    return prompts
+
+
+def _multi_turn_schedule(scenario: Scenario, tokenizer: TokenizerSource) -> RequestSchedule:
+    workload, load = scenario.workload, scenario.load
+    turns = workload.turns
+    warmup_sessions = math.ceil(load.warmup_requests / turns)
+    # A closed loop run by duration gets load.max_requests requests, so that many turns, not sessions.
+    measured_requests = (
+        load.max_requests if load.process.paced_by == "concurrency" and load.num_requests is None else load.num_requests
+    )
+    measured_sessions = None if measured_requests is None else math.ceil(measured_requests / turns)
+    due = _due_times(scenario, warmup_sessions, measured_sessions)
+    length_rng = np.random.default_rng([scenario.seed, 1])
+    prompt_rng = np.random.default_rng([scenario.seed, 2])
+    requests: list[RequestSpec] = []
+    measured_left = measured_requests if measured_requests is not None else math.inf
+    for session_id, offset_s in enumerate(due.offsets_s):
+        is_warmup = session_id < warmup_sessions
+        session_turns = turns if is_warmup else min(turns, measured_left)
+        if session_turns <= 0:
+            break
+        measured_left -= 0 if is_warmup else session_turns
+        lengths = workload.input_tokens.sample(length_rng, session_turns)
+        outputs = workload.output_tokens.sample(length_rng, session_turns)
+        thinks_s = workload.think_time_s.sample_s(length_rng, session_turns)
+        for turn in range(session_turns):
+            text, count = prompt_builder(tokenizer).random_text(prompt_rng, int(lengths[turn]))
+            requests.append(
+                RequestSpec(
+                    index=len(requests),
+                    prompt=text,
+                    messages=None,
+                    prompt_tokens=count,
+                    output_tokens=int(outputs[turn]),
+                    intended_offset_s=offset_s if turn == 0 else None,
+                    session_id=session_id,
+                    turn_index=turn,
+                    think_time_s=float(thinks_s[turn]) if turn > 0 else 0.0,
+                    is_warmup=is_warmup,
+                )
+            )
+    return RequestSchedule(requests, tokenizer.method, due.duration_s)
+
+
+def _count_tokens(tokenizer: TokenizerSource, row: dict) -> int:
+    # For messages rows: the contents only; the engine's chat template adds a few tokens on top.
+    texts = [row["prompt"]] if row["messages"] is None else [str(m.get("content", "")) for m in row["messages"]]
+    return sum(prompt_tokens(tokenizer, text) for text in texts)
+
+
+def _answer_tokens(tokenizer: TokenizerSource, row: dict) -> int | None:
+    if row["answer"] is not None:
+        return answer_tokens(tokenizer, row["answer"])
+    return row["output_tokens"]
+
+
+def _read_schema_file(path: str, n: int) -> list[dict]:
+    """n rows {name, prompt, schema}, cycling through the file's schemas."""
+    rows = []
+    for where, record in read_jsonl(path, "workload.schemas"):
+        schema = record.get("schema") if isinstance(record, dict) else None
+        if not isinstance(schema, dict):
+            raise ScenarioError(f'{where}: needs "schema": a JSON schema object (plus optional "prompt", "name")')
+        name, prompt = record.get("name", f"schema_{len(rows)}"), record.get("prompt")
+        rows.append(
+            {
+                "name": str(name),
+                "schema": schema,
+                "prompt": prompt
+                if isinstance(prompt, str) and prompt
+                else f"Answer with a JSON object that follows this schema: {json.dumps(schema)}",
+            }
+        )
+    if not rows:
+        raise ScenarioError(f"workload.schemas: {path}: no schemas")
+    return [rows[i % len(rows)] for i in range(n)]
+
+
+def _read_prompt_file(path: str, file_format: str, n: int) -> tuple[list[dict], list[str]]:
+    """n rows {prompt, messages, output_tokens, answer}, cycling through the file; plus warnings."""
+    if file_format == "auto":
+        file_format = "sharegpt" if path.endswith(".json") else "jsonl"
+    rows, skipped = (_read_sharegpt if file_format == "sharegpt" else _read_jsonl)(path)
+    if not rows:
+        raise ScenarioError(f"workload.path: {path}: no usable rows ({skipped} malformed)")
+    warnings = [f"workload.path: skipped {skipped} malformed entries of {path}"] if skipped else []
+    return [rows[i % len(rows)] for i in range(n)], warnings
+
+
+def _read_jsonl(path: str) -> tuple[list[dict], int]:
+    rows = []
+    for where, record in read_jsonl(path, "workload.path"):
+        prompt, messages = (record.get("prompt"), record.get("messages")) if isinstance(record, dict) else (0, 0)
+        if not isinstance(prompt, str) and not (
+            isinstance(messages, list) and messages and all(isinstance(m, dict) for m in messages)
+        ):
+            raise ScenarioError(
+                f'{where}: needs "prompt": a string, or "messages": a list of {{"role", "content"}} objects'
+            )
+        output_tokens = record.get("output_tokens")
+        if output_tokens is not None and (
+            isinstance(output_tokens, bool) or not isinstance(output_tokens, int) or output_tokens < 1
+        ):
+            raise ScenarioError(
+                f"{where} field 'output_tokens': {output_tokens!r} is not valid: must be a whole number >= 1"
+            )
+        rows.append(
+            {
+                "prompt": prompt if isinstance(prompt, str) else None,
+                "messages": messages if isinstance(messages, list) else None,
+                "output_tokens": output_tokens,
+                "answer": None,
+                "expected": _expected_answer(where, record),
+            }
+        )
+    return rows, 0
+
+
+def _expected_answer(where: str, record: dict) -> tuple[str, str] | None:
+    """A row's known answer: ("expected", "match"), match exact (default) or regex; None when it has none."""
+    expected, match = record.get("expected"), record.get("match", "exact")
+    if expected is None:
+        if "match" in record:
+            raise ScenarioError(f"{where} field 'match': given without 'expected'; add the answer it matches")
+        return None
+    if not isinstance(expected, str) or not expected:
+        raise ScenarioError(f"{where} field 'expected': {expected!r} is not valid: must be a non-empty string")
+    if match not in MATCHES[:2]:
+        raise ScenarioError(f"{where} field 'match': {match!r} is not valid: must be 'exact' or 'regex'")
+    if match == "regex":
+        try:
+            re.compile(expected)
+        except re.error as error:
+            raise ScenarioError(f"{where} field 'expected': not a valid regular expression ({error})") from None
+    return expected, match
+
+
+def _read_sharegpt(path: str) -> tuple[list[dict], int]:
+    """The first human turn is the prompt, the gpt turn after it sets the answer length."""
+    try:
+        entries = json.loads(read_utf8(path, "workload.path"))
+    except json.JSONDecodeError as error:
+        raise ScenarioError(
+            f"workload.path: {path} line {error.lineno} column {error.colno}: not valid JSON: {error.msg}"
+        ) from None
+    if not isinstance(entries, list):
+        raise ScenarioError(f'workload.path: {path}: ShareGPT files are a JSON list of {{"conversations": [...]}}')
+    rows, skipped = [], 0
+    for entry in entries:
+        turns = entry.get("conversations") if isinstance(entry, dict) else None
+        turns = [t for t in turns if isinstance(t, dict)] if isinstance(turns, list) else []
+        first_human = next((i for i, t in enumerate(turns) if t.get("from") == "human"), None)
+        answer = turns[first_human + 1] if first_human is not None and first_human + 1 < len(turns) else {}
+        prompt = turns[first_human].get("value") if first_human is not None else None
+        if (
+            not isinstance(prompt, str)
+            or not prompt
+            or answer.get("from") != "gpt"
+            or not isinstance(answer.get("value"), str)
+            or not answer["value"]
+        ):
+            skipped += 1
+            continue
+        rows.append(
+            {"prompt": prompt, "messages": None, "output_tokens": None, "answer": answer["value"], "expected": None}
+        )
+    return rows, skipped
