@@ -9,8 +9,7 @@ them so a source checkout that was never pip-installed still finds them.
 
 from __future__ import annotations
 
-import importlib
-from importlib.metadata import entry_points
+from backends.registry import registered, registered_class
 
 GROUP = "bench.backends"
 BUILTIN = {
@@ -27,19 +26,18 @@ BUILTIN = {
 
 def available() -> dict[str, str]:
     """{kind: "module:Class"} for every installed backend."""
-    found = dict(BUILTIN)
-    found.update({ep.name: ep.value for ep in entry_points(group=GROUP)})
-    return found
+    return registered(BUILTIN, GROUP)
 
 
 def load_backend(kind: str, eos_token_ids: tuple[int, ...] = (), profile: bool = False, step_trace: bool = False):
     """An instance of the backend named `kind`; ValueError naming backend.kind if none is."""
     known = available()
-    if kind not in known:
-        raise ValueError(
+    cls = registered_class(
+        kind,
+        known,
+        lambda: ValueError(
             f"backend.kind: {kind!r} is not an installed backend; installed: {', '.join(sorted(known))} "
             f"(a package adds one through the {GROUP!r} entry-point group)"
-        )
-    module_name, _, attr = known[kind].partition(":")
-    cls = getattr(importlib.import_module(module_name), attr)
+        ),
+    )
     return cls(eos_token_ids=tuple(eos_token_ids), profile=profile, step_trace=step_trace)

@@ -12,7 +12,6 @@ exact-match share, token agreement, where the answers first part, and the known-
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -22,6 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.metrics.output_agreement import compare_runs  # noqa: E402
+from harness.results.folder import read_candidates, read_model  # noqa: E402
+from harness.results.schema import Summary  # noqa: E402
 
 SCENARIOS = ("spec_decode", "runtimes", "chunked_prefill")
 COLUMNS = (
@@ -41,37 +42,36 @@ def run(name: str, out: Path) -> list[tuple[str, Path]]:
     """`bench run` of one scenario; its candidates' folders, in order."""
     command = [sys.executable, "-m", "harness", "run", str(ROOT / "scenarios" / "quality" / f"{name}.yaml")]
     subprocess.run([*command, "--output", str(out), "--overwrite", "--allow-client-bound"], check=True)
-    candidates = json.loads((out / "candidates.json").read_text())["candidates"]
-    return [(c["name"], out / c["dir"]) for c in candidates]
+    return [(c.name, out / c.dir) for c in read_candidates(out)]
 
 
 def rows(name: str, candidates: list[tuple[str, Path]]) -> list[list[str]]:
     (_, ref_dir), out = candidates[0], []
-    ref_tps = summary(ref_dir)["throughput"]["output_tokens_per_s"]
+    ref_tps = summary(ref_dir).throughput.output_tokens_per_s
     for cand, cand_dir in candidates:
         s = summary(cand_dir)
-        tps = s["throughput"]["output_tokens_per_s"]
+        tps = s.throughput.output_tokens_per_s
         agreement = compare_runs(ref_dir, cand_dir) if cand_dir != ref_dir else None
-        acc = s.get("accuracy")
-        first = (agreement or {}).get("first_divergence")
+        acc = s.accuracy
+        first = agreement.first_divergence if agreement else None
         out.append(
             [
                 name,
                 cand,
                 f"{tps:.1f}",
                 f"{tps / ref_tps:.2f}x",
-                f"{s['tpot_ms']['p50']:.1f}",
-                "reference" if agreement is None else f"{agreement['exact']}/{agreement['pairs']}",
-                "-" if agreement is None else f"{agreement['token_agreement']:.1%}",
-                "-" if not first else f"{first['p50']:g} (of {first['count']})",
-                "-" if not acc else f"{acc['share']:.0%} ({acc['low']:.0%}-{acc['high']:.0%})",
+                f"{s.tpot_ms.p50:.1f}",
+                "reference" if agreement is None else f"{agreement.exact}/{agreement.pairs}",
+                "-" if agreement is None or agreement.token_agreement is None else f"{agreement.token_agreement:.1%}",
+                "-" if not first else f"{first.p50:g} (of {first.count})",
+                "-" if not acc else f"{acc.share:.0%} ({acc.low:.0%}-{acc.high:.0%})",
             ]
         )
     return out
 
 
-def summary(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
+def summary(run_dir: Path) -> Summary:
+    return read_model(run_dir / "summary.json")
 
 
 def main() -> None:

@@ -48,18 +48,19 @@ def main() -> None:
                     f"num_requests: {args.requests}, workers: 1}}\n"
                 )
                 result = run_scenario(load_scenario(path), work / f"{stamps}{r}")
-                m, s = result.summary["client_capacity_measured"], result.summary
+                s = result.summary
+                m = s.client_capacity_measured
                 if m is None:
                     print(
-                        f"{stamps:6s} round {r}: not kept, the client used {s['client_cpu_s']:.2f} CPU-s over "
-                        f"{s['window_s']:.1f} s (under {MIN_BUSY_CORES:g} of a core): more --concurrency",
+                        f"{stamps:6s} round {r}: not kept, the client used {s.client_cpu_s:.2f} CPU-s over "
+                        f"{s.window_s:.1f} s (under {MIN_BUSY_CORES:g} of a core): more --concurrency",
                         flush=True,
                     )
                     continue
                 print(
-                    f"{stamps:6s} round {r}: {m['tokens']:,} tokens, {m['cpu_s']:.2f} CPU-s over "
-                    f"{s['window_s']:.1f} s ({s['throughput']['output_tokens_per_s']:,.0f} tokens/s): "
-                    f"{m['tokens_per_cpu_s']:,.0f} tokens per CPU-second",
+                    f"{stamps:6s} round {r}: {m.tokens:,} tokens, {m.cpu_s:.2f} CPU-s over "
+                    f"{s.window_s:.1f} s ({s.throughput.output_tokens_per_s:,.0f} tokens/s): "
+                    f"{m.tokens_per_cpu_s:,.0f} tokens per CPU-second",
                     flush=True,
                 )
     for stamps in args.stamps:

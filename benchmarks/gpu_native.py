@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness.results.folder import read_records  # noqa: E402
 
 BATCHES = (1, 8, 64)
 CONTEXT = 256  # prompt tokens per sequence before the timed decode steps
@@ -73,12 +74,11 @@ def steps(out: Path) -> int:
 
 def telemetry(run_dir: Path) -> int:
     """Nonzero GPM DRAM and tensor series inside the window where requests ran."""
-    requests = [json.loads(line) for line in (run_dir / "requests.jsonl").read_text().splitlines() if line.strip()]
-    ok = [r for r in requests if r.get("status") == "ok"]
+    ok = [r for r in read_records(run_dir) if r.ok]
     if not ok:
         print("gpu_native telemetry: FAILED: no request of the run succeeded")
         return 1
-    window = (min(r["actual_send_s"] for r in ok), max(r["end_s"] for r in ok))
+    window = (min(r.actual_send_s for r in ok), max(r.end_s for r in ok))
     series: dict[str, list[float]] = {}
     with open(run_dir / "telemetry.csv", newline="") as f:
         for row in csv.DictReader(f):

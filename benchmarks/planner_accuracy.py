@@ -60,6 +60,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from harness.results.folder import read_model
+from harness.results.schema import Summary
+
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE = {"kind": "native", "model": "smollm2", "trace": True}
 BLAS = ["--blas-threads", "1"]  # one thread per engine: on 2 shared cores, two threads fight other work
@@ -151,11 +154,11 @@ CASES = {  # a poisson case's load names its fraction of capacity; resolved to a
         ["--data-parallel", "2", "--router-policy", "cache_aware"],
     ),
 }
-METRICS = {
-    "ttft_p50_ms": (("ttft_ms", "p50"), 0.10),
-    "ttft_p90_ms": (("ttft_ms", "p90"), 0.20),
-    "tpot_p50_ms": (("tpot_ms", "p50"), 0.10),
-    "output_tok_per_s": (("throughput", "output_tokens_per_s"), 0.10),
+METRICS = {  # each figure read from a summary, and its MAPE target
+    "ttft_p50_ms": (lambda s: s.ttft_ms.p50, 0.10),
+    "ttft_p90_ms": (lambda s: s.ttft_ms.p90, 0.20),
+    "tpot_p50_ms": (lambda s: s.tpot_ms.p50, 0.10),
+    "output_tok_per_s": (lambda s: s.throughput.output_tokens_per_s, 0.10),
 }
 
 
@@ -183,11 +186,11 @@ def measure(spec: dict, run_dir: Path) -> dict:
     return info
 
 
-def figures(summary: dict) -> dict:
-    return {name: summary[a][b] for name, ((a, b), _) in METRICS.items()}
+def figures(summary: Summary) -> dict[str, float]:
+    return {name: read(summary) for name, (read, _) in METRICS.items()}
 
 
-def predict(spec: dict, calibration_dir: Path, out_dir: Path) -> dict:
+def predict(spec: dict, calibration_dir: Path, out_dir: Path) -> Summary:
     """The case simulated on the calibration's fit; the replicas share this host's cores (harness/plan/host.py),
     with what an engine and the rest of the host take read from the calibration's telemetry."""
     from harness.plan.simulator import simulate_scenario
@@ -204,7 +207,7 @@ def capacity_req_s(spec: dict, calibration_dir: Path, out: Path) -> float:
     CAPACITY_IN_FLIGHT requests always in flight (a closed loop)."""
     load = {"arrival": "closed", "concurrency": CAPACITY_IN_FLIGHT, "num_requests": 4 * CAPACITY_IN_FLIGHT}
     summary = predict({**spec, "load": load}, calibration_dir, out / f"{spec['name']}-capacity")
-    return summary["throughput"]["requests_per_s"]
+    return summary.throughput.requests_per_s
 
 
 def case_specs(cases: list[str], calibration_dir: Path, out: Path) -> dict[str, dict]:
@@ -342,7 +345,8 @@ def print_fit(calibration_dir: Path) -> None:
     print("  " + ", ".join(f"{k} {v * 1e3:.4g} ms" for k, v in model.coefficients.items()))
     print(f"  step_gap {model.step_gap_s * 1e3:.3g} ms, request_overhead {model.request_overhead_s * 1e3:.3g} ms")
     cores = measured_cores([str(calibration_dir)])  # what predict's host sharing uses for co-located replicas
-    print(f"  host: {os.cpu_count()} cores; " + ", ".join(f"{k} {v:.2f}" for k, v in cores.items()))
+    shares = f"engine_cores {cores.engine_cores:.2f}, other_cores {cores.other_cores:.2f}" if cores else "no telemetry"
+    print(f"  host: {os.cpu_count()} cores; {shares}")
     for b in model.residuals["bands"]:
         print(f"  {b['band']:14} {b['steps']:4} steps, mean {b['measured_ms']:6.1f} ms, bias {100 * b['bias']:+5.1f}%")
 
@@ -358,12 +362,12 @@ def report(cases: list[str], runs: dict, specs: dict, calibration_dir: Path, out
         done = [d for d in runs[case] if (d / "summary.json").is_file()]  # --predict-only: what was measured
         if not done:
             continue
-        summaries = [json.loads((d / "summary.json").read_text()) for d in done]
+        summaries: list[Summary] = [read_model(d / "summary.json") for d in done]
         loads = [json.loads((d / "load.json").read_text()) for d in done]
         predicted = figures(predict(specs[case], calibration_dir, out / f"{case}-predicted"))
         measured = [figures(s) for s in summaries]
         load_text = "/".join(f"{x['load_before']:.1f}-{x['load_after']:.1f}" for x in loads)
-        bound = "/".join("yes" if s["client_bound"] else "no" for s in summaries)
+        bound = "/".join("yes" if s.client_bound else "no" for s in summaries)
         drift = "/".join("-" if (x := step_drift(d, calibration_dir)) is None else f"{x:.2f}" for d in done)
         for m in METRICS:
             values = [f[m] for f in measured]

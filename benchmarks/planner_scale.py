@@ -2,13 +2,13 @@
 generator) over many replicas behind the cache_aware router, on one core.
 
 Three parts, timed apart (CPU seconds of this process):
-  plan        bench run's own plan building (harness/workload.build_schedule: each trace row's prompt text, encoded
-              once by the tokenizer to count it), per request: the first N and 2N rows timed, the difference/N;
+  plan        bench run's own request schedule (harness/scenario/workload.build_schedule: each trace row's prompt
+              text, encoded once by the tokenizer to count it), per request: the first N and 2N rows timed, the
+              difference/N;
   prompts     this script's stand-in for it over every row: the same word blocks per hash_id
-              (harness/workload.hash_block_ids) and random word fill, made as token ids directly (word tokens
-              re-encode to themselves, harness/scenario/prompts.py) with their text, before the simulation, as bench
-              plan
-              encodes every prompt before it simulates;
+              (harness/scenario/workload.hash_block_ids) and random word fill, made as token ids directly (word
+              tokens re-encode to themselves, harness/scenario/prompts.py) with their text, before the simulation,
+              as bench plan encodes every prompt before it simulates;
   simulation  every row through the simulator (harness/plan/simulator.run_simulation: the engine's Scheduler,
               BlockManager and router Policy on the virtual clock), then summarize and requests.jsonl: the
               figure the simulated requests per CPU-second are of.
@@ -180,9 +180,8 @@ def main() -> None:
         f"fast-forwarded), {1e6 * sim_s / sim.sequence_steps:.2f} us per sequence-step"
     )
     print(
-        f"simulated: {summary['requests']['completed']} completed, TTFT p50 {summary['ttft_ms']['p50']:.0f} ms, "
-        f"TPOT p50 {summary['tpot_ms']['p50']:.1f} ms, {summary['throughput']['output_tokens_per_s']:.0f} "
-        f"output tok/s"
+        f"simulated: {summary.requests.completed} completed, TTFT p50 {summary.ttft_ms.p50:.0f} ms, "
+        f"TPOT p50 {summary.tpot_ms.p50:.1f} ms, {summary.throughput.output_tokens_per_s:.0f} output tok/s"
     )
     if profile:
         pstats.Stats(profile).sort_stats("tottime").print_stats(25)

@@ -38,6 +38,9 @@ from pathlib import Path
 
 import yaml
 
+from harness.results.folder import read_model, read_records
+from harness.results.schema import Summary
+
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "prefix_thrashing.yaml"
 
@@ -99,25 +102,17 @@ def engine_counters(run_dir: Path) -> dict:
 
 
 def ttft_by_index(run_dir: Path) -> dict[int, float]:
-    ttft = {}
-    with open(run_dir / "requests.jsonl") as f:
-        for line in f:
-            r = json.loads(line)
-            if r["status"] == "ok" and not r["is_warmup"] and r["token_times_s"]:
-                ttft[r["index"]] = r["token_times_s"][0] - r["intended_send_s"]
-    return ttft
+    return {
+        r.index: r.token_times_s[0] - r.intended_send_s
+        for r in read_records(run_dir)
+        if r.ok and not r.is_warmup and r.token_times_s
+    }
 
 
 def max_wait_after_overtaken_s(run_dir: Path) -> float:
     """Within one run: the longest a request still waited for its first token after a request sent
     later than it had got one (0 when nobody overtook it)."""
-    rows = []
-    with open(run_dir / "requests.jsonl") as f:
-        for line in f:
-            r = json.loads(line)
-            if r["status"] == "ok" and r["token_times_s"]:
-                rows.append((r["intended_send_s"], r["token_times_s"][0]))
-    rows.sort()
+    rows = sorted((r.intended_send_s, r.token_times_s[0]) for r in read_records(run_dir) if r.ok and r.token_times_s)
     worst, earliest_later = 0.0, float("inf")
     for _sent_s, first_s in reversed(rows):  # latest sent first
         worst = max(worst, first_s - earliest_later)
@@ -127,14 +122,13 @@ def max_wait_after_overtaken_s(run_dir: Path) -> float:
 
 def describe(run: dict) -> dict:
     run_dir = Path(run["dir"])
-    summary = json.loads((run_dir / "summary.json").read_text())
-    ttft = summary["ttft_ms"]
+    summary: Summary = read_model(run_dir / "summary.json")
     return {
         **run,
         **engine_counters(run_dir),
-        "completed": summary["requests"]["completed"],
-        "ttft_p50_ms": round(ttft["p50"]),
-        "ttft_p99_ms": round(ttft["p99"]),
+        "completed": summary.requests.completed,
+        "ttft_p50_ms": round(summary.ttft_ms.p50),
+        "ttft_p99_ms": round(summary.ttft_ms.p99),
         "max_wait_after_overtaken_s": round(max_wait_after_overtaken_s(run_dir), 2),
     }
 

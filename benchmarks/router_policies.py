@@ -67,6 +67,8 @@ from pathlib import Path
 
 import aiohttp
 
+from harness.results.folder import read_model, read_records
+from harness.results.schema import Summary
 from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
 from native_engine.router import Router, start_router
 from native_engine.routing_policy import POLICIES, Policy
@@ -156,7 +158,7 @@ def finish_bench_run(policy: str, out_dir: Path, proc: subprocess.Popen, load_be
     _, stderr = proc.communicate(timeout=900)
     if proc.returncode != 0:
         raise SystemExit(f"bench run of {policy} exited with {proc.returncode}:\n{stderr[-3000:]}")
-    summary = json.loads((out_dir / "summary.json").read_text())
+    summary: Summary = read_model(out_dir / "summary.json")
     last = {}  # (name, labels) -> the last scrape's value: the deployment started with the run
     with open(out_dir / "server_metrics.csv", newline="") as f:
         for row in csv.DictReader(f):
@@ -172,15 +174,14 @@ def finish_bench_run(policy: str, out_dir: Path, proc: subprocess.Popen, load_be
 
     hits, queries = per_replica("native:prefix_cache_hits_total"), per_replica("native:prefix_cache_queries_total")
     routed = per_replica("native_router:requests_total")
-    records = [json.loads(line) for line in (out_dir / "requests.jsonl").read_text().splitlines() if line]
-    timings = [r["server_timings"] for r in records if r.get("server_timings")]
+    timings = [r.server_timings for r in read_records(out_dir) if r.server_timings]  # the engine's own, by name
     computed = sum(t["prompt_n"] for t in timings)  # prompt_n leaves out the cached tokens (cache_n)
     return {
         "policy": policy,
-        "ttft_p50_ms": summary["ttft_ms"]["p50"],
-        "ttft_p99_ms": summary["ttft_ms"]["p99"],
-        "completed": summary["requests"]["completed"],
-        "failed": summary["requests"]["failed"],
+        "ttft_p50_ms": summary.ttft_ms.p50,
+        "ttft_p99_ms": summary.ttft_ms.p99,
+        "completed": summary.requests.completed,
+        "failed": summary.requests.failed,
         "hit_rate": sum(hits.values()) / sum(queries.values()),
         "replica_hit_rate": {r: hits[r] / queries[r] for r in sorted(queries) if queries[r]},
         "routed": {r: int(v) for r, v in sorted(routed.items())},

@@ -53,11 +53,11 @@ def chat_prompts(model: LoadedModel, kind: str, n: int, input_tokens: int) -> li
             "seed": 1,
         }
     )
-    plan = build_schedule(scenario, LocalTokenizer("smollm2"))
+    schedule = build_schedule(scenario, LocalTokenizer("smollm2"))
     tok = model.tokenizer
     return [
         tok.encode(tok.apply_chat_template([{"role": "user", "content": r.prompt}], add_generation_prompt=True))
-        for r in plan.requests
+        for r in schedule.requests
     ]
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
 from native_engine.sequence import SamplingParams
+from native_engine.step_trace import StepRecord
 
 
 def step_times(engine: LLMEngine, prompts: list[list[int]], params: SamplingParams) -> list[float]:
@@ -56,9 +57,24 @@ def main() -> None:
         print(f"round {k + 1}: on {medians[True][-1] * 1e3:.1f} ms, off {medians[False][-1] * 1e3:.1f} ms", flush=True)
     on, off = statistics.median(medians[True]), statistics.median(medians[False])
     trace = engines[True].step_trace
-    row = (time.perf_counter_ns(), time.perf_counter_ns(), 1, [], args.prompts, 40, 0, 0, 5e8, 1e9, args.prompts, 0)
+    step = StepRecord(
+        start_ns=time.perf_counter_ns(),
+        end_ns=time.perf_counter_ns(),
+        forward_ns=1,
+        prefill_chunks=[],
+        decode_seqs=args.prompts,
+        kv_blocks_used=40,
+        preemptions=0,
+        prefix_hit_tokens=0,
+        bytes_read=5e8,
+        flops=1e9,
+        running=args.prompts,
+        waiting=0,
+        kv_positions_read=0,
+        prefill_starts=[],
+    )
     n = 20000
-    record_s = min(timeit.repeat(lambda: trace.record(*row), number=n, repeat=5)) / n
+    record_s = min(timeit.repeat(lambda: trace.record(step), number=n, repeat=5)) / n
     print(
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {args.rounds} rounds of "
         f"{args.prompts} prompts x {args.output_tokens} tokens"

@@ -30,6 +30,7 @@ import json
 import os
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import jsonschema
@@ -101,6 +102,61 @@ def validate(text: str, schema: dict) -> str | None:
     return None
 
 
+@dataclass
+class ModeFigures:
+    """One jump-forward mode's run: what its structured requests did (summary.json holds one per mode)."""
+
+    valid: int  # structured outputs that parse and validate
+    requests: int  # structured requests
+    finish_reasons: dict[str, int]  # stop, length, abort
+    steps_per_request: float  # forward passes each structured request took part in
+    output_tokens_per_request: float
+    jump_forward_tokens: int  # forced by the grammar (native:jump_forward_tokens_total)
+    wall_s: float
+    unconstrained_same_as_alone: int  # unconstrained requests whose tokens equal a run without structured ones
+    load_1min: float
+
+
+def run_mode(jump_forward: bool, config: dict, loaded: LoadedModel, structured, free, alone, out_dir: Path | None):
+    """Every request through a fresh engine with jump-forward on or off; its figures, and the errors."""
+    engine = LLMEngine(EngineConfig(enable_jump_forward=jump_forward, **config), loaded)
+    outputs, steps, wall_s = run(engine, [(p, s) for p, s, _ in structured] + free)
+    errors = [validate(o.text, row["schema"]) for o, (_, _, row) in zip(outputs, structured)]
+    n = len(structured)
+    figures = ModeFigures(
+        valid=sum(e is None for e in errors),
+        requests=n,
+        finish_reasons={r: sum(o.finish_reason == r for o in outputs[:n]) for r in ("stop", "length", "abort")},
+        steps_per_request=float(np.mean(steps[:n])),
+        output_tokens_per_request=float(np.mean([len(o.token_ids) for o in outputs[:n]])),
+        jump_forward_tokens=int(engine.metrics.jump_forward_tokens._value.get()),
+        wall_s=wall_s,
+        unconstrained_same_as_alone=sum(a.token_ids == b.token_ids for a, b in zip(outputs[n:], alone)),
+        load_1min=os.getloadavg()[0],
+    )
+    if out_dir:
+        write_requests(
+            out_dir / f"requests-jf-{'on' if jump_forward else 'off'}.jsonl", outputs, structured, errors, steps
+        )
+    return figures, errors
+
+
+def write_requests(path: Path, outputs, structured, errors: list[str | None], steps: list[int]) -> None:
+    """One line per structured request: its schema, steps, tokens, finish reason, validation error and text."""
+    with open(path, "w") as f:
+        for i, (o, (_, _, row), e, st) in enumerate(zip(outputs, structured, errors, steps)):
+            line = {
+                "index": i,
+                "schema": row["name"],
+                "steps": st,
+                "output_tokens": len(o.token_ids),
+                "finish_reason": o.finish_reason,
+                "error": e,
+                "text": o.text,
+            }
+            f.write(json.dumps(line) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2")
@@ -121,57 +177,27 @@ def main() -> None:
         f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )
     alone, _, _ = run(LLMEngine(EngineConfig(**config), loaded), free)
-    summary = {}
+    by_mode: dict[str, ModeFigures] = {}
     for jump_forward in (True, False):
-        engine = LLMEngine(EngineConfig(enable_jump_forward=jump_forward, **config), loaded)
-        outputs, steps, wall_s = run(engine, [(p, s) for p, s, _ in structured] + free)
-        errors = [validate(o.text, row["schema"]) for o, (_, _, row) in zip(outputs, structured)]
-        n = len(structured)
         mode = "on" if jump_forward else "off"
-        summary[mode] = {
-            "valid": sum(e is None for e in errors),
-            "requests": n,
-            "finish_reasons": {r: sum(o.finish_reason == r for o in outputs[:n]) for r in ("stop", "length", "abort")},
-            "steps_per_request": float(np.mean(steps[:n])),
-            "output_tokens_per_request": float(np.mean([len(o.token_ids) for o in outputs[:n]])),
-            "jump_forward_tokens": int(engine.metrics.jump_forward_tokens._value.get()),
-            "wall_s": wall_s,
-            "unconstrained_same_as_alone": sum(a.token_ids == b.token_ids for a, b in zip(outputs[n:], alone)),
-            "load_1min": os.getloadavg()[0],
-        }
-        if out_dir:
-            with open(out_dir / f"requests-jf-{mode}.jsonl", "w") as f:
-                for i, (o, (_, _, row), e, st) in enumerate(zip(outputs, structured, errors, steps)):
-                    f.write(
-                        json.dumps(
-                            {
-                                "index": i,
-                                "schema": row["name"],
-                                "steps": st,
-                                "output_tokens": len(o.token_ids),
-                                "finish_reason": o.finish_reason,
-                                "error": e,
-                                "text": o.text,
-                            }
-                        )
-                        + "\n"
-                    )
-        s = summary[mode]
+        s, errors = run_mode(jump_forward, config, loaded, structured, free, alone, out_dir)
+        by_mode[mode] = s
         print(
-            f"jump-forward {mode:3}: valid {s['valid']}/{n}, finish {s['finish_reasons']}, "
-            f"steps/request {s['steps_per_request']:.1f}, output tokens/request {s['output_tokens_per_request']:.1f}, "
-            f"forced tokens {s['jump_forward_tokens']}, wall {wall_s:.1f} s, unconstrained identical "
-            f"{s['unconstrained_same_as_alone']}/{len(free)}"
+            f"jump-forward {mode:3}: valid {s.valid}/{s.requests}, finish {s.finish_reasons}, "
+            f"steps/request {s.steps_per_request:.1f}, output tokens/request {s.output_tokens_per_request:.1f}, "
+            f"forced tokens {s.jump_forward_tokens}, wall {s.wall_s:.1f} s, unconstrained identical "
+            f"{s.unconstrained_same_as_alone}/{len(free)}"
         )
         for e in [e for e in errors if e][:5]:
             print("   invalid:", e)
-    on, off = summary["on"], summary["off"]
+    on, off = by_mode["on"], by_mode["off"]
     print(
-        f"steps per structured request: {on['steps_per_request']:.1f} with jump-forward "
-        f"vs {off['steps_per_request']:.1f} "
-        f"without ({on['steps_per_request'] / off['steps_per_request']:.2f}x); wall {on['wall_s'] / off['wall_s']:.2f}x"
+        f"steps per structured request: {on.steps_per_request:.1f} with jump-forward "
+        f"vs {off.steps_per_request:.1f} "
+        f"without ({on.steps_per_request / off.steps_per_request:.2f}x); wall {on.wall_s / off.wall_s:.2f}x"
     )
     if out_dir:
+        summary = {mode: asdict(figures) for mode, figures in by_mode.items()}
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
 
 

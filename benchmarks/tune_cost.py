@@ -281,14 +281,14 @@ class DenseSweep:
         if result.interrupted_by or result.engine_exit:  # Ctrl-C, SIGTERM or a dead engine: stop here
             raise KeyboardInterrupt
         summary = result.summary
-        judged = summary["requests"]["measured"]
-        met = round(summary["goodput"]["fraction"] * judged)
+        judged = summary.requests.measured
+        met = round(summary.goodput.fraction * judged)
         row["met"].append(met)
         row["judged"].append(judged)
-        row["tokens_per_s"].append(summary["throughput"]["output_tokens_per_s"])
+        row["tokens_per_s"].append(summary.throughput.output_tokens_per_s)
         passed = run_passes(met, judged, ATTAINMENT, None)
         fraction = met / judged if judged else 0.0
-        add_run(self.points, Measured(rate, passed, fraction, summary["throughput"]["requests_per_s"]))
+        add_run(self.points, Measured(rate, passed, fraction, summary.throughput.requests_per_s))
         print(f"dense {rate:g} req/s run {repeat + 1}: {met}/{judged} met ({'pass' if passed else 'FAIL'})", flush=True)
 
     def result(self) -> dict:
@@ -346,22 +346,21 @@ def interleaved(args, setting: dict, name: str) -> tuple[dict, dict]:
 def tuned(args, setting: dict, out: Path, url: str | None = None, after_trial=None) -> dict:
     s = scenario(args, setting, None, url)
     doc = Tuner(s, out, Reporter(), resume=False, workers="1", after_trial=after_trial).run()
-    c = doc["configurations"][0]
-    warmups = sum(1 for t in doc["trials"] if t["kind"] == "point" and t["status"] == "completed")
+    capacity = doc.configurations[0].capacity
+    points = [t for t in doc.trials if t.kind == "point" and t.status == "completed"]
     return {
-        "capacity": c["capacity"]["offered_load"],
-        "status": c["capacity"]["status"],
-        "bracket": c["capacity"]["bracket"],
-        "bracket_runs_passed": c["capacity"]["bracket_runs_passed"],
-        "requests": doc["cost"]["search"]["requests"] + warmups,
+        "capacity": capacity.offered_load,
+        "status": capacity.status,
+        "bracket": capacity.bracket,
+        "bracket_runs_passed": capacity.bracket_runs_passed,
+        "requests": doc.cost.search.requests + len(points),  # one warm-up request a point run
         "points": [
-            {k: t[k] for k in ("offered_load", "repeat", "met", "judged", "passed")}
-            for t in doc["trials"]
-            if t["kind"] == "point" and t["status"] == "completed"
+            {"offered_load": t.offered_load, "repeat": t.repeat, "met": t.met, "judged": t.judged, "passed": t.passed}
+            for t in points
         ],
-        "early_stops": sum(t["stopped_early"] is not None for t in doc["trials"]),
-        "seconds_saved": doc["cost"]["search"]["seconds_saved_by_early_stops"],
-        "minutes": sum(t["wall_s"] for t in doc["trials"]) / 60,
+        "early_stops": sum(t.stopped_early is not None for t in doc.trials),
+        "seconds_saved": doc.cost.search.seconds_saved_by_early_stops,
+        "minutes": sum(t.wall_s for t in doc.trials) / 60,
     }
 
 

@@ -22,6 +22,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness.results.folder import read_model
+from harness.results.schema import Summary, Telemetry
+
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = """name: cpu-{engine}
 backend: {backend}
@@ -113,17 +116,17 @@ def run_engine(engine: str, args) -> dict:
     if res.returncode != 0:
         print(res.stderr[-3000:], file=sys.stderr)
         raise SystemExit(f"{engine}: bench run failed (exit {res.returncode}); see {out}/engine.log")
-    s = json.loads((out / "summary.json").read_text())
-    t = s.get("telemetry") or {}
+    s: Summary = read_model(out / "summary.json")
+    t = s.telemetry or Telemetry()
     return {
-        "completed": s["requests"]["completed"],
-        "output_tokens_per_s": s["throughput"]["output_tokens_per_s"],
-        "ttft_p50_ms": s["ttft_ms"]["p50"],
-        "tpot_p50_ms": s["tpot_ms"]["p50"],
-        "itl_p50_ms": s["itl_ms"]["p50"],
-        "e2e_p50_ms": s["e2e_ms"]["p50"],
-        "engine_cpu_percent_mean": t.get("engine_cpu_percent_mean"),
-        "engine_rss_bytes_max": t.get("engine_rss_bytes_max"),
+        "completed": s.requests.completed,
+        "output_tokens_per_s": s.throughput.output_tokens_per_s,
+        "ttft_p50_ms": s.ttft_ms.p50,
+        "tpot_p50_ms": s.tpot_ms.p50,
+        "itl_p50_ms": s.itl_ms.p50,
+        "e2e_p50_ms": s.e2e_ms.p50,
+        "engine_cpu_percent_mean": t.engine_cpu_percent_mean,
+        "engine_rss_bytes_max": t.engine_rss_bytes_max,
         "results": str(out),
     }
 

@@ -214,7 +214,7 @@ class ServeConfig:
 # ---- the flags, generated from the fields above -------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Flag:
     """One `bench serve` option: where its value goes in ServeConfig and how typer shows it."""
 
@@ -246,7 +246,16 @@ def _flag(f: dataclasses.Field, hint, path: tuple[str, ...], panel: str, switch:
     name = s["flag"] or "--" + f.name.replace("_", "-")
     option = tuple(s["option"].items())
     return Flag(
-        (*path, f.name), name, _flag_type(hint), default, s["help"], panel, s["negate"], s["both"], option, switch
+        path=(*path, f.name),
+        name=name,
+        type=_flag_type(hint),
+        default=default,
+        help=s["help"],
+        panel=panel,
+        negate=s["negate"],
+        both=s["both"],
+        option=option,
+        switch=switch,
     )
 
 

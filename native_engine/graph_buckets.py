@@ -34,7 +34,7 @@ def bucket_for(n: int, sizes: list[int]) -> int | None:
     return next((s for s in sorted(sizes) if s >= n), None)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PaddedDecode:
     """One decode step at a captured size; rows [0, n) are the real ones, in chunk order."""
 
@@ -76,7 +76,9 @@ def pad_decode(
     padded_tokens[:n] = tokens
     padded_positions = np.zeros(size, dtype=np.int64)
     padded_positions[:n] = positions
-    return PaddedDecode(n, padded_tokens, padded_positions, slots, blocks, key_bias)
+    return PaddedDecode(
+        n=n, tokens=padded_tokens, positions=padded_positions, slots=slots, blocks=blocks, key_bias=key_bias
+    )
 
 
 def unpad(logits: np.ndarray, padded: PaddedDecode) -> np.ndarray:

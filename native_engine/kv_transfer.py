@@ -43,7 +43,7 @@ class KVTransferError(ValueError):
     """A transfer file that cannot be used here; the message says what differs and what to do."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class KVHandoff:
     """What a decode worker needs to continue a request a prefill worker started."""
 
@@ -158,7 +158,14 @@ def read_handoff(path: str, shape: dict) -> KVHandoff:
             f"{offset + nbytes} (a truncated or foreign file)"
         )
     data = np.memmap(path, dtype=np.float32, mode="r", offset=offset, shape=(2, *blocks_shape))
-    return KVHandoff(prompt, int(header["first_token_id"]), header["rng_state"], data[0], data[1], nbytes)
+    return KVHandoff(
+        prompt_token_ids=prompt,
+        first_token_id=int(header["first_token_id"]),
+        rng_state=header["rng_state"],
+        k_blocks=data[0],
+        v_blocks=data[1],
+        num_bytes=nbytes,
+    )
 
 
 def receive_handoff(answer: dict, transfer_dir: str, shape: dict) -> tuple[KVHandoff, dict]:

@@ -1,19 +1,15 @@
 """The engine: one step = schedule, forward, sample, check stops, emit outputs.
 
-`generate()` runs steps in the caller's thread (tests, benchmarks). `start(loop)` runs them in a
-thread of their own so an asyncio server stays responsive while numpy works (BLAS releases
-the GIL); each step's outputs go back to the loop in one `call_soon_threadsafe`, and the
-RequestStream from `open_stream()` yields them per request. Requests and aborts reach the
-engine thread through an inbox and are applied between steps, so the scheduler and block
-manager are only touched by one thread.
+`generate()` runs steps in the caller's thread (tests, benchmarks); engine_thread.py runs them in a
+thread of their own for the asyncio server. Requests and aborts reach the engine through an inbox
+(thread-safe) and are applied between steps, so the scheduler and block manager are only touched by
+the thread that steps. Beside the loop: a disaggregated worker's KV handoff (kv_handoff.py), grammars
+(guided.py), the step trace (step_trace.py).
 """
 
 from __future__ import annotations
 
-import asyncio
-import bisect
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -23,42 +19,21 @@ from native_engine.block_manager import BlockManager
 from native_engine.config import EngineConfig  # defined with the other settings; imported from here too
 from native_engine.gguf_model import ModelConfig, ModelWeights, load_gguf
 from native_engine.guided import GrammarError, GuidedDecoding
-from native_engine.kv_transfer import KVHandoff, export_blocks, import_blocks
+from native_engine.kv_handoff import PromptKVHandoff
+from native_engine.kv_transfer import KVHandoff
 from native_engine.metrics import EngineMetrics
 from native_engine.model_files import resolve_model
 from native_engine.model_runner import SeqChunk
+from native_engine.request_output import Completion, RequestOutput
 from native_engine.runtime import make_runner
 from native_engine.sampler import mask_stop_tokens, sample_with_drafts
 from native_engine.scheduler import QueueFullError, ScheduledChunk, Scheduler
 from native_engine.sequence import SamplingParams, Sequence, SequenceStatus
 from native_engine.spec_decode import NgramProposer
-from native_engine.step_trace import StepTrace, step_flops
+from native_engine.step_trace import StepRecord, StepTrace, step_flops
 from native_engine.tokenizer import IncrementalDetokenizer, Tokenizer
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class RequestOutput:
-    request_id: str
-    new_token_ids: list[int]
-    new_text: str
-    finished: bool
-    finish_reason: str | None
-    stop_reason: int | str | None
-    num_prompt_tokens: int
-    num_output_tokens: int
-    num_cached_tokens: int
-    timings: dict | None = None  # on the finished output: where the request's time went (see request_timings)
-
-
-@dataclass
-class Completion:
-    token_ids: list[int]
-    text: str
-    finish_reason: str | None
-    stop_reason: int | str | None
-    num_cached_tokens: int
 
 
 @dataclass
@@ -92,23 +67,6 @@ def request_timings(seq: Sequence) -> dict:
         "preemptions": seq.num_preemptions,
         **seq.kv_transfer,
     }
-
-
-def _merge_outputs(outs: list[RequestOutput]) -> RequestOutput:
-    """Several tokens of one sequence from one step (accepted drafts) as one output, as vLLM streams them."""
-    last = outs[-1]
-    return RequestOutput(
-        last.request_id,
-        [t for o in outs for t in o.new_token_ids],
-        "".join(o.new_text for o in outs),
-        last.finished,
-        last.finish_reason,
-        last.stop_reason,
-        last.num_prompt_tokens,
-        last.num_output_tokens,
-        last.num_cached_tokens,
-        last.timings,
-    )
 
 
 @dataclass
@@ -149,13 +107,13 @@ class LLMEngine:
         self.runner = make_runner(
             self.model_config,
             weights,
-            num_blocks,
-            config.kv_block_size,
-            config.runtime,
-            config.dtype,
-            config.threads,
-            config.device,
-            config.cuda_graphs,
+            num_kv_blocks=num_blocks,
+            kv_block_size=config.kv_block_size,
+            runtime=config.runtime,
+            dtype=config.dtype,
+            threads=config.threads,
+            device=config.device,
+            cuda_graphs=config.cuda_graphs,
             few_rows_weights=config.speculative is not None,
         )
         self.scheduler = Scheduler(config.scheduler, self.block_manager)
@@ -167,16 +125,13 @@ class LLMEngine:
             kv_transfer=config.kv_transfer_dir is not None,
         )
         self.guided = GuidedDecoding(self.tokenizer)
+        self.kv_handoff = PromptKVHandoff(self.runner, self.scheduler, self.metrics)
         # A sequence must fit in the whole cache on its own, or preemption could never make room.
         self.max_model_len = min(self.model_config.context_length, num_blocks * config.kv_block_size)
         self.eos_token_ids = set(self.tokenizer.eos_token_ids) | set(self.model_config.eos_token_ids)
         self._seqs: dict[str, Sequence] = {}
         self._inbox: deque[tuple[str, object]] = deque()
-        self._wakeup = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._running = False
-        self._emit = lambda outputs: None
-        self._queues: dict[str, asyncio.Queue] = {}
+        self._wakeup = threading.Event()  # set by each inbox item: a thread waiting for work goes on
         self.last_forward_s = 0.0
         self.step_trace = StepTrace() if config.step_trace else None
         c = self.model_config
@@ -229,48 +184,58 @@ class LLMEngine:
     def has_work(self) -> bool:
         return bool(self._inbox) or self.scheduler.has_work()
 
+    def wait_for_work(self, timeout_s: float) -> None:
+        """Thread-safe; returns when something reaches the inbox (or wake() is called), or after timeout_s."""
+        self._wakeup.wait(timeout=timeout_s)
+        self._wakeup.clear()
+
+    def wake(self) -> None:
+        """Thread-safe; ends a wait_for_work at once (a thread stopping its loop)."""
+        self._wakeup.set()
+
     def _drain_inbox(self) -> list[RequestOutput]:
-        """Applies adds and aborts; returns the first outputs of handed-off requests (their first token)."""
-        admitted = []
+        """Applies adds and aborts; returns the first outputs of handed-off requests (their first token) and
+        those of requests refused here."""
+        outputs = []
         while self._inbox:
             kind, item = self._inbox.popleft()
             if kind == "add":
-                seq: Sequence = item
-                seq.detokenizer = IncrementalDetokenizer(self.tokenizer)
-                try:
-                    if seq.params.grammar is not None:
-                        self._start_grammar(seq)
-                    if seq.handoff is not None:
-                        self._seqs[seq.request_id] = seq
-                        admitted.append(self._admit_handoff(seq))
-                        continue
-                    self.scheduler.add(seq)
-                except (QueueFullError, GrammarError):  # queue refilled by preemptions; grammar checked by the server
-                    self._seqs.pop(seq.request_id, None)
-                    self._emit(
-                        [RequestOutput(seq.request_id, [], "", True, "abort", None, seq.num_prompt_tokens, 0, 0)]
-                    )
-                    continue
-                self._seqs[seq.request_id] = seq
+                outputs += self._admit(item)
             elif kind == "reset_prefix_cache":
                 self.block_manager.reset_prefix_cache()
             else:
                 seq = self._seqs.pop(item, None)
                 if seq is not None:
                     self.scheduler.finish(seq, "abort")
-        return admitted
+        return outputs
+
+    def _admit(self, seq: Sequence) -> list[RequestOutput]:
+        """A new request into the scheduler (or, handed off, straight to running): its outputs so far."""
+        seq.detokenizer = IncrementalDetokenizer(self.tokenizer)
+        try:
+            if seq.params.grammar is not None:
+                self._start_grammar(seq)
+            if seq.handoff is not None:
+                self._seqs[seq.request_id] = seq
+                return [self._admit_handoff(seq)]
+            self.scheduler.add(seq)
+        except (QueueFullError, GrammarError):  # queue refilled by preemptions; grammar checked by the server
+            self._seqs.pop(seq.request_id, None)
+            return [RequestOutput.aborted(seq)]
+        self._seqs[seq.request_id] = seq
+        return []
 
     # ---- one step: schedule, run, postprocess ---------------------------------------------------
     def step(self) -> list[RequestOutput]:
         start_ns = time.perf_counter_ns()
-        admitted = self._drain_inbox()
+        inbox_outputs = self._drain_inbox()  # handed-off requests' first tokens, refusals
         seen = (self.scheduler.num_preemptions, self.block_manager.prefix_cache_hits_tokens)
         if self.proposer:
             self._propose_drafts()
         chunks = self.scheduler.schedule()
         if not chunks:
-            self._record_step(0, 0, 0, 0)  # gauges still move after aborts
-            return admitted
+            self._record_step()  # gauges still move after aborts
+            return inbox_outputs
         batch = self._build_batch(chunks)
         logits = self._forward(batch)
         kv_positions_read = self.scheduler.postprocess(chunks)
@@ -279,7 +244,7 @@ class LLMEngine:
         self._record_forward_step(batch, stats, kv_positions_read)
         if self.step_trace is not None:
             self._trace_step(batch, start_ns, seen, kv_positions_read)
-        return admitted + outputs
+        return inbox_outputs + outputs
 
     def _build_batch(self, chunks: list[ScheduledChunk]) -> StepBatch:
         """One pass over the scheduled chunks (it runs every step): each one's tokens, drafts, whether it samples."""
@@ -291,7 +256,13 @@ class LLMEngine:
             batch.sampling.append(c.completes_prompt)
             batch.drafts.append(draft)
             batch.seq_chunks.append(
-                SeqChunk(known + draft if draft else known, start, seq.block_table, c.completes_prompt, bool(draft))
+                SeqChunk(
+                    token_ids=known + draft if draft else known,
+                    start_pos=start,
+                    block_table=seq.block_table,
+                    need_logits=c.completes_prompt,
+                    all_logits=bool(draft),
+                )
             )
             batch.is_decode.append(c.num_new_tokens == 1 and seq.num_output_tokens > 0)
         batch.flops = step_flops(
@@ -357,7 +328,7 @@ class LLMEngine:
                 break
         if draft and not outs[-1].finished:
             self.scheduler.accept_drafts(seq, len(token_ids) - 1)
-        out = outs[0] if len(outs) == 1 else _merge_outputs(outs)
+        out = outs[0] if len(outs) == 1 else RequestOutput.merged(outs)
         if seq.grammar_matcher is not None:
             out = self._jump_forward(seq, out, now)
         return out, len(outs)
@@ -365,26 +336,27 @@ class LLMEngine:
     def _record_forward_step(self, batch: StepBatch, stats: StepTokens, kv_positions_read: int) -> None:
         kv_bytes = kv_positions_read * self.runner.kv_bytes_per_token
         weight_bytes = max(self.runner.last_step_bytes_read - kv_bytes, 0)
-        self._record_step(stats.prompt_tokens, stats.generation_tokens, weight_bytes, kv_bytes, batch.flops)
+        self._record_step(stats, weight_bytes=weight_bytes, kv_bytes=kv_bytes, flops=batch.flops)
 
     def _trace_step(self, batch: StepBatch, start_ns: int, seen: tuple[int, int], kv_positions_read: int) -> None:
         bm = self.block_manager
-        self.step_trace.record(  # in step_trace.FIELDS order
-            start_ns,
-            time.perf_counter_ns(),
-            int(self.last_forward_s * 1e9),
-            [c.num_new_tokens for c, d in zip(batch.chunks, batch.is_decode) if not d],
-            sum(batch.is_decode),
-            bm.num_blocks - bm.num_free_blocks,
-            self.scheduler.num_preemptions - seen[0],
-            bm.prefix_cache_hits_tokens - seen[1],
-            self.runner.last_step_bytes_read,
-            batch.flops,
-            len(self.scheduler.running),
-            len(self.scheduler.waiting),
-            kv_positions_read,
-            [sc.start_pos for sc, d in zip(batch.seq_chunks, batch.is_decode) if not d],
+        step = StepRecord(
+            start_ns=start_ns,
+            end_ns=time.perf_counter_ns(),
+            forward_ns=int(self.last_forward_s * 1e9),
+            prefill_chunks=[c.num_new_tokens for c, d in zip(batch.chunks, batch.is_decode) if not d],
+            decode_seqs=sum(batch.is_decode),
+            kv_blocks_used=bm.num_blocks - bm.num_free_blocks,
+            preemptions=self.scheduler.num_preemptions - seen[0],
+            prefix_hit_tokens=bm.prefix_cache_hits_tokens - seen[1],
+            bytes_read=self.runner.last_step_bytes_read,
+            flops=batch.flops,
+            running=len(self.scheduler.running),
+            waiting=len(self.scheduler.waiting),
+            kv_positions_read=kv_positions_read,
+            prefill_starts=[sc.start_pos for sc, d in zip(batch.seq_chunks, batch.is_decode) if not d],
         )
+        self.step_trace.record(step)
 
     def _propose_drafts(self) -> None:
         """Drafts for the running sequences that decode next step (all others get none)."""
@@ -423,64 +395,19 @@ class LLMEngine:
                 break
         return out
 
-    # ---- disaggregation: the KV handoff between a prefill and a decode worker ----------------------
-    def _export_kv(self, seq: Sequence) -> None:
-        """A prefill worker's request finished with its first token: write the prompt's KV blocks out
-        before the blocks are freed (and, uncached, reused)."""
-        blocks = seq.block_table[: self.block_manager.blocks_needed(seq.num_prompt_tokens)]
-        cost = export_blocks(
-            seq.export_kv_to, self.runner, blocks, seq.prompt_token_ids, seq.token_ids[-1], seq.rng.bit_generator.state
-        )
-        self.metrics.record_kv_transfer("send", cost["bytes"], cost["blocks"], cost["seconds"])
-        seq.kv_transfer.update(
-            kv_file=os.path.basename(seq.export_kv_to),
-            kv_transfer_bytes=cost["bytes"],
-            kv_transfer_blocks=cost["blocks"],
-            kv_export_ms=round(cost["seconds"] * 1e3, 3),
-        )
-
+    # ---- disaggregation: a decode worker's request starts from a prefill worker's KV (kv_handoff.py) ----
     def _admit_handoff(self, seq: Sequence) -> RequestOutput:
-        """A decode worker's request: the prompt's KV from the prefill worker goes into blocks of this
-        cache (past any prefix this cache already holds), then the prefill worker's first token is
-        processed here as if sampled here, so text, stop checks and finish are the colocated engine's.
-        Without room for the blocks, the request waits and is prefilled here, as a preempted one is."""
+        """The prompt's KV from the prefill worker goes into this cache, then the prefill worker's first token
+        is processed here as if sampled here, so text, stop checks and finish are the colocated engine's."""
         handoff, seq.handoff = seq.handoff, None
         try:
-            return self._import_handoff(seq, handoff)
+            self.kv_handoff.admit(seq, handoff)
+            return self._process_token(seq, handoff.first_token_id, seq.first_token_s)
         except QueueFullError:
             raise
         except Exception as exc:  # this request's handoff failed: only it ends
-            if seq in self.scheduler.running or seq in self.scheduler.waiting:
-                self.scheduler.finish(seq, "error")
-            elif seq.block_table:
-                self.block_manager.free(seq)
-            seq.status = SequenceStatus.FINISHED
+            self.kv_handoff.abandon(seq)
             return self._fail_sequence(seq, exc)
-
-    def _import_handoff(self, seq: Sequence, handoff: KVHandoff) -> RequestOutput:
-        start_s = time.perf_counter()
-        bm = self.block_manager
-        seq.rng.bit_generator.state = handoff.rng_state
-        cached = bm.find_cached_prefix(seq)
-        if bm.allocate(seq, seq.num_prompt_tokens - len(cached) * bm.block_size, cached):
-            import_blocks(self.runner, handoff, seq.block_table[len(cached) :], first_block=len(cached))
-            seq.num_computed_tokens = seq.num_prompt_tokens
-            bm.cache_computed_blocks(seq)
-            seq.status = SequenceStatus.RUNNING
-            bisect.insort(self.scheduler.running, seq, key=lambda s: s.arrival_s)
-            seconds = time.perf_counter() - start_s
-            self.metrics.record_kv_transfer("receive", handoff.num_bytes, handoff.k_blocks.shape[1], seconds)
-            seq.kv_transfer["kv_import_ms"] = round(seq.kv_transfer.get("kv_import_ms", 0) + seconds * 1e3, 3)
-        else:
-            self.scheduler.add(seq)
-            seq.kv_transfer["kv_import_ms"] = None  # not imported: prefilled again here
-        now = time.perf_counter()
-        seq.scheduled_s = seq.first_token_s = seq.last_token_s = now
-        seq.num_cached_tokens = seq.kv_transfer.get("cache_n", 0)  # the prefill worker's hits, as usage reports
-        self.metrics.time_to_first_token.observe(now - seq.arrival_s)
-        self.metrics.generation_tokens.inc()
-        seq.token_ids.append(handoff.first_token_id)
-        return self._process_token(seq, handoff.first_token_id, now)
 
     # ---- failures: one request's fault ends only that request ---------------------------------
     def _fail_sequence(self, seq: Sequence, exc: Exception, traceback: bool = True) -> RequestOutput:
@@ -494,17 +421,14 @@ class LLMEngine:
         if seq.status != SequenceStatus.FINISHED:
             self.scheduler.finish(seq, "error")
         self._seqs.pop(seq.request_id, None)
-        return RequestOutput(
-            seq.request_id,
-            [],
-            "",
-            True,
-            "error",
-            None,
-            seq.num_prompt_tokens,
-            seq.num_output_tokens,
-            seq.num_cached_tokens,
-        )
+        return RequestOutput.failed(seq)
+
+    def fail_all(self, exc: Exception) -> list[RequestOutput]:
+        """A step failed outside any one request (forward pass, scheduler): every request ends with error."""
+        log.error("engine step failed; finishing every request with finish_reason 'error'", exc_info=exc)
+        outputs = [self._fail_sequence(seq, exc, traceback=False) for seq in list(self._seqs.values())]
+        self._record_step()
+        return outputs
 
     def _isolate_sampling_failure(self, exc: Exception, logits, batch: StepBatch) -> list[RequestOutput]:
         """The batched mask/sample raised. Fail the rows that raise alone (tried on copies, with
@@ -536,21 +460,22 @@ class LLMEngine:
         return outputs
 
     def _record_step(
-        self, prompt_tokens: int, generation_tokens: int, weight_bytes: int, kv_bytes: int, flops: int = 0
+        self, tokens: StepTokens | None = None, *, weight_bytes: int = 0, kv_bytes: int = 0, flops: int = 0
     ) -> None:
-        bm = self.block_manager
+        """The step's metrics; without tokens (no forward pass), only the gauges and running totals move."""
+        bm, tokens = self.block_manager, tokens or StepTokens()
         self.metrics.record_step(
-            len(self.scheduler.running),
-            len(self.scheduler.waiting),
-            bm.usage,
-            bm.prefix_cache_queries_tokens,
-            bm.prefix_cache_hits_tokens,
-            self.scheduler.num_preemptions,
-            prompt_tokens,
-            generation_tokens,
-            weight_bytes,
-            kv_bytes,
-            flops,
+            num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting),
+            kv_usage=bm.usage,
+            queries_tokens=bm.prefix_cache_queries_tokens,
+            hits_tokens=bm.prefix_cache_hits_tokens,
+            num_preemptions=self.scheduler.num_preemptions,
+            prompt_tokens=tokens.prompt_tokens,
+            generation_tokens=tokens.generation_tokens,
+            weight_bytes=weight_bytes,
+            kv_bytes=kv_bytes,
+            flops=flops,
         )
         self.metrics.record_prefix_cache(
             self.scheduler.num_cached_prompt_tokens,
@@ -582,7 +507,7 @@ class LLMEngine:
             finish_reason = "length"
         finished = finish_reason is not None
         if finished and seq.export_kv_to is not None:
-            self._export_kv(seq)
+            self.kv_handoff.export(seq)
         if finished and not isinstance(stop_reason, str):  # a stop-string cut drops the rest anyway
             seq.text += seq.detokenizer.flush()
         # Hold back text that might be the start of a stop string until it is decided.
@@ -596,16 +521,16 @@ class LLMEngine:
             self._seqs.pop(seq.request_id, None)
             self.metrics.record_finished(seq, now)
         return RequestOutput(
-            seq.request_id,
-            [token_id],
-            new_text,
-            finished,
-            finish_reason,
-            stop_reason,
-            seq.num_prompt_tokens,
-            num_output_tokens,
-            seq.num_cached_tokens,
-            request_timings(seq) if finished else None,
+            request_id=seq.request_id,
+            new_token_ids=[token_id],
+            new_text=new_text,
+            finished=finished,
+            finish_reason=finish_reason,
+            stop_reason=stop_reason,
+            num_prompt_tokens=seq.num_prompt_tokens,
+            num_output_tokens=num_output_tokens,
+            num_cached_tokens=seq.num_cached_tokens,
+            timings=request_timings(seq) if finished else None,
         )
 
     # ---- synchronous use ------------------------------------------------------------------
@@ -615,7 +540,7 @@ class LLMEngine:
         ids = [f"gen-{time.perf_counter_ns()}-{i}" for i in range(len(prompts))]
         for request_id, prompt, p in zip(ids, prompts, params):
             self.add_request(request_id, prompt, p)
-        results = {i: Completion([], "", None, None, 0) for i in ids}
+        results = {i: Completion() for i in ids}
         remaining = set(ids)
         while remaining:
             for out in self.step():
@@ -630,77 +555,3 @@ class LLMEngine:
                     )
                     remaining.discard(out.request_id)
         return [results[i] for i in ids]
-
-    # ---- background thread + asyncio streaming ----------------------------------------------
-    def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._emit = lambda outputs: loop.call_soon_threadsafe(self._dispatch, outputs)
-        self._running = True
-        self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._running = False
-        self._wakeup.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-
-    def _run(self) -> None:
-        while self._running:
-            if not self.has_work():
-                self._wakeup.wait(timeout=0.5)
-                self._wakeup.clear()
-                continue
-            try:
-                outputs = self.step()
-            except Exception as exc:  # outside any one request (forward pass, scheduler): all fail
-                log.exception("engine step failed; finishing every request with finish_reason 'error'")
-                outputs = [self._fail_sequence(seq, exc, traceback=False) for seq in list(self._seqs.values())]
-                self._record_step(0, 0, 0, 0)
-            if outputs:
-                self._emit(outputs)
-
-    def _dispatch(self, outputs: list[RequestOutput]) -> None:
-        for out in outputs:
-            queue = self._queues.get(out.request_id)
-            if queue is not None:
-                queue.put_nowait(out)
-
-    def open_stream(
-        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, **handoff
-    ) -> RequestStream:
-        """Start a request whose outputs arrive on the event loop; raises QueueFullError at once.
-
-        Always close() the stream (try/finally): an unfinished one is aborted and its blocks freed.
-        """
-        queue: asyncio.Queue = asyncio.Queue()
-        self._queues[request_id] = queue
-        try:
-            self.add_request(request_id, prompt_token_ids, params, **handoff)
-        except QueueFullError:
-            self._queues.pop(request_id, None)
-            raise
-        return RequestStream(self, request_id, queue)
-
-
-class RequestStream:
-    """Async iterator over one request's outputs (on the event loop that started the engine)."""
-
-    def __init__(self, engine: LLMEngine, request_id: str, queue: asyncio.Queue):
-        self.engine, self.request_id, self._queue = engine, request_id, queue
-        self.finished = False
-
-    def __aiter__(self) -> RequestStream:
-        return self
-
-    async def __anext__(self) -> RequestOutput:
-        if self.finished:
-            raise StopAsyncIteration
-        out = await self._queue.get()
-        self.finished = out.finished
-        return out
-
-    def close(self) -> None:
-        self.engine._queues.pop(self.request_id, None)
-        if not self.finished:
-            self.finished = True
-            self.engine.abort_request(self.request_id)

@@ -207,6 +207,7 @@ class EngineMetrics:
 
     def record_step(
         self,
+        *,
         num_running: int,
         num_waiting: int,
         kv_usage: float,

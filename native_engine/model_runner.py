@@ -44,7 +44,7 @@ class _DecodeGroup:
     key_bias: np.ndarray  # [n, 1, 1, max_blocks * block_size] 0 where a key position is valid, else -inf
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _StepPlan:
     """Where each chunk's rows sit in the flat batch and what its attention reads."""
 
@@ -196,13 +196,13 @@ class ModelRunner:
         groups = self._decode_groups(decode_rows, decode_tables, decode_lengths)
         positions = np.concatenate(positions)
         return _StepPlan(
-            tokens,
-            np.concatenate(slots),
-            self.rope_rotation[positions][:, None, :],
-            groups,
-            prefill,
-            np.asarray(logit_rows, dtype=np.int64),
-            kv_read,
+            tokens=tokens,
+            slots=np.concatenate(slots),
+            rope=self.rope_rotation[positions][:, None, :],
+            decode_groups=groups,
+            prefill=prefill,
+            logit_rows=np.asarray(logit_rows, dtype=np.int64),
+            kv_positions_read=kv_read,
         )
 
     def _decode_groups(self, rows: list[int], tables: list[np.ndarray], lengths: list[int]) -> list[_DecodeGroup]:

@@ -107,7 +107,13 @@ class RadixCache:
 
     def _split(self, node: Node, j: int) -> None:
         """Cut node's edge after its first j blocks; the rest becomes its only child."""
-        lower = Node(node, node.block_tokens[j:], node.block_ids[j:], node.children, node.last_access)
+        lower = Node(
+            node,
+            block_tokens=node.block_tokens[j:],
+            block_ids=node.block_ids[j:],
+            children=node.children,
+            last_access=node.last_access,
+        )
         for child in lower.children.values():
             child.parent = lower
         for block_id in lower.block_ids:

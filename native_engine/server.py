@@ -1,6 +1,6 @@
 """OpenAI-compatible HTTP server (aiohttp) in front of the engine, with vLLM's response shapes.
 
-The engine steps in its own thread; each request gets a RequestStream of outputs on this loop.
+The engine steps in its own thread (engine_thread.py); each request gets a RequestStream of outputs on this loop.
 Bad input gets a 400 whose `param` names the field (sizes and timeouts: "request limits" below);
 a full waiting queue gets a 503 with Retry-After. A client that goes away mid-request (handler
 cancelled or write fails) aborts its request, which frees its KV blocks before the next step.
@@ -19,15 +19,18 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from native_engine.engine_thread import EngineThread, RequestStream
 from native_engine.guided import Grammar, GrammarError, grammar_from_request
 from native_engine.head_deadline import HEAD_TIMEOUT_S, use_head_deadline
 from native_engine.kv_transfer import KVTransferError, cache_shape, receive_handoff
-from native_engine.llm_engine import LLMEngine, RequestOutput, RequestStream
+from native_engine.llm_engine import LLMEngine
+from native_engine.request_output import RequestOutput
 from native_engine.scheduler import QueueFullError
 from native_engine.sequence import SamplingParams
 
 SYSTEM_FINGERPRINT = "native-0.1.0"
 ENGINE_KEY = web.AppKey("engine", LLMEngine)
+ENGINE_THREAD_KEY = web.AppKey("engine_thread", EngineThread)
 NAME_KEY = web.AppKey("served_model_name", str)
 
 
@@ -356,8 +359,7 @@ class TokenEvents:
 
     def __init__(self, head: dict, chat: bool):
         self.head, self.chat = head, chat
-        unfinished = RequestOutput("", [], "", False, None, None, 0, 0, 0)
-        event = self.chunk_event(unfinished, self._MARKER)
+        event = self.chunk_event(RequestOutput.unfinished(), self._MARKER)
         marker = compact_json(self._MARKER).encode()
         self._parts = event.split(marker) if event.count(marker) == 1 else None  # None: the marker is in head
 
@@ -370,7 +372,7 @@ class TokenEvents:
         return compact_json(out.new_text).encode().join(self._parts)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StartedRequest:
     """A request the engine took: its stream, and how the client asked to be answered."""
 
@@ -382,9 +384,9 @@ class StartedRequest:
 
 
 async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
-    engine, served_name = request.app[ENGINE_KEY], request.app[NAME_KEY]
+    engine_thread, served_name = request.app[ENGINE_THREAD_KEY], request.app[NAME_KEY]
     try:
-        started = await start_request(request, engine, served_name, chat)
+        started = await start_request(request, engine_thread, served_name, chat)
     except RequestError as exc:
         return exc.response()
     head = {
@@ -401,8 +403,11 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
         started.stream.close()
 
 
-async def start_request(request: web.Request, engine: LLMEngine, served_name: str, chat: bool) -> StartedRequest:
+async def start_request(
+    request: web.Request, engine_thread: EngineThread, served_name: str, chat: bool
+) -> StartedRequest:
     """The request's body checked, its prompt tokenized and handed to the engine; RequestError names what is wrong."""
+    engine = engine_thread.engine
     body = await read_json(request)
     check_model(body, served_name)
     check_unsupported(body)
@@ -431,10 +436,12 @@ async def start_request(request: web.Request, engine: LLMEngine, served_name: st
         params.max_tokens = 1  # the client's max_tokens was checked above; the decode worker runs the rest
         handoff["export_kv_to"] = os.path.join(engine.config.kv_transfer_dir, request_id + ".kv")
     try:
-        stream = engine.open_stream(request_id, prompt_ids, params, **handoff)
+        stream = engine_thread.open_stream(request_id, prompt_ids, params, **handoff)
     except QueueFullError as exc:
         raise RequestError(f"{exc}; retry later", None, status=503, err_type="ServiceUnavailableError") from None
-    return StartedRequest(stream, request_id, streaming, include_usage, handoff)
+    return StartedRequest(
+        stream=stream, request_id=request_id, streaming=streaming, include_usage=include_usage, handoff=handoff
+    )
 
 
 async def request_prompt(body: dict, engine: LLMEngine, chat: bool, kv_transfer: dict | None):
@@ -606,14 +613,15 @@ async def metrics(request: web.Request) -> web.Response:
 def build_app(engine: LLMEngine) -> web.Application:
     """The app starts the engine thread on startup and stops it on cleanup."""
     app = web.Application(client_max_size=MAX_BODY_BYTES)
-    app[ENGINE_KEY] = engine
+    engine_thread = EngineThread(engine)
+    app[ENGINE_KEY], app[ENGINE_THREAD_KEY] = engine, engine_thread
     app[NAME_KEY] = engine.config.served_model_name
 
     async def start_engine(app):
-        engine.start(asyncio.get_running_loop())
+        engine_thread.start(asyncio.get_running_loop())
 
     async def stop_engine(app):
-        engine.stop()
+        engine_thread.stop()
 
     app.on_startup.append(start_engine)
     app.on_cleanup.append(stop_engine)

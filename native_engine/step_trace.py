@@ -7,30 +7,39 @@ blocks in use, preemptions and prefix-cache hit tokens since the previous step, 
 read and FLOPs done, the KV positions the step's attention read (`bench plan`'s fitted step
 model takes it as the batch's context) and where each prefill chunk starts in its sequence (a chunk's
 attention grows with the tokens before it). GET /step_trace returns them; harness/engine/step_trace.py
-turns them into a Chrome/Perfetto trace. Records are plain tuples in a bounded deque: appending one costs about a
-microsecond against steps of milliseconds (benchmarks/step_trace_cost.py measures it).
+turns them into a Chrome/Perfetto trace. Records are slotted StepRecords in a bounded deque: building and appending
+one costs about a microsecond against steps of milliseconds (benchmarks/step_trace_cost.py measures it).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass, fields
+from operator import attrgetter
 
-FIELDS = (
-    "start_ns",
-    "end_ns",
-    "forward_ns",
-    "prefill_chunks",
-    "decode_seqs",
-    "kv_blocks_used",
-    "preemptions",
-    "prefix_hit_tokens",
-    "bytes_read",
-    "flops",
-    "running",
-    "waiting",
-    "kv_positions_read",
-    "prefill_starts",
-)
+
+@dataclass(kw_only=True, slots=True)
+class StepRecord:
+    """One step that ran a forward pass; the field order is the order of /step_trace's columns."""
+
+    start_ns: int  # perf_counter_ns when the step began (before the inbox was drained)
+    end_ns: int
+    forward_ns: int  # the forward pass's share of the step
+    prefill_chunks: list[int]  # each prefill chunk's token count, in batch order
+    decode_seqs: int
+    kv_blocks_used: int
+    preemptions: int  # since the previous step
+    prefix_hit_tokens: int  # since the previous step
+    bytes_read: int
+    flops: int
+    running: int
+    waiting: int
+    kv_positions_read: int  # the KV positions the step's attention read: the batch's context
+    prefill_starts: list[int]  # where each prefill chunk starts in its sequence
+
+
+FIELDS = tuple(f.name for f in fields(StepRecord))
+_row = attrgetter(*FIELDS)
 
 
 def step_flops(
@@ -46,11 +55,11 @@ def step_flops(
 
 class StepTrace:
     def __init__(self, max_steps: int = 200_000):
-        self.steps: deque[tuple] = deque(maxlen=max_steps)
+        self.steps: deque[StepRecord] = deque(maxlen=max_steps)
         self.recorded = 0
 
-    def record(self, *values) -> None:
-        self.steps.append(values)
+    def record(self, step: StepRecord) -> None:
+        self.steps.append(step)
         self.recorded += 1
 
     def as_dict(self) -> dict:
@@ -59,6 +68,6 @@ class StepTrace:
         return {
             "clock": "perf_counter_ns",
             "fields": list(FIELDS),
-            "steps": [list(r) for r in rows],
+            "steps": [list(_row(r)) for r in rows],
             "dropped": self.recorded - len(rows),
         }

@@ -31,14 +31,14 @@ def expand_candidates(paths, labels: list[str] | None = None) -> Expanded:
                 out.labels.append(labels[i] if labels else p.name)
             continue
         for c in candidates:
-            label = c["name"] if not labels or len(paths) == 1 else f"{labels[i]}/{c['name']}"
-            if c.get("status") != "completed":
-                why = f" ({c['reason']})" if c.get("reason") else ""
-                out.left_out.append(f"{label}: {c.get('status', 'not run')}{why}")
+            label = c.name if not labels or len(paths) == 1 else f"{labels[i]}/{c.name}"
+            if c.status != "completed":
+                why = f" ({c.reason})" if c.reason else ""
+                out.left_out.append(f"{label}: {c.status}{why}")
                 continue
-            out.paths.append(p / c["dir"])
+            out.paths.append(p / c.dir)
             out.labels.append(label)
-            out.accelerators[label] = int(c.get("accelerators", 1))
+            out.accelerators[label] = c.accelerators
     if not out.paths:
         raise ResultsError(
             f"{', '.join(map(str, paths))}: no candidate completed ({'; '.join(out.left_out)}); "

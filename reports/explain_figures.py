@@ -16,7 +16,7 @@ MAX_STEPS = 4000  # thinned past this; a long run's steps still show their shape
 
 def phase_bars(runs: list[RunData]) -> go.Figure | None:
     """One horizontal bar per run: mean ms of each part of TTFT, stacked; decode beside it."""
-    runs = [r for r in runs if (r.summary.get("phases_ms") or {}).get("ttft_share")]
+    runs = [r for r in runs if r.summary.phases_ms is not None and r.summary.phases_ms.ttft_share is not None]
     if not runs:
         return None
     fig = make_subplots(
@@ -30,8 +30,8 @@ def phase_bars(runs: list[RunData]) -> go.Figure | None:
     for k, part in enumerate(TTFT_PARTS):
         values = []
         for r in runs:
-            p = r.summary["phases_ms"]
-            values.append(p["ttft_share"].get(part, 0.0) * p["ttft"]["mean"])
+            phases = r.summary.phases_ms
+            values.append((phases.ttft_share.model_dump()[part] or 0.0) * phases.ttft.mean)
         fig.add_trace(
             go.Bar(
                 name=part,
@@ -44,7 +44,7 @@ def phase_bars(runs: list[RunData]) -> go.Figure | None:
             row=1,
             col=1,
         )
-    decode = [(r.summary["phases_ms"].get("decode") or {}).get("mean", 0.0) for r in runs]
+    decode = [r.summary.phases_ms.decode.mean if r.summary.phases_ms.decode else 0.0 for r in runs]
     fig.add_trace(
         go.Bar(
             name="decode",
@@ -63,12 +63,9 @@ def phase_bars(runs: list[RunData]) -> go.Figure | None:
 
 def step_timeline(run: RunData) -> go.Figure | None:
     """Per engine step: prefill tokens and decode sequences (the batch), and how long it took."""
-    steps = run.steps
-    if not steps:
+    if not run.steps:
         return None
-    stride = max(1, len(steps) // MAX_STEPS)
-    steps = steps[::stride]
-    t = [s["t_s"] for s in steps]
+    steps = run.steps[:: max(1, len(run.steps) // MAX_STEPS)]
     fig = make_subplots(
         rows=3,
         cols=1,
@@ -76,42 +73,50 @@ def step_timeline(run: RunData) -> go.Figure | None:
         vertical_spacing=0.06,
         subplot_titles=("tokens per step", "batch (sequences)", "step time (ms)"),
     )
-    fig.add_trace(
-        go.Scatter(
-            x=t,
-            y=[s["prefill_tokens"] for s in steps],
-            name="prefill tokens",
-            mode="markers",
-            marker=dict(size=4, color=color(4)),
-        ),
-        row=1,
-        col=1,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=t,
-            y=[s["decode_seqs"] for s in steps],
-            name="decode tokens",
-            mode="markers",
-            marker=dict(size=4, color=color(0)),
-        ),
-        row=1,
-        col=1,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=t, y=[s["running"] for s in steps], name="running", mode="lines", line=dict(shape="hv", color=color(2))
-        ),
-        row=2,
-        col=1,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=t, y=[s["waiting"] for s in steps], name="waiting", mode="lines", line=dict(shape="hv", color=color(1))
-        ),
-        row=2,
-        col=1,
-    )
+    _add_tokens_per_step(fig, steps)
+    _add_batch(fig, steps)
+    _add_step_times(fig, steps)
+    fig.update_xaxes(title_text="seconds from t0", row=3, col=1)
+    fig.update_layout(**LAYOUT, height=620)
+    return fig
+
+
+def _add_tokens_per_step(fig: go.Figure, steps: list[dict]) -> None:
+    """Row 1: prefill tokens and decode sequences of each step, as markers."""
+    t = [s["t_s"] for s in steps]
+    for column, name, color_index in (("prefill_tokens", "prefill tokens", 4), ("decode_seqs", "decode tokens", 0)):
+        fig.add_trace(
+            go.Scatter(
+                x=t,
+                y=[s[column] for s in steps],
+                name=name,
+                mode="markers",
+                marker=dict(size=4, color=color(color_index)),
+            ),
+            row=1,
+            col=1,
+        )
+
+
+def _add_batch(fig: go.Figure, steps: list[dict]) -> None:
+    """Row 2: running and waiting sequences, as steps in time."""
+    t = [s["t_s"] for s in steps]
+    for name, color_index in (("running", 2), ("waiting", 1)):
+        fig.add_trace(
+            go.Scatter(
+                x=t,
+                y=[s[name] for s in steps],
+                name=name,
+                mode="lines",
+                line=dict(shape="hv", color=color(color_index)),
+            ),
+            row=2,
+            col=1,
+        )
+
+
+def _add_step_times(fig: go.Figure, steps: list[dict]) -> None:
+    """Row 3: each step's duration in ms, one marker series per step kind."""
     kinds = sorted({s["kind"] for s in steps})
     for k, kind in enumerate(kinds):
         group = [s for s in steps if s["kind"] == kind]
@@ -126,6 +131,3 @@ def step_timeline(run: RunData) -> go.Figure | None:
             row=3,
             col=1,
         )
-    fig.update_xaxes(title_text="seconds from t0", row=3, col=1)
-    fig.update_layout(**LAYOUT, height=620)
-    return fig

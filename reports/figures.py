@@ -108,58 +108,67 @@ def over_time(runs: list[RunData]) -> go.Figure:
         subplot_titles=("TTFT by send time", "ITL per window (median)", "Output tokens/s per window"),
     )
     for i, run in enumerate(runs):
-        c, df, w = color(i), run.requests, _window_s(run)
-        done = df[df["ok"]]
-        fig.add_trace(
-            go.Scatter(
-                x=done["intended_send_s"],
-                y=done["ttft_s"] * 1e3,
-                mode="markers",
-                name=run.label,
-                legendgroup=run.label,
-                marker=dict(color=c, size=4),
-            ),
-            row=1,
-            col=1,
-        )
+        _add_ttft_by_send_time(fig, run, color(i))
         if run.token_times_s.size:
-            edges = np.arange(0, run.token_times_s[-1] + w, w)
-            counts, _ = np.histogram(run.token_times_s, bins=edges)
-            mids = edges[:-1] + w / 2
-            fig.add_trace(
-                go.Scatter(
-                    x=mids,
-                    y=counts / w,
-                    mode="lines",
-                    line=dict(color=c),
-                    legendgroup=run.label,
-                    showlegend=False,
-                    name=run.label,
-                ),
-                row=3,
-                col=1,
-            )
-            x_itl, y_itl = _itl_by_window(run, edges)
-            fig.add_trace(
-                go.Scatter(
-                    x=x_itl,
-                    y=y_itl,
-                    mode="lines+markers",
-                    line=dict(color=c),
-                    marker=dict(size=3),
-                    legendgroup=run.label,
-                    showlegend=False,
-                    name=run.label,
-                ),
-                row=2,
-                col=1,
-            )
+            _add_windows(fig, run, color(i))
     fig.update_yaxes(title_text="ms", row=1, col=1)
     fig.update_yaxes(title_text="ms", row=2, col=1)
     fig.update_yaxes(title_text="tokens/s", row=3, col=1)
     fig.update_xaxes(title_text="seconds from t0", row=3, col=1)
     fig.update_layout(title="Over time", height=750, **LAYOUT)
     return fig
+
+
+def _add_ttft_by_send_time(fig: go.Figure, run: RunData, c: str) -> None:
+    """Row 1: each finished request's TTFT at its intended send time."""
+    done = run.requests[run.requests["ok"]]
+    fig.add_trace(
+        go.Scatter(
+            x=done["intended_send_s"],
+            y=done["ttft_s"] * 1e3,
+            mode="markers",
+            name=run.label,
+            legendgroup=run.label,
+            marker=dict(color=c, size=4),
+        ),
+        row=1,
+        col=1,
+    )
+
+
+def _add_windows(fig: go.Figure, run: RunData, c: str) -> None:
+    """Rows 3 and 2: output tokens/s and median ITL in windows of _window_s seconds."""
+    w = _window_s(run)
+    edges = np.arange(0, run.token_times_s[-1] + w, w)
+    counts, _ = np.histogram(run.token_times_s, bins=edges)
+    fig.add_trace(
+        go.Scatter(
+            x=edges[:-1] + w / 2,
+            y=counts / w,
+            mode="lines",
+            line=dict(color=c),
+            legendgroup=run.label,
+            showlegend=False,
+            name=run.label,
+        ),
+        row=3,
+        col=1,
+    )
+    x_itl, y_itl = _itl_by_window(run, edges)
+    fig.add_trace(
+        go.Scatter(
+            x=x_itl,
+            y=y_itl,
+            mode="lines+markers",
+            line=dict(color=c),
+            marker=dict(size=3),
+            legendgroup=run.label,
+            showlegend=False,
+            name=run.label,
+        ),
+        row=2,
+        col=1,
+    )
 
 
 def _itl_by_window(run: RunData, edges: np.ndarray):

@@ -267,96 +267,131 @@ def skipped_lines(*sides: RunSet) -> list[str]:
     return [f"> **Skipped** (`--keep-invalid` keeps it): {why}\n" for side in sides for why in side.skipped]
 
 
+VERDICT_ICONS = {
+    "pass": "✅ pass",
+    "regression": "❌ regression",
+    "improvement": "🚀 improvement",
+    "inconclusive": "❔ inconclusive",
+}
+
+
+def short_number(x: float | None) -> str:
+    """A value for a table cell: thousands grouped from 100 up, else 3 significant digits; '-' when missing."""
+    return "-" if x is None else (f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}")
+
+
+def percent(x: float | None) -> str:
+    """A relative change as a signed percentage, '-' when missing."""
+    return "-" if x is None else f"{100 * x:+.1f}%"
+
+
+def _value(x: float | None, spread: float | None, unit: str) -> str:
+    """A side's value, ± its spread over runs where it has one, then its unit."""
+    if x is None:
+        return "-"
+    return short_number(x) + ("" if spread is None else f" ± {short_number(spread)}") + (f" {unit}" if unit else "")
+
+
+def verdict_row(v: MetricVerdict, runs: str) -> list[str]:
+    """One metric's row of the verdict table; `runs` fills the column of runs (or nights) per side."""
+    unit = "ms" if v.rule.source in ("ttft", "tpot", "e2e", "itl") else ""
+    return [
+        v.name,
+        f"{v.rule.source} {v.rule.statistic}",
+        runs,
+        _value(v.baseline, v.baseline_spread, unit),
+        _value(v.current, v.current_spread, unit),
+        percent(v.change),
+        "-" if v.ci_low is None else f"[{percent(v.ci_low)}, {percent(v.ci_high)}]",
+        f"±{100 * v.rule.threshold:.0f}% ({v.rule.better} is better)",
+        VERDICT_ICONS[v.verdict],
+        v.note,
+    ]
+
+
+def verdict_table(rows: list[list[str]], rules: GateRules, runs_column: str) -> str:
+    """The verdict table of `verdict_row`s, its runs column headed `runs_column`."""
+    return md_table(
+        [
+            "metric",
+            "statistic",
+            runs_column,
+            "baseline",
+            "current",
+            "change",
+            f"{rules.confidence:.0%} CI",
+            "threshold",
+            "verdict",
+            "note",
+        ],
+        rows,
+    )
+
+
 def render_markdown(baseline: RunSet, current: RunSet, verdicts: list[MetricVerdict], rules: GateRules) -> str:
-    icon = {
-        "pass": "✅ pass",
-        "regression": "❌ regression",
-        "improvement": "🚀 improvement",
-        "inconclusive": "❔ inconclusive",
-    }
-
-    def num(x):
-        return "-" if x is None else (f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}")
-
-    def value(x, spread, unit):
-        return "-" if x is None else num(x) + ("" if spread is None else f" ± {num(spread)}") + (unit and " " + unit)
-
-    def pct(x):
-        return "-" if x is None else f"{100 * x:+.1f}%"
-
-    rows = []
-    for v in verdicts:
-        unit = "ms" if v.rule.source in ("ttft", "tpot", "e2e", "itl") else ""
-        ci = "-" if v.ci_low is None else f"[{pct(v.ci_low)}, {pct(v.ci_high)}]"
-        rows.append(
-            [
-                v.name,
-                f"{v.rule.source} {v.rule.statistic}",
-                f"{v.baseline_runs} / {v.current_runs}",
-                value(v.baseline, v.baseline_spread, unit),
-                value(v.current, v.current_spread, unit),
-                pct(v.change),
-                ci,
-                f"±{100 * v.rule.threshold:.0f}% ({v.rule.better} is better)",
-                icon[v.verdict],
-                v.note,
-            ]
-        )
-    status = gate_status(verdicts)
     n_b, n_c = len(baseline.runs), len(current.runs)
-    if n_b == 1 and n_c == 1:
-        method = (
+    out = [
+        f"## Benchmark gate: {_headline(verdicts)}",
+        "",
+        f"Baseline `{baseline.path}` ({n_b} run{'s' * (n_b > 1)}) vs current `{current.path}` "
+        f"({n_c} run{'s' * (n_c > 1)}); {_method(rules, n_b, n_c)}",
+        "",
+        verdict_table(
+            [verdict_row(v, f"{v.baseline_runs} / {v.current_runs}") for v in verdicts], rules, "runs (base / cur)"
+        ),
+        "",
+    ]
+    out += skipped_lines(baseline, current)
+    out += _settings_warning(baseline, current)
+    out += _not_the_engine_alone_warnings(baseline, current)
+    return "\n".join(out)
+
+
+def _headline(verdicts: list[MetricVerdict]) -> str:
+    status = gate_status(verdicts)
+    if status == "inconclusive":
+        undecided = sum(v.verdict == "inconclusive" for v in verdicts)
+        return f"inconclusive ({undecided} of {len(verdicts)} metrics undecided, none regressed)"
+    return "FAILED" if status == "failed" else "passed"
+
+
+def _method(rules: GateRules, n_baseline: int, n_current: int) -> str:
+    """How the intervals were made: a bootstrap within one run per side, else Welch t over runs."""
+    if n_baseline == 1 and n_current == 1:
+        return (
             f"one run per side: {rules.confidence:.0%} block-bootstrap intervals within the runs "
             f"({rules.resamples} resamples, seed {rules.seed}); they miss run-to-run variation, so a change must "
             f"also pass the metric's single-run threshold. Repeat the runs (a folder of run-N/ folders per side) "
             f"for a firm verdict."
         )
-    else:
-        method = (
-            f"{rules.confidence:.0%} Welch t intervals over runs (each run's statistic is one sample, log scale; "
-            f"values are means over runs ± their standard deviation)"
-            + ("; a side with one run takes the other side's run-to-run spread." if min(n_b, n_c) == 1 else ".")
-        )
-    undecided = sum(v.verdict == "inconclusive" for v in verdicts)
-    headline = {
-        "failed": "FAILED",
-        "passed": "passed",
-        "inconclusive": f"inconclusive ({undecided} of {len(verdicts)} metrics undecided, none regressed)",
-    }
-    out = [
-        f"## Benchmark gate: {headline[status]}",
-        "",
-        f"Baseline `{baseline.path}` ({n_b} run{'s' * (n_b > 1)}) vs current `{current.path}` "
-        f"({n_c} run{'s' * (n_c > 1)}); {method}",
-        "",
-        md_table(
-            [
-                "metric",
-                "statistic",
-                "runs (base / cur)",
-                "baseline",
-                "current",
-                "change",
-                f"{rules.confidence:.0%} CI",
-                "threshold",
-                "verdict",
-                "note",
-            ],
-            rows,
-        ),
-        "",
-    ]
-    out += skipped_lines(baseline, current)
+    one_side_alone = min(n_baseline, n_current) == 1
+    return (
+        f"{rules.confidence:.0%} Welch t intervals over runs (each run's statistic is one sample, log scale; "
+        f"values are means over runs ± their standard deviation)"
+        + ("; a side with one run takes the other side's run-to-run spread." if one_side_alone else ".")
+    )
+
+
+def _settings_warning(baseline: RunSet, current: RunSet) -> list[str]:
     diffs = scenario_differences(baseline, current)
-    if diffs:
-        out += ["> **Warning**: the runs used different settings: " + "; ".join(diffs), ""]
+    return ["> **Warning**: the runs used different settings: " + "; ".join(diffs), ""] if diffs else []
+
+
+def _not_the_engine_alone_warnings(baseline: RunSet, current: RunSet) -> list[str]:
+    """A warning per run that was client-bound or interrupted: its latencies include the client's."""
+    out = []
     for role, side in (("baseline", baseline), ("current", current)):
         for run in side.runs:
-            flags = [f for f in ("client_bound", "interrupted") if run.summary.get(f)]
+            summary = run.summary
+            flags = [
+                name
+                for name, on in (("client_bound", summary.client_bound), ("interrupted", summary.interrupted))
+                if on
+            ]
             if flags:
                 out += [
                     f"> **Warning**: the {role} run `{run.path}` is {' and '.join(flags)}: its latencies are not "
                     f"the engine's alone.",
                     "",
                 ]
-    return "\n".join(out)
+    return out

@@ -21,7 +21,8 @@ import numpy as np
 
 from harness.metrics.validity import skip_reason
 from harness.results.folder import ResultsError
-from reports.run_identity import HistoryError, check_complete, identify, revision
+from reports.load import RunData, load_run
+from reports.run_identity import HistoryError, RunIdentity, check_complete, identify, revision
 from reports.run_values import run_values
 
 SCHEMA_VERSION = 1
@@ -83,6 +84,16 @@ class AddResult:
     skipped: list[tuple[Path, str]] = field(default_factory=list)  # invalid runs left out, and why
 
 
+@dataclass(kw_only=True)
+class _BatchStamp:
+    """What every run added together is recorded with."""
+
+    batch: str
+    commit: str | None
+    branch: str | None
+    added_at: str  # UTC, ISO 8601
+
+
 def add_runs(
     db: str | Path,
     paths,
@@ -96,60 +107,71 @@ def add_runs(
     """Records each run (all of them or, if any is refused, none). `rules`: GateRules whose metrics are
     stored besides the standard set (reports.run_values). An invalid run (summary.json validity) is skipped,
     with its reasons in `skipped`, unless `keep_invalid`."""
-    from reports.load import load_run
-
     paths = [Path(p) for p in paths]
     for p in paths:
         check_complete(p)
     commit, branch = revision(commit, branch)
-    batch = batch or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-    added_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    stamp = _BatchStamp(
+        batch=batch or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ"),
+        commit=commit,
+        branch=branch,
+        added_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
     result = AddResult([], [])
     conn = connect(db, create=True)
     try:
         with conn:  # one transaction: all the runs or none
             for p in paths:
-                try:
-                    run = load_run(p)
-                except ResultsError as e:
-                    raise HistoryError(str(e)) from None
+                run = _load(p)
                 why = None if keep_invalid else skip_reason(run.summary)
                 if why is not None:
                     result.skipped.append((p, why))
                     continue
                 ident = identify(p, run.run_info, runner)
-                cur = conn.execute(
-                    "INSERT OR IGNORE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        ident.run_id,
-                        batch,
-                        ident.scenario_name,
-                        ident.scenario_hash,
-                        ident.runner_kind,
-                        ident.host,
-                        commit,
-                        branch,
-                        ident.engine,
-                        ident.engine_version,
-                        ident.model,
-                        ident.harness_version,
-                        ident.finished_at,
-                        added_at,
-                        str(p.resolve()),
-                    ),
-                )
-                if cur.rowcount == 0:
+                if not _insert_run(conn, ident, stamp, p):
                     result.already.append(p)
                     continue
-                values = run_values(run, rules)
                 conn.executemany(
                     "INSERT INTO metrics VALUES (?,?,?,?)",
-                    [(ident.run_id, name, value, n) for name, (value, n) in values.items()],
+                    [(ident.run_id, name, value, n) for name, (value, n) in run_values(run, rules).items()],
                 )
                 result.added.append(p)
     finally:
         conn.close()
     return result
+
+
+def _load(path: Path) -> RunData:
+    """The run in `path`; a damaged results folder refuses the whole batch."""
+    try:
+        return load_run(path)
+    except ResultsError as e:
+        raise HistoryError(str(e)) from None
+
+
+def _insert_run(conn: sqlite3.Connection, ident: RunIdentity, stamp: _BatchStamp, path: Path) -> bool:
+    """Adds the run's row; False when the file already holds this run."""
+    cur = conn.execute(
+        "INSERT OR IGNORE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (
+            ident.run_id,
+            stamp.batch,
+            ident.scenario_name,
+            ident.scenario_hash,
+            ident.runner_kind,
+            ident.host,
+            stamp.commit,
+            stamp.branch,
+            ident.engine,
+            ident.engine_version,
+            ident.model,
+            ident.harness_version,
+            ident.finished_at,
+            stamp.added_at,
+            str(path.resolve()),
+        ),
+    )
+    return cur.rowcount > 0
 
 
 def series_keys(db: str | Path) -> list[tuple[str, str, str, int]]:

@@ -27,8 +27,11 @@ from reports.gate import (  # the gate's own rules, not a copy of them
     MetricRule,
     MetricVerdict,
     samples_for_tail,
+    short_number,
     skipped_lines,
     verdict_for_change,
+    verdict_row,
+    verdict_table,
 )
 from reports.history import Night, batch_value, nights
 from reports.markdown import md_table
@@ -92,7 +95,7 @@ def gate_history(
     current = load_run_set(current_path, keep_invalid)
     check_same_scenario(current)
     info = current.runs[0].run_info
-    scenario, runner = scenario_hash(info.get("scenario") or {}), runner_kind(info)
+    scenario, runner = scenario_hash(info.scenario), runner_kind(info)
     now = tonight(current, rules)
     keys = [metric_key(rule) for rule in rules.metrics.values()]
     history = nights(db, scenario, runner, keys, exclude_runs=now.run_ids) if Path(db).is_file() else []
@@ -173,49 +176,13 @@ def describe(name: str, series: list[Night], f: Finding, rule: MetricRule) -> li
         f"#{f.index + 1} of {len(series)}",
         (night.commit or "?")[:10],
         night.finished_at[:10],
-        _num(f.before),
-        _num(f.after),
+        short_number(f.before),
+        short_number(f.after),
         "worse" if worse(rule, f) else "better",
     ]
 
 
-def _num(x) -> str:
-    return "-" if x is None else (f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}")
-
-
 def render_markdown(gate: HistoryGate, rules: GateRules) -> str:
-    icon = {
-        "pass": "✅ pass",
-        "regression": "❌ regression",
-        "improvement": "🚀 improvement",
-        "inconclusive": "❔ inconclusive",
-    }
-
-    def pct(x):
-        return "-" if x is None else f"{100 * x:+.1f}%"
-
-    rows, found = [], []
-    for m in gate.metrics:
-        v = m.verdict
-        unit = " ms" if v.rule.source in ("ttft", "tpot", "e2e", "itl") else ""
-        spread = "" if v.baseline_spread is None else f" ± {_num(v.baseline_spread)}"
-        rows.append(
-            [
-                v.name,
-                f"{v.rule.source} {v.rule.statistic}",
-                f"{v.baseline_runs} / 1",
-                "-" if v.baseline is None else _num(v.baseline) + spread + unit,
-                "-" if v.current is None else _num(v.current) + unit,
-                pct(v.change),
-                "-" if v.ci_low is None else f"[{pct(v.ci_low)}, {pct(v.ci_high)}]",
-                f"±{100 * v.rule.threshold:.0f}% ({v.rule.better} is better)",
-                icon[v.verdict],
-                v.note,
-            ]
-        )
-        for f in m.findings:
-            status = ("❌ new tonight" if worse(v.rule, f) else "🚀 new tonight") if f in m.new else "seen before"
-            found.append(describe(v.name, m.nights, f, v.rule) + [status])
     n = len(gate.current.runs)
     out = [
         f"## Benchmark gate against history: {'FAILED' if gate.failed else 'passed'}",
@@ -228,34 +195,27 @@ def render_markdown(gate: HistoryGate, rules: GateRules) -> str:
         f"(permutation test) over the nights; a step counts beyond the metric's threshold, a drift beyond half of "
         f"it; a new one in the worse direction fails the gate once.",
         "",
-        md_table(
-            [
-                "metric",
-                "statistic",
-                "nights (base / cur)",
-                "baseline",
-                "current",
-                "change",
-                f"{rules.confidence:.0%} CI",
-                "threshold",
-                "verdict",
-                "note",
-            ],
-            rows,
+        # tonight is one night, however many runs it has
+        verdict_table(
+            [verdict_row(m.verdict, f"{m.verdict.baseline_runs} / 1") for m in gate.metrics],
+            rules,
+            "nights (base / cur)",
         ),
         "",
         *skipped_lines(gate.current),
     ]
-    if found:
-        out += [
-            "### Change points",
-            "",
-            md_table(
-                ["metric", "change", "from night", "first commit", "date", "before", "after", "direction", "status"],
-                found,
-            ),
-            "",
-        ]
-    else:
-        out += ["No change point or drift in the history.", ""]
-    return "\n".join(out)
+    return "\n".join(out + _change_points(gate.metrics))
+
+
+def _change_points(metrics: list[MetricHistory]) -> list[str]:
+    """The table of every metric's change points, each marked new tonight or seen before."""
+    found = []
+    for m in metrics:
+        v = m.verdict
+        for f in m.findings:
+            status = ("❌ new tonight" if worse(v.rule, f) else "🚀 new tonight") if f in m.new else "seen before"
+            found.append(describe(v.name, m.nights, f, v.rule) + [status])
+    if not found:
+        return ["No change point or drift in the history.", ""]
+    columns = ["metric", "change", "from night", "first commit", "date", "before", "after", "direction", "status"]
+    return ["### Change points", "", md_table(columns, found), ""]

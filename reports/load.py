@@ -1,6 +1,7 @@
-"""Reads results folders (one run, or a sweep of point sub-folders) into plain data for reports.
+"""Reads results folders (one run, or a sweep of point sub-folders) into typed values and tables for reports.
 
-The folder layout and its files are harness/results/folder.py's (it writes and parses them); here they
+The folder layout and its files are harness/results/folder.py's (it writes and parses them); run.json and
+summary.json become their models (reports/run_files.py: any schema version, and peer tools' files); the rest
 become tables: server_metrics.csv (`t_s,name,value,labels`) and telemetry.csv
 (`t_s,source,name,value`) share the requests' clock (seconds from the run's t0). Sweep points that
 sweep.json does not mark completed (cut by Ctrl-C, failed) are left out, as their partial counts
@@ -17,18 +18,19 @@ import pandas as pd
 
 from harness.engine.step_trace import read_engine_trace
 from harness.metrics.confidence import share_lower_bound
-from harness.metrics.latencies import active_slo, meets_slo, request_latency, summarize
+from harness.metrics.latencies import active_slo, meets_slo, request_latency
 from harness.results.folder import (
     RequestRecord,
     ResultsError,
     is_run_dir,
     parse_point_dir,
     point_dirs,
-    read_json,
     read_records,
     read_statuses,
 )
+from harness.results.schema import RunInfo, Summary
 from reports.peers import find_peer_file, load_peer
+from reports.run_files import PeerNote, peer_run_info, peer_summary, read_run_info, read_summary, scenario
 
 REQUEST_COLUMNS = [
     "index",
@@ -53,8 +55,8 @@ __all__ = ["ResultsError", "RunData", "Sweep", "SweepPoint", "load_peer_run", "l
 class RunData:
     path: Path
     label: str
-    run_info: dict
-    summary: dict
+    run_info: RunInfo
+    summary: Summary
     records: list[RequestRecord]  # measured (non-warm-up) requests, as written
     requests: pd.DataFrame  # one row per measured request, latencies in seconds
     itl_s: np.ndarray  # every per-token gap of every completed request
@@ -63,10 +65,11 @@ class RunData:
     telemetry: pd.DataFrame | None
     warnings: list[str] = field(default_factory=list)  # lines skipped while reading, for the console
     steps: list[dict] = field(default_factory=list)  # the engine's step trace (engine_trace.json), if any
+    peer: PeerNote | None = None  # a peer tool's file read as a run (reports/peers): the tool and its differences
 
     @property
     def slo(self) -> dict:
-        return self.summary.get("goodput", {}).get("slo") or self.run_info.get("scenario", {}).get("slo") or {}
+        return self.summary.goodput.slo or scenario(self.run_info.scenario).slo or {}
 
     def goodput_fraction(self, slo: dict, confidence: float | None = None) -> float:
         """Share of measured requests that completed within every given SLO (ms); with `confidence`, the lower
@@ -98,7 +101,6 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
     path = Path(path)
     if not is_run_dir(path):
         raise ResultsError(f"{path}: no requests.jsonl here; pass a folder written by `bench run --output`")
-    run_info = read_json(path / "run.json")
     warnings: list[str] = []
     every_record = read_records(path, warnings)
     if not every_record:
@@ -106,12 +108,10 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
         raise ResultsError(
             f"{path}: requests.jsonl holds no request: the run never sent one{log}; rerun it or leave this folder out"
         )
+    run_info = read_run_info(path)
     # in send order (the file is in completion order): the gate's block bootstrap needs time order
     records = sorted((r for r in every_record if not r.is_warmup), key=lambda r: (r.intended_send_s, r.index))
-    summary = read_json(path / "summary.json")
-    if not summary:  # a run killed before its summary: rebuild it from what reached the disk
-        summary = summarize(records, run_info.get("scenario", {}).get("slo"))
-    run = run_data(path, label or path.name, run_info, summary, records)
+    run = run_data(path, label or path.name, run_info, read_summary(path, run_info, records), records)
     run.server_metrics, run.telemetry = _read_csv(path / "server_metrics.csv"), _read_csv(path / "telemetry.csv")
     run.warnings = warnings
     if (path / "engine_trace.json").is_file():
@@ -121,16 +121,17 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
 
 def load_peer_run(path: str | Path, label: str | None = None) -> RunData:
     """A peer tool's result file (reports/peers) as a run: the tool's figures as its summary, its requests
-    rebuilt as records; run_info["peer"] names the tool and the definitions that differ from ours."""
+    rebuilt as records (reports/run_files.py); `peer` names the tool and the definitions that differ from ours."""
     peer = load_peer(path)
     records = sorted(peer.records, key=lambda r: (r.intended_send_s, r.index))
-    run_info = {**peer.run_info, "peer": {**peer.run_info.get("peer", {}), "differences": peer.differences}}
-    run = run_data(peer.path, label or Path(path).name, run_info, peer.summary, records)
+    run_info = peer_run_info(peer)
+    run = run_data(peer.path, label or Path(path).name, run_info, peer_summary(peer, records, run_info), records)
+    run.peer = PeerNote(peer.tool, peer.differences)
     run.warnings = peer.warnings
     return run
 
 
-def run_data(path: Path, label: str, run_info: dict, summary: dict, records: list[RequestRecord]) -> RunData:
+def run_data(path: Path, label: str, run_info: RunInfo, summary: Summary, records: list[RequestRecord]) -> RunData:
     """The tables of one run's measured records (latencies in seconds)."""
     rows, itl, token_times = [], [], []
     for r in records:

@@ -46,6 +46,16 @@ def md_table(columns, rows) -> str:
 def render_report_md(content) -> str:
     out = [f"# {content.title}", ""]
     out += [f"> {note}" for note in content.notes]
+    out += _run_tables(content)
+    out += _replicas(content)
+    out += _sweeps(content.sweeps)
+    out += _runs_and_plots(content)
+    return "\n".join(out)
+
+
+def _run_tables(content) -> list[str]:
+    """The sections of per-run tables, each only where the runs have its rows."""
+    out = []
     if content.summary_rows:
         out += [
             "## Summary",
@@ -60,14 +70,8 @@ def render_report_md(content) -> str:
     if content.validity_rows:
         out += ["## Validity", "", md_table(VALIDITY_COLUMNS, content.validity_rows), ""]
     if content.interval_rows:
-        out += [
-            "## Percentile confidence intervals",
-            "",
-            INTERVALS_NOTE,
-            "",
-            md_table(INTERVAL_COLUMNS, content.interval_rows),
-            "",
-        ]
+        intervals = md_table(INTERVAL_COLUMNS, content.interval_rows)
+        out += ["## Percentile confidence intervals", "", INTERVALS_NOTE, "", intervals, ""]
     if content.agreement_lines:
         out += ["## Answers compared", "", *[f"- {line}" for line in content.agreement_lines], ""]
     if content.accuracy_rows:
@@ -78,20 +82,31 @@ def render_report_md(content) -> str:
         out += ["## Diagnosis", "", md_table(["run", "severity", "finding"], content.diagnosis_rows), ""]
     if content.roofline_rows:
         out += ["## Roofline", "", md_table(["run", "placement"], content.roofline_rows), ""]
-    if content.replica_rows:
-        out += [
-            "## Replicas",
-            "",
-            "Over each run, warm-ups included (the router's and each replica's own counters).",
-            "",
-            *[f"- {note}" for note in content.replica_notes],
-            "",
-            md_table(REPLICA_COLUMNS, content.replica_rows),
-            "",
-        ]
-        if content.decision_rows:
-            out += [md_table(["run", "policy", "reason", "routing decisions"], content.decision_rows), ""]
-    for s in content.sweeps:
+    return out
+
+
+def _replicas(content) -> list[str]:
+    if not content.replica_rows:
+        return []
+    out = [
+        "## Replicas",
+        "",
+        "Over each run, warm-ups included (the router's and each replica's own counters).",
+        "",
+        *[f"- {note}" for note in content.replica_notes],
+        "",
+        md_table(REPLICA_COLUMNS, content.replica_rows),
+        "",
+    ]
+    if content.decision_rows:
+        out += [md_table(["run", "policy", "reason", "routing decisions"], content.decision_rows), ""]
+    return out
+
+
+def _sweeps(sweeps) -> list[str]:
+    """A section per sweep: its capacity at the SLOs, then a summary row per load."""
+    out = []
+    for s in sweeps:
         unit = "req/s" if s.sweep.load_kind == "rate" else "in flight"
         out += [
             f"## Sweep: {s.sweep.label}",
@@ -102,19 +117,19 @@ def render_report_md(content) -> str:
             md_table(SUMMARY_COLUMNS, s.rows),
             "",
         ]
-    out += [
+    return out
+
+
+def _runs_and_plots(content) -> list[str]:
+    """Each run's context, then where the plots are (the HTML report only)."""
+    context_columns = ["run", "backend", "offered load", "SLO (ms)", "harness", "host", "start-up", "status"]
+    return [
         "## Runs",
         "",
-        md_table(
-            ["run", "backend", "offered load", "SLO (ms)", "harness", "host", "start-up", "status"],
-            content.context_rows,
-        ),
+        md_table(context_columns, content.context_rows),
         "",
-    ]
-    out += [
         "Plots (CDFs, timelines, over-time, server metrics) are in the HTML report: "
         + ", ".join(heading for heading, _ in content.figures)
         + ".",
         "",
     ]
-    return "\n".join(out)

@@ -12,10 +12,10 @@ ACCURACY_COLUMNS = ("run", "answers scored", "correct", "accuracy", "95% interva
 def accuracy_rows(labelled) -> list[list[str]]:
     rows = []
     for label, run in labelled:
-        acc = run.summary.get("accuracy")
-        if acc:
-            interval = f"{acc['low']:.1%} – {acc['high']:.1%}"
-            rows.append([label, str(acc["scored"]), str(acc["correct"]), f"{acc['share']:.1%}", interval])
+        acc = run.summary.accuracy
+        if acc is not None:
+            interval = f"{acc.low:.1%} – {acc.high:.1%}"
+            rows.append([label, str(acc.scored), str(acc.correct), f"{acc.share:.1%}", interval])
     return rows
 
 

@@ -26,7 +26,7 @@ class RunSet:
 
     @property
     def scenario(self) -> dict:
-        return self.runs[0].run_info.get("scenario") or {}
+        return self.runs[0].run_info.scenario
 
 
 def load_run_set(path: str | Path, keep_invalid: bool = False) -> RunSet:
@@ -53,10 +53,10 @@ def load_run_set(path: str | Path, keep_invalid: bool = False) -> RunSet:
 def check_same_scenario(*sides: RunSet) -> None:
     """Every run of every side ran the first baseline run's scenario (name, workload, load), or ResultsError."""
     first = sides[0].runs[0]
-    want = scenario_settings(first.run_info.get("scenario") or {})
+    want = scenario_settings(first.run_info.scenario)
     for side in sides:
         for run in side.runs:
-            got = scenario_settings(run.run_info.get("scenario") or {})
+            got = scenario_settings(run.run_info.scenario)
             odd = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
             if odd:
                 detail = "; ".join(f"{k}: {got.get(k)!r} vs {want.get(k)!r}" for k in odd)

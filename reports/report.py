@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.engine.startup import startup_text
+from harness.results.schema import Summary
 from reports.candidates import expand_candidates
 from reports.confidence_rows import interval_rows, validity_rows
 from reports.explain_figures import phase_bars, step_timeline
@@ -18,6 +19,7 @@ from reports.quality_rows import accuracy_rows, agreement_section
 from reports.repeat_runs import expand_repeats
 from reports.replica_figures import replica_comparison, replica_load
 from reports.replicas import decision_rows, replica_rows, replica_view
+from reports.run_files import LoadView, harness_version, scenario
 from reports.server_figures import server_metrics, telemetry
 from reports.sweep import DEFAULT_ATTAINMENT, SloCapacity, max_rate_meeting_slo
 from reports.sweep_figures import goodput_vs_load, throughput_latency
@@ -58,150 +60,184 @@ def fmt(value, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def summary_row(label: str, summary: dict) -> list[str]:
-    req, thr, good = summary.get("requests", {}), summary.get("throughput", {}), summary.get("goodput", {})
-
-    def ms(metric, stat):
-        return fmt((summary.get(metric) or {}).get(stat))
-
+def summary_row(label: str, run: RunData) -> list[str]:
+    """A run's row of the summary table; a peer tool's file shows the tool's figures, so no goodput (it has none,
+    and ours of its rebuilt requests runs on their timeline, not over the tool's duration)."""
+    summary = run.summary
+    req, thr = summary.requests, summary.throughput
+    good = summary.goodput
+    good_per_s, good_percent = (None, None) if run.peer is not None else (good.requests_per_s, 100 * good.fraction)
     return [
         label,
-        str(req.get("completed", "-")),
-        str(req.get("failed", "-")),
-        fmt(thr.get("requests_per_s"), 2),
-        fmt(thr.get("output_tokens_per_s")),
-        fmt(good.get("requests_per_s"), 2),
-        fmt(100 * good["fraction"] if "fraction" in good else None),
-        ms("ttft_ms", "p50"),
-        ms("ttft_ms", "p99"),
-        ms("itl_ms", "p50"),
-        ms("itl_ms", "p99"),
-        ms("tpot_ms", "p50"),
-        ms("tpot_ms", "p99"),
-        ms("e2e_ms", "p50"),
-        ms("e2e_ms", "p99"),
+        str(req.completed),
+        str(req.failed),
+        fmt(thr.requests_per_s, 2),
+        fmt(thr.output_tokens_per_s),
+        fmt(good_per_s, 2),
+        fmt(good_percent),
+        fmt(summary.ttft_ms.p50),
+        fmt(summary.ttft_ms.p99),
+        fmt(summary.itl_ms.p50),
+        fmt(summary.itl_ms.p99),
+        fmt(summary.tpot_ms.p50),
+        fmt(summary.tpot_ms.p99),
+        fmt(summary.e2e_ms.p50),
+        fmt(summary.e2e_ms.p99),
     ]
 
 
 def context_row(run: RunData, label: str | None = None) -> list[str]:
     info = run.run_info
-    backend, load = info.get("backend", {}), info.get("scenario", {}).get("load", {})
-    offered = (
-        f"{load.get('arrival')} rate {load.get('rate')}/s"
-        if load.get("rate")
-        else f"{load.get('arrival')} concurrency {load.get('concurrency')}"
-    )
     slo = ", ".join(f"{k} {v:g}" for k, v in run.slo.items() if v is not None) or "none"
-    flags = [
-        f
-        for f, on in (
-            ("CLIENT-BOUND", run.summary.get("client_bound")),
-            ("interrupted", run.summary.get("interrupted")),
-            ("SIMULATED (bench plan)", is_simulated(run.summary)),
-            ("INVALID", not (run.summary.get("validity") or {}).get("valid", True)),
-        )
-        if on
-    ]
     return [
         label or run.label,
-        f"{backend.get('kind', '?')} ({backend.get('model', '?')})",
-        offered if load else "-",
+        f"{info.backend.kind} ({info.backend.model})",
+        offered_text(scenario(info.scenario).load),
         slo,
-        info.get("versions", {}).get("harness", "-"),
-        info.get("host", {}).get("hostname", "-"),
-        startup_text(info.get("startup")),
-        ", ".join(flags) or "ok",
+        harness_version(info) or "-",
+        info.host.hostname if info.host else "-",
+        startup_text(info.startup),
+        ", ".join(run_flags(run.summary)) or "ok",
     ]
+
+
+def offered_text(load: LoadView | None) -> str:
+    if load is None:
+        return "-"
+    return f"{load.arrival} rate {load.rate}/s" if load.rate else f"{load.arrival} concurrency {load.concurrency}"
+
+
+def run_flags(summary: Summary) -> list[str]:
+    """What to read a run's figures with care for, as the context table flags it."""
+    flags = (
+        ("CLIENT-BOUND", summary.client_bound),
+        ("interrupted", summary.interrupted),
+        ("SIMULATED (bench plan)", is_simulated(summary)),
+        ("INVALID", summary.validity is not None and not summary.validity.valid),
+    )
+    return [flag for flag, on in flags if on]
 
 
 def build_report(paths, labels: list[str] | None = None, attainment: float = DEFAULT_ATTAINMENT) -> ReportContent:
+    """The report's tables, figures and notes of the given results folders (runs, sweeps, repeats, candidates,
+    peer tools' files)."""
     repeats = expand_repeats(paths, labels)  # a folder of repeats: each completed repeat one run
     expanded = expand_candidates(repeats.paths, repeats.labels)  # a folder of candidates: each its own sweep or run
     runs, sweeps = load_results(expanded.paths, expanded.labels)
-    sections = []
-    for sw in sweeps:
-        cap = max_rate_meeting_slo(sw.points, attainment=attainment)
-        sections.append(
-            SweepSection(sw, cap, [summary_row(f"{sw.load_kind} {p.offered_load:g}", p.run.summary) for p in sw.points])
+    content = _tables(runs, sweeps, attainment)
+    content.repeat_rows = repeats.rows
+    content.notes += repeats.notes
+    _add_sweep_figures(content)
+    _add_run_figures(content)
+    _add_replicas(content, runs, sweeps)
+    _add_run_checks(content, runs, sweeps)
+    content.notes += [f"Candidate left out: {why}." for why in expanded.left_out]
+    content.notes += peer_notes(runs)
+    content.notes += [f"{sw.label}: left out, not completed: {', '.join(sw.left_out)}." for sw in sweeps if sw.left_out]
+    content.notes += client_bound_notes(_labelled(runs, sweeps))
+    return content
+
+
+def _labelled(runs: list[RunData], sweeps: list[Sweep]) -> list[tuple[str, RunData]]:
+    """Every run with its label in the report: the runs, then each sweep's points."""
+    return [(r.label, r) for r in runs] + [(f"{s.label} {p.run.label}", p.run) for s in sweeps for p in s.points]
+
+
+def _tables(runs: list[RunData], sweeps: list[Sweep], attainment: float) -> ReportContent:
+    """The content with its summary and context tables, a section per sweep with its capacity, and the
+    predictions, diagnoses and roofline lines of the runs."""
+    sections = [
+        SweepSection(
+            sw,
+            max_rate_meeting_slo(sw.points, attainment=attainment),
+            [summary_row(f"{sw.load_kind} {p.offered_load:g}", p.run) for p in sw.points],
         )
-    names = " vs ".join(x.label for x in runs + sweeps)
+        for sw in sweeps
+    ]
     content = ReportContent(
-        f"Benchmark report: {names}",
+        f"Benchmark report: {' vs '.join(x.label for x in runs + sweeps)}",
         runs,
         sections,
-        [summary_row(r.label, r.summary) for r in runs],
+        [summary_row(r.label, r) for r in runs],
         [context_row(r) for r in runs]
         + [context_row(s.points[0].run, f"{s.label} (sweep, first point)") for s in sweeps],
     )
-    if sweeps:
-        content.figures += [
-            ("Goodput against offered load", goodput_vs_load(sweeps, [s.capacity for s in sections])),
-            ("Throughput against latency", throughput_latency(sweeps)),
-        ]
-        content.figures += [
-            (f"Latency distributions per point: {s.label}", latency_cdfs([p.run for p in s.points])) for s in sweeps
-        ]
     content.prediction_rows = prediction_rows(runs)
-    content.repeat_rows = repeats.rows
-    content.notes += repeats.notes
     for run in runs:
-        content.diagnosis_rows += [[run.label, f["severity"], f["message"]] for f in run.summary.get("diagnosis") or ()]
-        if (run.summary.get("roofline") or {}).get("line"):
-            content.roofline_rows.append([run.label, run.summary["roofline"]["line"]])
-    if runs:
-        bars = phase_bars(runs)
-        if bars is not None:
-            content.figures.append(("Where TTFT goes", bars))
-        content.figures.append(("Latency distributions", latency_cdfs(runs)))
-        content.figures.append(("Over time", over_time(runs)))
-        for fig_name, make in (("Server metrics", server_metrics), ("Device telemetry", telemetry)):
-            fig = make(runs)
-            if fig is not None:
-                content.figures.append((fig_name, fig))
-        content.figures += [(f"Timeline: {r.label}", timeline(r)) for r in runs[:MAX_TIMELINES]]
-        content.figures += [
-            (f"Engine steps: {r.label}", fig) for r in runs[:MAX_TIMELINES] if (fig := step_timeline(r)) is not None
-        ]
-        if len(runs) > MAX_TIMELINES:
-            content.notes.append(f"Timelines are drawn for the first {MAX_TIMELINES} runs only.")
-    _add_replicas(content, runs, sweeps)
-    labelled = [(r.label, r) for r in runs] + [(f"{s.label} {p.run.label}", p.run) for s in sweeps for p in s.points]
+        content.diagnosis_rows += [[run.label, f.severity, f.message] for f in run.summary.diagnosis or ()]
+        if run.summary.roofline is not None and run.summary.roofline.line:
+            content.roofline_rows.append([run.label, run.summary.roofline.line])
+    return content
+
+
+def _add_sweep_figures(content: ReportContent) -> None:
+    sweeps = [s.sweep for s in content.sweeps]
+    if not sweeps:
+        return
+    content.figures += [
+        ("Goodput against offered load", goodput_vs_load(sweeps, [s.capacity for s in content.sweeps])),
+        ("Throughput against latency", throughput_latency(sweeps)),
+    ]
+    content.figures += [
+        (f"Latency distributions per point: {s.label}", latency_cdfs([p.run for p in s.points])) for s in sweeps
+    ]
+
+
+def _add_run_figures(content: ReportContent) -> None:
+    """Where TTFT goes, the latency distributions, each run over time, the server's and the device's series,
+    and the first runs' timelines and engine steps."""
+    runs = content.runs
+    if not runs:
+        return
+    bars = phase_bars(runs)
+    if bars is not None:
+        content.figures.append(("Where TTFT goes", bars))
+    content.figures.append(("Latency distributions", latency_cdfs(runs)))
+    content.figures.append(("Over time", over_time(runs)))
+    for fig_name, make in (("Server metrics", server_metrics), ("Device telemetry", telemetry)):
+        fig = make(runs)
+        if fig is not None:
+            content.figures.append((fig_name, fig))
+    content.figures += [(f"Timeline: {r.label}", timeline(r)) for r in runs[:MAX_TIMELINES]]
+    content.figures += [
+        (f"Engine steps: {r.label}", fig) for r in runs[:MAX_TIMELINES] if (fig := step_timeline(r)) is not None
+    ]
+    if len(runs) > MAX_TIMELINES:
+        content.notes.append(f"Timelines are drawn for the first {MAX_TIMELINES} runs only.")
+
+
+def _add_run_checks(content: ReportContent, runs: list[RunData], sweeps: list[Sweep]) -> None:
+    """Each run's percentile intervals, validity and accuracy, and two runs' answers compared."""
+    labelled = _labelled(runs, sweeps)
     content.interval_rows, content.validity_rows = interval_rows(labelled), validity_rows(labelled)
     content.accuracy_rows = accuracy_rows(labelled)
     content.agreement_lines, agreement_notes = agreement_section(runs)
     content.notes += agreement_notes
-    content.notes += [f"Candidate left out: {why}." for why in expanded.left_out]
-    content.notes += peer_notes(runs)
-    for sw in sweeps:
-        if sw.left_out:
-            content.notes.append(f"{sw.label}: left out, not completed: {', '.join(sw.left_out)}.")
-    for label, run in labelled:
-        if run.summary.get("client_bound"):
-            content.notes.append(
-                f"{label}: the client fell behind its schedule ("
-                + "; ".join(run.summary.get("client_bound_reasons", []))
-                + "); latencies include client delay."
-            )
-    return content
+
+
+def client_bound_notes(labelled: list[tuple[str, RunData]]) -> list[str]:
+    return [
+        f"{label}: the client fell behind its schedule ({'; '.join(run.summary.client_bound_reasons)}); "
+        "latencies include client delay."
+        for label, run in labelled
+        if run.summary.client_bound
+    ]
 
 
 def peer_notes(runs: list[RunData]) -> list[str]:
     """A sentence per definition of a peer tool's file that is not ours (docs/peers.md)."""
-    notes = []
-    for run in runs:
-        peer = run.run_info.get("peer")
-        if peer:
-            notes += [
-                f"{run.label} ({peer['tool']}, read from its own file): {d}." for d in peer.get("differences", [])
-            ]
-    return notes
+    return [
+        f"{run.label} ({run.peer.tool}, read from its own file): {d}."
+        for run in runs
+        if run.peer is not None
+        for d in run.peer.differences
+    ]
 
 
 def _add_replicas(content: ReportContent, runs: list[RunData], sweeps: list[Sweep]) -> None:
     """The per-replica table, sentences and plots, for the runs (and sweep points) whose server metrics
     carry replica labels."""
-    labelled = [(r.label, r) for r in runs] + [(f"{s.label} {p.run.label}", p.run) for s in sweeps for p in s.points]
-    views = [v for label, r in labelled if (v := replica_view(r, label)) is not None]
+    views = [v for label, r in _labelled(runs, sweeps) if (v := replica_view(r, label)) is not None]
     if not views:
         return
     content.replica_rows = replica_rows(views)

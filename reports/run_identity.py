@@ -18,13 +18,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from harness.client.workers import client_bound_advice
+from harness.results.folder import ResultsError, read_records
+from harness.results.schema import RunInfo, Summary
+from reports.run_files import harness_version, read_run_info, read_summary, scenario
 
 
 class HistoryError(Exception):
     """A history file or a run that cannot be used; the message says why and what to do."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunIdentity:
     run_id: str
     scenario_name: str
@@ -53,15 +56,17 @@ def scenario_hash(scenario: dict) -> str:
     return hashlib.sha256(json.dumps(s, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def runner_kind(run_info: dict, given: str | None = None) -> str:
+def runner_kind(run_info: RunInfo, given: str | None = None) -> str:
     """The kind of machine a run ran on: `given`, else $BENCH_RUNNER_KIND (CI sets its runner label), else the
     run's OS, architecture and CPU count (hostnames of CI runners change every job, so they are not it)."""
     given = given or os.environ.get("BENCH_RUNNER_KIND")
     if given:
         return given
-    host = run_info.get("host") or {}
-    system = (host.get("platform") or "unknown").split("-")[0]
-    return f"{system}-{host.get('machine') or 'unknown'}-{host.get('cpu_count') or '?'}cpu"
+    host = run_info.host
+    if host is None:  # a plan's run.json
+        return "unknown-unknown-?cpu"
+    system = (host.platform or "unknown").split("-")[0]
+    return f"{system}-{host.machine or 'unknown'}-{host.cpu_count or '?'}cpu"
 
 
 def check_complete(path: Path) -> None:
@@ -75,52 +80,54 @@ def check_complete(path: Path) -> None:
         if not (path / name).is_file():
             raise HistoryError(f"{path}: no {name}: {why}")
     try:
-        summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
-    except ValueError as e:
-        raise HistoryError(f"{path}: summary.json is not valid JSON ({e}); the run was cut while writing it") from None
-    req = summary.get("requests") or {}
-    if summary.get("interrupted"):
+        run_info, records = read_run_info(path), read_records(path)
+        summary = read_summary(path, run_info, [r for r in records if not r.is_warmup])
+    except ResultsError as e:
+        raise HistoryError(str(e)) from None
+    _check_finished(path, run_info, summary, len(records))
+
+
+def _check_finished(path: Path, run_info: RunInfo, summary: Summary, records: int) -> None:
+    """Refuses a run cut short, one whose client fell behind, and one whose records are not those summarized."""
+    req = summary.requests
+    if summary.interrupted:
         raise HistoryError(
-            f"{path}: interrupted (Ctrl-C): {req.get('completed', '?')} requests completed of the "
+            f"{path}: interrupted (Ctrl-C): {req.completed} requests completed of the "
             f"planned load; its figures are not comparable, run it again"
         )
-    if summary.get("client_bound"):
-        try:
-            cpu_count = json.loads((path / "run.json").read_text(encoding="utf-8")).get("host", {}).get("cpu_count")
-        except ValueError:
-            cpu_count = None
+    if summary.client_bound:
+        cpu_count = run_info.host.cpu_count if run_info.host else None
         raise HistoryError(
             f"{path}: client-bound ("
-            + "; ".join(summary.get("client_bound_reasons") or [])
+            + "; ".join(summary.client_bound_reasons)
             + "): its latencies include client delay; run it again: "
             + client_bound_advice(summary, cpu_count)
         )
-    lines = sum(1 for line in (path / "requests.jsonl").open(encoding="utf-8") if line.strip())
-    expected = req.get("measured", 0) + req.get("warmup", 0)
-    if lines != expected:
+    expected = req.measured + req.warmup
+    if records != expected:
         raise HistoryError(
-            f"{path}: requests.jsonl has {lines} records but summary.json counts {expected}: the "
+            f"{path}: requests.jsonl has {records} records but summary.json counts {expected}: the "
             f"folder is incomplete or was changed after the run"
         )
-    if not req.get("measured"):
+    if not req.measured:
         raise HistoryError(f"{path}: no measured requests")
 
 
-def identify(path: Path, run_info: dict, runner: str | None = None) -> RunIdentity:
+def identify(path: Path, run_info: RunInfo, runner: str | None = None) -> RunIdentity:
     digest = hashlib.sha256((path / "run.json").read_bytes() + (path / "summary.json").read_bytes()).hexdigest()
-    scenario, backend = run_info.get("scenario") or {}, run_info.get("backend") or {}
+    backend = run_info.backend
     finished = datetime.fromtimestamp((path / "summary.json").stat().st_mtime, timezone.utc)
     return RunIdentity(
-        digest[:20],
-        scenario.get("name") or "?",
-        scenario_hash(scenario),
-        runner_kind(run_info, runner),
-        (run_info.get("host") or {}).get("hostname"),
-        backend.get("kind"),
-        backend.get("engine_version"),
-        backend.get("model"),
-        (run_info.get("versions") or {}).get("harness"),
-        finished.isoformat(timespec="milliseconds"),
+        run_id=digest[:20],
+        scenario_name=scenario(run_info.scenario).name or "?",
+        scenario_hash=scenario_hash(run_info.scenario),
+        runner_kind=runner_kind(run_info, runner),
+        host=run_info.host.hostname if run_info.host else None,
+        engine=backend.kind,
+        engine_version=backend.engine_version,
+        model=backend.model,
+        harness_version=harness_version(run_info),
+        finished_at=finished.isoformat(timespec="milliseconds"),
     )
 
 

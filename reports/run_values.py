@@ -43,7 +43,7 @@ def run_values(run: RunData, rules: GateRules | None = None) -> dict[str, tuple[
     for rule in standard_rules() + list(rules.metrics.values()):
         x = samples(run, rule, rules, slo)
         out[metric_key(rule)] = (float(statistic_fn(rule.statistic)(x[None, :])[0]) if x.size else None, int(x.size))
-    for name, value in _numbers(run.summary, "summary"):
+    for name, value in _numbers(run.summary.model_dump(exclude_unset=True), "summary"):  # as summary.json holds it
         out[name] = (value, None)
     return out
 

@@ -24,6 +24,7 @@ from reports.figures import LAYOUT, color
 from reports.html import render
 from reports.load import Sweep, SweepPoint, load_results
 from reports.markdown import md_table
+from reports.run_files import LoadView, harness_version, scenario, telemetry_sampled
 from reports.select_why import why
 from reports.sweep import DEFAULT_ATTAINMENT, SloCapacity, max_rate_meeting_slo, point_goodput
 from reports.sweep_figures import goodput_fraction_vs_load, throughput_latency
@@ -125,9 +126,9 @@ def parse_confidence(part: str, value: str) -> float:
 
 def as_sweep(run) -> Sweep:
     """A single run is a one-point sweep at its offered rate (or concurrency)."""
-    load = run.run_info.get("scenario", {}).get("load", {})
-    kind, value = ("rate", load.get("rate")) if load.get("rate") else ("concurrency", load.get("concurrency"))
-    value = value or run.summary.get("throughput", {}).get("requests_per_s", 0.0)
+    load = scenario(run.run_info.scenario).load or LoadView()
+    kind, value = ("rate", load.rate) if load.rate else ("concurrency", load.concurrency)
+    value = value or run.summary.throughput.requests_per_s
     return Sweep(run.path, run.label, kind, [SweepPoint(float(value), run)])
 
 
@@ -189,7 +190,7 @@ def runs_slo(sweeps: list[Sweep]) -> dict:
 
 def runs_confidence(sweeps: list[Sweep]) -> float | None:
     """The slo.confidence the runs were made with, when every run had the same one (else judged on the point)."""
-    found = {sw.points[0].run.summary.get("goodput", {}).get("confidence") for sw in sweeps}
+    found = {sw.points[0].run.summary.goodput.confidence for sw in sweeps}
     return found.pop() if len(found) == 1 else None
 
 
@@ -207,7 +208,7 @@ def rank(engines: list[EngineResult]) -> list[EngineResult]:
 
 def _engine(sw: Sweep, slo, cost_per_hour, accelerators, attainment, confidence=None) -> EngineResult:
     cap = max_rate_meeting_slo(sw.points, slo, attainment, confidence)
-    info = sw.points[0].run.run_info.get("backend", {})
+    backend = sw.points[0].run.run_info.backend
     tok_s = cap.output_tokens_per_s / accelerators if cap.output_tokens_per_s else None
     cost = cost_per_hour / (tok_s * 3600) * 1e6 if tok_s and cost_per_hour else None
     notes = []
@@ -218,12 +219,12 @@ def _engine(sw: Sweep, slo, cost_per_hour, accelerators, attainment, confidence=
     bound = _client_bound_note(sw, cap)
     if bound:
         notes.append(bound)
-    model = _file_name(str(info.get("model", "?")))  # a GGUF path reads as its file name
+    model = _file_name(str(backend.model))  # a GGUF path reads as its file name
     if accelerators != 1:
         notes.append(f"{accelerators} accelerators")
     return EngineResult(
         sw.label,
-        f"{info.get('kind', '?')} ({model})",
+        f"{backend.kind} ({model})",
         cap,
         tok_s,
         cost,
@@ -238,13 +239,13 @@ def _engine(sw: Sweep, slo, cost_per_hour, accelerators, attainment, confidence=
 
 def _startup(sw: Sweep) -> dict | None:
     """The engine's start-up block: every point of a sweep carries the same one (one engine for all)."""
-    return next((p.run.run_info["startup"] for p in sw.points if p.run.run_info.get("startup")), None)
+    return next((p.run.run_info.startup for p in sw.points if p.run.run_info.startup), None)
 
 
 def _client_bound_note(sw: Sweep, cap: SloCapacity) -> str | None:
     """Where the client fell behind, and whether the capacity rests on those points (the ones up to
     the first that failed) or lies below them."""
-    bound_points = [p for p in sw.points if p.run.summary.get("client_bound")]
+    bound_points = [p for p in sw.points if p.run.summary.client_bound]
     if not bound_points:
         return None
     bound = [p.offered_load for p in bound_points]
@@ -259,7 +260,7 @@ def _client_bound_note(sw: Sweep, cap: SloCapacity) -> str | None:
     loads = f"{sw.load_kind} {', '.join(f'{x:g}' for x in bound)}"
     if first_fail is None or min(bound) <= first_fail:
         run = bound_points[0].run
-        advice = client_bound_advice(run.summary, run.run_info.get("host", {}).get("cpu_count"))
+        advice = client_bound_advice(run.summary, run.run_info.host.cpu_count if run.run_info.host else None)
         return (
             f"the client fell behind at {loads}, which the capacity rests on: rerun on a quieter machine, or {advice}"
         )
@@ -267,7 +268,35 @@ def _client_bound_note(sw: Sweep, cap: SloCapacity) -> str | None:
 
 
 def _recommend(ranking: list[EngineResult], sweeps: list[Sweep], slo: dict, attainment: float):
+    """(the recommendation, the caveats): the best engine within the SLOs and how far it leads the next."""
     slo_text = ", ".join(f"{k.removesuffix('_ms').upper()} ≤ {v:g} ms" for k, v in slo.items())
+    caveats = _caveats(ranking, sweeps, slo_text, attainment)
+    usable = [e for e in ranking if e.tokens_per_s_per_accelerator]
+    if not usable:
+        return f"No engine met the SLOs ({slo_text}) at any tested load; relax the SLOs or test lower loads.", caveats
+    best = usable[0]
+    priced = best.cost_per_million_tokens is not None
+    unit = "req/s" if best.load_kind == "rate" else "requests in flight"
+    text = (
+        f"Choose {best.label}: within {slo_text} it sustains {best.capacity.describe(unit)} at "
+        f"{best.tokens_per_s_per_accelerator:,.1f} output tokens/s per accelerator"
+        + (f", ${best.cost_per_million_tokens:,.2f} per million output tokens" if priced else "")
+    )
+    if len(usable) > 1:
+        text += _lead(best, usable[1])
+    if best.why:
+        text += f"; {best.why}"
+    missed = [e.label for e in ranking if not e.tokens_per_s_per_accelerator]
+    if missed:
+        text += f"; {', '.join(missed)} did not meet the SLOs at any tested load"
+    if best.capacity.status == "at_least":
+        caveats.append(f"{best.label} never missed the SLOs in its sweep; sweep higher to find its limit.")
+    return text + ".", caveats
+
+
+def _caveats(ranking: list[EngineResult], sweeps: list[Sweep], slo_text: str, attainment: float) -> list[str]:
+    """What the comparison holds for: this workload and these SLOs, this hardware and software, the price,
+    CPU-only runs, and workloads that differ."""
     caveats = [
         f"Measured for this workload only (the scenarios of these runs), at SLOs {slo_text} for "
         f"{attainment:.0%} of requests; another prompt/output length mix or arrival pattern can change the order.",
@@ -286,63 +315,46 @@ def _recommend(ranking: list[EngineResult], sweeps: list[Sweep], slo: dict, atta
             f'No GPU was seen in these runs (CPU only): "per accelerator" means {unit}, '
             "the price is the machine's, and on GPUs the engines can rank differently."
         )
-    workloads = {repr(sw.points[0].run.run_info.get("scenario", {}).get("workload")) for sw in sweeps}
+    workloads = {repr(scenario(sw.points[0].run.run_info.scenario).workload) for sw in sweeps}
     if len(workloads) > 1:
         caveats.insert(
             0, "WARNING: the engines were run with different workloads; the comparison is not like for like."
         )
-    usable = [e for e in ranking if e.tokens_per_s_per_accelerator]
-    if not usable:
-        return f"No engine met the SLOs ({slo_text}) at any tested load; relax the SLOs or test lower loads.", caveats
-    best = usable[0]
+    return caveats
+
+
+def _lead(best: EngineResult, runner_up: EngineResult) -> str:
+    """How far the best engine leads the runner-up: by cost per token when priced, else by output tokens/s."""
     priced = best.cost_per_million_tokens is not None
-    unit = "req/s" if best.load_kind == "rate" else "requests in flight"
-    text = (
-        f"Choose {best.label}: within {slo_text} it sustains {best.capacity.describe(unit)} at "
-        f"{best.tokens_per_s_per_accelerator:,.1f} output tokens/s per accelerator"
-        + (f", ${best.cost_per_million_tokens:,.2f} per million output tokens" if priced else "")
+    ratio = (
+        runner_up.cost_per_million_tokens / best.cost_per_million_tokens
+        if priced
+        else best.tokens_per_s_per_accelerator / runner_up.tokens_per_s_per_accelerator
     )
-    if len(usable) > 1:
-        runner_up = usable[1]
-        ratio = (
-            runner_up.cost_per_million_tokens / best.cost_per_million_tokens
-            if priced
-            else best.tokens_per_s_per_accelerator / runner_up.tokens_per_s_per_accelerator
+    better = "cheaper per token than" if priced else "the output tokens/s within the SLOs of"
+    if ratio < 1.1:
+        what = "cost per token" if priced else "output tokens/s"
+        return f", within 10% of {runner_up.label}'s {what}: a rerun could swap them, so weigh other factors"
+    if runner_up.capacity.status == "at_least":  # its limit is above its sweep: its figure is a bound
+        return (
+            f", up to {ratio:.1f}× {better} {runner_up.label} (which never missed the SLOs "
+            f"in its sweep, so it may do better)"
         )
-        better = "cheaper per token than" if priced else "the output tokens/s within the SLOs of"
-        if ratio < 1.1:
-            what = "cost per token" if priced else "output tokens/s"
-            text += f", within 10% of {runner_up.label}'s {what}: a rerun could swap them, so weigh other factors"
-        elif runner_up.capacity.status == "at_least":  # its limit is above its sweep: its figure is a bound
-            text += (
-                f", up to {ratio:.1f}× {better} {runner_up.label} (which never missed the SLOs "
-                f"in its sweep, so it may do better)"
-            )
-        else:
-            text += f", {ratio:.1f}× {better} {runner_up.label}"
-    if best.why:
-        text += f"; {best.why}"
-    missed = [e.label for e in ranking if not e.tokens_per_s_per_accelerator]
-    if missed:
-        text += f"; {', '.join(missed)} did not meet the SLOs at any tested load"
-    if best.capacity.status == "at_least":
-        caveats.append(f"{best.label} never missed the SLOs in its sweep; sweep higher to find its limit.")
-    return text + ".", caveats
+    return f", {ratio:.1f}× {better} {runner_up.label}"
 
 
 def _where(sw: Sweep) -> str:
     """Label: engine kind, version and launch arguments; host, CPUs, GPU or not; harness version."""
     info = sw.points[0].run.run_info
-    host, ver, backend = info.get("host", {}), info.get("versions", {}), info.get("backend", {})
-    engine = f"{backend.get('kind', '?')} {backend.get('engine_version') or '(version not reported)'}"
-    args = (info.get("scenario", {}).get("backend", {}).get("launch") or {}).get("args")
-    if args:
-        engine += f" started with `{' '.join(launch_args_text(args, str(backend.get('model', '?'))))}`"
+    backend = info.backend
+    engine = f"{backend.kind} {backend.engine_version or '(version not reported)'}"
+    launch = scenario(info.scenario).backend.launch
+    if launch is not None and launch.args:
+        engine += f" started with `{' '.join(launch_args_text(launch.args, str(backend.model)))}`"
     device = " CPU only," if _cpu_only(sw) else ""
-    return (
-        f"{sw.label}: {engine}, on {host.get('hostname', '?')} ({host.get('cpu_count', '?')} CPUs,{device} "
-        f"{host.get('platform', '?')}), harness {ver.get('harness', '?')}"
-    )
+    host = info.host
+    machine = f"{host.hostname} ({host.cpu_count} CPUs,{device} {host.platform})" if host else f"? (? CPUs,{device} ?)"
+    return f"{sw.label}: {engine}, on {machine}, harness {harness_version(info) or '?'}"
 
 
 def launch_args_text(args: list, model: str) -> list[str]:
@@ -365,8 +377,8 @@ def _file_name(text: str) -> str:
 
 def _cpu_only(sw: Sweep) -> bool:
     """True when the run's telemetry looked for GPUs and found none (False when it did not say)."""
-    telemetry = sw.points[0].run.run_info.get("telemetry") or {}
-    return "sampled" in telemetry and "gpu" not in telemetry["sampled"]
+    sampled = telemetry_sampled(sw.points[0].run.run_info)
+    return sampled is not None and "gpu" not in sampled
 
 
 def rows(sel: Selection) -> list[list[str]]:

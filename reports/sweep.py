@@ -11,10 +11,10 @@ __all__ = ["DEFAULT_ATTAINMENT", "SloCapacity", "max_rate_meeting_slo", "point_g
 def point_goodput(point: SweepPoint, slo: dict | None, confidence: float | None = None) -> float:
     """The point's goodput fraction under `slo` (ms), or under the SLOs it was run with. Judged on the bound
     when a confidence is given, or when the run was made with slo.confidence (its `fraction_low`)."""
-    good = point.run.summary.get("goodput", {})
+    good = point.run.summary.goodput
     if slo is None and confidence is None:
-        return float(good.get("fraction_low", good.get("fraction", 0.0)))
-    return point.run.goodput_fraction(slo or point.run.slo, confidence or good.get("confidence"))
+        return good.fraction if good.fraction_low is None else good.fraction_low
+    return point.run.goodput_fraction(slo or point.run.slo, confidence or good.confidence)
 
 
 def max_rate_meeting_slo(

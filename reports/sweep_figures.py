@@ -2,34 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from harness.results.schema import Summary
 from reports.figures import LAYOUT, color
 from reports.load import Sweep
 from reports.sweep import SloCapacity
 
-
-def _stat(point, metric: str, stat: str):
-    return (point.run.summary.get(metric) or {}).get(stat)
+# a panel per latency figure, each point's read from its summary
+PANELS: tuple[tuple[str, Callable[[Summary], float | None]], ...] = (
+    ("TTFT p50", lambda s: s.ttft_ms.p50),
+    ("TTFT p99", lambda s: s.ttft_ms.p99),
+    ("TPOT p50", lambda s: s.tpot_ms.p50),
+    ("TPOT p99", lambda s: s.tpot_ms.p99),
+)
 
 
 def throughput_latency(sweeps: list[Sweep]) -> go.Figure:
-    panels = (
-        ("TTFT p50", "ttft_ms", "p50"),
-        ("TTFT p99", "ttft_ms", "p99"),
-        ("TPOT p50", "tpot_ms", "p50"),
-        ("TPOT p99", "tpot_ms", "p99"),
-    )
-    fig = make_subplots(rows=2, cols=2, subplot_titles=[p[0] for p in panels])
+    fig = make_subplots(rows=2, cols=2, subplot_titles=[title for title, _ in PANELS])
     for i, sw in enumerate(sweeps):
-        x = [p.run.summary.get("throughput", {}).get("output_tokens_per_s") for p in sw.points]
+        x = [p.run.summary.throughput.output_tokens_per_s for p in sw.points]
         hover = [f"{sw.load_kind} {p.offered_load:g}" for p in sw.points]
-        for k, (_, metric, stat) in enumerate(panels):
+        for k, (_, figure) in enumerate(PANELS):
             fig.add_trace(
                 go.Scatter(
                     x=x,
-                    y=[_stat(p, metric, stat) for p in sw.points],
+                    y=[figure(p.run.summary) for p in sw.points],
                     mode="lines+markers",
                     name=sw.label,
                     legendgroup=sw.label,
@@ -53,7 +54,7 @@ def goodput_vs_load(sweeps: list[Sweep], capacities: list[SloCapacity]) -> go.Fi
         fig.add_trace(
             go.Scatter(
                 x=x,
-                y=[p.run.summary.get("throughput", {}).get("requests_per_s") for p in sw.points],
+                y=[p.run.summary.throughput.requests_per_s for p in sw.points],
                 mode="lines+markers",
                 name=f"{sw.label}: completed req/s",
                 line=dict(color=color(i), dash="dot"),
@@ -62,7 +63,7 @@ def goodput_vs_load(sweeps: list[Sweep], capacities: list[SloCapacity]) -> go.Fi
         fig.add_trace(
             go.Scatter(
                 x=x,
-                y=[p.run.summary.get("goodput", {}).get("requests_per_s") for p in sw.points],
+                y=[p.run.summary.goodput.requests_per_s for p in sw.points],
                 mode="lines+markers",
                 name=f"{sw.label}: goodput req/s (within SLOs)",
                 line=dict(color=color(i)),

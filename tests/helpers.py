@@ -11,6 +11,7 @@ import numpy as np
 from harness.metrics.latencies import summarize
 from harness.metrics.validity import run_validity
 from harness.results.folder import RequestRecord, ResultWriter
+from harness.results.schema import Backend, Host, RunInfo, Summary
 from native_engine.model_runner import ModelRunner, SeqChunk
 from native_engine.sequence import SamplingParams, Sequence
 
@@ -122,20 +123,20 @@ def write_run(
     slo = slo or {"ttft_ms": 200.0, "tpot_ms": 50.0}
     writer = ResultWriter(path)
     writer.write_run_info(
-        {
-            "scenario": {
+        RunInfo(
+            scenario={
                 "name": "synthetic",
                 "backend": {"kind": kind, "url": "http://127.0.0.1:1"},
                 "load": {"arrival": "constant", "rate": rate},
                 "slo": slo,
             },
-            "versions": {"harness": "0.1.0"},
-            "host": {"hostname": "test", "platform": "Linux-test", "cpu_count": 2, "machine": "x86_64"},
-            "backend": {"kind": kind, "model": "smollm2"},
-            "token_count_method": "local_tokenizer",
-            "tokenizer": "smollm2",
-            "time_unit": "seconds from t0 (perf_counter_ns)",
-        }
+            versions={"harness": "0.1.0"},
+            host=Host(hostname="test", platform="Linux-test", cpu_count=2, machine="x86_64"),
+            backend=Backend(kind=kind, model="smollm2"),
+            token_count_method="local_tokenizer",
+            tokenizer="smollm2",
+            time_unit="seconds from t0 (perf_counter_ns)",
+        )
     )
     for r in records:
         if explain and r.ok:
@@ -150,8 +151,8 @@ def write_run(
             }
         writer.append(r)
     writer.close()
-    summary = summarize(records, slo)
-    summary.update(
+    summary = Summary(
+        **dict(summarize(records, slo)),
         client_bound=False,
         client_bound_reasons=[],
         interrupted=False,
@@ -160,14 +161,14 @@ def write_run(
         lost_workers=[],
     )
     if verdict:
-        summary["validity"] = run_validity(summary)
+        summary.validity = run_validity(summary)
     if explain:
         from harness.engine.step_trace import write_engine_trace
         from harness.metrics.diagnosis import Run, diagnose
         from harness.metrics.phases import phases
 
-        summary["phases_ms"] = phases(records)
-        summary["diagnosis"] = diagnose(Run(summary, records))
+        summary.phases_ms = phases(records)
+        summary.diagnosis = diagnose(Run(summary, records))
         steps = [
             {
                 "t_s": 0.03 * k,

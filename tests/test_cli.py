@@ -10,7 +10,7 @@ from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 from typer.testing import CliRunner
 
 from harness.cli.app import app
-from harness.metrics.latencies import client_bound_reasons
+from harness.metrics.latencies import client_bound_reasons, summarize
 from harness.results.folder import read_records
 
 GT_SERVER = Path(__file__).parent / "groundtruth_server.py"
@@ -100,14 +100,18 @@ def test_client_bound_run_fails_loudly_unless_allowed(gt, tmp_path):
 
 
 def test_client_bound_reasons():
-    assert client_bound_reasons({"client_lag_ms": {"p99": 1.0}, "event_loop_lag_ms": {"p99": 2.0}}) == []
-    reasons = client_bound_reasons({"client_lag_ms": {"p99": 12.0}, "event_loop_lag_ms": {"p99": 30.0}})
+    def lags(client_p99_ms: float, loop_p99_ms: float, ttft_p50_ms: float | None = None):
+        figures = summarize([])  # what no request measured, then the lags given
+        figures.client_lag_ms.p99, figures.event_loop_lag_ms.p99 = client_p99_ms, loop_p99_ms
+        figures.ttft_ms.p50 = ttft_p50_ms
+        return figures
+
+    assert client_bound_reasons(lags(1.0, 2.0)) == []
+    reasons = client_bound_reasons(lags(12.0, 30.0))
     assert reasons == ["send lag p99 12.0 ms > 5 ms", "event-loop lag p99 30.0 ms > 10 ms"]
     # beside a TTFT p50 of 1 s, 12 ms of send lag moves no percentile by 5%; 60 ms does
-    slow = {"client_lag_ms": {"p99": 12.0}, "event_loop_lag_ms": {"p99": 30.0}, "ttft_ms": {"p50": 1000.0}}
-    assert client_bound_reasons(slow) == []
-    slow["client_lag_ms"]["p99"] = 60.0
-    assert client_bound_reasons(slow) == ["send lag p99 60.0 ms > 5 ms and > 5% of TTFT p50"]
+    assert client_bound_reasons(lags(12.0, 30.0, 1000.0)) == []
+    assert client_bound_reasons(lags(60.0, 30.0, 1000.0)) == ["send lag p99 60.0 ms > 5 ms and > 5% of TTFT p50"]
 
 
 def test_launch_starts_and_stops_the_engine(tmp_path):

@@ -18,6 +18,8 @@ from harness.client.capacity import (
     record_capacity,
 )
 from harness.client.workers import client_bound_advice, resolve_workers, workers_needed
+from harness.metrics.latencies import summarize
+from harness.results.schema import Summary
 from harness.runs.run import Reporter, run_scenario, sizing_info
 from harness.scenario.scenario import load_scenario
 
@@ -29,6 +31,13 @@ BUSY_PLAN = [gt_request(i, i * 0.001, 99) for i in range(1001)]
 def gt():
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=2, itl_ms=0.5)) as server:
         yield server
+
+
+def _summary(**fields) -> Summary:
+    """A summary of no requests with the client's account given."""
+    account = {"client_bound": True, "client_bound_reasons": [], "interrupted": False}
+    account |= {"incomplete": False, "incomplete_reasons": [], "lost_workers": []}
+    return Summary(**dict(summarize([])), **(account | fields))
 
 
 def test_a_run_records_its_client_capacity_and_the_next_auto_sizes_from_it(gt, tmp_path, own_client_capacity_file):
@@ -43,19 +52,17 @@ def test_a_run_records_its_client_capacity_and_the_next_auto_sizes_from_it(gt, t
     assert (
         "workers: auto chose 1 client process(es) (5,000 streamed tokens/s each, a planning figure)" in reporter.lines
     )
-    assert first.run_info["workers_sizing"]["source"] == "planning figure" and first.run_info["workers"] == 1
-    measured = first.summary["client_capacity_measured"]
-    assert measured["tokens"] == 160 * 64 and measured["cpu_s"] == pytest.approx(
-        first.summary["client_cpu_s"], abs=1e-4
-    )
+    assert first.run_info.workers_sizing.source == "planning figure" and first.run_info.workers == 1
+    measured = first.summary.client_capacity_measured
+    assert measured.tokens == 160 * 64 and measured.cpu_s == pytest.approx(first.summary.client_cpu_s, abs=1e-4)
     stored = json.loads(own_client_capacity_file.read_text())["machines"]
-    client = first.run_info["stamps"]["used"]
-    assert stored[machine_key(client)]["measurements"] == [measured]
+    client = first.run_info.stamps.used
+    assert stored[machine_key(client)]["measurements"] == [measured.model_dump()]
     second = run_scenario(load_scenario(path), tmp_path / "two")
-    sizing = second.run_info["workers_sizing"]
-    assert sizing["source"] == "measured" and sizing["measurements"] == 1
-    assert sizing["tokens_per_cpu_s"] == round(measured["tokens"] / measured["cpu_s"])
-    assert sizing["file"] == str(own_client_capacity_file) and second.summary["workers_sizing"] == sizing
+    sizing = second.run_info.workers_sizing
+    assert sizing.source == "measured" and sizing.measurements == 1
+    assert sizing.tokens_per_cpu_s == round(measured.tokens / measured.cpu_s)
+    assert sizing.file == str(own_client_capacity_file) and second.summary.workers_sizing == sizing
     assert len(json.loads(own_client_capacity_file.read_text())["machines"][machine_key(client)]["measurements"]) == 2
 
 
@@ -82,14 +89,14 @@ def test_auto_follows_the_stored_capacity_per_client_path_over_the_last_runs(tmp
     assert slow.tokens_per_cpu_s == pytest.approx(10_000) and slow.measurements == KEEP_LAST
     assert resolve_workers("auto", BUSY_PLAN, None, None, cpu_count=64, capacity=slow) == 25
     assert warnings == []
-    advice = client_bound_advice({"workers": 1, "workers_needed": 25, "workers_sizing": sizing_info(slow)}, 2)
+    advice = client_bound_advice(_summary(workers=1, workers_needed=25, workers_sizing=sizing_info(slow)), 2)
     assert (
         "25 client processes (4,000 streamed tokens/s each: 0.4 of a core at the 10,000 tokens per CPU-second "
         f"measured here over {KEEP_LAST} run(s))"
         in advice
         and "--workers" not in advice
     )
-    enough = client_bound_advice({"workers": 1, "workers_needed": 1, "workers_sizing": sizing_info(slow)}, 2)
+    enough = client_bound_advice(_summary(workers=1, workers_needed=1, workers_sizing=sizing_info(slow)), 2)
     assert "a client process here plans 4,000 streamed tokens/s each: 0.4 of a core at the 10,000" in enough
 
 
@@ -107,7 +114,7 @@ def test_a_capacity_file_that_is_not_ours_is_a_warning_and_the_planning_figure(o
     assert load_capacity("loop", warnings) is PLANNING_FIGURE
     assert len(warnings) == 1 and str(own_client_capacity_file) in warnings[0] and said in warnings[0]
     assert "delete the file" in warnings[0]
-    assert record_capacity("loop", 50_000, 1.0, 2.0, "r", warnings)["tokens_per_cpu_s"] == 50_000
+    assert record_capacity("loop", 50_000, 1.0, 2.0, "r", warnings).tokens_per_cpu_s == 50_000
     assert own_client_capacity_file.read_text() == content  # someone's file is never overwritten
     assert "is not kept" in warnings[1]
 
@@ -175,8 +182,8 @@ def test_a_server_reporting_absurd_usage_leaves_the_capacity_cache_unchanged(
     result = run_scenario(
         load_scenario(_prompts_scenario(tmp_path, gt.url, [f"usage_{claimed}"] * 4)), tmp_path / "out"
     )
-    assert result.summary["failures"] == {"bad_usage": 4} and result.mostly_failed
-    assert result.summary["client_capacity_measured"] is None
+    assert result.summary.failures == {"bad_usage": 4} and result.mostly_failed
+    assert result.summary.client_capacity_measured is None
     assert own_client_capacity_file.read_bytes() == before
 
 
@@ -187,8 +194,8 @@ def test_only_completed_requests_count_towards_a_kept_measurement(gt, tmp_path, 
     result = run_scenario(
         load_scenario(_prompts_scenario(tmp_path, gt.url, ["usage_1e12", "", "", ""])), tmp_path / "out"
     )
-    assert result.summary["requests"]["completed"] == 3 and not result.mostly_failed
-    assert result.summary["client_capacity_measured"]["tokens"] == 3 * 6  # not 1e12 + 18
+    assert result.summary.requests.completed == 3 and not result.mostly_failed
+    assert result.summary.client_capacity_measured.tokens == 3 * 6  # not 1e12 + 18
     strict = json.loads(own_client_capacity_file.read_text(), parse_constant=lambda name: pytest.fail(name))
     (entry,) = strict["machines"].values()
     assert [m["tokens"] for m in entry["measurements"]] == [18]

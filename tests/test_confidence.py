@@ -25,6 +25,7 @@ from harness.metrics.confidence import (
 from harness.metrics.latencies import summarize
 from harness.metrics.slo_capacity import LoadPoint
 from harness.metrics.validity import run_validity
+from harness.results.schema import Summary
 from harness.runs.run import run_scenario
 from harness.scenario.scenario import ScenarioError, load_scenario
 from reports.select import parse_slo
@@ -42,9 +43,9 @@ def test_every_percentile_at_once_picks_what_each_alone_picks():
     for n in (5, 40, 400, 5000):  # from none established to all four
         values = rng.lognormal(0.0, 1.0, n)
         together = percentile_intervals(values)
-        alone = {key: percentile_interval(values, q).as_dict() for key, q in INTERVAL_PERCENTILES.items()}
-        assert together == alone
-    assert sum(together[k]["established"] for k in together) == 4
+        alone = {key: percentile_interval(values, q) for key, q in INTERVAL_PERCENTILES.items()}
+        assert together.model_dump() == {key: interval.model_dump() for key, interval in alone.items()}
+    assert sum(interval.established for _, interval in together) == 4
 
 
 def test_the_samples_a_percentile_needs_and_the_quickstarts_p999():
@@ -58,7 +59,7 @@ def test_the_samples_a_percentile_needs_and_the_quickstarts_p999():
     for n, q in ((367, 0.99), (3687, 0.999), (35, 0.9)):
         assert rank_interval(n, q) is None and rank_interval(n + 1, q) is not None
     quickstart = percentile_intervals(np.linspace(100, 300, 20))  # 20 requests
-    assert quickstart["p999"] == {
+    assert quickstart.p999.model_dump() == {
         "established": False,
         "samples": 20,
         "samples_needed": 3688,
@@ -66,7 +67,7 @@ def test_the_samples_a_percentile_needs_and_the_quickstarts_p999():
         "high": None,
         "coverage": None,
     }
-    assert quickstart["p50"]["established"] and not quickstart["p90"]["established"]
+    assert quickstart.p50.established and not quickstart.p90.established
 
 
 def test_the_95_percent_interval_of_p99_holds_the_true_p99_in_94_to_96_percent_of_1000_sample_sets():
@@ -124,7 +125,7 @@ def test_a_run_against_a_server_with_a_known_ttft_distribution_brackets_its_true
         assert ci[key]["established"] and ci[key]["low"] <= truth_ms <= ci[key]["high"], (key, truth_ms, ci[key])
         assert ci[key]["coverage"] >= 0.95
     assert not ci["p999"]["established"] and ci["p999"]["samples_needed"] == 3688
-    assert not any("not established" in reason for reason in result.summary["validity"]["reasons"])
+    assert not any("not established" in reason for reason in result.summary.validity.reasons)
 
 
 def test_slo_confidence_is_validated_and_judges_the_share_on_its_bound(tmp_path):
@@ -134,26 +135,27 @@ def test_slo_confidence_is_validated_and_judges_the_share_on_its_bound(tmp_path)
         load_scenario(path, ["slo.confidence=1.5"])
     assert load_scenario(path, ["slo.confidence=0.9"]).slo.confidence == 0.9
     records = synthetic_records(n=60, ttft_sigma=0.3)
-    point = summarize(records, {"ttft_ms": 60.0})["goodput"]
-    bound = summarize(records, {"ttft_ms": 60.0, "confidence": 0.95})["goodput"]
-    assert "fraction_low" not in point and bound["slo"] == {"ttft_ms": 60.0}
-    assert bound["fraction"] == point["fraction"] and bound["fraction_low"] < point["fraction"]
-    assert LoadPoint.from_summary(1.0, {"goodput": bound}).goodput_fraction == bound["fraction_low"]
-    assert LoadPoint.from_summary(1.0, {"goodput": point}).goodput_fraction == point["fraction"]
+    point = summarize(records, {"ttft_ms": 60.0})
+    bound = summarize(records, {"ttft_ms": 60.0, "confidence": 0.95})
+    assert point.goodput.fraction_low is None and bound.goodput.slo == {"ttft_ms": 60.0}
+    assert bound.goodput.fraction == point.goodput.fraction and bound.goodput.fraction_low < point.goodput.fraction
+    assert LoadPoint.from_summary(1.0, bound).goodput_fraction == bound.goodput.fraction_low
+    assert LoadPoint.from_summary(1.0, point).goodput_fraction == point.goodput.fraction
     assert parse_slo("ttft_ms=500,confidence=0.95") == {"ttft_ms": 500.0, "confidence": 0.95}
     with pytest.raises(ValueError, match="--slo: 'confidence=2': confidence must be between 0.5 and 1"):
         parse_slo("ttft_ms=500,confidence=2")
 
 
 def test_the_console_shows_a_quickstart_sized_runs_p999_as_not_established(tmp_path, monkeypatch):
-    summary = summarize(synthetic_records(n=20), {"ttft_ms": 200.0})
-    summary.update(client_bound=False, interrupted=False, incomplete=False)
-    summary["validity"] = run_validity(summary)
+    account = {"client_bound": False, "client_bound_reasons": [], "interrupted": False}
+    account |= {"incomplete": False, "incomplete_reasons": [], "lost_workers": []}
+    summary = Summary(**dict(summarize(synthetic_records(n=20), {"ttft_ms": 200.0})), **account)
+    summary.validity = run_validity(summary)
     monkeypatch.setattr(harness.cli.app, "console", Console(record=True, width=200))
     harness.cli.app.print_summary(summary, tmp_path)
     text = harness.cli.app.console.export_text()
     ttft_row = next(line for line in text.splitlines() if line.strip().startswith("│ ttft") and "needs" in line)
-    p50 = summary["percentile_ci"]["ttft_ms"]["p50"]
-    assert f"{p50['low']:,.1f} – {p50['high']:,.1f}" in ttft_row
+    p50 = summary.percentile_ci.ttft_ms.p50
+    assert f"{p50.low:,.1f} – {p50.high:,.1f}" in ttft_row
     assert ttft_row.count("not established (needs 3,688)") == 1 and "not established (needs 368)" in ttft_row
     assert "validity: INVALID" in text and "percentiles not established at 95%: ttft p90" in text

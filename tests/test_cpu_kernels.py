@@ -17,7 +17,6 @@ from native_engine.gguf_model import load_gguf  # noqa: E402
 from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel  # noqa: E402
 from native_engine.model_runner import ModelRunner, SeqChunk  # noqa: E402
 from native_engine.sequence import SamplingParams  # noqa: E402
-from native_engine.step_trace import FIELDS  # noqa: E402
 from native_engine.tiny_gguf import write_tiny_llama_gguf  # noqa: E402
 from native_engine.torch_runner import TorchModelRunner  # noqa: E402
 
@@ -156,7 +155,7 @@ def test_flops_of_a_torch_int4_step_match_the_hand_count(tiny_path):
     )
     assert type(engine.runner) is TorchModelRunner
     engine.generate([[5, 6, 7, 8, 9]], SamplingParams(max_tokens=2, temperature=0, ignore_eos=True))
-    flops = [step[FIELDS.index("flops")] for step in engine.step_trace.steps]
+    flops = [step.flops for step in engine.step_trace.steps]
     prefill = 2 * MATMUL_PARAMS * 5 + 2 * LM_HEAD_PARAMS + 4 * 2 * 64 * (1 + 2 + 3 + 4 + 5)
     decode = 2 * MATMUL_PARAMS + 2 * LM_HEAD_PARAMS + 4 * 2 * 64 * 6
     assert flops == [prefill, decode] == [779_392, 184_960]

@@ -6,6 +6,7 @@ import asyncio
 import pytest
 from helpers import assert_same_tokens_up_to_near_tie
 
+from native_engine.engine_thread import EngineThread
 from native_engine.llm_engine import EngineConfig, LLMEngine, LoadedModel
 from native_engine.scheduler import SchedulerConfig
 from native_engine.sequence import SamplingParams
@@ -145,15 +146,17 @@ def test_abort_frees_blocks_of_running_and_waiting_requests(tiny):
 
 async def test_streams_from_the_engine_thread_and_close_aborts(tiny):
     engine = engine_for(tiny)
-    engine.start(asyncio.get_running_loop())
+    engine_thread = EngineThread(engine)
+    engine_thread.start(asyncio.get_running_loop())
     try:
         prompt = tiny.tokenizer.encode("stream")
-        stream = engine.open_stream("s1", prompt, SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True))
+        greedy_12 = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+        stream = engine_thread.open_stream("s1", prompt, greedy_12)
         outs = [out async for out in stream]
         stream.close()
         assert len(outs) == 12 and outs[-1].finished and outs[-1].finish_reason == "length"
 
-        long = engine.open_stream("s2", prompt, SamplingParams(max_tokens=1500, ignore_eos=True))
+        long = engine_thread.open_stream("s2", prompt, SamplingParams(max_tokens=1500, ignore_eos=True))
         await long.__anext__()
         long.close()  # the client went away
         for _ in range(200):
@@ -166,4 +169,4 @@ async def test_streams_from_the_engine_thread_and_close_aborts(tiny):
         )
         assert 12 < generated < 12 + 1500  # s2 was aborted, not run to the end
     finally:
-        engine.stop()
+        engine_thread.stop()

@@ -8,7 +8,7 @@ from bench_process import bench, bench_started, interrupt_once_written
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, GroundTruthServer, gt_request
 
 from harness.client.runner import Runner, Target
-from harness.engine.launcher import BackendUnreachable, free_port, probe
+from harness.engine.launcher import BackendUnreachable, check_ready, free_port
 from harness.metrics.latencies import summarize
 from harness.results.folder import ResultWriter, read_records
 
@@ -46,8 +46,8 @@ async def test_every_failure_kind_is_recorded_and_the_run_goes_on(tmp_path):
     expected = {}
     for reason in FAILURES.values():
         expected[reason] = expected.get(reason, 0) + 1
-    assert summary["failures"] == expected
-    assert summary["requests"]["completed"] == len(FAILURES)
+    assert summary.failures == expected
+    assert summary.requests.completed == len(FAILURES)
     # every record, failed or not, is on disk
     on_disk = read_records(tmp_path)
     assert sorted(r.index for r in on_disk) == sorted(by_index)
@@ -71,13 +71,13 @@ async def test_refused_connections_mid_run_are_failures():
     by_index = {r.index: r for r in out.records}
     assert by_index[0].ok and by_index[1].ok
     assert by_index[2].error_reason == by_index[3].error_reason == "connect_error"
-    assert summarize(out.records)["failures"] == {"connect_error": 2}
+    assert summarize(out.records).failures == {"connect_error": 2}
 
 
 def test_unreachable_server_is_one_clear_error_before_any_load(tmp_path):
     port = free_port()
     with pytest.raises(BackendUnreachable, match=f"backend.url: cannot reach http://127.0.0.1:{port}"):
-        probe(f"http://127.0.0.1:{port}")
+        check_ready(f"http://127.0.0.1:{port}")
     scenario = tmp_path / "s.yaml"
     scenario.write_text(
         f"name: down\nbackend: {{kind: openai, url: 'http://127.0.0.1:{port}', model: gt}}\n"

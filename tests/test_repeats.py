@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from harness.cli.app import app
 from harness.metrics.across_runs import HEADLINE_METRICS, converged, mean_interval, metric_value
+from harness.results.schema import Summary
 from harness.results.schema_files import validate_folder
 from harness.runs.repeats import run_repeats
 from harness.scenario.scenario import load_scenario
@@ -32,7 +33,7 @@ def _scenario(tmp_path, url: str, load: str) -> str:
 
 def _by_hand(out, dirs, confidence=0.95) -> dict:
     """Each headline metric's mean and t-interval half-width, from the repeats' own summary.json files."""
-    summaries = [json.loads((out / d / "summary.json").read_text()) for d in dirs]
+    summaries = [Summary.model_validate_json((out / d / "summary.json").read_text()) for d in dirs]
     got = {}
     for path in HEADLINE_METRICS:
         values = np.array([metric_value(s, path) for s in summaries])
@@ -43,16 +44,16 @@ def _by_hand(out, dirs, confidence=0.95) -> dict:
 
 def test_the_interval_is_students_t_and_until_ci_waits_for_three_runs_within_it():
     # mean 100, s = 2, t(0.975, 2) = 4.3027: half-width 4.3027 * 2 / sqrt(3) = 4.968, 4.97% of the mean
-    m = mean_interval([100.0, 102.0, 98.0], 0.95)
-    assert m["mean"] == 100.0 and m["std"] == pytest.approx(2.0) and m["t_critical"] == pytest.approx(4.3027, abs=1e-4)
-    assert m["half_width"] == pytest.approx(4.968, abs=1e-3) and (m["low"], m["high"]) == pytest.approx(
+    m = mean_interval([100.0, 102.0, 98.0], 0.95, "ms")
+    assert m.mean == 100.0 and m.std == pytest.approx(2.0) and m.t_critical == pytest.approx(4.3027, abs=1e-4)
+    assert m.half_width == pytest.approx(4.968, abs=1e-3) and (m.low, m.high) == pytest.approx(
         (95.03, 104.97), abs=1e-2
     )
-    intervals = {"a": {**m, "unit": "ms"}}
+    intervals = {"a": m}
     assert converged(intervals, 0.05) and not converged(intervals, 0.049)
-    two = mean_interval([100.0, 100.0], 0.95)
-    assert two["relative_half_width"] == 0.0 and not converged({"a": two}, 0.05)  # two runs are never enough
-    assert mean_interval([5.0], 0.95)["half_width"] is None
+    two = mean_interval([100.0, 100.0], 0.95, "ms")
+    assert two.relative_half_width == 0.0 and not converged({"a": two}, 0.05)  # two runs are never enough
+    assert mean_interval([5.0], 0.95, "ms").half_width is None
 
 
 def test_repeats_that_agree_stop_at_three_and_the_folder_is_reported(tmp_path):
@@ -99,8 +100,8 @@ def test_repeats_of_a_server_whose_speed_changes_between_runs_run_to_the_end(tmp
         state = run_repeats(scenario, tmp_path / "out", 4, until_ci=0.10, workers="1", keep_invalid=True)
     assert state.stopped == "all repeats ran" and [s.status for s in state.statuses] == ["completed"] * 4
     ttft = state.intervals["ttft_ms.p50"]
-    assert [v > 300 for v in ttft["values"]] == [False, True, False, True], ttft["values"]
-    assert ttft["relative_half_width"] > 0.5
+    assert [v > 300 for v in ttft.values] == [False, True, False, True], ttft.values
+    assert ttft.relative_half_width > 0.5
     manifest = json.loads((tmp_path / "out" / "repeats.json").read_text())
     for path, (mean, half) in _by_hand(tmp_path / "out", [f"repeat-{k}" for k in range(1, 5)]).items():
         assert manifest["metrics"][path]["mean"] == pytest.approx(mean)

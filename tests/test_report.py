@@ -59,7 +59,7 @@ def test_sweep_report_states_interpolated_capacity(tmp_path):
     assert [p.offered_load for p in section.sweep.points] == [1, 2, 4, 8]
     cap = section.capacity
     assert cap.status == "bracketed" and 4 < cap.offered_load < 8
-    fractions = [p.run.summary["goodput"]["fraction"] for p in section.sweep.points]
+    fractions = [p.run.summary.goodput.fraction for p in section.sweep.points]
     assert fractions[2] >= 0.9 > fractions[3]
     # linear interpolation between the last passing and first failing point
     expected = 4 + (fractions[2] - 0.9) / (fractions[2] - fractions[3]) * 4
@@ -87,7 +87,7 @@ def test_killed_run_without_summary_is_still_reported(tmp_path):
     a = write_run(tmp_path / "cut", synthetic_records(n=20))
     (a / "summary.json").unlink()
     run = load_run(a)
-    assert run.summary["requests"]["completed"] == 20
+    assert run.summary.requests.completed == 20
 
 
 def test_bad_folders_get_clear_errors(tmp_path):

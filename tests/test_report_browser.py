@@ -187,5 +187,5 @@ def test_tune_report_draws_the_pareto_front_and_the_capacity_table(tmp_path):
     assert attainment["svg"] >= 1 and attainment["traces"] >= 2
     html = (tmp_path / "tune.html").read_text()
     table = html[html.index('<div id="capacity-table">') :]
-    assert all(f"<td>{c['name']}</td>" in table for c in doc["configurations"])
-    assert report.front and doc["recommended"]["name"] == "max-streams-3"
+    assert all(f"<td>{c.name}</td>" in table for c in doc.configurations)
+    assert report.front and doc.recommended.name == "max-streams-3"

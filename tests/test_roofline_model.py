@@ -206,8 +206,8 @@ def test_a_roofline_deployment_takes_its_kv_blocks_from_the_gpus_memory(tmp_path
     summary = simulate_scenario(roofline_scenario(tmp_path))
     # L4: 24 GB x 0.9 - 16.06 GB of weights - 1 GiB reserve, in blocks of 16 tokens x 131,072 bytes
     blocks = int((24e9 * 0.9 - 8_030_261_248 * 2 - 2**30) // (16 * KV_PER_TOKEN))
-    assert summary["plan"]["deployment"]["num_kv_blocks"] == blocks == 2129
-    assert summary["plan"]["step_model"]["kind"] == "roofline" and summary["requests"]["completed"] == 6
+    assert summary.plan.deployment["num_kv_blocks"] == blocks == 2129
+    assert summary.plan.step_model["kind"] == "roofline" and summary.requests.completed == 6
     with pytest.raises(ScenarioError, match="raise plan.tensor_parallel"):
         simulate_scenario(roofline_scenario(tmp_path, model="llama-3.1-70b"))
 

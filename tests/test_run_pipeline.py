@@ -18,7 +18,9 @@ from harness.client.load_site import LocalClients
 from harness.client.workers import client_bound_advice, resolve_workers, workers_needed
 from harness.engine.launcher import engine_command
 from harness.engine.session import engine_session, engine_sizing
+from harness.metrics.latencies import summarize
 from harness.results.folder import ResultsError, ResultWriter, read_records
+from harness.results.schema import Summary
 from harness.runs.run import Reporter, RunSteps, run_scenario
 from harness.scenario.scenario import LaunchConfig, ScenarioError, load_scenario
 from harness.scenario.tokenizer_source import ApproximateTokenizer, LocalTokenizer, TokenizerError, resolve_tokenizer
@@ -47,16 +49,16 @@ def test_a_run_writes_its_folder_refuses_to_mix_two_runs_and_says_counts_are_app
     scn = scenario(tmp_path, f"{{kind: openai, url: '{gt.url}', model: gt}}")
     reporter = Reporter()
     result = run_scenario(scn, tmp_path / "out", workers="1", reporter=reporter)
-    assert result.summary["requests"]["completed"] == 8 and not result.mostly_failed
-    assert json.loads((tmp_path / "out" / "summary.json").read_text()) == json.loads(json.dumps(result.summary))
+    assert result.summary.requests.completed == 8 and not result.mostly_failed
+    assert json.loads((tmp_path / "out" / "summary.json").read_text()) == result.summary.model_dump(exclude_unset=True)
     assert any("prompt lengths are approximate" in line and "backend.tokenizer" in line for line in reporter.lines)
-    assert result.run_info["token_count_method"] == "approximate"
+    assert result.run_info.token_count_method == "approximate"
     # a second run into the same folder would leave the first one's summary beside new records
     with pytest.raises(ResultsError, match="already holds a run.*--overwrite"):
         run_scenario(scn, tmp_path / "out", workers="1")
     (tmp_path / "out" / "telemetry.csv").write_text("stale")
     again = run_scenario(scn, tmp_path / "out", workers="1", overwrite=True)
-    assert len(read_records(tmp_path / "out")) == 8 and again.summary["requests"]["measured"] == 8
+    assert len(read_records(tmp_path / "out")) == 8 and again.summary.requests.measured == 8
     assert (tmp_path / "out" / "telemetry.csv").read_text() != "stale"
 
 
@@ -67,7 +69,7 @@ def test_the_run_steps_called_one_by_one_each_leave_what_the_next_reads(gt, tmp_
         cleanup.callback(writer.close)
         steps = RunSteps(scn, writer, cleanup.enter_context(engine_session(scn, writer.dir / "engine.log")))
         steps.schedule_requests()
-        assert len(steps.plan.requests) == 8 and steps.plan.token_count_method == "approximate"
+        assert len(steps.schedule.requests) == 8 and steps.schedule.token_count_method == "approximate"
         assert any("prompt lengths are approximate" in w for w in steps.warnings)
         assert not (writer.dir / "run.json").exists()
 
@@ -86,7 +88,7 @@ def test_the_run_steps_called_one_by_one_each_leave_what_the_next_reads(gt, tmp_
 
         result = steps.write_summary()
     on_disk = json.loads((writer.dir / "summary.json").read_text())
-    assert on_disk == json.loads(json.dumps(result.summary)) and on_disk["requests"]["completed"] == 8
+    assert on_disk == result.summary.model_dump(exclude_unset=True) and on_disk["requests"]["completed"] == 8
     assert on_disk["workers"] == 1 and "client_capacity_measured" in on_disk and "ray_nodes" not in on_disk
 
 
@@ -115,8 +117,8 @@ def test_most_requests_failing_makes_a_failed_run(gt, tmp_path):
         workload=f"{{kind: file, path: '{prompts}', output_tokens: 4}}",
     )
     result = run_scenario(scn, tmp_path / "out", workers="1")
-    assert result.summary["requests"]["completed"] == 2 and result.completed_share == 0.25
-    assert result.mostly_failed and result.summary["failures"] == {"http_5xx": 6}
+    assert result.summary.requests.completed == 2 and result.completed_share == 0.25
+    assert result.mostly_failed and result.summary.failures == {"http_5xx": 6}
 
 
 def test_a_profiler_that_is_not_there_is_a_warning_naming_the_flag(gt, tmp_path):
@@ -125,7 +127,7 @@ def test_a_profiler_that_is_not_there_is_a_warning_naming_the_flag(gt, tmp_path)
     result = run_scenario(scn, tmp_path / "out", workers="1", reporter=reporter)
     warning = next(line for line in reporter.lines if "backend.profile" in line)
     assert "POST /start_profile answered HTTP 404" in warning and "--profiler-config" in warning
-    assert result.run_info["profile"] == {"start_http_status": 404, "error": "answered HTTP 404"}
+    assert result.run_info.profile == {"start_http_status": 404, "error": "answered HTTP 404"}
 
 
 class TokenizeServer:
@@ -255,18 +257,26 @@ def test_launch_program_replaces_only_the_program_and_llama_server_is_sized_for_
 
 
 def test_client_bound_advice_suggests_workers_only_where_a_core_is_spare():
-    summary = {"workers": 2, "concurrency": {"max": 512}, "client_cpu_s": 9.0, "window_s": 10.0}
-    assert client_bound_advice(summary, cpu_count=16).startswith("use --workers 15 (up to one per core but one")
+    unflagged = {"client_bound": True, "client_bound_reasons": [], "interrupted": False}
+    unflagged |= {"incomplete": False, "incomplete_reasons": [], "lost_workers": []}
+    summary = summarize([]).model_dump() | unflagged
+    summary |= {"workers": 2, "concurrency": {"mean": 400.0, "max": 512}, "client_cpu_s": 9.0, "run_span_s": 10.0}
+
+    def advice(**fields) -> str:
+        return client_bound_advice(Summary.model_validate(summary | fields), cpu_count=2)
+
+    on_16 = client_bound_advice(Summary.model_validate(summary), cpu_count=16)
+    assert on_16.startswith("use --workers 15 (up to one per core but one")
     # a 2-core machine: auto already chose 1 process (one core stays for the rest), so no --workers advice
     reqs = [gt_request(i, i * 0.001, 99) for i in range(1001)]  # ~99,000 tokens/s: many processes' worth
     assert workers_needed(reqs, None, None) == 20 and resolve_workers("auto", reqs, None, None, cpu_count=2) == 1
     assert resolve_workers("auto", reqs, None, None, cpu_count=64) == 20  # auto takes what it needs where it can
-    said = client_bound_advice({**summary, "workers": 1, "workers_needed": 20}, cpu_count=2)
+    said = advice(workers=1, workers_needed=20)
     assert "--workers" not in said and "more client processes cannot help" in said and "2 core(s)" in said
     assert "this load needs about 20 client processes (5,000 streamed tokens/s each, a planning figure)" in said
     assert "fewer streams (up to 512 each in this run)" in said and "more cores" in said and "--ray" in said
     assert "its processes used 0.90 cores in all on average" in said
-    on_ray = client_bound_advice({**summary, "ray_nodes": [{}, {}]}, cpu_count=2)
+    on_ray = advice(ray_nodes=[{}, {}])
     assert "2 Ray node(s)" in on_ray and "add nodes" in on_ray and "--workers" not in on_ray
 
 
@@ -298,14 +308,14 @@ def test_default_output_dir_never_leaves_results():
 
 def test_a_sweep_folder_holding_results_is_refused_unless_overwritten(tmp_path):
     from harness.results.folder import prepare_sweep_dir, read_statuses, write_manifest
+    from harness.results.schema import SweepPoint
 
     out = tmp_path / "sweep"
     prepare_sweep_dir(out)  # new: fine
     (out / "point-000-rate-1").mkdir()
     (out / "point-000-rate-1" / "requests.jsonl").write_text("")
-    write_manifest(
-        out, "rate", {}, [{"index": 0, "offered_load": 1.0, "dir": "point-000-rate-1", "status": "completed"}]
-    )
+    point = SweepPoint(index=0, offered_load=1.0, dir="point-000-rate-1", status="completed", client_bound=False)
+    write_manifest(out, "rate", {}, [point])
     assert read_statuses(out) == {"point-000-rate-1": "completed"}
     with pytest.raises(ResultsError, match="already holds results .*--overwrite"):
         prepare_sweep_dir(out)

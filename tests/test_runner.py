@@ -45,15 +45,15 @@ def test_16_streams_match_the_truth(gt):
     assert statistics.median(abs(e) for e in err["itl_err_ms"]) < 1.0
     assert abs(statistics.mean(err["itl_err_ms"])) < 1.0
     summary = summarize(out.records, {}, out.loop_lag_s)
-    assert summary["concurrency"]["max"] >= 16
-    assert summary["ttft_ms"]["min"] >= TTFT_MS  # nothing arrives before the server's schedule allows
-    assert abs(summary["itl_ms"]["mean"] - ITL_MS) < 1.0
+    assert summary.concurrency.max >= 16
+    assert summary.ttft_ms.min >= TTFT_MS  # nothing arrives before the server's schedule allows
+    assert abs(summary.itl_ms.mean - ITL_MS) < 1.0
 
     # goodput on both sides of the truth
-    worst_ttft = summary["ttft_ms"]["max"]
-    assert summarize(out.records, {"ttft_ms": worst_ttft + 1, "tpot_ms": ITL_MS + 1})["goodput"]["fraction"] == 1.0
-    assert summarize(out.records, {"ttft_ms": TTFT_MS - 5})["goodput"]["fraction"] == 0.0
-    assert summarize(out.records, {"tpot_ms": ITL_MS - 1})["goodput"]["requests_per_s"] == 0.0
+    worst_ttft = summary.ttft_ms.max
+    assert summarize(out.records, {"ttft_ms": worst_ttft + 1, "tpot_ms": ITL_MS + 1}).goodput.fraction == 1.0
+    assert summarize(out.records, {"ttft_ms": TTFT_MS - 5}).goodput.fraction == 0.0
+    assert summarize(out.records, {"tpot_ms": ITL_MS - 1}).goodput.requests_per_s == 0.0
 
 
 def test_tokens_per_chunk_from_running_usage(gt):
@@ -63,17 +63,17 @@ def test_tokens_per_chunk_from_running_usage(gt):
         assert r.tokens_per_chunk == [4] * (TOKENS // 4)
         assert r.output_tokens == TOKENS and not r.token_count_mismatch
     s = summarize(out.records, {})
-    assert abs(s["itl_ms"]["p50"] - ITL_MS) < 1.0  # per token: a 40 ms gap over 4 tokens
-    assert abs(s["itl_chunk_ms"]["p50"] - 4 * ITL_MS) < 1.5
+    assert abs(s.itl_ms.p50 - ITL_MS) < 1.0  # per token: a 40 ms gap over 4 tokens
+    assert abs(s.itl_chunk_ms.p50 - 4 * ITL_MS) < 1.5
     # TPOT spreads the span after the first chunk (7 gaps of 40 ms) over the 31 later tokens
-    assert abs(s["tpot_ms"]["mean"] - 7 * 4 * ITL_MS / (TOKENS - 1)) < 1.0
+    assert abs(s.tpot_ms.mean - 7 * 4 * ITL_MS / (TOKENS - 1)) < 1.0
 
 
 def test_concurrency_cap_queues_and_latency_counts_from_intended_time(gt):
     reqs = [gt_request(i, 0.0, 8) for i in range(8)]  # all due at once, 4 slots
     out, _ = _run(gt.url, reqs, concurrency=4)
     s = summarize(out.records, {})
-    assert s["concurrency"]["max"] == 4
+    assert s.concurrency.max == 4
     ttfts = sorted(r.token_times_s[0] - r.intended_send_s for r in out.records)
     one_request_s = (TTFT_MS + 7 * ITL_MS) / 1e3
     assert all(t < one_request_s for t in ttfts[:4])
@@ -85,7 +85,7 @@ def test_closed_loop_keeps_exactly_n_in_flight(gt):
     reqs = [gt_request(i, None, 4) for i in range(9)]
     out, _ = _run(gt.url, reqs, concurrency=3)
     assert len(out.records) == 9 and all(r.ok for r in out.records)
-    assert summarize(out.records, {})["concurrency"]["max"] == 3
+    assert summarize(out.records, {}).concurrency.max == 3
 
 
 def test_multi_turn_carries_history_and_waits_think_time(gt):

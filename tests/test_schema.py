@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results.folder import ResultWriter, read_records, validate_record, write_json
+from harness.results.folder import ResultWriter, read_records, validate_record
 from harness.results.schema import PRE_SCHEMA_VERSION, SCHEMA_VERSION, SchemaError, validate
 from harness.results.schema_files import SCHEMA_DIR, rendered, validate_folder
 from reports.load import load_run
@@ -33,22 +33,26 @@ def test_a_folder_from_before_the_schema_validates_and_loads(kind):
         assert "schema_version" not in json.loads(summary.read_text())  # written before the schema
         assert validate("summary.json", json.loads(summary.read_text())).schema_version == PRE_SCHEMA_VERSION
         run = load_run(summary.parent)
-        assert run.summary["requests"]["measured"] == len([r for r in read_records(summary.parent) if not r.is_warmup])
+        assert run.summary.requests.measured == len([r for r in read_records(summary.parent) if not r.is_warmup])
 
 
 def test_a_writer_field_without_its_model_is_refused_naming_the_fix(tmp_path):
     summary = json.loads((BASELINE_RUN / "summary.json").read_text())
     writer = ResultWriter(tmp_path / "run")
-    writer.write_summary(dict(summary))
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["schema_version"] == SCHEMA_VERSION
-    with pytest.raises(SchemaError, match=r"summary.json: ttft_new_ms: Extra inputs .*harness/schema.py.*--write"):
-        writer.write_summary(summary | {"ttft_new_ms": 1.0})
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["ttft_new_ms"] == 1.0  # kept, then refused
-    with pytest.raises(SchemaError, match=r"summary.json: requests.completed: .*integer"):
-        writer.write_summary(summary | {"requests": summary["requests"] | {"completed": "all"}})
+    typed = validate("summary.json", summary)
+    writer.write_summary(typed)
+    on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert list(on_disk.items()) == [("schema_version", SCHEMA_VERSION), *summary.items()]  # as it was, stamped
+    fix = r"summary.json: ttft_new_ms: Extra inputs .*harness/results/schema.py.*--write"
+    with pytest.raises(SchemaError, match=fix):
+        validate("summary.json", summary | {"ttft_new_ms": 1.0})
+    typed.requests.completed = "all"  # assigned unchecked: written, then refused
+    with pytest.raises(SchemaError, match=r"summary.json: requests.completed: .*integer"), pytest.warns(UserWarning):
+        writer.write_summary(typed)
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["requests"]["completed"] == "all"  # kept
     run_info = json.loads((BASELINE_RUN / "run.json").read_text())
     with pytest.raises(SchemaError, match="run.json: backend: Field required"):
-        write_json(tmp_path / "run" / "run.json", {k: v for k, v in run_info.items() if k != "backend"})
+        validate("run.json", {k: v for k, v in run_info.items() if k != "backend"})
     writer.close()
 
 

@@ -144,7 +144,8 @@ def test_client_bound_note_says_whether_the_capacity_rests_on_those_points(tmp_p
         summary.update(client_bound=True, workers=1)
         path.write_text(json.dumps(summary))
         run_json = path.with_name("run.json")  # a 2-core client machine: no core spare for a second process
-        run_json.write_text(json.dumps({**json.loads(run_json.read_text()), "host": {"cpu_count": 2}}))
+        info = json.loads(run_json.read_text())
+        run_json.write_text(json.dumps({**info, "host": {**info["host"], "cpu_count": 2}}))
 
     mark(16)  # past the first failing point (8): the capacity does not use it
     (engine,) = select([fast], slo=SLO, gpu_cost_per_hour=1.0).engines
@@ -195,6 +196,18 @@ def test_a_candidates_folder_stands_for_its_deployments_each_with_its_accelerato
     """candidates.json (harness/runs/candidates.py): completed candidates by name, per-accelerator figures with
     the accelerators each declared, a failed one named in the caveats."""
     from harness.results.folder import write_candidates
+    from harness.results.schema import Candidate
+
+    def candidate(name: str, accelerators: int, status: str = "completed", reason: str = "") -> Candidate:
+        return Candidate(
+            name=name,
+            dir=name,
+            launch_args=[],
+            accelerators=accelerators,
+            status=status,
+            reason=reason,
+            client_bound=False,
+        )
 
     out = tmp_path / "shapes"
     write_sweep(out / "two-replicas", rates=(1, 3, 5, 7, 9), capacity_rps=6)
@@ -203,9 +216,9 @@ def test_a_candidates_folder_stands_for_its_deployments_each_with_its_accelerato
         out,
         {},
         [
-            {"name": "two-replicas", "dir": "two-replicas", "status": "completed", "accelerators": 2},
-            {"name": "one-engine", "dir": "one-engine", "status": "completed", "accelerators": 1},
-            {"name": "1P1D", "dir": "1P1D", "status": "failed", "reason": "No such option: --disaggregate"},
+            candidate("two-replicas", 2),
+            candidate("one-engine", 1),
+            candidate("1P1D", 1, "failed", "No such option: --disaggregate"),
         ],
     )
     sel = select([out])

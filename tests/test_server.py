@@ -322,7 +322,7 @@ async def test_metrics_page_has_vllm_names_under_native_prefix(serve):
 def test_token_events_are_the_bytes_of_the_whole_chunk(chat, model):
     """A token's event is built from a per-request template; it must equal sse() of the chunk dict for any
     text (quotes, escapes, non-ASCII, a marker-like string), and a head that holds the marker falls back."""
-    from native_engine.llm_engine import RequestOutput
+    from native_engine.request_output import RequestOutput
     from native_engine.server import TokenEvents, sse, stream_choice
 
     head = {
@@ -333,7 +333,27 @@ def test_token_events_are_the_bytes_of_the_whole_chunk(chat, model):
     }
     events = TokenEvents(head, chat)
     for text in ["hi", ' "quoted" \\ back', "line\nbreak\ttab", "é漢字 🙂", "\x00text\x00", "\u2028"]:
-        out = RequestOutput("cmpl-1", [5], text, False, None, None, 3, 1, 0)
+        out = RequestOutput(
+            request_id="cmpl-1",
+            new_token_ids=[5],
+            new_text=text,
+            finished=False,
+            finish_reason=None,
+            stop_reason=None,
+            num_prompt_tokens=3,
+            num_output_tokens=1,
+            num_cached_tokens=0,
+        )
         assert events.token_event(out) == sse({**head, "choices": [stream_choice(chat, text, out)]})
-    done = RequestOutput("cmpl-1", [5], "end", True, "stop", "</s>", 3, 2, 0)
+    done = RequestOutput(
+        request_id="cmpl-1",
+        new_token_ids=[5],
+        new_text="end",
+        finished=True,
+        finish_reason="stop",
+        stop_reason="</s>",
+        num_prompt_tokens=3,
+        num_output_tokens=2,
+        num_cached_tokens=0,
+    )
     assert events.token_event(done) == sse({**head, "choices": [stream_choice(chat, "end", done)]})

@@ -11,8 +11,10 @@ import pytest
 from harness.engine.server_metrics import ServerMetricsScraper, parse_page, read_schema, window_hit_rate
 from harness.engine.telemetry.engine_bytes import engine_counters
 from harness.metrics.explain import explain
+from harness.metrics.latencies import summarize
 from harness.metrics.phases import histogram_means
 from harness.results.folder import RequestRecord
+from harness.results.schema import PrefixCache, Summary
 
 FIXTURES = Path(__file__).parent / "fixtures" / "engines"
 
@@ -237,6 +239,13 @@ def test_per_gpu_counters_are_averaged_here_as_in_engine_bytes():
     assert polled["vllm:estimated_read_bytes_per_gpu_total"] == s["bench:read_bytes"]
 
 
+def _summary(records) -> Summary:
+    """The summary of `records` as a run's, nothing flagged."""
+    account = {"client_bound": False, "client_bound_reasons": [], "interrupted": False}
+    account |= {"incomplete": False, "incomplete_reasons": [], "lost_workers": []}
+    return Summary(**dict(summarize(records)), **account)
+
+
 def test_the_run_summary_takes_the_window_rate(tmp_path):
     """explain() (summary.json's prefix_cache) over requests that span the two scrapes."""
     csv_path = scrape_sglang_window(tmp_path)
@@ -250,20 +259,21 @@ def test_the_run_summary_takes_the_window_rate(tmp_path):
         end_s=times[-1],
         output_tokens=1,
     )
-    summary = explain({}, [done], tmp_path, [], {"backend": {"kind": "sglang"}, "workload": {}})
-    assert summary["prefix_cache"]["hit_rate"] == pytest.approx(0.5)
+    summary = _summary([done])
+    explain(summary, [done], tmp_path, [], {"backend": {"kind": "sglang"}, "workload": {}})
+    assert summary.prefix_cache.hit_rate == pytest.approx(0.5)
 
 
 def test_the_console_prints_the_window_rate(tmp_path, monkeypatch):
     from rich.console import Console
 
     import harness.cli.app
-    from harness.metrics.latencies import summarize
 
     done = RequestRecord(
         index=0, intended_send_s=0.0, token_times_s=[0.1], tokens_per_chunk=[1], end_s=0.1, output_tokens=1
     )
-    summary = {**summarize([done]), "prefix_cache": {"hit_rate": 0.5, "hit_tokens": 400.0, "queried_tokens": 800.0}}
+    summary = _summary([done])
+    summary.prefix_cache = PrefixCache(hit_rate=0.5, hit_tokens=400.0, queried_tokens=800.0, source="counters")
     monkeypatch.setattr(harness.cli.app, "console", Console(record=True, width=200))
     harness.cli.app.print_summary(summary, tmp_path)
     assert (

@@ -37,12 +37,12 @@ def test_a_runs_ramp_up_and_drain_are_cut_and_its_throughput_is_the_offered_rate
     assert 15 <= window["excluded"]["ramp_up"] <= 21 and 17 <= window["excluded"]["drain"] <= 22, window
     assert window["latency_requests"] == n - window["excluded"]["ramp_up"] - window["excluded"]["drain"]
     summary = result.summary
-    assert summary["ttft_ms"]["p50"] >= 500 and summary["window_s"] == pytest.approx(window["duration_s"])
-    assert summary["throughput"]["requests_per_s"] == pytest.approx(rate, rel=0.06)
+    assert summary.ttft_ms.p50 >= 500 and summary.window_s == pytest.approx(window["duration_s"])
+    assert summary.throughput.requests_per_s == pytest.approx(rate, rel=0.06)
     whole = summarize(read_records(tmp_path / "out"), trim=False)
-    assert not whole["window"]["trimmed"] and whole["window"]["latency_requests"] == n
-    assert whole["throughput"]["requests_per_s"] < 0.9 * rate
-    assert summary["run_span_s"] == pytest.approx(whole["window_s"]) and summary["requests"]["completed"] == n
+    assert not whole.window.trimmed and whole.window.latency_requests == n
+    assert whole.throughput.requests_per_s < 0.9 * rate
+    assert summary.run_span_s == pytest.approx(whole.window_s) and summary.requests.completed == n
 
 
 def test_an_over_saturated_load_has_no_steady_level_so_nothing_is_cut():
@@ -62,7 +62,7 @@ def test_one_request_at_a_time_is_not_cut_and_load_trim_false_keeps_everything(t
     records = synthetic_records(n=40, rate=4.0)
     window = steady_window(records)
     assert not window.trimmed and "no ramp-up or drain" in window.note
-    assert window.as_dict(records)["latency_requests"] == 40
+    assert window.summary(records).latency_requests == 40
     path = tmp_path / "s.yaml"
     path.write_text("name: s\nbackend: {kind: openai, url: 'http://127.0.0.1:9'}\nload: {rate: 1, num_requests: 2}\n")
     assert trims(load_scenario(path)) and not trims(load_scenario(path, ["load.trim=false"]))

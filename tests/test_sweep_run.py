@@ -8,7 +8,7 @@ import pytest
 from bench_process import bench, bench_started, interrupt_once_written
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 
-from harness.engine.launcher import BackendUnreachable, probe
+from harness.engine.launcher import BackendUnreachable, check_ready
 from harness.results.folder import POINT_DIR, point_dir_name, read_records
 from harness.results.schema_files import validate_folder
 from harness.scenario.scenario import ScenarioError, load_scenario
@@ -45,7 +45,7 @@ def test_sweep_runs_every_point_against_one_launched_engine(tmp_path):
     log = (out / "engine.log").read_text()
     assert log.count("groundtruth_server.py --port") == 1 and len(pids) == 1 and None not in pids
     with pytest.raises(BackendUnreachable):
-        probe(run_info["backend"]["url"], timeout_s=1)
+        check_ready(run_info["backend"]["url"], timeout_s=1)
     manifest = json.loads((out / "sweep.json").read_text())
     assert sum(name.endswith("requests.jsonl") for name in validate_folder(out)) == 3  # every file fits its model
     assert manifest["kind"] == "rate" and [p["status"] for p in manifest["points"]] == ["completed"] * 3

@@ -223,18 +223,18 @@ def test_over_saturated_point_stops_early_and_saves_seconds(tmp_path):
         watch = PointWatch({"ttft_ms": 2000}, 0.9)
         stopped = run_scenario(scenario, tmp_path / "stopped", watch=watch)
         whole = run_scenario(scenario, tmp_path / "whole")
-    stop = stopped.summary["stopped_early"]
-    assert stop["reason"] == "over_saturated" and stop["passed"] is False
+    stop = stopped.summary.stopped_early
+    assert stop.reason == "over_saturated" and stop.passed is False
     # the truth: 30 arrive and 10 leave each second, so 20 more wait, each 1/10 s longer than the one before
-    assert stop["outstanding_per_s"] == pytest.approx(30 - 10, rel=0.3)
-    assert stop["ttft_s_per_s"] == pytest.approx((30 - 10) / 10, rel=0.3)
-    saved_s = whole.summary["window_s"] - stopped.summary["window_s"]
+    assert stop.outstanding_per_s == pytest.approx(30 - 10, rel=0.3)
+    assert stop.ttft_s_per_s == pytest.approx((30 - 10) / 10, rel=0.3)
+    saved_s = whole.summary.window_s - stopped.summary.window_s
     print(
-        f"over-saturated point: stopped after {stopped.summary['window_s']:.1f} s of the whole run's "
-        f"{whole.summary['window_s']:.1f} s ({saved_s:.1f} s saved), {stop['detail']}"
+        f"over-saturated point: stopped after {stopped.summary.window_s:.1f} s of the whole run's "
+        f"{whole.summary.window_s:.1f} s ({saved_s:.1f} s saved), {stop.detail}"
     )
-    assert saved_s > 0.4 * whole.summary["window_s"]
-    assert stopped.summary["requests"]["measured"] < 150 and "stopped_early" not in whole.summary
+    assert saved_s > 0.4 * whole.summary.window_s
+    assert stopped.summary.requests.measured < 150 and whole.summary.stopped_early is None
     on_disk = json.loads((tmp_path / "stopped" / "summary.json").read_text())
     assert on_disk["stopped_early"]["reason"] == "over_saturated"  # the folder says it stopped early, and why
 
@@ -252,12 +252,12 @@ def test_certain_verdicts_stop_the_point(tmp_path):
             tmp_path / "met",
             watch=PointWatch({"ttft_ms": 1000}, 0.9, saturation=False),
         )
-    stop = missed.summary["stopped_early"]
-    assert stop["reason"] == "verdict_missed" and stop["missed"] == 7 and stop["after_requests"] < 60
-    assert missed.summary["requests"]["measured"] < 60  # the rest were never sent
-    stop = met.summary["stopped_early"]
-    assert stop["reason"] == "verdict_met" and stop["met"] == 36 and stop["passed"] is True
-    assert met.summary["requests"]["measured"] < 40
+    stop = missed.summary.stopped_early
+    assert stop.reason == "verdict_missed" and stop.missed == 7 and stop.after_requests < 60
+    assert missed.summary.requests.measured < 60  # the rest were never sent
+    stop = met.summary.stopped_early
+    assert stop.reason == "verdict_met" and stop.met == 36 and stop.passed is True
+    assert met.summary.requests.measured < 40
 
 
 def _tune_scenario(tmp_path) -> Path:
@@ -341,12 +341,12 @@ def test_a_large_space_is_pruned_by_successive_halving_on_the_probe(tmp_path):
     overrides = ["tune.space={--max-streams: [1, 4, 2]}", "tune.full_grid_max=2"]
     scenario = load_scenario(_tune_scenario(tmp_path), overrides)
     doc = Tuner(scenario, tmp_path / "out", Reporter(), resume=False, workers="1").run()
-    assert doc["method"] == "successive_halving"
-    status = {c["name"]: c["status"] for c in doc["configurations"]}
+    assert doc.method == "successive_halving"
+    status = {c.name: c.status for c in doc.configurations}
     assert status == {"max-streams-1": "pruned", "max-streams-4": "completed", "max-streams-2": "pruned"}
-    probes = [t for t in doc["trials"] if t["kind"] == "probe"]
+    probes = [t for t in doc.trials if t.kind == "probe"]
     assert len(probes) == 3  # each configuration probed once; the survivor's probe is not run again
-    assert {t["config"] for t in doc["trials"] if t["kind"] == "point"} == {"max-streams-4"}
+    assert {t.config for t in doc.trials if t.kind == "point"} == {"max-streams-4"}
 
 
 def test_a_plan_block_starts_the_search_from_the_predicted_capacity(tmp_path):
@@ -369,7 +369,7 @@ def test_a_plan_block_starts_the_search_from_the_predicted_capacity(tmp_path):
     )
     run_scenario(traced, tmp_path / "traced")
     run_info = json.loads((tmp_path / "traced" / "run.json").read_text())
-    assert (tmp_path / "traced" / "engine_trace.json").is_file(), run_info.get("engine_trace")
+    assert (tmp_path / "traced" / "engine_trace.json").is_file(), run_info["engine_trace"]
     scenario = Scenario.model_validate(
         {
             "name": "planned",
@@ -388,12 +388,12 @@ def test_a_plan_block_starts_the_search_from_the_predicted_capacity(tmp_path):
         }
     )
     doc = Tuner(scenario, tmp_path / "out", Reporter(), resume=False, workers="1").run()
-    predicted = [c["predicted"]["offered_load"] for c in doc["configurations"]]
+    predicted = [c.predicted.offered_load for c in doc.configurations]
     # the simulated search found a capacity (the message: what it found, or why it could not simulate)
-    assert all(p is not None for p in predicted), [c["predicted"] for c in doc["configurations"]]
-    (trial,) = doc["trials"]  # the budget: one measured trial, the first configuration's first
-    assert trial["kind"] == "point" and trial["offered_load"] == pytest.approx(predicted[0], rel=0.01)
-    assert [c["status"] for c in doc["configurations"]] == ["budget", "budget"]
+    assert all(p is not None for p in predicted), [c.predicted for c in doc.configurations]
+    (trial,) = doc.trials  # the budget: one measured trial, the first configuration's first
+    assert trial.kind == "point" and trial.offered_load == pytest.approx(predicted[0], rel=0.01)
+    assert [c.status for c in doc.configurations] == ["budget", "budget"]
 
 
 def test_percentile_slos_judge_each_point_on_its_measured_distribution(tmp_path):
@@ -422,18 +422,18 @@ tune:
     )
     out = tmp_path / "out"
     doc = Tuner(load_scenario(scenario), out, Reporter(), resume=False, workers="1").run()
-    configs = {c["name"]: c for c in doc["configurations"]}
+    configs = {c.name: c for c in doc.configurations}
     # what each point measured, for a failure's message
-    seen = [(t["config"], t["offered_load"], t["percentiles"], t["stopped_early"]) for t in doc["trials"]]
-    assert configs["ttft-ms-20"]["capacity"]["status"] == "at_least", seen
-    assert configs["ttft-ms-2000"]["capacity"]["status"] == "none", seen
-    assert doc["recommended"]["name"] == "ttft-ms-20" and doc["percentile_slo"] == {"ttft_ms": {"p90": 1000.0}}
-    points = [t for t in doc["trials"] if t["kind"] == "point"]
+    seen = [(t.config, t.offered_load, t.percentiles, t.stopped_early) for t in doc.trials]
+    assert configs["ttft-ms-20"].capacity.status == "at_least", seen
+    assert configs["ttft-ms-2000"].capacity.status == "none", seen
+    assert doc.recommended.name == "ttft-ms-20" and doc.percentile_slo == {"ttft_ms": {"p90": 1000.0}}
+    points = [t for t in doc.trials if t.kind == "point"]
     for t in points:
-        bound = t["percentiles"]["ttft_ms.p90"]
-        slow = t["config"] == "ttft-ms-2000"
-        assert t["goodput_fraction"] == 1.0 and t["passed"] is not slow and bound["met"] is not slow
-        assert (bound["measured_ms"] > 1500) if slow else (bound["measured_ms"] < 1000)
-        assert t["stopped_early"] is None and t["requests"] == 10
+        bound = t.percentiles["ttft_ms.p90"]
+        slow = t.config == "ttft-ms-2000"
+        assert t.goodput_fraction == 1.0 and t.passed is not slow and bound.met is not slow
+        assert (bound.measured_ms > 1500) if slow else (bound.measured_ms < 1000)
+        assert t.stopped_early is None and t.requests == 10
     write_tune_report(out, tmp_path / "tune.html")
     assert "percentile SLOs ttft_ms p90 ≤ 1000" in (tmp_path / "tune.md").read_text()

@@ -64,17 +64,17 @@ tune: {{load: {{rate: {{min: 20, max: 25}}}}, probe_requests: 30, repeats: 2, ea
     )
     seen: list[float] = []
     doc = Tuner(load_scenario(path), tmp_path / "out", Reporter(), False, "1", after_trial=seen.append).run()
-    assert seen == [t["offered_load"] for t in doc["trials"]]
-    points = [t for t in doc["trials"] if t["kind"] == "point"]
-    (slow,) = [t for t in points if not t["passed"]]  # the one slowed run, and nothing else failed
-    assert slow["repeat"] == 0 and slow["met"] == 0 and slow["judged"] == 30
-    same = [t for t in points if t["offered_load"] == slow["offered_load"]]
-    assert [t["passed"] for t in same] == [False, True, True]
-    assert sum(t["met"] for t in same) / sum(t["judged"] for t in same) < 0.9  # what pooling would have failed
-    capacity = doc["configurations"][0]["capacity"]
-    assert capacity["status"] == "at_least" and capacity["offered_load"] == 25
+    assert seen == [t.offered_load for t in doc.trials]
+    points = [t for t in doc.trials if t.kind == "point"]
+    (slow,) = [t for t in points if not t.passed]  # the one slowed run, and nothing else failed
+    assert slow.repeat == 0 and slow.met == 0 and slow.judged == 30
+    same = [t for t in points if t.offered_load == slow.offered_load]
+    assert [t.passed for t in same] == [False, True, True]
+    assert sum(t.met for t in same) / sum(t.judged for t in same) < 0.9  # what pooling would have failed
+    capacity = doc.configurations[0].capacity
+    assert capacity.status == "at_least" and capacity.offered_load == 25
     # the slowed load, the failing end, was confirmed first and turned: the pass below it is no end to confirm
-    assert len(capacity["bracket_runs_passed"][0]) >= 2 and doc["cost"]["search"]["repeats"] >= 2
+    assert len(capacity.bracket_runs_passed[0]) >= 2 and doc.cost.search.repeats >= 2
 
 
 def test_from_a_load_whose_runs_split_the_search_steps_by_the_precision():

@@ -8,29 +8,30 @@ from typer.testing import CliRunner
 from harness.cli.app import app
 from harness.engine.server_metrics import counter_resets
 from harness.metrics.latencies import summarize
-from harness.metrics.validity import MAX_FAILED_SHARE, run_validity
+from harness.metrics.validity import MAX_FAILED_SHARE, run_validity, thresholds
+from harness.results.schema import Summary
 
 SLO = {"ttft_ms": 200.0, "tpot_ms": 50.0}
+UNFLAGGED = {"client_bound": False, "client_bound_reasons": [], "interrupted": False}
+UNFLAGGED |= {"incomplete": False, "incomplete_reasons": [], "lost_workers": []}
 
 
-def _summary(records, **flags) -> dict:
-    summary = summarize(records, SLO)
-    summary.update({"client_bound": False, "interrupted": False, "incomplete": False, **flags})
-    return summary
+def _summary(records, **flags) -> Summary:
+    return Summary(**dict(summarize(records, SLO)), **(UNFLAGGED | flags))
 
 
 def test_a_clean_run_is_valid_and_each_problem_is_a_reason_with_its_numbers():
-    assert run_validity(_summary(synthetic_records(n=60))) == {
+    assert run_validity(_summary(synthetic_records(n=60))).model_dump() == {
         "valid": True,
         "reasons": [],
-        "thresholds": run_validity({})["thresholds"],
+        "thresholds": thresholds().model_dump(),
     }
     failing = run_validity(_summary(synthetic_records(n=60, fail_every=10)))  # 6 of 60 failed
-    assert not failing["valid"] and failing["reasons"] == [
+    assert not failing.valid and failing.reasons == [
         f"failure share: 6 of 60 measured requests failed (10.0% > {MAX_FAILED_SHARE:.0%}: http_5xx=6)"
     ]
     # the quickstart's 20 requests cannot bound a p90 (36 needed at 95%)
-    (reason,) = run_validity(_summary(synthetic_records(n=20)))["reasons"]
+    (reason,) = run_validity(_summary(synthetic_records(n=20))).reasons
     assert reason == (
         "percentiles not established at 95%: ttft p90 (20 samples, needs 36), tpot p90 (20 samples, needs 36), "
         "e2e p90 (20 samples, needs 36)"
@@ -46,7 +47,7 @@ def test_a_clean_run_is_valid_and_each_problem_is_a_reason_with_its_numbers():
         ),
         restarted_counters=["generation_tokens"],
     )
-    assert flagged["reasons"] == [
+    assert flagged.reasons == [
         "client-bound: send lag p99 9.0 ms > 5.0 ms",
         "incomplete: worker 1 lost",
         "engine restarted: it exited during the run (exit code -9)",
@@ -56,7 +57,7 @@ def test_a_clean_run_is_valid_and_each_problem_is_a_reason_with_its_numbers():
 
 def test_a_window_of_a_few_requests_long_is_too_short():
     records = synthetic_records(n=60, rate=4000.0, ttft_s=0.05)  # all sent within 15 ms, each ~200 ms long
-    (reason,) = run_validity(_summary(records))["reasons"]
+    (reason,) = run_validity(_summary(records)).reasons
     assert reason.startswith("too short a window: 0.2") and "median E2Es" in reason
 
 
@@ -114,10 +115,10 @@ def _held_back(records, request_tokens: dict[int, int]) -> list:
 def test_token_count_mismatches_are_judged_by_the_tokens_they_miss_not_the_requests():
     # one token held back in one request of 60 (1.7% of requests, 0.1% of 960 tokens): ITL barely moves
     one = run_validity(_summary(_held_back(synthetic_records(n=60), {3: 1})))
-    assert one["valid"], one["reasons"]
+    assert one.valid, one.reasons
     # 16 tokens missed in each of 2 requests: 32 of 992 output tokens (3.2%)
     two = run_validity(_summary(_held_back(synthetic_records(n=60), {3: 16, 7: 16})))
-    assert two["reasons"] == [
+    assert two.reasons == [
         "token-count mismatches: the chunks counted and the server's usage differ by 32 of 992 output tokens "
         "(3.2% > 1%) in 2 of 60 completed requests"
     ]

@@ -32,6 +32,7 @@ from harness.metrics.latencies import INTERVAL_METRICS
 from harness.metrics.steady_window import window_text
 from harness.plan.model_inspect import inspect_model
 from harness.results.folder import ResultsError, default_output_dir, versions
+from harness.results.schema import Summary, TuneManifest
 from harness.runs.candidates import run_candidates
 from harness.runs.repeats import MANIFEST as REPEATS_MANIFEST
 from harness.runs.repeats import MAX_REPEATS, run_repeats
@@ -217,18 +218,18 @@ def _verdict(result: RunResult, allow_client_bound: bool) -> int:
         console.print("[bold red]run incomplete[/]: " + "; ".join(result.incomplete_reasons), highlight=False)
         return EXIT_RUN_FAILED
     if result.mostly_failed:
-        req = result.summary["requests"]
+        req = result.summary.requests
         console.print(
-            f"[bold red]run failed[/]: {req['completed']} of {req['measured']} measured requests "
+            f"[bold red]run failed[/]: {req.completed} of {req.measured} measured requests "
             f"completed ({result.completed_share:.0%}; at least {MIN_COMPLETED_SHARE:.0%} must); "
-            f"failures: {result.summary['failures']}",
+            f"failures: {result.summary.failures}",
             highlight=False,
         )
         return EXIT_RUN_FAILED
     if result.client_bound:
         console.print(
             "[bold red on white] CLIENT-BOUND [/] [bold red]the client fell behind its own schedule: "
-            + "; ".join(result.summary["client_bound_reasons"])
+            + "; ".join(result.summary.client_bound_reasons)
             + ". Latencies include client delay; "
             + _advice(result)
             + ".[/]"
@@ -238,8 +239,7 @@ def _verdict(result: RunResult, allow_client_bound: bool) -> int:
 
 
 def _advice(result: RunResult) -> str:
-    cpu_count = result.run_info.get("host", {}).get("cpu_count")
-    return client_bound_advice(result.summary, cpu_count) + "; or pass --allow-client-bound to accept this"
+    return client_bound_advice(result.summary, result.cpu_count) + "; or pass --allow-client-bound to accept this"
 
 
 def _sweep(scenario, out_dir: Path, workers: str | None, overwrite: bool, allow_client_bound: bool) -> None:
@@ -337,10 +337,10 @@ def print_repeats(state, keep_invalid: bool = False) -> None:
     for col in ("metric", "unit", "mean", "interval", "±", "per repeat"):
         table.add_column(col, justify="left" if col in ("metric", "unit", "per repeat") else "right")
     for name, m in state.intervals.items():
-        interval = "-" if m["low"] is None else f"{m['low']:,.2f} – {m['high']:,.2f}"
-        share = "-" if m["relative_half_width"] is None else f"{100 * m['relative_half_width']:.1f}%"
-        mean = "-" if m["mean"] is None else f"{m['mean']:,.2f}"
-        table.add_row(name, m["unit"], mean, interval, share, ", ".join(f"{v:,.1f}" for v in m["values"]))
+        interval = "-" if m.low is None else f"{m.low:,.2f} – {m.high:,.2f}"
+        share = "-" if m.relative_half_width is None else f"{100 * m.relative_half_width:.1f}%"
+        mean = "-" if m.mean is None else f"{m.mean:,.2f}"
+        table.add_row(name, m.unit, mean, interval, share, ", ".join(f"{v:,.1f}" for v in m.values))
     console.print(table)
     for s in done:
         if not s.valid:
@@ -372,57 +372,41 @@ def _candidates(scenario, out_dir: Path, workers: str | None, overwrite: bool, a
         raise typer.Exit(EXIT_CLIENT_BOUND)
 
 
-def print_summary(summary: dict, out_dir: Path) -> None:
-    req = summary["requests"]
-    span_s = summary.get("run_span_s", summary["window_s"])
+def print_summary(summary: Summary, out_dir: Path) -> None:
+    req = summary.requests
     console.print(
-        f"\n[bold]{req['completed']}[/] completed, [bold]{req['failed']}[/] failed "
-        f"({req['warmup']} warm-up excluded) in {span_s:.2f} s; results in {out_dir}"
+        f"\n[bold]{req.completed}[/] completed, [bold]{req.failed}[/] failed "
+        f"({req.warmup} warm-up excluded) in {summary.run_span_s:.2f} s; results in {out_dir}"
     )
-    if summary.get("window"):
-        console.print(window_text(summary["window"]), highlight=False, markup=False)
-    if summary["failures"]:
-        console.print("failures: " + ", ".join(f"{k}={v}" for k, v in sorted(summary["failures"].items())))
-    t, g = summary["throughput"], summary["goodput"]
+    console.print(window_text(summary.window), highlight=False, markup=False)
+    if summary.failures:
+        console.print("failures: " + ", ".join(f"{k}={v}" for k, v in sorted(summary.failures.items())))
+    t, g = summary.throughput, summary.goodput
     console.print(
-        f"throughput {t['requests_per_s']:.2f} req/s, {t['output_tokens_per_s']:.1f} output tok/s, "
-        f"{t['total_tokens_per_s']:.1f} total tok/s; goodput {g['requests_per_s']:.2f} req/s "
-        f"({100 * g['fraction']:.1f}% meet {g['slo'] or 'no SLO'})"
+        f"throughput {t.requests_per_s:.2f} req/s, {t.output_tokens_per_s:.1f} output tok/s, "
+        f"{t.total_tokens_per_s:.1f} total tok/s; goodput {g.requests_per_s:.2f} req/s "
+        f"({100 * g.fraction:.1f}% meet {g.slo or 'no SLO'})"
     )
-    if summary.get("token_count_method") == "approximate":
+    if summary.token_count_method == "approximate":
         console.print("[yellow]prompt token counts are approximate[/] (set backend.tokenizer for exact ones)")
-    if spec := summary.get("speculative"):
-        console.print(
-            f"speculative decoding: {100 * spec['acceptance_rate']:.1f}% of drafted tokens accepted"
-            + (f", {spec['mean_acceptance_length']:.2f} tokens a verification" if "drafts" in spec else "")
-        )
-    if cache := summary.get("prefix_cache"):
-        console.print(
-            f"prefix cache: {100 * cache['hit_rate']:.1f}% of the {cache['queried_tokens']:.0f} prompt tokens "
-            "looked up over the window came from it (engine counters)"
-        )
+    print_engine_counters(summary)
     table = Table(title="latency (ms)")
     cols = ("mean", "p50", "p90", "p99", "p999", "max")
     table.add_column("metric")
     for c in cols:
         table.add_column(c, justify="right")
-    thinking = summary.get("reasoning_tokens", 0)  # a reasoning model's: then the first answer token's time too
-    for key in (
-        "ttft_ms",
-        *(("ttft_answer_ms",) if thinking else ()),
-        "itl_ms",
-        "tpot_ms",
-        "e2e_ms",
-        "schedule_lag_ms",
-        "event_loop_lag_ms",
-    ):
-        stats = summary.get(key) or {}
-        table.add_row(key.removesuffix("_ms"), *("-" if stats.get(c) is None else f"{stats[c]:.2f}" for c in cols))
+    thinking = summary.reasoning_tokens  # a reasoning model's: then the first answer token's time too
+    rows = {"ttft": summary.ttft_ms, **({"ttft_answer": summary.ttft_answer_ms} if thinking else {})}
+    rows |= {"itl": summary.itl_ms, "tpot": summary.tpot_ms, "e2e": summary.e2e_ms}
+    rows |= {"schedule_lag": summary.schedule_lag_ms, "event_loop_lag": summary.event_loop_lag_ms}
+    for name, stats in rows.items():
+        values = stats.model_dump()
+        table.add_row(name, *("-" if values[c] is None else f"{values[c]:.2f}" for c in cols))
     console.print(table)
     print_intervals(summary)
     if thinking:
         console.print(
-            f"{thinking} of {summary['output_tokens']} output tokens were reasoning; ttft counts the first "
+            f"{thinking} of {summary.output_tokens} output tokens were reasoning; ttft counts the first "
             "token of either kind, ttft_answer the first answer token"
         )
     for line in explanation_lines(summary):
@@ -430,33 +414,47 @@ def print_summary(summary: dict, out_dir: Path) -> None:
     print_accuracy(summary)
 
 
-def print_accuracy(summary: dict) -> None:
+def print_engine_counters(summary: Summary) -> None:
+    """Speculative decoding and the prefix cache over the window, when the engine's counters had them."""
+    spec = summary.speculative
+    if spec is not None and spec.acceptance_rate is not None:
+        console.print(
+            f"speculative decoding: {100 * spec.acceptance_rate:.1f}% of drafted tokens accepted"
+            + (f", {spec.mean_acceptance_length:.2f} tokens a verification" if spec.drafts is not None else "")
+        )
+    if cache := summary.prefix_cache:
+        console.print(
+            f"prefix cache: {100 * cache.hit_rate:.1f}% of the {cache.queried_tokens:.0f} prompt tokens "
+            "looked up over the window came from it (engine counters)"
+        )
+
+
+def print_accuracy(summary: Summary) -> None:
     """A known-answer task's accuracy (harness/scenario/answers.py), when the run had one."""
     from harness.scenario.answers import accuracy_line
 
-    line = accuracy_line(summary.get("accuracy"))
-    if line:
-        console.print(line, markup=False, highlight=False)
+    if summary.accuracy is not None:  # accuracy_line reads it by key
+        console.print(accuracy_line(summary.accuracy.model_dump()), markup=False, highlight=False)
 
 
-def print_intervals(summary: dict) -> None:
+def print_intervals(summary: Summary) -> None:
     """Each latency percentile's confidence interval, and the run's validity verdict."""
-    ci = summary.get("percentile_ci")
-    if ci:
-        table = Table(title=f"{ci['confidence']:.0%} confidence intervals (ms; {ci['method']})")
-        table.add_column("metric")
-        for key in INTERVAL_PERCENTILES:
-            table.add_column(key, justify="right")
-        for metric in INTERVAL_METRICS:
-            row = ci.get(metric) or {}
-            table.add_row(metric.removesuffix("_ms"), *(interval_text(row.get(key)) for key in INTERVAL_PERCENTILES))
-        console.print(table)
-    verdict = summary.get("validity")
-    if verdict and verdict["valid"]:
+    ci = summary.percentile_ci
+    table = Table(title=f"{ci.confidence:.0%} confidence intervals (ms; {ci.method})")
+    table.add_column("metric")
+    for key in INTERVAL_PERCENTILES:
+        table.add_column(key, justify="right")
+    for metric in INTERVAL_METRICS:
+        intervals = getattr(ci, metric)  # ci's latencies, by the names INTERVAL_METRICS lists
+        row = [interval_text(getattr(intervals, key)) for key in INTERVAL_PERCENTILES]
+        table.add_row(metric.removesuffix("_ms"), *row)
+    console.print(table)
+    verdict = summary.validity
+    if verdict and verdict.valid:
         console.print("validity: [green]valid[/]")
     elif verdict:
         console.print("validity: [bold red]INVALID[/]", highlight=False)
-        for reason in verdict["reasons"]:
+        for reason in verdict.reasons:
             console.print(f"  - {reason}", markup=False, highlight=False)
 
 
@@ -510,26 +508,26 @@ def tune(
     _print_tune_result(doc, output)
 
 
-def _print_tune_result(doc: dict, output: Path) -> None:
+def _print_tune_result(doc: TuneManifest, output: Path) -> None:
     """Each configuration's capacity, the recommendation (exit 5 when none met the SLOs), the search's cost,
     and the tune folder's HTML report."""
     from harness.tune.summary import capacity_text
 
-    for c in doc["configurations"]:
-        console.print(f"{c['name']}: {c['status']}; {capacity_text(c['capacity'], doc['kind'])}", highlight=False)
-    best = doc["recommended"]
+    for c in doc.configurations:
+        console.print(f"{c.name}: {c.status}; {capacity_text(c.capacity, doc.kind)}", highlight=False)
+    best = doc.recommended
     if best is None:
         raise _fail("tune", "no configuration met the SLOs at any load tried; see tune.json", EXIT_RUN_FAILED)
-    margin = f", {100 * best['margin']:.0f}% above {best['next']}" if best["margin"] is not None else ""
+    margin = f", {100 * best.margin:.0f}% above {best.next}" if best.margin is not None else ""
     console.print(
-        f"recommended: {best['name']} ({' '.join(best['launch_args']) or 'the launch as written'}): "
-        f"{best['capacity']:.3g} {doc['unit']}{margin}",
+        f"recommended: {best.name} ({' '.join(best.launch_args) or 'the launch as written'}): "
+        f"{best.capacity:.3g} {doc.unit}{margin}",
         highlight=False,
     )
-    cost, dense = doc["cost"]["search"], doc["cost"]["dense_sweep"]
+    cost, dense = doc.cost.search, doc.cost.dense_sweep
     console.print(
-        f"search: {cost['runs']} runs, {cost['requests']} requests, {cost['minutes']:.1f} min; a dense "
-        f"sweep: {dense['runs']} runs, {dense['requests']} requests",
+        f"search: {cost.runs} runs, {cost.requests} requests, {cost.minutes:.1f} min; a dense "
+        f"sweep: {dense.runs} runs, {dense.requests} requests",
         highlight=False,
     )
     reports = output / "reports"
@@ -704,11 +702,11 @@ def compare_outputs(
     except (ResultsError, TokenizerError) as e:
         raise _fail("error", str(e), EXIT_BAD_INPUT)
     if as_json:
-        typer.echo(json.dumps(result, indent=2))
+        typer.echo(json.dumps(result.model_dump(exclude_unset=True), indent=2))
     else:
         for line in agreement_lines(result):
             typer.echo(line)
-    raise typer.Exit(EXIT_REGRESSION if result["flagged"] else EXIT_OK)
+    raise typer.Exit(EXIT_REGRESSION if result.flagged else EXIT_OK)
 
 
 @app.command("export")

@@ -63,7 +63,7 @@ def probe(
     out = output or default_output_dir("probe")
     out.mkdir(parents=True, exist_ok=True)
     document = probe_document(prober, rows)
-    (out / "probe.json").write_text(json.dumps(document, indent=2) + "\n")
+    (out / "probe.json").write_text(json.dumps(document.model_dump(), indent=2) + "\n")
     _print_table(url, prober.model, rows)
     console.print(f"probe.json in {out}", highlight=False)
     if levels:

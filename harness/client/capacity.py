@@ -21,6 +21,11 @@ import socket
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from harness.results.schema import CapacityMeasurement
 
 CAPACITY_FILE_ENV = "BENCH_CLIENT_CAPACITY_FILE"
 FORMAT = 1
@@ -82,7 +87,19 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def _read(path: Path) -> dict:
+class CapacityFile(BaseModel):
+    """The file as stored: its format and, by machine key (machine_key), what each machine's entry holds. The
+    entries are read one by one (_measurements): a malformed one is skipped, not the file."""
+
+    format: int
+    machines: dict[str, Any]
+
+
+class MachineEntry(BaseModel):
+    measurements: list[Any] = []  # each checked by _plausible_measurement before it counts
+
+
+def _read(path: Path) -> dict[str, Any]:
     """The file's machines, {} when there is none; ValueError naming the file when it is not ours."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -90,9 +107,13 @@ def _read(path: Path) -> dict:
         return {}
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"client capacity file {path} cannot be read ({e})") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("machines"), dict):
+    try:
+        stored = CapacityFile.model_validate(data, strict=True)
+    except ValidationError:
+        stored = None
+    if stored is None or stored.format != FORMAT:
         raise ValueError(f"client capacity file {path} is not in format {FORMAT}")
-    return data["machines"]
+    return stored.machines
 
 
 def plausible(tokens, cpu_s) -> bool:
@@ -120,8 +141,10 @@ def _plausible_measurement(m) -> bool:
 
 
 def _measurements(entry) -> list:
-    measurements = entry.get("measurements") if isinstance(entry, dict) else None
-    return measurements if isinstance(measurements, list) else []
+    try:
+        return MachineEntry.model_validate(entry, strict=True).measurements
+    except ValidationError:  # not an entry of ours: nothing stored
+        return []
 
 
 def load_capacity(client: str, warnings: list[str]) -> ClientCapacity:
@@ -149,18 +172,18 @@ def load_capacity(client: str, warnings: list[str]) -> ClientCapacity:
 
 def record_capacity(
     client: str, tokens: int, cpu_s: float | None, window_s: float | None, run_dir: str, warnings: list[str]
-) -> dict | None:
+) -> CapacityMeasurement | None:
     """Adds one run's measurement (kept when it is plausible(), used at least MIN_CPU_S, and at least MIN_BUSY_CORES of
     a core over its window_s); returns it, or None. The caller passes only a valid, complete run's completed tokens."""
     if not plausible(tokens, cpu_s) or cpu_s < MIN_CPU_S or not window_s or cpu_s / window_s < MIN_BUSY_CORES:
         return None
-    measurement = {
-        "tokens": tokens,
-        "cpu_s": round(cpu_s, 4),
-        "tokens_per_cpu_s": round(tokens / cpu_s, 1),
-        "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "run": run_dir,
-    }
+    measurement = CapacityMeasurement(
+        tokens=tokens,
+        cpu_s=round(cpu_s, 4),
+        tokens_per_cpu_s=round(tokens / cpu_s, 1),
+        at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        run=run_dir,
+    )
     path = capacity_file()
     try:
         machines = _read(path)
@@ -173,7 +196,7 @@ def record_capacity(
         "hostname": socket.gethostname(),
         "cpu_model": cpu_model(),
         "client": client,
-        "measurements": kept + [measurement],
+        "measurements": kept + [measurement.model_dump()],
     }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ from harness.client.capacity import PLANNING_FIGURE, ClientCapacity
 from harness.client.runner import Runner, RunOutcome, Target, group_jobs, run_blocking, t0_ahead_ns
 from harness.limits import MAX_WORKERS_PER_CORE
 from harness.results.folder import RequestRecord
+from harness.results.schema import Summary
 
 WORKER_START_TIMEOUT_S = 120.0  # spawning imports the harness anew in each process
 
@@ -68,22 +69,23 @@ def resolve_workers(
     return n
 
 
-def client_bound_advice(summary: dict, cpu_count: int | None) -> str:
+def client_bound_advice(summary: Summary, cpu_count: int | None) -> str:
     """What can help a client-bound run (summary.json's), on a client machine of `cpu_count` cores: more
     processes only where a core is spare (auto leaves one for the rest), else fewer streams per process."""
-    workers, nodes = summary.get("workers") or 1, len(summary.get("ray_nodes") or [])
-    streams = (summary.get("concurrency") or {}).get("max")
+    workers, nodes = summary.workers or 1, len(summary.ray_nodes or [])
+    streams = summary.concurrency.max
     each = f" (up to {math.ceil(streams / workers)} each in this run)" if streams else ""
-    cpu_s, window_s = summary.get("client_cpu_s"), summary.get("run_span_s", summary.get("window_s"))
+    cpu_s, window_s = summary.client_cpu_s, summary.run_span_s
     used = f"; its processes used {cpu_s / window_s:.2f} cores in all on average" if cpu_s and window_s else ""
-    needed, sizing = summary.get("workers_needed") or 0, summary.get("workers_sizing") or {}
+    needed, sizing = summary.workers_needed or 0, summary.workers_sizing
     each_takes = (
-        sizing.get("describe")
-        or f"{PLANNING_FIGURE.tokens_per_s_per_worker:,.0f} streamed tokens/s each, a planning figure"
+        sizing.describe
+        if sizing is not None
+        else f"{PLANNING_FIGURE.tokens_per_s_per_worker:,.0f} streamed tokens/s each, a planning figure"
     )
     if needed > workers:
         used += f"; this load needs about {needed} client processes ({each_takes})"
-    elif sizing.get("source") == "measured":  # what this machine's client was measured to take
+    elif sizing is not None and sizing.source == "measured":  # what this machine's client was measured to take
         used += f"; a client process here plans {each_takes}"
     if nodes:
         return (

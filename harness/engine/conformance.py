@@ -6,13 +6,18 @@ server refused it with an HTTP 4xx or 501: code that uses it gets a clear error)
 server error, or an answer that breaks the API: a field ignored, a stop string sent back, a broken stream).
 The evidence says what came back. `/tokenize`, `/metrics` and their shapes are not OpenAI's; their rows say
 which engine family they look like (vLLM's `{count, tokens}` or llama.cpp's `{tokens}`; metric prefixes).
+Each answer is read into a small model of the shape the API defines (`ApiShape`, strict types): a body that
+does not fit reads as the empty shape, so the check says what is missing.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from backends.http import request
 
@@ -42,6 +47,135 @@ class Row:
     evidence: str
 
 
+class ProbeDocument(BaseModel):
+    """probe.json: the endpoint, the model probed, the metric family and every row."""
+
+    url: str = Field(description="the endpoint's base URL, without a trailing /")
+    model: str | None = Field(description="the model the checks named: --model, else /v1/models' first")
+    metric_family: str | None = Field(
+        description="vllm, sglang, llamacpp, native or trtllm: the engine /metrics' names look like; null if none"
+    )
+    rows: list[Row] = Field(description="one per check, in the table's order: check, verdict, evidence")
+
+
+Shape = TypeVar("Shape", bound="ApiShape")
+
+
+class ApiShape(BaseModel):
+    """A part of an answer as the API defines it: strict types (a count is an int, a text a string), other keys
+    ignored."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    @classmethod
+    def read(cls: type[Shape], obj: Any) -> Shape:
+        """`obj` (parsed JSON) read as this shape; the empty shape when it is not one (the check then finds what is
+        missing)."""
+        try:
+            return cls.model_validate(obj)
+        except ValidationError:
+            return cls()
+
+
+class FunctionCall(ApiShape):
+    name: str | None = None
+    arguments: str | None = None  # a JSON object, as text
+
+
+class ToolCall(ApiShape):
+    function: FunctionCall | None = None
+
+
+class Message(ApiShape):
+    """A chat choice's message, or a streamed chat chunk's delta."""
+
+    content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+
+class Choice(ApiShape):
+    index: int | None = None
+    text: str | None = None  # /v1/completions
+    message: Message | None = None  # /v1/chat/completions
+    delta: Message | None = None  # a chunk of a streamed chat answer
+    finish_reason: str | None = None
+
+
+class Usage(ApiShape):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class Completion(ApiShape):
+    """A /v1/completions or /v1/chat/completions answer, or one chunk of its stream."""
+
+    choices: list[Choice] = []
+    usage: Usage | None = None
+
+    def texts(self, api: str, stream: bool = False) -> list[str | None]:
+        """Each choice's text: `text` (completions), `message.content` (chat) or `delta.content` (a chat chunk)."""
+        if api == "completions":
+            return [c.text for c in self.choices]
+        parts = [c.delta if stream else c.message for c in self.choices]
+        return [part.content if part else None for part in parts]
+
+    def first_text(self, api: str) -> str:
+        """The first choice's text, "" when there is none."""
+        return (self.texts(api) or [""])[0] or ""
+
+    def first_message(self) -> Message:
+        return (self.choices[0].message if self.choices else None) or Message()
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.choices[0].finish_reason if self.choices else None
+
+    @property
+    def completion_tokens(self) -> int | None:
+        return self.usage.completion_tokens if self.usage else None
+
+
+class ModelCard(ApiShape):
+    id: str
+
+
+class ModelList(ApiShape):
+    """/v1/models' answer."""
+
+    data: list[ModelCard] = []
+
+
+class Tokenized(ApiShape):
+    """/tokenize's answer: vLLM's {count, max_model_len, tokens, ...} or llama.cpp's {tokens}."""
+
+    tokens: list[int] = []
+
+
+class ErrorDetail(ApiShape):
+    message: str | None = None
+
+
+class ErrorAnswer(ApiShape):
+    """An error body: OpenAI's {"error": {"message": ...}}, or {"error": "text"}."""
+
+    error: ErrorDetail | str | None = None
+
+
+class BooleanAnswer(BaseModel):
+    """An answer that fits BOOLEAN_SCHEMA: {"ok": true or false} and nothing else."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+    ok: bool
+
+
+@dataclass
+class Stream:
+    """An SSE body: each `data:` JSON object as a chunk, and whether `data: [DONE]` came."""
+
+    chunks: list[Completion]
+    done: bool
+
+
 class Answer:
     """One HTTP exchange: the status (None: no answer), the body and its JSON (None if not JSON)."""
 
@@ -66,9 +200,10 @@ class Answer:
         return Row("", verdict, f"HTTP {self.status}: {self.message()}")
 
     def message(self) -> str:
-        error = (self.json or {}).get("error") if isinstance(self.json, dict) else None
-        text = error.get("message", error) if isinstance(error, dict) else error or self.body.decode(errors="replace")
-        return short(str(text))
+        """The server's error message, else the body."""
+        error = ErrorAnswer.read(self.json).error
+        text = error.message if isinstance(error, ErrorDetail) else error
+        return short(text or self.body.decode(errors="replace"))
 
 
 def short(text: str, limit: int = 120) -> str:
@@ -122,11 +257,11 @@ class Prober:
         row = _named("/v1/models", answer.refusal())
         if row:
             return row
-        ids = [m.get("id") for m in (answer.json or {}).get("data") or [] if isinstance(m, dict)]
+        ids = [card.id for card in ModelList.read(answer.json).data]
         if not ids:
             return Row("/v1/models", FAIL, f"200 without a data list of models: {short(answer.body.decode())}")
         self.model = self.model or ids[0]
-        return Row("/v1/models", PASS, f"models: {', '.join(map(str, ids[:4]))}")
+        return Row("/v1/models", PASS, f"models: {', '.join(ids[:4])}")
 
     def chat(self) -> Row:
         return self._plain("chat completions", "chat")
@@ -142,32 +277,27 @@ class Prober:
         row = _named(check, answer.refusal())
         if row:
             return row
-        texts = choice_texts(answer.json, api)
-        usage = (answer.json or {}).get("usage") or {}
-        if not texts or not isinstance(texts[0], str):
+        completion = Completion.read(answer.json)
+        texts = completion.texts(api)
+        if not texts or texts[0] is None:
             return Row(check, FAIL, f"200 without choices[0] text: {short(answer.body.decode())}")
-        return Row(
-            check,
-            PASS,
-            f"finish_reason {answer.json['choices'][0].get('finish_reason')}, "
-            f"usage {usage.get('completion_tokens', 'missing')} tokens: {texts[0]!r}",
-        )
+        tokens = "missing" if completion.completion_tokens is None else completion.completion_tokens
+        return Row(check, PASS, f"finish_reason {completion.finish_reason}, usage {tokens} tokens: {texts[0]!r}")
 
     def streaming(self) -> Row:
         answer = self.generate("chat", 8, temperature=0, stream=True)
         row = _named("streaming", answer.refusal())
         if row:
             return row
-        events = sse_events(answer.body)
-        chunks = [e for e in events if isinstance(e, dict)]
-        pieces = [t for e in chunks for t in choice_texts(e, "chat", stream=True) if t]
-        if not pieces or "[DONE]" not in events:
+        stream = read_stream(answer.body)
+        pieces = [t for chunk in stream.chunks for t in chunk.texts("chat", stream=True) if t]
+        if not pieces or not stream.done:
             return Row("streaming", FAIL, f"not an SSE stream ending in [DONE]: {short(answer.body.decode())}")
-        unasked = any(e.get("usage") for e in chunks)
+        unasked = any(chunk.usage for chunk in stream.chunks)
         return Row(
             "streaming",
             PASS,
-            f"{len(chunks)} chunks, {len(pieces)} with text, then [DONE]"
+            f"{len(stream.chunks)} chunks, {len(pieces)} with text, then [DONE]"
             + ("; usage sent without stream_options" if unasked else ""),
         )
 
@@ -176,14 +306,14 @@ class Prober:
         row = _named("usage in the stream", answer.refusal())
         if row:
             return row
-        usage = [e["usage"] for e in sse_events(answer.body) if isinstance(e, dict) and e.get("usage")]
-        if not usage or not isinstance(usage[-1].get("completion_tokens"), int):
+        usages = [chunk.usage for chunk in read_stream(answer.body).chunks if chunk.usage]
+        if not usages or usages[-1].completion_tokens is None:
             return Row("usage in the stream", FAIL, "include_usage asked, no chunk carried usage.completion_tokens")
-        last = usage[-1]
+        last = usages[-1]
         return Row(
             "usage in the stream",
             PASS,
-            f"prompt_tokens {last.get('prompt_tokens')}, completion_tokens {last['completion_tokens']}",
+            f"prompt_tokens {last.prompt_tokens}, completion_tokens {last.completion_tokens}",
         )
 
     def stop_strings(self) -> Row:
@@ -194,7 +324,7 @@ class Prober:
         row = _named(check, reference.refusal())
         if row:
             return row
-        full = (choice_texts(reference.json, self.text_api) or [""])[0] or ""
+        full = Completion.read(reference.json).first_text(self.text_api)
         stop = pick_stop(full)
         if stop is None:
             return Row(check, FAIL, f"cannot test: the greedy answer {full!r} has no 2 characters to stop at")
@@ -202,7 +332,7 @@ class Prober:
         row = _named(check, stopped.refusal())
         if row:
             return row
-        got = (choice_texts(stopped.json, self.text_api) or [""])[0] or ""
+        got = Completion.read(stopped.json).first_text(self.text_api)
         expected = full[: full.index(stop)]
         seen = f"stop {stop!r}: {got!r} (without it: {full!r})"
         if got == expected:
@@ -216,11 +346,10 @@ class Prober:
         row = _named("max_tokens", answer.refusal())
         if row:
             return row
-        usage = (answer.json or {}).get("usage") or {}
-        count, finish = usage.get("completion_tokens"), ((answer.json or {}).get("choices") or [{}])[0]
-        finish = finish.get("finish_reason")
+        completion = Completion.read(answer.json)
+        count, finish = completion.completion_tokens, completion.finish_reason
         seen = f"max_tokens 5: {count} tokens, finish_reason {finish}"
-        if not isinstance(count, int):
+        if count is None:
             return Row("max_tokens", FAIL, f"no usage.completion_tokens to count: {short(answer.body.decode())}")
         if count == 5 and finish == "length" or count < 5 and finish == "stop":
             return Row("max_tokens", PASS, seen)
@@ -231,7 +360,7 @@ class Prober:
         row = _named("n > 1", answer.refusal())
         if row:
             return row
-        indices = sorted(c.get("index") for c in (answer.json or {}).get("choices") or [])
+        indices = sorted(c.index for c in Completion.read(answer.json).choices if c.index is not None)
         if indices == [0, 1]:
             return Row("n > 1", PASS, "n 2: choices 0 and 1")
         return Row("n > 1", FAIL, f"n 2 answered with choices {indices}: n was ignored")
@@ -244,14 +373,16 @@ class Prober:
         row = _named(check, answer.refusal())
         if row:
             return row
-        content = (choice_texts(answer.json, "chat") or [None])[0]
+        content = (Completion.read(answer.json).texts("chat") or [None])[0]
         try:
             obj = json.loads(content)
         except (TypeError, ValueError):
             return Row(check, FAIL, f"json_schema asked, not JSON back: {content!r}")
-        if isinstance(obj, dict) and set(obj) == {"ok"} and isinstance(obj["ok"], bool):
-            return Row(check, PASS, f"json_schema {{ok: boolean}}: {content!r}")
-        return Row(check, FAIL, f"JSON that breaks the schema {{ok: boolean}}: {content!r}")
+        try:
+            BooleanAnswer.model_validate(obj)
+        except ValidationError:
+            return Row(check, FAIL, f"JSON that breaks the schema {{ok: boolean}}: {content!r}")
+        return Row(check, PASS, f"json_schema {{ok: boolean}}: {content!r}")
 
     def tool_calls(self) -> Row:
         messages = [{"role": "user", "content": "What is the weather in Paris?"}]
@@ -261,17 +392,16 @@ class Prober:
         row = _named("tool calls", answer.refusal())
         if row:
             return row
-        message = (((answer.json or {}).get("choices") or [{}])[0]).get("message") or {}
-        calls = message.get("tool_calls") or []
-        if not calls:
-            return Row("tool calls", FAIL, f"tool_choice required, no tool_calls: content {message.get('content')!r}")
-        function = calls[0].get("function") or {}
+        message = Completion.read(answer.json).first_message()
+        if not message.tool_calls:
+            return Row("tool calls", FAIL, f"tool_choice required, no tool_calls: content {message.content!r}")
+        function = message.tool_calls[0].function or FunctionCall()
         try:
-            arguments = json.loads(function.get("arguments") or "")
+            arguments = json.loads(function.arguments or "")
         except ValueError:
             arguments = None
-        seen = f"{function.get('name')}({function.get('arguments')})"
-        if function.get("name") == "get_weather" and isinstance(arguments, dict):
+        seen = f"{function.name}({function.arguments})"
+        if function.name == "get_weather" and isinstance(arguments, dict):
             return Row("tool calls", PASS, f"tool_calls: {seen}")
         return Row("tool calls", FAIL, f"a tool call that is not get_weather with JSON arguments: {seen}")
 
@@ -283,9 +413,9 @@ class Prober:
             ("llama.cpp", {"content": "Hello world"}),
         ):
             answer = self.send("/tokenize", body)
-            tokens = (answer.json or {}).get("tokens") if isinstance(answer.json, dict) else None
-            if answer.ok and tokens and all(isinstance(t, int) for t in tokens):
-                keys = ", ".join(sorted(answer.json))
+            tokens = Tokenized.read(answer.json).tokens
+            if answer.ok and tokens:
+                keys = ", ".join(sorted(answer.json))  # the shape: vLLM's keys or llama.cpp's
                 return Row("/tokenize", PASS, f"{dialect} shape: {keys}; 'Hello world' is {len(tokens)} tokens")
             tried.append(f"{dialect} body: HTTP {answer.status}" + (f" {answer.message()}" if not answer.ok else ""))
         refused = all(a.startswith(("vLLM body: HTTP 4", "llama.cpp body: HTTP 4")) for a in tried)
@@ -307,28 +437,23 @@ def _named(check: str, row: Row | None) -> Row | None:
     return row
 
 
-def choice_texts(obj, api: str, stream: bool = False) -> list:
-    """Each choice's text: `text` (completions), `message.content` (chat) or `delta.content` (a chat chunk)."""
-    choices = obj.get("choices") if isinstance(obj, dict) else None
-    if not isinstance(choices, list):
-        return []
-    if api == "completions":
-        return [c.get("text") for c in choices if isinstance(c, dict)]
-    part = "delta" if stream else "message"
-    return [(c.get(part) or {}).get("content") for c in choices if isinstance(c, dict)]
-
-
-def sse_events(body: bytes) -> list:
-    """The `data:` payloads of an SSE body: JSON objects, and the string "[DONE]"."""
-    events = []
+def read_stream(body: bytes) -> Stream:
+    """An SSE body's `data:` payloads: each JSON object read as a chunk (other payloads skipped), and [DONE]."""
+    stream = Stream(chunks=[], done=False)
     for line in body.decode(errors="replace").splitlines():
-        if line.startswith("data:"):
-            payload = line[5:].strip()
-            try:
-                events.append(payload if payload == "[DONE]" else json.loads(payload))
-            except ValueError:
-                events.append(payload)
-    return events
+        if not line.startswith("data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            stream.done = True
+            continue
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            stream.chunks.append(Completion.read(obj))
+    return stream
 
 
 def pick_stop(text: str) -> str | None:
@@ -365,11 +490,6 @@ def metric_family_text(names: list[str], path: str) -> str:
     return f"{family} names{where} ({len(own)} of {len(names)}): {shown}"
 
 
-def probe_document(prober: Prober, rows: list[Row]) -> dict:
-    """probe.json: the endpoint, the model probed, the metric family and every row."""
-    return {
-        "url": prober.url,
-        "model": prober.model,
-        "metric_family": prober.metric_family,
-        "rows": [asdict(r) for r in rows],
-    }
+def probe_document(prober: Prober, rows: list[Row]) -> ProbeDocument:
+    """probe.json's content."""
+    return ProbeDocument(url=prober.url, model=prober.model, metric_family=prober.metric_family, rows=rows)

@@ -11,6 +11,7 @@ from backends.base import http_post
 from harness.engine.server_metrics import ServerMetricsScraper
 from harness.engine.step_trace import fetch_steps, steps_on_run_clock, write_engine_trace
 from harness.engine.telemetry import TelemetryRecorder
+from harness.results.schema import Telemetry
 
 
 class RunObservers:
@@ -85,17 +86,20 @@ class RunObservers:
         self.status["telemetry"] = self.recorder.stop()
         return self.status
 
-    def derived(self, outcome) -> dict:
-        """Telemetry figures over the measured window (first intended send to last end)."""
+    def derived(self, outcome) -> Telemetry:
+        """summary.json's telemetry figures over the measured window (first intended send to last end); none
+        without measured requests or telemetry."""
         measured = [r for r in outcome.records if not r.is_warmup]
         if not measured:
-            return {}
+            return Telemetry()
         offset_s = (outcome.t0_ns - self.t0_ns) / 1e9
         start = min(r.intended_send_s for r in measured) + offset_s
         end = max(r.end_s if r.end_s is not None else r.intended_send_s for r in measured) + offset_s
         if end <= start:
-            return {}
-        return self.recorder.derived(start, end, sum(r.output_tokens for r in measured if r.ok))
+            return Telemetry()
+        return Telemetry.model_validate(
+            self.recorder.derived(start, end, sum(r.output_tokens for r in measured if r.ok))
+        )
 
     def engine_steps(self, outcome) -> list[dict]:
         """The engine's steps during this run on the requests' clock; writes engine_trace.json.

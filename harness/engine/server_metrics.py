@@ -189,7 +189,8 @@ def counter_resets(csv_path: str | Path) -> list[str]:
                 key = row["name"].removeprefix("bench:")
                 if not row["name"].startswith("bench:") or key not in RESTART_COUNTERS:
                     continue
-                series, value = (key, row.get("labels") or ""), float(row["value"])
+                # every row has COLUMNS' labels; a torn last line leaves it None
+                series, value = (key, row["labels"] or ""), float(row["value"])
                 if value < last.get(series, value):
                     fell.append(key + (f"{{{series[1]}}}" if series[1] else ""))
                 last[series] = value

@@ -16,17 +16,34 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from pydantic import BaseModel
+
+
+class FirstRequest(BaseModel):
+    """The engine's first request: the run that sent it, its latencies and the run's median TTFT beside them."""
+
+    run: str
+    ok: bool
+    ttft_ms: float | None = None  # None: no token came
+    e2e_ms: float | None = None
+    run_median_ttft_ms: float | None = None
+
+
+class Startup(BaseModel):
+    """run.json's `startup` block."""
+
+    launch_to_ready_s: float
+    engine_build_s: float | None = None  # None: the engine builds none
+    first_request: FirstRequest | None = None  # None: no request was sent (or the load has not run yet)
+
 
 def launch_startup(ready_s: float, backend, log_path: Path) -> dict:
-    block = {"launch_to_ready_s": round(ready_s, 3)}
     try:
         log_text = log_path.read_text(errors="replace")
     except OSError:
         log_text = ""
-    build_s = backend.engine_build_s(log_text)
-    if build_s is not None:
-        block["engine_build_s"] = build_s
-    return block
+    block = Startup(launch_to_ready_s=round(ready_s, 3), engine_build_s=backend.engine_build_s(log_text))
+    return block.model_dump(exclude_none=True)
 
 
 def first_request(records, run_name: str) -> dict | None:
@@ -37,13 +54,13 @@ def first_request(records, run_name: str) -> dict | None:
         return None
     first = min(sent, key=lambda r: r.actual_send_s)
     ttfts = [r.token_times_s[0] - r.actual_send_s for r in sent if r.ok and r.token_times_s]
-    return {
-        "run": run_name,
-        "ok": first.ok,
-        "ttft_ms": _ms(first.token_times_s[0] - first.actual_send_s) if first.token_times_s else None,
-        "e2e_ms": _ms(first.end_s - first.actual_send_s) if first.end_s is not None else None,
-        "run_median_ttft_ms": _ms(statistics.median(ttfts)) if ttfts else None,
-    }
+    return FirstRequest(
+        run=run_name,
+        ok=first.ok,
+        ttft_ms=_ms(first.token_times_s[0] - first.actual_send_s) if first.token_times_s else None,
+        e2e_ms=_ms(first.end_s - first.actual_send_s) if first.end_s is not None else None,
+        run_median_ttft_ms=_ms(statistics.median(ttfts)) if ttfts else None,
+    ).model_dump()
 
 
 def _ms(seconds: float) -> float:
@@ -55,17 +72,18 @@ def startup_text(block: dict | None) -> str:
     95 ms), E2E 900 ms"; "not launched by bench" without a block."""
     if not block:
         return "not launched by bench"
-    parts = [f"ready {block['launch_to_ready_s']:.1f} s after launch"]
-    if block.get("engine_build_s") is not None:
-        parts.append(f"engine build {block['engine_build_s']:.0f} s")
-    first = block.get("first_request")
-    if first and first.get("ttft_ms") is not None:
-        median = first.get("run_median_ttft_ms")
+    startup = Startup.model_validate(block)
+    parts = [f"ready {startup.launch_to_ready_s:.1f} s after launch"]
+    if startup.engine_build_s is not None:
+        parts.append(f"engine build {startup.engine_build_s:.0f} s")
+    first = startup.first_request
+    if first is not None and first.ttft_ms is not None:
+        median = first.run_median_ttft_ms
         parts.append(
-            f"first request TTFT {first['ttft_ms']:.0f} ms"
+            f"first request TTFT {first.ttft_ms:.0f} ms"
             + (f" (run median {median:.0f} ms)" if median is not None else "")
-            + (f", E2E {first['e2e_ms']:.0f} ms" if first.get("e2e_ms") is not None else "")
+            + (f", E2E {first.e2e_ms:.0f} ms" if first.e2e_ms is not None else "")
         )
-    elif first:
+    elif first is not None:
         parts.append("first request failed")
     return "; ".join(parts)

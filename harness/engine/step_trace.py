@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import urllib.error
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from backends.base import http_get
@@ -32,35 +33,61 @@ def fetch_steps(url: str, headers: dict | None = None, timeout_s: float = 30.0) 
         return None, f"{url}: {type(e).__name__}: {e}"
 
 
+@dataclass(frozen=True, slots=True)
+class EngineStep:
+    """One row of the engine's /step_trace answer (its `fields` name the columns)."""
+
+    start_ns: int  # the engine's perf_counter_ns
+    end_ns: int
+    forward_ns: int
+    prefill_chunks: list[int]
+    decode_seqs: int
+    kv_blocks_used: int
+    preemptions: int
+    prefix_hit_tokens: int
+    bytes_read: int
+    flops: int
+    running: int
+    waiting: int
+    kv_positions_read: int | None = None  # None: an engine from before it was traced
+    prefill_starts: list[int] | None = None  # the same
+
+
+_ENGINE_STEP_COLUMNS = frozenset(f.name for f in fields(EngineStep))
+
+
+def _engine_steps(raw: dict) -> list[EngineStep]:
+    """The rows of a /step_trace answer; columns this version does not know are left out."""
+    known = [(i, name) for i, name in enumerate(raw["fields"]) if name in _ENGINE_STEP_COLUMNS]
+    return [EngineStep(**{name: row[i] for i, name in known}) for row in raw["steps"]]
+
+
 def steps_on_run_clock(raw: dict, t0_ns: int, start_s: float | None = None, end_s: float | None = None) -> list[dict]:
     """One dict per step, times in seconds from t0; only steps that start inside [start_s, end_s]."""
-    fields = raw["fields"]
     steps = []
-    for row in raw["steps"]:
-        rec = dict(zip(fields, row))
-        t_s = (rec["start_ns"] - t0_ns) / 1e9
+    for rec in _engine_steps(raw):
+        t_s = (rec.start_ns - t0_ns) / 1e9
         if (start_s is not None and t_s < start_s) or (end_s is not None and t_s > end_s):
             continue
-        chunks = rec["prefill_chunks"]
         steps.append(
             {
                 "t_s": t_s,
-                "dur_s": max(rec["end_ns"] - rec["start_ns"], 1) / 1e9,
-                "forward_s": rec["forward_ns"] / 1e9,
-                "prefill_tokens": sum(chunks),
-                "prefill_chunks": chunks,
-                "decode_seqs": rec["decode_seqs"],
-                "kv_blocks_used": rec["kv_blocks_used"],
-                "preemptions": rec["preemptions"],
-                "prefix_hit_tokens": rec["prefix_hit_tokens"],
-                "bytes_read": rec["bytes_read"],
-                "flops": rec["flops"],
-                "running": rec["running"],
-                "waiting": rec["waiting"],
-                "kv_positions_read": rec.get("kv_positions_read"),
-                "prefill_starts": rec.get("prefill_starts"),
+                "dur_s": max(rec.end_ns - rec.start_ns, 1) / 1e9,
+                "forward_s": rec.forward_ns / 1e9,
+                "prefill_tokens": sum(rec.prefill_chunks),
+                "prefill_chunks": rec.prefill_chunks,
+                "decode_seqs": rec.decode_seqs,
+                "kv_blocks_used": rec.kv_blocks_used,
+                "preemptions": rec.preemptions,
+                "prefix_hit_tokens": rec.prefix_hit_tokens,
+                "bytes_read": rec.bytes_read,
+                "flops": rec.flops,
+                "running": rec.running,
+                "waiting": rec.waiting,
+                "kv_positions_read": rec.kv_positions_read,
+                "prefill_starts": rec.prefill_starts,
             }
-        )  # None: traced before it was recorded
+        )
     return steps
 
 
@@ -137,6 +164,6 @@ def read_engine_trace(path: Path) -> list[dict]:
     trace = json.loads(Path(path).read_text())
     steps = []
     for e in trace["traceEvents"]:
-        if e.get("ph") == "X" and e.get("tid") == TRACKS["steps"]:
+        if e["ph"] == "X" and e["tid"] == TRACKS["steps"]:  # every event has a ph, every slice a tid
             steps.append({"t_s": e["ts"] / 1e6, "dur_s": e["dur"] / 1e6, "kind": e["name"], **e["args"]})
     return steps

@@ -12,69 +12,82 @@ many requests, comes close). AIPerf's --num-profile-runs computes the same inter
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.stats import t as student_t
 
-# (summary.json path, unit): the figures a reader quotes first; --until-ci waits for every one of them
+from harness.results.schema import MeanInterval, Summary
+
+
+@dataclass(frozen=True)
+class Headline:
+    unit: str
+    read: Callable[[Summary], float | None]
+
+
+# by summary.json path: the figures a reader quotes first; --until-ci waits for every one of them
 HEADLINE_METRICS = {
-    "throughput.requests_per_s": "req/s",
-    "throughput.output_tokens_per_s": "tok/s",
-    "ttft_ms.p50": "ms",
-    "tpot_ms.p50": "ms",
-    "itl_ms.p50": "ms",
-    "e2e_ms.p50": "ms",
+    "throughput.requests_per_s": Headline("req/s", lambda s: s.throughput.requests_per_s),
+    "throughput.output_tokens_per_s": Headline("tok/s", lambda s: s.throughput.output_tokens_per_s),
+    "ttft_ms.p50": Headline("ms", lambda s: s.ttft_ms.p50),
+    "tpot_ms.p50": Headline("ms", lambda s: s.tpot_ms.p50),
+    "itl_ms.p50": Headline("ms", lambda s: s.itl_ms.p50),
+    "e2e_ms.p50": Headline("ms", lambda s: s.e2e_ms.p50),
 }
 MIN_RUNS_TO_STOP = 3  # two runs that agree by chance are common; three rarely (AIPerf waits for 3 too)
 
 
-def metric_value(summary: dict, path: str) -> float | None:
-    """The figure at a dotted path of summary.json (`ttft_ms.p50`), None when the run has none."""
-    value = summary
-    for key in path.split("."):
-        value = value.get(key) if isinstance(value, dict) else None
-    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+def metric_value(summary: Summary, path: str) -> float | None:
+    """The headline figure at `path` (`ttft_ms.p50`), None when the run has none."""
+    value = HEADLINE_METRICS[path].read(summary)
+    return float(value) if value is not None and math.isfinite(value) else None
 
 
-def mean_interval(values: list[float], confidence: float) -> dict:
-    """{n, values, mean, std, t_critical, half_width, low, high, relative_half_width}; the interval's fields are
-    None with fewer than 2 values (no spread to judge), relative_half_width None with a zero mean."""
+def mean_interval(values: list[float], confidence: float, unit: str) -> MeanInterval:
+    """The values' mean and its Student t interval; the interval's fields are None with fewer than 2 values (no
+    spread to judge), relative_half_width None with a zero mean."""
     arr = np.asarray(values, dtype=np.float64)
-    out: dict = {"n": int(arr.size), "values": [float(v) for v in arr], "mean": float(arr.mean()) if arr.size else None}
-    out.update(std=None, t_critical=None, half_width=None, low=None, high=None, relative_half_width=None)
+    interval = MeanInterval(
+        unit=unit,
+        n=int(arr.size),
+        values=[float(v) for v in arr],
+        mean=float(arr.mean()) if arr.size else None,
+        **dict.fromkeys(("std", "t_critical", "half_width", "low", "high", "relative_half_width")),
+    )
     if arr.size < 2:
-        return out
-    std = float(arr.std(ddof=1))
-    t_critical = float(student_t.ppf(1 - (1 - confidence) / 2, arr.size - 1))
-    half = t_critical * std / math.sqrt(arr.size)
-    out.update(std=std, t_critical=t_critical, half_width=half, low=out["mean"] - half, high=out["mean"] + half)
-    if out["mean"] != 0:
-        out["relative_half_width"] = half / abs(out["mean"])
+        return interval
+    interval.std = float(arr.std(ddof=1))
+    interval.t_critical = float(student_t.ppf(1 - (1 - confidence) / 2, arr.size - 1))
+    half = interval.half_width = interval.t_critical * interval.std / math.sqrt(arr.size)
+    interval.low, interval.high = interval.mean - half, interval.mean + half
+    if interval.mean != 0:
+        interval.relative_half_width = half / abs(interval.mean)
     elif half == 0:
-        out["relative_half_width"] = 0.0
-    return out
+        interval.relative_half_width = 0.0
+    return interval
 
 
-def headline_intervals(summaries: list[dict], confidence: float) -> dict:
+def headline_intervals(summaries: list[Summary], confidence: float) -> dict[str, MeanInterval]:
     """Each headline metric's interval over the runs that have it (a run without the figure is left out)."""
     out = {}
-    for path, unit in HEADLINE_METRICS.items():
+    for path, headline in HEADLINE_METRICS.items():
         values = [v for v in (metric_value(s, path) for s in summaries) if v is not None]
-        out[path] = {"unit": unit, **mean_interval(values, confidence)}
+        out[path] = mean_interval(values, confidence, headline.unit)
     return out
 
 
-def converged(intervals: dict, until: float) -> bool:
+def converged(intervals: dict[str, MeanInterval], until: float) -> bool:
     """Whether every headline metric some run measured has its interval's half-width within `until` (a share,
     0.05 for 5%) of its mean, from at least MIN_RUNS_TO_STOP runs."""
-    judged = [m for m in intervals.values() if m["n"]]
+    judged = [m for m in intervals.values() if m.n]
     return bool(judged) and all(
-        m["n"] >= MIN_RUNS_TO_STOP and m["relative_half_width"] is not None and m["relative_half_width"] <= until
-        for m in judged
+        m.n >= MIN_RUNS_TO_STOP and m.relative_half_width is not None and m.relative_half_width <= until for m in judged
     )
 
 
-def widest(intervals: dict) -> tuple[str, float] | None:
+def widest(intervals: dict[str, MeanInterval]) -> tuple[str, float] | None:
     """The headline metric with the widest relative interval, and that share (None before two runs)."""
-    shares = [(k, m["relative_half_width"]) for k, m in intervals.items() if m["relative_half_width"] is not None]
+    shares = [(k, m.relative_half_width) for k, m in intervals.items() if m.relative_half_width is not None]
     return max(shares, key=lambda kv: kv[1]) if shares else None

@@ -13,39 +13,24 @@ count that would establish it is given.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 
 import numpy as np
 from scipy.stats import beta, binom
+
+from harness.results.schema import Interval, Intervals
 
 DEFAULT_CONFIDENCE = 0.95
 INTERVAL_PERCENTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99, "p999": 0.999}
 
 
-@dataclass
-class PercentileInterval:
-    """A percentile's interval: `low` and `high` (None when not established), `coverage`: the chance that
-    interval holds the true percentile (>= the confidence asked for), `samples_needed`: the fewest samples
-    that establish it at that confidence."""
-
-    established: bool
-    samples: int
-    samples_needed: int
-    low: float | None = None
-    high: float | None = None
-    coverage: float | None = None
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def interval_text(interval: dict | None, digits: int = 1) -> str:
-    """A PercentileInterval's dict (summary.json percentile_ci) as the console and the reports show it."""
-    if not interval or not interval["samples"]:
+def interval_text(interval: Interval | None, digits: int = 1) -> str:
+    """A percentile's interval (summary.json percentile_ci) as the console and the reports show it: `low` and
+    `high`, or the fewest samples that would establish it."""
+    if interval is None or not interval.samples:
         return "-"
-    if not interval["established"]:
-        return f"not established (needs {interval['samples_needed']:,})"
-    return f"{interval['low']:,.{digits}f} – {interval['high']:,.{digits}f}"
+    if not interval.established:
+        return f"not established (needs {interval.samples_needed:,})"
+    return f"{interval.low:,.{digits}f} – {interval.high:,.{digits}f}"
 
 
 def samples_needed(q: float, confidence: float = DEFAULT_CONFIDENCE) -> int:
@@ -70,7 +55,7 @@ def rank_interval(n: int, q: float, confidence: float = DEFAULT_CONFIDENCE) -> t
     return l_minus_1 + 1, u_minus_1 + 1, coverage
 
 
-def percentile_interval(values, q: float, confidence: float = DEFAULT_CONFIDENCE) -> PercentileInterval:
+def percentile_interval(values, q: float, confidence: float = DEFAULT_CONFIDENCE) -> Interval:
     """The confidence interval of the q-quantile of `values` (any unit; the interval is in the same)."""
     arr = np.asarray(values, dtype=np.float64)
     ranks = rank_interval(arr.size, q, confidence) if arr.size else None
@@ -78,24 +63,27 @@ def percentile_interval(values, q: float, confidence: float = DEFAULT_CONFIDENCE
     return _picked_interval(picked, q, confidence, ranks)
 
 
-def _picked_interval(picked: np.ndarray, q: float, confidence: float, ranks) -> PercentileInterval:
-    """The interval of rank_interval's ranks, read from samples partitioned at them."""
+def _picked_interval(picked: np.ndarray, q: float, confidence: float, ranks) -> Interval:
+    """The interval of rank_interval's ranks, read from samples partitioned at them: `coverage`, the chance it
+    holds the true percentile (>= the confidence asked for); `samples_needed`, the fewest samples that establish
+    it at that confidence."""
     n, needed = int(picked.size), samples_needed(q, confidence)
     if ranks is None:
-        return PercentileInterval(False, n, needed)
+        return Interval(established=False, samples=n, samples_needed=needed, low=None, high=None, coverage=None)
     lo, hi, coverage = ranks
-    return PercentileInterval(True, n, needed, float(picked[lo - 1]), float(picked[hi - 1]), coverage)
+    low, high = float(picked[lo - 1]), float(picked[hi - 1])
+    return Interval(established=True, samples=n, samples_needed=needed, low=low, high=high, coverage=coverage)
 
 
-def percentile_intervals(values, confidence: float = DEFAULT_CONFIDENCE) -> dict:
-    """{p50: {...}, p90: ..., p99: ..., p999: ...}: each PercentileInterval as a dict."""
+def percentile_intervals(values, confidence: float = DEFAULT_CONFIDENCE) -> Intervals:
+    """The p50, p90, p99 and p999 intervals of `values`."""
     arr = np.asarray(values, dtype=np.float64)
     qs = INTERVAL_PERCENTILES
     ranks = {key: rank_interval(arr.size, q, confidence) if arr.size else None for key, q in qs.items()}
     # one partition at every rank of every percentile (12.8 M token gaps in a 100k-request plan)
     kth = sorted({r - 1 for found in ranks.values() if found for r in found[:2]})
     picked = np.partition(arr, kth) if kth else arr
-    return {key: _picked_interval(picked, q, confidence, ranks[key]).as_dict() for key, q in qs.items()}
+    return Intervals(**{key: _picked_interval(picked, q, confidence, ranks[key]) for key, q in qs.items()})
 
 
 def share_lower_bound(successes: int, trials: int, confidence: float) -> float:

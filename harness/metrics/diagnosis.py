@@ -7,11 +7,12 @@ None. Thresholds are the module's constants, named after what they bound.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from harness.metrics.latencies import request_latency
+from harness.results.schema import Finding, ScenarioRecord, Summary, TokenCountRecord, TtftShare
 
 QUEUE_SHARE_MAIN = 0.5  # queueing at least this share of mean TTFT: the run is saturated
 QUEUE_SHARE_NOTABLE = 0.25  # ... a warning from here
@@ -28,17 +29,13 @@ CLIENT_SHARE = 0.2  # the client's own parts of TTFT
 LOW_BANDWIDTH_FRACTION = 0.3  # memory-bound decode below this share of bandwidth: overhead-bound
 
 
-@dataclass
-class Finding:
-    rule: str
-    severity: str  # "critical" | "warning" | "info"
-    message: str
-    evidence: dict = field(default_factory=dict)
+def _finding(rule: str, severity: str, message: str, evidence: dict) -> Finding:
+    return Finding(rule=rule, severity=severity, message=message, evidence=evidence)
 
 
 @dataclass
 class Run:
-    summary: dict
+    summary: Summary
     records: list
     series: dict = field(default_factory=dict)  # harness.engine.server_metrics.read_schema, on the records' clock
     steps: list = field(default_factory=list)  # harness.engine.step_trace steps
@@ -66,8 +63,8 @@ def _pct(x: float) -> str:
 
 
 def saturation(run: Run) -> Finding | None:
-    phases = run.summary.get("phases_ms") or {}
-    share = (phases.get("ttft_share") or {}).get("queue")
+    phases = run.summary.phases_ms
+    share = phases.ttft_share.queue if phases is not None and phases.ttft_share is not None else None
     waiting = run.window_values("bench:waiting")
     waiting_fraction = sum(w > 0 for w in waiting) / len(waiting) if waiting else 0.0
     if (share is None or share < QUEUE_SHARE_NOTABLE) and waiting_fraction < WAITING_SAMPLES_FRACTION:
@@ -82,8 +79,8 @@ def saturation(run: Run) -> Finding | None:
     if share is not None and waiting and max(waiting) == 0:
         # Queue time with an empty queue gauge: requests waited for the running step to end (a step
         # boundary), not for a slot in a full batch; that is slow steps, not saturation.
-        queue_ms, ttft_ms = phases["queue"]["mean"], phases["ttft"]["mean"]
-        return Finding(
+        queue_ms, ttft_ms = phases.queue.mean, phases.ttft.mean
+        return _finding(
             "saturation",
             "info",
             f"step-boundary wait, not saturation: queueing is {_pct(share)} of TTFT (queue "
@@ -92,8 +89,8 @@ def saturation(run: Run) -> Finding | None:
             evidence,
         )
     if share is not None:
-        queue_ms, ttft_ms = phases["queue"]["mean"], phases["ttft"]["mean"]
-        main = share >= QUEUE_SHARE_MAIN and phases.get("main_ttft_part") == "queue"
+        queue_ms, ttft_ms = phases.queue.mean, phases.ttft.mean
+        main = share >= QUEUE_SHARE_MAIN and phases.main_ttft_part == "queue"
         message = (
             f"saturated: queueing is {_pct(share)} of TTFT{' (its main share)' if main else ''} "
             f"(queue {queue_ms:.0f} ms of mean TTFT {ttft_ms:.0f} ms)"
@@ -103,7 +100,7 @@ def saturation(run: Run) -> Finding | None:
         message = "requests queued in the engine"
     if waiting:
         message += f"; up to {max(waiting):.0f} requests waited (waiting > 0 in {_pct(waiting_fraction)} of samples)"
-    return Finding("saturation", "critical" if main else "warning", message, evidence)
+    return _finding("saturation", "critical" if main else "warning", message, evidence)
 
 
 def batch_limit(run: Run) -> Finding | None:
@@ -118,7 +115,7 @@ def batch_limit(run: Run) -> Finding | None:
     at_cap = sum(r >= cap for r, _ in pressed) / len(pressed)
     if at_cap < 0.8 or max(kv) >= KV_USAGE_LOW:
         return None
-    return Finding(
+    return _finding(
         "batch_limit",
         "warning",
         f"concurrency is capped by the batch limit, not by memory: {cap:.0f} running while up to "
@@ -140,7 +137,7 @@ def kv_pressure(run: Run) -> Finding | None:
         parts.append(f"usage peaked at {_pct(max(kv))}")
     if preemptions > 0:
         parts.append(f"{preemptions:.0f} preemptions (requests recomputed)")
-    return Finding(
+    return _finding(
         "kv_pressure",
         "critical" if preemptions > 0 else "warning",
         "KV-cache pressure: " + ", ".join(parts),
@@ -168,7 +165,7 @@ def prefill_interference(run: Run) -> Finding | None:
         return None
     worst = max(g for g, *_ in stalls)
     longest = max(p for *_, p in long_first_tokens)
-    return Finding(
+    return _finding(
         "prefill_interference",
         "critical",
         f"prefill interference: {len(stalls)} token gaps stalled {stall_s * 1e3:.0f} ms or more "
@@ -198,7 +195,7 @@ def head_of_line(run: Run) -> Finding | None:
     share = sum(waited_ms) / sum(ttft_ms) if sum(ttft_ms) > 0 else 0.0
     if share < HOL_QUEUE_SHARE:
         return None
-    return Finding(
+    return _finding(
         "head_of_line",
         "warning",
         f"short requests wait for long ones: requests of <= {short_limit:.0f} prompt tokens spent "
@@ -212,63 +209,57 @@ def head_of_line(run: Run) -> Finding | None:
 
 
 def decode_roofline(run: Run) -> Finding | None:
-    roof = run.summary.get("roofline") or {}
-    point = (roof.get("points") or {}).get("decode") or (roof.get("points") or {}).get("all steps")
-    if not point and roof.get("hardware"):  # a GPU's counters, without the engine's bytes and FLOPs
-        return Finding("decode_bound", "info", roof["hardware"]["line"], roof["hardware"])
-    if not point or not roof.get("line"):
+    roof = run.summary.roofline
+    if roof is None:
         return None
-    overhead = point["bound"] == "memory" and point["bandwidth_fraction"] < LOW_BANDWIDTH_FRACTION
-    message = roof["line"]
+    points = roof.points or {}
+    point = points.get("decode") or points.get("all steps")
+    if not point and roof.hardware:  # a GPU's counters, without the engine's bytes and FLOPs
+        return _finding("decode_bound", "info", roof.hardware.line, roof.hardware.model_dump())
+    if not point or not roof.line:
+        return None
+    overhead = point.bound == "memory" and point.bandwidth_fraction < LOW_BANDWIDTH_FRACTION
+    message = roof.line
     if overhead:
         message += (
             "; far below the bandwidth ceiling: per-step overhead or small batches, not the hardware, set the pace"
         )
-    elif point["bound"] == "memory":
+    elif point.bound == "memory":
         message += ": low compute use is expected here, more concurrency raises throughput"
-    return Finding(
-        "decode_bound",
-        "warning" if overhead else "info",
-        message,
-        {
-            k: point[k]
-            for k in (
-                "bandwidth_fraction",
-                "compute_fraction",
-                "intensity_flop_per_byte",
-                "ridge_flop_per_byte",
-                "bound",
-            )
-        },
+    evidence = point.model_dump(
+        include={"bandwidth_fraction", "compute_fraction", "intensity_flop_per_byte", "ridge_flop_per_byte", "bound"}
     )
+    return _finding("decode_bound", "warning" if overhead else "info", message, evidence)
 
 
 def prefix_cache_miss(run: Run) -> Finding | None:
-    workload = run.scenario.get("workload") or {}
-    if workload.get("kind") != "shared_prefix" or not workload.get("prefix_tokens"):
+    workload = ScenarioRecord.model_validate(run.scenario).workload
+    if workload.kind != "shared_prefix" or not workload.prefix_tokens:
         return None
-    suffix = (workload.get("input_tokens") or {}).get("mean", 0)
-    expected = workload["prefix_tokens"] / (workload["prefix_tokens"] + suffix)
+    # the mean prompt past the shared prefix
+    suffix = (workload.input_tokens.mean or 0) if isinstance(workload.input_tokens, TokenCountRecord) else 0
+    prefix = workload.prefix_tokens
+    expected = prefix / (prefix + suffix)
     timed = [r.server_timings for r in run.completed() if "cache_n" in (r.server_timings or {})]
     if timed:
         # llama.cpp's prompt_n excludes the cached tokens (tools/server/server-task.cpp: n_prompt_tokens_processed;
         # a live run showed cache_n 64 + prompt_n 16 for an 80-token prompt), and the native engine's follows it
-        hit = sum(t["cache_n"] for t in timed) / max(sum(t["cache_n"] + t.get("prompt_n", 0) for t in timed), 1)
+        cached = sum(t["cache_n"] for t in timed)
+        hit = cached / max(cached + sum(t.get("prompt_n", 0) for t in timed), 1)
         source = "the engine's per-request cache_n"
     else:
-        window = run.summary.get("prefix_cache")
+        window = run.summary.prefix_cache
         if not window:
             return None
-        hit, source = window["hit_rate"], "the engine's prefix-cache counters over the window"
+        hit, source = window.hit_rate, "the engine's prefix-cache counters over the window"
     if hit >= PREFIX_HIT_FRACTION_OF_EXPECTED * expected:
         return None
-    return Finding(
+    return _finding(
         "prefix_cache_miss",
         "warning",
         f"prefix cache misses: {_pct(hit)} of prompt tokens came from the cache on a shared-prefix "
-        f"workload where {_pct(expected)} could ({workload['prefix_tokens']} shared of "
-        f"~{workload['prefix_tokens'] + suffix:.0f}); is prefix caching on, and the shared prefix at least "
-        f"one KV block (vLLM's CPU build caches whole 128-token blocks)?",
+        f"workload where {_pct(expected)} could ({prefix} shared of ~{prefix + suffix:.0f}); is prefix caching on, "
+        f"and the shared prefix at least one KV block (vLLM's CPU build caches whole 128-token blocks)?",
         {"hit_fraction": hit, "expected_fraction": expected, "source": source},
     )
 
@@ -276,20 +267,20 @@ def prefix_cache_miss(run: Run) -> Finding | None:
 def prefix_cache_saving(run: Run) -> Finding | None:
     """What the prefix cache saved over the window, and the memory it kept for that: the blocks only the cache
     holds (prefixes no running request uses, which a cache-less engine would have free) and its evictions."""
-    window = run.summary.get("prefix_cache") or {}
+    window = run.summary.prefix_cache
     blocks = run.window_values("bench:prefix_cache_blocks")
-    if not window.get("hit_tokens") or not blocks:
+    if window is None or not window.hit_tokens or not blocks:
         return None
     evictions = run.counter_increase("bench:prefix_cache_evictions")
-    return Finding(
+    return _finding(
         "prefix_cache_saving",
         "info",
-        f"prefix cache saved {_pct(window['hit_rate'])} of prefill ({window['hit_tokens']:.0f} of "
-        f"{window['queried_tokens']:.0f} prompt tokens served from cache); its memory: up to {max(blocks):.0f} KV "
+        f"prefix cache saved {_pct(window.hit_rate)} of prefill ({window.hit_tokens:.0f} of "
+        f"{window.queried_tokens:.0f} prompt tokens served from cache); its memory: up to {max(blocks):.0f} KV "
         f"blocks held by cached prefixes no running request used, {evictions:.0f} blocks evicted",
         {
-            "hit_fraction": window["hit_rate"],
-            "saved_prefill_tokens": window["hit_tokens"],
+            "hit_fraction": window.hit_rate,
+            "saved_prefill_tokens": window.hit_tokens,
             "cached_blocks_max": max(blocks),
             "evicted_blocks": evictions,
         },
@@ -297,9 +288,10 @@ def prefix_cache_saving(run: Run) -> Finding | None:
 
 
 def client_bound(run: Run) -> Finding | None:
-    share = run.summary.get("phases_ms", {}).get("ttft_share") or {}
-    client = share.get("client_lag", 0.0) + share.get("connect_send", 0.0)
-    reasons = run.summary.get("client_bound_reasons") or []
+    phases = run.summary.phases_ms
+    share = phases.ttft_share if phases is not None and phases.ttft_share is not None else TtftShare()
+    client = (share.client_lag or 0.0) + (share.connect_send or 0.0)
+    reasons = run.summary.client_bound_reasons
     if not reasons and client < CLIENT_SHARE:
         return None
     if client >= CLIENT_SHARE:
@@ -310,15 +302,15 @@ def client_bound(run: Run) -> Finding | None:
         severity = "info"
     if reasons:
         message += " (" + "; ".join(reasons) + ")"
-    return Finding("client_bound", severity, message, {"client_share_of_ttft": client, "reasons": reasons})
+    return _finding("client_bound", severity, message, {"client_share_of_ttft": client, "reasons": reasons})
 
 
 def token_count_mismatch(run: Run) -> Finding | None:
-    mismatches = run.summary.get("token_count_mismatches", 0)
+    mismatches = run.summary.token_count_mismatches
     if not mismatches:
         return None
-    done = run.summary["requests"]["completed"]
-    return Finding(
+    done = run.summary.requests.completed
+    return _finding(
         "token_count_mismatch",
         "warning",
         f"token counts disagree in {mismatches} of {done} requests: the server's usage differs from "
@@ -342,8 +334,8 @@ RULES = (
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
 
-def diagnose(run: Run) -> list[dict]:
+def diagnose(run: Run) -> list[Finding]:
     """Every rule's finding, most severe first."""
     found = [f for f in (rule(run) for rule in RULES) if f is not None]
     found.sort(key=lambda f: SEVERITY_ORDER[f.severity])
-    return [asdict(f) for f in found]
+    return found

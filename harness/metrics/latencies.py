@@ -11,6 +11,17 @@ import numpy as np
 from harness.metrics.confidence import DEFAULT_CONFIDENCE, percentile_intervals, share_lower_bound
 from harness.metrics.steady_window import steady_window, whole_run
 from harness.results.folder import RequestRecord
+from harness.results.schema import (
+    Concurrency,
+    Goodput,
+    Intervals,
+    Partial,
+    PercentileCI,
+    RequestFigures,
+    Requests,
+    Stats,
+    Throughput,
+)
 
 STAT_KEYS = ("mean", "std", "min", "p50", "p90", "p95", "p99", "p999", "max")
 SLO_LIMIT_KEYS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
@@ -18,17 +29,20 @@ INTERVAL_METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")  # the latencies w
 _PERCENTILES = {"p50": 50, "p90": 90, "p95": 95, "p99": 99, "p999": 99.9}
 
 
-def describe(values_s, scale: float = 1e3) -> dict:
+def describe(values_s, scale: float = 1e3) -> Stats:
     """mean/std/min/percentiles/max of values given in seconds, reported in ms by default."""
     arr = np.asarray(values_s, dtype=np.float64) * scale
     if arr.size == 0:
-        return {k: None for k in STAT_KEYS}
-    out = {"mean": float(arr.mean()), "std": float(arr.std()), "min": float(arr.min())}
+        return Stats(**dict.fromkeys(STAT_KEYS))
     # one partition for all of them (12.8 M token gaps in a 100k-request plan); each the value one call gives
-    for key, value in zip(_PERCENTILES, np.percentile(arr, list(_PERCENTILES.values()))):
-        out[key] = float(value)
-    out["max"] = float(arr.max())
-    return out
+    percentiles = np.percentile(arr, list(_PERCENTILES.values()))
+    return Stats(
+        mean=float(arr.mean()),
+        std=float(arr.std()),
+        min=float(arr.min()),
+        **{key: float(value) for key, value in zip(_PERCENTILES, percentiles)},
+        max=float(arr.max()),
+    )
 
 
 @dataclass
@@ -91,14 +105,14 @@ def meets_slo(lat: RequestLatency, slo: dict) -> bool:
     return True
 
 
-def concurrency_profile(records: list[RequestRecord]) -> dict:
+def concurrency_profile(records: list[RequestRecord]) -> Concurrency:
     """Requests in flight (actual send to stream end): time-weighted mean and max."""
     events = []
     for r in records:
         if r.actual_send_s is not None and r.end_s is not None:
             events += [(r.actual_send_s, 1), (r.end_s, -1)]
     if not events:
-        return {"mean": 0.0, "max": 0}
+        return Concurrency(mean=0.0, max=0)
     events.sort(key=lambda e: (e[0], e[1]))
     level = peak = 0
     area = 0.0
@@ -109,12 +123,12 @@ def concurrency_profile(records: list[RequestRecord]) -> dict:
         peak = max(peak, level)
         prev_t = t
     span = events[-1][0] - events[0][0]
-    return {"mean": area / span if span > 0 else float(peak), "max": peak}
+    return Concurrency(mean=area / span if span > 0 else float(peak), max=peak)
 
 
 def summarize(
     records: list[RequestRecord], slo: dict | None = None, loop_lag_s: list[float] | None = None, trim: bool = False
-) -> dict:
+) -> RequestFigures:
     """The summary of the measured (non-warm-up) requests. `trim`: latencies, throughput and goodput over the
     steady-state window (harness/metrics/steady_window.py, what `bench run` does unless load.trim is false); else over
     the whole run. `requests`, failures and token counts are always the whole run's."""
@@ -136,41 +150,41 @@ def summarize(
     good = [meets_slo(lat, slo) for lat in (latency_of[id(r)] for r in finished) if lat is not None]
     partial = [r for r in measured if not r.ok and r.partial]  # their tokens count in no figure above this key
 
-    return {
-        "requests": {
-            "measured": len(measured),
-            "completed": len(done),
-            "failed": len(measured) - len(done),
-            "warmup": len(records) - len(measured),
-        },
-        "failures": dict(Counter(r.error_reason for r in measured if not r.ok)),
-        "window_s": window.duration_s,
-        "window": window.as_dict(measured),
-        "run_span_s": whole_run(measured).duration_s,  # first intended send to last end: the client's whole run
-        "throughput": {
-            "requests_per_s": per_s(len(finished)),
-            "output_tokens_per_s": per_s(window_tokens),
-            "total_tokens_per_s": per_s(window_tokens + sum(r.prompt_tokens for r in finished)),
-        },
-        "goodput": goodput_figures(
+    return RequestFigures(
+        requests=Requests(
+            measured=len(measured),
+            completed=len(done),
+            failed=len(measured) - len(done),
+            warmup=len(records) - len(measured),
+        ),
+        failures=dict(Counter(r.error_reason for r in measured if not r.ok)),
+        window_s=window.duration_s,
+        window=window.summary(measured),
+        run_span_s=whole_run(measured).duration_s,  # first intended send to last end: the client's whole run
+        throughput=Throughput(
+            requests_per_s=per_s(len(finished)),
+            output_tokens_per_s=per_s(window_tokens),
+            total_tokens_per_s=per_s(window_tokens + sum(r.prompt_tokens for r in finished)),
+        ),
+        goodput=goodput_figures(
             sum(meets_slo(lat, slo) for lat in lats), len(sampled), per_s(sum(good)), slo, confidence
         ),
-        "output_tokens": sum(r.output_tokens for r in done),
-        "partial": {"requests": len(partial), "output_tokens": sum(r.output_tokens for r in partial)},
-        "token_count_mismatches": sum(r.token_count_mismatch for r in done),
+        output_tokens=sum(r.output_tokens for r in done),
+        partial=Partial(requests=len(partial), output_tokens=sum(r.output_tokens for r in partial)),
+        token_count_mismatches=sum(r.token_count_mismatch for r in done),
         # the tokens the chunks counted missed (or added): what shifts ITL and TPOT
-        "token_count_mismatch_tokens": sum(
+        token_count_mismatch_tokens=sum(
             abs(r.output_tokens_usage - r.output_tokens_counted) for r in done if r.token_count_mismatch
         ),
         **_latencies(lats, samples_s, done),
         **_client_lags(measured, loop_lag_s),
-        "concurrency": concurrency_profile(measured),
-        "percentile_ci": latency_intervals(samples_s, confidence or DEFAULT_CONFIDENCE),
-    }
+        concurrency=concurrency_profile(measured),
+        percentile_ci=latency_intervals(samples_s, confidence or DEFAULT_CONFIDENCE),
+    )
 
 
-def _latencies(lats: list, samples_s: dict, done: list[RequestRecord]) -> dict:
-    """The latency figures of summary.json, in its order (reasoning_tokens sits among them)."""
+def _latencies(lats: list, samples_s: dict, done: list[RequestRecord]) -> dict[str, Stats | int]:
+    """The latency figures of summary.json by field name (reasoning_tokens sits among them)."""
     one_token_chunks = all(lat.itl_chunk_s is lat.itl_token_s for lat in lats)  # then the chunks' gaps are those
     return {
         "ttft_ms": describe(samples_s["ttft_ms"]),
@@ -184,7 +198,7 @@ def _latencies(lats: list, samples_s: dict, done: list[RequestRecord]) -> dict:
     }
 
 
-def _client_lags(measured: list[RequestRecord], loop_lag_s: list[float] | None) -> dict:
+def _client_lags(measured: list[RequestRecord], loop_lag_s: list[float] | None) -> dict[str, Stats]:
     """How late the client sent (schedule lag; client lag: less a concurrency cap's wait) and its loop's lag."""
     sent = [r for r in measured if r.actual_send_s is not None]
     return {
@@ -206,13 +220,14 @@ def tokens_between(records: list[RequestRecord], start_s: float, end_s: float) -
     return total
 
 
-def goodput_figures(good: int, measured: int, good_per_s: float, slo: dict, confidence: float | None) -> dict:
+def goodput_figures(good: int, measured: int, good_per_s: float, slo: dict, confidence: float | None) -> Goodput:
     """With slo.confidence, `fraction_low`: the share within the SLOs is at least this, with that confidence;
     verdicts (capacity, select, tune's attainment) then judge it instead of `fraction`."""
-    out = {"requests_per_s": good_per_s, "fraction": good / measured if measured else 0.0, "slo": slo}
+    goodput = Goodput(requests_per_s=good_per_s, fraction=good / measured if measured else 0.0, slo=slo)
     if confidence is not None:
-        out.update(confidence=confidence, fraction_low=share_lower_bound(good, measured, confidence))
-    return out
+        goodput.confidence = confidence
+        goodput.fraction_low = share_lower_bound(good, measured, confidence)
+    return goodput
 
 
 def latency_samples_s(lats: list[RequestLatency]) -> dict[str, list[float]]:
@@ -230,30 +245,31 @@ def flat(lists: list[list[float]]) -> np.ndarray:
     return np.fromiter(itertools.chain.from_iterable(lists), dtype=np.float64, count=sum(map(len, lists)))
 
 
-def latency_intervals(samples_s: dict[str, list[float]], confidence: float) -> dict:
+def latency_intervals(samples_s: dict[str, list[float]], confidence: float) -> PercentileCI:
     """Each latency's p50/p90/p99/p999 with its confidence interval in ms (harness/metrics/confidence.py)."""
-    out: dict = {"confidence": confidence, "method": "order statistics (binomial ranks, equal tails)"}
-    for metric in INTERVAL_METRICS:
-        out[metric] = percentile_intervals(np.asarray(samples_s[metric], dtype=np.float64) * 1e3, confidence)
-    return out
+    intervals: dict[str, Intervals] = {
+        metric: percentile_intervals(np.asarray(samples_s[metric], dtype=np.float64) * 1e3, confidence)
+        for metric in INTERVAL_METRICS
+    }
+    return PercentileCI(confidence=confidence, method="order statistics (binomial ranks, equal tails)", **intervals)
 
 
 MAX_LAG_SHARE_OF_TTFT = 0.05  # a lag under 5% of the median TTFT moves no percentile by more than that
 
 
 def client_bound_reasons(
-    summary: dict, max_client_lag_p99_ms: float = 5.0, max_loop_lag_p99_ms: float = 10.0
+    figures: RequestFigures, max_client_lag_p99_ms: float = 5.0, max_loop_lag_p99_ms: float = 10.0
 ) -> list[str]:
     """Why the client could not keep to its own schedule (empty when it did). A lag counts when it passes its
     limit in ms and is not small next to what is measured: on a 2-core machine whose engine takes both cores
     the send lag p99 reads 10-25 ms beside a TTFT p50 of ~1 s, which a 5 ms limit alone called client-bound."""
-    floor_ms = MAX_LAG_SHARE_OF_TTFT * ((summary.get("ttft_ms") or {}).get("p50") or 0.0)
+    floor_ms = MAX_LAG_SHARE_OF_TTFT * (figures.ttft_ms.p50 or 0.0)
     reasons = []
-    for key, name, limit_ms in (
-        ("client_lag_ms", "send lag", max_client_lag_p99_ms),
-        ("event_loop_lag_ms", "event-loop lag", max_loop_lag_p99_ms),
+    for stats, name, limit_ms in (
+        (figures.client_lag_ms, "send lag", max_client_lag_p99_ms),
+        (figures.event_loop_lag_ms, "event-loop lag", max_loop_lag_p99_ms),
     ):
-        lag = (summary.get(key) or {}).get("p99")
+        lag = stats.p99
         if lag is not None and lag > max(limit_ms, floor_ms):
             share = f" and > {MAX_LAG_SHARE_OF_TTFT:.0%} of TTFT p50" if floor_ms > limit_ms else ""
             reasons.append(f"{name} p99 {lag:.1f} ms > {limit_ms:g} ms{share}")

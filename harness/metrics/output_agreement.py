@@ -17,14 +17,48 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from pydantic import BaseModel, Field
 
-from harness.results.folder import ResultsError, read_json, read_records
+from harness.results.folder import ResultsError, read_model, read_records
+from harness.results.schema import RunInfo, Sampling, ScenarioRecord
 from harness.scenario.answers import share_interval, text_sha256
 
 CONFIDENCE = 0.95
 
 
-def compare_runs(dir_a: Path, dir_b: Path, tokenizer=None) -> dict:
+class FirstDivergence(BaseModel):
+    """Where the differing answers part: the first token position of each, and its distribution."""
+
+    count: int
+    min: int
+    p10: float
+    p50: float
+    p90: float
+    max: int
+    positions: list[int]
+
+
+class Agreement(BaseModel):
+    """The agreement of two runs' answers (`bench compare-outputs --json` prints it as it is); the token-level
+    figures only when both runs kept their answers' text."""
+
+    pairs: int
+    exact: int
+    exact_share: float
+    exact_share_low: float
+    exact_share_high: float
+    confidence: float
+    greedy: bool
+    sampling: list[dict | None] = Field(description="each run's sampling fields, A then B")
+    left_out: int
+    flagged: bool = Field(description="greedy runs that answered differently")
+    tokenizer: str | None = None
+    token_agreement: float | None = None
+    tokens_compared: int | None = None
+    first_divergence: FirstDivergence | None = None
+
+
+def compare_runs(dir_a: Path, dir_b: Path, tokenizer=None) -> Agreement:
     """The agreement of two run folders' answers (module docstring); `tokenizer`: a TokenizerSource, else the
     runs' own (run_tokenizer). ResultsError when they cannot be compared."""
     a, b = _answers(Path(dir_a)), _answers(Path(dir_b))
@@ -32,22 +66,22 @@ def compare_runs(dir_a: Path, dir_b: Path, tokenizer=None) -> dict:
     same = [x["sha"] == y["sha"] for x, y in pairs]
     low, high = share_interval(sum(same), len(pairs), CONFIDENCE)
     sampling_a, sampling_b = _sampling(Path(dir_a)), _sampling(Path(dir_b))
-    greedy = bool(sampling_a.get("greedy")) and bool(sampling_b.get("greedy"))
-    out = {
-        "pairs": len(pairs),
-        "exact": sum(same),
-        "exact_share": sum(same) / len(pairs),
-        "exact_share_low": low,
-        "exact_share_high": high,
-        "confidence": CONFIDENCE,
-        "greedy": greedy,
-        "sampling": [sampling_a.get("fields"), sampling_b.get("fields")],
-        "left_out": len(set(a) ^ set(b)) + sum(1 for i in set(a) & set(b) if a[i] is None or b[i] is None),
-        "flagged": greedy and not all(same),
-    }
+    greedy = sampling_a.greedy and sampling_b.greedy
+    out = Agreement(
+        pairs=len(pairs),
+        exact=sum(same),
+        exact_share=sum(same) / len(pairs),
+        exact_share_low=low,
+        exact_share_high=high,
+        confidence=CONFIDENCE,
+        greedy=greedy,
+        sampling=[sampling_a.fields, sampling_b.fields],
+        left_out=len(set(a) ^ set(b)) + sum(1 for i in set(a) & set(b) if a[i] is None or b[i] is None),
+        flagged=greedy and not all(same),
+    )
     if all(x["text"] is not None and y["text"] is not None for x, y in pairs):
         tokenizer = tokenizer or run_tokenizer(Path(dir_a))
-        out.update(_token_agreement(pairs, tokenizer))
+        _token_agreement(out, pairs, tokenizer)
     return out
 
 
@@ -79,22 +113,30 @@ def _pairs(a: dict, b: dict, dir_a, dir_b) -> list[tuple[dict, dict]]:
     return pairs
 
 
-def _sampling(run_dir: Path) -> dict:
+class SamplingSent(BaseModel):
+    fields: dict | None = None
+    greedy: bool = False
+
+
+def _sampling(run_dir: Path) -> Sampling | SamplingSent:
     """run.json's sampling; a run from before it sent none: the engine's default, most likely sampled."""
-    return read_json(run_dir / "run.json").get("sampling") or {"fields": None, "greedy": False}
+    run: RunInfo | None = read_model(run_dir / "run.json")
+    return run.sampling if run is not None and run.sampling is not None else SamplingSent()
 
 
 def run_tokenizer(run_dir: Path):
     """The tokenizer the run's scenario names (backend.tokenizer, else its GGUF model), else about a token a word."""
     from harness.scenario.tokenizer_source import ApproximateTokenizer, local_tokenizer
 
-    backend = (read_json(run_dir / "run.json").get("scenario") or {}).get("backend") or {}
-    model = str(backend.get("model") or "")
-    source = backend.get("tokenizer") or (model if model == "smollm2" or model.endswith(".gguf") else None)
+    run: RunInfo | None = read_model(run_dir / "run.json")
+    backend = ScenarioRecord.model_validate(run.scenario if run is not None else {}).backend
+    model = backend.model or ""
+    source = backend.tokenizer or (model if model == "smollm2" or model.endswith(".gguf") else None)
     return local_tokenizer(source) if source else ApproximateTokenizer()
 
 
-def _token_agreement(pairs: list[tuple[dict, dict]], tokenizer) -> dict:
+def _token_agreement(out: Agreement, pairs: list[tuple[dict, dict]], tokenizer) -> None:
+    """Fills the token-level figures of `out`: the answers re-tokenized with one tokenizer."""
     skip = tokenizer.added_tokens  # a BOS the encoding adds to every text
     diverged, agree, positions = [], 0, 0
     for x, y in pairs:
@@ -103,52 +145,49 @@ def _token_agreement(pairs: list[tuple[dict, dict]], tokenizer) -> dict:
         agree, positions = agree + common, positions + max(len(ta), len(tb))
         if ta != tb:
             diverged.append(next((i for i, (p, q) in enumerate(zip(ta, tb)) if p != q), min(len(ta), len(tb))))
-    first = None
+    out.tokenizer = tokenizer.name
+    out.token_agreement = agree / positions if positions else 1.0
+    out.tokens_compared = positions
+    out.first_divergence = None
     if diverged:
         arr = np.asarray(diverged)
-        first = {
-            "count": len(diverged),
-            "min": int(arr.min()),
-            "p10": float(np.percentile(arr, 10)),
-            "p50": float(np.percentile(arr, 50)),
-            "p90": float(np.percentile(arr, 90)),
-            "max": int(arr.max()),
-            "positions": sorted(diverged),
-        }
-    return {
-        "tokenizer": tokenizer.name,
-        "token_agreement": agree / positions if positions else 1.0,
-        "tokens_compared": positions,
-        "first_divergence": first,
-    }
-
-
-def agreement_lines(result: dict) -> list[str]:
-    """The comparison as the console and the reports say it."""
-    kind = "greedy (temperature 0)" if result["greedy"] else "SAMPLED (differences are expected)"
-    lines = [
-        f"{result['pairs']} answers compared, {kind}; sampling A {result['sampling'][0]}, B {result['sampling'][1]}",
-        f"exact match: {result['exact']} of {result['pairs']} ({result['exact_share']:.1%}; "
-        f"{result['confidence']:.0%} interval {result['exact_share_low']:.1%} – {result['exact_share_high']:.1%})",
-    ]
-    if "token_agreement" in result:
-        lines.append(
-            f"token agreement: {result['token_agreement']:.1%} of {result['tokens_compared']} token positions "
-            f"(re-tokenized by {result['tokenizer']})"
+        out.first_divergence = FirstDivergence(
+            count=len(diverged),
+            min=int(arr.min()),
+            p10=float(np.percentile(arr, 10)),
+            p50=float(np.percentile(arr, 50)),
+            p90=float(np.percentile(arr, 90)),
+            max=int(arr.max()),
+            positions=sorted(diverged),
         )
-        first = result["first_divergence"]
+
+
+def agreement_lines(result: Agreement) -> list[str]:
+    """The comparison as the console and the reports say it."""
+    kind = "greedy (temperature 0)" if result.greedy else "SAMPLED (differences are expected)"
+    lines = [
+        f"{result.pairs} answers compared, {kind}; sampling A {result.sampling[0]}, B {result.sampling[1]}",
+        f"exact match: {result.exact} of {result.pairs} ({result.exact_share:.1%}; "
+        f"{result.confidence:.0%} interval {result.exact_share_low:.1%} – {result.exact_share_high:.1%})",
+    ]
+    if result.token_agreement is not None:
+        lines.append(
+            f"token agreement: {result.token_agreement:.1%} of {result.tokens_compared} token positions "
+            f"(re-tokenized by {result.tokenizer})"
+        )
+        first = result.first_divergence
         if first:
             lines.append(
-                f"first diverging token of the {first['count']} differing answers: min {first['min']}, p10 "
-                f"{first['p10']:g}, median {first['p50']:g}, p90 {first['p90']:g}, max {first['max']}"
+                f"first diverging token of the {first.count} differing answers: min {first.min}, p10 "
+                f"{first.p10:g}, median {first.p50:g}, p90 {first.p90:g}, max {first.max}"
             )
     else:
         lines.append("divergence positions need the answers' text: workload.record_outputs: text in both runs")
-    if result["left_out"]:
-        lines.append(f"{result['left_out']} requests left out (failed, or in one run only)")
-    if result["flagged"]:
+    if result.left_out:
+        lines.append(f"{result.left_out} requests left out (failed, or in one run only)")
+    if result.flagged:
         lines.append(
-            f"FLAGGED: at temperature 0 the runs answered differently in {result['pairs'] - result['exact']} of "
-            f"{result['pairs']} requests"
+            f"FLAGGED: at temperature 0 the runs answered differently in {result.pairs - result.exact} of "
+            f"{result.pairs} requests"
         )
     return lines

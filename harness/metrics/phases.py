@@ -25,23 +25,24 @@ import numpy as np
 
 from harness.engine.server_metrics import read_schema, window_delta
 from harness.metrics.latencies import request_latency
+from harness.results.schema import Phases, PhaseStats, TtftShare
 
 ENGINE_PHASES = ("queue", "prefill", "decode")
 CLIENT_PARTS = ("client_lag", "concurrency_wait", "connect_send")
 
 
-def _stats(values_ms: list[float]) -> dict | None:
+def _stats(values_ms: list[float]) -> PhaseStats | None:
     if not values_ms:
         return None
     arr = np.asarray(values_ms, dtype=np.float64)
-    return {
-        "mean": float(arr.mean()),
-        "p50": float(np.percentile(arr, 50)),
-        "p90": float(np.percentile(arr, 90)),
-        "p99": float(np.percentile(arr, 99)),
-        "max": float(arr.max()),
-        "count": int(arr.size),
-    }
+    return PhaseStats(
+        mean=float(arr.mean()),
+        p50=float(np.percentile(arr, 50)),
+        p90=float(np.percentile(arr, 90)),
+        p99=float(np.percentile(arr, 99)),
+        max=float(arr.max()),
+        count=int(arr.size),
+    )
 
 
 def engine_account(timings: dict) -> tuple[dict[str, float], str] | None:
@@ -97,13 +98,30 @@ def _run_means(done, server_metrics_csv: Path | None, scrape_offset_s: float) ->
     return means
 
 
-def phases(records, server_metrics_csv: Path | None = None, scrape_offset_s: float = 0.0) -> dict:
+def phases(records, server_metrics_csv: Path | None = None, scrape_offset_s: float = 0.0) -> Phases:
     """The phases_ms block of summary.json for the measured, completed requests.
     `scrape_offset_s`: add to record times to get server_metrics.csv's clock."""
     done = [r for r in records if not r.is_warmup and r.ok and r.token_times_s]
     if not done:
-        return {"source": None, "reason": "no completed requests"}
+        return Phases(source=None, reason="no completed requests")
     ttft_ms = [request_latency(r).ttft_s * 1e3 for r in done]
+    per_part, sources, accounted = _request_parts(done, ttft_ms)
+    if accounted:
+        how = {"source": "per request: " + ", ".join(sorted(sources)), "requests_with_engine_timings": accounted}
+        parts = {p: _stats(v) for p, v in per_part.items()}
+    else:
+        how, parts = _per_run(done, per_part, server_metrics_csv, scrape_offset_s)
+    parts = {p: stats for p, stats in parts.items() if stats}
+    ttft_mean = float(np.mean(ttft_ms))
+    shares = {p: parts[p].mean / ttft_mean for p in ("queue", "prefill", *CLIENT_PARTS) if p in parts and ttft_mean > 0}
+    if shares:
+        shares["other"] = max(1.0 - sum(shares.values()), 0.0)
+        how |= {"ttft_share": TtftShare(**shares), "main_ttft_part": max(shares, key=shares.get)}
+    return Phases(requests=len(done), **how, **parts, ttft=_stats(ttft_ms))
+
+
+def _request_parts(done: list, ttft_ms: list[float]) -> tuple[dict[str, list[float]], set[str], int]:
+    """Each part's per-request values (ms), the engines' sources and how many requests carried their account."""
     per_part: dict[str, list[float]] = {p: [] for p in (*ENGINE_PHASES, *CLIENT_PARTS)}
     sources = set()
     accounted = 0
@@ -123,29 +141,19 @@ def phases(records, server_metrics_csv: Path | None = None, scrape_offset_s: flo
         for phase in ENGINE_PHASES:
             if phase in engine:
                 per_part[phase].append(engine[phase])
-    out: dict = {"requests": len(done)}
-    if accounted:
-        out["source"] = "per request: " + ", ".join(sorted(sources))
-        out["requests_with_engine_timings"] = accounted
-        parts = {p: _stats(v) for p, v in per_part.items()}
-    else:
-        means = _run_means(done, server_metrics_csv, scrape_offset_s)
-        parts = {p: _stats(v) for p, v in per_part.items() if p in CLIENT_PARTS}
-        found = [p for p in ENGINE_PHASES if p in means]
-        for phase in found:
-            parts[phase] = {"mean": means[phase]}
-        out["source"] = "per run: engine histograms over the window" if found else None
-        if not found:
-            out["reason"] = (
-                "no engine timings: the stream carries none and server_metrics.csv has no "
-                "queue/prefill/decode histograms that moved during the run"
-            )
-    out.update({p: s for p, s in parts.items() if s})
-    ttft_mean = float(np.mean(ttft_ms))
-    out["ttft"] = _stats(ttft_ms)
-    shares = {p: out[p]["mean"] / ttft_mean for p in ("queue", "prefill", *CLIENT_PARTS) if p in out and ttft_mean > 0}
-    if shares:
-        shares["other"] = max(1.0 - sum(shares.values()), 0.0)
-        out["ttft_share"] = shares
-        out["main_ttft_part"] = max(shares, key=shares.get)
-    return out
+    return per_part, sources, accounted
+
+
+def _per_run(done: list, per_part: dict, server_metrics_csv: Path | None, scrape_offset_s: float):
+    """Without the engine's per-request account: its histogram means over the run, beside the client's parts."""
+    means = _run_means(done, server_metrics_csv, scrape_offset_s)
+    parts = {p: _stats(v) for p, v in per_part.items() if p in CLIENT_PARTS}
+    found = [p for p in ENGINE_PHASES if p in means]
+    parts |= {phase: PhaseStats(mean=means[phase]) for phase in found}
+    if found:
+        return {"source": "per run: engine histograms over the window"}, parts
+    reason = (
+        "no engine timings: the stream carries none and server_metrics.csv has no "
+        "queue/prefill/decode histograms that moved during the run"
+    )
+    return {"source": None, "reason": reason}, parts

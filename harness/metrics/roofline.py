@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from harness.results.schema import Ceilings, GpuCounters, Roofline, RooflinePoint, Telemetry
 from harness.scenario.gpus import gpu_peaks
 
 
@@ -53,111 +54,121 @@ def measure_compute_ceiling_flops(budget_s: float = 0.5, max_repeats: int = 100)
     return 2 * 256 * 1024 * 1024 / best_s
 
 
-def place(bytes_moved: float, flops: float, seconds: float, peak_flops: float, peak_bytes_per_s: float) -> dict:
-    """One point on the roofline: achieved rates, shares of each ceiling, intensity, and the verdict."""
+def place(
+    bytes_moved: float, flops: float, seconds: float, peak_flops: float, peak_bytes_per_s: float, steps=None
+) -> RooflinePoint:
+    """One point on the roofline: achieved rates, shares of each ceiling, intensity, and the verdict; `steps`:
+    how many steps it stands for (a step trace's)."""
     bytes_per_s, flops_per_s = bytes_moved / seconds, flops / seconds
     intensity = flops / bytes_moved if bytes_moved else None
     ridge = peak_flops / peak_bytes_per_s
-    return {
-        "bytes_per_s": bytes_per_s,
-        "flops_per_s": flops_per_s,
-        "bandwidth_fraction": bytes_per_s / peak_bytes_per_s,
-        "compute_fraction": flops_per_s / peak_flops,
-        "intensity_flop_per_byte": intensity,
-        "ridge_flop_per_byte": ridge,
-        "seconds": seconds,
-        "bound": "memory" if intensity is not None and intensity < ridge else "compute",
-    }
+    point = RooflinePoint(
+        bytes_per_s=bytes_per_s,
+        flops_per_s=flops_per_s,
+        bandwidth_fraction=bytes_per_s / peak_bytes_per_s,
+        compute_fraction=flops_per_s / peak_flops,
+        intensity_flop_per_byte=intensity,
+        ridge_flop_per_byte=ridge,
+        seconds=seconds,
+        bound="memory" if intensity is not None and intensity < ridge else "compute",
+    )
+    if steps is not None:
+        point.steps = steps
+    return point
 
 
-def line(kind: str, point: dict) -> str:
+def line(kind: str, point: RooflinePoint) -> str:
     """'decode is memory-bound: 71% of bandwidth, 4% of compute, intensity 1.9 FLOP/byte (ridge 9.6)'"""
     verb = "are" if kind.endswith("steps") else "is"
     return (
-        f"{kind} {verb} {point['bound']}-bound: {100 * point['bandwidth_fraction']:.0f}% of bandwidth, "
-        f"{100 * point['compute_fraction']:.0f}% of compute, intensity "
-        f"{point['intensity_flop_per_byte']:.1f} FLOP/byte (ridge {point['ridge_flop_per_byte']:.1f})"
+        f"{kind} {verb} {point.bound}-bound: {100 * point.bandwidth_fraction:.0f}% of bandwidth, "
+        f"{100 * point.compute_fraction:.0f}% of compute, intensity "
+        f"{point.intensity_flop_per_byte:.1f} FLOP/byte (ridge {point.ridge_flop_per_byte:.1f})"
     )
 
 
 def roofline(
     steps: list[dict],
-    telemetry: dict,
+    telemetry: Telemetry,
     engine_kind: str,
     gpu_name: str | None = None,
     compute_ceiling_flops: float | None = None,
-) -> dict:
+) -> Roofline:
     """The roofline block of summary.json. Steps (the step trace) give per-kind points over the time
     the steps ran; without them, the engine's counters over the window (idle time included)."""
     on_cpu = engine_kind == "native" or gpu_peaks(gpu_name) is None
     hardware = None if on_cpu else _gpu_counters(telemetry)
-    if not steps and not (telemetry.get("engine_read_bytes_per_s") and telemetry.get("engine_flops_per_s")):
+    if not steps and not (telemetry.engine_read_bytes_per_s and telemetry.engine_flops_per_s):
         why = (
             "the engine reported no bytes moved and FLOPs done (native: backend.trace or its /metrics; "
             "vLLM, SGLang: --enable-mfu-metrics)"
         )
-        return {"reason": why, "hardware": hardware, "line": hardware["line"]} if hardware else {"reason": why}
-    if on_cpu and not telemetry.get("memory_bandwidth_ceiling_bytes_per_s"):
-        return {"reason": "no memory ceiling was measured (telemetry off)"}
-    peak_flops, peak_bytes, ceilings = _ceilings(on_cpu, telemetry, gpu_name, compute_ceiling_flops)
-    out: dict = {
-        "ceilings": {
-            **ceilings,
-            "flops_per_s": peak_flops,
-            "bytes_per_s": peak_bytes,
-            "ridge_flop_per_byte": peak_flops / peak_bytes,
-        }
-    }
-    points, basis = _points(steps, telemetry, peak_flops, peak_bytes)
+        return Roofline(reason=why, hardware=hardware, line=hardware.line) if hardware else Roofline(reason=why)
+    if on_cpu and not telemetry.memory_bandwidth_ceiling_bytes_per_s:
+        return Roofline(reason="no memory ceiling was measured (telemetry off)")
+    ceilings = _ceilings(on_cpu, telemetry, gpu_name, compute_ceiling_flops)
+    points, basis = _points(steps, telemetry, ceilings.flops_per_s, ceilings.bytes_per_s)
+    out = Roofline(ceilings=ceilings, points=points)
     if basis:
-        out["basis"] = basis
-    out["points"] = points
+        out.basis = basis
     if hardware:
-        out["hardware"] = hardware
-    if any(p["bandwidth_fraction"] > 1 or p["compute_fraction"] > 1 for p in points.values()):
-        out["ceilings"]["note"] = (
+        out.hardware = hardware
+    if any(p.bandwidth_fraction > 1 or p.compute_fraction > 1 for p in points.values()):
+        ceilings.note = (
             f"steps beat a measured ceiling: the machine was busy while it was measured "
             f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores), so the "
             f"fractions overstate"
         )
     main = "decode" if "decode" in points else next(iter(points), None)
     if main:
-        out["line"] = line(main, points[main])
+        out.line = line(main, points[main])
     return out
 
 
-def _gpu_counters(telemetry: dict) -> dict | None:
+def _gpu_counters(telemetry: Telemetry) -> GpuCounters | None:
     """What the GPU itself counted (NVML GPM / DCGM), when it did: DRAM and tensor-pipe activity."""
-    dram, tensor = telemetry.get("gpu_dram_active_mean"), telemetry.get("gpu_tensor_active_mean")
+    dram, tensor = telemetry.gpu_dram_active_mean, telemetry.gpu_tensor_active_mean
     if dram is None or tensor is None:
         return None
-    return {
-        "dram_active": dram,
-        "tensor_active": tensor,
-        "line": f"the GPU's own counters: DRAM active {100 * dram:.0f}%, tensor pipes active "
+    return GpuCounters(
+        dram_active=dram,
+        tensor_active=tensor,
+        line=f"the GPU's own counters: DRAM active {100 * dram:.0f}%, tensor pipes active "
         f"{100 * tensor:.0f}% ({'memory' if dram > tensor else 'compute'}-bound)",
-    }
+    )
 
 
-def _ceilings(on_cpu: bool, telemetry: dict, gpu_name: str | None, compute_ceiling_flops: float | None):
-    """(peak FLOP/s, peak bytes/s, where they come from): measured on this CPU, or a GPU's published peaks."""
+def _ceilings(
+    on_cpu: bool, telemetry: Telemetry, gpu_name: str | None, compute_ceiling_flops: float | None
+) -> Ceilings:
+    """Peak FLOP/s and bytes/s, and where they come from: measured on this CPU, or a GPU's published peaks."""
     if not on_cpu:
         peak_flops, peak_bytes = gpu_peaks(gpu_name)
-        return peak_flops, peak_bytes, {"source": f"published peaks of {gpu_name} (dense BF16, HBM)"}
+        return Ceilings(
+            source=f"published peaks of {gpu_name} (dense BF16, HBM)",
+            flops_per_s=peak_flops,
+            bytes_per_s=peak_bytes,
+            ridge_flop_per_byte=peak_flops / peak_bytes,
+        )
     peak_flops = compute_ceiling_flops or measure_compute_ceiling_flops()
-    ceilings = {
-        "source": "measured on this CPU (matrix-vector read, fp32 matrix product)",
-        "load_average": os.getloadavg()[0],
-        "cpu_count": os.cpu_count(),
-    }
-    return peak_flops, telemetry["memory_bandwidth_ceiling_bytes_per_s"], ceilings
+    peak_bytes = telemetry.memory_bandwidth_ceiling_bytes_per_s
+    return Ceilings(
+        source="measured on this CPU (matrix-vector read, fp32 matrix product)",
+        load_average=os.getloadavg()[0],
+        cpu_count=os.cpu_count(),
+        flops_per_s=peak_flops,
+        bytes_per_s=peak_bytes,
+        ridge_flop_per_byte=peak_flops / peak_bytes,
+    )
 
 
-def _points(steps: list[dict], telemetry: dict, peak_flops: float, peak_bytes: float) -> tuple[dict, str | None]:
+def _points(
+    steps: list[dict], telemetry: Telemetry, peak_flops: float, peak_bytes: float
+) -> tuple[dict[str, RooflinePoint], str | None]:
     """One roofline point per step kind (the step trace), else one of the engine's counters; and its basis."""
-    points: dict[str, dict] = {}
+    points: dict[str, RooflinePoint] = {}
     if not steps:
-        read, done = telemetry.get("engine_read_bytes_per_s"), telemetry.get("engine_flops_per_s")
+        read, done = telemetry.engine_read_bytes_per_s, telemetry.engine_flops_per_s
         if not (read and done):
             return points, None
         points["all steps"] = place(read, done, 1.0, peak_flops, peak_bytes)
@@ -172,5 +183,5 @@ def _points(steps: list[dict], telemetry: dict, peak_flops: float, peak_bytes: f
         seconds = sum(s["dur_s"] for s in group)
         moved, flops = sum(s["bytes_read"] for s in group), sum(s["flops"] for s in group)
         if seconds > 0 and moved > 0:
-            points[kind] = {**place(moved, flops, seconds, peak_flops, peak_bytes), "steps": len(group)}
+            points[kind] = place(moved, flops, seconds, peak_flops, peak_bytes, steps=len(group))
     return points, "step trace: bytes and FLOPs over the time the steps ran"

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.results.schema import RequestFigures
+
 DEFAULT_ATTAINMENT = 0.9
 
 
@@ -23,16 +25,18 @@ class LoadPoint:
     output_tokens_per_s: float
 
     @classmethod
-    def from_summary(cls, offered_load: float, summary: dict, goodput_fraction: float | None = None) -> LoadPoint:
+    def from_summary(
+        cls, offered_load: float, summary: RequestFigures, goodput_fraction: float | None = None
+    ) -> LoadPoint:
         """From a point's summary.json; `goodput_fraction` overrides the one computed under the run's SLOs. A run
         with slo.confidence is judged on its bound (`fraction_low`), not on the point."""
-        thr, good = summary.get("throughput", {}), summary.get("goodput", {})
-        fraction = good.get("fraction_low", good.get("fraction", 0.0)) if goodput_fraction is None else goodput_fraction
+        good = summary.goodput
+        fraction = good.fraction if good.fraction_low is None else good.fraction_low
         return cls(
             offered_load,
-            float(fraction),
-            float(thr.get("requests_per_s", 0.0)),
-            float(thr.get("output_tokens_per_s", 0.0)),
+            float(fraction if goodput_fraction is None else goodput_fraction),
+            float(summary.throughput.requests_per_s),
+            float(summary.throughput.output_tokens_per_s),
         )
 
 

@@ -23,10 +23,11 @@ over-saturated engine), or nothing is left between ramp-up and drain. `load.trim
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
+from harness.results import schema
 from harness.results.folder import RequestRecord
 
 MAX_RAMP_SHARE = 1 / 3  # a ramp-up longer than this share of the sending span is no ramp-up: the load never settled
@@ -54,15 +55,23 @@ class Window:
         """Whether the request's completion counts in the window's throughput."""
         return rec.end_s is not None and self.start_s <= rec.end_s <= self.end_s
 
-    def as_dict(self, measured: list[RequestRecord]) -> dict:
+    def summary(self, measured: list[RequestRecord]) -> schema.Window:
         """summary.json's `window`: its bounds (s from t0), how it was chosen and the requests it left out."""
-        out = asdict(self) | {"duration_s": self.duration_s, "rule": RULE}
-        out["excluded"] = {
-            "ramp_up": sum(r.intended_send_s < self.start_s for r in measured),
-            "drain": sum(r.intended_send_s > self.latency_sent_until_s for r in measured),
-        }
-        out["latency_requests"] = sum(self.sent_inside(r) for r in measured)
-        return out
+        return schema.Window(
+            start_s=self.start_s,
+            end_s=self.end_s,
+            latency_sent_until_s=self.latency_sent_until_s,
+            trimmed=self.trimmed,
+            note=self.note,
+            steady_in_flight=self.steady_in_flight,
+            duration_s=self.duration_s,
+            rule=RULE,
+            excluded=schema.Excluded(
+                ramp_up=sum(r.intended_send_s < self.start_s for r in measured),
+                drain=sum(r.intended_send_s > self.latency_sent_until_s for r in measured),
+            ),
+            latency_requests=sum(self.sent_inside(r) for r in measured),
+        )
 
 
 def whole_run(measured: list[RequestRecord], note: str = "not cut (load.trim: false)") -> Window:
@@ -123,14 +132,13 @@ def weighted_median_level(times: np.ndarray, levels: np.ndarray, start_s: float,
     return float(levels[order][np.searchsorted(cumulative, cumulative[-1] / 2)])
 
 
-def window_text(window: dict) -> str:
+def window_text(window: schema.Window) -> str:
     """summary.json's `window` in one line (console, reports): its bounds and what it left out, or why the run was
     not cut."""
-    if not window["trimmed"]:
-        return f"measured window: the whole run, {window['start_s']:.2f}-{window['end_s']:.2f} s ({window['note']})"
-    ex = window["excluded"]
+    if not window.trimmed:
+        return f"measured window: the whole run, {window.start_s:.2f}-{window.end_s:.2f} s ({window.note})"
     return (
-        f"measured window: {window['start_s']:.2f}-{window['end_s']:.2f} s ({window['duration_s']:.2f} s; "
-        f"{window['note']}); latencies of {window['latency_requests']} requests, {ex['ramp_up']} sent in the "
-        f"ramp-up and {ex['drain']} near the drain left out (--no-trim keeps them)"
+        f"measured window: {window.start_s:.2f}-{window.end_s:.2f} s ({window.duration_s:.2f} s; "
+        f"{window.note}); latencies of {window.latency_requests} requests, {window.excluded.ramp_up} sent in the "
+        f"ramp-up and {window.excluded.drain} near the drain left out (--no-trim keeps them)"
     )

@@ -7,6 +7,8 @@ reasons) unless told to keep it (`--keep-invalid`).
 
 from __future__ import annotations
 
+from harness.results.schema import Summary, Thresholds, Validity
+
 MAX_FAILED_SHARE = 0.01  # failed requests are often the slow ones: past 1% the survivors' percentiles flatter
 MAX_TOKEN_MISMATCH_SHARE = 0.01  # of the output tokens, counted chunks vs usage: past it ITL/TPOT are off
 # a run that cannot bound even its p90 (fewer than 36 samples at 95%) says little about its distribution
@@ -15,17 +17,17 @@ JUDGED_LATENCIES = ("ttft_ms", "tpot_ms", "e2e_ms")
 MIN_WINDOW_E2E = 5.0  # a window shorter than 5 median E2Es is mostly ramp-up and drain: no steady state
 
 
-def thresholds() -> dict:
-    return {
-        "max_failed_share": MAX_FAILED_SHARE,
-        "max_token_mismatch_share": MAX_TOKEN_MISMATCH_SHARE,
-        "required_percentiles": list(REQUIRED_PERCENTILES),
-        "judged_latencies": list(JUDGED_LATENCIES),
-        "min_window_e2e": MIN_WINDOW_E2E,
-    }
+def thresholds() -> Thresholds:
+    return Thresholds(
+        max_failed_share=MAX_FAILED_SHARE,
+        max_token_mismatch_share=MAX_TOKEN_MISMATCH_SHARE,
+        required_percentiles=list(REQUIRED_PERCENTILES),
+        judged_latencies=list(JUDGED_LATENCIES),
+        min_window_e2e=MIN_WINDOW_E2E,
+    )
 
 
-def run_validity(summary: dict, restarted_counters: list[str] | None = None) -> dict:
+def run_validity(summary: Summary, restarted_counters: list[str] | None = None) -> Validity:
     """The verdict of a finished run's summary (after client_bound, interrupted, incomplete and engine_exited
     are set); `restarted_counters`: engine counters that fell during the run (server_metrics.counter_resets)."""
     reasons = [
@@ -39,38 +41,37 @@ def run_validity(summary: dict, restarted_counters: list[str] | None = None) -> 
             f"engine restarted: its counters fell during the run ({', '.join(restarted_counters)}); the run "
             f"measured two engine lives"
         )
-    return {"valid": not reasons, "reasons": reasons, "thresholds": thresholds()}
+    return Validity(valid=not reasons, reasons=reasons, thresholds=thresholds())
 
 
-def _client_and_completeness(summary: dict) -> list[str]:
+def _client_and_completeness(summary: Summary) -> list[str]:
     reasons = []
-    if summary.get("client_bound"):
-        reasons.append("client-bound: " + "; ".join(summary.get("client_bound_reasons") or ["the client fell behind"]))
-    if summary.get("interrupted"):
-        reasons.append(f"incomplete: interrupted by {summary.get('interrupted_by') or 'a signal'}")
-    if summary.get("incomplete"):
-        reasons.append("incomplete: " + "; ".join(summary.get("incomplete_reasons") or ["records are missing"]))
-    if summary.get("engine_exited"):
-        reasons.append(f"engine restarted: it exited during the run ({summary['engine_exited']})")
+    if summary.client_bound:
+        reasons.append("client-bound: " + "; ".join(summary.client_bound_reasons or ["the client fell behind"]))
+    if summary.interrupted:
+        reasons.append(f"incomplete: interrupted by {summary.interrupted_by or 'a signal'}")
+    if summary.incomplete:
+        reasons.append("incomplete: " + "; ".join(summary.incomplete_reasons or ["records are missing"]))
+    if summary.engine_exited:
+        reasons.append(f"engine restarted: it exited during the run ({summary.engine_exited})")
     return reasons
 
 
-def _failures(summary: dict) -> list[str]:
-    req = summary.get("requests") or {}
-    measured, completed = req.get("measured", 0), req.get("completed", 0)
+def _failures(summary: Summary) -> list[str]:
+    measured, completed = summary.requests.measured, summary.requests.completed
     reasons = []
     if not measured:
         return ["incomplete: no measured request"]
     failed_share = (measured - completed) / measured
     if failed_share > MAX_FAILED_SHARE:
-        top = ", ".join(f"{k}={v}" for k, v in sorted((summary.get("failures") or {}).items()))
+        top = ", ".join(f"{k}={v}" for k, v in sorted(summary.failures.items()))
         reasons.append(
             f"failure share: {measured - completed} of {measured} measured requests failed "
             f"({failed_share:.1%} > {MAX_FAILED_SHARE:.0%}: {top})"
         )
-    mismatches = summary.get("token_count_mismatches", 0)
-    off_tokens, out_tokens = summary.get("token_count_mismatch_tokens"), summary.get("output_tokens") or 0
-    if off_tokens is None or not out_tokens:  # a summary from before the token count: judge by requests
+    mismatches = summary.token_count_mismatches
+    off_tokens, out_tokens = summary.token_count_mismatch_tokens, summary.output_tokens
+    if not out_tokens:  # no output token counted: judge by requests
         off_tokens, out_tokens = mismatches, completed
     if mismatches and out_tokens and off_tokens / out_tokens > MAX_TOKEN_MISMATCH_SHARE:
         reasons.append(
@@ -81,24 +82,23 @@ def _failures(summary: dict) -> list[str]:
     return reasons
 
 
-def _not_established(summary: dict) -> list[str]:
-    ci = summary.get("percentile_ci") or {}
+def _not_established(summary: Summary) -> list[str]:
+    ci = summary.percentile_ci
     missing = []
     for metric in JUDGED_LATENCIES:
         for key in REQUIRED_PERCENTILES:
-            interval = (ci.get(metric) or {}).get(key)
-            if interval and interval["samples"] and not interval["established"]:
+            interval = getattr(getattr(ci, metric), key)  # by the names the thresholds list
+            if interval.samples and not interval.established:
                 missing.append(
-                    f"{metric.removesuffix('_ms')} {key} ({interval['samples']} samples, needs "
-                    f"{interval['samples_needed']})"
+                    f"{metric.removesuffix('_ms')} {key} ({interval.samples} samples, needs {interval.samples_needed})"
                 )
     if not missing:
         return []
-    return [f"percentiles not established at {ci.get('confidence', 0.95):.0%}: " + ", ".join(missing)]
+    return [f"percentiles not established at {ci.confidence:.0%}: " + ", ".join(missing)]
 
 
-def _short_window(summary: dict) -> list[str]:
-    window_s, e2e_p50_ms = summary.get("window_s") or 0.0, (summary.get("e2e_ms") or {}).get("p50")
+def _short_window(summary: Summary) -> list[str]:
+    window_s, e2e_p50_ms = summary.window_s, summary.e2e_ms.p50
     if e2e_p50_ms is None or window_s * 1e3 >= MIN_WINDOW_E2E * e2e_p50_ms:
         return []
     return [
@@ -107,10 +107,10 @@ def _short_window(summary: dict) -> list[str]:
     ]
 
 
-def skip_reason(summary: dict) -> str | None:
+def skip_reason(summary: Summary) -> str | None:
     """Why a consumer (the history, the gate) should skip this run: its reasons, or None when valid. A summary
     from before the verdict existed has no `validity` and is taken as valid."""
-    verdict = summary.get("validity")
-    if not verdict or verdict.get("valid", True):
+    verdict = summary.validity
+    if verdict is None or verdict.valid:
         return None
-    return "; ".join(verdict.get("reasons") or ["marked invalid"])
+    return "; ".join(verdict.reasons or ["marked invalid"])

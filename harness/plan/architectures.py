@@ -10,9 +10,10 @@ shapes beyond a vector per layer, and mixture-of-experts are not modelled.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 HF = "https://huggingface.co/{}/blob/main/config.json"
 
@@ -96,29 +97,56 @@ def load_architecture(model: str, weight_bits: float | None = None) -> Architect
     return dataclasses.replace(arch, weight_bits=weight_bits) if weight_bits else arch
 
 
+class HfConfig(BaseModel):
+    """The keys of a Hugging Face config.json the planner reads (Llama, Qwen2 and Mistral spell them the same
+    way); the others are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+    num_hidden_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    intermediate_size: int
+    vocab_size: int
+    num_key_value_heads: int | None = None  # None: as many as the query heads (no grouped-query attention)
+    head_dim: int | None = None  # None: hidden_size / num_attention_heads
+    torch_dtype: str | None = "bfloat16"
+    tie_word_embeddings: bool | None = False
+    name_or_path: str | None = Field(None, alias="_name_or_path")
+
+
+DTYPE_BITS = {"float32": 32, "float16": 16, "bfloat16": 16}
+
+
+def _read_hf_config(path: str | Path) -> HfConfig:
+    """The config.json at `path`; ValueError naming what it lacks or holds wrongly."""
+    try:
+        return HfConfig.model_validate_json(Path(path).read_bytes())
+    except ValidationError as error:
+        missing = [str(e["loc"][0]) for e in error.errors() if e["type"] == "missing"]
+        if missing:
+            raise ValueError(
+                f"{path}: config.json lacks {', '.join(missing)}; is it a decoder-only LLM's config?"
+            ) from None
+        first = error.errors()[0]
+        where = ".".join(map(str, first["loc"]))
+        raise ValueError(f"{path}: config.json {where or '(top)'}: {first['msg']}") from None
+
+
 def from_hf_config(path: str | Path) -> Architecture:
-    """The architecture in a Hugging Face config.json (Llama, Qwen2 and Mistral spell it the same way)."""
-    config = json.loads(Path(path).read_text())
-    missing = [
-        k
-        for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
-        if k not in config
-    ]
-    if missing:
-        raise ValueError(f"{path}: config.json lacks {', '.join(missing)}; is it a decoder-only LLM's config?")
-    heads = config["num_attention_heads"]
-    dtype_bits = {"float32": 32, "float16": 16, "bfloat16": 16}.get(config.get("torch_dtype", "bfloat16"), 16)
+    """The architecture in a Hugging Face config.json."""
+    config = _read_hf_config(path)
+    heads = config.num_attention_heads
     return Architecture(
-        name=config.get("_name_or_path") or Path(path).parent.name,
-        n_layers=config["num_hidden_layers"],
-        hidden_size=config["hidden_size"],
+        name=config.name_or_path or Path(path).parent.name,
+        n_layers=config.num_hidden_layers,
+        hidden_size=config.hidden_size,
         n_heads=heads,
-        n_kv_heads=config.get("num_key_value_heads", heads),
-        head_dim=config.get("head_dim") or config["hidden_size"] // heads,
-        ffn_size=config["intermediate_size"],
-        vocab_size=config["vocab_size"],
-        weight_bits=float(dtype_bits),
-        tied_embeddings=bool(config.get("tie_word_embeddings", False)),
+        n_kv_heads=config.num_key_value_heads or heads,
+        head_dim=config.head_dim or config.hidden_size // heads,
+        ffn_size=config.intermediate_size,
+        vocab_size=config.vocab_size,
+        weight_bits=float(DTYPE_BITS.get(config.torch_dtype, 16)),
+        tied_embeddings=bool(config.tie_word_embeddings),
         source=str(path),
     )
 

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 from harness.plan.simulator import simulate_scenario
@@ -16,9 +15,9 @@ from harness.results.folder import (
     write_candidates,
     write_manifest,
 )
-from harness.runs.candidates import CandidateStatus
+from harness.runs.candidates import CandidateStatus, manifest_candidates
 from harness.runs.run import RunResult
-from harness.runs.sweep import SweepPointStatus, sweep_kind
+from harness.runs.sweep import SweepPointStatus, manifest_points, sweep_kind
 from harness.scenario.scenario import Scenario
 
 
@@ -28,9 +27,8 @@ def simulate_sweep(scenario: Scenario, out_dir: Path, overwrite: bool = False) -
     prepare_sweep_dir(out_dir, overwrite)
     for point, point_scenario in zip(points, scenario.sweep_points()):
         summary = simulate_scenario(point_scenario, out_dir / point.dir)
-        point.status, point.result = "completed", RunResult(out_dir / point.dir, summary, {})
-    rows = [{k: v for k, v in asdict(p).items() if k != "result"} for p in points]
-    write_manifest(out_dir, kind, scenario.resolved_dict(), rows)
+        point.status, point.result = "completed", RunResult(out_dir / point.dir, summary, None)
+    write_manifest(out_dir, kind, scenario.resolved_dict(), manifest_points(points))
     return points
 
 
@@ -50,5 +48,5 @@ def simulate_candidates(scenario: Scenario, out_dir: Path, overwrite: bool = Fal
             simulate_scenario(cand_scenario, out_dir / status.dir, overwrite=overwrite)
         status.status = "completed"
         statuses.append(status)
-    write_candidates(out_dir, scenario.resolved_dict(), [asdict(s) for s in statuses])
+    write_candidates(out_dir, scenario.resolved_dict(), manifest_candidates(statuses))
     return statuses

@@ -22,11 +22,13 @@ leaves host_cores unset: each replica has its own device.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict
+
 from harness.engine.step_trace import read_engine_trace
+from harness.results.schema import Telemetry
 
 DEFAULT_ENGINE_CORES = 1.0  # one BLAS thread a step; used when no fitted run has telemetry
 
@@ -54,33 +56,44 @@ def host_share(plan, fitted_dirs: list[str] | None) -> HostShare | None:
     if plan is None or plan.host_cores is None:
         return None
     measured = measured_cores(fitted_dirs or [])
-    engine_cores = plan.engine_cores if plan.engine_cores is not None else measured.get("engine_cores")
-    other_cores = plan.host_other_cores if plan.host_other_cores is not None else measured.get("other_cores")
-    source = "plan" if plan.engine_cores is not None and plan.host_other_cores is not None else "fitted runs"
-    if not measured and source != "plan":
+    engine_cores, other_cores = plan.engine_cores, plan.host_other_cores
+    if engine_cores is not None and other_cores is not None:
+        source = "plan"
+    elif measured is not None:
+        source = "fitted runs"
+    else:
         source = "defaults (no telemetry in the fitted runs)"
-    return HostShare(
-        plan.host_cores,
-        DEFAULT_ENGINE_CORES if engine_cores is None else engine_cores,
-        0.0 if other_cores is None else other_cores,
-        source,
-    )
+    if engine_cores is None:
+        engine_cores = DEFAULT_ENGINE_CORES if measured is None else measured.engine_cores
+    if other_cores is None:
+        other_cores = 0.0 if measured is None else measured.other_cores
+    return HostShare(plan.host_cores, engine_cores, other_cores, source)
 
 
-def measured_cores(run_dirs: list[str]) -> dict:
-    """{engine_cores, other_cores}, means over the runs that have telemetry (summary.json) and a step trace;
-    {} when none has."""
+@dataclass(frozen=True)
+class MeasuredCores:
+    """What the fitted runs' telemetry says of the cores, as means over the runs."""
+
+    engine_cores: float  # one stepping engine process
+    other_cores: float  # the client and the rest of the host
+
+
+class _SummaryTelemetry(BaseModel):
+    """The part of summary.json read here, its other keys ignored: a fitted run's summary need not be whole."""
+
+    model_config = ConfigDict(extra="ignore")
+    telemetry: Telemetry | None = None
+
+
+def measured_cores(run_dirs: list[str]) -> MeasuredCores | None:
+    """Means over the runs that have telemetry (summary.json) and a step trace; None when none has."""
     engine, other = [], []
     for run_dir in map(Path, run_dirs):
         summary_path, trace_path = run_dir / "summary.json", run_dir / "engine_trace.json"
         if not summary_path.is_file() or not trace_path.is_file():
             continue
-        t = json.loads(summary_path.read_text()).get("telemetry") or {}
-        engine_pct, host_pct, window = (
-            t.get("engine_cpu_percent_mean"),
-            t.get("host_cpu_percent_mean"),
-            t.get("window_s"),
-        )
+        t = _SummaryTelemetry.model_validate_json(summary_path.read_bytes()).telemetry or Telemetry()
+        engine_pct, host_pct, window = t.engine_cpu_percent_mean, t.host_cpu_percent_mean, t.window_s
         busy_s = sum(s["dur_s"] for s in read_engine_trace(trace_path))
         if engine_pct is None or host_pct is None or not window or busy_s <= 0:
             continue
@@ -90,5 +103,5 @@ def measured_cores(run_dirs: list[str]) -> dict:
         engine.append(max(DEFAULT_ENGINE_CORES, engine_pct / 100 * window_s / busy_s))
         other.append(max(0.0, host_pct - engine_pct) / 100)
     if not engine:
-        return {}
-    return {"engine_cores": sum(engine) / len(engine), "other_cores": sum(other) / len(other)}
+        return None
+    return MeasuredCores(engine_cores=sum(engine) / len(engine), other_cores=sum(other) / len(other))

@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 from collections import defaultdict
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 from scipy.optimize import nnls
 
 from harness.engine.step_trace import read_engine_trace
 from harness.plan.roofline_model import DEFAULTS, RooflineParams
+from harness.plan.step_model import is_simulated_run
 
 VLLM_COUNTERS = {
     "flops": "vllm:estimated_flops_per_gpu_total",
@@ -48,14 +49,32 @@ class RooflineFit:
     notes: list[str]
 
 
+class _Ceilings(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    flops_per_s: float
+    bytes_per_s: float
+
+
+class _RooflineSection(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    ceilings: _Ceilings | None = None  # the peaks the run's roofline was drawn against
+
+
+class _SummaryRoofline(BaseModel):
+    """The part of summary.json the fit reads, other keys ignored: only the two peaks of the roofline's ceilings
+    (harness.results.schema.Roofline holds the whole section), so a summary cut down to them still fits."""
+
+    model_config = ConfigDict(extra="ignore")
+    roofline: _RooflineSection | None = None
+
+
 def fit_roofline(
     run_dir: str | Path, peak_flops: float | None = None, peak_bytes_per_s: float | None = None, iterations: int = 20
 ) -> RooflineFit:
     """Fit against the ceilings given (the hardware the run measured on), else those its summary.json's
     roofline block used (measured on a CPU, published for a GPU)."""
     run_dir = Path(run_dir)
-    info = run_dir / "run.json"
-    if info.is_file() and json.loads(info.read_text()).get("simulated"):
+    if is_simulated_run(run_dir):
         raise ValueError(f"{run_dir} is a simulated run (bench plan): its steps are a model's; fit to a measured run")
     if (run_dir / "engine_trace.json").is_file():
         source, (flops, moved, steps, dur) = "step trace", trace_rows(run_dir / "engine_trace.json")
@@ -69,14 +88,14 @@ def fit_roofline(
     if len(dur) < 3:
         raise ValueError(f"{run_dir}: {len(dur)} rows from the {source}; the fit needs at least 3")
     if peak_flops is None or peak_bytes_per_s is None:
-        ceilings = (json.loads((run_dir / "summary.json").read_text()).get("roofline") or {}).get("ceilings")
-        if not ceilings:
+        roofline = _SummaryRoofline.model_validate_json((run_dir / "summary.json").read_bytes()).roofline
+        if roofline is None or roofline.ceilings is None:
             raise ValueError(
                 f"{run_dir}/summary.json has no roofline.ceilings; pass peak_flops and "
                 "peak_bytes_per_s (the hardware the run measured on)"
             )
-        peak_flops = peak_flops or ceilings["flops_per_s"]
-        peak_bytes_per_s = peak_bytes_per_s or ceilings["bytes_per_s"]
+        peak_flops = peak_flops or roofline.ceilings.flops_per_s
+        peak_bytes_per_s = peak_bytes_per_s or roofline.ceilings.bytes_per_s
     compute_bound = flops / moved > peak_flops / peak_bytes_per_s
     for _ in range(iterations):
         design = np.column_stack([flops * compute_bound, moved * ~compute_bound, steps]) / dur[:, None]

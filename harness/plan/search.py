@@ -25,13 +25,14 @@ from harness.plan.memory import plan_memory
 from harness.plan.roofline_scenario import roofline_step_model, scenario_architecture
 from harness.plan.simulator import simulate_scenario
 from harness.plan.step_model import StepShape
+from harness.results.schema import Summary
 from harness.scenario.gpus import gpu_spec
 
 TP_SIZES = (1, 2, 4, 8)
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Evaluation:
     gpu: str
     tensor_parallel: int
@@ -58,13 +59,14 @@ class GpuResult:
     notes: list[str] = field(default_factory=list)
 
 
-def slo_margin(summary: dict, attainment: float) -> float | None:
+def slo_margin(summary: Summary, attainment: float) -> float | None:
     """1 - (the SLO metric at the attainment percentile) / its limit, the smallest over the SLOs set."""
     key = f"p{round(attainment * 100)}"
+    at_percentile = {name: getattr(getattr(summary, name), key, None) for name in SLO_KEYS}
     margins = [
-        1 - summary[name][key] / limit
-        for name, limit in summary["goodput"]["slo"].items()
-        if name in SLO_KEYS and summary.get(name, {}).get(key) is not None
+        1 - at_percentile[name] / limit
+        for name, limit in summary.goodput.slo.items()
+        if name in SLO_KEYS and at_percentile[name] is not None
     ]
     return min(margins) if margins else None
 
@@ -110,20 +112,20 @@ class Search:
         folder = self.out_dir / "simulations" / f"{gpu}-tp{tensor_parallel}-x{replicas}"
         summary = simulate_scenario(self.scenario.model_copy(update={"plan": plan}), folder, overwrite=self.overwrite)
         self.simulations += 1
-        goodput, throughput = summary["goodput"], summary["throughput"]["output_tokens_per_s"]
+        goodput, throughput = summary.goodput, summary.throughput.output_tokens_per_s
         per_hour = price * tensor_parallel * replicas
         return Evaluation(
-            gpu,
-            tensor_parallel,
-            replicas,
-            goodput["fraction"] >= self.attainment,
-            goodput["fraction"],
-            goodput["requests_per_s"],
-            throughput,
-            slo_margin(summary, self.attainment),
-            per_hour,
-            per_hour / (throughput * 3600 / 1e6) if throughput else None,
-            str(folder),
+            gpu=gpu,
+            tensor_parallel=tensor_parallel,
+            replicas=replicas,
+            meets_slo=goodput.fraction >= self.attainment,
+            goodput_fraction=goodput.fraction,
+            goodput_requests_per_s=goodput.requests_per_s,
+            output_tokens_per_s=throughput,
+            slo_margin=slo_margin(summary, self.attainment),
+            dollars_per_hour=per_hour,
+            dollars_per_mtok=per_hour / (throughput * 3600 / 1e6) if throughput else None,
+            folder=str(folder),
         )
 
     def tensor_parallel_sizes(self, gpu: str) -> tuple[list[int], list[str]]:

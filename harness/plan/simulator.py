@@ -29,6 +29,7 @@ from harness.plan.host import HostShare, host_share
 from harness.plan.replica import Replica, Step
 from harness.plan.step_model import StepModel, StepShape, fit_step_model
 from harness.results.folder import RequestRecord, ResultWriter, versions
+from harness.results.schema import Backend, CpuSeconds, PlanAccount, RunInfo, Summary
 from harness.scenario.scenario import Scenario, ScenarioError
 from harness.scenario.tokenizer_source import resolve_tokenizer
 from harness.scenario.workload import RequestSpec, build_schedule
@@ -376,7 +377,7 @@ def simulate_scenario(
     reporter=None,
     overwrite: bool = False,
     step_model: StepModel | None = None,
-) -> dict:
+) -> Summary:
     """The summary (bench run's summary.json, `simulated: true`) of the scenario on its plan: deployment;
     with out_dir, the results folder too (run.json, requests.jsonl, summary.json). `step_model`: use this
     one instead of the plan's (benchmarks, tests); its request overhead is then 0."""
@@ -404,18 +405,18 @@ def simulate_scenario(
             writer.close()
     records.sort(key=lambda r: r.index)
     summary = _simulated_summary(scenario, records, schedule.token_count_method)
-    summary["plan"] = {
-        "step_model": step_model.describe(),
-        "request_overhead_s": overhead_s,
-        "deployment": _describe_deployment(deployment),
-        "host": sim.host.describe() if sim.host is not None else None,
-        "preemptions": sum(r.scheduler.num_preemptions for r in sim.replicas.values()),
-        "engine_steps": sim.engine_steps,
-        "fast_forwarded_steps": sim.fast_forwarded_steps,
-        "sequence_steps": sim.sequence_steps,
-        "cpu_s": {"plan": planned_s - started_s, "simulation": time.process_time() - planned_s},
-    }
-    summary.update(explain(summary, records, Path(out_dir or "."), sim.steps or [], scenario.resolved_dict()))
+    summary.plan = PlanAccount(
+        step_model=step_model.describe(),
+        request_overhead_s=overhead_s,
+        deployment=_describe_deployment(deployment),
+        host=sim.host.describe() if sim.host is not None else None,
+        preemptions=sum(r.scheduler.num_preemptions for r in sim.replicas.values()),
+        engine_steps=sim.engine_steps,
+        fast_forwarded_steps=sim.fast_forwarded_steps,
+        sequence_steps=sim.sequence_steps,
+        cpu_s=CpuSeconds(plan=planned_s - started_s, simulation=time.process_time() - planned_s),
+    )
+    explain(summary, records, Path(out_dir or "."), sim.steps or [], scenario.resolved_dict())
     if writer is not None:
         _write_folder(writer, scenario, schedule.token_count_method, tokenizer.name, summary, sim.steps)
     return summary
@@ -437,10 +438,11 @@ def _deployment_and_model(scenario: Scenario, step_model: StepModel | None) -> t
     return deployment, step_model, overhead_s
 
 
-def _simulated_summary(scenario: Scenario, records: list[RequestRecord], token_count_method: str) -> dict:
+def _simulated_summary(scenario: Scenario, records: list[RequestRecord], token_count_method: str) -> Summary:
     # windowed as `bench run` windows a measured run (load.trim), so prediction and measurement compare alike
-    summary = summarize(records, scenario.slo.model_dump(), trim=scenario.load.trim is not False)
-    summary.update(
+    figures = summarize(records, scenario.slo.model_dump(), trim=scenario.load.trim is not False)
+    return Summary(
+        **dict(figures),
         simulated=True,
         client_bound=False,
         client_bound_reasons=[],
@@ -451,21 +453,20 @@ def _simulated_summary(scenario: Scenario, records: list[RequestRecord], token_c
         incomplete_reasons=[],
         lost_workers=[],
     )
-    return summary
 
 
 def _write_folder(writer: ResultWriter, scenario: Scenario, token_count_method, tokenizer_name, summary, steps):
     """run.json, summary.json and (when the steps were kept) engine_trace.json of a simulated run."""
     writer.write_run_info(
-        {
-            "scenario": scenario.resolved_dict(),
-            "versions": versions(),
-            "simulated": True,
-            "backend": {"kind": scenario.backend.kind, "model": scenario.backend.model, "simulated": True},
-            "token_count_method": token_count_method,
-            "tokenizer": tokenizer_name,
-            "time_unit": "simulated seconds from t0",
-        }
+        RunInfo(
+            scenario=scenario.resolved_dict(),
+            versions=versions(),
+            simulated=True,
+            backend=Backend(kind=scenario.backend.kind, model=scenario.backend.model, simulated=True),
+            token_count_method=token_count_method,
+            tokenizer=tokenizer_name,
+            time_unit="simulated seconds from t0",
+        )
     )
     writer.write_summary(summary)
     if steps:  # the report's step timeline of the simulated engine(s)

@@ -22,15 +22,16 @@ plus `step_gap_s`, the engine loop's median idle between two back-to-back steps,
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 from scipy.optimize import nnls
 
 from harness.engine.step_trace import read_engine_trace
+from harness.results.folder import read_records
 
 FEATURES = ("prefill_tokens", "prefill_seqs", "decode_seqs", "context_tokens", "prefill_pairs")
 COEFFICIENTS = ("intercept_s", "multi_token_step_s", *("per_" + f.removesuffix("s") + "_s" for f in FEATURES))
@@ -63,17 +64,21 @@ class FittedStepModel:
     residuals: dict  # of the fit on its own steps: rms_ms, mape, steps
     sources: list[str]  # the run folders fitted
 
+    def __post_init__(self) -> None:
+        # a stated model may leave out the terms it does not use: they cost nothing
+        object.__setattr__(self, "coefficients", dict.fromkeys(COEFFICIENTS, 0.0) | self.coefficients)
+
     def step_time_s(self, shape: StepShape) -> float:
         c = self.coefficients
         multi_token = shape.prefill_tokens + shape.decode_seqs >= 2
         return (
             c["intercept_s"]
-            + c.get("multi_token_step_s", 0.0) * multi_token
+            + c["multi_token_step_s"] * multi_token
             + c["per_prefill_token_s"] * shape.prefill_tokens
             + c["per_prefill_seq_s"] * shape.prefill_seqs
             + c["per_decode_seq_s"] * shape.decode_seqs
             + c["per_context_token_s"] * shape.context_tokens
-            + c.get("per_prefill_pair_s", 0.0) * shape.prefill_pairs
+            + c["per_prefill_pair_s"] * shape.prefill_pairs
             + self.step_gap_s
         )
 
@@ -86,18 +91,29 @@ class FittedStepModel:
         }
 
 
+class _TracedBatch(BaseModel):
+    """What a step of engine_trace.json says of its batch; its other keys are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+    prefill_tokens: int
+    prefill_chunks: list[int]
+    decode_seqs: int
+    kv_blocks_used: int
+    kv_positions_read: int | None = None  # None: traced before the engine recorded it
+    prefill_starts: list[int] | None = None  # the same
+
+
 def shape_of(step: dict, kv_block_size: int) -> StepShape:
     """A measured step's batch. context_tokens: the engine's kv_positions_read where the trace has it,
     else the KV blocks held (a bound: blocks are whole and include shared prefixes once). prefill_pairs from
     the chunks' prefill_starts where traced, else as if each chunk started its prompt (a lower bound)."""
-    context = step.get("kv_positions_read")
+    batch = _TracedBatch.model_validate(step)
+    context = batch.kv_positions_read
     if context is None:
-        context = step["kv_blocks_used"] * kv_block_size
-    chunks = step["prefill_chunks"]
-    starts = step.get("prefill_starts") or [0] * len(chunks)
-    return StepShape(
-        step["prefill_tokens"], len(chunks), step["decode_seqs"], int(context), prefill_pairs(chunks, starts)
-    )
+        context = batch.kv_blocks_used * kv_block_size
+    chunks = batch.prefill_chunks
+    starts = batch.prefill_starts or [0] * len(chunks)
+    return StepShape(batch.prefill_tokens, len(chunks), batch.decode_seqs, context, prefill_pairs(chunks, starts))
 
 
 def prefill_pairs(chunk_tokens: list[int], starts: list[int]) -> int:
@@ -115,8 +131,7 @@ def fit_step_model(run_dirs: list[str | Path], kv_block_size: int = 16) -> Fitte
                 f"plan.step_model.fitted: {run_dir} has no engine_trace.json; measure the run with "
                 f"backend.trace: true against the native engine"
             )
-        info = run_dir / "run.json"
-        if info.is_file() and json.loads(info.read_text()).get("simulated"):
+        if is_simulated_run(run_dir):
             raise ValueError(f"plan.step_model.fitted: {run_dir} is a simulated run (bench plan); fit to measured runs")
         steps = read_engine_trace(trace)
         shapes += [shape_of(s, kv_block_size) for s in steps]
@@ -152,17 +167,36 @@ def fit_step_model(run_dirs: list[str | Path], kv_block_size: int = 16) -> Fitte
     )
 
 
+class _RunKind(BaseModel):
+    """What the fits read of run.json: whether `bench plan` simulated the run (its other keys are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+    simulated: bool | None = None
+
+
+def is_simulated_run(run_dir: Path) -> bool:
+    """Whether the folder is `bench plan`'s (its steps are a model's, not measured); False without a run.json."""
+    info = run_dir / "run.json"
+    return info.is_file() and bool(_RunKind.model_validate_json(info.read_bytes()).simulated)
+
+
+class _EngineTimings(BaseModel):
+    """The engine's queue and prefill of a request, from its server_timings (native; others leave them out)."""
+
+    model_config = ConfigDict(extra="ignore")
+    queue_ms: float | None = None
+    prefill_ms: float | None = None
+
+
 def request_overhead_s(run_dir: Path) -> float:
     """The median over a run's requests of client TTFT minus the engine's own queue + prefill."""
     values = []
-    with open(run_dir / "requests.jsonl", encoding="utf-8") as f:
-        for line in f:
-            rec = json.loads(line)
-            t = rec.get("server_timings") or {}
-            if rec["status"] != "ok" or not rec["token_times_s"] or t.get("prefill_ms") is None:
-                continue
-            ttft_s = rec["token_times_s"][0] - rec["intended_send_s"]
-            values.append(ttft_s - (t.get("queue_ms") or 0.0) / 1e3 - t["prefill_ms"] / 1e3)
+    for rec in read_records(run_dir):
+        timings = _EngineTimings.model_validate(rec.server_timings)
+        if not rec.ok or not rec.token_times_s or timings.prefill_ms is None:
+            continue
+        ttft_s = rec.token_times_s[0] - rec.intended_send_s
+        values.append(ttft_s - (timings.queue_ms or 0.0) / 1e3 - timings.prefill_ms / 1e3)
     return max(float(np.median(values)), 0.0) if values else 0.0
 
 

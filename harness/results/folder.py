@@ -5,7 +5,7 @@ request, appended as each completes), summary.json, telemetry.csv, server_metric
 engine's log when bench launched it. A sweep folder holds one run folder per point,
 `point-NNN-<rate|concurrency>-<value>/`, and sweep.json (each point's status). A repeats folder
 (one side of `bench gate`) holds run folders as direct sub-folders (`run-1/` ...).
-Each JSON file is checked against its model in harness/results/schema.py as it is written (write_json).
+Each JSON file is a model of harness/results/schema.py, checked as it is written (write_json) and read (read_model).
 """
 
 from __future__ import annotations
@@ -24,10 +24,22 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from harness.limits import MAX_TOKENS_PER_REQUEST, is_token_count
-from harness.results.schema import MODELS, SchemaError, checked, field_errors
+from harness.results.schema import (
+    SCHEMA_VERSION,
+    Candidate,
+    CandidatesManifest,
+    Host,
+    RunInfo,
+    SchemaError,
+    Summary,
+    SweepManifest,
+    SweepPoint,
+    field_errors,
+    validate,
+)
 
 
 @dataclass
@@ -269,13 +281,13 @@ def versions() -> dict:
     return out
 
 
-def host_info() -> dict:
-    return {
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "machine": platform.machine(),
-    }
+def host_info() -> Host:
+    return Host(
+        hostname=socket.gethostname(),
+        platform=platform.platform(),
+        cpu_count=os.cpu_count(),
+        machine=platform.machine(),
+    )
 
 
 class ResultWriter:
@@ -287,40 +299,33 @@ class ResultWriter:
         self._requests = open(self.dir / "requests.jsonl", "w", encoding="utf-8")
         self.records_written = 0
 
-    def write_run_info(self, run_info: dict) -> None:
-        self._write_json("run.json", run_info)
+    def write_run_info(self, run_info: RunInfo) -> None:
+        write_json(self.dir / "run.json", run_info)
 
     def append(self, record: RequestRecord) -> None:
         self._requests.write(record.to_json() + "\n")
         self._requests.flush()
         self.records_written += 1
 
-    def write_summary(self, summary: dict) -> None:
-        self._write_json("summary.json", summary)
+    def write_summary(self, summary: Summary) -> None:
+        write_json(self.dir / "summary.json", summary)
 
     def close(self) -> None:
         if not self._requests.closed:
             self._requests.close()
 
-    def _write_json(self, name: str, obj: dict) -> None:
-        write_json(self.dir / name, obj)
 
-
-def write_json(path: Path, obj: dict) -> None:
-    """Written whole or not at all. A results file with a model (harness/results/schema.py) is stamped with
-    schema_version
-    and checked against it: one that does not fit is still written (a long run keeps its summary), then refused."""
-    problem = None
-    if path.name in MODELS:
-        try:
-            obj = checked(path.name, obj)
-        except SchemaError as e:
-            problem = e
+def write_json(path: Path, doc: BaseModel) -> None:
+    """A results file (its model in harness/results/schema.py) written whole or not at all: stamped with
+    schema_version (in place: the caller's model is what the file holds), the fields its writer set (a key a run
+    never reached stays out, a null it set stays in), then checked against the model; one that does not fit (a
+    value assigned unchecked) is still written (a long run keeps its summary), then refused."""
+    doc.schema_version = SCHEMA_VERSION
+    data = doc.model_dump(exclude_unset=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, path)  # readers never see half a file
-    if problem is not None:
-        raise problem
+    validate(path.name, data)
 
 
 # --- reading --------------------------------------------------------------------------------------
@@ -359,6 +364,18 @@ def read_records(out_dir: str | Path, warnings: list[str] | None = None) -> list
     if unknown:
         warnings.append(f"{path}: ignored record keys this version does not know: {', '.join(sorted(unknown))}")
     return records
+
+
+def read_model(path: Path) -> BaseModel | None:
+    """A results file read into its model (harness/results/schema.MODELS, by file name); None when absent,
+    ResultsError naming the field when it does not fit."""
+    doc = read_json(path)
+    if not doc:
+        return None
+    try:
+        return validate(path.name, doc)
+    except SchemaError as e:
+        raise ResultsError(f"{path}: {e}") from None
 
 
 def read_json(path: Path) -> dict:
@@ -411,24 +428,16 @@ def point_dirs(path: Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if p.is_dir() and POINT_DIR.match(p.name) and is_run_dir(p))
 
 
-def write_manifest(out_dir: Path, kind: str, scenario: dict, points: list[dict]) -> None:
-    """sweep.json: the load kind, the scenario and each point's {index, offered_load, dir, status, ...}."""
-    write_json(
-        out_dir / MANIFEST,
-        {
-            "kind": kind,
-            "unit": "requests/s" if kind == "rate" else "requests in flight",
-            "scenario": scenario,
-            "points": points,
-        },
-    )
+def write_manifest(out_dir: Path, kind: str, scenario: dict, points: list[SweepPoint]) -> None:
+    """sweep.json: the load kind, the scenario and each point's index, offered load, folder and status."""
+    unit = "requests/s" if kind == "rate" else "requests in flight"
+    write_json(out_dir / MANIFEST, SweepManifest(kind=kind, unit=unit, scenario=scenario, points=points))
 
 
 def read_statuses(out_dir: Path) -> dict[str, str]:
     """Point folder name -> status, from sweep.json; empty when the folder has none."""
-    manifest = read_json(Path(out_dir) / MANIFEST)
-    points = manifest.get("points", [])
-    return {p["dir"]: p["status"] for p in points if isinstance(p, dict) and "dir" in p and "status" in p}
+    manifest: SweepManifest | None = read_model(Path(out_dir) / MANIFEST)
+    return {p.dir: p.status for p in manifest.points} if manifest else {}
 
 
 # --- candidates (harness/runs/candidates.py) -------------------------------------------------------------
@@ -436,11 +445,12 @@ def read_statuses(out_dir: Path) -> dict[str, str]:
 CANDIDATES_MANIFEST = "candidates.json"
 
 
-def write_candidates(out_dir: Path, scenario: dict, candidates: list[dict]) -> None:
-    """candidates.json: the scenario and each candidate's {name, dir, launch_args, accelerators, status, ...}."""
-    write_json(out_dir / CANDIDATES_MANIFEST, {"scenario": scenario, "candidates": candidates})
+def write_candidates(out_dir: Path, scenario: dict, candidates: list[Candidate]) -> None:
+    """candidates.json: the scenario and each candidate's name, folder, launch arguments, status."""
+    write_json(out_dir / CANDIDATES_MANIFEST, CandidatesManifest(scenario=scenario, candidates=candidates))
 
 
-def read_candidates(path: Path) -> list[dict]:
+def read_candidates(path: Path) -> list[Candidate]:
     """The candidates listed in a folder's candidates.json ([] for any other folder)."""
-    return read_json(Path(path) / CANDIDATES_MANIFEST).get("candidates", [])
+    manifest: CandidatesManifest | None = read_model(Path(path) / CANDIDATES_MANIFEST)
+    return manifest.candidates if manifest else []

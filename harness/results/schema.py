@@ -3,10 +3,11 @@
 results.validate_record), and the manifests of sweeps (sweep.json),
 deployment candidates (candidates.json), repeats (repeats.json) and tune (tune.json).
 
-These models are the one definition of what each file holds: ResultWriter validates run.json and summary.json
-against them before writing, so a field added to a writer without its model fails the run's tests; docs/schema/
-holds the JSON Schema generated from them (harness/results/schema_files.py, `bench schema --write`; tests/test_schema.py
-fails when it drifts).
+These models are the one definition of what each file holds, and the values the harness passes around: summarize
+returns the summary's first part (RequestFigures), the run fills the rest of its Summary where each part is known,
+and the writer (harness/results/folder.write_json) writes the fields a writer set, checked against the model, so a
+key a run never reached stays out of the file as it always did. docs/schema/ holds the JSON Schema generated from
+them (harness/results/schema_files.py, `bench schema --write`; tests/test_schema.py fails when it drifts).
 
 Closed sections (extra keys refused) are the ones this harness defines; open ones (`dict[str, Any]` or
 extra="allow") hold what other code names: the engine's metrics by name, the resolved scenario (its own model,
@@ -35,7 +36,7 @@ class Open(BaseModel):
 
 Version = Field(PRE_SCHEMA_VERSION, description='the schema this file follows; "0": written before the schema')
 
-# --- summary.json -----------------------------------------------------------------------------------
+# --- summary.json: the measured requests (harness/metrics/latencies.py) ----------------------------
 
 
 class Stats(Closed):
@@ -131,27 +132,9 @@ class PercentileCI(Closed):
     e2e_ms: Intervals
 
 
-class Finding(Open):
-    """One diagnosis line (harness/metrics/diagnosis.py); a rule may add its numbers under its own keys."""
-
-    rule: str
-    severity: str
-    message: str
-
-
-class Validity(Closed):
-    valid: bool
-    reasons: list[str]
-    thresholds: dict[str, Any]
-
-
-Section = dict[str, Any] | None
-
-
-class Summary(Closed):
-    """summary.json: the measured requests summarized (harness/metrics.summarize), with the run's account of its
-    client, the engine's counters, telemetry and the explanation (harness/metrics/explain.py). Written by `bench run`
-    (harness/runs/run.py), a run a signal stopped (run.interrupted_summary) and `bench plan` (simulated: true)."""
+class RequestFigures(Closed):
+    """The measured requests summarized (harness/metrics/latencies.summarize): summary.json's first part, the
+    same for a measured, a stopped and a simulated run."""
 
     schema_version: str = Version
     requests: Requests
@@ -177,36 +160,268 @@ class Summary(Closed):
     event_loop_lag_ms: Stats
     concurrency: Concurrency
     percentile_ci: PercentileCI
+
+
+# --- summary.json: the run's account of its client, engine and verdict ------------------------------
+
+
+class WorkersSizing(Closed):
+    """What `workers: auto` took as one client process's share (harness/client/capacity.py), and its source."""
+
+    source: str = Field(description='"measured" or "planning figure"')
+    tokens_per_s_per_worker: int
+    tokens_per_cpu_s: int | None = Field(description="measured on this machine; null for the planning figure")
+    measurements: int
+    file: str | None = Field(description="the client capacity file the measurements came from")
+    describe: str
+
+
+class CapacityMeasurement(Closed):
+    """One run's measurement of its client (harness/client/capacity.record_capacity)."""
+
+    tokens: int
+    cpu_s: float
+    tokens_per_cpu_s: float
+    at: str = Field(description="UTC time, ISO 8601")
+    run: str = Field(description="the run folder")
+
+
+class StopDecision(Closed):
+    """Why a watch stopped the load early (harness/runs/early_stop.py); counts of measured requests."""
+
+    reason: str = Field(description="verdict_met | verdict_missed | over_saturated")
+    passed: bool = Field(description="the point's verdict: does the load meet the SLOs?")
+    detail: str
+    after_requests: int = Field(description="measured records seen when it stopped")
+    planned_requests: int
+    at_s: float = Field(description="the run's clock when it stopped")
+    met: int
+    missed: int
+    outstanding_per_s: float | None = Field(description="over_saturated: the growth of requests outstanding")
+    ttft_s_per_s: float | None = Field(description="over_saturated: the growth of TTFT, s per s of sends")
+
+
+class CpuSeconds(Closed):
+    plan: float
+    simulation: float
+
+
+class PlanAccount(Closed):
+    """bench plan's account of a simulated run (harness/plan/simulator.py)."""
+
+    step_model: dict[str, Any] = Field(description="the step model's own description (harness/plan/step_model.py)")
+    request_overhead_s: float
+    deployment: dict[str, Any] = Field(description="the simulated deployment's scheduler settings")
+    host: dict[str, Any] | None = None
+    preemptions: int
+    engine_steps: int
+    fast_forwarded_steps: int
+    sequence_steps: int
+    cpu_s: CpuSeconds
+
+
+class Telemetry(Open):
+    """Derived telemetry figures over the measured window (harness/engine/telemetry/derived.py); each null where
+    its inputs were not sampled, the whole section empty with telemetry off."""
+
+    window_s: list[float] | None = None
+    gpu_dram_active_mean: float | None = None
+    gpu_tensor_active_mean: float | None = None
+    gpu_energy_j: float | None = None
+    energy_per_output_token_j: float | None = None
+    engine_read_bytes_per_s: float | None = None
+    engine_flops_per_s: float | None = None
+    memory_bandwidth_ceiling_bytes_per_s: float | None = None
+    memory_bandwidth_ceiling_source: str | None = None
+    mbu: float | None = None
+    dram_bandwidth_util_mean: float | None = None
+    dram_bandwidth_util_source: str | None = None
+    engine_cpu_percent_mean: float | None = None
+    host_cpu_percent_mean: float | None = None
+    engine_rss_bytes_max: float | None = None
+
+
+class PhaseStats(Closed):
+    """One part of the requests' time in ms; a part the engine's histograms gave has its mean only."""
+
+    mean: float
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    max: float | None = None
+    count: int | None = None
+
+
+class TtftShare(Closed):
+    """Each part's mean over the mean TTFT; `other`: what no part explains."""
+
+    queue: float | None = None
+    prefill: float | None = None
+    client_lag: float | None = None
+    concurrency_wait: float | None = None
+    connect_send: float | None = None
+    other: float | None = None
+
+
+class Phases(Closed):
+    """Where the requests' time went (harness/metrics/phases.py): the engine's phases and the client's parts."""
+
+    requests: int | None = None
+    source: str | None = Field(None, description="per request (the engine's timings) or per run (its histograms)")
+    requests_with_engine_timings: int | None = None
+    reason: str | None = Field(None, description="why the engine's phases are missing")
+    queue: PhaseStats | None = None
+    prefill: PhaseStats | None = None
+    decode: PhaseStats | None = None
+    client_lag: PhaseStats | None = None
+    concurrency_wait: PhaseStats | None = None
+    connect_send: PhaseStats | None = None
+    ttft: PhaseStats | None = None
+    ttft_share: TtftShare | None = None
+    main_ttft_part: str | None = None
+
+
+class PrefixCache(Closed):
+    """The prefix cache over the measured window, from the engine's counters."""
+
+    hit_rate: float
+    hit_tokens: float
+    queried_tokens: float
+    source: str
+
+
+class Speculative(Closed):
+    """Speculative decoding over the measured window; empty without speculation."""
+
+    draft_tokens: int | None = None
+    accepted_tokens: int | None = None
+    acceptance_rate: float | None = None
+    drafts: int | None = None
+    mean_acceptance_length: float | None = None
+    source: str | None = None
+
+
+class Ceilings(Closed):
+    """The roofline's two ceilings: measured on this CPU, or a GPU's published peaks."""
+
+    source: str
+    load_average: float | None = None
+    cpu_count: int | None = None
+    flops_per_s: float
+    bytes_per_s: float
+    ridge_flop_per_byte: float
+    note: str | None = None
+
+
+class RooflinePoint(Closed):
+    """Where one kind of step sits against the ceilings (harness/metrics/roofline.place)."""
+
+    bytes_per_s: float
+    flops_per_s: float
+    bandwidth_fraction: float
+    compute_fraction: float
+    intensity_flop_per_byte: float | None
+    ridge_flop_per_byte: float
+    seconds: float
+    bound: Literal["memory", "compute"]
+    steps: int | None = None
+
+
+class GpuCounters(Closed):
+    """What the GPU itself counted (NVML GPM / DCGM): shares of time its DRAM and tensor pipes were active."""
+
+    dram_active: float
+    tensor_active: float
+    line: str
+
+
+class Roofline(Closed):
+    """The roofline placement (harness/metrics/roofline.py); `reason` alone when it cannot be placed."""
+
+    reason: str | None = None
+    ceilings: Ceilings | None = None
+    basis: str | None = None
+    points: dict[str, RooflinePoint] | None = Field(None, description="by step kind: decode, prefill, mixed, ...")
+    hardware: GpuCounters | None = None
+    line: str | None = None
+
+
+class Finding(Open):
+    """One diagnosis line (harness/metrics/diagnosis.py); `evidence`: the rule's numbers by name."""
+
+    rule: str
+    severity: Literal["critical", "warning", "info"]
+    message: str
+    evidence: dict[str, Any] = Field(default_factory=dict)
+
+
+class Accuracy(Closed):
+    """A known-answer task's accuracy (harness/scenario/answers.py) with its exact interval."""
+
+    scored: int
+    correct: int
+    share: float
+    low: float
+    high: float
+    confidence: float
+    method: str
+
+
+class Thresholds(Closed):
+    """The limits the validity verdict judged by (harness/metrics/validity.py)."""
+
+    max_failed_share: float
+    max_token_mismatch_share: float
+    required_percentiles: list[str]
+    judged_latencies: list[str]
+    min_window_e2e: float
+
+
+class Validity(Closed):
+    valid: bool
+    reasons: list[str]
+    thresholds: Thresholds
+
+
+Section = dict[str, Any] | None
+
+
+class Summary(RequestFigures):
+    """summary.json: the measured requests summarized (harness/metrics/latencies.summarize), with the run's
+    account of its client, the engine's counters, telemetry and the explanation (harness/metrics/explain.py).
+    Written by `bench run` (harness/runs/run.py), a run a signal stopped (run.interrupted_summary) and
+    `bench plan` (simulated: true). A key a run did not reach is left out (the writer writes the fields set)."""
+
+    simulated: bool | None = None  # bench plan
     client_bound: bool
     client_bound_reasons: list[str]
     interrupted: bool
-    incomplete: bool
-    incomplete_reasons: list[str]
-    lost_workers: list[Any]
     # a measured run's (not a signal's summary, some not a plan's)
     workers: int | None = None
     client_cpu_s: float | None = None
     token_count_method: str | None = None
     workers_needed: int | None = None
-    workers_sizing: Section = None
-    client_capacity_measured: Section = None
+    workers_sizing: WorkersSizing | None = None
+    incomplete: bool
+    incomplete_reasons: list[str]
+    lost_workers: list[Any]
     interrupted_by: Literal["SIGINT", "SIGTERM"] | None = None
     engine_exited: str | None = None
+    client_capacity_measured: CapacityMeasurement | None = None
     ray_nodes: list[dict[str, Any]] | None = Field(
         None, description="per Ray node: planned, recorded, completed, failed, lost"
     )
-    stopped_early: Section = Field(None, description="harness/runs/early_stop.py's decision, when a watch stopped it")
-    telemetry: Section = Field(None, description="derived telemetry figures (harness/engine/observers.py), by name")
+    stopped_early: StopDecision | None = None
+    plan: PlanAccount | None = Field(None, description="bench plan's step model, deployment and counts")
+    telemetry: Telemetry | None = None
     engine_counters: dict[str, float] | None = Field(None, description="engine counter deltas by metric name")
-    phases_ms: Section = None
-    prefix_cache: Section = None
-    speculative: Section = None
-    roofline: Section = None
+    phases_ms: Phases | None = None
+    prefix_cache: PrefixCache | None = None
+    speculative: Speculative | None = None
+    roofline: Roofline | None = None
     diagnosis: list[Finding] | None = None
-    accuracy: Section = None
+    accuracy: Accuracy | None = None
     validity: Validity | None = None  # a plan's summary has none
-    simulated: bool | None = None  # bench plan
-    plan: Section = Field(None, description="bench plan's step model, deployment and counts")
 
 
 # --- run.json ---------------------------------------------------------------------------------------
@@ -221,8 +436,8 @@ class Host(Closed):
 
 class Backend(Closed):
     kind: str
-    model: str | None
     url: str | None = None  # a plan has none
+    model: str | None
     api: str | None = None
     launched: bool | None = None
     engine_version: str | None = None
@@ -236,6 +451,54 @@ class Stamps(Closed):
     why_not_kernel: str | None
 
 
+class Sampling(Closed):
+    """What the run sent to sample its answers (harness/scenario/sampling.py)."""
+
+    fields: dict[str, Any] = Field(description="the sampling fields sent with every request")
+    greedy: bool
+    default: str
+
+
+class TokenCountRecord(BaseModel):
+    """A workload's token count as the resolved scenario writes it (harness/scenario/distributions.py)."""
+
+    dist: str | None = None
+    mean: float | None = None
+    std: float | None = None
+    min: float | None = None
+    max: float | None = None
+
+
+class BackendRecord(BaseModel):
+    kind: str | None = None
+    model: str | None = None
+    tokenizer: str | None = None
+
+
+class WorkloadRecord(BaseModel):
+    kind: str | None = None
+    input_tokens: TokenCountRecord | int | None = None
+    output_tokens: TokenCountRecord | int | None = None
+    prefix_tokens: int | None = None
+
+
+class LoadRecord(BaseModel):
+    arrival: str | None = None
+    rate: float | None = None
+    concurrency: int | None = None
+
+
+class ScenarioRecord(BaseModel):
+    """The resolved scenario as run.json records it (RunInfo.scenario), read back for the parts the harness's
+    readers use. Leniently: its own model (harness/scenario/scenario.py) checks the machine it runs on, and an
+    older run's scenario may lack what a newer one has."""
+
+    name: str | None = None
+    backend: BackendRecord = BackendRecord()
+    workload: WorkloadRecord = WorkloadRecord()
+    load: LoadRecord = LoadRecord()
+
+
 class RunInfo(Closed):
     """run.json: what ran (resolved scenario, versions, host, engine) and how it was observed. `bench run` writes
     it before the load and again after it with the observers' status; `bench plan` writes it with simulated."""
@@ -243,18 +506,18 @@ class RunInfo(Closed):
     schema_version: str = Version
     scenario: dict[str, Any] = Field(description="the resolved scenario (harness/scenario/scenario.py's model)")
     versions: dict[str, str | None] = Field(description="harness, python and library versions by name")
+    simulated: bool | None = None
+    host: Host | None = None  # a plan's has none
     backend: Backend
+    stamps: Stamps | None = None
     token_count_method: str
     tokenizer: str
-    time_unit: str
-    host: Host | None = None  # a plan's has none
-    stamps: Stamps | None = None
-    sampling: Section = None
+    sampling: Sampling | None = None
     workers: int | None = None
-    workers_sizing: Section = None
+    workers_sizing: WorkersSizing | None = None
+    time_unit: str
     startup: Section = None
     ray: Section = None
-    simulated: bool | None = None
     # after the load: the observers' status (harness/engine/observers.py) and the clock
     profile: Section = None
     engine_trace: Section = None
@@ -267,14 +530,33 @@ class RunInfo(Closed):
 # --- the manifests ----------------------------------------------------------------------------------
 
 
+class SweepPoint(Closed):
+    index: int
+    offered_load: float = Field(description="requests/s (rate sweep) or requests in flight (concurrency sweep)")
+    dir: str
+    status: str = Field(description="pending | running | completed | interrupted | failed")
+    client_bound: bool
+
+
 class SweepManifest(Closed):
-    """sweep.json (harness/results.write_manifest): a sweep's points; each point's run folder is a run."""
+    """sweep.json (harness/results/folder.write_manifest): a sweep's points; each point's run folder is a run."""
 
     schema_version: str = Version
     kind: Literal["rate", "concurrency"]
     unit: str
     scenario: dict[str, Any]
-    points: list[dict[str, Any]]
+    points: list[SweepPoint]
+
+
+class Candidate(Closed):
+    name: str
+    dir: str = Field(description="relative to the candidates folder")
+    launch_args: list[str]
+    accelerators: int
+    status: str = Field(description="pending | running | completed | failed | interrupted")
+    reason: str = Field(description="why it failed")
+    client_bound: bool
+    line: str | None = Field(None, description="the console's summary of it")
 
 
 class CandidatesManifest(Closed):
@@ -282,7 +564,32 @@ class CandidatesManifest(Closed):
 
     schema_version: str = Version
     scenario: dict[str, Any]
-    candidates: list[dict[str, Any]]
+    candidates: list[Candidate]
+
+
+class Repeat(Closed):
+    index: int
+    dir: str
+    seed: int
+    status: str = Field(description="pending | running | completed | interrupted | failed")
+    valid: bool | None
+    reasons: list[str] = Field(description="the validity verdict's, when invalid")
+
+
+class MeanInterval(Closed):
+    """One headline figure's mean across the runs with its Student t interval (harness/metrics/across_runs.py);
+    the interval's fields null with fewer than 2 runs."""
+
+    unit: str
+    n: int
+    values: list[float]
+    mean: float | None
+    std: float | None
+    t_critical: float | None
+    half_width: float | None
+    low: float | None
+    high: float | None
+    relative_half_width: float | None
 
 
 class RepeatsManifest(Closed):
@@ -297,12 +604,104 @@ class RepeatsManifest(Closed):
     method: str
     keep_invalid: bool
     stopped: str | None
-    repeats: list[dict[str, Any]]
-    metrics: dict[str, Any]
+    repeats: list[Repeat]
+    metrics: dict[str, MeanInterval] = Field(description="by summary.json path: throughput.requests_per_s, ...")
+
+
+class TuneCapacity(Closed):
+    """A configuration's capacity from its search (harness/tune/tune.py): where the line between the bracket's
+    two attainments crosses the target; `error` alone when bench plan could not predict it."""
+
+    offered_load: float | None
+    status: str | None = Field(None, description="bracketed | at_least | none | budget")
+    bracket: list[float | None] | None = None
+    bracket_runs_passed: list[list[bool] | None] | None = Field(None, description="each end's runs, in order")
+    requests_per_s: float | None = None
+    points: int | None = None
+    error: str | None = None
+
+
+class TuneConfiguration(Closed):
+    name: str
+    setting: dict[str, Any] = Field(description="tune.space's values for this configuration, by flag")
+    launch_args: list[str]
+    accelerators: int
+    status: str = Field(description="pending | running | completed | failed | interrupted | pruned | budget")
+    reason: str
+    engine_start_s: float
+    capacity: TuneCapacity | None
+    predicted: TuneCapacity | None = Field(description="with a plan: block, the search on bench plan's simulation")
+
+
+class PercentileBound(Closed):
+    """tune.percentile_slo's bound against a point's measured percentile (harness/scenario/tuning.py)."""
+
+    limit_ms: float
+    measured_ms: float | None
+    met: bool
+
+
+class TuneTrial(Closed):
+    config: str
+    seq: int = Field(description="its place in the configuration's search, probe first")
+    kind: str = Field(description="probe | point")
+    offered_load: float
+    dir: str = Field(description="relative to the tune folder")
+    status: str = Field(description="pending | running | completed | failed | interrupted")
+    passed: bool | None
+    goodput_fraction: float | None
+    requests: int
+    requests_per_s: float
+    completion_per_s: float | None = None
+    output_tokens_per_s: float
+    output_tokens_per_s_per_accelerator: float
+    tokens_per_s_per_user: float | None
+    wall_s: float
+    stopped_early: StopDecision | None
+    seconds_saved: float | None
+    client_bound: bool
+    prefix_cache: str
+    percentiles: dict[str, PercentileBound] | None
+    reason: str
+    repeat: int
+    met: int
+    judged: int
+
+
+class Recommendation(Closed):
+    """The configuration with the highest capacity, and by how much it leads the next one."""
+
+    name: str
+    launch_args: list[str]
+    capacity: float
+    bracket: list[float | None]
+    next: str | None
+    margin: float | None
+    separated: bool | None = Field(description="the two brackets apart: the ranking holds whatever lies in them")
+
+
+class SearchCost(Closed):
+    runs: int
+    repeats: int
+    requests: int
+    minutes: float
+    seconds_saved_by_early_stops: float
+
+
+class DenseCost(Closed):
+    points_per_configuration: int
+    runs: int
+    requests: int
+    minutes_at_least: float
+
+
+class TuneCost(Closed):
+    search: SearchCost
+    dense_sweep: DenseCost
 
 
 class TuneManifest(Closed):
-    """tune.json (harness/tune_summary.tune_document): each configuration, each trial, the recommendation, cost."""
+    """tune.json (harness/tune/summary.tune_document): each configuration, each trial, the recommendation, cost."""
 
     schema_version: str = Version
     status: str
@@ -313,10 +712,10 @@ class TuneManifest(Closed):
     percentile_slo: dict[str, Any] | None
     method: str
     method_why: str
-    configurations: list[dict[str, Any]]
-    trials: list[dict[str, Any]]
-    recommended: Section
-    cost: dict[str, Any]
+    configurations: list[TuneConfiguration]
+    trials: list[TuneTrial]
+    recommended: Recommendation | None
+    cost: TuneCost
     scenario: dict[str, Any]
 
 
@@ -332,15 +731,6 @@ MODELS: dict[str, type[BaseModel]] = {
 
 class SchemaError(ValueError):
     """A results file that does not match its model; the message names the file, the field and the fix."""
-
-
-def checked(name: str, doc: dict) -> dict:
-    """`doc` checked against the model of file `name` and stamped with the current schema_version (in place too,
-    so the caller's copy is what the file holds); the stamped copy puts schema_version first."""
-    doc["schema_version"] = SCHEMA_VERSION
-    stamped = {"schema_version": SCHEMA_VERSION, **doc}
-    validate(name, stamped)
-    return stamped
 
 
 def validate(name: str, doc: dict) -> BaseModel:

@@ -11,11 +11,12 @@ starts and ends. A candidate whose engine does not start (a flag this engine lac
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.engine.launcher import BackendUnreachable
 from harness.results.folder import CANDIDATES_MANIFEST, ResultsError, write_candidates
+from harness.results.schema import Candidate
 from harness.runs.run import Reporter, run_scenario
 from harness.runs.sweep import capacity_line, run_sweep
 from harness.scenario.scenario import Scenario
@@ -52,7 +53,7 @@ def run_candidates(
     out_dir.mkdir(parents=True, exist_ok=True)
     pairs = scenario.candidate_scenarios()
     statuses = [CandidateStatus(c.name, c.name, list(c.launch_args), c.accelerators) for c, _ in pairs]
-    save = lambda: write_candidates(out_dir, scenario.resolved_dict(), [asdict(s) for s in statuses])  # noqa: E731
+    save = lambda: write_candidates(out_dir, scenario.resolved_dict(), manifest_candidates(statuses))  # noqa: E731
     save()
     for status, (candidate, cand_scenario) in zip(statuses, pairs):
         status.status = "running"
@@ -74,6 +75,11 @@ def run_candidates(
     return statuses
 
 
+def manifest_candidates(statuses: list[CandidateStatus]) -> list[Candidate]:
+    """candidates.json's rows: each candidate's folder, launch arguments, status and console line."""
+    return [Candidate.model_validate(s, from_attributes=True) for s in statuses]
+
+
 def _run_one(scenario: Scenario, out: Path, workers, overwrite, reporter, status: CandidateStatus) -> str:
     if scenario.load.sweep is not None:
         points = run_sweep(scenario, out, workers, overwrite, reporter)
@@ -90,8 +96,8 @@ def _run_one(scenario: Scenario, out: Path, workers, overwrite, reporter, status
     problems = ([result.engine_exit] if result.engine_exit else []) + list(result.incomplete_reasons)
     status.status = "failed" if problems else "interrupted" if result.interrupted_by else "completed"
     status.reason = "; ".join(problems)
-    good = result.summary["goodput"]
-    return f"goodput {good['requests_per_s']:.2f} req/s ({100 * good['fraction']:.0f}% within the SLOs)"
+    good = result.summary.goodput
+    return f"goodput {good.requests_per_s:.2f} req/s ({100 * good.fraction:.0f}% within the SLOs)"
 
 
 def short_reason(message: str) -> str:

@@ -24,33 +24,16 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import asdict, dataclass
 
 from scipy import stats
 
 from harness.metrics.latencies import meets_slo, request_latency
+from harness.results.schema import StopDecision
 
 SATURATION_MIN_SAMPLES = 12  # completions before the slope test may speak
 SATURATION_MIN_SPAN_S = 1.0  # seconds of sends the samples must span
 SATURATION_CONFIDENCE = 0.99  # one-sided, for each of the two slopes
 SATURATION_MIN_GROWTH = 2.0  # requests the outstanding count must grow by over the samples' span
-
-
-@dataclass
-class StopDecision:
-    reason: str  # verdict_met | verdict_missed | over_saturated
-    passed: bool  # the point's verdict: does the load meet the SLOs?
-    detail: str
-    after_requests: int  # measured records seen when it stopped
-    planned_requests: int
-    at_s: float  # the run's clock when it stopped
-    met: int
-    missed: int
-    outstanding_per_s: float | None = None  # over_saturated: the fitted growth of requests outstanding
-    ttft_s_per_s: float | None = None  # ... and of TTFT, seconds per second of sends
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def fit_line(xs: list[float], ys: list[float], confidence: float) -> tuple[float, float, float]:
@@ -117,7 +100,16 @@ class PointWatch:
 
     def _stop(self, reason: str, passed: bool, detail: str, now: float) -> StopDecision:
         return StopDecision(
-            reason, passed, detail, self._met + self._missed, self.planned, now, self._met, self._missed
+            reason=reason,
+            passed=passed,
+            detail=detail,
+            after_requests=self._met + self._missed,
+            planned_requests=self.planned,
+            at_s=now,
+            met=self._met,
+            missed=self._missed,
+            outstanding_per_s=None,
+            ttft_s_per_s=None,
         )
 
     def _certain_verdict(self, now: float) -> StopDecision | None:

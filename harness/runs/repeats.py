@@ -14,13 +14,14 @@ is (repeat-k/ are its runs).
 from __future__ import annotations
 
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.engine.session import engine_session
 from harness.metrics.across_runs import MIN_RUNS_TO_STOP, converged, headline_intervals, widest
 from harness.metrics.confidence import DEFAULT_CONFIDENCE
 from harness.results.folder import RUN_FILES, ResultsError, holds_run, write_json
+from harness.results.schema import MeanInterval, Repeat, RepeatsManifest
 from harness.runs.run import Reporter, RunResult, run_scenario
 from harness.runs.sweep import run_status
 from harness.scenario.scenario import Scenario
@@ -43,7 +44,7 @@ class RepeatStatus:
 @dataclass
 class Repeats:
     statuses: list[RepeatStatus]
-    intervals: dict
+    intervals: dict[str, MeanInterval]  # by headline metric (harness/metrics/across_runs.HEADLINE_METRICS)
     stopped: str  # running | converged | all repeats ran | interrupted | failed
 
     @property
@@ -110,8 +111,8 @@ def _judge(status: RepeatStatus) -> None:
     """A finished repeat's status (as a sweep point's) and its validity."""
     result = status.result
     status.status = run_status(result)
-    verdict = result.summary.get("validity") or {"valid": True, "reasons": []}
-    status.valid, status.reasons = verdict["valid"], list(verdict["reasons"])
+    verdict = result.summary.validity
+    status.valid, status.reasons = (verdict.valid, list(verdict.reasons)) if verdict else (True, [])
 
 
 def prepare_repeats_dir(path: Path, overwrite: bool) -> Path:
@@ -132,26 +133,25 @@ def prepare_repeats_dir(path: Path, overwrite: bool) -> Path:
 
 
 def _save(out_dir: Path, scenario: Scenario, state: Repeats, repeats: int, until_ci, confidence, keep_invalid) -> None:
-    rows = [{k: v for k, v in asdict(s).items() if k != "result"} for s in state.statuses]
-    write_json(
-        out_dir / MANIFEST,
-        {
-            "scenario": scenario.resolved_dict(),
-            "max_repeats": repeats,
-            "until_ci": until_ci,
-            "confidence": confidence,
-            "min_runs_to_stop": MIN_RUNS_TO_STOP,
-            "method": "Student t interval of the mean across the completed repeats"
-            + (" (invalid ones too: --keep-invalid)" if keep_invalid else " that are valid"),
-            "keep_invalid": keep_invalid,
-            "stopped": state.stopped,
-            "repeats": rows,
-            "metrics": state.intervals,
-        },
+    manifest = RepeatsManifest(
+        scenario=scenario.resolved_dict(),
+        max_repeats=repeats,
+        until_ci=until_ci,
+        confidence=confidence,
+        min_runs_to_stop=MIN_RUNS_TO_STOP,
+        method="Student t interval of the mean across the completed repeats"
+        + (" (invalid ones too: --keep-invalid)" if keep_invalid else " that are valid"),
+        keep_invalid=keep_invalid,
+        stopped=state.stopped,
+        repeats=[Repeat.model_validate(s, from_attributes=True) for s in state.statuses],
+        metrics=state.intervals,
     )
+    write_json(out_dir / MANIFEST, manifest)
 
 
-def progress_line(status: RepeatStatus, intervals: dict, until_ci: float | None, keep_invalid: bool = False) -> str:
+def progress_line(
+    status: RepeatStatus, intervals: dict[str, MeanInterval], until_ci: float | None, keep_invalid: bool = False
+) -> str:
     """After a repeat: its status and the widest headline interval so far."""
     flag = "" if status.valid else f"; INVALID{', kept' if keep_invalid else ', left out'}: {'; '.join(status.reasons)}"
     wide = widest(intervals)

@@ -32,6 +32,7 @@ from harness.metrics.explain import explain
 from harness.metrics.latencies import client_bound_reasons, summarize
 from harness.metrics.validity import run_validity
 from harness.results.folder import ResultWriter, host_info, read_records, versions
+from harness.results.schema import Accuracy, Backend, RunInfo, Sampling, Stamps, Summary, WorkersSizing
 from harness.scenario.answers import accuracy
 from harness.scenario.sampling import sampling_info
 from harness.scenario.scenario import Scenario, ScenarioError
@@ -80,23 +81,23 @@ class Reporter:
 @dataclass
 class RunResult:
     out_dir: Path
-    summary: dict
-    run_info: dict
+    summary: Summary
+    run_info: RunInfo | None  # None: a simulated point's (bench plan), whose run.json says nothing of a host
     warnings: list[str] = field(default_factory=list)
 
     @property
     def interrupted_by(self) -> str | None:
         """ "SIGINT" or "SIGTERM" when a signal cut the load short."""
-        return self.summary.get("interrupted_by") if self.summary["interrupted"] else None
+        return self.summary.interrupted_by if self.summary.interrupted else None
 
     @property
     def engine_exit(self) -> str | None:
-        return self.summary.get("engine_exited")
+        return self.summary.engine_exited
 
     @property
     def completed_share(self) -> float:
-        req = self.summary["requests"]
-        return req["completed"] / req["measured"] if req["measured"] else 0.0
+        req = self.summary.requests
+        return req.completed / req.measured if req.measured else 0.0
 
     @property
     def mostly_failed(self) -> bool:
@@ -105,11 +106,16 @@ class RunResult:
     @property
     def incomplete_reasons(self) -> list[str]:
         """Why records are missing (a lost worker, a short single-process run); empty when none are."""
-        return self.summary.get("incomplete_reasons", []) if self.summary.get("incomplete") else []
+        return self.summary.incomplete_reasons if self.summary.incomplete else []
 
     @property
     def client_bound(self) -> bool:
-        return bool(self.summary["client_bound"])
+        return self.summary.client_bound
+
+    @property
+    def cpu_count(self) -> int | None:
+        """The client machine's cores, as run.json recorded them."""
+        return self.run_info.host.cpu_count if self.run_info is not None and self.run_info.host else None
 
 
 def run_scenario(
@@ -142,11 +148,12 @@ def run_scenario(
         raise
 
 
-def interrupted_summary(run_dir: Path, scenario: Scenario, signal_name: str) -> dict:
+def interrupted_summary(run_dir: Path, scenario: Scenario, signal_name: str) -> Summary:
     """The summary of a run a signal stopped outside its load: of the records on disk (none when the engine was
     still starting), with `interrupted: true`."""
-    summary = summarize(read_records(run_dir), scenario.slo.model_dump(), trim=trims(scenario))
-    summary.update(
+    figures = summarize(read_records(run_dir), scenario.slo.model_dump(), trim=trims(scenario))
+    summary = Summary(
+        **dict(figures),
         interrupted=True,
         interrupted_by=signal_name,
         client_bound=False,
@@ -155,7 +162,7 @@ def interrupted_summary(run_dir: Path, scenario: Scenario, signal_name: str) -> 
         incomplete_reasons=[],
         lost_workers=[],
     )
-    summary["validity"] = run_validity(summary)
+    summary.validity = run_validity(summary)
     return summary
 
 
@@ -178,12 +185,12 @@ class RunSteps:
     stamps_fallback: str | None = None
     capacity: ClientCapacity | None = None
     site: LoadSite | None = None
-    run_info: dict = field(default_factory=dict)
+    run_info: RunInfo | None = None
     t0_ns: int = 0
     observers: RunObservers | None = None
     outcome: RunOutcome | None = None
     stopped_by: str | None = None
-    summary: dict = field(default_factory=dict)
+    summary: Summary | None = None
 
     def schedule_requests(self) -> None:
         """Token counts (the engine's /tokenize, a local tokenizer or words) and every request's due time."""
@@ -230,30 +237,30 @@ class RunSteps:
     def write_run_info(self) -> None:
         """run.json as known before the load: the resolved scenario, versions, host, engine, clients."""
         backend, engine, url, launched = self.scenario.backend, self.session.engine, self.session.url, self.launched
-        self.run_info = {
-            "scenario": self.scenario.resolved_dict(),
-            "versions": versions(),
-            "host": host_info(),
-            "backend": {
-                "kind": backend.kind,
-                "url": url,
-                "model": backend.model,
-                "api": backend.api,
-                "launched": launched is not None,
-                "engine_version": engine.version(url, backend.headers),
-                "engine_pid": launched.pid if launched else None,
-            },
-            "stamps": {"setting": backend.stamps, "used": self.stamps, "why_not_kernel": self.stamps_fallback},
-            "token_count_method": self.schedule.token_count_method,
-            "tokenizer": self.tokenizer.name,
-            "sampling": sampling_info(self.scenario.workload.sampling),
-            "workers": self.site.workers,
-            "workers_sizing": sizing_info(self.capacity),
-            "time_unit": "seconds from t0 (perf_counter_ns)",
-        }
+        run_info = RunInfo(
+            scenario=self.scenario.resolved_dict(),
+            versions=versions(),
+            host=host_info(),
+            backend=Backend(
+                kind=backend.kind,
+                url=url,
+                model=backend.model,
+                api=backend.api,
+                launched=launched is not None,
+                engine_version=engine.version(url, backend.headers),
+                engine_pid=launched.pid if launched else None,
+            ),
+            stamps=Stamps(setting=backend.stamps, used=self.stamps, why_not_kernel=self.stamps_fallback),
+            token_count_method=self.schedule.token_count_method,
+            tokenizer=self.tokenizer.name,
+            sampling=Sampling.model_validate(sampling_info(self.scenario.workload.sampling)),
+            workers=self.site.workers,
+            workers_sizing=sizing_info(self.capacity),
+            time_unit="seconds from t0 (perf_counter_ns)",
+        )
         if launched is not None:
-            self.run_info["startup"] = dict(launched.startup)  # first_request joins it after the load
-        self.run_info.update(self.site.run_info())
+            run_info.startup = dict(launched.startup)  # first_request joins it after the load
+        self.run_info = run_info.model_copy(update=self.site.run_info())  # Ray's clients, by node
         self.writer.write_run_info(self.run_info)
 
     @property
@@ -291,26 +298,27 @@ class RunSteps:
             self.reporter.warning(warning)
         try:
             self.outcome, self.stopped_by = run_async(_load(self))
-        finally:
-            self.run_info.update(self.observers.stop())
-        self.run_info["t0_perf_counter_ns"] = self.outcome.t0_ns
+        finally:  # profile, engine_trace, server_metrics, telemetry: each observer's status
+            self.run_info = self.run_info.model_copy(update=self.observers.stop())
+        self.run_info.t0_perf_counter_ns = self.outcome.t0_ns
         if self.outcome.t0_ns != self.t0_ns:
-            self.run_info["telemetry_t0_offset_s"] = (self.outcome.t0_ns - self.t0_ns) / 1e9  # workers started late
-        self.run_info.update(self.site.run_info())
+            self.run_info.telemetry_t0_offset_s = (self.outcome.t0_ns - self.t0_ns) / 1e9  # workers started late
+        self.run_info = self.run_info.model_copy(update=self.site.run_info())
         self._warn(self.site.lost_lines())
         launched = self.launched
         if launched is not None:
             if "first_request" not in launched.startup:  # this run sent the engine's first request
                 launched.startup["first_request"] = first_request(self.outcome.records, self.writer.dir.name)
-            self.run_info["startup"] = dict(launched.startup)
+            self.run_info.startup = dict(launched.startup)
         self.writer.write_run_info(self.run_info)
 
     def write_summary(self) -> RunResult:
         """summary.json: the metrics, what stopped the load, the clients, where the time went, the verdict."""
         scenario, outcome, schedule, load = self.scenario, self.outcome, self.schedule, self.scenario.load
-        summary = summarize(outcome.records, scenario.slo.model_dump(), outcome.loop_lag_s, trims(scenario))
-        reasons = client_bound_reasons(summary)
-        summary.update(
+        figures = summarize(outcome.records, scenario.slo.model_dump(), outcome.loop_lag_s, trims(scenario))
+        reasons = client_bound_reasons(figures)
+        summary = Summary(
+            **dict(figures),
             client_bound=bool(reasons),
             client_bound_reasons=reasons,
             interrupted=outcome.interrupted,
@@ -322,30 +330,39 @@ class RunSteps:
             **outcome.completeness(),
         )
         if self.stopped_by in ("SIGINT", "SIGTERM"):
-            summary["interrupted_by"] = self.stopped_by
+            summary.interrupted_by = self.stopped_by
         elif self.stopped_by:
-            summary["engine_exited"] = self.stopped_by
-        tokens = capacity_tokens(outcome, summary)
-        self._warn(self.site.client_summary(outcome, summary, tokens, str(self.writer.dir)))
+            summary.engine_exited = self.stopped_by
+        self._warn(self._client_summary(summary, capacity_tokens(outcome, summary)))
         if self.watch is not None and self.watch.decision is not None:
-            summary["stopped_early"] = self.watch.decision.as_dict()
+            summary.stopped_early = self.watch.decision
         self._explain(summary)
         self.summary = summary
         self.writer.write_summary(summary)
         return RunResult(self.writer.dir, summary, self.run_info, self.warnings)
 
-    def _explain(self, summary: dict) -> None:
+    def _client_summary(self, summary: Summary, tokens: int) -> list[str]:
+        """What summary.json says of the clients (the LoadSite's client_capacity_measured or ray_nodes); warnings.
+        The site still writes into a dict of summary.json's keys, which lands on the typed summary here."""
+        said = {"run_span_s": summary.run_span_s}
+        lines = self.site.client_summary(self.outcome, said, tokens, str(self.writer.dir))
+        if "client_capacity_measured" in said:
+            summary.client_capacity_measured = said["client_capacity_measured"]
+        if "ray_nodes" in said:
+            summary.ray_nodes = said["ray_nodes"]
+        return lines
+
+    def _explain(self, summary: Summary) -> None:
         """Telemetry, engine counters, phases and diagnosis, accuracy and the validity verdict into `summary`."""
         outcome, run_dir = self.outcome, self.writer.dir
-        summary["telemetry"] = self.observers.derived(outcome)
-        summary["engine_counters"] = counter_deltas(run_dir / "server_metrics.csv")
+        summary.telemetry = self.observers.derived(outcome)
+        summary.engine_counters = counter_deltas(run_dir / "server_metrics.csv")
         engine_steps = self.observers.engine_steps(outcome)
         offset_s = (outcome.t0_ns - self.t0_ns) / 1e9
-        # phases_ms, prefix_cache, speculative, ...
-        resolved = self.scenario.resolved_dict()
-        summary.update(explain(summary, outcome.records, run_dir, engine_steps, resolved, offset_s))
-        summary["accuracy"] = accuracy(outcome.records, self.scenario.slo.confidence or 0.95)
-        summary["validity"] = run_validity(summary, counter_resets(run_dir / "server_metrics.csv"))
+        explain(summary, outcome.records, run_dir, engine_steps, self.scenario.resolved_dict(), offset_s)
+        scored = accuracy(outcome.records, self.scenario.slo.confidence or 0.95)  # a known-answer task's
+        summary.accuracy = Accuracy.model_validate(scored) if scored is not None else None
+        summary.validity = run_validity(summary, counter_resets(run_dir / "server_metrics.csv"))
 
     def _warn(self, lines: list[str]) -> None:
         for line in lines:
@@ -367,32 +384,32 @@ def trims(scenario: Scenario) -> bool:
     return scenario.load.trim is not False
 
 
-def capacity_tokens(outcome, summary: dict) -> int:
+def capacity_tokens(outcome, summary: Summary) -> int:
     """The tokens a run's client measurably streamed: those of its completed requests (their counts were checked
     against the limits), and only from a valid, complete run; 0 (nothing to record) for any other run. A failed
     request's count is the server's word, unchecked: a server claiming 1e12 tokens once sized every later run."""
-    req = summary["requests"]
+    req = summary.requests
     if (
-        summary["interrupted"]
-        or summary.get("engine_exited")
-        or summary["incomplete"]
-        or not req["measured"]
-        or req["completed"] / req["measured"] < MIN_COMPLETED_SHARE
+        summary.interrupted
+        or summary.engine_exited
+        or summary.incomplete
+        or not req.measured
+        or req.completed / req.measured < MIN_COMPLETED_SHARE
     ):
         return 0
     return sum(r.output_tokens for r in outcome.records if r.ok)
 
 
-def sizing_info(capacity: ClientCapacity) -> dict:
+def sizing_info(capacity: ClientCapacity) -> WorkersSizing:
     """What `workers: auto` took as one client process's share, and where that figure came from."""
-    return {
-        "source": capacity.source,
-        "tokens_per_s_per_worker": round(capacity.tokens_per_s_per_worker),
-        "tokens_per_cpu_s": capacity.tokens_per_cpu_s and round(capacity.tokens_per_cpu_s),
-        "measurements": capacity.measurements,
-        "file": capacity.file,
-        "describe": capacity.describe(),
-    }
+    return WorkersSizing(
+        source=capacity.source,
+        tokens_per_s_per_worker=round(capacity.tokens_per_s_per_worker),
+        tokens_per_cpu_s=capacity.tokens_per_cpu_s and round(capacity.tokens_per_cpu_s),
+        measurements=capacity.measurements,
+        file=capacity.file,
+        describe=capacity.describe(),
+    )
 
 
 async def _load(steps: RunSteps):

@@ -9,13 +9,14 @@ its log in OUT/engine.log, and stopped after the last point: every point sees th
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.engine.session import engine_session
 from harness.metrics.latencies import active_slo
 from harness.metrics.slo_capacity import DEFAULT_ATTAINMENT, LoadPoint, max_load_meeting_slo
 from harness.results.folder import point_dir_name, prepare_sweep_dir, write_manifest
+from harness.results.schema import SweepPoint
 from harness.runs.run import Reporter, RunResult, run_scenario
 from harness.scenario.scenario import Scenario
 
@@ -82,18 +83,22 @@ def run_status(result: RunResult) -> str:
     process) make a run as unusable as the engine's exit."""
     if result.engine_exit or result.incomplete_reasons:
         return "failed"
-    return "interrupted" if result.summary["interrupted"] else "completed"
+    return "interrupted" if result.summary.interrupted else "completed"
+
+
+def manifest_points(points: list[SweepPointStatus]) -> list[SweepPoint]:
+    """sweep.json's rows: each point's index, load, folder and status (its RunResult stays out)."""
+    return [SweepPoint.model_validate(p, from_attributes=True) for p in points]
 
 
 def _save_manifest(out_dir: Path, scenario: Scenario, kind: str, points: list[SweepPointStatus]) -> None:
-    rows = [{k: v for k, v in asdict(p).items() if k != "result"} for p in points]
-    write_manifest(out_dir, kind, scenario.resolved_dict(), rows)
+    write_manifest(out_dir, kind, scenario.resolved_dict(), manifest_points(points))
 
 
 def point_line(point: SweepPointStatus, kind: str) -> str:
     """One console line: offered load, achieved throughput, TTFT p50/p99, goodput."""
     s = point.result.summary
-    thr, good, ttft = s["throughput"], s["goodput"], s["ttft_ms"]
+    thr, good, ttft = s.throughput, s.goodput, s.ttft_ms
     offered = f"{point.offered_load:g} req/s" if kind == "rate" else f"{point.offered_load:g} in flight"
 
     def ms(v):
@@ -105,9 +110,9 @@ def point_line(point: SweepPointStatus, kind: str) -> str:
         if on
     )
     return (
-        f"  offered {offered}: {thr['requests_per_s']:.2f} req/s, {thr['output_tokens_per_s']:.1f} output tok/s, "
-        f"TTFT p50 {ms(ttft['p50'])} p99 {ms(ttft['p99'])}, goodput {100 * good['fraction']:.0f}% "
-        f"({good['requests_per_s']:.2f} req/s){flags}"
+        f"  offered {offered}: {thr.requests_per_s:.2f} req/s, {thr.output_tokens_per_s:.1f} output tok/s, "
+        f"TTFT p50 {ms(ttft.p50)} p99 {ms(ttft.p99)}, goodput {100 * good.fraction:.0f}% "
+        f"({good.requests_per_s:.2f} req/s){flags}"
     )
 
 

@@ -21,8 +21,6 @@ import re
 
 from scipy.stats import beta
 
-MATCHES = ("exact", "regex", "copy")
-
 
 def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -1,8 +1,8 @@
 """When each request is due: offsets in seconds after the run starts, on one absolute timeline.
 
 Arrival processes are registered like backends: `load.arrival` names one in ARRIVALS (or in the
-`bench.arrivals` entry-point group, for a third-party package), each one class. docs/extending.md
-walks through adding one (harness/scenario/square_wave.py).
+`bench.arrivals` entry-point group, for a third-party package), each one class, found by backends/registry.py
+as backends are. docs/extending.md walks through adding one (harness/scenario/square_wave.py).
 
 Open-loop arrivals do not wait for answers (the engine falls behind, the queue grows, as in
 production); a closed loop keeps `concurrency` requests in flight and has no schedule (None).
@@ -18,13 +18,13 @@ The first arrival is at offset 0 so a run does not open with an idle gap.
 
 from __future__ import annotations
 
-import importlib
 from functools import cache
-from importlib.metadata import entry_points
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
+
+from backends.registry import registered, registered_class
 
 GROUP = "bench.arrivals"
 ARRIVALS = {
@@ -155,22 +155,22 @@ class Closed(Arrival):
 
 def available() -> dict[str, str]:
     """{name: "module:Class"} for every arrival process: the built-ins and the installed packages'."""
-    found = dict(ARRIVALS)
-    found.update({ep.name: ep.value for ep in entry_points(group=GROUP)})
-    return found
+    return registered(ARRIVALS, GROUP)
 
 
 @cache
 def arrival_process(name: str) -> Arrival:
     """The arrival process called `name`; ArrivalError naming load.arrival and the known ones if none is."""
     known = available()
-    if name not in known:
-        raise ArrivalError(
+    process = registered_class(
+        name,
+        known,
+        lambda: ArrivalError(
             f"load.arrival: {name!r} is not an arrival process; known: {', '.join(sorted(known))} "
             f"(a package adds one through the {GROUP!r} entry-point group; docs/extending.md)"
-        )
-    module_name, _, attr = known[name].partition(":")
-    return getattr(importlib.import_module(module_name), attr)()
+        ),
+    )
+    return process()
 
 
 def open_loop(name: str) -> OpenLoop:

@@ -18,7 +18,6 @@ backend.launch.args, parsed as `bench serve` parses them; `replicas` overrides -
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pydantic import (
@@ -29,6 +28,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from harness.scenario.paths import scenario_path
 
 STEP_MODEL_FORMS = "{fitted: [RUN_DIR, ...]}, roofline, or {roofline: {mfu: 0.5, mbu: 0.8, overhead_ms: 1}}"
 
@@ -52,8 +53,7 @@ class RooflineParams(_Strict):
     def _run_folder(cls, run_dir: str | None, info: ValidationInfo) -> str | None:
         if run_dir is None:
             return None
-        path = Path(run_dir).expanduser()
-        path = path if path.is_absolute() else Path((info.context or {}).get("base_dir", ".")) / path
+        path = scenario_path(run_dir, info)
         if not any((path / name).is_file() for name in ("engine_trace.json", "server_metrics.csv")):
             raise ValueError(
                 f"run folder {run_dir!r} has no engine_trace.json nor server_metrics.csv (looked in "
@@ -82,11 +82,9 @@ class StepModelSpec(_Strict):
             return None
         if not dirs:
             raise ValueError("give at least one measured run folder, e.g. fitted: [results/run-a]")
-        base_dir = Path((info.context or {}).get("base_dir", "."))
         resolved = []
         for d in dirs:
-            path = Path(d).expanduser()
-            path = path if path.is_absolute() else base_dir / path
+            path = scenario_path(d, info)
             if not path.is_dir():
                 raise ValueError(f"run folder {d!r} not found (looked in {path.parent.resolve()})")
             resolved.append(str(path.resolve()))
@@ -126,8 +124,7 @@ class PlanSpec(_Strict):
         """A .gguf or config.json path is relative to the scenario's folder, as run folders are."""
         if model is None or not model.endswith((".gguf", ".json")):
             return model
-        path = Path(model).expanduser()
-        path = path if path.is_absolute() else Path((info.context or {}).get("base_dir", ".")) / path
+        path = scenario_path(model, info)
         if not path.is_file():
             raise ValueError(
                 f"{model!r}: no such file (looked in {path.parent.resolve()}); give a built-in name "

@@ -46,6 +46,7 @@ from harness.limits import (
 )
 from harness.scenario.arrivals import Arrival, ArrivalError, arrival_process
 from harness.scenario.distributions import Dist, dist_from_yaml
+from harness.scenario.paths import scenario_path
 from harness.scenario.planning import PlanSpec
 from harness.scenario.sampling import SamplingConfig
 from harness.scenario.telemetry_settings import TelemetryConfig
@@ -86,9 +87,7 @@ def _resolve_existing_file(value: str | None, info: ValidationInfo, field_path: 
     """Resolve a path against the scenario's folder (or the cwd) and require the file to exist."""
     if value is None:
         return None
-    base_dir = Path((info.context or {}).get("base_dir", "."))
-    path = Path(value).expanduser()
-    path = path if path.is_absolute() else base_dir / path
+    path = scenario_path(value, info)
     if not path.is_file():
         raise ScenarioError(f"{field_path}: file {value!r} not found (looked in {path.parent.resolve()})")
     return str(path.resolve())
@@ -250,9 +249,7 @@ class BackendConfig(Strict):
         """A path (GGUF, tokenizer.json, a folder with one) must exist; other text is a Hugging Face hub name."""
         if value is None or value == "smollm2":
             return value
-        base_dir = Path((info.context or {}).get("base_dir", "."))
-        path = Path(value).expanduser()
-        path = path if path.is_absolute() else base_dir / path
+        path = scenario_path(value, info)
         if path.exists():
             return str(path.resolve())
         if value.startswith(("/", ".", "~")) or value.endswith((".gguf", ".json")):

@@ -7,7 +7,7 @@
 3. "local_tokenizer": the GGUF tokenizer of the local model (SmolLM2 by default);
 4. "approximate": about one token per common word (~4 characters), when none of these is available.
 
-How prompts are built from a source, and how prompt and answer tokens are counted: harness/prompts.py.
+How prompts are built from a source, and how prompt and answer tokens are counted: harness/scenario/prompts.py.
 """
 
 from __future__ import annotations

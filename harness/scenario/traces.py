@@ -20,6 +20,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from harness.limits import MAX_SCHEDULE_S, MAX_TOKENS_PER_REQUEST
 from harness.scenario.scenario import ScenarioError
 
@@ -135,30 +137,48 @@ def _numbered_jsonl(path, field: str):
             raise ScenarioError(f"{where}: nested too deeply to read as JSON") from None
 
 
+class _MooncakeRecord(BaseModel):
+    """A line of a Mooncake trace; keys it does not name are ignored. Its values are checked as the CSV
+    formats' columns are (_seconds, _whole_number), so every format says the same of a bad number."""
+
+    model_config = ConfigDict(extra="ignore")
+    timestamp: Any  # ms since the first request
+    input_length: Any
+    output_length: Any
+    hash_ids: list[Any] | None = None  # one id per block of load.trace_block_size prompt tokens
+
+    @classmethod
+    def read(cls, where: str, record: Any) -> _MooncakeRecord:
+        if not isinstance(record, dict):
+            raise ScenarioError(f"{where}: expected a JSON object, got {type(record).__name__}")
+        try:
+            return cls.model_validate(record)
+        except ValidationError as error:
+            first = error.errors()[0]
+            if first["type"] == "missing":
+                raise ScenarioError(
+                    f"{where}: field {first['loc'][0]!r} is missing (Mooncake rows have timestamp in ms, "
+                    "input_length, output_length, hash_ids)"
+                ) from None
+            # the other fields take any value here: only hash_ids can be of the wrong shape
+            raise ScenarioError(
+                f"{where} field 'hash_ids': {record['hash_ids']!r} is not valid: must be a list of ints"
+            ) from None
+
+
 def _read_mooncake(path: Path) -> list[TraceRow]:
     rows = []
     for line_number, where, record in _numbered_jsonl(path, "load.trace"):
-        if not isinstance(record, dict):
-            raise ScenarioError(f"{where}: expected a JSON object, got {type(record).__name__}")
-        for key in ("timestamp", "input_length", "output_length"):
-            if key not in record:
-                raise ScenarioError(
-                    f"{where}: field {key!r} is missing (Mooncake rows have timestamp in ms, "
-                    "input_length, output_length, hash_ids)"
-                )
-        hash_ids = record.get("hash_ids")
+        row = _MooncakeRecord.read(where, record)
+        hash_ids = row.hash_ids
         if hash_ids is not None:
-            if not isinstance(hash_ids, list):
-                raise ScenarioError(f"{where} field 'hash_ids': {hash_ids!r} is not valid: must be a list of ints")
             hash_ids = tuple(_whole_number(h, f"{where} field 'hash_ids'") for h in hash_ids)
         rows.append(
             TraceRow(
-                timestamp_s=_seconds(record["timestamp"], f"{where} field 'timestamp'") / 1000.0,
-                input_tokens=_whole_number(
-                    record["input_length"], f"{where} field 'input_length'", MAX_TOKENS_PER_REQUEST
-                ),
+                timestamp_s=_seconds(row.timestamp, f"{where} field 'timestamp'") / 1000.0,
+                input_tokens=_whole_number(row.input_length, f"{where} field 'input_length'", MAX_TOKENS_PER_REQUEST),
                 output_tokens=_whole_number(
-                    record["output_length"], f"{where} field 'output_length'", MAX_TOKENS_PER_REQUEST
+                    row.output_length, f"{where} field 'output_length'", MAX_TOKENS_PER_REQUEST
                 ),
                 hash_ids=hash_ids,
                 line=line_number,

@@ -20,10 +20,11 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from harness.scenario.answers import MATCHES
 from harness.scenario.arrivals import trace_offsets_s
 from harness.scenario.prompts import answer_tokens, prompt_builder, prompt_tokens
 from harness.scenario.scenario import Scenario, ScenarioError
@@ -221,13 +222,13 @@ class FileWorkload(SingleTurn):
         scenario, tokenizer = draws.scenario, draws.tokenizer
         workload = scenario.workload
         rows, warnings = _read_prompt_file(workload.path, workload.format, draws.n)
-        if any(row["messages"] is not None for row in rows) and scenario.backend.api != "chat":
+        if any(row.messages is not None for row in rows) and scenario.backend.api != "chat":
             raise ScenarioError(f"workload.path: {workload.path} has messages rows; they need backend.api: chat")
         return Prompts(
-            [(row["prompt"], _count_tokens(tokenizer, row)) for row in rows],
+            [(row.prompt, _count_tokens(tokenizer, row)) for row in rows],
             [_answer_tokens(tokenizer, row) or o for row, o in zip(rows, draws.output_tokens)],
-            messages=[row["messages"] for row in rows],
-            expected=[row["expected"] for row in rows],
+            messages=[row.messages for row in rows],
+            expected=[row.expected for row in rows],
             warnings=warnings,
         )
 
@@ -246,11 +247,9 @@ class StructuredWorkload(SingleTurn):
 
     def prompts(self, draws):
         rows = _read_schema_file(draws.scenario.workload.schemas, draws.n)
-        formats = [
-            {"type": "json_schema", "json_schema": {"name": row["name"], "schema": row["schema"]}} for row in rows
-        ]
+        formats = [{"type": "json_schema", "json_schema": {"name": row.name, "schema": row.schema}} for row in rows]
         return Prompts(
-            [(row["prompt"], prompt_tokens(draws.tokenizer, row["prompt"])) for row in rows],
+            [(row.prompt, prompt_tokens(draws.tokenizer, row.prompt)) for row in rows],
             draws.output_tokens,
             extra_bodies=[{"response_format": response_format} for response_format in formats],
         )
@@ -360,42 +359,148 @@ def _multi_turn_schedule(scenario: Scenario, tokenizer: TokenizerSource) -> Requ
     return RequestSchedule(requests, tokenizer.method, due.duration_s)
 
 
-def _count_tokens(tokenizer: TokenizerSource, row: dict) -> int:
-    # For messages rows: the contents only; the engine's chat template adds a few tokens on top.
-    texts = [row["prompt"]] if row["messages"] is None else [str(m.get("content", "")) for m in row["messages"]]
-    return sum(prompt_tokens(tokenizer, text) for text in texts)
+@dataclass(frozen=True)
+class PromptRow:
+    """One prompt of a workload.path file, cycled through by the schedule."""
+
+    prompt: str | None  # None for a messages row
+    messages: list[dict] | None = None  # chat messages, sent as the file has them
+    output_tokens: int | None = None  # the row's own max_tokens; None: workload.output_tokens
+    answer: str | None = None  # ShareGPT: the gpt turn, whose token count is the answer length
+    expected: tuple[str, str] | None = None  # a known answer: (text, exact | regex)
+
+    def counted_texts(self) -> list[str]:
+        """What the prompt's token count covers: for messages rows, the contents only (the engine's chat
+        template adds a few tokens on top)."""
+        if self.messages is None:
+            return [self.prompt]
+        return [str(ChatMessage.model_validate(m).content) for m in self.messages]
 
 
-def _answer_tokens(tokenizer: TokenizerSource, row: dict) -> int | None:
-    if row["answer"] is not None:
-        return answer_tokens(tokenizer, row["answer"])
-    return row["output_tokens"]
+@dataclass(frozen=True)
+class SchemaRow:
+    """One structured-output request: the JSON schema its answer must follow, its name and the prompt."""
+
+    name: str
+    schema: dict
+    prompt: str
 
 
-def _read_schema_file(path: str, n: int) -> list[dict]:
-    """n rows {name, prompt, schema}, cycling through the file's schemas."""
+class ChatMessage(BaseModel):
+    """An OpenAI chat message as a prompt file writes it; only its content is read (for the token count)."""
+
+    model_config = ConfigDict(extra="ignore")
+    content: Any = ""  # a string, or a list of content parts (counted as written)
+
+
+class _FileRecord(BaseModel):
+    """A line of a JSONL prompt file; keys it does not name are ignored. NEEDS is the error for a line
+    that is not an object or misses what it needs, FIXES says what each other field must be."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    NEEDS: ClassVar[str]
+    FIXES: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def read(cls, where: str, record: Any) -> Self:
+        """The line as this model; ScenarioError naming the file, line, field and the fix when it does not fit."""
+        try:
+            return cls.model_validate(record)
+        except ValidationError as error:
+            first = error.errors()[0]
+            name = first["loc"][0] if first["loc"] and isinstance(record, dict) else None
+            if name not in cls.FIXES:
+                raise ScenarioError(f"{where}: {cls.NEEDS}") from None
+            raise ScenarioError(f"{where} field {name!r}: {record[name]!r} is not valid: {cls.FIXES[name]}") from None
+
+
+class _PromptRecord(_FileRecord):
+    """A line of a workload.path JSONL file: a prompt or chat messages, with an optional answer length and
+    known answer."""
+
+    NEEDS = 'needs "prompt": a string, or "messages": a list of {"role", "content"} objects'
+    FIXES = {
+        "output_tokens": "must be a whole number >= 1",
+        "expected": "must be a non-empty string",
+        "match": "must be 'exact' or 'regex'",
+    }
+    prompt: str | None = None
+    messages: list[dict[str, Any]] | None = Field(None, min_length=1)
+    output_tokens: int | None = Field(None, ge=1)
+    expected: str | None = Field(None, min_length=1)
+    match: Literal["exact", "regex"] = "exact"
+
+    @model_validator(mode="after")
+    def _prompt_or_messages(self) -> Self:
+        if self.prompt is None and self.messages is None:
+            raise ValueError("no prompt")
+        return self
+
+
+class _SchemaRecord(_FileRecord):
+    """A line of a workload.schemas file: a JSON schema, with an optional prompt and name."""
+
+    NEEDS = 'needs "schema": a JSON schema object (plus optional "prompt", "name")'
+    FIXES = {"prompt": "must be a string", "name": "must be a string"}
+    json_schema: dict[str, Any] = Field(alias="schema")
+    prompt: str | None = None
+    name: str | None = None
+
+
+class _ShareGptTurn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    speaker: str | None = Field(None, alias="from")  # human | gpt | system | ...
+    value: str | None = None
+
+
+class _ShareGptEntry(BaseModel):
+    """One conversation of a ShareGPT file; keys other than its turns are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+    conversations: list[_ShareGptTurn]
+
+    def prompt_row(self) -> PromptRow | None:
+        """The first human turn is the prompt, the gpt turn after it the answer; None when it has no such pair."""
+        turns = self.conversations
+        human = next((i for i, turn in enumerate(turns) if turn.speaker == "human"), None)
+        if human is None or human + 1 >= len(turns):
+            return None
+        prompt, answer = turns[human], turns[human + 1]
+        if not prompt.value or answer.speaker != "gpt" or not answer.value:
+            return None
+        return PromptRow(prompt.value, answer=answer.value)
+
+
+def _count_tokens(tokenizer: TokenizerSource, row: PromptRow) -> int:
+    return sum(prompt_tokens(tokenizer, text) for text in row.counted_texts())
+
+
+def _answer_tokens(tokenizer: TokenizerSource, row: PromptRow) -> int | None:
+    if row.answer is not None:
+        return answer_tokens(tokenizer, row.answer)
+    return row.output_tokens
+
+
+def _read_schema_file(path: str, n: int) -> list[SchemaRow]:
+    """n rows, cycling through the file's schemas."""
     rows = []
     for where, record in read_jsonl(path, "workload.schemas"):
-        schema = record.get("schema") if isinstance(record, dict) else None
-        if not isinstance(schema, dict):
-            raise ScenarioError(f'{where}: needs "schema": a JSON schema object (plus optional "prompt", "name")')
-        name, prompt = record.get("name", f"schema_{len(rows)}"), record.get("prompt")
+        row = _SchemaRecord.read(where, record)
+        schema = row.json_schema
         rows.append(
-            {
-                "name": str(name),
-                "schema": schema,
-                "prompt": prompt
-                if isinstance(prompt, str) and prompt
-                else f"Answer with a JSON object that follows this schema: {json.dumps(schema)}",
-            }
+            SchemaRow(
+                name=f"schema_{len(rows)}" if row.name is None else row.name,
+                schema=schema,
+                prompt=row.prompt or f"Answer with a JSON object that follows this schema: {json.dumps(schema)}",
+            )
         )
     if not rows:
         raise ScenarioError(f"workload.schemas: {path}: no schemas")
     return [rows[i % len(rows)] for i in range(n)]
 
 
-def _read_prompt_file(path: str, file_format: str, n: int) -> tuple[list[dict], list[str]]:
-    """n rows {prompt, messages, output_tokens, answer}, cycling through the file; plus warnings."""
+def _read_prompt_file(path: str, file_format: str, n: int) -> tuple[list[PromptRow], list[str]]:
+    """n rows, cycling through the file; plus warnings."""
     if file_format == "auto":
         file_format = "sharegpt" if path.endswith(".json") else "jsonl"
     rows, skipped = (_read_sharegpt if file_format == "sharegpt" else _read_jsonl)(path)
@@ -405,56 +510,30 @@ def _read_prompt_file(path: str, file_format: str, n: int) -> tuple[list[dict], 
     return [rows[i % len(rows)] for i in range(n)], warnings
 
 
-def _read_jsonl(path: str) -> tuple[list[dict], int]:
+def _read_jsonl(path: str) -> tuple[list[PromptRow], int]:
     rows = []
     for where, record in read_jsonl(path, "workload.path"):
-        prompt, messages = (record.get("prompt"), record.get("messages")) if isinstance(record, dict) else (0, 0)
-        if not isinstance(prompt, str) and not (
-            isinstance(messages, list) and messages and all(isinstance(m, dict) for m in messages)
-        ):
-            raise ScenarioError(
-                f'{where}: needs "prompt": a string, or "messages": a list of {{"role", "content"}} objects'
-            )
-        output_tokens = record.get("output_tokens")
-        if output_tokens is not None and (
-            isinstance(output_tokens, bool) or not isinstance(output_tokens, int) or output_tokens < 1
-        ):
-            raise ScenarioError(
-                f"{where} field 'output_tokens': {output_tokens!r} is not valid: must be a whole number >= 1"
-            )
-        rows.append(
-            {
-                "prompt": prompt if isinstance(prompt, str) else None,
-                "messages": messages if isinstance(messages, list) else None,
-                "output_tokens": output_tokens,
-                "answer": None,
-                "expected": _expected_answer(where, record),
-            }
-        )
+        row = _PromptRecord.read(where, record)
+        rows.append(PromptRow(row.prompt, row.messages, row.output_tokens, expected=_expected_answer(where, row)))
     return rows, 0
 
 
-def _expected_answer(where: str, record: dict) -> tuple[str, str] | None:
-    """A row's known answer: ("expected", "match"), match exact (default) or regex; None when it has none."""
-    expected, match = record.get("expected"), record.get("match", "exact")
-    if expected is None:
-        if "match" in record:
+def _expected_answer(where: str, row: _PromptRecord) -> tuple[str, str] | None:
+    """A row's known answer: (expected, match), match exact (default) or regex; None when it has none."""
+    if row.expected is None:
+        if "match" in row.model_fields_set:
             raise ScenarioError(f"{where} field 'match': given without 'expected'; add the answer it matches")
         return None
-    if not isinstance(expected, str) or not expected:
-        raise ScenarioError(f"{where} field 'expected': {expected!r} is not valid: must be a non-empty string")
-    if match not in MATCHES[:2]:
-        raise ScenarioError(f"{where} field 'match': {match!r} is not valid: must be 'exact' or 'regex'")
-    if match == "regex":
+    if row.match == "regex":
         try:
-            re.compile(expected)
+            re.compile(row.expected)
         except re.error as error:
             raise ScenarioError(f"{where} field 'expected': not a valid regular expression ({error})") from None
-    return expected, match
+    return row.expected, row.match
 
 
-def _read_sharegpt(path: str) -> tuple[list[dict], int]:
-    """The first human turn is the prompt, the gpt turn after it sets the answer length."""
+def _read_sharegpt(path: str) -> tuple[list[PromptRow], int]:
+    """Every conversation with a human turn answered by a gpt turn; the others are counted as skipped."""
     try:
         entries = json.loads(read_utf8(path, "workload.path"))
     except json.JSONDecodeError as error:
@@ -463,23 +542,12 @@ def _read_sharegpt(path: str) -> tuple[list[dict], int]:
         ) from None
     if not isinstance(entries, list):
         raise ScenarioError(f'workload.path: {path}: ShareGPT files are a JSON list of {{"conversations": [...]}}')
-    rows, skipped = [], 0
+    rows = []
     for entry in entries:
-        turns = entry.get("conversations") if isinstance(entry, dict) else None
-        turns = [t for t in turns if isinstance(t, dict)] if isinstance(turns, list) else []
-        first_human = next((i for i, t in enumerate(turns) if t.get("from") == "human"), None)
-        answer = turns[first_human + 1] if first_human is not None and first_human + 1 < len(turns) else {}
-        prompt = turns[first_human].get("value") if first_human is not None else None
-        if (
-            not isinstance(prompt, str)
-            or not prompt
-            or answer.get("from") != "gpt"
-            or not isinstance(answer.get("value"), str)
-            or not answer["value"]
-        ):
-            skipped += 1
-            continue
-        rows.append(
-            {"prompt": prompt, "messages": None, "output_tokens": None, "answer": answer["value"], "expected": None}
-        )
-    return rows, skipped
+        try:
+            row = _ShareGptEntry.model_validate(entry).prompt_row()
+        except ValidationError:
+            row = None
+        if row is not None:
+            rows.append(row)
+    return rows, len(entries) - len(rows)

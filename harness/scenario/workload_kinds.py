@@ -1,15 +1,17 @@
 """Workload kinds, registered like backends and arrival processes: `workload.kind` names one in WORKLOADS,
 each one class (harness/scenario/workload.py holds the built-ins; docs/extending.md). What a kind says of its
 settings (the fields only it uses, those it needs, its own checks) is read when a scenario is validated;
-its `schedule` builds the requests. Found by "module:Class" name, as backends are, so this module stays below
-harness/scenario/scenario.py, which validates with it, and harness/scenario/workload.py, which builds on both.
+its `schedule` builds the requests. Found by "module:Class" name (backends/registry.py), as backends are, so this
+module stays below harness/scenario/scenario.py, which validates with it, and harness/scenario/workload.py, which
+builds on both.
 """
 
 from __future__ import annotations
 
-import importlib
 from functools import cache
 from typing import Any, ClassVar
+
+from backends.registry import registered_class
 
 WORKLOADS = {
     "random": "harness.scenario.workload:RandomWorkload",
@@ -44,7 +46,9 @@ class WorkloadKind:
 @cache
 def workload_kind(name: str) -> WorkloadKind:
     """The workload kind called `name`; WorkloadKindError naming workload.kind and the known ones if none is."""
-    if name not in WORKLOADS:
-        raise WorkloadKindError(f"workload.kind: {name!r} is not a workload kind; known: {', '.join(WORKLOADS)}")
-    module_name, _, attr = WORKLOADS[name].partition(":")
-    return getattr(importlib.import_module(module_name), attr)()
+    kind = registered_class(
+        name,
+        WORKLOADS,
+        lambda: WorkloadKindError(f"workload.kind: {name!r} is not a workload kind; known: {', '.join(WORKLOADS)}"),
+    )
+    return kind()

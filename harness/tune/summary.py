@@ -4,35 +4,44 @@ with its margin, the search's cost beside a dense sweep's, the console lines and
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
 
 from harness.metrics.latencies import active_slo
+from harness.results.schema import (
+    DenseCost,
+    Recommendation,
+    SearchCost,
+    TuneCapacity,
+    TuneConfiguration,
+    TuneCost,
+    TuneManifest,
+    TuneTrial,
+)
 from harness.scenario.scenario import Scenario
 from harness.scenario.tuning import config_name, launch_args
 
 HALVING_KEEP = 1 / 3  # successive halving: the share of configurations searched after the probe
 
 
-def tune_document(tuner) -> dict:
-    """tune.json's content from a harness.tune.tune.Tuner."""
-    configs = [{k: v for k, v in asdict(c).items() if k != "trials"} for c in tuner.configs]
-    trials = [asdict(t) for c in tuner.configs for t in c.trials]
+def tune_document(tuner) -> TuneManifest:
+    """tune.json from a harness.tune.tune.Tuner: each configuration (its trials apart), each trial."""
+    configs = [TuneConfiguration.model_validate(c, from_attributes=True) for c in tuner.configs]
+    trials = [TuneTrial.model_validate(t, from_attributes=True) for c in tuner.configs for t in c.trials]
     tune = tuner.tune
-    return {
-        "status": tuner.status,
-        "kind": tuner.kind,
-        "unit": unit(tuner.kind),
-        "attainment": tune.attainment,
-        "slo": active_slo(tuner.scenario.slo.model_dump()),
-        "percentile_slo": tune.percentile_slo,
-        "method": tuner.method,
-        "method_why": method_why(tuner.method, len(tuner.configs), tune.full_grid_max),
-        "configurations": configs,
-        "trials": trials,
-        "recommended": recommend(tuner.configs),
-        "cost": {"search": search_cost(trials, configs), "dense_sweep": dense_cost(tuner)},
-        "scenario": tuner.scenario.resolved_dict(),
-    }
+    return TuneManifest(
+        status=tuner.status,
+        kind=tuner.kind,
+        unit=unit(tuner.kind),
+        attainment=tune.attainment,
+        slo=active_slo(tuner.scenario.slo.model_dump()),
+        percentile_slo=tune.percentile_slo,
+        method=tuner.method,
+        method_why=method_why(tuner.method, len(tuner.configs), tune.full_grid_max),
+        configurations=configs,
+        trials=trials,
+        recommended=recommend(tuner.configs),
+        cost=TuneCost(search=search_cost(trials, configs), dense_sweep=dense_cost(tuner)),
+        scenario=tuner.scenario.resolved_dict(),
+    )
 
 
 def unit(kind: str) -> str:
@@ -48,43 +57,43 @@ def method_why(method: str, n: int, grid_max: int) -> str:
     )
 
 
-def recommend(configs: list) -> dict | None:
+def recommend(configs: list) -> Recommendation | None:
     """The configuration with the highest capacity, and by how much it leads the next one."""
     ranked = sorted(
-        (c for c in configs if c.capacity and c.capacity["offered_load"] is not None),
-        key=lambda c: -c.capacity["offered_load"],
+        (c for c in configs if c.capacity and c.capacity.offered_load is not None),
+        key=lambda c: -c.capacity.offered_load,
     )
     if not ranked:
         return None
-    best = ranked[0]
-    out = {
-        "name": best.name,
-        "launch_args": best.launch_args,
-        "capacity": best.capacity["offered_load"],
-        "bracket": best.capacity["bracket"],
-        "next": None,
-        "margin": None,
-        "separated": None,
-    }
+    best = ranked[0].capacity
+    out = Recommendation(
+        name=ranked[0].name,
+        launch_args=ranked[0].launch_args,
+        capacity=best.offered_load,
+        bracket=best.bracket,
+        next=None,
+        margin=None,
+        separated=None,
+    )
     if len(ranked) > 1:
-        nxt = ranked[1]
-        out.update(next=nxt.name, margin=best.capacity["offered_load"] / nxt.capacity["offered_load"] - 1)
-        best_lo, next_hi = best.capacity["bracket"][0], nxt.capacity["bracket"][1]
+        runner_up = ranked[1].capacity
+        out.next, out.margin = ranked[1].name, best.offered_load / runner_up.offered_load - 1
+        best_lo, next_hi = best.bracket[0], runner_up.bracket[1]
         # brackets apart: the ranking holds whatever the true capacities inside them are
-        out["separated"] = best_lo is not None and next_hi is not None and best_lo >= next_hi
+        out.separated = best_lo is not None and next_hi is not None and best_lo >= next_hi
     return out
 
 
-def search_cost(trials: list[dict], configs: list[dict]) -> dict:
-    ran = [t for t in trials if t["status"] != "pending"]
-    seconds = sum(t["wall_s"] for t in ran) + sum(c["engine_start_s"] for c in configs)
-    return {
-        "runs": len(ran),
-        "repeats": sum(1 for t in ran if t.get("repeat")),  # runs again of a bracket end (harness/metrics/knee.py)
-        "requests": sum(t["requests"] for t in ran),
-        "minutes": seconds / 60,
-        "seconds_saved_by_early_stops": sum(t["seconds_saved"] or 0.0 for t in ran),
-    }
+def search_cost(trials: list[TuneTrial], configs: list[TuneConfiguration]) -> SearchCost:
+    ran = [t for t in trials if t.status != "pending"]
+    seconds = sum(t.wall_s for t in ran) + sum(c.engine_start_s for c in configs)
+    return SearchCost(
+        runs=len(ran),
+        repeats=sum(1 for t in ran if t.repeat),  # runs again of a bracket end (harness/metrics/knee.py)
+        requests=sum(t.requests for t in ran),
+        minutes=seconds / 60,
+        seconds_saved_by_early_stops=sum(t.seconds_saved or 0.0 for t in ran),
+    )
 
 
 def dense_grid(kind: str, lo: float, hi: float, precision: float) -> list[float]:
@@ -94,7 +103,7 @@ def dense_grid(kind: str, lo: float, hi: float, precision: float) -> list[float]
     return sorted({float(round(x)) for x in grid}) if kind == "concurrency" else grid
 
 
-def dense_cost(tuner) -> dict:
+def dense_cost(tuner) -> DenseCost:
     tune, load = tuner.tune, tuner.scenario.load
     grid = dense_grid(tuner.kind, tune.load.bounds.min, tune.load.bounds.max, tune.precision)
     per_point = load.num_requests + load.warmup_requests
@@ -105,21 +114,21 @@ def dense_cost(tuner) -> dict:
         ran = [t for c in tuner.configs for t in c.trials if t.status == "completed"]
         per_request = sum(t.wall_s for t in ran) / max(1, sum(t.requests for t in ran))
         seconds = requests * per_request
-    return {
-        "points_per_configuration": len(grid),
-        "runs": len(grid) * len(tuner.configs),
-        "requests": requests,
-        "minutes_at_least": seconds / 60,
-    }
+    return DenseCost(
+        points_per_configuration=len(grid),
+        runs=len(grid) * len(tuner.configs),
+        requests=requests,
+        minutes_at_least=seconds / 60,
+    )
 
 
-def capacity_text(cap: dict | None, kind: str) -> str:
-    if not cap or cap["offered_load"] is None:
-        return "none: no load tried met the SLOs" if cap and cap["status"] == "none" else "not known"
-    lo, hi = cap["bracket"]
+def capacity_text(cap: TuneCapacity | None, kind: str) -> str:
+    if cap is None or cap.offered_load is None:
+        return "none: no load tried met the SLOs" if cap is not None and cap.status == "none" else "not known"
+    lo, hi = cap.bracket
     where = f"between {lo:g} and {hi:g}" if lo is not None and hi is not None else f"every load up to {lo:g} passed"
-    prefix = "at least " if cap["status"] == "at_least" else ""
-    return f"{prefix}{cap['offered_load']:.3g} {unit(kind)} ({where})"
+    prefix = "at least " if cap.status == "at_least" else ""
+    return f"{prefix}{cap.offered_load:.3g} {unit(kind)} ({where})"
 
 
 def trial_line(row, kind: str) -> str:
@@ -131,12 +140,12 @@ def trial_line(row, kind: str) -> str:
     if row.repeat:
         line += f" (run {row.repeat + 1} of this load: its verdict is its runs' majority)"
     for name, bound in (row.percentiles or {}).items():
-        if not bound["met"]:
-            measured = "not measured" if bound["measured_ms"] is None else f"{bound['measured_ms']:.0f} ms"
-            line += f"; {name} {measured} > {bound['limit_ms']:g} ms"
+        if not bound.met:
+            measured = "not measured" if bound.measured_ms is None else f"{bound.measured_ms:.0f} ms"
+            line += f"; {name} {measured} > {bound.limit_ms:g} ms"
     if row.stopped_early:
         saved = f", ~{row.seconds_saved:.1f} s saved" if row.seconds_saved else ""
-        line += f"; stopped early ({row.stopped_early['reason']}{saved})"
+        line += f"; stopped early ({row.stopped_early.reason}{saved})"
     return line
 
 

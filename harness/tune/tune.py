@@ -39,11 +39,20 @@ from harness.metrics.latencies import active_slo
 from harness.results.folder import (
     ResultsError,
     point_dir_name,
-    read_json,
+    read_model,
     read_records,
     write_candidates,
     write_json,
     write_manifest,
+)
+from harness.results.schema import (
+    Candidate,
+    PercentileBound,
+    StopDecision,
+    Summary,
+    SweepPoint,
+    TuneCapacity,
+    TuneManifest,
 )
 from harness.runs.candidates import short_reason
 from harness.runs.early_stop import PointWatch
@@ -74,11 +83,11 @@ class TrialRow:
     output_tokens_per_s_per_accelerator: float = 0.0
     tokens_per_s_per_user: float | None = None  # 1 / TPOT: the interactivity of the Pareto chart
     wall_s: float = 0.0
-    stopped_early: dict | None = None
+    stopped_early: StopDecision | None = None
     seconds_saved: float | None = None  # an early stop's estimate of the run it did not need
     client_bound: bool = False
     prefix_cache: str = ""  # what resetting the engine's prefix cache before the trial did
-    percentiles: dict | None = None  # tune.percentile_slo's bounds against this point's measured percentiles
+    percentiles: dict[str, PercentileBound] | None = None  # tune.percentile_slo's bounds, by "metric.percentile"
     reason: str = ""
     repeat: int = 0  # 0: a load's first run; n: its n-th run again (a bracket end confirmed: harness/metrics/knee.py)
     met: int = 0  # this run's requests that met the SLOs, of the `judged` ones its verdict counted
@@ -104,8 +113,8 @@ class ConfigRow:
     status: str = "pending"  # pending | running | completed | failed | interrupted | pruned | budget
     reason: str = ""
     engine_start_s: float = 0.0
-    capacity: dict | None = None  # offered_load, status, bracket, requests_per_s, output_tokens_per_s
-    predicted: dict | None = None  # with a plan: block, the same search on `bench plan`'s simulation
+    capacity: TuneCapacity | None = None
+    predicted: TuneCapacity | None = None  # with a plan: block, the same search on `bench plan`'s simulation
     trials: list[TrialRow] = field(default_factory=list, repr=False)
 
 
@@ -142,7 +151,7 @@ class Tuner:
         self.status = "running"
 
     # ---- the search ------------------------------------------------------------------------
-    def run(self) -> dict:
+    def run(self) -> TuneManifest:
         self.out.mkdir(parents=True, exist_ok=True)
         self.save()
         survivors = self.configs
@@ -164,7 +173,7 @@ class Tuner:
         """Successive halving's rank: bench plan's predicted capacity with a plan: block, else the probe's
         throughput."""
         if self.scenario.plan is not None:
-            return (c.predicted or {}).get("offered_load")
+            return c.predicted.offered_load if c.predicted is not None else None
         probe = c.trials[0] if c.trials else None
         return probe.requests_per_s if probe is not None and probe.status == "completed" else None
 
@@ -174,7 +183,7 @@ class Tuner:
         bounds = self.tune.load.bounds
         if self.scenario.plan is not None and c.predicted is None:
             c.predicted = self._predicted(c)
-        start = (c.predicted or {}).get("offered_load")
+        start = c.predicted.offered_load if c.predicted is not None else None
         with ExitStack() as stack:
             session: list[EngineSession] = []
 
@@ -214,7 +223,7 @@ class Tuner:
         self.reporter.info(f"  {c.name}: capacity {capacity_text(c.capacity, self.kind)}")
         self.save()
 
-    def _predicted(self, c: ConfigRow) -> dict:
+    def _predicted(self, c: ConfigRow) -> TuneCapacity:
         """The search run on `bench plan`'s simulation of this configuration (no engine, no requests sent);
         its capacity is where the measured search starts. A deployment the planner cannot model falls back
         to the probe, with the reason kept."""
@@ -224,8 +233,8 @@ class Tuner:
 
         def measure(load: float, probe: bool) -> Measured:
             summary = simulate_scenario(self._point_scenario(c, load, probe))
-            fraction = summary["goodput"]["fraction"]
-            return Measured(load, fraction >= self.tune.attainment, fraction, summary["throughput"]["requests_per_s"])
+            fraction = summary.goodput.fraction
+            return Measured(load, fraction >= self.tune.attainment, fraction, summary.throughput.requests_per_s)
 
         bounds = self.tune.load.bounds
         try:
@@ -240,12 +249,12 @@ class Tuner:
             )
         except ScenarioError as e:
             self.reporter.warning(f"{c.name}: bench plan cannot simulate it ({e}); the search starts from a probe")
-            return {"offered_load": None, "error": str(e)}
+            return TuneCapacity(offered_load=None, error=str(e))
         predicted = self._capacity(result)
         self.reporter.info(f"{c.name}: bench plan predicts {capacity_text(predicted, self.kind)}")
         return predicted
 
-    def _capacity(self, result) -> dict:
+    def _capacity(self, result) -> TuneCapacity:
         """Where the line between the bracket's two attainments crosses the target (harness.metrics.slo_capacity's
         rule)."""
         by_load = {p.offered_load: p for p in result.points}
@@ -262,14 +271,14 @@ class Tuner:
             load, rps = lo + w * (hi - lo), a.requests_per_s + w * (b.requests_per_s - a.requests_per_s)
         elif lo is not None:
             load, rps = lo, by_load[lo].requests_per_s
-        return {
-            "offered_load": load,
-            "status": result.status,
-            "bracket": [lo, hi],
-            "bracket_runs_passed": votes,
-            "requests_per_s": rps,
-            "points": len(result.points),
-        }
+        return TuneCapacity(
+            offered_load=load,
+            status=result.status,
+            bracket=[lo, hi],
+            bracket_runs_passed=votes,
+            requests_per_s=rps,
+            points=len(result.points),
+        )
 
     # ---- one trial -------------------------------------------------------------------------
     def _trial(
@@ -362,11 +371,11 @@ class Tuner:
         problems = ([result.engine_exit] if result.engine_exit else []) + list(result.incomplete_reasons)
         row.status = "failed" if problems else "interrupted" if result.interrupted_by else "completed"
         row.reason = "; ".join(problems)
-        thr = s["throughput"]
-        row.requests, row.requests_per_s = s["requests"]["measured"], thr["requests_per_s"]
-        row.output_tokens_per_s = thr["output_tokens_per_s"]
-        row.output_tokens_per_s_per_accelerator = thr["output_tokens_per_s"] / accelerators
-        tpot = (s.get("tpot_ms") or {}).get("mean")
+        thr = s.throughput
+        row.requests, row.requests_per_s = s.requests.measured, thr.requests_per_s
+        row.output_tokens_per_s = thr.output_tokens_per_s
+        row.output_tokens_per_s_per_accelerator = thr.output_tokens_per_s / accelerators
+        tpot = s.tpot_ms.mean
         row.tokens_per_s_per_user = 1000 / tpot if tpot else None
         row.client_bound = result.client_bound
         row.completion_per_s = completion_rate(result.out_dir)
@@ -374,29 +383,30 @@ class Tuner:
             row.requests_per_s = row.completion_per_s or row.requests_per_s
         self._judge(row, s)
 
-    def _judge(self, row: TrialRow, s: dict) -> None:
+    def _judge(self, row: TrialRow, s: Summary) -> None:
         """This run's verdict and share met, on its own requests (a load's verdict is its runs' majority)."""
-        good = round(s["goodput"]["fraction"] * s["requests"]["measured"])
-        stop = row.stopped_early = s.get("stopped_early")
+        measured = s.requests.measured
+        good = round(s.goodput.fraction * measured)
+        stop = row.stopped_early = s.stopped_early
         if stop:  # the watch's counts
-            row.met, row.judged = stop["met"], stop["after_requests"]
+            row.met, row.judged = stop.met, stop.after_requests
         else:
-            row.met, row.judged = good, s["requests"]["measured"]
+            row.met, row.judged = good, measured
         if stop:  # the verdict it proved; the fraction is its bound
-            row.passed = stop["passed"]
-            bound = stop["met"] if stop["passed"] else stop["planned_requests"] - stop["missed"]
-            row.goodput_fraction = bound / stop["planned_requests"]
-            if stop["reason"] == "over_saturated":  # failed by its slopes; what it measured, at most the bound
-                measured = good / max(1, s["requests"]["measured"])  # the cut requests count as missed
-                row.goodput_fraction = min(measured, row.goodput_fraction)
-            remaining = stop["planned_requests"] - stop["after_requests"]
+            row.passed = stop.passed
+            bound = stop.met if stop.passed else stop.planned_requests - stop.missed
+            row.goodput_fraction = bound / stop.planned_requests
+            if stop.reason == "over_saturated":  # failed by its slopes; what it measured, at most the bound
+                row.goodput_fraction = min(good / max(1, measured), row.goodput_fraction)  # the cut ones missed
+            remaining = stop.planned_requests - stop.after_requests
             row.seconds_saved = remaining / row.requests_per_s if row.requests_per_s > 0 else None
         else:
             row.goodput_fraction = row.met / row.judged if row.judged else 0.0
             row.passed = run_passes(row.met, row.judged, self.tune.attainment, self.scenario.slo.confidence)
         if self.tune.percentile_slo:  # judged on what the point measured (a stopped point has failed already)
-            row.percentiles = judge_percentiles(self.tune.percentile_slo, s)
-            row.passed = row.passed and all(b["met"] for b in row.percentiles.values())
+            bounds = judge_percentiles(self.tune.percentile_slo, s.model_dump())  # tuning.py reads it by key
+            row.percentiles = {name: PercentileBound.model_validate(b) for name, b in bounds.items()}
+            row.passed = row.passed and all(b.met for b in row.percentiles.values())
 
     # ---- budget, manifest, resume ------------------------------------------------------------
     def _spent(self) -> bool:
@@ -408,18 +418,18 @@ class Tuner:
         return budget.minutes is not None and (time.monotonic() - self.started) / 60 >= budget.minutes
 
     def _previous(self) -> dict[tuple[str, int], TrialRow]:
-        manifest = read_json(self.out / TUNE_MANIFEST)
-        if not manifest:
+        manifest: TuneManifest | None = read_model(self.out / TUNE_MANIFEST)
+        if manifest is None:
             raise ResultsError(f"--resume: {self.out} holds no {TUNE_MANIFEST}; run without --resume to start")
-        if manifest.get("scenario") != self.scenario.resolved_dict():
+        if manifest.scenario != self.scenario.resolved_dict():
             raise ResultsError(
                 f"--resume: the scenario changed since {self.out / TUNE_MANIFEST} was written; "
                 f"resume with the same scenario and --set options, or tune into a new --output"
             )
-        rows = [TrialRow(**t) for t in manifest.get("trials", [])]
+        rows = [TrialRow(**dict(t)) for t in manifest.trials]
         return {(t.config, t.seq): t for t in rows if t.status == "completed"}
 
-    def save(self) -> dict:
+    def save(self) -> TuneManifest:
         doc = tune_document(self)
         write_json(self.out / TUNE_MANIFEST, doc)
         self._write_sweep_views()
@@ -433,27 +443,27 @@ class Tuner:
             if not (self.out / c.name).is_dir():
                 continue
             rows = [
-                {
-                    "index": t.seq - 1,
-                    "offered_load": t.offered_load,
-                    "dir": Path(t.dir).name,
-                    "status": t.status,
-                    "client_bound": t.client_bound,
-                }
+                SweepPoint(
+                    index=t.seq - 1,
+                    offered_load=t.offered_load,
+                    dir=Path(t.dir).name,
+                    status=t.status,
+                    client_bound=t.client_bound,
+                )
                 for t in points
             ]
             write_manifest(self.out / c.name, self.kind, self.scenario.resolved_dict(), rows)
             done = any(t.status == "completed" for t in points)
             candidates.append(
-                {
-                    "name": c.name,
-                    "dir": c.name,
-                    "launch_args": c.launch_args,
-                    "accelerators": c.accelerators,
-                    "status": "completed" if done else c.status,
-                    "reason": c.reason,
-                    "client_bound": any(t.client_bound for t in points),
-                }
+                Candidate(
+                    name=c.name,
+                    dir=c.name,
+                    launch_args=c.launch_args,
+                    accelerators=c.accelerators,
+                    status="completed" if done else c.status,
+                    reason=c.reason,
+                    client_bound=any(t.client_bound for t in points),
+                )
             )
         write_candidates(self.out, self.scenario.resolved_dict(), candidates)
 

@@ -10,17 +10,19 @@ metrics {tag: {value, unit}}. Source: aiperf/metrics/types/*.py, aiperf/exporter
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from harness.results.folder import ResultsError
 from reports.peers.common import (
     FROM_ACTUAL_SEND,
+    PeerModel,
     PeerRun,
     chunk_times,
     json_object_or_none,
     one_token_per_chunk,
+    parse,
     read_json_file,
+    read_json_lines,
     require,
     stats_ms,
     streamed_record,
@@ -37,6 +39,92 @@ METRICS = {
 TO_MS = {"ms": 1.0, "s": 1e3, "sec": 1e3, "us": 1e-3, "ns": 1e-6}
 
 
+class Metric(PeerModel):
+    """One metric's statistics over the run (a count or a rate has its avg only)."""
+
+    unit: str | None = None
+    avg: float | None = None
+    std: float | None = None
+    min: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    max: float | None = None
+
+    def stats_ms(self, where: str) -> dict:
+        """Ours in ms (avg is our mean; it has no p999)."""
+        scale = TO_MS.get(self.unit)
+        if scale is None:
+            raise ResultsError(f"{where}: unit {self.unit!r} is not a time unit this reader knows ({', '.join(TO_MS)})")
+        given = {"mean": self.avg, "std": self.std, "min": self.min, "max": self.max}
+        given |= {"p50": self.p50, "p90": self.p90, "p95": self.p95, "p99": self.p99}
+        return stats_ms(**{ours: None if value is None else scale * value for ours, value in given.items()})
+
+
+class Endpoint(PeerModel):
+    model_names: list[str] = []
+
+
+class InputConfig(PeerModel):
+    endpoint: Endpoint = Endpoint()
+
+
+class Figures(PeerModel):
+    """profile_export_aiperf.json: a key per metric tag, and the run's settings."""
+
+    aiperf_version: str
+    request_count: Metric
+    request_throughput: Metric
+    error_request_count: Metric = Metric()
+    benchmark_duration: Metric = Metric()
+    output_token_throughput: Metric = Metric()
+    total_token_throughput: Metric = Metric()
+    total_output_tokens: Metric = Metric()
+    time_to_first_token: Metric
+    inter_token_latency: Metric
+    inter_chunk_latency: Metric
+    request_latency: Metric
+    input_config: InputConfig = InputConfig()
+    start_time: str | None = None
+
+
+class Value(PeerModel):
+    """One request's metric: a number, or a list (a gap per streamed chunk)."""
+
+    value: float | list[float] | None = None
+    unit: str | None = None
+
+    def seconds(self) -> float | list[float] | None:
+        scale = TO_MS.get(self.unit, 1.0) / 1e3
+        if isinstance(self.value, list):
+            return [x * scale for x in self.value]
+        return None if self.value is None else self.value * scale
+
+
+class RecordMetrics(PeerModel):
+    time_to_first_token: Value = Value()
+    inter_chunk_latency: Value = Value()
+    output_sequence_length: Value | None = None
+    input_sequence_length: Value = Value(value=0)
+
+
+class RecordMetadata(PeerModel):
+    request_start_ns: int  # ns since the epoch: kept an int, a float would round it to 256 ns
+
+
+class RecordError(PeerModel):
+    message: str | None = None
+
+
+class Record(PeerModel):
+    """One line of profile_export.jsonl: one request."""
+
+    metadata: RecordMetadata
+    metrics: RecordMetrics = RecordMetrics()
+    error: RecordError | None = None
+
+
 def matches(path: Path) -> bool:
     obj = json_object_or_none(path) if path.suffix == ".json" else None
     if obj is None:
@@ -47,87 +135,55 @@ def matches(path: Path) -> bool:
 def load(path: Path) -> PeerRun:
     obj = read_json_file(path)
     require(obj, ("aiperf_version", "request_count", "request_throughput", *METRICS), path, TOOL)
+    figures = parse(Figures, obj, path, TOOL)
     records = _records(path.parent / RECORDS_FILE)
-    completed = int(obj["request_count"]["avg"])
-    failed = int((obj.get("error_request_count") or {}).get("avg") or 0)
+    completed = int(figures.request_count.avg)
+    failed = int(figures.error_request_count.avg or 0)
     summary = {
         "requests": {"measured": completed + failed, "completed": completed, "failed": failed},
-        "window_s": (obj.get("benchmark_duration") or {}).get("avg"),
+        "window_s": figures.benchmark_duration.avg,
         "throughput": {
-            "requests_per_s": obj["request_throughput"]["avg"],
-            "output_tokens_per_s": (obj.get("output_token_throughput") or {}).get("avg"),
-            "total_tokens_per_s": (obj.get("total_token_throughput") or {}).get("avg"),
+            "requests_per_s": figures.request_throughput.avg,
+            "output_tokens_per_s": figures.output_token_throughput.avg,
+            "total_tokens_per_s": figures.total_token_throughput.avg,
         },
-        "output_tokens": (obj.get("total_output_tokens") or {}).get("avg"),
+        "output_tokens": figures.total_output_tokens.avg,
     }
-    for theirs, ours in METRICS.items():
-        summary[ours] = metric_stats(obj[theirs], f"{path}: {theirs}")
+    for tag, metric in (
+        ("time_to_first_token", figures.time_to_first_token),
+        ("inter_token_latency", figures.inter_token_latency),
+        ("inter_chunk_latency", figures.inter_chunk_latency),
+        ("request_latency", figures.request_latency),
+    ):
+        summary[METRICS[tag]] = metric.stats_ms(f"{path}: {tag}")
     per_token = one_token_per_chunk(records)
     if per_token:
         summary["itl_ms"] = dict(summary["itl_chunk_ms"])
-    config = obj.get("input_config") or {}
+    model_names = figures.input_config.endpoint.model_names
     info = {
         "scenario": {"name": "aiperf-profile", "load": {"num_requests": completed + failed}},
-        "backend": {"kind": f"{TOOL} (peer file)", "model": _model(config)},
-        "peer": {"tool": TOOL, "version": obj["aiperf_version"], "start_time": obj.get("start_time")},
+        "backend": {"kind": f"{TOOL} (peer file)", "model": model_names[0] if model_names else None},
+        "peer": {"tool": TOOL, "version": figures.aiperf_version, "start_time": figures.start_time},
     }
-    return PeerRun(TOOL, obj["aiperf_version"], path, info, summary, records, differences(per_token, bool(records)))
-
-
-def metric_stats(metric: dict, where: str) -> dict:
-    """One AIPerf metric's statistics in ms (avg is our mean; it has no p999)."""
-    scale = TO_MS.get(metric.get("unit"))
-    if scale is None:
-        raise ResultsError(
-            f"{where}: unit {metric.get('unit')!r} is not a time unit this reader knows ({', '.join(TO_MS)})"
-        )
-    pick = {
-        "mean": "avg",
-        "std": "std",
-        "min": "min",
-        "p50": "p50",
-        "p90": "p90",
-        "p95": "p95",
-        "p99": "p99",
-        "max": "max",
-    }
-    return stats_ms(**{ours: None if metric.get(k) is None else scale * metric[k] for ours, k in pick.items()})
-
-
-def _model(config: dict):
-    names = (config.get("endpoint") or {}).get("model_names") or []
-    return names[0] if names else None
+    return PeerRun(TOOL, figures.aiperf_version, path, info, summary, records, differences(per_token, bool(records)))
 
 
 def _records(path: Path) -> list:
     """Each request of profile_export.jsonl, timed from the first request's start."""
     if not path.is_file():
         return []
-    try:
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise ResultsError(f"{path}: not a readable JSON-lines file ({e})") from None
-    t0 = min(r["metadata"]["request_start_ns"] for r in rows)
+    rows = [parse(Record, row, path, TOOL) for row in read_json_lines(path)]
+    t0 = min(row.metadata.request_start_ns for row in rows)
     out = []
     for i, row in enumerate(rows):
-        metrics = row.get("metrics") or {}
-        send_s = (row["metadata"]["request_start_ns"] - t0) / 1e9
-        error = (row.get("error") or {}).get("message") or ("failed" if row.get("error") else "")
-        ttft, gaps = value_s(metrics, "time_to_first_token"), value_s(metrics, "inter_chunk_latency") or []
+        metrics = row.metrics
+        send_s = (row.metadata.request_start_ns - t0) / 1e9
+        error = (row.error.message or "failed") if row.error else ""
+        ttft, gaps = metrics.time_to_first_token.seconds(), metrics.inter_chunk_latency.seconds() or []
         times = [] if error or ttft is None else chunk_times(send_s, ttft, gaps)
-        out_tokens = (metrics.get("output_sequence_length") or {}).get("value", len(times))
-        in_tokens = (metrics.get("input_sequence_length") or {}).get("value", 0)
-        out.append(streamed_record(i, send_s, times, out_tokens, in_tokens, error))
+        out_tokens = metrics.output_sequence_length.value if metrics.output_sequence_length else len(times)
+        out.append(streamed_record(i, send_s, times, out_tokens, metrics.input_sequence_length.value, error))
     return out
-
-
-def value_s(metrics: dict, tag: str):
-    """A record's metric in seconds (a number or a list), None when absent."""
-    metric = metrics.get(tag) or {}
-    value, scale = metric.get("value"), TO_MS.get(metric.get("unit"), 1.0) / 1e3
-    if isinstance(value, list):
-        return [x * scale for x in value]
-    return None if value is None else value * scale
 
 
 def differences(per_token: bool, detailed: bool) -> list[str]:

@@ -1,6 +1,7 @@
 """What every peer tool's loader shares: the run it becomes, its statistics in our shape, its records.
 
-A peer file becomes a `PeerRun`: `summary` holds the tool's own figures under our keys (`ttft_ms`, `tpot_ms`,
+Each tool's file is read into small pydantic models of its own shape (`PeerModel`: the fields read, the rest
+ignored), then becomes a `PeerRun`: `summary` holds the tool's own figures under our keys (`ttft_ms`, `tpot_ms`,
 `itl_ms` / `itl_chunk_ms`, `e2e_ms`: mean, std, min, p50 ... max in ms, None where the tool gives none;
 `requests`, `throughput`, `window_s`), so a report shows what the tool printed; `records` rebuild each request
 from the tool's per-request data (times in seconds from the tool's first send), so distributions, goodput and
@@ -11,8 +12,12 @@ ours (docs/peers.md).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from harness.metrics.latencies import STAT_KEYS
 from harness.results.folder import RequestRecord, ResultsError
@@ -44,6 +49,65 @@ def stats_ms(**given) -> dict:
     return {k: None if given.get(k) is None else float(given[k]) for k in STAT_KEYS}
 
 
+class PeerModel(BaseModel):
+    """A part of another tool's file: the fields read here, every other key ignored, and a null read as the field's
+    default (the tools write null where they have no value, and their versions add and drop keys)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_as_absent(cls, data: Any) -> Any:
+        if data is None:
+            return {}
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def parse(model: type[Model], obj: Any, path: Path, tool: str) -> Model:
+    """`obj` read as `model`; ResultsError naming the file and the first field that does not fit."""
+    try:
+        return model.model_validate(obj)
+    except ValidationError as e:
+        item = e.errors()[0]
+        where = ".".join(str(part) for part in item["loc"])
+        raise ResultsError(
+            f"{path}: not a {tool} result file this reader knows ({where}: {item['msg']}); "
+            "pass the file the tool saved, unedited"
+        ) from None
+
+
+class FlatLatency(PeerModel):
+    """One latency's statistics as vLLM and SGLang write them, a key each: mean_ttft_ms, median_ttft_ms,
+    std_ttft_ms, p99_ttft_ms ... (vLLM's percentiles as --metric-percentiles asked: p99.9_ttft_ms)."""
+
+    mean: float | None = None
+    median: float | None = None
+    std: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    p999: float | None = Field(default=None, alias="p99.9")
+
+    @classmethod
+    def of(cls, obj: dict, metric: str, percentiles: Iterable[str]) -> FlatLatency:
+        """The statistics of `metric` among a file's keys: mean, median, std and the `percentiles` named."""
+        suffix = f"_{metric}_ms"
+        wanted = {"mean", "median", "std", *percentiles}
+        stats = {key.removesuffix(suffix): value for key, value in obj.items() if key.endswith(suffix)}
+        return cls.model_validate({stat: value for stat, value in stats.items() if stat in wanted})
+
+    def stats_ms(self) -> dict:
+        """Ours: the median is our p50; min and max are not in the file."""
+        return stats_ms(
+            mean=self.mean, std=self.std, p50=self.median, p90=self.p90, p95=self.p95, p99=self.p99, p999=self.p999
+        )
+
+
 def read_json_file(path: Path) -> dict:
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
@@ -52,6 +116,14 @@ def read_json_file(path: Path) -> dict:
     if not isinstance(obj, dict):
         raise ResultsError(f"{path}: expected a JSON object, got {type(obj).__name__}")
     return obj
+
+
+def read_json_lines(path: Path) -> list:
+    """Each line's JSON value (blank lines skipped)."""
+    try:
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise ResultsError(f"{path}: not a readable JSON-lines file ({e})") from None
 
 
 def json_object_or_none(path: Path) -> dict | None:

@@ -8,101 +8,111 @@ Its figures: `mean_/median_/std_/p99_{ttft,tpot}_ms`, `p95_/p99_itl_ms`, `p90_/p
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from harness.results.folder import ResultsError
 from reports.peers.common import (
     FROM_ACTUAL_SEND,
+    FlatLatency,
+    PeerModel,
     PeerRun,
     chunk_times,
     one_token_per_chunk,
+    parse,
+    read_json_lines,
     require,
-    stats_ms,
     streamed_record,
 )
 
 TOOL = "SGLang bench_serving"
 FIGURES = ("duration", "completed", "request_throughput", "output_throughput", "total_throughput", "mean_ttft_ms")
+# the percentiles it writes of each latency, besides mean, median and std
+PERCENTILES = {"ttft": ("p99",), "tpot": ("p99",), "e2e_latency": ("p90", "p99"), "itl": ("p95", "p99")}
 
 
-def lines(path: Path) -> list[dict]:
-    try:
-        text = path.read_text(encoding="utf-8")
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise ResultsError(f"{path}: not a readable JSON-lines file ({e})") from None
+class SglangResult(PeerModel):
+    """One line of the file: the figures, the settings and, with --output-details, the per-request lists."""
+
+    duration: float
+    completed: int
+    request_throughput: float
+    output_throughput: float
+    total_throughput: float
+    total_output_tokens: int | None = None
+    ttfts: list[float] | None = None  # None: saved without --output-details
+    itls: list[list[float]] = []
+    input_lens: list[int] = []
+    output_lens: list[int] = []
+    errors: list[str] = []
+    dataset_name: str | None = None
+    request_rate: float | str | None = None
+    max_concurrency: int | None = None
+    backend: str | None = None
+    tag: str | None = None
 
 
 def matches(path: Path) -> bool:
     if path.suffix != ".jsonl":
         return False
     try:
-        rows = lines(path)
+        rows = read_json_lines(path)
     except ResultsError:
         return False
     return bool(rows) and isinstance(rows[-1], dict) and all(k in rows[-1] for k in FIGURES) and "backend" in rows[-1]
 
 
 def load(path: Path) -> PeerRun:
-    rows = lines(path)
-    obj = rows[-1]
-    require(obj, FIGURES, path, TOOL)
+    rows = read_json_lines(path)
+    require(rows[-1], FIGURES, path, TOOL)
+    result = parse(SglangResult, rows[-1], path, TOOL)
     warnings = [f"{path}: holds {len(rows)} runs (the tool appends); the last is read"] if len(rows) > 1 else []
-    records = _records(obj)
-    every_gap = [g for r in obj.get("itls") or [] for g in r]
-    measured = len(obj["ttfts"]) if "ttfts" in obj else obj["completed"]
+    records = _records(result)
+    every_gap = [g for gaps in result.itls for g in gaps]
+    measured = len(result.ttfts) if result.ttfts is not None else result.completed
+    latency = {metric: FlatLatency.of(rows[-1], metric, p).stats_ms() for metric, p in PERCENTILES.items()}
     summary = {
-        "requests": {"measured": measured, "completed": obj["completed"], "failed": measured - obj["completed"]},
-        "window_s": obj["duration"],
+        "requests": {"measured": measured, "completed": result.completed, "failed": measured - result.completed},
+        "window_s": result.duration,
         "throughput": {
-            "requests_per_s": obj["request_throughput"],
-            "output_tokens_per_s": obj["output_throughput"],
-            "total_tokens_per_s": obj["total_throughput"],
+            "requests_per_s": result.request_throughput,
+            "output_tokens_per_s": result.output_throughput,
+            "total_tokens_per_s": result.total_throughput,
         },
-        "output_tokens": obj.get("total_output_tokens"),
-        "ttft_ms": _stats(obj, "ttft", ("p99",)),
-        "tpot_ms": _stats(obj, "tpot", ("p99",)),
-        "e2e_ms": _stats(obj, "e2e_latency", ("p90", "p99")),
-        "itl_chunk_ms": {**_stats(obj, "itl", ("p95", "p99")), "max": 1e3 * max(every_gap) if every_gap else None},
+        "output_tokens": result.total_output_tokens,
+        "ttft_ms": latency["ttft"],
+        "tpot_ms": latency["tpot"],
+        "e2e_ms": latency["e2e_latency"],
+        "itl_chunk_ms": {**latency["itl"], "max": 1e3 * max(every_gap) if every_gap else None},
     }
     per_token = one_token_per_chunk(records)
     if per_token:
         summary["itl_ms"] = dict(summary["itl_chunk_ms"])
     info = {
-        "scenario": {"name": f"sglang-bench-serving {obj.get('dataset_name')}", "load": _load(obj, measured)},
+        "scenario": {"name": f"sglang-bench-serving {result.dataset_name}", "load": _load(result, measured)},
         "backend": {"kind": f"{TOOL} (peer file)", "model": None},
-        "peer": {"tool": TOOL, "backend": obj.get("backend"), "tag": obj.get("tag")},
+        "peer": {"tool": TOOL, "backend": result.backend, "tag": result.tag},
     }
     return PeerRun(TOOL, "unknown", path, info, summary, records, differences(per_token, bool(records)), warnings)
 
 
-def _stats(obj: dict, metric: str, percentiles) -> dict:
-    given = {"mean": obj.get(f"mean_{metric}_ms"), "std": obj.get(f"std_{metric}_ms")}
-    given["p50"] = obj.get(f"median_{metric}_ms")
-    given.update({p: obj.get(f"{p}_{metric}_ms") for p in percentiles})
-    return stats_ms(**given)
-
-
-def _load(obj: dict, measured: int) -> dict:
-    rate = obj.get("request_rate")
+def _load(result: SglangResult, measured: int) -> dict:
     load = {"arrival": "poisson", "num_requests": measured}
-    if isinstance(rate, (int, float)) and rate != float("inf"):
-        load["rate"] = rate
-    if obj.get("max_concurrency"):
-        load["concurrency"] = obj["max_concurrency"]
+    if isinstance(result.request_rate, float) and result.request_rate != float("inf"):
+        load["rate"] = result.request_rate
+    if result.max_concurrency:
+        load["concurrency"] = result.max_concurrency
     return load
 
 
-def _records(obj: dict) -> list:
+def _records(result: SglangResult) -> list:
     """Per request, when saved with --output-details; without send times, each request is placed at 0."""
-    if "ttfts" not in obj:
+    if result.ttfts is None:
         return []
     out = []
-    for i, ttft in enumerate(obj["ttfts"]):
-        error = obj["errors"][i]
-        times = [] if error else chunk_times(0.0, ttft, obj["itls"][i])
-        out.append(streamed_record(i, 0.0, times, obj["output_lens"][i], obj["input_lens"][i], error))
+    for i, ttft in enumerate(result.ttfts):
+        error = result.errors[i]
+        times = [] if error else chunk_times(0.0, ttft, result.itls[i])
+        out.append(streamed_record(i, 0.0, times, result.output_lens[i], result.input_lens[i], error))
     return out
 
 

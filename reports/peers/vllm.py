@@ -12,19 +12,48 @@ from pathlib import Path
 
 from reports.peers.common import (
     FROM_ACTUAL_SEND,
+    FlatLatency,
+    PeerModel,
     PeerRun,
     chunk_times,
     json_object_or_none,
     one_token_per_chunk,
+    parse,
     read_json_file,
     require,
-    stats_ms,
     streamed_record,
 )
 
 TOOL = "vLLM bench serve"
 FIGURES = ("duration", "completed", "request_throughput", "output_throughput", "mean_ttft_ms")
 METRICS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_chunk_ms", "e2el": "e2e_ms"}
+PERCENTILES = ("p90", "p95", "p99", "p99.9")  # those of ours its --metric-percentiles may have written
+
+
+class VllmResult(PeerModel):
+    """The file's figures, its settings and, with --save-detailed, its per-request lists (one entry a request)."""
+
+    duration: float
+    completed: int
+    failed: int
+    request_throughput: float
+    output_throughput: float
+    total_token_throughput: float
+    total_output_tokens: int | None = None
+    start_times: list[float] = []  # perf_counter s; empty without --save-detailed
+    ttfts: list[float] = []
+    itls: list[list[float]] = []
+    input_lens: list[int] = []
+    output_lens: list[int] = []
+    errors: list[str] = []
+    request_rate: float | str | None = None  # "inf" when every request was sent at once
+    burstiness: float = 1.0
+    num_prompts: int | None = None
+    max_concurrency: int | None = None
+    label: str | None = None
+    model_id: str | None = None
+    date: str | None = None
+    backend: str | None = None
 
 
 def matches(path: Path) -> bool:
@@ -37,66 +66,56 @@ def matches(path: Path) -> bool:
 def load(path: Path) -> PeerRun:
     obj = read_json_file(path)
     require(obj, (*FIGURES, "failed", "total_token_throughput"), path, TOOL)
-    records = _records(obj)
+    result = parse(VllmResult, obj, path, TOOL)
+    records = _records(result)
     summary = {
         "requests": {
-            "measured": obj["completed"] + obj["failed"],
-            "completed": obj["completed"],
-            "failed": obj["failed"],
+            "measured": result.completed + result.failed,
+            "completed": result.completed,
+            "failed": result.failed,
         },
-        "window_s": obj["duration"],
+        "window_s": result.duration,
         "throughput": {
-            "requests_per_s": obj["request_throughput"],
-            "output_tokens_per_s": obj["output_throughput"],
-            "total_tokens_per_s": obj["total_token_throughput"],
+            "requests_per_s": result.request_throughput,
+            "output_tokens_per_s": result.output_throughput,
+            "total_tokens_per_s": result.total_token_throughput,
         },
-        "output_tokens": obj.get("total_output_tokens"),
+        "output_tokens": result.total_output_tokens,
     }
     for theirs, ours in METRICS.items():
-        summary[ours] = latency_stats(obj, theirs)
+        summary[ours] = FlatLatency.of(obj, theirs, PERCENTILES).stats_ms()
     per_token = one_token_per_chunk(records)
     if per_token:  # every chunk carried one token: per-chunk ITL is per-token ITL
         summary["itl_ms"] = dict(summary["itl_chunk_ms"])
-    return PeerRun(TOOL, "unknown", path, run_info(obj), summary, records, differences(per_token, bool(records)))
+    return PeerRun(TOOL, "unknown", path, run_info(result), summary, records, differences(per_token, bool(records)))
 
 
-def latency_stats(obj: dict, metric: str) -> dict:
-    """mean, std, median (our p50) and every pN the file has."""
-    given = {"mean": obj.get(f"mean_{metric}_ms"), "std": obj.get(f"std_{metric}_ms")}
-    given["p50"] = obj.get(f"median_{metric}_ms")
-    for ours, word in (("p90", "90"), ("p95", "95"), ("p99", "99"), ("p999", "99.9")):
-        if f"p{word}_{metric}_ms" in obj:
-            given[ours] = obj[f"p{word}_{metric}_ms"]
-    return stats_ms(**given)
-
-
-def _records(obj: dict) -> list:
-    starts = obj.get("start_times") or []
+def _records(result: VllmResult) -> list:
+    starts = result.start_times
     if not starts:  # saved without --save-detailed: figures only
         return []
     t0 = min(starts)
+    errors = result.errors or [""] * len(starts)
     out = []
     for i, start in enumerate(starts):
-        error = (obj.get("errors") or [""] * len(starts))[i]
-        times = [] if error else chunk_times(start - t0, obj["ttfts"][i], obj["itls"][i])
-        out.append(streamed_record(i, start - t0, times, obj["output_lens"][i], obj["input_lens"][i], error))
+        times = [] if errors[i] else chunk_times(start - t0, result.ttfts[i], result.itls[i])
+        out.append(streamed_record(i, start - t0, times, result.output_lens[i], result.input_lens[i], errors[i]))
     return out
 
 
-def run_info(obj: dict) -> dict:
-    rate = obj.get("request_rate")
+def run_info(result: VllmResult) -> dict:
     load = {
-        "arrival": "poisson" if obj.get("burstiness", 1.0) == 1.0 else "gamma",
-        "num_requests": obj.get("num_prompts"),
+        "arrival": "poisson" if result.burstiness == 1.0 else "gamma",
+        "num_requests": result.num_prompts,
     }
-    if obj.get("max_concurrency"):
-        load["concurrency"] = obj["max_concurrency"]
-    if isinstance(rate, (int, float)):
-        load["rate"] = rate
+    if result.max_concurrency:
+        load["concurrency"] = result.max_concurrency
+    if isinstance(result.request_rate, float):
+        load["rate"] = result.request_rate
     return {
-        "scenario": {"name": f"vllm-bench-serve {obj.get('label') or obj.get('model_id')}", "load": load},
-        "backend": {"kind": f"{TOOL} (peer file)", "model": obj.get("model_id")},
-        "peer": {"tool": TOOL, "date": obj.get("date"), "backend": obj.get("backend")},
+        "scenario": {"name": f"vllm-bench-serve {result.label or result.model_id}", "load": load},
+        "backend": {"kind": f"{TOOL} (peer file)", "model": result.model_id},
+        "peer": {"tool": TOOL, "date": result.date, "backend": result.backend},
     }
 
 

@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict
+
 from harness.client.clock_offset import ClockOffset, measure_offset
 from harness.client.ray.actor import ShardActor
 from harness.client.runner import RunOutcome, group_jobs, t0_ahead_ns
@@ -48,6 +50,25 @@ def _ray():
     return ray
 
 
+class ActorPlace(BaseModel):
+    """Where an actor runs, as its `where` reports it."""
+
+    model_config = ConfigDict(extra="ignore")
+    pid: int | None = None
+    host: str | None = None
+    node_id: str | None = None
+
+
+class ActorEnd(BaseModel):
+    """What an actor reports once its runner has ended: the runner's account, or why it failed."""
+
+    model_config = ConfigDict(extra="ignore")
+    loop_lag_s: list[float] = []
+    interrupted: bool = False
+    cpu_s: float | None = None  # the actor process's CPU time over the run
+    error: str | None = None  # the runner failed: the shard's missing records are counted lost
+
+
 @dataclass
 class Shard:
     """The driver's view of one actor and its share of the plan."""
@@ -57,13 +78,13 @@ class Shard:
     actor: object
     requests: list
     concurrency: int | None
-    where: dict = field(default_factory=dict)
+    place: ActorPlace = field(default_factory=ActorPlace)
     clock: ClockOffset | None = None
     recorded: set = field(default_factory=set)  # request indices written, actor_lost failures included
     completed: int = 0
     failed: int = 0
     counted_lost: int = 0
-    finished: dict | None = None
+    finished: ActorEnd | None = None  # a runner that ended without an error
     lost: str | None = None
 
     @property
@@ -75,8 +96,8 @@ class Shard:
         return {
             "node_id": self.node_id,
             "node_ip": self.node_ip,
-            "pid": self.where.get("pid"),
-            "host": self.where.get("host"),
+            "pid": self.place.pid,
+            "host": self.place.host,
             "planned": len(self.requests),
             "recorded": len(self.recorded),
             "completed": self.completed,
@@ -86,7 +107,7 @@ class Shard:
             "clock_offset_s": c.offset_s if c else None,
             "clock_uncertainty_s": c.uncertainty_s if c else None,
             "round_trip_min_s": c.round_trip_min_s if c else None,
-            "cpu_s": (self.finished or {}).get("cpu_s"),
+            "cpu_s": self.finished.cpu_s if self.finished else None,
         }
 
 
@@ -115,7 +136,7 @@ class RayCrew:
 
     def lost_lines(self) -> list[str]:
         return [
-            f"client actor on node {s.node_ip} ({s.node_id[:8]}, pid {s.where.get('pid')}) was lost: "
+            f"client actor on node {s.node_ip} ({s.node_id[:8]}, pid {s.place.pid}) was lost: "
             f"{len(s.recorded) - s.counted_lost} of its {len(s.requests)} planned requests recorded, "
             f"{s.counted_lost} more counted failed (actor_lost)"
             for s in self.shards
@@ -153,8 +174,8 @@ class RayCrew:
             for s, (taken, finished, error) in zip(running, await asyncio.gather(*map(self._poll, running))):
                 for rec in taken:
                     keep(s, rec)
-                if error or (finished and "error" in finished):
-                    s.lost = error or finished["error"]
+                if error:
+                    s.lost = error
                     detail = (
                         f"the client actor on node {s.node_ip} ({s.node_id[:8]}) was lost before this "
                         f"request's record reached the driver: {s.lost}"
@@ -164,21 +185,27 @@ class RayCrew:
                     ):
                         s.counted_lost += 1
                         keep(s, rec)
-                elif finished:
+                elif finished is not None:
                     s.finished = finished
             await asyncio.sleep(POLL_S)
-        loop_lag = [lag for s in self.shards for lag in (s.finished or {}).get("loop_lag_s", [])]
-        interrupted = stop.is_set() or any((s.finished or {}).get("interrupted") for s in self.shards)
-        cpu_s = sum((s.finished or {}).get("cpu_s", 0.0) for s in self.shards)
+        ended = [s.finished for s in self.shards if s.finished is not None]
+        loop_lag = [lag for end in ended for lag in end.loop_lag_s]
+        interrupted = stop.is_set() or any(end.interrupted for end in ended)
+        cpu_s = sum(end.cpu_s or 0.0 for end in ended)
         return RunOutcome(records, loop_lag, t0_ns, interrupted, client_cpu_s=cpu_s)
 
-    async def _poll(self, shard: Shard) -> tuple[list, dict | None, str | None]:
+    async def _poll(self, shard: Shard) -> tuple[list, ActorEnd | None, str | None]:
+        """(the records taken, the runner's end once it ended well, why the actor is lost: its runner failed,
+        it went silent or Ray lost it)."""
         ray = _ray()
         try:
             taken, finished = await asyncio.wait_for(
                 asyncio.wrap_future(shard.actor.take.remote().future()), SILENT_ACTOR_S
             )
-            return taken, finished, None
+            end = None if finished is None else ActorEnd.model_validate(finished)
+            if end is not None and end.error is not None:
+                return taken, None, end.error
+            return taken, end, None
         except asyncio.TimeoutError:
             ray.kill(shard.actor)  # a silent node must not keep sending once it is counted lost
             return [], None, f"no answer to the driver for {SILENT_ACTOR_S:g} s"
@@ -283,4 +310,4 @@ def _place(ray, crew: RayCrew, requests: list, concurrency: int | None) -> None:
             f"(does every node have a free CPU and this project's dependencies installed?)"
         ) from None
     for s, where in zip(crew.shards, places):
-        s.where = where
+        s.place = ActorPlace.model_validate(where)
