@@ -188,8 +188,8 @@ def main() -> int:
     windows, no_load = run_workload(t0_ns)
     status = recorder.stop()
     (out / "nvml_recorded.json").write_text(json.dumps(nvml.fixture(), indent=1))
-    print("sampled:", status["sampled"])
-    print("not sampled:", json.dumps(status["not_sampled"], indent=1), "errors:", status["errors"])
+    print("sampled:", status.sampled)
+    print("not sampled:", json.dumps(status.not_sampled, indent=1), "errors:", status.errors)
     return report(recorder, windows, no_load, status)
 
 
@@ -217,14 +217,14 @@ def report(recorder, windows, no_load, status) -> int:
         if not ok:
             failures.append(what)
 
-    check("gpu:0" in status["sampled"], "NVML fields sampled for gpu:0")
+    check("gpu:0" in status.sampled, "NVML fields sampled for gpu:0")
     energy = timeline.series("gpu:0", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")[1]
     check(
         energy.size > 1 and energy[-1] > energy[0],
         f"energy counter rises ({energy[0] if energy.size else '-'} J -> {energy[-1] if energy.size else '-'} J)",
     )
-    if "gpu:0 GPM" in status["not_sampled"]:
-        print(f"SKIP  GPM checks: {status['not_sampled']['gpu:0 GPM']}")
+    if "gpu:0 GPM" in status.not_sampled:
+        print(f"SKIP  GPM checks: {status.not_sampled['gpu:0 GPM']}")
     elif no_load:
         print(f"SKIP  phase checks: {no_load}")
     else:
@@ -234,13 +234,13 @@ def report(recorder, windows, no_load, status) -> int:
         }
         for phase, d in means.items():
             print(
-                f"{phase:>10}: DRAM_ACTIVE {d['gpu_dram_active_mean']}, TENSOR_ACTIVE {d['gpu_tensor_active_mean']}, "
-                f"energy {d['gpu_energy_j']} J"
+                f"{phase:>10}: DRAM_ACTIVE {d.gpu_dram_active_mean}, TENSOR_ACTIVE {d.gpu_tensor_active_mean}, "
+                f"energy {d.gpu_energy_j} J"
             )
-        check((means["copy"]["gpu_dram_active_mean"] or 0) > 0.5, "DRAM_ACTIVE > 0.5 during the 4 GiB copies")
-        check((means["matmul"]["gpu_tensor_active_mean"] or 0) > 0.3, "PIPE_TENSOR_ACTIVE > 0.3 during bf16 matmuls")
-        check((means["copy"]["gpu_tensor_active_mean"] or 1) < 0.05, "PIPE_TENSOR_ACTIVE < 0.05 during copies")
-        check((means["idle_after"]["gpu_dram_active_mean"] or 1) < 0.05, "DRAM_ACTIVE < 0.05 when idle")
+        check((means["copy"].gpu_dram_active_mean or 0) > 0.5, "DRAM_ACTIVE > 0.5 during the 4 GiB copies")
+        check((means["matmul"].gpu_tensor_active_mean or 0) > 0.3, "PIPE_TENSOR_ACTIVE > 0.3 during bf16 matmuls")
+        check((means["copy"].gpu_tensor_active_mean or 1) < 0.05, "PIPE_TENSOR_ACTIVE < 0.05 during copies")
+        check((means["idle_after"].gpu_dram_active_mean or 1) < 0.05, "DRAM_ACTIVE < 0.05 when idle")
     if no_load:
         failures.append(no_load)
     print("gpu_check: " + ("OK" if not failures else f"FAILED: {'; '.join(failures)}"))

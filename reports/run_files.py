@@ -82,10 +82,6 @@ class ScenarioView(View):
     backend: ScenarioBackendView = ScenarioBackendView()
 
 
-class TelemetryView(View):
-    sampled: list[str] | None = None  # the sources sampled ("gpu", "host", "engine_process", ...)
-
-
 def scenario(resolved: dict[str, Any]) -> ScenarioView:
     """A resolved scenario as run.json and the manifests hold it."""
     return ScenarioView.model_validate(resolved)
@@ -96,8 +92,9 @@ def harness_version(run_info: RunInfo) -> str | None:
 
 
 def telemetry_sampled(run_info: RunInfo) -> list[str] | None:
-    """The telemetry sources the run sampled; None when its run.json does not say."""
-    return TelemetryView.model_validate(run_info.telemetry or {}).sampled
+    """The telemetry sources the run sampled ("gpu", "host", "engine_process", ...); None when its run.json does not
+    say."""
+    return run_info.telemetry.sampled if run_info.telemetry is not None else None
 
 
 @dataclass

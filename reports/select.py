@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 from harness.client.workers import client_bound_advice
 from harness.engine.startup import startup_text
 from harness.metrics.latencies import active_slo, slo_confidence
+from harness.results.schema import Startup
 from reports.candidates import expand_candidates
 from reports.figures import LAYOUT, color
 from reports.html import render
@@ -237,9 +238,9 @@ def _engine(sw: Sweep, slo, cost_per_hour, accelerators, attainment, confidence=
     )
 
 
-def _startup(sw: Sweep) -> dict | None:
+def _startup(sw: Sweep) -> Startup | None:
     """The engine's start-up block: every point of a sweep carries the same one (one engine for all)."""
-    return next((p.run.run_info.startup for p in sw.points if p.run.run_info.startup), None)
+    return next((p.run.run_info.startup for p in sw.points if p.run.run_info.startup is not None), None)
 
 
 def _client_bound_note(sw: Sweep, cap: SloCapacity) -> str | None:

@@ -114,8 +114,8 @@ def test_known_answers_score_by_copy_exact_or_regex_and_accuracy_has_the_exact_i
     records.append(RequestRecord(index=10, intended_send_s=0.0, answer_correct=False, is_warmup=True))
     acc = accuracy(records)
     expected = binomtest(7, 10).proportion_ci(0.95, method="exact")
-    assert acc["scored"] == 10 and acc["correct"] == 7
-    assert acc["low"] == pytest.approx(expected.low) and acc["high"] == pytest.approx(expected.high)
+    assert acc.scored == 10 and acc.correct == 7
+    assert acc.low == pytest.approx(expected.low) and acc.high == pytest.approx(expected.high)
     assert share_interval(10, 10, 0.95)[1] == 1.0 and share_interval(0, 10, 0.95)[0] == 0.0
 
 

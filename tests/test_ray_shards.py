@@ -184,7 +184,7 @@ def test_two_nodes_run_256_streams_with_per_node_counts_adding_up(ray_cluster, t
     slack_s = max(n["clock_uncertainty_s"] for n in nodes) + 1e-3
     assert all(r["actual_send_s"] >= r["intended_send_s"] - slack_s for r in records)
     assert result.summary.concurrency.max <= 256
-    assert sum(n["recorded"] for n in result.summary.ray_nodes) == 512
+    assert sum(n.recorded for n in result.summary.ray_nodes) == 512
 
 
 @pytest.mark.slow
@@ -218,14 +218,14 @@ def test_a_killed_node_actor_leaves_a_complete_correctly_counted_run(ray_cluster
         killer.join()
     assert killed, "the actor was never killed"
     alive, dead = result.summary.ray_nodes
-    assert alive["lost"] is None and alive["completed"] == alive["planned"] == 100
-    assert "ActorDiedError" in dead["lost"] or "RayActorError" in dead["lost"]
-    assert 0 < dead["recorded"] - dead["actor_lost_failures"] < 100  # some recorded before the kill, not all
-    assert dead["completed"] + dead["failed"] == dead["planned"] == 100
+    assert alive.lost is None and alive.completed == alive.planned == 100
+    assert "ActorDiedError" in dead.lost or "RayActorError" in dead.lost
+    assert 0 < dead.recorded - dead.actor_lost_failures < 100  # some recorded before the kill, not all
+    assert dead.completed + dead.failed == dead.planned == 100
     records = _records(out)
     assert len(records) == 200 == len({r["index"] for r in records})  # planned = completed + failed, none twice
     lost = [r for r in records if r["error_reason"] == "actor_lost"]
-    assert len(lost) == dead["actor_lost_failures"] > 0
+    assert len(lost) == dead.actor_lost_failures > 0
     summary = result.summary
     assert summary.requests.completed + summary.requests.failed == 200
     assert summary.failures.get("actor_lost") == len(lost) and not summary.incomplete
@@ -306,7 +306,7 @@ def test_every_nodes_records_sit_on_the_drivers_timeline(ray_cluster):
         finally:
             crew.close()
         truth = fetch_stats(gt.url)["records"]
-    assert [s.counts()["recorded"] for s in crew.shards] == [40, 40]
+    assert [s.counts().recorded for s in crew.shards] == [40, 40]
     by_index = {r.index: r for r in outcome.records}
     assert len(by_index) == 80 and all(r.ok for r in by_index.values())
     slack_ns = max(s.clock.uncertainty_s for s in crew.shards) * 1e9 + 1e6

@@ -220,7 +220,7 @@ async def test_the_harness_scrapes_the_router_and_each_replica_with_its_label(de
     scraper.begin()
     await asyncio.sleep(0.5)
     status = await asyncio.to_thread(scraper.stop)
-    assert status["sampled"] and status["replicas"] == 2 and status["replica_failures"] == 0
+    assert status.sampled and status.replicas == 2 and status.replica_failures == 0
     with open(tmp_path / "sm.csv") as f:
         rows = list(csv.DictReader(f))
     last = {(r["name"], r["labels"]): float(r["value"]) for r in rows}
@@ -257,7 +257,7 @@ async def test_a_single_engine_has_no_replicas_to_scrape(tiny, tmp_path):
         status = await asyncio.to_thread(scraper.stop)
     finally:
         await runner.cleanup()
-    assert status["sampled"] and "replicas" not in status and scraper.replica_pages == []
+    assert status.sampled and status.replicas is None and scraper.replica_pages == []
     assert "replica=" not in (tmp_path / "sm.csv").read_text()
 
 

@@ -20,7 +20,7 @@ from harness.engine.launcher import engine_command
 from harness.engine.session import engine_session, engine_sizing
 from harness.metrics.latencies import summarize
 from harness.results.folder import ResultsError, ResultWriter, read_records
-from harness.results.schema import Summary
+from harness.results.schema import ProfileStatus, Summary
 from harness.runs.run import Reporter, RunSteps, run_scenario
 from harness.scenario.scenario import LaunchConfig, ScenarioError, load_scenario
 from harness.scenario.tokenizer_source import ApproximateTokenizer, LocalTokenizer, TokenizerError, resolve_tokenizer
@@ -127,7 +127,7 @@ def test_a_profiler_that_is_not_there_is_a_warning_naming_the_flag(gt, tmp_path)
     result = run_scenario(scn, tmp_path / "out", workers="1", reporter=reporter)
     warning = next(line for line in reporter.lines if "backend.profile" in line)
     assert "POST /start_profile answered HTTP 404" in warning and "--profiler-config" in warning
-    assert result.run_info.profile == {"start_http_status": 404, "error": "answered HTTP 404"}
+    assert result.run_info.profile == ProfileStatus(start_http_status=404, error="answered HTTP 404")
 
 
 class TokenizeServer:
@@ -276,7 +276,8 @@ def test_client_bound_advice_suggests_workers_only_where_a_core_is_spare():
     assert "this load needs about 20 client processes (5,000 streamed tokens/s each, a planning figure)" in said
     assert "fewer streams (up to 512 each in this run)" in said and "more cores" in said and "--ray" in said
     assert "its processes used 0.90 cores in all on average" in said
-    on_ray = advice(ray_nodes=[{}, {}])
+    node = {"node_ip": "10.0.0.1", "node_id": "n", "planned": 1, "recorded": 1, "completed": 1, "failed": 0}
+    on_ray = advice(ray_nodes=[{**node, "actor_lost_failures": 0, "lost": None}] * 2)
     assert "2 Ray node(s)" in on_ray and "add nodes" in on_ray and "--workers" not in on_ray
 
 

@@ -102,7 +102,8 @@ def _as_launched_on_cpu(sweep, version: str, args: list[str], model: str) -> Non
         info = json.loads(run_json.read_text())
         info["backend"].update(engine_version=version, model=model)
         info["scenario"]["backend"]["launch"] = {"args": args}
-        info["telemetry"] = {"sampled": ["engine_process", "host"], "not_sampled": {"gpu": "NVML did not start"}}
+        sampled, not_sampled = ["engine_process", "host"], {"gpu": "NVML did not start"}
+        info["telemetry"] = {"sampled": sampled, "not_sampled": not_sampled, "errors": {}}
         run_json.write_text(json.dumps(info))
 
 

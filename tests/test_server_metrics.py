@@ -111,7 +111,7 @@ def test_scraper_samples_on_the_run_clock(page_server, tmp_path):
     elapsed_s = (time.perf_counter_ns() - t0_ns) / 1e9
     with open(tmp_path / "sm.csv") as f:
         rows = [r for r in csv.DictReader(f) if r["name"] == "bench:running"]
-    assert status["sampled"] and status["failures"] == 0 and status["scrapes"] == len(rows) >= 4
+    assert status.sampled and status.failures == 0 and status.scrapes == len(rows) >= 4
     times = [float(r["t_s"]) for r in rows]
     assert times == sorted(times) and 0 <= times[0] < 0.2 and times[-1] <= elapsed_s
     assert [float(r["value"]) for r in rows] == sorted(float(r["value"]) for r in rows)  # each scrape is fresh
@@ -122,9 +122,9 @@ def test_scraper_gives_up_on_404_and_says_why(page_server, tmp_path):
     scraper.begin()
     time.sleep(0.2)
     status = scraper.stop()
-    assert status["sampled"] is False and "404" in status["reason"] and status["scrapes"] == 1
+    assert status.sampled is False and "404" in status.reason and status.scrapes == 1
     none = ServerMetricsScraper(None, 0, tmp_path / "x.csv", why_none="ollama has no Prometheus page").stop()
-    assert none == {"sampled": False, "reason": "ollama has no Prometheus page"}
+    assert none.model_dump(exclude_unset=True) == {"sampled": False, "reason": "ollama has no Prometheus page"}
 
 
 def test_named_replica_pages_are_scraped_even_where_the_router_has_no_page(page_server, tmp_path):
@@ -138,13 +138,13 @@ def test_named_replica_pages_are_scraped_even_where_the_router_has_no_page(page_
     status = scraper.stop()
     with open(tmp_path / "sm.csv") as f:
         rows = [r for r in csv.DictReader(f) if r["name"] == "bench:running"]
-    assert status["sampled"] and status["replicas"] == 2 and "404" in status["last_error"]
+    assert status.sampled and status.replicas == 2 and "404" in status.last_error
     assert {r["labels"] for r in rows} == {'replica="a"', 'replica="b"'}
     assert len(rows) >= 4 and scraper.scrapes == 1  # the router's page was asked once, then left alone
     only_replicas = ServerMetricsScraper(None, time.perf_counter_ns(), tmp_path / "r.csv", 0.05, replica_pages=pages)
     only_replicas.begin()
     time.sleep(0.15)
-    assert only_replicas.stop()["sampled"]
+    assert only_replicas.stop().sampled
     with open(tmp_path / "r.csv") as f:
         labels = {r["labels"] for r in csv.DictReader(f) if r["name"] == "bench:running"}
     assert labels == {'replica="a"', 'replica="b"'}
@@ -183,7 +183,7 @@ def scrape_sglang_window(tmp_path) -> Path:
         scraper.begin()
         while scraper.scrapes < 3:
             time.sleep(0.02)
-        assert scraper.stop()["sampled"]
+        assert scraper.stop().sampled
     finally:
         server.shutdown()
     return tmp_path / "server_metrics.csv"
@@ -198,7 +198,7 @@ def test_sglang_window_hit_rate_is_the_counters_delta_not_the_last_batch_gauge(t
     assert gauge[0] == 0.1 and gauge[-1] == 0.9  # SGLang's own figure: the last prefill batch only
     # cached (device + host) over prompt tokens: (560 + 40 - 200) / (1800 - 1000) over the window ...
     window = window_hit_rate(series, start_s, end_s)
-    assert window["hit_rate"] == pytest.approx(0.5) and window["queried_tokens"] == 800
+    assert window.hit_rate == pytest.approx(0.5) and window.queried_tokens == 800
     # ... and 600 / 1800 since the engine started, which is what the per-scrape rate says
     assert series["bench:prefix_cache_hit_rate"][-1][1] == pytest.approx(1 / 3)
 

@@ -30,28 +30,28 @@ def timeline(tmp_path):
 
 def test_vllm_on_a_gpu_is_measured_against_the_gpu_peak(timeline):
     figures = summarize(timeline, 1.0, 3.0, output_tokens=400, engine_family="vllm", host_ceiling_bytes_per_s=2e10)
-    assert figures["engine_read_bytes_per_s"] == pytest.approx(2.0e12)
-    assert figures["mbu"] == pytest.approx(2.0e12 / H200_PEAK)
-    assert figures["memory_bandwidth_ceiling_source"].startswith("gpu:0")
+    assert figures.engine_read_bytes_per_s == pytest.approx(2.0e12)
+    assert figures.mbu == pytest.approx(2.0e12 / H200_PEAK)
+    assert figures.memory_bandwidth_ceiling_source.startswith("gpu:0")
     # NVML's reading wins over dcgm-exporter's view of the same GPU; neither is added to the other.
-    assert figures["dram_bandwidth_util_mean"] == pytest.approx(0.4)
-    assert figures["gpu_energy_j"] == pytest.approx(1200.0)
-    assert figures["energy_per_output_token_j"] == pytest.approx(3.0)
+    assert figures.dram_bandwidth_util_mean == pytest.approx(0.4)
+    assert figures.gpu_energy_j == pytest.approx(1200.0)
+    assert figures.energy_per_output_token_j == pytest.approx(3.0)
 
 
 def test_a_cpu_engine_is_measured_against_the_host_ceiling(timeline):
     figures = summarize(timeline, 1.0, 3.0, output_tokens=0, engine_family="native", host_ceiling_bytes_per_s=4e12)
-    assert figures["mbu"] == pytest.approx(0.5)
+    assert figures.mbu == pytest.approx(0.5)
     # The machine's GPU is sampled, but the native engine does not use it.
-    assert figures["dram_bandwidth_util_mean"] == pytest.approx(0.5) and figures["gpu_dram_active_mean"] == 0.4
-    assert figures["energy_per_output_token_j"] is None  # no tokens, no per-token figure
+    assert figures.dram_bandwidth_util_mean == pytest.approx(0.5) and figures.gpu_dram_active_mean == 0.4
+    assert figures.energy_per_output_token_j is None  # no tokens, no per-token figure
 
 
 def test_window_edges_between_samples_interpolate_counters(timeline):
     figures = summarize(timeline, 1.2, 1.45, output_tokens=10, engine_family="native", host_ceiling_bytes_per_s=4e12)
-    assert figures["gpu_energy_j"] == pytest.approx(600.0 * 0.25)
-    assert figures["engine_read_bytes_per_s"] == pytest.approx(2.0e12)
-    assert figures["gpu_dram_active_mean"] is None  # no sample inside a quarter-second window
+    assert figures.gpu_energy_j == pytest.approx(600.0 * 0.25)
+    assert figures.engine_read_bytes_per_s == pytest.approx(2.0e12)
+    assert figures.gpu_dram_active_mean is None  # no sample inside a quarter-second window
     with pytest.raises(ValueError, match="window_end_s"):
         summarize(timeline, 2.0, 1.0, 10, None, None)
 

@@ -150,10 +150,10 @@ def test_vllm_counters_stuck_at_zero_count_as_not_sampled(page, tmp_path):
     recorder.start()
     time.sleep(0.3)
     status = recorder.stop()
-    assert "--enable-mfu-metrics" in status["not_sampled"]["engine_metrics"]
+    assert "--enable-mfu-metrics" in status.not_sampled["engine_metrics"]
     assert recorder.host_ceiling_bytes_per_s is None  # nothing to compare with it, so not measured
     figures = recorder.derived(0.0, 0.3, output_tokens=10)
-    assert figures["mbu"] is None and figures["engine_read_bytes_per_s"] is None
+    assert figures.mbu is None and figures.engine_read_bytes_per_s is None
 
 
 def test_dcgm_exporter_series_keep_gpu_labels_and_energy_in_joules(page):
@@ -176,13 +176,13 @@ def test_recorder_with_dcgm_exporter_gives_energy_per_token(page, tmp_path):
     server.text = DCGM_PAGE.replace("{energy0}", "5600000")  # GPU 0 uses 600 J; GPU 1 is idle
     time.sleep(0.35)
     status = recorder.stop()
-    assert status["sampled"] == ["dcgm:0", "dcgm:1"] and status["not_sampled"]["gpu"] == "telemetry.gpu is false"
+    assert status.sampled == ["dcgm:0", "dcgm:1"] and status.not_sampled["gpu"] == "telemetry.gpu is false"
     t_s, energy = recorder.timeline.series("dcgm:0", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
     start_s, end_s = t_s[energy == 5000.0][-1], t_s[-1]  # from the last reading before the rise to the end
     derived = recorder.derived(start_s, end_s, output_tokens=1200)
-    assert derived["gpu_energy_j"] == pytest.approx(600.0)
-    assert derived["energy_per_output_token_j"] == pytest.approx(0.5)
-    assert derived["dram_bandwidth_util_mean"] == pytest.approx((0.713 + 0.402) / 2)
+    assert derived.gpu_energy_j == pytest.approx(600.0)
+    assert derived.energy_per_output_token_j == pytest.approx(0.5)
+    assert derived.dram_bandwidth_util_mean == pytest.approx((0.713 + 0.402) / 2)
 
 
 async def test_recorder_sees_the_native_engine_work(tmp_path):
@@ -240,7 +240,7 @@ async def test_recorder_sees_the_native_engine_work(tmp_path):
         proc.terminate()
         proc.wait(10)
 
-    assert {"host", "engine_process", "engine_metrics"} <= set(status["sampled"])
+    assert {"host", "engine_process", "engine_metrics"} <= set(status.sampled)
     assert recorder.engine_family == "native"
     rows = read_telemetry_csv(tmp_path / "run" / "telemetry.csv")
     cpu = [(t, v) for t, s, n, v in rows if (s, n) == ("engine_process", "cpu_percent")]
@@ -254,13 +254,11 @@ async def test_recorder_sees_the_native_engine_work(tmp_path):
     assert last_total == pytest.approx(sum(counted.values())) and last_total > 0
 
     derived = recorder.derived(start_s, end_s, tokens)
-    assert derived["engine_cpu_percent_mean"] > 10 and derived["engine_rss_bytes_max"] > 10_000_000
-    assert derived["engine_read_bytes_per_s"] > 0 and derived["memory_bandwidth_ceiling_bytes_per_s"] > 1e9
-    assert derived["mbu"] == pytest.approx(
-        derived["engine_read_bytes_per_s"] / derived["memory_bandwidth_ceiling_bytes_per_s"]
-    )
-    assert derived["dram_bandwidth_util_source"] == "engine bytes read / memory ceiling"
-    assert derived["energy_per_output_token_j"] is None  # no GPU here
+    assert derived.engine_cpu_percent_mean > 10 and derived.engine_rss_bytes_max > 10_000_000
+    assert derived.engine_read_bytes_per_s > 0 and derived.memory_bandwidth_ceiling_bytes_per_s > 1e9
+    assert derived.mbu == pytest.approx(derived.engine_read_bytes_per_s / derived.memory_bandwidth_ceiling_bytes_per_s)
+    assert derived.dram_bandwidth_util_source == "engine bytes read / memory ceiling"
+    assert derived.energy_per_output_token_j is None  # no GPU here
 
 
 def test_fed_engine_pages_with_a_bad_url_are_not_sampled_with_the_reason(tmp_path):
@@ -271,5 +269,5 @@ def test_fed_engine_pages_with_a_bad_url_are_not_sampled_with_the_reason(tmp_pat
     recorder.start()
     recorder.engine_page(time.perf_counter_ns(), NATIVE_PAGE.format(weights=1, kv=0))  # ignored: no counters
     status = recorder.stop()
-    assert "is not an http(s) URL" in status["not_sampled"]["engine_metrics"]
-    assert "engine_metrics" not in status["sampled"]
+    assert "is not an http(s) URL" in status.not_sampled["engine_metrics"]
+    assert "engine_metrics" not in status.sampled

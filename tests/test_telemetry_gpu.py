@@ -220,9 +220,9 @@ def test_recorder_timeline_alignment_energy_and_clean_shutdown(tmp_path):
 
     assert not any(t.name.startswith("telemetry-") for t in threading.enumerate())
     assert nvml.shutdowns == 1 and nvml.gpm_freed == set(nvml.gpm_allocated)
-    assert status["sampled"] == ["gpu:0"]
-    assert status["not_sampled"]["host"] == "telemetry.host is false"
-    assert "engine_metrics" in status["not_sampled"] and "gpu:0 DCGM_FI_PROF_NVLINK_RX_BYTES" in status["not_sampled"]
+    assert status.sampled == ["gpu:0"]
+    assert status.not_sampled["host"] == "telemetry.host is false"
+    assert "engine_metrics" in status.not_sampled and "gpu:0 DCGM_FI_PROF_NVLINK_RX_BYTES" in status.not_sampled
 
     rows = read_telemetry_csv(tmp_path / "telemetry.csv")
     assert sorted(rows) == sorted((round(t, 6), s, n, v) for t, s, n, v in recorder.timeline.rows)  # all on disk
@@ -242,12 +242,12 @@ def test_recorder_timeline_alignment_energy_and_clean_shutdown(tmp_path):
     start_s, end_s = energy_t_s[0], energy_t_s[len(TICKS) - 1]
     rise_j = (TICKS[-1]["nvmlDeviceGetTotalEnergyConsumption"] - TICKS[0]["nvmlDeviceGetTotalEnergyConsumption"]) / 1000
     derived = recorder.derived(start_s, end_s, output_tokens=500)
-    assert derived["gpu_energy_j"] == pytest.approx(rise_j)
-    assert derived["energy_per_output_token_j"] == pytest.approx(rise_j / 500)
+    assert derived.gpu_energy_j == pytest.approx(rise_j)
+    assert derived.energy_per_output_token_j == pytest.approx(rise_j / 500)
     dram = [v for t, s, n, v in recorder.timeline.rows if n == "DCGM_FI_PROF_DRAM_ACTIVE" and start_s <= t <= end_s]
-    assert derived["dram_bandwidth_util_mean"] == pytest.approx(sum(dram) / len(dram))
-    assert derived["dram_bandwidth_util_source"] == "DCGM_FI_PROF_DRAM_ACTIVE"
-    assert 0.2 < derived["dram_bandwidth_util_mean"] < 0.8
+    assert derived.dram_bandwidth_util_mean == pytest.approx(sum(dram) / len(dram))
+    assert derived.dram_bandwidth_util_source == "DCGM_FI_PROF_DRAM_ACTIVE"
+    assert 0.2 < derived.dram_bandwidth_util_mean < 0.8
 
 
 def test_recorder_without_nvml_goes_on_and_says_so_once(tmp_path):
@@ -258,11 +258,11 @@ def test_recorder_without_nvml_goes_on_and_says_so_once(tmp_path):
     recorder.start()
     time.sleep(0.15)
     status = recorder.stop()
-    assert status["sampled"] == []
-    assert "Driver Not Loaded" in status["not_sampled"]["gpu"]
+    assert status.sampled == []
+    assert "Driver Not Loaded" in status.not_sampled["gpu"]
     with open(tmp_path / "telemetry.csv") as f:
         assert list(csv.reader(f)) == [["t_s", "source", "name", "value"]]
-    assert recorder.derived(0.0, 1.0, 10)["energy_per_output_token_j"] is None
+    assert recorder.derived(0.0, 1.0, 10).energy_per_output_token_j is None
 
 
 def test_config_rejects_fast_intervals_and_unknown_keys_naming_the_field():

@@ -433,8 +433,8 @@ def print_accuracy(summary: Summary) -> None:
     """A known-answer task's accuracy (harness/scenario/answers.py), when the run had one."""
     from harness.scenario.answers import accuracy_line
 
-    if summary.accuracy is not None:  # accuracy_line reads it by key
-        console.print(accuracy_line(summary.accuracy.model_dump()), markup=False, highlight=False)
+    if summary.accuracy is not None:
+        console.print(accuracy_line(summary.accuracy), markup=False, highlight=False)
 
 
 def print_intervals(summary: Summary) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 DEFAULT_EXCHANGES = 32
 
@@ -23,9 +23,6 @@ class ClockOffset:
     uncertainty_s: float  # the true offset is within offset_s ± this (half the shortest round trip)
     round_trip_min_s: float
     exchanges: int
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def measure_offset(

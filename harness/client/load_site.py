@@ -15,6 +15,7 @@ from harness.client.capacity import ClientCapacity, record_capacity
 from harness.client.ray.shards import RayCrew, start_crew
 from harness.client.runner import RunOutcome, Target, t0_ahead_ns
 from harness.client.workers import incomplete_reasons, resolve_workers, run_plan
+from harness.results.schema import RayClients, Summary
 from harness.scenario.scenario import Scenario, ScenarioError
 
 
@@ -25,9 +26,9 @@ class LoadSite:
         """The run's t0 (perf_counter_ns), fixed before the load so telemetry and server metrics share its clock."""
         raise NotImplementedError
 
-    def run_info(self) -> dict:
-        """What run.json records of the clients beyond their count."""
-        return {}
+    def ray_clients(self) -> RayClients | None:
+        """run.json's `ray`: the Ray cluster's client actors by node; None for clients on this machine."""
+        return None
 
     async def send(
         self,
@@ -45,8 +46,8 @@ class LoadSite:
         """A warning for each client lost during the load."""
         return []
 
-    def client_summary(self, outcome: RunOutcome, summary: dict, tokens: int, run_dir: str) -> list[str]:
-        """Adds what summary.json says of the clients; returns warnings."""
+    def client_summary(self, outcome: RunOutcome, summary: Summary, tokens: int, run_dir: str) -> list[str]:
+        """Sets what summary.json says of the clients (client_capacity_measured, ray_nodes); returns warnings."""
         return []
 
 
@@ -64,11 +65,11 @@ class LocalClients(LoadSite):
 
     def client_summary(self, outcome, summary, tokens, run_dir):
         late: list[str] = []
-        summary["client_capacity_measured"] = record_capacity(
+        summary.client_capacity_measured = record_capacity(
             self.stamps,
             tokens,
             outcome.client_cpu_s,
-            summary["run_span_s"],  # the client's CPU ran over the whole run, not only the measured window
+            summary.run_span_s,  # the client's CPU ran over the whole run, not only the measured window
             run_dir,
             late,
         )
@@ -85,8 +86,8 @@ class RayActors(LoadSite):
     def t0_ns(self) -> int:
         return t0_ahead_ns(self.workers, spawn=False, connect=True)  # the actors are running already
 
-    def run_info(self) -> dict:
-        return {"ray": self.crew.describe()}  # after the load, with each node's counts
+    def ray_clients(self) -> RayClients | None:
+        return self.crew.describe()  # after the load, with each node's counts
 
     async def send(self, requests, target, concurrency, on_record, stop, dispatch_until_s, t0_ns):
         outcome = await self.crew.run(target, on_record, stop, dispatch_until_s, t0_ns)
@@ -97,7 +98,7 @@ class RayActors(LoadSite):
         return self.crew.lost_lines()
 
     def client_summary(self, outcome, summary, tokens, run_dir):
-        summary["ray_nodes"] = self.crew.node_counts()  # the clients ran on other machines: none measured here
+        summary.ray_nodes = self.crew.node_counts()  # the clients ran on other machines: none measured here
         return []
 
 

@@ -74,14 +74,6 @@ class RunOutcome:
     client_cpu_s: float | None = None  # CPU the client processes used while sending (harness.client.workers)
     incomplete_reasons: list[str] = field(default_factory=list)  # why records are missing (harness.client.workers)
 
-    def completeness(self) -> dict:
-        """The summary's account of what the records cover: a run with missing records is not a result."""
-        return {
-            "incomplete": bool(self.incomplete_reasons),
-            "incomplete_reasons": self.incomplete_reasons,
-            "lost_workers": self.lost_workers,
-        }
-
 
 def answer_problem(rec: RequestRecord, asked_tokens: int, length_forced: bool, text: str = "") -> tuple | None:
     """(reason, detail) when a stream that parsed cleanly is still not a complete answer (bad counts from the server

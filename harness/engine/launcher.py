@@ -20,13 +20,14 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 from backends import load_backend
 from backends.http import request
 from harness.engine.startup import launch_startup
+from harness.results.schema import Startup
 
 GUARD_GRACE_S = 2.0
 # The guard: waits for EOF on stdin (bench gone, or the engine stopped normally), then ends the group.
@@ -126,9 +127,9 @@ class LaunchedBackend:
     process: subprocess.Popen
     log_path: Path
     guard: subprocess.Popen | None = None
-    # harness.engine.startup's block: launch_to_ready_s, engine_build_s where the engine builds one; first_request
-    # is added by the run that sends the engine's first request
-    startup: dict = field(default_factory=dict)
+    # run.json's start-up block (harness/engine/startup.py), None until the engine is ready; first_request is set
+    # by the run that sends the engine's first request
+    startup: Startup | None = None
 
     @property
     def pid(self) -> int:

@@ -11,7 +11,7 @@ from backends.base import http_post
 from harness.engine.server_metrics import ServerMetricsScraper
 from harness.engine.step_trace import fetch_steps, steps_on_run_clock, write_engine_trace
 from harness.engine.telemetry import TelemetryRecorder
-from harness.results.schema import Telemetry
+from harness.results.schema import EngineTraceStatus, ProfileStatus, RunInfo, Telemetry
 
 
 class RunObservers:
@@ -40,7 +40,8 @@ class RunObservers:
             config, t0_ns, out_dir, launched.pid if launched else None, metrics_url, engine_pages_fed=True
         )
         self.scraper.page_listeners.append(self.recorder.engine_page)  # one /metrics request per interval
-        self.status: dict = {}
+        self.profile_status: ProfileStatus | None = None  # with backend.profile
+        self.trace_status: EngineTraceStatus | None = None  # with backend.trace
         self.out_dir = out_dir
         self.trace = backend.trace
         self.steps_raw: dict | None = None
@@ -60,31 +61,35 @@ class RunObservers:
             code, why = None, f"failed ({e})"
         else:
             why = f"answered HTTP {code}"
-        self.status["profile"] = {"start_http_status": code}
+        self.profile_status = ProfileStatus(start_http_status=code)
         if code is not None and code < 400:
             return []
-        self.status["profile"]["error"] = why
+        self.profile_status.error = why
         hint = f": {self.engine.profile_hint}" if self.engine.profile_hint else ""
         return [f"backend.profile: POST {path} {why}, so the engine was started without its profiler{hint}"]
 
-    def stop(self) -> dict:
-        if "profile" in self.status and "error" not in self.status["profile"]:
-            self.status["profile"]["stop_http_status"] = http_post(
+    def stop(self, run_info: RunInfo) -> None:
+        """Stops watching; sets run.json's profile and engine_trace (when asked for), server_metrics and telemetry:
+        each observer's status."""
+        profile = self.profile_status
+        if profile is not None and profile.error is None:
+            profile.stop_http_status = http_post(
                 self.url + self.engine.profile_paths[1], {}, self.headers, timeout_s=300
             )
         if self.trace:  # before the engine stops
             if not self.engine.step_trace_path:
-                self.status["engine_trace"] = {
-                    "written": False,
-                    "reason": f"the {self.engine.name} engine has no step trace",
-                }
+                reason = f"the {self.engine.name} engine has no step trace"
+                self.trace_status = EngineTraceStatus(written=False, reason=reason)
             else:
                 self.steps_raw, why = fetch_steps(self.url + self.engine.step_trace_path, self.headers)
                 if why:
-                    self.status["engine_trace"] = {"written": False, "reason": why}
-        self.status["server_metrics"] = self.scraper.stop()
-        self.status["telemetry"] = self.recorder.stop()
-        return self.status
+                    self.trace_status = EngineTraceStatus(written=False, reason=why)
+        if profile is not None:
+            run_info.profile = profile
+        if self.trace_status is not None:
+            run_info.engine_trace = self.trace_status
+        run_info.server_metrics = self.scraper.stop()
+        run_info.telemetry = self.recorder.stop()
 
     def derived(self, outcome) -> Telemetry:
         """summary.json's telemetry figures over the measured window (first intended send to last end); none
@@ -97,9 +102,7 @@ class RunObservers:
         end = max(r.end_s if r.end_s is not None else r.intended_send_s for r in measured) + offset_s
         if end <= start:
             return Telemetry()
-        return Telemetry.model_validate(
-            self.recorder.derived(start, end, sum(r.output_tokens for r in measured if r.ok))
-        )
+        return self.recorder.derived(start, end, sum(r.output_tokens for r in measured if r.ok))
 
     def engine_steps(self, outcome) -> list[dict]:
         """The engine's steps during this run on the requests' clock; writes engine_trace.json.
@@ -110,9 +113,5 @@ class RunObservers:
         end = max(r.end_s if r.end_s is not None else r.intended_send_s for r in outcome.records)
         steps = steps_on_run_clock(self.steps_raw, outcome.t0_ns, start, end)
         write_engine_trace(self.out_dir / "engine_trace.json", steps)
-        self.status["engine_trace"] = {
-            "written": True,
-            "steps": len(steps),
-            "dropped": self.steps_raw.get("dropped", 0),
-        }
+        self.trace_status = EngineTraceStatus(written=True, steps=len(steps), dropped=self.steps_raw.get("dropped", 0))
         return steps

@@ -45,6 +45,7 @@ from urllib.parse import urlparse
 from prometheus_client.parser import text_string_to_metric_families
 
 from backends.http import request
+from harness.results.schema import PrefixCache, ServerMetricsStatus, Speculative
 
 # Names as each engine's current source defines them (checked 2026-12):
 #   vLLM          vllm/v1/metrics/loggers.py (PrometheusStatLogger), vllm/v1/metrics/perf.py (PerfMetricsProm:
@@ -158,7 +159,7 @@ def engine_key(name: str) -> str | None:
     return None
 
 
-def counter_deltas(csv_path: str | Path, names: tuple[str, ...] = ("jump_forward_tokens",)) -> dict:
+def counter_deltas(csv_path: str | Path, names: tuple[str, ...] = ("jump_forward_tokens",)) -> dict[str, float]:
     """How much each `bench:` counter grew between the first and the last scrape of the run
     (warm-up requests included); counters the engine does not report are left out."""
     first: dict[str, float] = {}
@@ -312,40 +313,42 @@ def window_delta(points: list[tuple[float, float]] | None, start_s: float, end_s
     return last - first
 
 
-def window_hit_rate(series: dict, start_s: float, end_s: float) -> dict | None:
+def window_hit_rate(series: dict, start_s: float, end_s: float) -> PrefixCache | None:
     """The prefix cache over the measured window, from read_schema() series: delta(hits) / delta(queries) of
     the bench:prefix_cache_* counters, the same on every engine. None without counters or lookups."""
     hits = window_delta(series.get("bench:prefix_cache_hits"), start_s, end_s)
     queries = window_delta(series.get("bench:prefix_cache_queries"), start_s, end_s)
     if hits is None or not queries:
         return None
-    return {
-        "hit_rate": hits / queries,
-        "hit_tokens": hits,
-        "queried_tokens": queries,
-        "source": "engine counters, delta over the measured window",
-    }
+    return PrefixCache(
+        hit_rate=hits / queries,
+        hit_tokens=hits,
+        queried_tokens=queries,
+        source="engine counters, delta over the measured window",
+    )
 
 
-def window_speculative(series: dict, start_s: float, end_s: float) -> dict:
+def window_speculative(series: dict, start_s: float, end_s: float) -> Speculative:
     """Speculative decoding over the measured window, from read_schema() series: drafted and accepted tokens
     and their ratio from counter deltas (vLLM, llama.cpp, native); SGLang exposes only gauges of its recent
-    batches, so there the mean of spec_accept_rate over the window's scrapes, marked as such. {} without
-    speculation."""
+    batches, so there the mean of spec_accept_rate over the window's scrapes, marked as such. Empty (no field
+    set, `{}` in summary.json) without speculation."""
 
     def delta(name: str) -> float:
         return window_delta(series.get(f"bench:{name}"), start_s, end_s) or 0.0
 
     drafted, accepted, drafts = delta("spec_draft_tokens"), delta("spec_accepted_tokens"), delta("spec_drafts")
     if drafted > 0:
-        out = {"draft_tokens": int(drafted), "accepted_tokens": int(accepted), "acceptance_rate": accepted / drafted}
+        out = Speculative(draft_tokens=int(drafted), accepted_tokens=int(accepted), acceptance_rate=accepted / drafted)
         if drafts > 0:  # conventionally counting the target's own token, as vLLM logs it
-            out.update(drafts=int(drafts), mean_acceptance_length=1 + accepted / drafts)
+            out.drafts, out.mean_acceptance_length = int(drafts), 1 + accepted / drafts
         return out
     rates = [v for t, v in series.get("bench:spec_accept_rate", []) if start_s <= t <= end_s]
     if any(rates):
-        return {"acceptance_rate": sum(rates) / len(rates), "source": "mean of the engine's spec_accept_rate gauge"}
-    return {}
+        return Speculative(
+            acceptance_rate=sum(rates) / len(rates), source="mean of the engine's spec_accept_rate gauge"
+        )
+    return Speculative()
 
 
 class ServerMetricsScraper(threading.Thread):
@@ -458,17 +461,17 @@ class ServerMetricsScraper(threading.Thread):
         if self.url or self.replica_pages:
             self.start()
 
-    def stop(self) -> dict:
-        """Stops the thread; returns {"sampled": bool, ...} with the reason when nothing was sampled."""
+    def stop(self) -> ServerMetricsStatus:
+        """Stops the thread; run.json's `server_metrics`: whether it sampled, with the reason when it did not."""
         if not self.url and not self.replica_pages:
-            return {"sampled": False, "reason": self.why_none or "no metrics URL"}
+            return ServerMetricsStatus(sampled=False, reason=self.why_none or "no metrics URL")
         self.stop_event.set()
         self.join(self.timeout_s + 5)
-        status = {"sampled": self.rows > 0, "url": self.url, "scrapes": self.scrapes, "failures": self.failures}
+        status = ServerMetricsStatus(sampled=self.rows > 0, url=self.url, scrapes=self.scrapes, failures=self.failures)
         if self.rows == 0:
-            status["reason"] = self.gave_up or f"every scrape failed; last: {self.last_error}"
+            status.reason = self.gave_up or f"every scrape failed; last: {self.last_error}"
         elif self.failures or self.replica_failures:
-            status["last_error"] = self.gave_up or self.last_error
+            status.last_error = self.gave_up or self.last_error
         if self.replica_pages:
-            status.update(replicas=len(self.replica_pages), replica_failures=self.replica_failures)
+            status.replicas, status.replica_failures = len(self.replica_pages), self.replica_failures
         return status

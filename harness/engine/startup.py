@@ -16,37 +16,23 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from pydantic import BaseModel
+from harness.results.schema import FirstRequest, Startup
 
 
-class FirstRequest(BaseModel):
-    """The engine's first request: the run that sent it, its latencies and the run's median TTFT beside them."""
-
-    run: str
-    ok: bool
-    ttft_ms: float | None = None  # None: no token came
-    e2e_ms: float | None = None
-    run_median_ttft_ms: float | None = None
-
-
-class Startup(BaseModel):
-    """run.json's `startup` block."""
-
-    launch_to_ready_s: float
-    engine_build_s: float | None = None  # None: the engine builds none
-    first_request: FirstRequest | None = None  # None: no request was sent (or the load has not run yet)
-
-
-def launch_startup(ready_s: float, backend, log_path: Path) -> dict:
+def launch_startup(ready_s: float, backend, log_path: Path) -> Startup:
+    """The block as known once the engine is ready: launch to ready, and the engine build where it has one."""
     try:
         log_text = log_path.read_text(errors="replace")
     except OSError:
         log_text = ""
-    block = Startup(launch_to_ready_s=round(ready_s, 3), engine_build_s=backend.engine_build_s(log_text))
-    return block.model_dump(exclude_none=True)
+    startup = Startup(launch_to_ready_s=round(ready_s, 3))
+    build_s = backend.engine_build_s(log_text)
+    if build_s is not None:  # set only then: run.json leaves the key out for an engine that builds none
+        startup.engine_build_s = build_s
+    return startup
 
 
-def first_request(records, run_name: str) -> dict | None:
+def first_request(records, run_name: str) -> FirstRequest | None:
     """The earliest-sent request of a run (warm-up ones included: the engine's first may be one), or None
     when none was sent."""
     sent = [r for r in records if r.actual_send_s is not None]
@@ -60,19 +46,18 @@ def first_request(records, run_name: str) -> dict | None:
         ttft_ms=_ms(first.token_times_s[0] - first.actual_send_s) if first.token_times_s else None,
         e2e_ms=_ms(first.end_s - first.actual_send_s) if first.end_s is not None else None,
         run_median_ttft_ms=_ms(statistics.median(ttfts)) if ttfts else None,
-    ).model_dump()
+    )
 
 
 def _ms(seconds: float) -> float:
     return round(1000 * seconds, 2)
 
 
-def startup_text(block: dict | None) -> str:
+def startup_text(startup: Startup | None) -> str:
     """One line for reports and `bench select`: "ready 3.2 s after launch; first request TTFT 210 ms (median
     95 ms), E2E 900 ms"; "not launched by bench" without a block."""
-    if not block:
+    if startup is None:
         return "not launched by bench"
-    startup = Startup.model_validate(block)
     parts = [f"ready {startup.launch_to_ready_s:.1f} s after launch"]
     if startup.engine_build_s is not None:
         parts.append(f"engine build {startup.engine_build_s:.0f} s")

@@ -10,7 +10,7 @@ from harness.engine.server_metrics import read_schema, window_hit_rate, window_s
 from harness.metrics.diagnosis import Run, diagnose
 from harness.metrics.phases import phases
 from harness.metrics.roofline import local_gpu_name, roofline
-from harness.results.schema import PrefixCache, Speculative, Summary, Telemetry
+from harness.results.schema import Summary, Telemetry
 
 
 def explain(
@@ -35,9 +35,8 @@ def explain(
     if measured:
         end_s = max(r.end_s if r.end_s is not None else r.intended_send_s for r in measured)
         start_s = min(r.intended_send_s for r in measured)
-        hit_rate = window_hit_rate(series, start_s, end_s)
-        summary.prefix_cache = PrefixCache.model_validate(hit_rate) if hit_rate is not None else None
-        summary.speculative = Speculative.model_validate(window_speculative(series, start_s, end_s))
+        summary.prefix_cache = window_hit_rate(series, start_s, end_s)
+        summary.speculative = window_speculative(series, start_s, end_s)
     kind = scenario["backend"]["kind"]
     summary.roofline = roofline(
         steps, summary.telemetry or Telemetry(), kind, None if kind == "native" else local_gpu_name()

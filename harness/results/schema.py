@@ -241,6 +241,20 @@ class Telemetry(Open):
     engine_rss_bytes_max: float | None = None
 
 
+class RayNodeCounts(Closed):
+    """One Ray node's share of the load (harness/client/ray/shards.py): planned = completed + failed once the run
+    has ended; run.json's `ray` has the node's clock beside them."""
+
+    node_ip: str
+    node_id: str
+    planned: int
+    recorded: int
+    completed: int
+    failed: int
+    actor_lost_failures: int
+    lost: str | None = Field(description="why the actor was lost; null: it was not")
+
+
 class PhaseStats(Closed):
     """One part of the requests' time in ms; a part the engine's histograms gave has its mean only."""
 
@@ -383,9 +397,6 @@ class Validity(Closed):
     thresholds: Thresholds
 
 
-Section = dict[str, Any] | None
-
-
 class Summary(RequestFigures):
     """summary.json: the measured requests summarized (harness/metrics/latencies.summarize), with the run's
     account of its client, the engine's counters, telemetry and the explanation (harness/metrics/explain.py).
@@ -408,9 +419,7 @@ class Summary(RequestFigures):
     interrupted_by: Literal["SIGINT", "SIGTERM"] | None = None
     engine_exited: str | None = None
     client_capacity_measured: CapacityMeasurement | None = None
-    ray_nodes: list[dict[str, Any]] | None = Field(
-        None, description="per Ray node: planned, recorded, completed, failed, lost"
-    )
+    ray_nodes: list[RayNodeCounts] | None = None
     stopped_early: StopDecision | None = None
     plan: PlanAccount | None = Field(None, description="bench plan's step model, deployment and counts")
     telemetry: Telemetry | None = None
@@ -457,6 +466,94 @@ class Sampling(Closed):
     fields: dict[str, Any] = Field(description="the sampling fields sent with every request")
     greedy: bool
     default: str
+
+
+class FirstRequest(Closed):
+    """The engine's first request (harness/engine/startup.first_request): the run that sent it, its latencies and
+    the run's median TTFT beside them."""
+
+    run: str = Field(description="the run folder's name")
+    ok: bool
+    ttft_ms: float | None = Field(None, description="null: no token came")
+    e2e_ms: float | None = None
+    run_median_ttft_ms: float | None = None
+
+
+class Startup(Closed):
+    """An engine bench launched: its start-up cost (harness/engine/startup.py). `first_request` joins it after the
+    load of the run that sent the engine's first request; a sweep's later points carry the same block."""
+
+    launch_to_ready_s: float
+    engine_build_s: float | None = Field(None, description="the engine-build step its log reports; absent: none")
+    first_request: FirstRequest | None = Field(None, description="null: no request was sent")
+
+
+class RayNode(Closed):
+    """One Ray node's client actor (harness/client/ray/shards.py): where it ran, its clock against the driver's
+    (null before it was measured) and, after the load, its counts."""
+
+    node_id: str
+    node_ip: str
+    pid: int | None
+    host: str | None
+    planned: int
+    recorded: int
+    completed: int
+    failed: int
+    actor_lost_failures: int
+    lost: str | None = Field(description="why the actor was lost; null: it was not")
+    clock_offset_s: float | None = Field(description="the actor's clock minus the driver's")
+    clock_uncertainty_s: float | None = Field(description="the offset holds within ± this (half the min round trip)")
+    round_trip_min_s: float | None
+    cpu_s: float | None = Field(description="the actor process's CPU time over the run; null: it did not end well")
+
+
+class RayClients(Closed):
+    """run.json's `ray`: the Ray cluster the load was sent from, each node's clock and, after the load, counts."""
+
+    address: str
+    t0_wall_clock_ns: int | None = Field(description="the driver's wall clock at t0; null before the load")
+    max_clock_uncertainty_s: float
+    clock_method: str
+    nodes: list[RayNode]
+
+
+class ProfileStatus(Closed):
+    """backend.profile: how the engine's profiler answered its start and stop requests."""
+
+    start_http_status: int | None = Field(description="null: the request failed (see error)")
+    error: str | None = Field(None, description="why the profiler did not start; then no stop request is sent")
+    stop_http_status: int | None = None
+
+
+class EngineTraceStatus(Closed):
+    """backend.trace: whether engine_trace.json was written, and why not."""
+
+    written: bool
+    reason: str | None = None
+    steps: int | None = None
+    dropped: int | None = None
+
+
+class ServerMetricsStatus(Closed):
+    """The Prometheus scraper's account (harness/engine/server_metrics.py): server_metrics.csv's rows and why none."""
+
+    sampled: bool
+    url: str | None = None
+    scrapes: int | None = None
+    failures: int | None = None
+    reason: str | None = Field(None, description="why nothing was sampled")
+    last_error: str | None = Field(None, description="with some scrapes failed: the last failure")
+    replicas: int | None = Field(None, description="a router's replicas, each scraped on its own page")
+    replica_failures: int | None = None
+
+
+class TelemetryStatus(Closed):
+    """The telemetry recorder's account (harness/engine/telemetry/): the sources in telemetry.csv and why not others."""
+
+    sampled: list[str]
+    not_sampled: dict[str, str] = Field(description="why each source was not sampled, by source")
+    errors: dict[str, str] = Field(description="a source's failed samples or stuck sampler, by source")
 
 
 class TokenCountRecord(BaseModel):
@@ -516,13 +613,13 @@ class RunInfo(Closed):
     workers: int | None = None
     workers_sizing: WorkersSizing | None = None
     time_unit: str
-    startup: Section = None
-    ray: Section = None
+    startup: Startup | None = None  # an engine bench launched
+    ray: RayClients | None = None
     # after the load: the observers' status (harness/engine/observers.py) and the clock
-    profile: Section = None
-    engine_trace: Section = None
-    server_metrics: Section = None
-    telemetry: Section = None
+    profile: ProfileStatus | None = None
+    engine_trace: EngineTraceStatus | None = None
+    server_metrics: ServerMetricsStatus | None = None
+    telemetry: TelemetryStatus | None = None
     t0_perf_counter_ns: int | None = None
     telemetry_t0_offset_s: float | None = None
 

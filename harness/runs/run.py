@@ -32,7 +32,7 @@ from harness.metrics.explain import explain
 from harness.metrics.latencies import client_bound_reasons, summarize
 from harness.metrics.validity import run_validity
 from harness.results.folder import ResultWriter, host_info, read_records, versions
-from harness.results.schema import Accuracy, Backend, RunInfo, Sampling, Stamps, Summary, WorkersSizing
+from harness.results.schema import Backend, RunInfo, Stamps, Summary, WorkersSizing
 from harness.scenario.answers import accuracy
 from harness.scenario.sampling import sampling_info
 from harness.scenario.scenario import Scenario, ScenarioError
@@ -253,15 +253,22 @@ class RunSteps:
             stamps=Stamps(setting=backend.stamps, used=self.stamps, why_not_kernel=self.stamps_fallback),
             token_count_method=self.schedule.token_count_method,
             tokenizer=self.tokenizer.name,
-            sampling=Sampling.model_validate(sampling_info(self.scenario.workload.sampling)),
+            sampling=sampling_info(self.scenario.workload.sampling),
             workers=self.site.workers,
             workers_sizing=sizing_info(self.capacity),
             time_unit="seconds from t0 (perf_counter_ns)",
         )
         if launched is not None:
-            run_info.startup = dict(launched.startup)  # first_request joins it after the load
-        self.run_info = run_info.model_copy(update=self.site.run_info())  # Ray's clients, by node
+            run_info.startup = launched.startup.model_copy()  # first_request joins it after the load
+        self.run_info = run_info
+        self._record_ray_clients()
         self.writer.write_run_info(self.run_info)
+
+    def _record_ray_clients(self) -> None:
+        """run.json's `ray` (the Ray cluster's clients by node, their counts after the load); absent without Ray."""
+        ray = self.site.ray_clients()
+        if ray is not None:
+            self.run_info.ray = ray
 
     @property
     def launched(self) -> LaunchedBackend | None:
@@ -299,17 +306,19 @@ class RunSteps:
         try:
             self.outcome, self.stopped_by = run_async(_load(self))
         finally:  # profile, engine_trace, server_metrics, telemetry: each observer's status
-            self.run_info = self.run_info.model_copy(update=self.observers.stop())
+            self.observers.stop(self.run_info)
         self.run_info.t0_perf_counter_ns = self.outcome.t0_ns
         if self.outcome.t0_ns != self.t0_ns:
             self.run_info.telemetry_t0_offset_s = (self.outcome.t0_ns - self.t0_ns) / 1e9  # workers started late
-        self.run_info = self.run_info.model_copy(update=self.site.run_info())
+        self._record_ray_clients()
         self._warn(self.site.lost_lines())
         launched = self.launched
         if launched is not None:
-            if "first_request" not in launched.startup:  # this run sent the engine's first request
-                launched.startup["first_request"] = first_request(self.outcome.records, self.writer.dir.name)
-            self.run_info.startup = dict(launched.startup)
+            startup = launched.startup
+            # set once, by the run that sent the engine's first request (None, written as null, when it sent none)
+            if "first_request" not in startup.model_fields_set:
+                startup.first_request = first_request(self.outcome.records, self.writer.dir.name)
+            self.run_info.startup = startup.model_copy()
         self.writer.write_run_info(self.run_info)
 
     def write_summary(self) -> RunResult:
@@ -327,30 +336,21 @@ class RunSteps:
             token_count_method=schedule.token_count_method,
             workers_needed=workers_needed(schedule.requests, load.concurrency, schedule.duration_s, self.capacity),
             workers_sizing=sizing_info(self.capacity),
-            **outcome.completeness(),
+            incomplete=bool(outcome.incomplete_reasons),  # a run with missing records is not a result
+            incomplete_reasons=outcome.incomplete_reasons,
+            lost_workers=outcome.lost_workers,
         )
         if self.stopped_by in ("SIGINT", "SIGTERM"):
             summary.interrupted_by = self.stopped_by
         elif self.stopped_by:
             summary.engine_exited = self.stopped_by
-        self._warn(self._client_summary(summary, capacity_tokens(outcome, summary)))
+        self._warn(self.site.client_summary(outcome, summary, capacity_tokens(outcome, summary), str(self.writer.dir)))
         if self.watch is not None and self.watch.decision is not None:
             summary.stopped_early = self.watch.decision
         self._explain(summary)
         self.summary = summary
         self.writer.write_summary(summary)
         return RunResult(self.writer.dir, summary, self.run_info, self.warnings)
-
-    def _client_summary(self, summary: Summary, tokens: int) -> list[str]:
-        """What summary.json says of the clients (the LoadSite's client_capacity_measured or ray_nodes); warnings.
-        The site still writes into a dict of summary.json's keys, which lands on the typed summary here."""
-        said = {"run_span_s": summary.run_span_s}
-        lines = self.site.client_summary(self.outcome, said, tokens, str(self.writer.dir))
-        if "client_capacity_measured" in said:
-            summary.client_capacity_measured = said["client_capacity_measured"]
-        if "ray_nodes" in said:
-            summary.ray_nodes = said["ray_nodes"]
-        return lines
 
     def _explain(self, summary: Summary) -> None:
         """Telemetry, engine counters, phases and diagnosis, accuracy and the validity verdict into `summary`."""
@@ -360,8 +360,7 @@ class RunSteps:
         engine_steps = self.observers.engine_steps(outcome)
         offset_s = (outcome.t0_ns - self.t0_ns) / 1e9
         explain(summary, outcome.records, run_dir, engine_steps, self.scenario.resolved_dict(), offset_s)
-        scored = accuracy(outcome.records, self.scenario.slo.confidence or 0.95)  # a known-answer task's
-        summary.accuracy = Accuracy.model_validate(scored) if scored is not None else None
+        summary.accuracy = accuracy(outcome.records, self.scenario.slo.confidence or 0.95)  # a known-answer task's
         summary.validity = run_validity(summary, counter_resets(run_dir / "server_metrics.csv"))
 
     def _warn(self, lines: list[str]) -> None:

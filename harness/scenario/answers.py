@@ -21,6 +21,8 @@ import re
 
 from scipy.stats import beta
 
+from harness.results.schema import Accuracy
+
 
 def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -61,29 +63,29 @@ def share_interval(successes: int, trials: int, confidence: float) -> tuple[floa
     return low, high
 
 
-def accuracy(records, confidence: float = 0.95) -> dict | None:
+def accuracy(records, confidence: float = 0.95) -> Accuracy | None:
     """summary.json's `accuracy`: of the completed measured answers that had a known answer; None without any."""
     scored = [r for r in records if r.ok and not r.is_warmup and r.answer_correct is not None]
     if not scored:
         return None
     correct = sum(r.answer_correct for r in scored)
     low, high = share_interval(correct, len(scored), confidence)
-    return {
-        "scored": len(scored),
-        "correct": correct,
-        "share": correct / len(scored),
-        "low": low,
-        "high": high,
-        "confidence": confidence,
-        "method": "Clopper-Pearson (exact binomial)",
-    }
+    return Accuracy(
+        scored=len(scored),
+        correct=correct,
+        share=correct / len(scored),
+        low=low,
+        high=high,
+        confidence=confidence,
+        method="Clopper-Pearson (exact binomial)",
+    )
 
 
-def accuracy_line(acc: dict | None, task: str | None = None) -> str | None:
-    if not acc:
+def accuracy_line(acc: Accuracy | None, task: str | None = None) -> str | None:
+    if acc is None:
         return None
     what = f" ({task})" if task else ""
     return (
-        f"accuracy{what}: {acc['correct']} of {acc['scored']} answers correct, {acc['share']:.1%} "
-        f"({acc['confidence']:.0%} interval {acc['low']:.1%} – {acc['high']:.1%})"
+        f"accuracy{what}: {acc.correct} of {acc.scored} answers correct, {acc.share:.1%} "
+        f"({acc.confidence:.0%} interval {acc.low:.1%} – {acc.high:.1%})"
     )

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.results.schema import Sampling
+
 MAX_SEED = 2**31 - 1  # engines keep request seeds in 32- or 64-bit integers; seed + index must fit both
 GREEDY_NOTE = (
     "temperature 0 (greedy) unless workload.sampling sets it, as vLLM's and SGLang's benchmark clients send; "
@@ -53,6 +55,6 @@ def request_sampling(fields: dict, index: int) -> dict:
     return {**fields, "seed": (fields["seed"] + index) % (MAX_SEED + 1)}
 
 
-def sampling_info(sampling: SamplingConfig) -> dict:
+def sampling_info(sampling: SamplingConfig) -> Sampling:
     """run.json's `sampling`: the fields sent, whether the run was greedy, and where the default comes from."""
-    return {"fields": sampling.fields(), "greedy": sampling.greedy, "default": GREEDY_NOTE}
+    return Sampling(fields=sampling.fields(), greedy=sampling.greedy, default=GREEDY_NOTE)

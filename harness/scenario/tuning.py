@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from harness.limits import MAX_CONCURRENCY, MAX_RATE_PER_S, MAX_REQUESTS
+from harness.results.schema import PercentileBound, Stats, Summary
 
 DEFAULT_ATTAINMENT = 0.9  # the same default as harness.metrics.slo_capacity's
 PERCENTILE_METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")  # summary.json's latency distributions
@@ -141,18 +142,18 @@ class TuneConfig(_Strict):
         return [dict(zip(flags, combo)) for combo in itertools.product(*(self.space[f] for f in flags))]
 
 
-def judge_percentiles(percentile_slo: dict[str, dict[str, float]], summary: dict) -> dict[str, dict]:
-    """Each bound against the point's measured percentile: {"ttft_ms.p90": {limit_ms, measured_ms, met}}.
-    A metric the point did not measure (no request completed) does not meet its bound."""
+def judge_percentiles(percentile_slo: dict[str, dict[str, float]], summary: Summary) -> dict[str, PercentileBound]:
+    """Each bound against the point's measured percentile, by "ttft_ms.p90". A metric the point did not measure
+    (no request completed) does not meet its bound."""
     out = {}
     for metric, limits in percentile_slo.items():
+        # metric and q are names the validator above allowed: a Stats field of the Summary, a field of Stats
+        distribution: Stats = getattr(summary, metric)
         for q, limit_ms in limits.items():
-            measured = (summary.get(metric) or {}).get(q)
-            out[f"{metric}.{q}"] = {
-                "limit_ms": limit_ms,
-                "measured_ms": measured,
-                "met": measured is not None and measured <= limit_ms,
-            }
+            measured = getattr(distribution, q)
+            out[f"{metric}.{q}"] = PercentileBound(
+                limit_ms=limit_ms, measured_ms=measured, met=measured is not None and measured <= limit_ms
+            )
     return out
 
 

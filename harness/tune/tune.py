@@ -404,8 +404,7 @@ class Tuner:
             row.goodput_fraction = row.met / row.judged if row.judged else 0.0
             row.passed = run_passes(row.met, row.judged, self.tune.attainment, self.scenario.slo.confidence)
         if self.tune.percentile_slo:  # judged on what the point measured (a stopped point has failed already)
-            bounds = judge_percentiles(self.tune.percentile_slo, s.model_dump())  # tuning.py reads it by key
-            row.percentiles = {name: PercentileBound.model_validate(b) for name, b in bounds.items()}
+            row.percentiles = judge_percentiles(self.tune.percentile_slo, s)
             row.passed = row.passed and all(b.met for b in row.percentiles.values())
 
     # ---- budget, manifest, resume ------------------------------------------------------------

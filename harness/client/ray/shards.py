@@ -29,6 +29,7 @@ from harness.client.ray.actor import ShardActor
 from harness.client.runner import RunOutcome, group_jobs, t0_ahead_ns
 from harness.client.workers import concurrency_share, lost_records
 from harness.results.folder import RequestRecord
+from harness.results.schema import RayClients, RayNode, RayNodeCounts
 
 POLL_S = 0.2
 SILENT_ACTOR_S = 30.0  # a poll unanswered this long: the actor (or its node) is taken for lost
@@ -91,24 +92,38 @@ class Shard:
     def running(self) -> bool:
         return self.finished is None and self.lost is None
 
-    def counts(self) -> dict:
+    def node(self) -> RayNode:
+        """run.json's entry of this node: where the actor runs, its clock and counts."""
         c = self.clock
-        return {
-            "node_id": self.node_id,
-            "node_ip": self.node_ip,
-            "pid": self.place.pid,
-            "host": self.place.host,
-            "planned": len(self.requests),
-            "recorded": len(self.recorded),
-            "completed": self.completed,
-            "failed": self.failed,
-            "actor_lost_failures": self.counted_lost,
-            "lost": self.lost,
-            "clock_offset_s": c.offset_s if c else None,
-            "clock_uncertainty_s": c.uncertainty_s if c else None,
-            "round_trip_min_s": c.round_trip_min_s if c else None,
-            "cpu_s": self.finished.cpu_s if self.finished else None,
-        }
+        return RayNode(
+            node_id=self.node_id,
+            node_ip=self.node_ip,
+            pid=self.place.pid,
+            host=self.place.host,
+            planned=len(self.requests),
+            recorded=len(self.recorded),
+            completed=self.completed,
+            failed=self.failed,
+            actor_lost_failures=self.counted_lost,
+            lost=self.lost,
+            clock_offset_s=c.offset_s if c else None,
+            clock_uncertainty_s=c.uncertainty_s if c else None,
+            round_trip_min_s=c.round_trip_min_s if c else None,
+            cpu_s=self.finished.cpu_s if self.finished else None,
+        )
+
+    def counts(self) -> RayNodeCounts:
+        """summary.json's entry of this node: its share of the load."""
+        return RayNodeCounts(
+            node_ip=self.node_ip,
+            node_id=self.node_id,
+            planned=len(self.requests),
+            recorded=len(self.recorded),
+            completed=self.completed,
+            failed=self.failed,
+            actor_lost_failures=self.counted_lost,
+            lost=self.lost,
+        )
 
 
 class RayCrew:
@@ -119,20 +134,19 @@ class RayCrew:
         self.shards: list[Shard] = []
         self.t0_wall_ns: int | None = None
 
-    def describe(self) -> dict:
+    def describe(self) -> RayClients:
         """run.json's `ray`: every node's clock offset with its uncertainty and, after the run, its counts."""
-        return {
-            "address": self.address,
-            "t0_wall_clock_ns": self.t0_wall_ns,
-            "max_clock_uncertainty_s": self.max_uncertainty_s,
-            "clock_method": "min round trip of driver->actor calls: offset = actor clock - midpoint, ± rtt/2",
-            "nodes": [s.counts() for s in self.shards],
-        }
+        return RayClients(
+            address=self.address,
+            t0_wall_clock_ns=self.t0_wall_ns,
+            max_clock_uncertainty_s=self.max_uncertainty_s,
+            clock_method="min round trip of driver->actor calls: offset = actor clock - midpoint, ± rtt/2",
+            nodes=[s.node() for s in self.shards],
+        )
 
-    def node_counts(self) -> list[dict]:
+    def node_counts(self) -> list[RayNodeCounts]:
         """summary.json's `ray_nodes`: per node, planned = completed + failed once the run has ended."""
-        keys = ("node_ip", "node_id", "planned", "recorded", "completed", "failed", "actor_lost_failures", "lost")
-        return [{k: s.counts()[k] for k in keys} for s in self.shards]
+        return [s.counts() for s in self.shards]
 
     def lost_lines(self) -> list[str]:
         return [

@@ -5,8 +5,8 @@ CPU/memory from /proc, and the engine's own bytes-read counters, on the run's cl
     recorder.start()            # sampler threads, off the event loop; returns at once
     scraper.page_listeners.append(recorder.engine_page)   # optional: /metrics pages from the run's scraper
     ... the run ...
-    status = recorder.stop()    # {"sampled": [...], "not_sampled": {source: reason}, "errors": {...}}
-    figures = recorder.derived(window_start_s, window_end_s, output_tokens)   # for summary.json
+    status = recorder.stop()    # run.json's TelemetryStatus: sampled, not_sampled {source: reason}, errors
+    figures = recorder.derived(window_start_s, window_end_s, output_tokens)   # summary.json's Telemetry
 
 Each source samples in its own thread, so a slow /metrics scrape never delays the GPU
 readings, and none of it runs on the harness's event loop. Everything lands in
@@ -28,6 +28,7 @@ from harness.engine.telemetry.engine_bytes import EngineBytesPoller
 from harness.engine.telemetry.gpu import GpuSampler
 from harness.engine.telemetry.host import HostSampler, memory_bandwidth_ceiling
 from harness.engine.telemetry.timeline import Timeline, Unavailable
+from harness.results.schema import Telemetry, TelemetryStatus
 from harness.scenario.telemetry_settings import TelemetryConfig
 
 __all__ = ["TelemetryRecorder", "Unavailable"]
@@ -109,7 +110,7 @@ class TelemetryRecorder:
         self._fed_pages = 0
         self.engine_pages_fed = engine_pages_fed
         self._threads: list[_SamplerThread] = []
-        self._status: dict | None = None  # stop()'s answer, kept so a second stop() repeats it
+        self._status: TelemetryStatus | None = None  # stop()'s answer, kept so a second stop() repeats it
 
     def _sources(self) -> dict[str, Callable]:
         config, sources = self.config, {}
@@ -157,9 +158,10 @@ class TelemetryRecorder:
             return
         self.timeline.append((t_ns - self.t0_ns) / 1e9, rows)
 
-    def stop(self) -> dict:
+    def stop(self) -> TelemetryStatus:
+        """Stops the samplers; run.json's `telemetry`: the sources sampled, why the others were not, errors."""
         if self.timeline is None:
-            return {"sampled": [], "not_sampled": {"telemetry": "telemetry.enabled is false"}, "errors": {}}
+            return TelemetryStatus(sampled=[], not_sampled={"telemetry": "telemetry.enabled is false"}, errors={})
         if self._status is not None:
             return self._status
         for thread in self._threads:
@@ -192,7 +194,7 @@ class TelemetryRecorder:
         self._add_bandwidth_util()
         self.timeline.close()
         sampled = sorted({source for _, source, _, _ in self.timeline.rows})
-        self._status = {"sampled": sampled, "not_sampled": dict(self.not_sampled), "errors": errors}
+        self._status = TelemetryStatus(sampled=sampled, not_sampled=dict(self.not_sampled), errors=errors)
         return self._status
 
     def _check_engine_counters_moved(self) -> None:
@@ -221,11 +223,11 @@ class TelemetryRecorder:
             util = value / self.host_ceiling_bytes_per_s
             self.timeline.append(float(t), [("engine_metrics", "bandwidth_util", util)])
 
-    def derived(self, window_start_s: float, window_end_s: float, output_tokens: int) -> dict:
-        """Summary figures over the measured window (seconds since t0); see derived.py for the keys.
-        Call it after stop(): the CPU bandwidth figures need the ceiling measured there."""
+    def derived(self, window_start_s: float, window_end_s: float, output_tokens: int) -> Telemetry:
+        """Summary figures over the measured window (seconds since t0); see derived.py for the fields; empty
+        with telemetry off. Call it after stop(): the CPU bandwidth figures need the ceiling measured there."""
         if self.timeline is None:
-            return {}
+            return Telemetry()
         return summarize(
             self.timeline,
             window_start_s,
