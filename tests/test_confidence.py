@@ -13,7 +13,7 @@ from helpers import synthetic_records
 from rich.console import Console
 from scipy.stats import norm
 
-import harness.cli.app
+import harness.cli.console
 from harness.metrics.confidence import (
     INTERVAL_PERCENTILES,
     percentile_interval,
@@ -151,9 +151,9 @@ def test_the_console_shows_a_quickstart_sized_runs_p999_as_not_established(tmp_p
     account |= {"incomplete": False, "incomplete_reasons": [], "lost_workers": []}
     summary = Summary(**dict(summarize(synthetic_records(n=20), {"ttft_ms": 200.0})), **account)
     summary.validity = run_validity(summary)
-    monkeypatch.setattr(harness.cli.app, "console", Console(record=True, width=200))
-    harness.cli.app.print_summary(summary, tmp_path)
-    text = harness.cli.app.console.export_text()
+    monkeypatch.setattr(harness.cli.console, "console", Console(record=True, width=200))
+    harness.cli.console.print_summary(summary, tmp_path)
+    text = harness.cli.console.console.export_text()
     ttft_row = next(line for line in text.splitlines() if line.strip().startswith("│ ttft") and "needs" in line)
     p50 = summary.percentile_ci.ttft_ms.p50
     assert f"{p50.low:,.1f} – {p50.high:,.1f}" in ttft_row

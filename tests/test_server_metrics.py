@@ -267,16 +267,16 @@ def test_the_run_summary_takes_the_window_rate(tmp_path):
 def test_the_console_prints_the_window_rate(tmp_path, monkeypatch):
     from rich.console import Console
 
-    import harness.cli.app
+    import harness.cli.console
 
     done = RequestRecord(
         index=0, intended_send_s=0.0, token_times_s=[0.1], tokens_per_chunk=[1], end_s=0.1, output_tokens=1
     )
     summary = _summary([done])
     summary.prefix_cache = PrefixCache(hit_rate=0.5, hit_tokens=400.0, queried_tokens=800.0, source="counters")
-    monkeypatch.setattr(harness.cli.app, "console", Console(record=True, width=200))
-    harness.cli.app.print_summary(summary, tmp_path)
+    monkeypatch.setattr(harness.cli.console, "console", Console(record=True, width=200))
+    harness.cli.console.print_summary(summary, tmp_path)
     assert (
         "prefix cache: 50.0% of the 800 prompt tokens looked up over the window"
-        in harness.cli.app.console.export_text()
+        in harness.cli.console.console.export_text()
     )

@@ -1,2 +1,2 @@
-"""`bench`'s command wiring: parsing, calling the wings, printing, exit codes (app), and `bench probe`'s conformance
-table and concurrency sweep (conformance)."""
+"""`bench`'s command wiring: parsing, calling the wings, exit codes (app); what it prints (console); `bench probe`'s
+conformance table and concurrency sweep (conformance)."""
