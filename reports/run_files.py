@@ -33,15 +33,6 @@ from harness.results.folder import RequestRecord, ResultsError, read_json, read_
 from harness.results.schema import RunInfo, SchemaError, Stats, Summary, validate
 from reports.peers import PeerRun
 
-# the run's account a file that lacks it gets: nothing flagged (summarize gives the requests' figures only)
-UNFLAGGED = {
-    "client_bound": False,
-    "client_bound_reasons": [],
-    "interrupted": False,
-    "incomplete": False,
-    "incomplete_reasons": [],
-    "lost_workers": [],
-}
 REQUIRED = [name for name, spec in Summary.model_fields.items() if spec.is_required()]
 WHOLE_RUN_BEFORE = "written before runs were cut to a steady window"  # the note of a window an old folder lacked
 # what a peer's file stands in for run.json's required fields with: none of ours ran, the tool counted and timed
@@ -158,7 +149,7 @@ def peer_summary(peer: PeerRun, records: list[RequestRecord], run_info: RunInfo)
 
 def _ours(records: list[RequestRecord], run_info: RunInfo) -> dict:
     """summary.json's fields as summarize gives them for `records` over the whole run, unflagged."""
-    return summarize(records, scenario(run_info.scenario).slo).model_dump() | UNFLAGGED
+    return Summary.of_requests(summarize(records, scenario(run_info.scenario).slo)).model_dump(exclude_unset=True)
 
 
 def _validated(path: Path, doc: dict, name: str = "summary.json") -> Any:

@@ -441,18 +441,7 @@ def _deployment_and_model(scenario: Scenario, step_model: StepModel | None) -> t
 def _simulated_summary(scenario: Scenario, records: list[RequestRecord], token_count_method: str) -> Summary:
     # windowed as `bench run` windows a measured run (load.trim), so prediction and measurement compare alike
     figures = summarize(records, scenario.slo.model_dump(), trim=scenario.load.trim is not False)
-    return Summary(
-        **dict(figures),
-        simulated=True,
-        client_bound=False,
-        client_bound_reasons=[],
-        interrupted=False,
-        workers=0,
-        token_count_method=token_count_method,
-        incomplete=False,
-        incomplete_reasons=[],
-        lost_workers=[],
-    )
+    return Summary.of_requests(figures, simulated=True, workers=0, token_count_method=token_count_method)
 
 
 def _write_folder(writer: ResultWriter, scenario: Scenario, token_count_method, tokenizer_name, summary, steps):

@@ -432,8 +432,21 @@ class Summary(RequestFigures):
     accuracy: Accuracy | None = None
     validity: Validity | None = None  # a plan's summary has none
 
+    # --- run.json ---------------------------------------------------------------------------------------
 
-# --- run.json ---------------------------------------------------------------------------------------
+    @classmethod
+    def of_requests(cls, figures: RequestFigures, **account: Any) -> Summary:
+        """A summary of the requests' `figures` whose run flagged nothing (not client-bound, interrupted or
+        incomplete, no worker lost) where `account` does not say otherwise; `account`'s other fields are set too."""
+        unflagged = {
+            "client_bound": False,
+            "client_bound_reasons": [],
+            "interrupted": False,
+            "incomplete": False,
+            "incomplete_reasons": [],
+            "lost_workers": [],
+        }
+        return cls(**dict(figures), **(unflagged | account))
 
 
 class Host(Closed):

@@ -152,16 +152,7 @@ def interrupted_summary(run_dir: Path, scenario: Scenario, signal_name: str) -> 
     """The summary of a run a signal stopped outside its load: of the records on disk (none when the engine was
     still starting), with `interrupted: true`."""
     figures = summarize(read_records(run_dir), scenario.slo.model_dump(), trim=trims(scenario))
-    summary = Summary(
-        **dict(figures),
-        interrupted=True,
-        interrupted_by=signal_name,
-        client_bound=False,
-        client_bound_reasons=[],
-        incomplete=False,
-        incomplete_reasons=[],
-        lost_workers=[],
-    )
+    summary = Summary.of_requests(figures, interrupted=True, interrupted_by=signal_name)
     summary.validity = run_validity(summary)
     return summary
 
