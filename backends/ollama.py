@@ -16,10 +16,13 @@ then POST /api/pull of the model
 
 from __future__ import annotations
 
+import json
+
 from backends.base import SAMPLING_FIELDS, Backend, http_post, json_lines
-from backends.openai import CHAT, COMPLETIONS, ParsedStream
+from backends.openai import CHAT, COMPLETIONS, ParsedStream, check_field, spread_usage
 
 DURATIONS_NS = ("prompt_eval_duration", "eval_duration", "load_duration", "total_duration")
+OLLAMA_FORMAT = "Ollama's format (docs/api.md)"
 
 
 class OllamaBackend(Backend):
@@ -49,20 +52,24 @@ class OllamaBackend(Backend):
 
     def parse_stream(self, api, reads, read_times_ns) -> ParsedStream:
         out = ParsedStream()
-        pieces = []
-        for obj, t_ns in json_lines(reads, read_times_ns):
-            source = (obj.get("message") or {}) if api == CHAT else obj
-            piece = source.get("content") if api == CHAT else source.get("response")
-            thought = source.get("thinking")
+        pieces, chunk_texts, thinking_chunks = [], [], []
+        lines = json_lines(reads, read_times_ns)
+        for number, (obj, t_ns) in enumerate(lines, start=1):
+            if out.saw_done:  # its clients stop reading at the line with done: true
+                out.flag("events_after_done", _after_done_detail(lines[number - 1 :]))
+                break
+            piece, thought = _line_pieces(obj, api)
+            out.name_model(obj.get("model"), number)
             if piece or thought:
                 out.token_times_ns.append(t_ns)
                 out.tokens_per_chunk.append(1)
+                chunk_texts.append(piece + thought)
             if piece:
                 pieces.append(piece)
                 if out.first_answer_chunk is None:
                     out.first_answer_chunk = len(out.token_times_ns) - 1
             elif thought:
-                out.reasoning_tokens += 1
+                thinking_chunks.append(len(out.token_times_ns) - 1)
             if obj.get("done"):
                 out.saw_done = True
                 out.finish_reason = obj.get("done_reason") or "stop"
@@ -70,6 +77,8 @@ class OllamaBackend(Backend):
                 out.usage_prompt_tokens = obj.get("prompt_eval_count")
                 out.server_timings = {k.replace("duration", "s"): obj[k] / 1e9 for k in DURATIONS_NS if k in obj}
         out.text = "".join(pieces)
+        spread_usage(out, chunk_texts)  # several tokens in one line: eval_count counts them
+        out.reasoning_tokens = sum(out.tokens_per_chunk[i] for i in thinking_chunks)
         return out
 
     def launch_command(self, port: int, model: str) -> list[str]:
@@ -86,3 +95,30 @@ class OllamaBackend(Backend):
         status = http_post(url + "/api/generate", {"model": model, "prompt": "", "keep_alive": "30m"}, timeout_s=600)
         if status >= 400:
             raise RuntimeError(f"backend.model: Ollama could not load {model!r} (HTTP {status})")
+
+
+def _line_pieces(obj: dict, api: str) -> tuple[str, str]:
+    """(answer text, thinking text) of one NDJSON line, each field it reads checked for Ollama's type (StreamError
+    malformed_event naming it); its counts are checked as the record takes them (bad_usage)."""
+    if api == CHAT:
+        check_field("message", obj.get("message"), dict, OLLAMA_FORMAT)
+        source, prefix = obj.get("message") or {}, "message."
+    else:
+        source, prefix = obj, ""
+    answer_field = "content" if api == CHAT else "response"
+    for name in (answer_field, "thinking"):
+        check_field(prefix + name, source.get(name), str, OLLAMA_FORMAT)
+    check_field("done", obj.get("done"), bool, OLLAMA_FORMAT)
+    check_field("done_reason", obj.get("done_reason"), str, OLLAMA_FORMAT)
+    check_field("model", obj.get("model"), str, OLLAMA_FORMAT)
+    for name in DURATIONS_NS:
+        check_field(name, obj.get(name), float, OLLAMA_FORMAT)
+    return source.get(answer_field) or "", source.get("thinking") or ""
+
+
+def _after_done_detail(rest: list[tuple[dict, int]]) -> str:
+    first = json.dumps(rest[0][0])[:120]
+    return (
+        f"{len(rest)} line{'s' * (len(rest) > 1)} after the one with done: true, the first {first}: Ollama's "
+        f"clients stop reading there, so they were neither counted nor timed"
+    )

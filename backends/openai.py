@@ -69,10 +69,33 @@ class ParsedStream:
     # in token_times_ns too; these say how many of the tokens were thinking and which chunk began the answer
     reasoning_tokens: int = 0
     first_answer_chunk: int | None = None  # an index into token_times_ns; None with reasoning tokens: no answer
+    served_model: str | None = None  # the `model` the stream's events name (its first, when they disagree)
+    # what is wrong with a stream whose tokens still read (events after [DONE], a model switch): (reason, detail);
+    # the record fails with it and keeps the tokens (RequestRecord.take_stream)
+    malformed: tuple[str, str] | None = None
 
     @property
     def counted_tokens(self) -> int:
         return sum(self.tokens_per_chunk)
+
+    def flag(self, reason: str, detail: str) -> None:
+        """Notes the stream's first format fault that leaves its tokens readable."""
+        if self.malformed is None:
+            self.malformed = (reason, detail)
+
+    def name_model(self, model: str | None, event: int) -> None:
+        """The `model` of the stream's event number `event` (from 1): the first names the served model, a later
+        one that differs is a switch mid-answer."""
+        if model is None:
+            return
+        if self.served_model is None:
+            self.served_model = model
+        elif model != self.served_model:
+            self.flag(
+                "model_switch",
+                f"event {event} names model {model!r}, the events before it {self.served_model!r}: the server "
+                f"switched model mid-answer",
+            )
 
 
 def parse_sse(reads: list[bytes], read_times_ns: list[int]) -> ParsedStream:
@@ -80,36 +103,26 @@ def parse_sse(reads: list[bytes], read_times_ns: list[int]) -> ParsedStream:
 
     An SSE event belongs to the read that delivered its terminating blank line, so it
     is timed by that read. A chunk carries one token unless the server sends running
-    usage in token chunks (vLLM's continuous_usage_stats), whose delta then counts.
+    usage in token chunks (vLLM's continuous_usage_stats), whose delta then counts, or its final usage
+    counts more tokens than came chunks (spread_usage).
     A chat chunk whose delta carries only reasoning (REASONING_FIELDS) is a token too, counted
     in reasoning_tokens; its text is not part of the answer's.
     """
     out = ParsedStream()
     payloads, payload_times = sse_payloads(reads, read_times_ns, out)
-    try:  # one decoder call for the whole stream; per event only to name the bad one
-        objs = json.loads(b"[" + b",".join(payloads) + b"]") if payloads else []
-    except ValueError:
-        objs = None
-    if objs is None or len(objs) != len(payloads):
-        objs = [_loads_one(p) for p in payloads]
     texts: list[str] = []
+    chunk_texts: list[str] = []  # each token chunk's text, answer and thinking (spread_usage weighs them)
+    thinking_chunks: list[int] = []  # the token chunks that carry only thinking
     last_usage_tokens = 0
-    for obj, t_ns in zip(objs, payload_times):
-        if not isinstance(obj, dict):
-            raise StreamError("malformed_json", f"expected a JSON object, got {str(obj)[:120]!r}")
-        if "error" in obj:
-            raise StreamError("server_error_event", str(obj["error"])[:200])
-        check_event_shape(obj)
+    for event, (obj, t_ns) in enumerate(zip(_decoded(payloads), payload_times), start=1):
+        check_event(obj)
+        model = obj.get("model")
+        if model is not None and model != out.served_model:
+            out.name_model(model, event)
         usage = obj.get("usage")
         if obj.get("timings"):  # llama-server: prompt_ms, predicted_ms, ... on the last chunk
             out.server_timings = obj["timings"]
-        text = thought = ""
-        for c in obj.get("choices") or ():
-            piece, reasoning = _choice_pieces(c)
-            text += piece
-            thought += reasoning
-            if c.get("finish_reason"):
-                out.finish_reason = c["finish_reason"]
+        text, thought = _event_pieces(obj, out)
         if usage:
             out.usage_completion_tokens = usage.get("completion_tokens")
             out.usage_prompt_tokens = usage.get("prompt_tokens")
@@ -124,50 +137,187 @@ def parse_sse(reads: list[bytes], read_times_ns: list[int]) -> ParsedStream:
             last_usage_tokens += 1
         out.token_times_ns.append(t_ns)
         out.tokens_per_chunk.append(tokens)
+        chunk_texts.append(text + thought)
         if text:
             texts.append(text)
             if out.first_answer_chunk is None:
                 out.first_answer_chunk = len(out.token_times_ns) - 1
         else:
-            out.reasoning_tokens += tokens
+            thinking_chunks.append(len(out.token_times_ns) - 1)
     out.text = "".join(texts)
+    spread_usage(out, chunk_texts)
+    out.reasoning_tokens = sum(out.tokens_per_chunk[i] for i in thinking_chunks)
     return out
+
+
+def _decoded(payloads: list[bytes]) -> list:
+    """Each payload's JSON value: one decoder call for the whole stream; per event only to name the bad one."""
+    try:
+        objs = json.loads(b"[" + b",".join(payloads) + b"]") if payloads else []
+    except ValueError:
+        objs = None
+    if objs is None or len(objs) != len(payloads):
+        objs = [_loads_one(p) for p in payloads]
+    return objs
+
+
+def _event_pieces(obj: dict, out: ParsedStream) -> tuple[str, str]:
+    """(answer text, thinking text) of one event's choices: a chat `delta`'s content and reasoning, or a completion's
+    `text`; a choice's finish_reason goes into `out`. Each value is checked for OpenAI's type as it is read, with
+    type() alone (naming each field as it was checked made parsing a stream 3x slower); an event with a value of
+    another type is named by check_event_shape (StreamError)."""
+    text = thought = ""
+    for c in obj.get("choices") or ():
+        if type(c) is not dict:
+            check_event_shape(obj)
+        finish, index, completion = c.get("finish_reason"), c.get("index"), c.get("text")
+        if not (_is_text(finish) and _is_text(completion) and (index is None or type(index) is int)):
+            check_event_shape(obj)
+        if "delta" in c:
+            delta = c["delta"]
+            if delta is not None and type(delta) is not dict:
+                check_event_shape(obj)
+            delta = delta or {}
+            # REASONING_FIELDS, by name: a loop over them cost a fifth of a chat stream's parse
+            content, reasoning_content, reasoning = (
+                delta.get("content"),
+                delta.get("reasoning_content"),
+                delta.get("reasoning"),
+            )
+            if not (_is_text(content) and _is_text(reasoning_content) and _is_text(reasoning)):
+                check_event_shape(obj)
+            text += content or ""
+            thought += (reasoning_content or "") + (reasoning or "")
+        else:
+            text += completion or ""
+        if finish:
+            out.finish_reason = finish
+    return text, thought
+
+
+def _is_text(value) -> bool:
+    return value is None or type(value) is str
+
+
+def spread_usage(out: ParsedStream, chunk_texts: list[str]) -> None:
+    """When the final usage counts more tokens than came token chunks, some events carried several tokens: the
+    accepted drafts of speculative decoding, or tokens a detokenizer held back (part of a character, a possible stop
+    string) and sent with the next (vLLM, llama-server and the built-in engine each stream them as one event). The
+    server's count is then taken, its extra tokens given to the chunks whose text is longer than a token's share of
+    the bytes. Only when plausible: one token a chunk as counted (no running usage), and each extra token brought a
+    byte of text at least; otherwise the chunks stay as counted and the record shows the mismatch."""
+    usage, counts = out.usage_completion_tokens, out.tokens_per_chunk
+    if not isinstance(usage, int) or isinstance(usage, bool) or any(k != 1 for k in counts):
+        return
+    extra = usage - len(counts)
+    if extra <= 0:
+        return
+    chunk_bytes = [len(text.encode()) for text in chunk_texts]
+    total_bytes = sum(chunk_bytes)
+    if extra > total_bytes:
+        return
+    share = total_bytes / usage  # bytes a token
+    want = [max(0.0, b / share - 1) for b in chunk_bytes]  # tokens past the first, as the chunk's length says
+    exact = [w * extra / sum(want) for w in want]
+    spread = [1 + int(e) for e in exact]
+    # the tokens rounding left go to the largest remainders; on a tie the later chunk (an EOS token comes last)
+    by_remainder = sorted(range(len(exact)), key=lambda i: (exact[i] - int(exact[i]), i), reverse=True)
+    for i in by_remainder[: usage - sum(spread)]:
+        spread[i] += 1
+    out.tokens_per_chunk = spread
 
 
 # where a chat delta carries a reasoning model's thinking: SGLang (python/sglang/srt/entrypoints/openai/protocol.py,
 # DeltaMessage.reasoning_content) and older vLLM `reasoning_content`; vLLM now `reasoning`
 # (vllm/entrypoints/openai/engine/protocol.py, DeltaMessage.reasoning)
 REASONING_FIELDS = ("reasoning_content", "reasoning")
+# the engine's `timings` the harness reads as numbers (harness/metrics/phases.py, diagnosis.py, plan/step_model.py)
+NUMERIC_TIMINGS = (
+    "queue_ms",
+    "prefill_ms",
+    "decode_ms",
+    "prompt_ms",
+    "predicted_ms",
+    "prompt_n",
+    "predicted_n",
+    "cache_n",
+    "preemptions",
+)
+OPENAI_FORMAT = "the OpenAI format"
 
 
-def _choice_pieces(choice: dict) -> tuple[str, str]:
-    """(answer text, reasoning text) of one streamed choice: a chat `delta` or a completion's `text`."""
-    if "delta" not in choice:
-        return choice.get("text") or "", ""
-    delta = choice["delta"] or {}
-    return delta.get("content") or "", "".join(delta.get(f) or "" for f in REASONING_FIELDS)
+def check_event(obj) -> None:
+    """One decoded event: an object, not an error, of OpenAI's shape (StreamError otherwise)."""
+    if not isinstance(obj, dict):
+        raise StreamError("malformed_json", f"expected a JSON object, got {str(obj)[:120]!r}")
+    if "error" in obj:
+        raise StreamError("server_error_event", str(obj["error"])[:200])
+    choices, usage, model = obj.get("choices"), obj.get("usage"), obj.get("model")
+    if (
+        (choices is not None and type(choices) is not list)
+        or (usage is not None and type(usage) is not dict)
+        or (model is not None and type(model) is not str)
+        or obj.get("timings") is not None  # the last event's only: checked by name
+    ):
+        check_event_shape(obj)  # the choices' fields are checked as they are read (_event_pieces)
 
 
 def check_event_shape(obj: dict) -> None:
-    """The parts of an event the parse reads must have OpenAI's shape, or the server is named as the cause (a
-    `choices: [1]` was once an AttributeError recorded as the client's error)."""
-    choices, usage = obj.get("choices"), obj.get("usage")
-    if choices is not None and not isinstance(choices, list):
-        _malformed("choices", choices, "a list")
+    """Every field of an event the parse reads must have OpenAI's type, or the server is named as the cause (a
+    `choices: [1]` was once an AttributeError, a `text: 5` a TypeError, each recorded as the client's error)."""
+    choices = obj.get("choices")
+    check_field("choices", choices, list)
     for i, c in enumerate(choices or ()):
         if not isinstance(c, dict):
-            _malformed(f"choices[{i}]", c, "an object")
-        if c.get("delta") is not None and not isinstance(c["delta"], dict):
-            _malformed(f"choices[{i}].delta", c["delta"], "an object")
-    if usage is not None and not isinstance(usage, dict):
-        _malformed("usage", usage, "an object")
+            malformed(f"choices[{i}]", c, dict)
+        check_field(f"choices[{i}].index", c.get("index"), int)
+        check_field(f"choices[{i}].text", c.get("text"), str)
+        check_field(f"choices[{i}].finish_reason", c.get("finish_reason"), str)
+        delta = c.get("delta")
+        check_field(f"choices[{i}].delta", delta, dict)
+        for name in ("content", *REASONING_FIELDS):
+            check_field(f"choices[{i}].delta.{name}", (delta or {}).get(name), str)
+    check_field("usage", obj.get("usage"), dict)  # its counts: RequestRecord.take_stream (bad_usage)
+    check_field("model", obj.get("model"), str)
+    timings = obj.get("timings")
+    check_field("timings", timings, dict)
+    for name in NUMERIC_TIMINGS:
+        check_field(f"timings.{name}", (timings or {}).get(name), float)
 
 
-def _malformed(field: str, value, expected: str):
+KINDS = {
+    list: "a list",
+    dict: "an object",
+    str: "a string",
+    int: "a whole number",
+    float: "a number",
+    bool: "true or false",
+}
+
+
+def check_field(name: str, value, kind: type, fmt: str = OPENAI_FORMAT) -> None:
+    """A field that is null or absent, or of `kind` (float: any number; int and float never a boolean); else
+    StreamError malformed_event naming it."""
+    if value is None:
+        return
+    wanted = (int, float) if kind is float else kind
+    if not isinstance(value, wanted) or (kind in (int, float) and isinstance(value, bool)):
+        malformed(name, value, kind, fmt)
+
+
+def malformed(name: str, value, kind: type, fmt: str = OPENAI_FORMAT):
     raise StreamError(
         "malformed_event",
-        f"{field} is {str(value)[:80]!r}, not {expected}: the server's stream is not in the OpenAI format",
+        f"{name} is {_shown(value)}, not {KINDS[kind]}: the server's stream is not in {fmt}",
     )
+
+
+def _shown(value) -> str:
+    """A value as the server sent it (JSON), shortened, with its JSON type."""
+    text = json.dumps(value)
+    text = text if len(text) <= 80 else text[:77] + "..."
+    kind = {bool: "a boolean", str: "a string", list: "a list", dict: "an object"}.get(type(value), "a number")
+    return f"{text} ({kind})"
 
 
 def _loads_one(payload: bytes):
@@ -216,7 +366,8 @@ def sse_payloads(reads: list[bytes], read_times_ns: list[int], out: ParsedStream
                 continue
             if payload == b"[DONE]":
                 out.saw_done = True
-                continue
+                _after_done(raw[start:], out)
+                return payloads, times
         payloads.append(payload)
         times.append(read_times_ns[read_i])
     rest = raw[start:]
@@ -226,6 +377,18 @@ def sse_payloads(reads: list[bytes], read_times_ns: list[int], out: ParsedStream
             raise StreamError("stream_cut", f"stream ended inside an event: {rest[:120]!r}")
         out.saw_done = out.saw_done or payload == b"[DONE]"
     return payloads, times
+
+
+def _after_done(after: bytes, out: ParsedStream) -> None:
+    """What a stream sent after its [DONE]: an OpenAI client has stopped reading there, so none of it is counted or
+    timed, and an event (anything but comments and blank lines) flags the stream."""
+    events = [e for e in after.split(b"\n\n") if any(line and not line.startswith(b":") for line in e.split(b"\n"))]
+    if events:
+        out.flag(
+            "events_after_done",
+            f"{len(events)} event{'s' * (len(events) > 1)} after [DONE], the first {events[0][:120]!r}: an OpenAI "
+            f"client stops reading at [DONE], so they were neither counted nor timed",
+        )
 
 
 def _event_data(event: bytes) -> bytes | None:

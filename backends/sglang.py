@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 
 from backends.base import NATIVE, SAMPLING_FIELDS, Backend, python_module
-from backends.openai import CHAT, COMPLETIONS, ParsedStream, StreamError, parse_sse, sse_payloads
+from backends.openai import CHAT, COMPLETIONS, ParsedStream, StreamError, check_field, parse_sse, sse_payloads
 
 
 class SglangBackend(Backend):
@@ -65,16 +65,14 @@ class SglangBackend(Backend):
                 obj = json.loads(payload)
             except ValueError as e:
                 raise StreamError("malformed_json", f"{e}: {payload[:120]!r}") from None
-            if "error" in obj:
-                raise StreamError("server_error_event", str(obj["error"])[:200])
-            meta = obj.get("meta_info") or {}
+            meta = _checked_meta(obj)
             if meta.get("finish_reason"):
                 reason = meta["finish_reason"]
                 out.finish_reason = reason.get("type") if isinstance(reason, dict) else str(reason)
             if meta.get("prompt_tokens") is not None:
                 out.usage_prompt_tokens = meta["prompt_tokens"]
             tokens = meta.get("completion_tokens")
-            new_text = obj.get("text", "")
+            new_text = obj.get("text") or ""
             # cumulative text always extends what came before; the first piece that does not
             # means the server sends deltas (--incremental-streaming-output)
             deltas = deltas or (bool(text) and bool(new_text) and not new_text.startswith(text))
@@ -99,3 +97,27 @@ class SglangBackend(Backend):
             str(port),
             "--enable-metrics",
         ]
+
+
+GENERATE_FORMAT = "the format of SGLang's /generate"
+
+
+def _checked_meta(obj) -> dict:
+    """One /generate event's meta_info, each field the parse reads checked for its type (StreamError naming it); its
+    prompt_tokens is checked as the record takes it (bad_usage)."""
+    if not isinstance(obj, dict):
+        raise StreamError("malformed_json", f"expected a JSON object, got {str(obj)[:120]!r}")
+    if "error" in obj:
+        raise StreamError("server_error_event", str(obj["error"])[:200])
+    check_field("text", obj.get("text"), str, GENERATE_FORMAT)
+    meta = obj.get("meta_info")
+    check_field("meta_info", meta, dict, GENERATE_FORMAT)
+    meta = meta or {}
+    # the running count the chunks are counted from: a count that is not a number cannot be subtracted
+    check_field("meta_info.completion_tokens", meta.get("completion_tokens"), int, GENERATE_FORMAT)
+    reason = meta.get("finish_reason")
+    if isinstance(reason, dict):
+        check_field("meta_info.finish_reason.type", reason.get("type"), str, GENERATE_FORMAT)
+    else:
+        check_field("meta_info.finish_reason", reason, str, GENERATE_FORMAT)
+    return meta

@@ -1,6 +1,6 @@
 """The client's capacity on this machine (harness/client/capacity.py): real `bench run`s (harness.runs.run.run_scenario)
 against the ground-truth server, kernel-stamped client and aiohttp interleaved, each run's tokens per CPU-second
-and the pooled figure `workers: auto` would size from.
+and the figure (their median) `workers: auto` would size from.
 
     flock /tmp/bench.lock python benchmarks/client_capacity.py --concurrency 256 --rounds 2
 
@@ -69,7 +69,7 @@ def main() -> None:
             print(f"{stamps}: no run kept: `workers: auto` stays on the planning figure")
             continue
         print(
-            f"{stamps}: pooled {capacity.tokens_per_cpu_s:,.0f} tokens per CPU-second over {capacity.measurements} "
+            f"{stamps}: median {capacity.tokens_per_cpu_s:,.0f} tokens per CPU-second of {capacity.measurements} "
             f"run(s) -> auto plans {capacity.tokens_per_s_per_worker:,.0f} tokens/s per process "
             f"({WORKER_CPU_SHARE:g} of a core)"
         )

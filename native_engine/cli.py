@@ -65,6 +65,25 @@ def serve_engine(settings: ServeConfig) -> None:
         import asyncio
 
         asyncio.run(_run_server(engine, settings))
+    _exit_without_teardown()
+
+
+def _exit_without_teardown() -> None:
+    """Exit 0 now that the server has stopped, skipping the interpreter's teardown: freeing the model's and the
+    tokenizer's ~500,000 Python objects one by one took 0.3 s of CPU on a quiet machine and 0.8-1.3 s on a busy
+    2-core one, after the drain, inside the supervisor's grace (issue 37). Nothing is left to write: the
+    server's cleanup and the KV transfer folder's removal have run."""
+    import logging
+    import os
+    import sys
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError):  # a deployment's replica whose coordinator is gone
+            pass
+    os._exit(0)
 
 
 def _say(message: str) -> None:

@@ -22,11 +22,12 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 
 import typer
 
-from native_engine.config import ServeConfig, to_flags
+from native_engine.config import ServeConfig, ServerConfig, to_flags
 from native_engine.disaggregation import DisaggregationSpec, Disaggregator
 from native_engine.router import Router, start_router
 from native_engine.routing_policy import Policy
@@ -35,7 +36,10 @@ log = logging.getLogger("native_engine.deployment")
 # Set by the deployment for each replica itself, not passed on from `serve`'s own.
 REPLICA_SETS = {"host", "port", "blas_threads", "kv_transfer_dir"}
 READY_LINE = re.compile(r"serving .* on http://([0-9.]+):(\d+)")
-STOP_GRACE_S = 10.0
+# How long a replica may take to exit after SIGTERM before it is killed. It is sent once the router has
+# drained (--shutdown-grace-s) and cancelled what was left, so it has nothing in flight: it exits in well
+# under a second (its engine thread ends its step, no interpreter teardown); this bounds a hung one.
+STOP_GRACE_S = 3.0
 PR_SET_PDEATHSIG = 1
 
 
@@ -135,9 +139,10 @@ def stop_replicas(replicas: list[ReplicaProcess]) -> None:
         r.stopping = True
         if r.process.poll() is None:
             r.process.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S  # one wait for all: they stop at the same time
     for r in replicas:
         try:
-            r.process.wait(timeout=STOP_GRACE_S)
+            r.process.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             r.process.kill()
             r.process.wait()
@@ -182,7 +187,7 @@ def serve_deployment(settings: ServeConfig) -> int:
             front, what = Router(urls, policy), f"router ({policy.name})"
         try:
             server = settings.server
-            asyncio.run(run_front(front, what, server.host, server.port, replicas, blas_threads))
+            asyncio.run(run_front(front, what, server, replicas, blas_threads))
         finally:
             stop_replicas(replicas)
     finally:
@@ -197,9 +202,12 @@ def pinned(pid: int) -> str:
 
 
 async def run_front(
-    front: Router | Disaggregator, what: str, host: str, port: int, replicas: list[ReplicaProcess], blas_threads: int
+    front: Router | Disaggregator, what: str, server: ServerConfig, replicas: list[ReplicaProcess], blas_threads: int
 ) -> None:
-    runner, bound_port = await start_router(front, host, port)
+    """Serves until SIGINT/SIGTERM, then drains as one engine's server does: the requests in flight get
+    --shutdown-grace-s, the rest are cancelled (each closes its connection to its replica, which aborts it)."""
+    host, grace_s = server.host, server.shutdown_grace_s
+    runner, bound_port = await start_router(front, host, server.port, shutdown_grace_s=grace_s)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
@@ -209,4 +217,8 @@ async def run_front(
         f"{len(replicas)} replicas, {blas_threads} BLAS threads each: {listing}"
     )
     await stop.wait()
+    typer.echo(
+        f"stopping: no new connections; requests in flight get up to {grace_s:g} s (--shutdown-grace-s) to finish",
+        err=True,
+    )
     await runner.cleanup()

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import Counter, Histogram
 
-from native_engine.router import Replica, ReplicaFailed, Router, error_response
+from native_engine.router import Replica, ReplicaFailed, Router, error_response, read_body
 from native_engine.routing_policy import Policy
 
 GRAMMAR_FIELDS = ("response_format", "guided_json", "guided_regex")
@@ -83,7 +83,7 @@ class Disaggregator:
         return worker_id.split("-")[0]
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
-        raw = await request.read()
+        raw = await read_body(request)
         try:
             body = json.loads(raw)
         except ValueError:

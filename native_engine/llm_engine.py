@@ -495,13 +495,11 @@ class LLMEngine:
             # Tokens that stop a request are not part of its text.
             old_len = len(seq.text)
             seq.text += seq.detokenizer.feed(token_id)
-            if p.stop:
-                start = max(0, old_len - p.longest_stop + 1)
-                hits = [(i, s) for s in p.stop if (i := seq.text.find(s, start)) >= 0]
-                if hits:
-                    cut, stop_reason = min(hits)
-                    seq.text = seq.text[:cut]
-                    finish_reason = "stop"
+            hit = p.stop_strings.first_in(seq.text, old_len) if p.stop else None
+            if hit is not None:
+                cut, stop_reason = hit
+                seq.text = seq.text[:cut]
+                finish_reason = "stop"
         num_output_tokens = seq.num_output_tokens
         if finish_reason is None and (num_output_tokens >= p.max_tokens or seq.num_tokens >= self.max_model_len):
             finish_reason = "length"

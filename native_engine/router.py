@@ -19,6 +19,8 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from native_engine.content_encoding import ContentEncodingError, decoded_body
+from native_engine.draining_runner import SHUTDOWN_GRACE_S, DrainingRunner
 from native_engine.router_metrics import RouterMetrics
 from native_engine.routing_policy import Policy, prompt_text
 
@@ -94,7 +96,7 @@ class Router:
 
     # ---- generation ----------------------------------------------------------------------------
     async def generate(self, request: web.Request) -> web.StreamResponse:
-        raw = await request.read()
+        raw = await read_body(request)
         try:
             body = json.loads(raw)
         except ValueError:
@@ -184,7 +186,7 @@ class Router:
                 async with self.http.request(
                     request.method,
                     replica.url + request.path,
-                    data=await request.read(),
+                    data=await read_body(request),
                     headers={"Content-Type": request.headers.get("Content-Type", "")},
                 ) as up:
                     return web.Response(
@@ -215,7 +217,7 @@ class Router:
     def build_app(self, generate=None, list_replicas=None) -> web.Application:
         """The router's endpoints; a coordinator over the same machinery (disaggregation) brings its own
         generation and replica listing."""
-        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[answer_bad_encoding])
         app.cleanup_ctx.append(self._lifetime)
         for path in ("/v1/completions", "/v1/chat/completions"):
             app.router.add_post(path, generate or self.generate)
@@ -240,15 +242,36 @@ class Router:
         await self.http.close()
 
 
-def error_response(status: int, message: str, err_type: str) -> web.Response:
+async def read_body(request: web.Request) -> bytes:
+    """The body with its Content-Encoding undone (this app runs without aiohttp's decoding); a body that is not
+    what the header says raises ContentEncodingError, which answer_bad_encoding turns into a 400 naming it."""
+    return decoded_body(await request.read(), request.headers.get("Content-Encoding", ""), request.client_max_size)
+
+
+@web.middleware
+async def answer_bad_encoding(request: web.Request, handler):
+    try:
+        return await handler(request)
+    except ContentEncodingError as exc:
+        err_type = "RequestEntityTooLarge" if exc.status == 413 else "BadRequestError"
+        return error_response(exc.status, str(exc), err_type, exc.param)
+
+
+def error_response(status: int, message: str, err_type: str, param: str | None = None) -> web.Response:
     return web.json_response(
-        {"error": {"message": message, "type": err_type, "param": None, "code": status}}, status=status
+        {"error": {"message": message, "type": err_type, "param": param, "code": status}}, status=status
     )
 
 
-async def start_router(router: Router, host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, int]:
-    """Serve in the running loop; returns the runner (await runner.cleanup() to stop) and the bound port."""
-    runner = web.AppRunner(router.build_app(), handler_cancellation=True, access_log=None)
+async def start_router(
+    router: Router, host: str = "127.0.0.1", port: int = 0, shutdown_grace_s: float = SHUTDOWN_GRACE_S
+) -> tuple[web.AppRunner, int]:
+    """Serve in the running loop; returns the runner (await runner.cleanup() to stop) and the bound port.
+    runner.cleanup() stops listening, gives the requests in flight shutdown_grace_s, then cancels the rest
+    (closing each one's connection to its replica, which aborts it there): native_engine/draining_runner.py."""
+    runner = DrainingRunner(
+        router.build_app(), grace_s=shutdown_grace_s, handler_cancellation=True, auto_decompress=False, access_log=None
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

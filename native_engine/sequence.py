@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from native_engine.stop_strings import StopStrings, check_stop
+
 # Below 1e-4 sampling is already greedy to float32 precision, and near 1e-45 the division overflows
 # to NaN; past 100 every row is all but uniform. Send 0 for greedy.
 MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, 100.0
@@ -46,15 +48,21 @@ class SamplingParams:
             raise ValueError("seed: must be >= 0")
         if self.min_tokens < 0 or self.min_tokens > self.max_tokens:
             raise ValueError("min_tokens: must be in [0, max_tokens]")
+        check_stop(self.stop)
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    @functools.cached_property
+    def stop_strings(self) -> StopStrings:
+        """The stop strings' matcher, built once (the engine checks it at each token)."""
+        return StopStrings(self.stop)
+
     @property
     def longest_stop(self) -> int:
         """Characters of the longest stop string (0: none); that many minus one are held back while streaming."""
-        return max(map(len, self.stop), default=0)
+        return self.stop_strings.longest
 
 
 class SequenceStatus(enum.Enum):

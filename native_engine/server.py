@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from native_engine.content_encoding import ContentEncodingError, decoded_body
+from native_engine.draining_runner import SHUTDOWN_GRACE_S, DrainingRunner
 from native_engine.engine_thread import EngineThread, RequestStream
 from native_engine.guided import Grammar, GrammarError, grammar_from_request
 from native_engine.head_deadline import HEAD_TIMEOUT_S, use_head_deadline
@@ -53,9 +55,6 @@ BODY_READ_TIMEOUT_S = 30.0
 # aiohttp closes a connection that has no complete request for this long (idle keep-alive ones); longer than
 # the harness client's 15 s pool. One still sending its head has HEAD_TIMEOUT_S (native_engine/head_deadline.py).
 IDLE_CONNECTION_TIMEOUT_S = 60.0
-# After SIGTERM: how long the requests in flight may still run (`bench serve --shutdown-grace-s`). Under the
-# 30 s Kubernetes gives a pod before SIGKILL, as Dynamo's and llm-d's graceful-shutdown guides size their drains.
-SHUTDOWN_GRACE_S = 25.0
 MAX_INT = 2**63 - 1
 
 
@@ -75,6 +74,11 @@ async def read_json(request: web.Request) -> dict:
         raise RequestError(
             f"request body did not arrive within {read_timeout_s:g} s", "body", 408, "RequestTimeout"
         ) from None
+    try:
+        raw = decoded_body(raw, request.headers.get("Content-Encoding", ""), request.client_max_size)
+    except ContentEncodingError as exc:
+        err_type = "RequestEntityTooLarge" if exc.status == 413 else "BadRequestError"
+        raise RequestError(str(exc), exc.param, exc.status, err_type) from None
     charset = request.charset or "utf-8"
     try:
         body = json.loads(raw.decode(charset))
@@ -118,16 +122,28 @@ def path_of_lone_surrogate(body) -> str | None:
     return None
 
 
+# Options this engine does not implement, and the values that ask for nothing (OpenAI's and vLLM's defaults,
+# what clients send when the user set nothing); the last is the one an error message suggests.
+NEUTRAL_VALUES = {
+    "logprobs": (None, False),
+    "top_logprobs": (None, 0),
+    "echo": (None, False),
+    "best_of": (None, 1),
+    "suffix": (None, ""),
+    "logit_bias": (None, {}),
+    "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0),
+    "repetition_penalty": (None, 1, 1.0),
+    "tools": (None, []),
+    "functions": (None, []),
+    "tool_choice": (None, "auto", "none"),  # with no tools, "auto" calls none
+    "function_call": (None, "auto", "none"),
+}
+
+
 def check_unsupported(body: dict) -> None:
-    """Options this engine does not implement are refused unless they ask for the default."""
-    defaults = {
-        "logprobs": (None, False),
-        "top_logprobs": (None, 0),
-        "echo": (None, False),
-        "best_of": (None, 1),
-        "suffix": (None, ""),
-    }
-    for name, allowed in defaults.items():
+    """Options this engine does not implement are refused unless they ask for nothing (NEUTRAL_VALUES)."""
+    for name, allowed in NEUTRAL_VALUES.items():
         value = body.get(name)
         if not any(value is a or type(value) is type(a) and value == a for a in allowed):
             raise RequestError(
@@ -260,9 +276,7 @@ def sampling_params(
             "max_tokens",
         )
     stop = typed(body, "stop", (str, list), [], "a string or a list of strings")
-    stop = [stop] if isinstance(stop, str) else stop
-    if not all(isinstance(s, str) and s for s in stop):
-        raise RequestError("stop must be a non-empty string or a list of them", "stop")
+    stop = [stop] if isinstance(stop, str) else stop  # checked with the rest by SamplingParams (stop_strings.py)
     stop_token_ids = typed(body, "stop_token_ids", (list,), [], "a list of token ids")
     if not is_token_list(stop_token_ids) or any(not 0 <= t < vocab_size for t in stop_token_ids):
         raise RequestError(f"stop_token_ids must be a list of token ids in [0, {vocab_size})", "stop_token_ids")
@@ -292,6 +306,32 @@ async def output_grammar(body: dict, engine: LLMEngine) -> Grammar | None:
         return grammar
     except GrammarError as exc:
         raise RequestError(str(exc), exc.param) from None
+
+
+# stream_options keys: include_usage (a last chunk with the usage); vLLM's continuous_usage_stats (the usage in
+# every chunk), not done here; OpenAI's include_obfuscation (padding that hides event sizes), which a server
+# may leave out, as this one does.
+STREAM_OPTIONS = ("include_usage", "continuous_usage_stats", "include_obfuscation")
+
+
+def stream_options_include_usage(body: dict) -> bool:
+    options = typed(body, "stream_options", (dict,), {}, "an object")
+    for key, value in options.items():
+        if key not in STREAM_OPTIONS:
+            raise RequestError(
+                f"stream_options.{key} is not an option here; send include_usage (true or false)", "stream_options"
+            )
+        if value is not None and not isinstance(value, bool):
+            raise RequestError(
+                f"stream_options.{key} must be true or false, got {json.dumps(value)[:40]}", "stream_options"
+            )
+    if options.get("continuous_usage_stats"):
+        raise RequestError(
+            "stream_options.continuous_usage_stats (the usage in every chunk) is not supported by this engine; "
+            "leave it out (or send false) and read the usage chunk that include_usage adds at the end",
+            "stream_options",
+        )
+    return options.get("include_usage") is True
 
 
 # ---- disaggregation: this server as a prefill or decode worker (native_engine/disaggregation.py) -------
@@ -423,8 +463,7 @@ async def start_request(
     )
     params.grammar = await output_grammar(body, engine)
     streaming = typed(body, "stream", (bool,), False, "true or false")
-    options = typed(body, "stream_options", (dict,), {}, "an object")
-    include_usage = bool(options.get("include_usage", False))
+    include_usage = stream_options_include_usage(body)
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}"
     if kv_transfer is not None and params.grammar is not None:
         raise RequestError(
@@ -647,14 +686,16 @@ async def start_server(
 ) -> tuple[web.AppRunner, int]:
     """Serve in the running loop; returns the runner (await runner.cleanup() to stop) and the bound port.
     runner.cleanup() stops listening at once, gives the requests in flight shutdown_grace_s to finish, then
-    cancels the rest (each aborts its engine request; its client sees the stream cut)."""
+    cancels the rest (each aborts its engine request; its client sees the stream cut): draining_runner.py."""
     # handler_cancellation: a client that disconnects cancels its handler, whose finally aborts the request.
-    runner = web.AppRunner(
+    # auto_decompress off: read_json undoes Content-Encoding (content_encoding.py): a body that lies gets a 400.
+    runner = DrainingRunner(
         build_app(engine),
+        grace_s=shutdown_grace_s,
         handler_cancellation=True,
+        auto_decompress=False,
         access_log=None,
         keepalive_timeout=idle_connection_timeout_s,
-        shutdown_timeout=shutdown_grace_s,
     )
     await runner.setup()
     use_head_deadline(runner, head_timeout_s)

@@ -16,9 +16,23 @@ def bench(*args, timeout_s: float = 120, env: dict | None = None) -> subprocess.
     return subprocess.run([*BENCH, *map(str, args)], capture_output=True, text=True, timeout=timeout_s, env=env)
 
 
-def bench_started(*args) -> subprocess.Popen:
-    """A `bench ARGS...` left running (to interrupt it); stdout and stderr piped as text."""
-    return subprocess.Popen([*BENCH, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def default_sigint() -> None:
+    """In the child before exec: SIGINT's default disposition. A suite started as a background job (`pytest &` in a
+    script, nohup) runs with SIGINT ignored, the child would inherit that, and bench rightly keeps an ignored
+    SIGINT ignored (docs/faults.md): a test that sends Ctrl-C must give its bench a terminal's disposition."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def bench_started(*args, env: dict | None = None) -> subprocess.Popen:
+    """A `bench ARGS...` left running (to interrupt it); stdout and stderr piped as text; SIGINT as in a terminal."""
+    return subprocess.Popen(
+        [*BENCH, *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=default_sigint,
+    )
 
 
 def wait_until_written(requests_file: Path, n_lines: int, timeout_s: float = 60) -> bool:

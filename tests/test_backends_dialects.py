@@ -1,6 +1,7 @@
 """Per-engine request bodies and stream parsing, on real captures (vLLM, llama-server) and on
 fixtures written from the engines' documented formats (SGLang, TensorRT-LLM, Ollama)."""
 
+import json
 import os
 from pathlib import Path
 
@@ -210,3 +211,71 @@ def test_sglang_version_falls_back_to_the_deprecated_route():
         assert load_backend("vllm").version(url) is None  # /version missing, no older route to ask
     finally:
         server.shutdown()
+
+
+def _ndjson_with(name: str, line: int, **fields) -> bytes:
+    """An Ollama capture with `fields` set on its line number `line` (0-based; -1 the last)."""
+    lines = [json.loads(x) for x in (FIXTURES / name).read_text().splitlines()]
+    lines[line].update(fields)
+    return "".join(json.dumps(x) + "\n" for x in lines).encode()
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize(
+    "api, line, fields, said",
+    [
+        ("completions", 0, {"response": 5}, "response is 5 (a number), not a string"),
+        ("completions", 0, {"thinking": ["a"]}, 'thinking is ["a"] (a list), not a string'),
+        ("chat", 0, {"message": "hi"}, 'message is "hi" (a string), not an object'),
+        ("chat", 0, {"message": {"content": {"x": 1}}}, 'message.content is {"x": 1} (an object), not a string'),
+        ("completions", -1, {"done": "yes"}, 'done is "yes" (a string), not true or false'),
+        ("completions", -1, {"done_reason": 1}, "done_reason is 1 (a number), not a string"),
+        ("completions", -1, {"eval_duration": "352ms"}, 'eval_duration is "352ms" (a string), not a number'),
+        ("completions", 2, {"model": False}, "model is false (a boolean), not a string"),
+    ],
+)
+def test_ollama_fields_of_the_wrong_type_are_the_servers_malformed_event(api, line, fields, said):
+    raw = _ndjson_with(f"ollama_{api}.ndjson", line, **fields)
+    with pytest.raises(StreamError) as err:  # each was once a TypeError or AttributeError: the client's error
+        load_backend("ollama").parse_stream(api, [raw], [1])
+    assert err.value.reason == "malformed_event"
+    assert err.value.detail == f"{said}: the server's stream is not in Ollama's format (docs/api.md)"
+
+
+@pytest.mark.faults
+def test_ollama_lines_after_done_and_a_model_switch_flag_the_stream_and_keep_the_answer():
+    ollama = load_backend("ollama")
+    raw = (FIXTURES / "ollama_completions.ndjson").read_bytes()
+    late = ollama.parse_stream("completions", [raw + b'{"response": " more", "done": false}\n'], [1])
+    assert late.text == WORDS and late.counted_tokens == 8 and late.served_model == "smollm2"
+    assert late.malformed[0] == "events_after_done" and late.malformed[1].startswith("1 line after the one with done")
+    switched = ollama.parse_stream("completions", [_ndjson_with("ollama_completions.ndjson", 3, model="llama3")], [1])
+    assert switched.malformed == (
+        "model_switch",
+        "event 4 names model 'llama3', the events before it 'smollm2': the server switched model mid-answer",
+    )
+    # eval_count counting more tokens than lines: several tokens came in one line, spread by their text
+    merged = [json.loads(x) for x in (FIXTURES / "ollama_completions.ndjson").read_text().splitlines()]
+    merged[1]["response"] += merged.pop(2)["response"]  # " cache" + " keeps"
+    parsed = ollama.parse_stream("completions", ["".join(json.dumps(x) + "\n" for x in merged).encode()], [1])
+    assert parsed.tokens_per_chunk == [1, 2, 1, 1, 1, 1, 1] and parsed.text == WORDS
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize(
+    "old, new, said",
+    [
+        (b'"text":" The"', b'"text":5', "text is 5 (a number), not a string"),
+        (b'"completion_tokens":2', b'"completion_tokens":"2"', 'meta_info.completion_tokens is "2" (a string)'),
+        (b'"meta_info":{', b'"meta_info":[{', "meta_info is ["),
+        (b'"finish_reason":null,"prompt_tokens":17,"completion_tokens":1,', b'"finish_reason":7,', "meta_info.finis"),
+    ],
+)
+def test_sglang_generate_fields_of_the_wrong_type_are_the_servers_malformed_event(old, new, said):
+    raw = (FIXTURES / "sglang_generate.sse").read_bytes()
+    if new.startswith(b'"meta_info":['):  # an array where the object was: close it too
+        raw = raw.replace(b',"e2e_latency":0.01}', b',"e2e_latency":0.01}]', 1)
+    with pytest.raises(StreamError) as err:
+        load_backend("sglang").parse_stream(NATIVE, [raw.replace(old, new, 1)], [1])
+    assert err.value.reason == "malformed_event" and err.value.detail.startswith(said), err.value.detail
+    assert err.value.detail.endswith("the server's stream is not in the format of SGLang's /generate")

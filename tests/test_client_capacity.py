@@ -5,11 +5,13 @@ import json
 from pathlib import Path
 
 import pytest
+from bench_process import bench
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, gt_request
 
 from harness.client.capacity import (
     CAPACITY_FILE_ENV,
     KEEP_LAST,
+    MIN_MEASURED_TOKENS,
     PLANNING_FIGURE,
     WORKER_CPU_SHARE,
     capacity_file,
@@ -75,29 +77,78 @@ def test_auto_follows_the_stored_capacity_per_client_path_over_the_last_runs(tmp
     assert resolve_workers("auto", BUSY_PLAN, None, None, cpu_count=64, capacity=capacity) == 5
     assert resolve_workers("auto", BUSY_PLAN, None, None, cpu_count=4, capacity=capacity) == 3  # one core kept
     assert resolve_workers("auto", BUSY_PLAN, None, None, cpu_count=64) == 20  # the planning figure: 5,000 each
-    record_capacity("loop", 450_000, 1.0, 2.0, "r2", warnings)  # pooled: 500,000 tokens in 2 CPU-seconds
+    record_capacity("loop", 450_000, 1.0, 2.0, "r2", warnings)  # the median of 50,000 and 450,000
     faster = load_capacity("loop", warnings)
     assert faster.tokens_per_cpu_s == pytest.approx(250_000) and faster.measurements == 2
     assert resolve_workers("auto", BUSY_PLAN, None, None, cpu_count=64, capacity=faster) == 1
     assert load_capacity("kernel", warnings) is PLANNING_FIGURE  # the other client path has no measurement yet
     assert record_capacity("loop", 10, 0.001, 2.0, "tiny", warnings) is None  # too little CPU to mean anything
     # a quiet run (0.05 of a core: a quickstart's 42 tokens/s) measures the client's fixed costs, not its capacity
-    assert record_capacity("loop", 1_000, 1.0, 20.0, "quiet", warnings) is None
+    assert record_capacity("loop", 20_000, 1.0, 20.0, "quiet", warnings) is None
     for i in range(KEEP_LAST):
-        record_capacity("loop", 10_000, 1.0, 2.0, f"slow{i}", warnings)
+        record_capacity("loop", 100_000, 1.0, 2.0, f"slow{i}", warnings)
     slow = load_capacity("loop", warnings)  # only the last KEEP_LAST runs count
-    assert slow.tokens_per_cpu_s == pytest.approx(10_000) and slow.measurements == KEEP_LAST
-    assert resolve_workers("auto", BUSY_PLAN, None, None, cpu_count=64, capacity=slow) == 25
+    assert slow.tokens_per_cpu_s == pytest.approx(100_000) and slow.measurements == KEEP_LAST
+    assert resolve_workers("auto", BUSY_PLAN, None, None, cpu_count=64, capacity=slow) == 3  # 99,099 / 40,000
     assert warnings == []
     advice = client_bound_advice(_summary(workers=1, workers_needed=25, workers_sizing=sizing_info(slow)), 2)
     assert (
-        "25 client processes (4,000 streamed tokens/s each: 0.4 of a core at the 10,000 tokens per CPU-second "
-        f"measured here over {KEEP_LAST} run(s))"
+        "25 client processes (40,000 streamed tokens/s each: 0.4 of a core at the 100,000 tokens per CPU-second "
+        f"measured here (the median of {KEEP_LAST} run(s)))"
         in advice
         and "--workers" not in advice
     )
     enough = client_bound_advice(_summary(workers=1, workers_needed=1, workers_sizing=sizing_info(slow)), 2)
-    assert "a client process here plans 4,000 streamed tokens/s each: 0.4 of a core at the 10,000" in enough
+    assert "a client process here plans 40,000 streamed tokens/s each: 0.4 of a core at the 100,000" in enough
+
+
+def test_runs_of_fewer_than_the_minimum_tokens_never_enter_the_cache(own_client_capacity_file):
+    # the fault kit's runs: 12-16 tokens in 0.17-0.21 CPU-s, busy enough (short) and over MIN_CPU_S, kept before
+    assert record_capacity("loop", 16, 0.19, 0.5, "fault-kit", []) is None
+    assert record_capacity("loop", MIN_MEASURED_TOKENS - 1, 0.5, 1.0, "almost", []) is None
+    assert not own_client_capacity_file.exists() and load_capacity("loop", []) is PLANNING_FIGURE
+    assert record_capacity("loop", MIN_MEASURED_TOKENS, 0.5, 1.0, "enough", []).tokens == MIN_MEASURED_TOKENS
+    assert load_capacity("loop", []).tokens_per_cpu_s == pytest.approx(2 * MIN_MEASURED_TOKENS)
+
+
+def test_small_runs_an_earlier_version_kept_are_passed_over_and_dropped_at_the_next_write(own_client_capacity_file):
+    tiny = [
+        {"tokens": 12 + i, "cpu_s": 0.17, "tokens_per_cpu_s": 70.6, "at": "t", "run": f"fault{i}"} for i in range(5)
+    ]
+    own_client_capacity_file.write_text(
+        json.dumps({"format": 1, "machines": {machine_key("loop"): {"measurements": tiny}}})
+    )
+    warnings = []
+    assert load_capacity("loop", warnings) is PLANNING_FIGURE and warnings == []
+    record_capacity("loop", 40_000, 1.0, 2.0, "real", warnings)
+    stored = json.loads(own_client_capacity_file.read_text())["machines"][machine_key("loop")]["measurements"]
+    assert [m["run"] for m in stored] == ["real"] and warnings == []
+
+
+def test_an_outlier_does_not_move_the_estimate(own_client_capacity_file):
+    for i, tokens in enumerate([40_000, 44_000, 38_000]):
+        record_capacity("loop", tokens, 1.0, 2.0, f"r{i}", [])
+    before = own_client_capacity_file.read_bytes()
+    assert load_capacity("loop", []).tokens_per_cpu_s == pytest.approx(40_000)  # the median
+    warnings = []
+    # a big run whose client spent its CPU on something else: 20,000 tokens in 4 CPU-seconds, 5,000 per CPU-second
+    odd = record_capacity("loop", 20_000, 4.0, 8.0, "odd", warnings)
+    assert odd.tokens_per_cpu_s == 5_000  # what this run measured (summary.json), not kept
+    (warning,) = warnings
+    assert "5,000 tokens per CPU-second" in warning and "40,000" in warning and "not kept" in warning
+    assert str(own_client_capacity_file) in warning
+    assert own_client_capacity_file.read_bytes() == before
+    assert load_capacity("loop", []).tokens_per_cpu_s == pytest.approx(40_000)
+    # a low run within a quarter of the median is kept, and moves the median only to its neighbour's figure
+    record_capacity("loop", 12_000, 1.0, 2.0, "low", [])
+    assert load_capacity("loop", []).tokens_per_cpu_s == pytest.approx((38_000 + 40_000) / 2)
+
+
+def test_one_odd_run_does_not_outvote_one_earlier_run(own_client_capacity_file):
+    record_capacity("kernel", 40_000, 1.0, 2.0, "first", [])
+    warnings = []
+    record_capacity("kernel", 10_000, 1.5, 2.0, "odd", warnings)  # 6,667 per CPU-second
+    assert "not kept" in warnings[0] and load_capacity("kernel", []).tokens_per_cpu_s == pytest.approx(40_000)
 
 
 @pytest.mark.parametrize(
@@ -175,6 +226,7 @@ def test_a_server_reporting_absurd_usage_leaves_the_capacity_cache_unchanged(
 ):
     # the run's CPU filters off, so only the fix keeps the server's counts out (a failed 0.4 s run once passed them)
     monkeypatch.setattr("harness.client.capacity.MIN_CPU_S", 0.0)
+    monkeypatch.setattr("harness.client.capacity.MIN_MEASURED_TOKENS", 1)
     monkeypatch.setattr("harness.client.capacity.MIN_BUSY_CORES", 0.0)
     record_capacity("loop", 40_000, 1.0, 2.0, "earlier", [])
     record_capacity("kernel", 40_000, 1.0, 2.0, "earlier", [])
@@ -190,6 +242,7 @@ def test_a_server_reporting_absurd_usage_leaves_the_capacity_cache_unchanged(
 @pytest.mark.faults
 def test_only_completed_requests_count_towards_a_kept_measurement(gt, tmp_path, monkeypatch, own_client_capacity_file):
     monkeypatch.setattr("harness.client.capacity.MIN_CPU_S", 0.0)
+    monkeypatch.setattr("harness.client.capacity.MIN_MEASURED_TOKENS", 1)
     monkeypatch.setattr("harness.client.capacity.MIN_BUSY_CORES", 0.0)
     result = run_scenario(
         load_scenario(_prompts_scenario(tmp_path, gt.url, ["usage_1e12", "", "", ""])), tmp_path / "out"
@@ -226,3 +279,19 @@ def test_a_cache_holding_nonsense_is_ignored_with_a_warning_and_repaired_on_the_
     assert [m["run"] for m in strict["machines"][machine_key("loop")]["measurements"]] == ["good", "next"]
     later = []
     assert load_capacity("loop", later).measurements == 2 and later == []
+
+
+@pytest.mark.faults
+def test_a_tiny_bench_run_leaves_the_capacity_cache_as_it_was(gt, tmp_path, own_client_capacity_file):
+    """The fault kit's runs: `bench run` of a few short requests, valid and complete, which the old rules kept as
+    this machine's client capacity (~100 tokens per CPU-second) and sized every later run from."""
+    record_capacity("loop", 40_000, 1.0, 2.0, "earlier", [])
+    record_capacity("kernel", 40_000, 1.0, 2.0, "earlier", [])
+    before = own_client_capacity_file.read_bytes()
+    scenario = _prompts_scenario(tmp_path, gt.url, [""] * 4)
+    res = bench("run", scenario, "--output", tmp_path / "out", "--allow-client-bound")  # the env names the file
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["requests"]["completed"] == 4 and summary.get("client_capacity_measured") is None
+    assert own_client_capacity_file.read_bytes() == before
+    assert "40,000 tokens per CPU-second measured here" in summary["workers_sizing"]["describe"]

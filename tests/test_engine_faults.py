@@ -2,22 +2,29 @@
 on 127.0.0.1 and must end as a clear error for that request alone, never a 500 or a stalled server."""
 
 import asyncio
+import gzip
 import json
 import logging
+import os
+import random
 import re
 import signal
 import sys
 import threading
 import time
+import zlib
 
 import aiohttp
 import pytest
 
 from native_engine import sampler, server
 from native_engine.llm_engine import EngineConfig, LLMEngine
+from native_engine.router import Router, start_router
+from native_engine.routing_policy import Policy
 from native_engine.sampler import sample
 from native_engine.sequence import SamplingParams
 from native_engine.server import start_server
+from native_engine.stop_strings import StopStrings
 
 pytestmark = pytest.mark.faults
 HOT = 8.0  # the tiny model's logits are very peaked; sample hot to get varied tokens
@@ -178,7 +185,33 @@ BAD_BODIES = [
     (b'{"prompt": "hi", "logprobs": 0}', "logprobs"),
     (b'{"prompt": "hi", "echo": true}', "echo"),
     (b'{"prompt": "hi", "best_of": 2}', "best_of"),
+    # issue 37: options the engine lacks were accepted and ignored
+    (b'{"prompt": "hi", "logit_bias": {"50256": -100}}', "logit_bias"),
+    (b'{"prompt": "hi", "presence_penalty": 0.5}', "presence_penalty"),
+    (b'{"prompt": "hi", "frequency_penalty": -1}', "frequency_penalty"),
+    (b'{"prompt": "hi", "repetition_penalty": 1.2}', "repetition_penalty"),
+    (b'{"prompt": "hi", "tools": [{"type": "function", "function": {"name": "f"}}]}', "tools"),
+    (b'{"prompt": "hi", "tool_choice": "required"}', "tool_choice"),
+    (b'{"prompt": "hi", "stream": true, "stream_options": {"include_usage": "false"}}', "stream_options"),
+    (b'{"prompt": "hi", "stream": true, "stream_options": {"include_usage": true, "usage": true}}', "stream_options"),
+    (b'{"prompt": "hi", "stream": true, "stream_options": {"continuous_usage_stats": true}}', "stream_options"),
+    (b'{"prompt": "hi", "stream": true, "stream_options": "include_usage"}', "stream_options"),
+    (json.dumps({"prompt": "hi", "stop": [f"s{i}" for i in range(150_000)]}).encode(), "stop"),
+    (json.dumps({"prompt": "hi", "stop": ["x" * 100_000]}).encode(), "stop"),
 ]
+# What clients send when the user set none of those options: each asks for nothing, so each is accepted.
+NEUTRAL_OPTIONS = {
+    "logprobs": None,
+    "echo": False,
+    "best_of": 1,
+    "logit_bias": {},
+    "presence_penalty": 0,
+    "frequency_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "tools": None,
+    "tool_choice": "none",
+    "stream_options": {"include_usage": False, "include_obfuscation": True},
+}
 
 
 @pytest.mark.parametrize("data,param", BAD_BODIES, ids=lambda v: v if isinstance(v, str) else v[:40].decode())
@@ -186,9 +219,7 @@ async def test_bad_completion_bodies_get_400_naming_the_field(served, data, para
     _, url, http = served
     status, body = await post(http, url + "/v1/completions", data=data, headers={"Content-Type": "application/json"})
     assert status == 400 and body["error"]["param"] == param and param in body["error"]["message"]
-    status, body = await post(
-        http, url + "/v1/completions", {"prompt": "hi", "max_tokens": 2, "logprobs": None, "echo": False, "best_of": 1}
-    )
+    status, body = await post(http, url + "/v1/completions", {"prompt": "hi", "max_tokens": 2, **NEUTRAL_OPTIONS})
     assert status == 200 and body["usage"]["completion_tokens"] == 2
 
 
@@ -219,6 +250,52 @@ async def test_unknown_charset_gets_400_naming_content_type(served):
         headers={"Content-Type": "application/json; charset=klingon"},
     )
     assert status == 400 and body["error"]["param"] == "Content-Type" and "klingon" in body["error"]["message"]
+
+
+BODY = json.dumps({"prompt": "hi", "max_tokens": 2}).encode()
+
+
+@pytest.mark.parametrize(
+    "encoding, data",
+    [("gzip", BODY), ("deflate", BODY), ("gzip", gzip.compress(BODY)[:-8]), ("br", BODY), ("klingon", BODY)],
+    ids=["gzip-but-plain", "deflate-but-plain", "gzip-cut-short", "br", "unknown"],
+)
+async def test_a_body_not_in_its_content_encoding_gets_400_naming_the_header(served, caplog, encoding, data):
+    """Issue 37: a lying gzip or deflate was a 500 with a traceback, br a traceback, an unknown coding ignored."""
+    _, url, http = served
+    headers = {"Content-Type": "application/json", "Content-Encoding": encoding}
+    with caplog.at_level(logging.ERROR):
+        status, body = await post(http, url + "/v1/completions", data=data, headers=headers)
+    assert status == 400 and body["error"]["param"] == "Content-Encoding", body
+    assert "Content-Encoding" in body["error"]["message"] and "send" in body["error"]["message"]
+    assert not caplog.records  # no traceback in the server's log
+
+
+async def test_a_body_in_its_content_encoding_is_read_and_a_gzip_bomb_gets_413(served):
+    _, url, http = served
+    for encoding, data in [("gzip", gzip.compress(BODY)), ("deflate", zlib.compress(BODY)), ("identity", BODY)]:
+        headers = {"Content-Type": "application/json", "Content-Encoding": encoding}
+        status, body = await post(http, url + "/v1/completions", data=data, headers=headers)
+        assert status == 200 and body["usage"]["completion_tokens"] == 2, (encoding, body)
+    bomb = gzip.compress(b'{"prompt": "' + b" " * (server.MAX_BODY_BYTES + 10) + b'"}')  # 4 KiB, unpacks to 4 MiB
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    status, body = await post(http, url + "/v1/completions", data=bomb, headers=headers)
+    assert status == 413 and body["error"]["param"] == "body"
+
+
+async def test_the_data_parallel_router_answers_a_bad_content_encoding_with_the_same_400(served, caplog):
+    _, url, http = served
+    runner, port = await start_router(Router([url], Policy("round_robin", ["0"])))
+    routed = f"http://127.0.0.1:{port}/v1/completions"
+    try:
+        headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+        with caplog.at_level(logging.ERROR):
+            status, body = await post(http, routed, data=BODY, headers=headers)  # plain JSON, said to be gzip
+        assert status == 400 and body["error"]["param"] == "Content-Encoding" and not caplog.records, body
+        status, body = await post(http, routed, data=gzip.compress(BODY), headers=headers)
+        assert status == 200 and body["usage"]["completion_tokens"] == 2
+    finally:
+        await runner.cleanup()
 
 
 async def test_user_text_spelling_a_control_token_stays_plain_text(served):
@@ -456,3 +533,132 @@ async def test_bench_serve_bounds_its_drain_by_shutdown_grace_s(tiny_path):
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def test_sigterm_cuts_four_long_smollm2_streams_and_exits_within_the_grace(tmp_path):
+    """Issue 37: aiohttp waited the grace for the handlers, then again after cancelling them (10.0 s for a
+    5 s grace). With the real model and 4 streams far from done, SIGTERM ends the process within 6 s."""
+    grace_s, max_tokens = 5.0, 4000  # SmolLM2 on CPU streams far under 4000 tokens in 5 s
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "native_engine", "serve", "--model", "smollm2", "--port", "0"),
+        *("--blas-threads", "1", "--shutdown-grace-s", str(grace_s)),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        line = (await asyncio.wait_for(proc.stdout.readline(), 300)).decode()
+        port = int(re.search(r"http://127\.0\.0\.1:(\d+)", line)[1])
+        connections = [await open_stream(port, max_tokens) for _ in range(4)]
+        reads = [asyncio.create_task(read_stream(reader)) for reader, _ in connections]
+        proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        code = await asyncio.wait_for(proc.wait(), 120)
+        drain_s = time.monotonic() - signalled
+        streams = await asyncio.wait_for(asyncio.gather(*reads), 30)
+        for _, writer in connections:
+            writer.close()
+        assert code == 0 and drain_s < grace_s + 1.0, (code, drain_s)
+        assert all(not done and 0 < chunks < max_tokens for chunks, done in streams), streams  # cut, not finished
+        assert "Traceback" not in (await proc.stderr.read()).decode()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_sigterm_to_a_data_parallel_deployment_drains_for_the_grace_then_cuts(tiny_path):
+    """The router drains as one engine does (it kept aiohttp's 60 s, then 60 s again, then gave its replicas
+    10 s): its streams are cut at the grace's end and router and replicas are gone soon after."""
+    grace_s, max_tokens = 1.0, 2000
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "native_engine", "serve", "--model", str(tiny_path), "--port", "0"),
+        *("--data-parallel", "2", "--router-policy", "round_robin", "--shutdown-grace-s", str(grace_s)),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        line = (await asyncio.wait_for(proc.stdout.readline(), 120)).decode()
+        port = int(re.search(r"serving on http://127\.0\.0\.1:(\d+)", line)[1])
+        replica_pids = [int(p) for p in re.findall(r"pid (\d+)", line)]
+        connections = [await open_stream(port, max_tokens) for _ in range(2)]  # one on each replica
+        reads = [asyncio.create_task(read_stream(reader)) for reader, _ in connections]
+        proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        code = await asyncio.wait_for(proc.wait(), 120)
+        drain_s = time.monotonic() - signalled
+        streams = await asyncio.wait_for(asyncio.gather(*reads), 30)
+        for _, writer in connections:
+            writer.close()
+        assert all(not done and 0 < chunks < max_tokens for chunks, done in streams), streams
+        assert code == 0 and drain_s < grace_s + 3.0, (code, drain_s)  # generous: it was up to 130 s
+        assert not any(os.path.exists(f"/proc/{pid}") for pid in replica_pids)  # reaped by the router
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+# ---- stop strings: one pass per token however many there are (issue 37) -------------------------------
+class CountingSet(frozenset):
+    """A frozenset that counts its membership tests: the stop-string matcher's work."""
+
+    def __contains__(self, item):
+        self.lookups = getattr(self, "lookups", 0) + 1
+        return super().__contains__(item)
+
+
+def stream_through_matcher(stop: list[str], pieces: list[str]) -> tuple[tuple[int, str] | None, int]:
+    """(the first stop found as the pieces arrive one a token, membership tests made)."""
+    matcher = StopStrings(stop)
+    matcher.strings = CountingSet(matcher.strings)
+    text, hit = "", None
+    for piece in pieces:
+        text += piece
+        hit = matcher.first_in(text, len(text) - len(piece))
+        if hit is not None:
+            break
+    return hit, getattr(matcher.strings, "lookups", 0)
+
+
+def test_stop_string_work_per_token_does_not_grow_with_their_number():
+    pieces = ["The", " answer", " is", " forty", "-two", ".", "\n\n", "Question", ":"]
+    few = ["\n\nQuestion:", "END"]
+    decoys = [f"#{i:09x}#" for i in range(127)] + [f"{i:03x}" for i in range(127)]  # lengths 11 and 3, never seen
+    hit_few, lookups_few = stream_through_matcher(few, pieces)
+    hit_many, lookups_many = stream_through_matcher(few + decoys, pieces)
+    num_chars = len("".join(pieces))
+    assert hit_few == hit_many == (len("The answer is forty-two."), "\n\nQuestion:")
+    assert lookups_few == lookups_many <= num_chars * 2  # one test per character and distinct length
+    with pytest.raises(ValueError, match="stop: at most 256"):  # and past the cap the engine refuses them
+        SamplingParams(stop=few + decoys + ["one too many"])
+
+
+def test_stop_strings_match_across_token_boundaries_as_a_scan_of_the_whole_text_would():
+    """Random texts cut into random tokens, against the reference: the stop that starts first in the text
+    so far, checked after each token (at one start, the shorter one)."""
+    rng = random.Random(37)
+    for _ in range(2000):
+        text = "".join(rng.choice("ab") for _ in range(rng.randint(1, 30)))
+        stop = list({"".join(rng.choice("ab") for _ in range(rng.randint(1, 5))) for _ in range(rng.randint(1, 4))})
+        cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(0, 8))))
+        pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
+        expected, end = None, 0
+        for piece in pieces:
+            end += len(piece)
+            hits = [(i, s) for s in stop if (i := text[:end].find(s)) >= 0]
+            if hits:
+                expected = min(hits)
+                break
+        assert stream_through_matcher(stop, pieces)[0] == expected, (text, stop, pieces)
+
+
+def test_an_engine_with_many_stop_strings_cuts_where_one_would(tiny):
+    engine = LLMEngine(EngineConfig(kv_cache_tokens=1024), tiny)
+    prompt = tiny.tokenizer.encode("the stop test")
+    base = {"max_tokens": 60, "temperature": HOT, "seed": 3, "ignore_eos": True}
+    [full] = engine.generate([prompt], SamplingParams(**base))
+    stop = full.text[20:24]
+    decoys = [f"\x00{i:03d}" for i in range(255)]  # the same length, never generated
+    [one] = engine.generate([prompt], SamplingParams(**base, stop=[stop]))
+    [many] = engine.generate([prompt], SamplingParams(**base, stop=decoys + [stop]))
+    assert one.text == many.text == full.text[: full.text.find(stop)] and many.stop_reason == stop

@@ -5,12 +5,15 @@ break a reader) and asserts that the run says so instead of reporting wrong numb
 Marked `faults` (`pytest -m faults` runs just these); they are fast and run in the normal suite too.
 """
 
+import asyncio
 import json
 import os
 import signal
+import threading
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 from bench_process import bench, bench_started, wait_until_written
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess, GroundTruthServer, gt_request
 
@@ -21,7 +24,7 @@ from harness.metrics.latencies import summarize
 from harness.scenario.scenario import ScenarioError, load_scenario
 from harness.scenario.tokenizer_source import ApproximateTokenizer
 from harness.scenario.traces import load_trace
-from harness.scenario.workload import build_schedule
+from harness.scenario.workload import RequestSpec, build_schedule
 
 pytestmark = pytest.mark.faults
 
@@ -293,3 +296,187 @@ def test_missing_records_make_a_run_incomplete_unless_it_was_cut_short_on_purpos
     outcome.interrupted = True
     assert incomplete_reasons(outcome, 10, stops_at_duration=False) == []
     assert incomplete_reasons(outcome, 7, stops_at_duration=False) == []
+
+
+# --- a server whose stream breaks OpenAI's format: what reaches the record ---------------------------------------
+
+ENGINES = Path(__file__).parent / "fixtures" / "engines"
+
+
+def _events(name: str) -> list[bytes]:
+    """A recorded stream's events, each with its blank line."""
+    return [e + b"\n\n" for e in (ENGINES / name).read_bytes().split(b"\n\n") if e.strip()]
+
+
+VLLM = _events("vllm_completions.sse")  # 16 token events, a usage event, [DONE]
+
+
+def _scripted(fault: str) -> list[bytes]:
+    """vLLM's recorded stream with one fault (the request's prompt names it)."""
+    events = list(VLLM)
+    if fault == "text_5":
+        events[2] = events[2].replace(b'"text":"\\n"', b'"text":5')
+    elif fault == "finish_reason_object":
+        events[15] = events[15].replace(b'"finish_reason":"length"', b'"finish_reason":{"type":"length"}')
+    elif fault == "after_done":  # two token events more after [DONE]
+        events += [VLLM[0], VLLM[1]]
+    elif fault == "model_switch":  # from the 9th event on, another model answers
+        events[8:16] = [e.replace(b'"model":"smollm2"', b'"model":"llama-70b"') for e in events[8:16]]
+    elif fault == "multi_token":  # the built-in engine's speculative decoding: 13 events carry 24 tokens
+        events = _events("native_spec_completions.sse")
+    return events
+
+
+class ScriptedServer:
+    """/v1/completions on 127.0.0.1, in a thread of its own (so a `bench run` subprocess can use it too): each request
+    is answered as `answer(prompt, n)` says, n counting the requests from 0: a list of SSE events, or a web.Response
+    (a redirect)."""
+
+    def __init__(self, answer):
+        self.answer, self.requests = answer, 0
+        self.loop = asyncio.new_event_loop()
+        self.started = threading.Event()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    async def _serve(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        n, self.requests = self.requests, self.requests + 1
+        answer = self.answer(body["prompt"], n)
+        if isinstance(answer, web.Response):
+            return answer
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for event in answer:
+            await resp.write(event)
+        await resp.write_eof()
+        return resp
+
+    async def _start(self) -> str:
+        app = web.Application()
+        app.router.add_post("/v1/completions", self._serve)
+        app.router.add_get("/v1/models", _models)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        return asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(timeout=30)
+
+    def __exit__(self, *exc) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(timeout=30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=30)
+
+
+async def _models(request: web.Request) -> web.Response:
+    return web.json_response({"data": [{"id": "smollm2"}]})
+
+
+def _answer(fault: str, n: int):
+    if fault.startswith("redirect_"):
+        status = int(fault.removeprefix("redirect_"))
+        return web.Response(status=status, headers={"Location": "http://127.0.0.1:9/v2/completions"}, text="moved")
+    return _scripted(fault)
+
+
+async def _record(url: str, fault: str, stamps: str, output_tokens: int = 16):
+    spec = RequestSpec(
+        index=0, intended_offset_s=0.0, prompt=fault, messages=None, prompt_tokens=5, output_tokens=output_tokens
+    )
+    (rec,) = (await Runner(Target(url=url, model="smollm2", stamps=stamps), [spec]).run()).records
+    return rec
+
+
+@pytest.mark.parametrize("stamps", ["kernel", "loop"])
+@pytest.mark.parametrize(
+    "fault, reason, said",
+    [
+        ("text_5", "malformed_event", "choices[0].text is 5 (a number), not a string: the server's stream is not in"),
+        ("finish_reason_object", "malformed_event", 'choices[0].finish_reason is {"type": "length"} (an object)'),
+    ],
+)
+async def test_a_choice_field_of_the_wrong_type_is_the_servers_fault_not_the_clients(stamps, fault, reason, said):
+    # once recorded as client_error "parsing the stream failed: TypeError: can only concatenate str (not "int")"
+    # (text) and "TypeError: unhashable type: 'dict'" (finish_reason)
+    with ScriptedServer(_answer) as url:
+        rec = await _record(url, fault, stamps)
+    assert rec.error_reason == reason and rec.error_detail.startswith(said), rec.error_detail
+
+
+@pytest.mark.parametrize("stamps", ["kernel", "loop"])
+async def test_events_after_done_fail_the_stream_and_the_answer_up_to_done_is_kept(stamps):
+    with ScriptedServer(_answer) as url:
+        rec = await _record(url, "after_done", stamps)
+        clean = await _record(url, "none", stamps)
+    assert clean.ok and clean.output_tokens == 16
+    assert rec.error_reason == "events_after_done" and rec.partial  # once ok, with the two late tokens timed too
+    assert rec.error_detail.startswith('2 events after [DONE], the first b\'data: {"id":"cmpl-8a1007f35f4f62a4"')
+    assert rec.output_tokens == rec.output_tokens_counted == 16 and len(rec.token_times_s) == 16
+    assert rec.token_times_s[-1] <= rec.end_s
+
+
+@pytest.mark.parametrize("stamps", ["kernel", "loop"])
+async def test_the_served_model_is_recorded_and_a_switch_mid_stream_fails_it(stamps):
+    with ScriptedServer(_answer) as url:
+        rec = await _record(url, "model_switch", stamps)
+        clean = await _record(url, "none", stamps)
+    assert clean.ok and clean.served_model == "smollm2"
+    assert rec.error_reason == "model_switch" and rec.partial and rec.served_model == "smollm2"
+    assert rec.error_detail == (
+        "event 9 names model 'llama-70b', the events before it 'smollm2': the server switched model mid-answer"
+    )
+
+
+@pytest.mark.parametrize("stamps", ["kernel", "loop"])
+@pytest.mark.parametrize("status", [307, 302, 308])
+async def test_a_redirect_fails_as_a_redirect_naming_the_status_and_where_it_points(stamps, status):
+    with ScriptedServer(_answer) as url:
+        rec = await _record(url, f"redirect_{status}", stamps)
+    # once malformed_sse (kernel stamps: the body "moved" read as SSE) or connect_error (loop stamps: aiohttp followed
+    # the redirect and re-sent the request to where it pointed)
+    assert rec.error_reason == "http_redirect" and rec.http_status == status
+    assert rec.error_detail == (
+        f"HTTP {status} redirect to http://127.0.0.1:9/v2/completions: bench does not follow redirects; set "
+        f"backend.url to the address the server redirects to"
+    )
+
+
+@pytest.mark.parametrize("stamps", ["kernel", "loop"])
+async def test_the_built_in_engines_multi_token_chunks_agree_with_its_usage(stamps):
+    # recorded from `bench serve --speculative ngram`: 13 token events carrying 24 tokens; once 13 counted against a
+    # usage of 24, a token-count mismatch on every request that made a run against the engine itself INVALID
+    with ScriptedServer(_answer) as url:
+        rec = await _record(url, "multi_token", stamps, output_tokens=24)
+    assert rec.ok and not rec.token_count_mismatch, rec.error_detail
+    assert rec.output_tokens == rec.output_tokens_usage == rec.output_tokens_counted == 24
+    assert rec.tokens_per_chunk == [1, 1] + [2] * 11
+    summary = summarize([rec])
+    assert summary.token_count_mismatches == 0 and summary.output_tokens == 24
+
+
+def test_a_run_served_by_two_models_is_invalid_naming_them(tmp_path):
+    def two_models(prompt: str, n: int) -> list[bytes]:  # every third request answered by another model
+        model = b"llama-70b" if n % 3 == 2 else b"smollm2"
+        return [e.replace(b'"model":"smollm2"', b'"model":"%s"' % model) for e in VLLM]
+
+    with ScriptedServer(two_models) as url:
+        scenario = tmp_path / "s.yaml"
+        scenario.write_text(
+            f"name: switch\nbackend: {{kind: openai, url: '{url}', model: smollm2}}\n"
+            "workload: {kind: random, input_tokens: 8, output_tokens: 16}\n"
+            "load: {arrival: constant, rate: 50, num_requests: 12}\n"
+            "telemetry: {interval_ms: 200, gpu: false}\n"
+        )
+        res = bench("run", scenario, "--output", tmp_path / "out", "--workers", "1", "--allow-client-bound")
+    records = [json.loads(line) for line in (tmp_path / "out" / "requests.jsonl").read_text().splitlines()]
+    served = [r["served_model"] for r in records if not r["is_warmup"]]
+    assert len(served) == 12 and served.count("llama-70b") == 4 and served.count("smollm2") == 8, served
+    validity = json.loads((tmp_path / "out" / "summary.json").read_text())["validity"]
+    assert not validity["valid"]
+    assert (
+        "model switch: 2 models served the measured requests ('smollm2' 8, 'llama-70b' 4, by the `model` of their "
+        "streams); the figures mix them" in validity["reasons"]
+    ), (validity, res.stderr)

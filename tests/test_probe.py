@@ -167,8 +167,9 @@ def test_the_native_engine_rows_match_what_it_does(native):
         and f"is {tokens['count']} tokens" in (rows["/tokenize"]["evidence"])
     )
     assert _metric_prefixes(url) == {"native"} and rows["/metrics"]["evidence"].startswith("native names")
-    # tools are accepted and ignored: no tool_calls, so code relying on them breaks (FAIL, not UNSUPPORTED)
-    assert not _tool_call_came_back(url) and rows["tool calls"]["verdict"] == "FAIL"
+    # tools are refused with the engine's own 400 naming them (issue 37: they had been accepted and ignored)
+    assert not _tool_call_came_back(url) and rows["tool calls"]["verdict"] == "UNSUPPORTED"
+    assert "tools is not supported" in rows["tool calls"]["evidence"]
     for check in ("chat completions", "completions", "streaming", "usage in the stream", "max_tokens"):
         assert rows[check]["verdict"] == "PASS", rows[check]
 

@@ -56,8 +56,14 @@ def test_the_interval_is_students_t_and_until_ci_waits_for_three_runs_within_it(
     assert mean_interval([5.0], 0.95, "ms").half_width is None
 
 
-def test_repeats_that_agree_stop_at_three_and_the_folder_is_reported(tmp_path):
-    # every request takes 200 ms + 7 x 10 ms: runs of 60 requests at 40/s differ by client noise only
+def _converged_by_hand(out, dirs, until: float) -> bool:
+    return all(half <= until * abs(mean) for mean, half in _by_hand(out, dirs).values())
+
+
+def test_repeats_that_agree_stop_at_the_first_count_within_the_interval_and_the_folder_is_reported(tmp_path):
+    """Every request takes 200 ms + 7 x 10 ms: runs of 60 requests at 40/s differ by client noise only, so they agree
+    within 10% after three (a quiet machine) or a few more (a busy one): the run stops at the first count whose
+    hand-computed intervals are all within 10%, and not before."""
     with GroundTruthProcess(GroundTruthConfig(ttft_ms=200, itl_ms=10)) as gt:
         scenario = _scenario(tmp_path, gt.url, "{arrival: constant, rate: 40, num_requests: 60}")
         out = tmp_path / "out"
@@ -76,20 +82,28 @@ def test_repeats_that_agree_stop_at_three_and_the_folder_is_reported(tmp_path):
         )
     assert res.returncode == 0, res.stderr
     manifest = json.loads((out / "repeats.json").read_text())
-    assert manifest["stopped"] == "converged", res.stderr
     assert str(out / "repeats.json") in validate_folder(out)  # with each repeat's files, each fits its model
-    assert [r["status"] for r in manifest["repeats"]] == ["completed"] * 3 + ["pending"] * 2
-    assert [r["seed"] for r in manifest["repeats"][:3]] == [0, 1, 2] and not (out / "repeat-4").exists()
-    for path, (mean, half) in _by_hand(out, ["repeat-1", "repeat-2", "repeat-3"]).items():
+    ran = sum(r["status"] == "completed" for r in manifest["repeats"])
+    dirs = [f"repeat-{k}" for k in range(1, ran + 1)]
+    assert [r["status"] for r in manifest["repeats"]] == ["completed"] * ran + ["pending"] * (5 - ran)
+    assert [r["seed"] for r in manifest["repeats"][:ran]] == list(range(ran)) and not (
+        out / f"repeat-{ran + 1}"
+    ).exists()
+    assert not any(_converged_by_hand(out, dirs[:k], 0.10) for k in range(3, ran))  # it went on only while it had to
+    if _converged_by_hand(out, dirs, 0.10):
+        assert manifest["stopped"] == "converged" and f"stopped: converged after {ran}" in res.stderr
+    else:
+        assert ran == 5 and manifest["stopped"] == "all repeats ran"
+    for path, (mean, half) in _by_hand(out, dirs).items():
         m = manifest["metrics"][path]
-        assert m["n"] == 3 and m["mean"] == pytest.approx(mean) and m["half_width"] == pytest.approx(half)
-        assert m["relative_half_width"] <= 0.10
-    assert "across 3 of 3 completed repeats" in res.stderr and "stopped: converged after 3" in res.stderr
+        assert m["n"] == ran and m["mean"] == pytest.approx(mean) and m["half_width"] == pytest.approx(half)
+    assert f"across {ran} of {ran} completed repeats" in res.stderr
     write_report([out], tmp_path / "report.html")
     md = (tmp_path / "report.md").read_text()
     ttft = manifest["metrics"]["ttft_ms.p50"]
     assert "## Across repeats" in md and f"| out | ttft_ms.p50 | ms | {ttft['mean']:,.2f} |" in md
-    assert "| out/repeat-3 |" in md and "3 of up to 5 repeats completed, stopped: converged (until ±10%)" in md
+    assert f"| out/repeat-{ran} |" in md and f"{ran} of up to 5 repeats completed, stopped: {manifest['stopped']}" in md
+    print(f"stopped after {ran} repeats: {manifest['stopped']}")
 
 
 def test_repeats_of_a_server_whose_speed_changes_between_runs_run_to_the_end(tmp_path):

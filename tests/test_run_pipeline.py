@@ -312,7 +312,7 @@ def test_a_sweep_folder_holding_results_is_refused_unless_overwritten(tmp_path):
     from harness.results.schema import SweepPoint
 
     out = tmp_path / "sweep"
-    prepare_sweep_dir(out)  # new: fine
+    prepare_sweep_dir(out).release()  # new: fine (the lock a sweep holds while it runs, let go)
     (out / "point-000-rate-1").mkdir()
     (out / "point-000-rate-1" / "requests.jsonl").write_text("")
     point = SweepPoint(index=0, offered_load=1.0, dir="point-000-rate-1", status="completed", client_bound=False)
@@ -320,5 +320,5 @@ def test_a_sweep_folder_holding_results_is_refused_unless_overwritten(tmp_path):
     assert read_statuses(out) == {"point-000-rate-1": "completed"}
     with pytest.raises(ResultsError, match="already holds results .*--overwrite"):
         prepare_sweep_dir(out)
-    prepare_sweep_dir(out, overwrite=True)
+    prepare_sweep_dir(out, overwrite=True).release()
     assert list(out.iterdir()) == []

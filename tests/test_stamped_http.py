@@ -278,13 +278,15 @@ async def test_the_ground_truth_server_keeps_the_kernels_arrival_apart_from_its_
             busy.sendall(_gt_post(2))  # the server cannot read it until this callback returns
             after_send_ns = time.perf_counter_ns()
             time.sleep(block_ns / 1e9)
+            unblocked_ns = time.perf_counter_ns()
             late = await _until_recorded(server, "2")
     finally:
         await server.stop_listening()
-    assert quiet["recv_kernel_ns"] <= quiet["recv_ns"] and late["recv_kernel_ns"] <= late["recv_ns"]
-    assert sent_ns <= late["recv_kernel_ns"] <= after_send_ns  # arrived during the send: loopback's receive path
-    assert late["recv_ns"] - late["recv_kernel_ns"] >= block_ns
-    assert quiet["recv_ns"] - quiet["recv_kernel_ns"] < block_ns / 4
+    assert quiet["recv_kernel_ns"] <= quiet["recv_ns"]
+    # arrived while the loop was blocked (loopback's receive path, in the send or soon after in ksoftirqd) ...
+    assert sent_ns <= late["recv_kernel_ns"] <= unblocked_ns
+    # ... and read only once the loop ran again: the record keeps the two apart
+    assert after_send_ns + block_ns <= late["recv_ns"] and late["recv_kernel_ns"] < late["recv_ns"]
 
 
 async def _open_client(port: int, connections: int) -> stamped_http.StampedClient:
@@ -320,8 +322,9 @@ async def test_a_wave_writes_every_request_in_order_and_a_send_that_fails_fails_
     assert answers[1].reason == "stream_cut" and "sending the request failed" in answers[1].detail
     assert all(answers[i].status == 200 and answers[i].end_ns >= answers[i].written_ns for i in (0, 2, 3, 4))
     assert sorted(server.records) == ["0", "2", "3", "4"]
-    for i in (0, 2, 3):  # the kernel took each wave request during its own send
-        assert wave[i].start_ns <= server.records[str(i)]["recv_kernel_ns"] <= wave[i].out.written_ns
+    for i in (0, 2, 3):  # the kernel took each wave request after its send began and before its answer came back
+        # (not "during its own send": loopback's receive path may run later, in ksoftirqd, on a busy machine)
+        assert wave[i].start_ns <= server.records[str(i)]["recv_kernel_ns"] <= answers[i].end_ns
 
 
 async def test_then_runs_in_the_read_that_ends_the_answer_with_its_connection_idle_again():

@@ -129,4 +129,5 @@ async def test_a_servers_count_that_is_not_one_is_null_and_the_local_count_stays
 async def test_choices_that_are_not_objects_are_the_servers_fault_named_by_field(url, stamps):
     rec, _ = await record_of(url, "choices_1", stamps)
     assert rec.error_reason == "malformed_event", rec.error_detail
-    assert rec.error_detail == "choices[0] is '1', not an object: the server's stream is not in the OpenAI format"
+    said = "choices[0] is 1 (a number), not an object: the server's stream is not in the OpenAI format"
+    assert rec.error_detail == said

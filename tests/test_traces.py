@@ -165,3 +165,63 @@ def test_csv_traces_replay_with_their_lengths(tmp_path, smollm2):
     assert [r.intended_offset_s for r in plan.requests] == [0.0, pytest.approx(0.4), pytest.approx(1.13)]
     assert [r.prompt_tokens for r in plan.requests] == [472, 1087, 417]
     assert [r.output_tokens for r in plan.requests] == [18, 1, 276]  # a 0-token answer still asks for 1
+
+
+def _mooncake(path: Path, timestamps_ms: list[float]) -> Path:
+    path.write_text("".join(f'{{"timestamp": {t}, "input_length": 8, "output_length": 2}}\n' for t in timestamps_ms))
+    return path
+
+
+def test_rows_out_of_order_and_negative_timestamps_are_said_not_fixed_silently(tmp_path, smollm2):
+    # lines 3, 5 and 6 come before a row above them; line 4's -2.5 s is the earliest of two negative timestamps
+    path = _mooncake(tmp_path / "x.jsonl", [0, 1000, 500, -2500, -100, 900, 3000])
+    warnings = []
+    rows = load_trace(path, warnings=warnings)
+    assert [r.line for r in rows] == [4, 5, 1, 3, 6, 2, 7]  # sorted, as before
+    assert warnings == [
+        f"load.trace: {path}: 4 rows out of timestamp order (first at line 3) were sorted into place; "
+        "2 negative timestamps (first at line 4; the earliest -2.5 s, at line 4): the replay starts at the "
+        "earliest, so every row is sent 2.5 s later than its timestamp says"
+    ]
+    plan = build_schedule(trace_scenario(path), smollm2)
+    assert plan.requests[0].intended_offset_s == 0.0 and plan.requests[2].intended_offset_s == pytest.approx(2.5)
+    assert plan.warnings == warnings  # bench run prints a schedule's warnings (test below)
+    one = []
+    load_trace(_mooncake(tmp_path / "one.jsonl", [0, 200, 100]), warnings=one)
+    assert one == [f"load.trace: {tmp_path / 'one.jsonl'}: 1 row out of timestamp order (line 3) was sorted into place"]
+
+
+def test_a_trace_in_order_is_not_a_warning(tmp_path):
+    warnings = []
+    load_trace(TINY_MOONCAKE, warnings=warnings)  # two rows at 0 ms: equal timestamps are in order
+    load_trace(_mooncake(tmp_path / "late.jsonl", [5000, 6000]), warnings=warnings)  # any origin: no shift said
+    burst = tmp_path / "BurstGPT_1.csv"
+    burst.write_text(BURSTGPT_CSV)
+    load_trace(burst, warnings=warnings)
+    assert warnings == []
+    azure = tmp_path / "AzureLLMInferenceTrace_conv.csv"
+    azure.write_text(AZURE_CSV.replace("2023-11-16", "1969-07-20"))  # absolute times: before 1970 is no shift
+    load_trace(azure, warnings=warnings)
+    assert warnings == [f"load.trace: {azure}: 1 row out of timestamp order (line 4) was sorted into place"]
+
+
+@pytest.mark.faults
+def test_bench_run_says_the_trace_reordering_on_the_console(tmp_path):
+    from bench_process import bench
+    from groundtruth_server import GroundTruthConfig, GroundTruthProcess
+
+    trace = _mooncake(tmp_path / "x.jsonl", [0, 300, 100, -200])
+    with GroundTruthProcess(GroundTruthConfig(ttft_ms=2, itl_ms=1)) as gt:
+        scenario = tmp_path / "s.yaml"
+        scenario.write_text(
+            f"name: t\nbackend: {{kind: openai, url: '{gt.url}', model: gt, tokenizer: smollm2}}\n"
+            f"workload: {{kind: random}}\nload: {{arrival: trace, trace: '{trace}', workers: 1}}\n"
+        )
+        res = bench("run", scenario, "--output", tmp_path / "out", "--allow-client-bound")
+    assert res.returncode == 0, res.stderr
+    said = (
+        f"load.trace: {trace}: 2 rows out of timestamp order (first at line 3) were sorted into place; "
+        "1 negative timestamp (line 4, -0.2 s): the replay starts at the earliest, so every row is sent 0.2 s "
+        "later than its timestamp says"
+    )
+    assert said in " ".join((res.stdout + res.stderr).split())  # the console wraps long lines

@@ -15,9 +15,10 @@ import pytest
 from bench_process import bench, bench_started
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess
 
+from harness.engine.step_trace import read_engine_trace
 from harness.results.folder import RequestRecord
 from harness.results.schema_files import validate_folder
-from harness.runs.early_stop import PointWatch, fit_line
+from harness.runs.early_stop import SATURATION_MIN_SAMPLES, PointWatch, fit_line
 from harness.runs.run import run_scenario
 from harness.scenario.scenario import Scenario, ScenarioError, load_scenario
 from harness.tune.search import Measured, search_capacity
@@ -213,28 +214,59 @@ def _scenario(url: str, rate: float, n: int, ttft_ms: float, arrival: str = "con
     )
 
 
-def test_over_saturated_point_stops_early_and_saves_seconds(tmp_path):
-    # 2 streams of 20 ms + 9 x 20 ms: the server carries 10 requests/s; 30/s makes its queue grow all run long
-    with GroundTruthProcess(GroundTruthConfig(ttft_ms=20, itl_ms=20, max_streams=2)) as gt:
-        # TTFT passes 2 s for requests sent after ~1 s, far more than the 15 that may miss; they are answered
-        # from ~3.2 s on, and once a tenth of those seen have missed (~3.6 s, 4 of ~36) the slopes stop the run,
-        # while ~40 requests are still to be sent and before the 16th miss makes its verdict certain (~4.7 s)
-        scenario = _scenario(gt.url, 30, 150, ttft_ms=2000)
-        watch = PointWatch({"ttft_ms": 2000}, 0.9)
-        stopped = run_scenario(scenario, tmp_path / "stopped", watch=watch)
-        whole = run_scenario(scenario, tmp_path / "whole")
-    stop = stopped.summary.stopped_early
-    assert stop.reason == "over_saturated" and stop.passed is False
-    # the truth: 30 arrive and 10 leave each second, so 20 more wait, each 1/10 s longer than the one before
-    assert stop.outstanding_per_s == pytest.approx(30 - 10, rel=0.3)
-    assert stop.ttft_s_per_s == pytest.approx((30 - 10) / 10, rel=0.3)
-    saved_s = whole.summary.window_s - stopped.summary.window_s
-    print(
-        f"over-saturated point: stopped after {stopped.summary.window_s:.1f} s of the whole run's "
-        f"{whole.summary.window_s:.1f} s ({saved_s:.1f} s saved), {stop.detail}"
+# A queue growing without end, scripted: request i's TTFT is 20 + 110 i ms, as a server serving one request per
+# 160 ms would give requests sent every 50 ms (20/s); each answer is 10 tokens at 20 ms.
+RAMP_RATE, RAMP_N, RAMP_TTFT_STEP_MS, RAMP_TOKENS, RAMP_ITL_MS = 20, 300, 110, 10, 20
+
+
+def _ramp_scenario(tmp_path, url: str) -> Scenario:
+    prompts = tmp_path / "ramp.jsonl"
+    prompts.write_text(
+        "".join(
+            json.dumps({"prompt": f"request {i} [gt id={i} ttft_ms={20 + RAMP_TTFT_STEP_MS * i}]"}) + "\n"
+            for i in range(RAMP_N)
+        )
     )
-    assert saved_s > 0.4 * whole.summary.window_s
-    assert stopped.summary.requests.measured < 150 and whole.summary.stopped_early is None
+    return Scenario.model_validate(
+        {
+            "name": "gt-ramp",
+            "backend": {"kind": "openai", "url": url, "model": "gt"},
+            "workload": {"kind": "file", "path": str(prompts), "output_tokens": RAMP_TOKENS},
+            "load": {"arrival": "constant", "rate": RAMP_RATE, "num_requests": RAMP_N, "workers": 1},
+            "slo": {"ttft_ms": 2000},
+        }
+    )
+
+
+def test_over_saturated_point_stops_early_and_saves_seconds(tmp_path):
+    """The server's TTFT grows by script, not by how fast this machine keeps up: requests 0-17 meet the 2 s TTFT,
+    18 on miss it (by 20 ms or more, growing), 30 of 300 may miss (attainment 0.9), so the verdict is certain at
+    the 31st miss (~49 records seen). The slopes may speak once the records span 1 s of sends (21 seen, 3 missed).
+    Whatever this machine's lag, the verdict needs 31 records: the slopes get 10 or more after their first chance
+    (28 without lag), and the 300 planned cost nothing, the stop ends the sends. Before, a real queue
+    (--max-streams 2 at 30/s) on a busy machine missed its SLO before its slopes were sure (verdict_missed)."""
+    with GroundTruthProcess(GroundTruthConfig(itl_ms=RAMP_ITL_MS)) as gt:
+        stopped = run_scenario(
+            _ramp_scenario(tmp_path, gt.url), tmp_path / "stopped", watch=PointWatch({"ttft_ms": 2000}, 0.9)
+        )
+    stop = stopped.summary.stopped_early
+    assert stop.reason == "over_saturated" and stop.passed is False, stop
+    assert SATURATION_MIN_SAMPLES <= stop.after_requests < 49 and stop.missed <= 30
+    # the script's truth: TTFT grows 110 ms per request, 20 requests a second; one answer leaves every 160 ms
+    ttft_s_per_s = RAMP_TTFT_STEP_MS / 1e3 * RAMP_RATE
+    assert stop.ttft_s_per_s == pytest.approx(ttft_s_per_s, rel=0.3)
+    assert stop.outstanding_per_s == pytest.approx(RAMP_RATE - 1 / (1 / RAMP_RATE + RAMP_TTFT_STEP_MS / 1e3), rel=0.3)
+    assert stopped.summary.requests.measured < RAMP_N  # the rest were never sent
+    # the whole run cannot end before its last request's scripted answer: 14.95 + 32.91 + 0.2 s
+    whole_at_least_s = (RAMP_N - 1) / RAMP_RATE + (
+        20 + RAMP_TTFT_STEP_MS * (RAMP_N - 1) + RAMP_TOKENS * RAMP_ITL_MS
+    ) / 1e3
+    print(
+        f"over-saturated point: stopped at {stop.at_s:.1f} s, ended {stopped.summary.run_span_s:.1f} s in (the "
+        f"in-flight requests' grace), where the whole run takes {whole_at_least_s:.1f} s or more: {stop.detail}"
+    )
+    # the stop comes at ~3.4 s (request 20's scripted answer), the run ends INTERRUPT_GRACE_S (3 s) later
+    assert stop.at_s < 0.2 * whole_at_least_s and stopped.summary.run_span_s < 0.3 * whole_at_least_s
     on_disk = json.loads((tmp_path / "stopped" / "summary.json").read_text())
     assert on_disk["stopped_early"]["reason"] == "over_saturated"  # the folder says it stopped early, and why
 
@@ -351,7 +383,10 @@ def test_a_large_space_is_pruned_by_successive_halving_on_the_probe(tmp_path):
 
 def test_a_plan_block_starts_the_search_from_the_predicted_capacity(tmp_path):
     """bench plan's simulation, fitted to a real traced run of the native engine (a tiny GGUF with SmolLM2's
-    tokenizer), runs the same search first; the measured search starts at its capacity instead of a probe."""
+    tokenizer), runs the same search first; the measured search starts at its capacity instead of a probe.
+    The traced run is a closed loop of 4 streams: each request takes a step per output token and at most 4 share
+    a step, so its 16 requests of 8 tokens take at least 16 x 8 / 4 = 32 steps on any machine (the fit needs 14).
+    At poisson 20/s a busy machine (load average 5-7) batched its requests into 12 steps."""
     from harness.runs.run import Reporter
     from harness.tune.tune import Tuner
     from native_engine.tiny_gguf import write_tiny_llama_gguf
@@ -364,12 +399,14 @@ def test_a_plan_block_starts_the_search_from_the_predicted_capacity(tmp_path):
             "name": "traced",
             "backend": {**backend, "trace": True},
             "workload": workload,
-            "load": {"arrival": "poisson", "rate": 20, "num_requests": 16, "workers": 1},
+            "load": {"arrival": "closed", "concurrency": 4, "num_requests": 16, "workers": 1},
         }
     )
     run_scenario(traced, tmp_path / "traced")
     run_info = json.loads((tmp_path / "traced" / "run.json").read_text())
     assert (tmp_path / "traced" / "engine_trace.json").is_file(), run_info["engine_trace"]
+    steps = read_engine_trace(tmp_path / "traced" / "engine_trace.json")
+    assert len(steps) >= 16 * 8 // 4 and max(s["decode_seqs"] for s in steps) <= 4
     scenario = Scenario.model_validate(
         {
             "name": "planned",

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from harness.cli.app import app
 from harness.engine.server_metrics import counter_resets
 from harness.metrics.latencies import summarize
-from harness.metrics.validity import MAX_FAILED_SHARE, run_validity, thresholds
+from harness.metrics.validity import MAX_FAILED_SHARE, run_validity, served_models, thresholds
 from harness.results.schema import Summary
 
 SLO = {"ttft_ms": 200.0, "tpot_ms": 50.0}
@@ -122,3 +122,21 @@ def test_token_count_mismatches_are_judged_by_the_tokens_they_miss_not_the_reque
         "token-count mismatches: the chunks counted and the server's usage differ by 32 of 992 output tokens "
         "(3.2% > 1%) in 2 of 60 completed requests"
     ]
+
+
+def test_a_run_served_by_more_than_one_model_is_invalid_naming_each_and_its_requests():
+    records = synthetic_records(n=60)
+    for rec in records:
+        rec.served_model = "smollm2"
+    for rec in records[::20]:
+        rec.served_model = "llama-70b"
+    records[1].served_model = None  # a stream that named no model is no third one
+    warmup = synthetic_records(n=1)[0]
+    warmup.is_warmup, warmup.served_model = True, "tinyllama"  # nor is a warm-up request's
+    served = served_models([*records, warmup])
+    assert served == {"smollm2": 56, "llama-70b": 3}
+    assert run_validity(_summary(records), models_served=served).reasons == [
+        "model switch: 2 models served the measured requests ('smollm2' 56, 'llama-70b' 3, by the `model` of their "
+        "streams); the figures mix them"
+    ]
+    assert run_validity(_summary(records), models_served={"smollm2": 60}).valid

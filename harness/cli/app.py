@@ -27,7 +27,7 @@ from harness.client.workers import client_bound_advice
 from harness.engine.launcher import BackendUnreachable
 from harness.metrics.across_runs import MIN_RUNS_TO_STOP
 from harness.plan.model_inspect import inspect_model
-from harness.results.folder import ResultsError, default_output_dir, versions
+from harness.results.folder import ResultsError, ResultsWriteFailed, default_output_dir, versions
 from harness.results.schema import TuneManifest
 from harness.runs.candidates import run_candidates
 from harness.runs.repeats import MANIFEST as REPEATS_MANIFEST
@@ -138,7 +138,7 @@ def run(
         )
     except (ScenarioError, ResultsError) as e:
         raise _fail("error", str(e), EXIT_BAD_INPUT)
-    except (BackendUnreachable, TokenizerError, DistributedError) as e:
+    except (BackendUnreachable, TokenizerError, DistributedError, ResultsWriteFailed) as e:
         raise _fail("run failed", str(e), EXIT_RUN_FAILED)
     except Terminated:
         raise _fail(
@@ -154,7 +154,9 @@ def run(
 
 def _interrupted_summary(out_dir: Path) -> str:
     summary = out_dir / "summary.json"
-    return f"{summary} says interrupted: true" if summary.is_file() else "no results folder was made"
+    if summary.is_file():
+        return f"{summary} says interrupted: true"
+    return f"{summary} could not be written" if out_dir.is_dir() else "no results folder was made"
 
 
 def _verdict(result: RunResult, allow_client_bound: bool) -> int:
@@ -164,6 +166,12 @@ def _verdict(result: RunResult, allow_client_bound: bool) -> int:
             f"[yellow]interrupted by {result.interrupted_by}: the summary covers the requests that finished[/]"
         )
         return EXIT_SIGTERM if result.interrupted_by == "SIGTERM" else EXIT_SIGINT
+    if result.not_written:
+        console.print(
+            f"[bold red]run failed[/]: {'; '.join(result.not_written)}; the figures above are this run's summary",
+            highlight=False,
+        )
+        return EXIT_RUN_FAILED
     if result.engine_exit:
         console.print(
             f"[bold red]run failed[/]: {result.engine_exit}; the load was stopped, the summary covers "
@@ -203,7 +211,7 @@ def _sweep(scenario, out_dir: Path, workers: str | None, overwrite: bool, allow_
     """`bench run` with load.sweep: every point into OUT/point-NNN-.../, a line per point, then the capacity."""
     try:
         points = run_sweep(scenario, out_dir, workers, overwrite, ConsoleReporter())
-    except (BackendUnreachable, TokenizerError, DistributedError) as e:
+    except (BackendUnreachable, TokenizerError, DistributedError, ResultsWriteFailed) as e:
         raise _fail("run failed", f"{e}; finished points stay in {out_dir}", EXIT_RUN_FAILED)
     except Terminated:
         raise _fail("terminated", f"finished points stay in {out_dir} (see sweep.json)", EXIT_SIGTERM)
@@ -266,7 +274,7 @@ def _repeats(
     where = f"finished repeats stay in {out_dir} (see {REPEATS_MANIFEST})"
     try:
         state = run_repeats(scenario, out_dir, repeats, until_ci, workers, overwrite, ConsoleReporter(), keep_invalid)
-    except (BackendUnreachable, TokenizerError, DistributedError) as e:
+    except (BackendUnreachable, TokenizerError, DistributedError, ResultsWriteFailed) as e:
         raise _fail("run failed", f"{e}; {where}", EXIT_RUN_FAILED)
     except Terminated:
         raise _fail("terminated", where, EXIT_SIGTERM)
@@ -512,7 +520,7 @@ def memory_command(
         if kv_dtype not in KV_DTYPE_BYTES:
             raise ValueError(f"--kv-dtype: {kv_dtype!r}; use one of {', '.join(KV_DTYPE_BYTES)}")
         arch = load_architecture(model, weight_bits)
-        total = parse_bytes(gpu_memory, "--gpu-memory") if gpu_memory else gpu_spec(hardware).hbm_bytes
+        total = parse_bytes(gpu_memory, "--gpu-memory") if gpu_memory else gpu_spec(hardware, "--hardware").hbm_bytes
         memory_plan = plan_memory(arch, total, gpu_memory_utilization, tensor_parallel, KV_DTYPE_BYTES[kv_dtype])
     except (ValueError, FileNotFoundError) as e:
         raise _fail("error", str(e), EXIT_BAD_INPUT)

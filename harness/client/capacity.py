@@ -9,6 +9,9 @@ moves it); a file that cannot be read is a warning and the planning figure, neve
 complete run's completed requests are measured (harness/runs/run.py), and a stored measurement that is not a plausible
 one (NaN, negative, more tokens per CPU-second than any client can parse) is skipped with a warning naming the file
 and dropped when the file is next written: one broken server must not size every later run.
+A run's fixed costs only add CPU, so a measurement errs low, and far low when the run is small: runs of fewer than
+MIN_MEASURED_TOKENS are not kept, the estimate is the median of the kept runs, and a run measuring under
+OUTLIER_SHARE of that median is not kept (with a warning): one odd run must not outvote the runs before it.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import math
 import os
 import platform
 import socket
+import statistics
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,6 +35,16 @@ CAPACITY_FILE_ENV = "BENCH_CLIENT_CAPACITY_FILE"
 FORMAT = 1
 KEEP_LAST = 5  # measurements per machine and client path; older ones are dropped
 MIN_CPU_S = 0.05  # below this a run's CPU time is mostly timer noise and fixed costs
+# A run costs its client ~0.1 CPU-second whatever it streams (connections, the first request, telemetry start and
+# stop): a 16-token run used 0.100 CPU-s. Measured here (2026-12-07, 2 cores, load average 7; 64 streams against the
+# ground-truth server): 4,096 tokens measured 18,713 tokens per CPU-second, 10,240 tokens 41,164, 20,480 and
+# 40,960 tokens 46,751 and 44,932. From 10,000 tokens on the fixed cost is within ~10% of the figure; the fault
+# kit's 12-16-token runs measured 64-91 and once sized every later run.
+MIN_MEASURED_TOKENS = 10_000
+# A kept run under this share of the median of the runs before it is not kept: runs of one machine and client path
+# measure within ~1.5x of each other (kernel 37,330-39,016, aiohttp 28,826-29,676, and from 10,240 tokens up
+# 41,164-46,751), while a run whose fixed costs swamp its tokens measures hundreds of times lower.
+OUTLIER_SHARE = 0.25
 # A client busy less than this share of a core spends its CPU mostly on fixed costs (telemetry scrapes, the
 # progress display, timers), not on tokens: the README's quickstart (42 tokens/s, 0.05 of a core) measured
 # ~900 tokens per CPU-second where 64 streams measure ~38,000. Such a run says nothing of the client's capacity.
@@ -60,7 +74,8 @@ class ClientCapacity:
             return f"{self.tokens_per_s_per_worker:,.0f} streamed tokens/s each, a planning figure"
         return (
             f"{self.tokens_per_s_per_worker:,.0f} streamed tokens/s each: {WORKER_CPU_SHARE:g} of a core at the "
-            f"{self.tokens_per_cpu_s:,.0f} tokens per CPU-second measured here over {self.measurements} run(s)"
+            f"{self.tokens_per_cpu_s:,.0f} tokens per CPU-second measured here "
+            f"(the median of {self.measurements} run(s))"
         )
 
 
@@ -147,6 +162,18 @@ def _measurements(entry) -> list:
         return []
 
 
+def _usable(measurements: list) -> list[dict]:
+    """The stored measurements an estimate uses: plausible ones of runs of at least MIN_MEASURED_TOKENS (an earlier
+    version kept smaller runs; they are passed over without a word and dropped at the next write)."""
+    return [m for m in measurements if _plausible_measurement(m) and m["tokens"] >= MIN_MEASURED_TOKENS]
+
+
+def median_tokens_per_cpu_s(measurements: list[dict]) -> float:
+    """The estimate from stored measurements: the median run's tokens per CPU-second (one odd run moves a median
+    at most to its neighbour's figure, where a pooled sum follows it)."""
+    return statistics.median(m["tokens"] / m["cpu_s"] for m in measurements)
+
+
 def load_capacity(client: str, warnings: list[str]) -> ClientCapacity:
     """This machine's measured capacity for `client` ("kernel" or "loop"), else the planning figure. Measurements
     that are not plausible() are skipped with a warning naming the file."""
@@ -156,26 +183,34 @@ def load_capacity(client: str, warnings: list[str]) -> ClientCapacity:
     except ValueError as e:
         warnings.append(f"{e}; workers: auto uses the planning figure (delete the file to start it anew)")
         return PLANNING_FIGURE
-    kept = [m for m in stored if _plausible_measurement(m)]
-    if len(kept) < len(stored):
+    malformed = sum(not _plausible_measurement(m) for m in stored)
+    if malformed:
         warnings.append(
-            f"client capacity file {path} has malformed measurements ({len(stored) - len(kept)} of "
+            f"client capacity file {path} has malformed measurements ({malformed} of "
             f"{len(stored)}: NaN, negative, or more than {MAX_TOKENS_PER_CPU_S:g} tokens per CPU-second); "
             f"they are ignored, and dropped when the next run's measurement is written"
         )
+    kept = _usable(stored)
     if not kept:
         return PLANNING_FIGURE
-    tokens, cpu_s = sum(m["tokens"] for m in kept), sum(m["cpu_s"] for m in kept)
-    per_cpu_s = tokens / cpu_s  # pooled, so a short run weighs as little as its CPU time
+    per_cpu_s = median_tokens_per_cpu_s(kept)
     return ClientCapacity(per_cpu_s * WORKER_CPU_SHARE, "measured", per_cpu_s, len(kept), str(path))
 
 
 def record_capacity(
     client: str, tokens: int, cpu_s: float | None, window_s: float | None, run_dir: str, warnings: list[str]
 ) -> CapacityMeasurement | None:
-    """Adds one run's measurement (kept when it is plausible(), used at least MIN_CPU_S, and at least MIN_BUSY_CORES of
-    a core over its window_s); returns it, or None. The caller passes only a valid, complete run's completed tokens."""
-    if not plausible(tokens, cpu_s) or cpu_s < MIN_CPU_S or not window_s or cpu_s / window_s < MIN_BUSY_CORES:
+    """Adds one run's measurement and returns it, or None when the run cannot measure its client: not plausible(),
+    fewer than MIN_MEASURED_TOKENS, under MIN_CPU_S, or busy less than MIN_BUSY_CORES of a core over its window_s.
+    A measurement under OUTLIER_SHARE of the stored median is returned but not kept, with a warning. The caller
+    passes only a valid, complete run's completed tokens."""
+    if (
+        not plausible(tokens, cpu_s)
+        or tokens < MIN_MEASURED_TOKENS
+        or cpu_s < MIN_CPU_S
+        or not window_s
+        or cpu_s / window_s < MIN_BUSY_CORES
+    ):
         return None
     measurement = CapacityMeasurement(
         tokens=tokens,
@@ -191,13 +226,30 @@ def record_capacity(
         warnings.append(f"{e}; this run's client capacity is not kept (delete the file to start it anew)")
         return measurement
     key = machine_key(client)
-    kept = [m for m in _measurements(machines.get(key)) if _plausible_measurement(m)][-(KEEP_LAST - 1) :]
+    earlier = _usable(_measurements(machines.get(key)))
+    if earlier and tokens / cpu_s < OUTLIER_SHARE * median_tokens_per_cpu_s(earlier):
+        warnings.append(_outlier_warning(path, measurement, earlier))
+        return measurement
     machines[key] = {
         "hostname": socket.gethostname(),
         "cpu_model": cpu_model(),
         "client": client,
-        "measurements": kept + [measurement.model_dump()],
+        "measurements": earlier[-(KEEP_LAST - 1) :] + [measurement.model_dump()],
     }
+    _write(path, machines, warnings)
+    return measurement
+
+
+def _outlier_warning(path: Path, measurement: CapacityMeasurement, earlier: list[dict]) -> str:
+    return (
+        f"this run's client measured {measurement.tokens_per_cpu_s:,.0f} tokens per CPU-second, under "
+        f"{OUTLIER_SHARE:g} of the {median_tokens_per_cpu_s(earlier):,.0f} measured here (the median of "
+        f"{len(earlier)} earlier run(s)): not kept in {path}, workers: auto sizes from the earlier runs (something "
+        f"else used the client's CPU; if this machine's client really is that much slower, delete the file)"
+    )
+
+
+def _write(path: Path, machines: dict[str, Any], warnings: list[str]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
@@ -209,4 +261,3 @@ def record_capacity(
         warnings.append(
             f"client capacity file {path} cannot be written ({e}); set {CAPACITY_FILE_ENV} to a writable path"
         )
-    return measurement

@@ -98,9 +98,22 @@ def answer_problem(rec: RequestRecord, asked_tokens: int, length_forced: bool, t
 
 
 def http_failure_reason(status: int) -> str:
+    if 300 <= status < 400:
+        return "http_redirect"
     if status == 429:
         return "http_429"
     return "http_4xx" if status < 500 else "http_5xx"
+
+
+def http_failure(status: int, body: str, location: str | None) -> tuple[str, str]:
+    """(reason, detail) of an answer that is no stream: an error status with the head of its body, or a redirect
+    with where it points. A redirect is not followed: the record would time two exchanges as one request."""
+    if 300 <= status < 400:
+        return http_failure_reason(status), (
+            f"HTTP {status} redirect to {location or '(no Location header)'}: bench does not follow redirects; set "
+            f"backend.url to the address the server redirects to"
+        )
+    return http_failure_reason(status), f"HTTP {status}: {body}"
 
 
 async def read_at_most(content: aiohttp.StreamReader, limit: int) -> bytes:
@@ -250,6 +263,7 @@ class Runner:
         # in a closed loop's first wave, or the moment the worker's previous answer ended
         self._sent_early: dict[int, tuple] = {}
         self._last_end_ns = 0  # when the latest stream ended (perf_counter_ns)
+        self._record_error: Exception | None = None  # the first exception on_record raised
 
     async def run(self) -> RunOutcome:
         # No automatic collection during the run: a full (oldest-generation) one walks every record kept so far
@@ -259,9 +273,12 @@ class Runner:
         gc.collect()
         gc.disable()
         try:
-            return await self._run()
+            outcome = await self._run()
         finally:
             gc.enable()
+        if self._record_error is not None:
+            raise self._record_error
+        return outcome
 
     async def _run(self) -> RunOutcome:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -461,7 +478,11 @@ class Runner:
 
     def _finish(self, rec: RequestRecord) -> None:
         self.records.append(rec)
-        self.on_record(rec)
+        try:
+            self.on_record(rec)
+        except Exception as e:  # the caller's bug must not kill the digester (the run would wait on it for good):
+            self._record_error = self._record_error or e  # the load stops, run() raises it once the records are in
+            self.stop.set()
 
     async def _request(
         self, spec, due_ns: int, messages: list | None, need_answer: bool, then=None
@@ -564,7 +585,7 @@ class Runner:
         except HttpStreamError as e:
             rec.fail(e.reason, e.detail)
             part = e.partial
-            if part is None or part.status >= 400:
+            if part is None or part.status >= 300:
                 return [], (None, []), time.perf_counter_ns()
             rec.http_status = part.status
             rec.stamp_source = "loop" if part.unstamped_reads else "kernel"
@@ -577,9 +598,9 @@ class Runner:
         rec.http_status = resp.status
         rec.stamp_source = "loop" if resp.unstamped_reads else "kernel"
         end_ns = resp.end_ns  # the last read, not the wake-up
-        if resp.status >= 400:
+        if resp.status >= 300:
             detail = b"".join(resp.pieces)[:ERROR_BODY_BYTES].decode("utf-8", "replace")
-            rec.fail(http_failure_reason(resp.status), f"HTTP {resp.status}: {detail}")
+            rec.fail(*http_failure(resp.status, detail, resp.location))
             return [], (None, []), end_ns
         kernel = resp.kernel_ns if rec.stamp_source == "kernel" else None
         return resp.pieces, (kernel, resp.loop_ns), end_ns
@@ -591,12 +612,16 @@ class Runner:
         try:
             async with asyncio.timeout(self.target.request_timeout_s):
                 async with self._session.post(
-                    self._url, data=body, headers=self._headers, trace_request_ctx=(rec, written)
+                    self._url,
+                    data=body,
+                    headers=self._headers,
+                    trace_request_ctx=(rec, written),
+                    allow_redirects=False,  # as the stamped client: a redirect fails the request (http_redirect)
                 ) as resp:
                     rec.http_status = resp.status
-                    if resp.status >= 400:
+                    if resp.status >= 300:
                         detail = (await read_at_most(resp.content, ERROR_BODY_BYTES)).decode("utf-8", "replace")
-                        rec.fail(http_failure_reason(resp.status), f"HTTP {resp.status}: {detail}")
+                        rec.fail(*http_failure(resp.status, detail, resp.headers.get("Location")))
                         return reads, times, clock()
                     read = resp.content.readany
                     budget = self.target.max_response_bytes

@@ -72,6 +72,7 @@ class StampedResponse:
     brought it (perf_counter_ns; kernel_ns is the loop stamp where a read had no kernel stamp)."""
 
     status: int = 0
+    location: str | None = None  # a redirect's Location header (the runner fails it, naming where it points)
     pieces: list[bytes] = field(default_factory=list)
     kernel_ns: list[int] = field(default_factory=list)
     loop_ns: list[int] = field(default_factory=list)
@@ -108,8 +109,11 @@ class _Exchange:
 
     # --- httptools callbacks ---
     def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() in (b"content-length", b"transfer-encoding"):
+        name = name.lower()
+        if name in (b"content-length", b"transfer-encoding"):
             self.close_delimited = False
+        elif name == b"location":
+            self.out.location = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
         self.out.status = self.parser.get_status_code()
@@ -163,10 +167,10 @@ class _Exchange:
             return self._end(HttpStreamError("malformed_http", f"not a valid HTTP/1.1 response: {e}"))
         if self.complete:
             self._end(None)
-        elif self.budget < 0 and out.status < 400:
+        elif self.budget < 0 and out.status < 300:
             self._end(HttpStreamError("response_too_large", too_large_detail(self.max_bytes)))
-        elif out.status >= 400 and sum(map(len, out.pieces)) >= self.error_body_bytes:
-            self._end(None)  # the head of an error body is all that is kept; it may never end
+        elif out.status >= 300 and sum(map(len, out.pieces)) >= self.error_body_bytes:
+            self._end(None)  # the head of an error (or redirect) body is all that is kept; it may never end
 
     def _end(self, error: HttpStreamError | None) -> None:
         if not self.done.done():

@@ -382,6 +382,12 @@ class ServerMetricsScraper(threading.Thread):
         self.replica_failures = 0
 
     def run(self) -> None:
+        try:
+            self._scrape_into_file()
+        except OSError as e:  # a full disk: the run goes on, run.json's server_metrics says why the file stops short
+            self.gave_up = f"writing {self.out_path} failed: {e.strerror or e}"
+
+    def _scrape_into_file(self) -> None:
         with open(self.out_path, "w", newline="", encoding="utf-8") as f:
             writer = csv.writer(f)
             writer.writerow(COLUMNS)
@@ -470,7 +476,7 @@ class ServerMetricsScraper(threading.Thread):
         status = ServerMetricsStatus(sampled=self.rows > 0, url=self.url, scrapes=self.scrapes, failures=self.failures)
         if self.rows == 0:
             status.reason = self.gave_up or f"every scrape failed; last: {self.last_error}"
-        elif self.failures or self.replica_failures:
+        elif self.failures or self.replica_failures or self.gave_up:
             status.last_error = self.gave_up or self.last_error
         if self.replica_pages:
             status.replicas, status.replica_failures = len(self.replica_pages), self.replica_failures

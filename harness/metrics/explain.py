@@ -55,7 +55,8 @@ def explanation_lines(summary: Summary) -> list[str]:
             for name, value in sorted(share.model_dump(exclude_none=True).items(), key=lambda kv: -kv[1])
             if value >= 0.005
         )
-        lines.append(f"TTFT {phases_ms.ttft.mean:.0f} ms mean: {parts} ({phases_ms.source})")
+        source = f" ({phases_ms.source})" if phases_ms.source else ""
+        lines.append(f"TTFT {phases_ms.ttft.mean:.0f} ms mean: {parts}{source}")
     for finding in summary.diagnosis or ():
         lines.append(f"[{finding.severity}] {finding.message}")
     return lines

@@ -7,6 +7,10 @@ reasons) unless told to keep it (`--keep-invalid`).
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
+
+from harness.results.folder import RequestRecord
 from harness.results.schema import Summary, Thresholds, Validity
 
 MAX_FAILED_SHARE = 0.01  # failed requests are often the slow ones: past 1% the survivors' percentiles flatter
@@ -27,9 +31,12 @@ def thresholds() -> Thresholds:
     )
 
 
-def run_validity(summary: Summary, restarted_counters: list[str] | None = None) -> Validity:
+def run_validity(
+    summary: Summary, restarted_counters: list[str] | None = None, models_served: dict[str, int] | None = None
+) -> Validity:
     """The verdict of a finished run's summary (after client_bound, interrupted, incomplete and engine_exited
-    are set); `restarted_counters`: engine counters that fell during the run (server_metrics.counter_resets)."""
+    are set); `restarted_counters`: engine counters that fell during the run (server_metrics.counter_resets);
+    `models_served`: how many measured requests each model served (served_models)."""
     reasons = [
         *_client_and_completeness(summary),
         *_failures(summary),
@@ -41,14 +48,27 @@ def run_validity(summary: Summary, restarted_counters: list[str] | None = None) 
             f"engine restarted: its counters fell during the run ({', '.join(restarted_counters)}); the run "
             f"measured two engine lives"
         )
+    if models_served and len(models_served) > 1:
+        named = ", ".join(f"{model!r} {count}" for model, count in models_served.items())
+        reasons.append(
+            f"model switch: {len(models_served)} models served the measured requests ({named}, by the `model` "
+            f"of their streams); the figures mix them"
+        )
     return Validity(valid=not reasons, reasons=reasons, thresholds=thresholds())
+
+
+def served_models(records: Iterable[RequestRecord]) -> dict[str, int]:
+    """{model: measured requests} by the `model` each request's stream named (RequestRecord.served_model), the
+    most served first; requests whose stream named none are left out."""
+    served = Counter(r.served_model for r in records if not r.is_warmup and r.served_model is not None)
+    return dict(served.most_common())
 
 
 def _client_and_completeness(summary: Summary) -> list[str]:
     reasons = []
     if summary.client_bound:
         reasons.append("client-bound: " + "; ".join(summary.client_bound_reasons or ["the client fell behind"]))
-    if summary.interrupted:
+    if summary.interrupted_by or (summary.interrupted and not summary.incomplete):  # else incomplete says why
         reasons.append(f"incomplete: interrupted by {summary.interrupted_by or 'a signal'}")
     if summary.incomplete:
         reasons.append("incomplete: " + "; ".join(summary.incomplete_reasons or ["records are missing"]))

@@ -24,11 +24,14 @@ from harness.scenario.scenario import Scenario
 def simulate_sweep(scenario: Scenario, out_dir: Path, overwrite: bool = False) -> list[SweepPointStatus]:
     kind = sweep_kind(scenario)
     points = [SweepPointStatus(i, v, point_dir_name(i, kind, v)) for i, v in enumerate(scenario.load.sweep)]
-    prepare_sweep_dir(out_dir, overwrite)
-    for point, point_scenario in zip(points, scenario.sweep_points()):
-        summary = simulate_scenario(point_scenario, out_dir / point.dir)
-        point.status, point.result = "completed", RunResult(out_dir / point.dir, summary, None)
-    write_manifest(out_dir, kind, scenario.resolved_dict(), manifest_points(points))
+    lock = prepare_sweep_dir(out_dir, overwrite)
+    try:
+        for point, point_scenario in zip(points, scenario.sweep_points()):
+            summary = simulate_scenario(point_scenario, out_dir / point.dir)
+            point.status, point.result = "completed", RunResult(out_dir / point.dir, summary, None)
+        write_manifest(out_dir, kind, scenario.resolved_dict(), manifest_points(points))
+    finally:
+        lock.release()
     return points
 
 

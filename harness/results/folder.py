@@ -10,6 +10,7 @@ Each JSON file is a model of harness/results/schema.py, checked as it is written
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -27,6 +28,7 @@ import numpy as np
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from harness.limits import MAX_TOKENS_PER_REQUEST, is_token_count
+from harness.results.folder_lock import FolderBusy, FolderLock
 from harness.results.schema import (
     SCHEMA_VERSION,
     Candidate,
@@ -74,6 +76,9 @@ class RequestRecord:
     # output_tokens is then the client's count of them
     partial: bool = False
     finish_reason: str | None = None
+    # the `model` the stream's events named (None: they named none, or a record from before this field); a run
+    # served by more than one is flagged in summary.json's validity (harness/metrics/validity.py)
+    served_model: str | None = None
     # the engine's own account of the request, when its stream carries one: llama.cpp's `timings`
     # (prompt_ms, predicted_ms, predicted_n, ...), Ollama's durations converted to seconds (eval_s, ...)
     server_timings: dict = field(default_factory=dict)
@@ -98,7 +103,9 @@ class RequestRecord:
 
     def take_stream(self, parsed, t0_ns: int) -> None:
         """Fills the token fields from a parsed stream (backends.openai.ParsedStream). A count from the server that
-        is not one (is_token_count) is stored as null, the local count is kept, and the request fails bad_usage."""
+        is not one (is_token_count) is stored as null, the local count is kept, and the request fails bad_usage. A
+        stream whose tokens read but that breaks the format (parsed.malformed: events after [DONE], a model switch)
+        fails with that reason and keeps its tokens."""
         bad = self._take_chunks(parsed, t0_ns)
         self.finish_reason = parsed.finish_reason
         self.server_timings = {
@@ -116,7 +123,9 @@ class RequestRecord:
             self.prompt_tokens = parsed.usage_prompt_tokens
         elif parsed.usage_prompt_tokens is not None:  # the plan's count stays
             bad.append(_bad_count("usage.prompt_tokens", parsed.usage_prompt_tokens))
-        if not parsed.token_times_ns:
+        if parsed.malformed is not None:
+            self.fail(*parsed.malformed)
+        elif not parsed.token_times_ns:
             self.fail("no_tokens", "the stream carried no token")
         elif not parsed.saw_done and parsed.finish_reason is None:
             self.fail("stream_cut", "the stream ended without finish_reason or [DONE]")
@@ -141,6 +150,7 @@ class RequestRecord:
             self.tokens_per_chunk = [1] * len(self.token_times_s)  # one a chunk: what the client counted itself
         self.output_tokens_counted = sum(self.tokens_per_chunk)
         self.reasoning_tokens = parsed.reasoning_tokens
+        self.served_model = parsed.served_model
         # dialects without reasoning never set first_answer_chunk: their first token is the answer's
         answer = parsed.first_answer_chunk if parsed.reasoning_tokens else 0
         self.first_answer_token_s = self.token_times_s[answer] if answer is not None and self.token_times_s else None
@@ -187,12 +197,25 @@ def _badness(k) -> int:
 
 RUN_FILES = ("run.json", "requests.jsonl", "summary.json", "telemetry.csv", "server_metrics.csv", "engine.log")
 MANIFEST = "sweep.json"
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # no room, over quota, over the file size limit
 POINT_DIR = re.compile(r"^point-(\d+)-(rate|concurrency)-([0-9.]+)$")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class ResultsError(Exception):
     """A results folder that cannot be written or read; the message names the path and the fix."""
+
+
+class ResultsWriteFailed(Exception):
+    """Writing a results file failed mid-run (a full disk, a folder gone read-only): the run ends (exit 4) with
+    what was written so far; the message names the file, the OS's reason and the fix."""
+
+    def __init__(self, path: Path, error: OSError) -> None:
+        self.path, self.error = path, error
+        super().__init__(
+            f"writing {path} failed: {error.strerror or error}"
+            + (" (the disk is full: free space or choose another --output)" if error.errno in FULL_DISK else "")
+        )
 
 
 # --- writing --------------------------------------------------------------------------------------
@@ -213,11 +236,22 @@ def holds_run(path: Path) -> bool:
     return any((path / name).exists() for name in ("run.json", "requests.jsonl", "summary.json"))
 
 
-def prepare_run_dir(path: str | Path, overwrite: bool = False) -> Path:
-    """Creates the folder; one that already holds a run is refused (a rerun would mix two runs' files),
-    or with `overwrite` emptied of the run's files first."""
+def lock_folder(path: str | Path) -> FolderLock:
+    """Creates the folder and takes its lock (harness/results/folder_lock.py); a live run's folder is refused."""
     path = Path(path)
     _make_dir(path)
+    try:
+        return FolderLock.take(path)
+    except FolderBusy as e:
+        raise ResultsError(str(e)) from None
+    except OSError as e:
+        raise ResultsError(f"--output: cannot write in {path} ({e.strerror}); choose a writable folder") from None
+
+
+def prepare_run_dir(path: str | Path, overwrite: bool = False) -> Path:
+    """Empties a locked folder for a run: one that already holds a run is refused (a rerun would mix two runs'
+    files), or with `overwrite` emptied of the run's files first."""
+    path = Path(path)
     if holds_run(path):
         if not overwrite:
             raise ResultsError(
@@ -229,10 +263,19 @@ def prepare_run_dir(path: str | Path, overwrite: bool = False) -> Path:
     return path
 
 
-def prepare_sweep_dir(path: str | Path, overwrite: bool = False) -> Path:
-    """As prepare_run_dir, for a sweep: refused when it holds sweep.json, point folders or a run."""
-    path = Path(path)
-    _make_dir(path)
+def prepare_sweep_dir(path: str | Path, overwrite: bool = False) -> FolderLock:
+    """As prepare_run_dir, for a sweep: refused when it holds sweep.json, point folders or a run, or when a live run
+    writes it or one of its points. Returns the sweep folder's lock: hold it while the sweep runs."""
+    lock = lock_folder(path)
+    try:
+        _empty_sweep_dir(Path(path), overwrite)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def _empty_sweep_dir(path: Path, overwrite: bool) -> None:
     points = [p for p in path.iterdir() if p.is_dir() and POINT_DIR.match(p.name)]
     if (path / MANIFEST).exists() or points or holds_run(path):
         if not overwrite:
@@ -241,10 +284,14 @@ def prepare_sweep_dir(path: str | Path, overwrite: bool = False) -> Path:
                 f"new folder, or pass --overwrite to replace them"
             )
         for p in points:
+            try:
+                FolderLock.check_free(p)
+            except FolderBusy as e:
+                raise ResultsError(str(e)) from None
+        for p in points:
             shutil.rmtree(p)
         for name in (MANIFEST, *RUN_FILES):
             (path / name).unlink(missing_ok=True)
-    return path
 
 
 def _make_dir(path: Path) -> None:
@@ -258,6 +305,8 @@ def _make_dir(path: Path) -> None:
         raise ResultsError(f"--output: a part of {path} is a file, not a folder; choose another path") from None
     except PermissionError:
         raise ResultsError(f"--output: cannot create {path} (permission denied); choose a writable folder") from None
+    except OSError as e:  # a read-only file system (EROFS), a full disk (ENOSPC)
+        raise ResultsError(f"--output: cannot create {path} ({e.strerror}); choose a writable folder") from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise ResultsError(f"--output: {path} is not writable; choose a writable folder")
 
@@ -291,20 +340,40 @@ def host_info() -> Host:
 
 
 class ResultWriter:
-    """Owns the results folder. Each record is appended and flushed when it completes,
-    so a killed run still leaves every finished request on disk."""
+    """Owns the results folder, locked from here to close() (one writer per folder). Each record is appended and
+    flushed when it completes, so a killed run still leaves every finished request on disk. A write that fails
+    raises ResultsWriteFailed; after a failed append, later records are counted (records_unwritten), not written."""
 
     def __init__(self, out_dir: str | Path, overwrite: bool = False):
-        self.dir = prepare_run_dir(out_dir, overwrite)
-        self._requests = open(self.dir / "requests.jsonl", "w", encoding="utf-8")
-        self.records_written = 0
+        self._lock = lock_folder(out_dir)
+        try:
+            self.dir = prepare_run_dir(out_dir, overwrite)
+            self._requests = open(self.dir / "requests.jsonl", "w", encoding="utf-8")
+        except OSError as e:
+            self._lock.release()
+            why = f"--output: cannot write in {out_dir} ({e.strerror}); choose a writable folder"
+            raise ResultsError(why) from None
+        except BaseException:
+            self._lock.release()
+            raise
+        self.records_written = self.records_unwritten = 0
+        self.write_failure: ResultsWriteFailed | None = None  # the first failed append
 
     def write_run_info(self, run_info: RunInfo) -> None:
         write_json(self.dir / "run.json", run_info)
 
     def append(self, record: RequestRecord) -> None:
-        self._requests.write(record.to_json() + "\n")
-        self._requests.flush()
+        if self.write_failure is not None:
+            self.records_unwritten += 1
+            return
+        line = record.to_json() + "\n"
+        try:
+            self._requests.write(line)
+            self._requests.flush()
+        except OSError as e:
+            self.write_failure = ResultsWriteFailed(self.dir / "requests.jsonl", e)
+            self.records_unwritten += 1
+            raise self.write_failure from None
         self.records_written += 1
 
     def write_summary(self, summary: Summary) -> None:
@@ -312,7 +381,11 @@ class ResultWriter:
 
     def close(self) -> None:
         if not self._requests.closed:
-            self._requests.close()
+            try:
+                self._requests.close()
+            except OSError:  # the buffer's last bytes did not fit: append already said so
+                pass
+        self._lock.release()
 
 
 def write_json(path: Path, doc: BaseModel) -> None:
@@ -323,8 +396,12 @@ def write_json(path: Path, doc: BaseModel) -> None:
     doc.schema_version = SCHEMA_VERSION
     data = doc.model_dump(exclude_unset=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)  # readers never see half a file
+    try:
+        tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+        os.replace(tmp, path)  # readers never see half a file
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise ResultsWriteFailed(path, e) from None
     validate(path.name, data)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,8 +30,8 @@ from harness.engine.session import EngineSession, engine_session
 from harness.engine.startup import first_request
 from harness.metrics.explain import explain
 from harness.metrics.latencies import client_bound_reasons, summarize
-from harness.metrics.validity import run_validity
-from harness.results.folder import ResultWriter, host_info, read_records, versions
+from harness.metrics.validity import run_validity, served_models
+from harness.results.folder import ResultsWriteFailed, ResultWriter, host_info, read_records, versions
 from harness.results.schema import Backend, RunInfo, Stamps, Summary, WorkersSizing
 from harness.scenario.answers import accuracy
 from harness.scenario.sampling import sampling_info
@@ -84,6 +84,7 @@ class RunResult:
     summary: Summary
     run_info: RunInfo | None  # None: a simulated point's (bench plan), whose run.json says nothing of a host
     warnings: list[str] = field(default_factory=list)
+    not_written: list[str] = field(default_factory=list)  # results files a full disk kept out, and why
 
     @property
     def interrupted_by(self) -> str | None:
@@ -142,9 +143,10 @@ def run_scenario(
             return _run(scenario, writer, session, workers, reporter, cleanup, watch)
     except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM before the load began (launch, planning), or after it
         if not (writer.dir / "summary.json").exists():  # the README's exit codes promise a summary
-            writer.write_summary(
-                interrupted_summary(writer.dir, scenario, "SIGTERM" if isinstance(stop, Terminated) else "SIGINT")
-            )
+            with suppress(ResultsWriteFailed):  # a full disk: the CLI says no summary was written
+                writer.write_summary(
+                    interrupted_summary(writer.dir, scenario, "SIGTERM" if isinstance(stop, Terminated) else "SIGINT")
+                )
         raise
 
 
@@ -182,6 +184,7 @@ class RunSteps:
     outcome: RunOutcome | None = None
     stopped_by: str | None = None
     summary: Summary | None = None
+    not_written: list[str] = field(default_factory=list)
 
     def schedule_requests(self) -> None:
         """Token counts (the engine's /tokenize, a local tokenizer or words) and every request's due time."""
@@ -310,7 +313,7 @@ class RunSteps:
             if "first_request" not in startup.model_fields_set:
                 startup.first_request = first_request(self.outcome.records, self.writer.dir.name)
             self.run_info.startup = startup.model_copy()
-        self.writer.write_run_info(self.run_info)
+        self._write(self.writer.write_run_info, self.run_info)
 
     def write_summary(self) -> RunResult:
         """summary.json: the metrics, what stopped the load, the clients, where the time went, the verdict."""
@@ -327,8 +330,8 @@ class RunSteps:
             token_count_method=schedule.token_count_method,
             workers_needed=workers_needed(schedule.requests, load.concurrency, schedule.duration_s, self.capacity),
             workers_sizing=sizing_info(self.capacity),
-            incomplete=bool(outcome.incomplete_reasons),  # a run with missing records is not a result
-            incomplete_reasons=outcome.incomplete_reasons,
+            incomplete=bool(self.incomplete_reasons()),  # a run with missing records is not a result
+            incomplete_reasons=self.incomplete_reasons(),
             lost_workers=outcome.lost_workers,
         )
         if self.stopped_by in ("SIGINT", "SIGTERM"):
@@ -340,8 +343,25 @@ class RunSteps:
             summary.stopped_early = self.watch.decision
         self._explain(summary)
         self.summary = summary
-        self.writer.write_summary(summary)
-        return RunResult(self.writer.dir, summary, self.run_info, self.warnings)
+        self._write(self.writer.write_summary, summary)
+        return RunResult(self.writer.dir, summary, self.run_info, self.warnings, self.not_written)
+
+    def _write(self, write, doc) -> None:
+        """A results file written after the load: one a full disk refuses is named in not_written (the CLI then
+        prints the summary and exits 4), so the figures of the records on disk still reach the user."""
+        try:
+            write(doc)
+        except ResultsWriteFailed as failure:
+            self.not_written.append(str(failure))
+
+    def incomplete_reasons(self) -> list[str]:
+        """Why the records do not cover the plan: the load site's reasons, and a results file that stopped taking
+        records (then requests.jsonl holds fewer than the summary counts)."""
+        failure, writer = self.writer.write_failure, self.writer
+        if failure is None:
+            return self.outcome.incomplete_reasons
+        written = f"{writer.records_written} of {writer.records_written + writer.records_unwritten} records"
+        return [*self.outcome.incomplete_reasons, f"{failure}: {written} are in requests.jsonl, the load was stopped"]
 
     def _explain(self, summary: Summary) -> None:
         """Telemetry, engine counters, phases and diagnosis, accuracy and the validity verdict into `summary`."""
@@ -352,7 +372,8 @@ class RunSteps:
         offset_s = (outcome.t0_ns - self.t0_ns) / 1e9
         explain(summary, outcome.records, run_dir, engine_steps, self.scenario.resolved_dict(), offset_s)
         summary.accuracy = accuracy(outcome.records, self.scenario.slo.confidence or 0.95)  # a known-answer task's
-        summary.validity = run_validity(summary, counter_resets(run_dir / "server_metrics.csv"))
+        resets = counter_resets(run_dir / "server_metrics.csv")
+        summary.validity = run_validity(summary, resets, served_models(outcome.records))
 
     def _warn(self, lines: list[str]) -> None:
         for line in lines:
@@ -420,7 +441,9 @@ async def _load(steps: RunSteps):
         stop.set()
 
     loop = asyncio.get_running_loop()
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # SIGINT left ignored (a background job of a script: `bench run ... &`) stays ignored, as it is before the load
+    honoured = [sig for sig in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(sig) is not signal.SIG_IGN]
+    previous = {sig: signal.getsignal(sig) for sig in honoured}
     for sig in previous:
         loop.add_signal_handler(sig, stop_for, sig.name)
 
@@ -435,7 +458,11 @@ async def _load(steps: RunSteps):
     watcher = asyncio.create_task(watch_engine()) if launched else None
 
     def on_record(rec) -> None:
-        writer.append(rec)
+        try:
+            writer.append(rec)
+        except ResultsWriteFailed as failure:  # a full disk: end the load, keep what was written (exit 4)
+            reporter.warning(f"{failure}; the load stops, the records written so far are kept")
+            stop.set()
         reporter.request_done(rec)
         if watch is not None and not stop.is_set() and watch.observe(rec):
             stop.set()  # an early stop: no signal, no engine exit, so stopped_by stays empty

@@ -48,7 +48,16 @@ def run_sweep(
     reporter = reporter or Reporter()
     kind = sweep_kind(scenario)
     points = [SweepPointStatus(i, v, point_dir_name(i, kind, v)) for i, v in enumerate(scenario.load.sweep)]
-    prepare_sweep_dir(out_dir, overwrite)
+    lock = prepare_sweep_dir(out_dir, overwrite)
+    try:
+        _run_points(scenario, out_dir, points, kind, workers, reporter)
+    finally:
+        lock.release()
+    return points
+
+
+def _run_points(scenario, out_dir, points, kind, workers, reporter) -> None:
+    """Each point in turn against one engine, sweep.json saved at each status change."""
     save = lambda: _save_manifest(out_dir, scenario, kind, points)  # noqa: E731
     save()
     with engine_session(scenario, out_dir / "engine.log", reporter.info) as session:
@@ -75,13 +84,12 @@ def run_sweep(
             reporter.info(point_line(point, kind))
             if point.status != "completed":
                 break
-    return points
 
 
 def run_status(result: RunResult) -> str:
     """A finished run's status in a sweep's or a repeats folder's manifest. Records missing (a lost client
     process) make a run as unusable as the engine's exit."""
-    if result.engine_exit or result.incomplete_reasons:
+    if result.engine_exit or result.incomplete_reasons or result.not_written:
         return "failed"
     return "interrupted" if result.summary.interrupted else "completed"
 

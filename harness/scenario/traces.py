@@ -6,7 +6,8 @@ Three public formats are read into the same `TraceRow`s:
   sharing leading hash_ids share a prompt prefix.
 - Azure LLM inference CSV: `TIMESTAMP,ContextTokens,GeneratedTokens`, TIMESTAMP a datetime string.
 - BurstGPT CSV: `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`, Timestamp in seconds.
-Rows come back sorted by arrival time.
+Rows come back sorted by arrival time, and the replay starts at the earliest; a file whose rows were out of
+timestamp order, or held negative timestamps, is said in a warning (load_trace's `warnings`), not silently fixed.
 """
 
 from __future__ import annotations
@@ -71,7 +72,9 @@ def detect_format(path: Path) -> str:
     )
 
 
-def load_trace(path: str | Path, trace_format: str = "auto") -> list[TraceRow]:
+def load_trace(path: str | Path, trace_format: str = "auto", warnings: list[str] | None = None) -> list[TraceRow]:
+    """The file's rows sorted by timestamp. `warnings` gets a line when that sort or the replay's start at the
+    earliest row changes what the file says (reordering_said)."""
     path = Path(path)
     if not path.is_file():
         raise ScenarioError(f"load.trace: file {str(path)!r} not found (looked in {path.parent.resolve()})")
@@ -85,7 +88,10 @@ def load_trace(path: str | Path, trace_format: str = "auto") -> list[TraceRow]:
     rows = readers[trace_format](path)
     if not rows:
         raise ScenarioError(f"load.trace: {path}: no requests in the file")
-    rows.sort(key=lambda row: row.timestamp_s)
+    said = reordering_said(path, rows, relative=trace_format != "azure")
+    if said and warnings is not None:
+        warnings.append(said)
+    rows.sort(key=lambda row: row.timestamp_s)  # stable: rows of one timestamp keep the file's order
     span_s = rows[-1].timestamp_s - rows[0].timestamp_s
     if span_s > MAX_SCHEDULE_S:  # a stray row would otherwise hold the run open for years, silently
         raise ScenarioError(
@@ -94,6 +100,39 @@ def load_trace(path: str | Path, trace_format: str = "auto") -> list[TraceRow]:
             "(7 days); check the row and the timestamps' unit (Mooncake: ms)"
         )
     return rows
+
+
+def reordering_said(path: Path, rows: list[TraceRow], relative: bool) -> str | None:
+    """What replaying the rows (in the file's order) changes, or None: rows earlier than a row above them are
+    sorted; a negative timestamp (`relative` formats count from the trace's start: Mooncake, BurstGPT) becomes the
+    replay's start, so every row is sent that much later than its timestamp says."""
+    parts = []
+    out_of_order: list[TraceRow] = []
+    latest_s = -math.inf
+    for row in rows:
+        if row.timestamp_s < latest_s:
+            out_of_order.append(row)
+        latest_s = max(latest_s, row.timestamp_s)
+    if out_of_order:
+        first = out_of_order[0].line
+        parts.append(
+            f"1 row out of timestamp order (line {first}) was sorted into place"
+            if len(out_of_order) == 1
+            else f"{len(out_of_order)} rows out of timestamp order (first at line {first}) were sorted into place"
+        )
+    negative = [row for row in rows if row.timestamp_s < 0] if relative else []
+    if negative:
+        earliest = min(negative, key=lambda row: row.timestamp_s)
+        where = f"line {earliest.line}, {earliest.timestamp_s:g} s"
+        if len(negative) > 1:
+            where = (
+                f"first at line {negative[0].line}; the earliest {earliest.timestamp_s:g} s, at line {earliest.line}"
+            )
+        parts.append(
+            f"{len(negative)} negative timestamp{'s' if len(negative) > 1 else ''} ({where}): the replay starts at "
+            f"the earliest, so every row is sent {-earliest.timestamp_s:g} s later than its timestamp says"
+        )
+    return f"load.trace: {path}: {'; '.join(parts)}" if parts else None
 
 
 def _whole_number(value: Any, where: str, limit: int | None = None) -> int:

@@ -64,6 +64,7 @@ class _DueTimes:
     warmup_slots: int
     duration_s: float | None
     trace_rows: list[TraceRow] | None = None
+    warnings: list[str] = field(default_factory=list)  # what reading the trace changed (load_trace)
 
 
 def _due_times(scenario: Scenario, warmup_slots: int, measured_slots: int | None) -> _DueTimes:
@@ -74,7 +75,8 @@ def _due_times(scenario: Scenario, warmup_slots: int, measured_slots: int | None
         total = warmup_slots + (measured_slots if measured_slots is not None else load.max_requests)
         return _DueTimes([None] * total, warmup_slots, load.duration_s)
     if load.process.paced_by == "trace":
-        rows = load_trace(load.trace, load.trace_format)
+        said: list[str] = []
+        rows = load_trace(load.trace, load.trace_format, said)
         offsets = trace_offsets_s([row.timestamp_s for row in rows], load.time_scale)
         if len(rows) <= warmup_slots:
             raise ScenarioError(
@@ -87,7 +89,7 @@ def _due_times(scenario: Scenario, warmup_slots: int, measured_slots: int | None
         if load.duration_s is not None:
             duration_end_s = start_s + load.duration_s
             end = int(np.searchsorted(offsets, duration_end_s, side="left"))
-        return _DueTimes([float(x) for x in offsets[:end]], warmup_slots, duration_end_s, rows[:end])
+        return _DueTimes([float(x) for x in offsets[:end]], warmup_slots, duration_end_s, rows[:end], said)
     process = load.process
     warmup = process.offsets_s(load, warmup_slots + 1, rng)
     if measured_slots is not None:
@@ -172,7 +174,7 @@ def _schedule_of(built: Prompts, due: _DueTimes, tokenizer: TokenizerSource) -> 
         )
         for i, (text, count) in enumerate(built.prompts)
     ]
-    return RequestSchedule(requests, tokenizer.method, due.duration_s, built.warnings)
+    return RequestSchedule(requests, tokenizer.method, due.duration_s, due.warnings + built.warnings)
 
 
 class RandomWorkload(SingleTurn):
@@ -356,7 +358,7 @@ def _multi_turn_schedule(scenario: Scenario, tokenizer: TokenizerSource) -> Requ
                     is_warmup=is_warmup,
                 )
             )
-    return RequestSchedule(requests, tokenizer.method, due.duration_s)
+    return RequestSchedule(requests, tokenizer.method, due.duration_s, due.warnings)
 
 
 @dataclass(frozen=True)

@@ -193,6 +193,8 @@ class TelemetryRecorder:
         self._check_engine_counters_moved()
         self._add_bandwidth_util()
         self.timeline.close()
+        if self.timeline.write_error:
+            errors["telemetry.csv"] = self.timeline.write_error
         sampled = sorted({source for _, source, _, _ in self.timeline.rows})
         self._status = TelemetryStatus(sampled=sampled, not_sampled=dict(self.not_sampled), errors=errors)
         return self._status

@@ -39,6 +39,7 @@ class Timeline:
         self._csv.writerow(COLUMNS)
         self._file.flush()
         self.rows: list[Row] = []
+        self.write_error: str | None = None  # why the file stopped taking rows (a full disk); rows stay in memory
 
     def append(self, t_s: float, values: list[tuple[str, str, float]]) -> bool:
         """Write one sample's values at t_s. Returns False (and writes nothing) once closed."""
@@ -46,15 +47,22 @@ class Timeline:
         with self._lock:
             if self._file.closed:
                 return False
-            self._csv.writerows((f"{t:.6f}", s, n, repr(v)) for t, s, n, v in rows)
-            self._file.flush()
+            if self.write_error is None:
+                try:
+                    self._csv.writerows((f"{t:.6f}", s, n, repr(v)) for t, s, n, v in rows)
+                    self._file.flush()
+                except OSError as e:  # the summary's figures still come from the rows kept here
+                    self.write_error = f"writing {self.path} failed: {e.strerror or e}; later samples are not in it"
             self.rows.extend(rows)
         return True
 
     def close(self) -> None:
         with self._lock:
             if not self._file.closed:
-                self._file.close()
+                try:
+                    self._file.close()
+                except OSError:  # the buffer's last rows did not fit: write_error says so when append saw it
+                    self.write_error = self.write_error or f"writing {self.path} failed at close"
 
     @property
     def closed(self) -> bool:
