@@ -30,7 +30,7 @@ backend: {{kind: native, model: smollm2, launch: {{args: [--max-num-seqs, "128",
 workload: {{kind: random, input_tokens: 1024, output_tokens: 128, ignore_eos: true}}
 load: {{arrival: poisson, rate: 20, num_requests: {requests}}}
 slo: {{ttft_ms: 500, tpot_ms: 50}}
-plan: {{model: llama-3.1-8b, step_model: roofline, prices: {{H100: 2.5, A100: 1.6, L40S: 1.0, L4: 0.6}}}}
+plan: {{model: llama-3.1-8b, step_model: roofline, prices: {{H100: 2.5, A100-80GB-SXM: 1.6, L40S: 1.0, L4: 0.6}}}}
 seed: 0
 """
 

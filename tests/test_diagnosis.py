@@ -154,7 +154,7 @@ def test_roofline_on_a_gpu_against_its_published_peaks():
         gpu_tensor_active_mean=0.04,
     )
     roof = roofline([], telemetry, "vllm", gpu_name="NVIDIA H200")
-    assert roof.ceilings.bytes_per_s == 4.8e12 and roof.ceilings.flops_per_s == 989e12
+    assert roof.ceilings.bytes_per_s == 4.8e12 and roof.ceilings.flops_per_s == 1979e12 / 2  # H200 SXM, dense
     point = roof.points["all steps"]
     assert point.bound == "memory" and point.bandwidth_fraction == pytest.approx(0.625)
     assert "DRAM active 71%, tensor pipes active 4% (memory-bound)" in roof.hardware.line

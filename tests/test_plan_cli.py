@@ -25,8 +25,10 @@ def test_memory_for_llama_8b_at_fp16_kv():
     assert "KV cache: 131,072 bytes per token" in out
     assert "weights: 16.06 GB" in out  # 8,030,261,248 parameters x 2 bytes
     assert "32 sequences x 8,192 tokens = 34.36 GB" in out  # 32 x 8192 x 131072 bytes
-    # 80 GB x 0.9 - 16.06 GB - 1 GiB reserve = 54.87 GB, in blocks of 16 x 131072 bytes
-    assert "26,162 blocks of 16 tokens" in out and "fits: yes" in out
+    # H100 SXM: the 81,559 MiB nvidia-smi reports (85.52 GB) x 0.9 - 16.06 GB - 1 GiB reserve = 59.83 GB,
+    # in blocks of 16 x 131072 bytes
+    assert "GPU memory: 85.52 GB (79.65 GiB)" in out
+    assert "28,531 blocks of 16 tokens" in out and "fits: yes" in out
 
 
 def test_memory_seven_billion_at_four_bits_on_a_16_gib_laptop():
@@ -71,7 +73,7 @@ def test_search_writes_and_prints_the_selection_table(tmp_path):
     )
     res = bench("plan", scenario, "--search", "--output", tmp_path / "out", "--max-gpus", "8", timeout_s=300)
     assert res.returncode == 0, res.stderr
-    # 70B at bf16 is 141 GB: one 80 GB H100 cannot hold it, so the search starts at TP 2
+    # 70B at bf16 is 141 GB: one H100 (85.5 GB) cannot hold it, so the search starts at TP 2
     saved = json.loads((tmp_path / "out" / "search.json").read_text())
     result = saved["results"][0]
     best = result["best"]

@@ -28,11 +28,12 @@ LAYER_PARAMS = 4096 * 4096 + 2 * 4096 * 1024 + 4096 * 4096 + 3 * 4096 * 14336 + 
 MATMUL_PARAMS, LM_HEAD_PARAMS = 32 * LAYER_PARAMS, 128256 * 4096
 WEIGHT_BYTES = (MATMUL_PARAMS + LM_HEAD_PARAMS) * 2
 KV_PER_TOKEN = 2 * 32 * 8 * 128 * 2
-H100_FLOPS, H100_BYTES_PER_S = 989e12, 3.35e12
+# H100 SXM datasheet: BF16 1,979 TFLOPS with sparsity (989.5 dense), 3.35 TB/s
+H100_FLOPS, H100_BYTES_PER_S = 1979e12 / 2, 3.35e12
 
 
 def llama_on_h100(params=IDEAL, tensor_parallel=1):
-    return RooflineStepModel(BUILTIN["llama-3.1-8b"], GPU_SPECS["H100"], tensor_parallel, params)
+    return RooflineStepModel(BUILTIN["llama-3.1-8b"], GPU_SPECS["H100-SXM"], tensor_parallel, params)
 
 
 def test_decode_at_batch_one_is_memory_bound():
@@ -204,9 +205,10 @@ def roofline_scenario(tmp_path, **plan):
 
 def test_a_roofline_deployment_takes_its_kv_blocks_from_the_gpus_memory(tmp_path):
     summary = simulate_scenario(roofline_scenario(tmp_path))
-    # L4: 24 GB x 0.9 - 16.06 GB of weights - 1 GiB reserve, in blocks of 16 tokens x 131,072 bytes
-    blocks = int((24e9 * 0.9 - 8_030_261_248 * 2 - 2**30) // (16 * KV_PER_TOKEN))
-    assert summary.plan.deployment["num_kv_blocks"] == blocks == 2129
+    # L4: the 23,034 MiB nvidia-smi reports x 0.9 - 16.06 GB of weights - 1 GiB reserve, in blocks of 16 tokens
+    # x 131,072 bytes
+    blocks = int((23034 * 2**20 * 0.9 - 8_030_261_248 * 2 - 2**30) // (16 * KV_PER_TOKEN))
+    assert summary.plan.deployment["num_kv_blocks"] == blocks == 2195
     assert summary.plan.step_model["kind"] == "roofline" and summary.requests.completed == 6
     with pytest.raises(ScenarioError, match="raise plan.tensor_parallel"):
         simulate_scenario(roofline_scenario(tmp_path, model="llama-3.1-70b"))
@@ -218,7 +220,7 @@ def test_roofline_parameters_fitted_from_a_run_named_in_the_plan(tmp_path):
     model = roofline_step_model(
         scenario.model_copy(update={"plan": scenario.plan.model_copy(update={"step_model": spec})})
     )
-    fitted = fit_roofline(FIXTURE_RUN, GPU_SPECS["L4"].bf16_flops, GPU_SPECS["L4"].hbm_bytes_per_s).params
+    fitted = fit_roofline(FIXTURE_RUN, GPU_SPECS["L4"].tensor_flops("bf16"), GPU_SPECS["L4"].hbm_bytes_per_s).params
     assert model.params.mfu == fitted.mfu and model.params.overhead_ms == fitted.overhead_ms
     assert model.params.mbu == 0.9  # set in the plan: wins over the fit
     with pytest.raises(ValueError, match="backend.trace: true"):
@@ -228,7 +230,9 @@ def test_roofline_parameters_fitted_from_a_run_named_in_the_plan(tmp_path):
 def test_plan_errors_name_the_field(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(ROOFLINE_SCENARIO.replace("hardware: L4", "hardware: TPUv5"))
-    with pytest.raises(ScenarioError, match="hardware 'TPUv5': not in the GPU table; use one of H200"):
+    with pytest.raises(
+        ScenarioError, match="plan.hardware: 'TPUv5' is not valid: not in the GPU table; use one of A100"
+    ):
         load_scenario(path)
     path.write_text(ROOFLINE_SCENARIO.replace("model: llama-3.1-8b", "model: models/config.json"))
     with pytest.raises(ScenarioError, match="plan.model.*no such file"):

@@ -51,6 +51,31 @@ def kv_heads_per_gpu(arch: Architecture, tensor_parallel: int = 1) -> int:
     return max(1, math.ceil(arch.n_kv_heads / tensor_parallel))
 
 
+def tensor_parallel_problem(arch: Architecture, tensor_parallel: int) -> str | None:
+    """Why vLLM refuses to split this model over `tensor_parallel` GPUs, None when it accepts: the attention
+    heads must divide evenly (ModelConfig.verify_with_parallel_config), and so must the KV heads, or with more
+    GPUs than KV heads, the GPUs over the heads (QKVParallelLinear replicates each head on TP / KV GPUs)."""
+    tp, kv = tensor_parallel, arch.n_kv_heads
+    if arch.n_heads % tp:
+        return f"{tp} does not divide {arch.name}'s {arch.n_heads} attention heads"
+    if tp <= kv and kv % tp:
+        return f"{tp} does not divide {arch.name}'s {kv} KV heads"
+    if tp > kv and tp % kv:
+        return f"{tp} is not a multiple of {arch.name}'s {kv} KV heads (each GPU holds whole, replicated heads)"
+    return None
+
+
+def valid_tensor_parallel_sizes(arch: Architecture, most: int = 64) -> list[int]:
+    return [tp for tp in range(1, most + 1) if tensor_parallel_problem(arch, tp) is None]
+
+
+def check_tensor_parallel(arch: Architecture, tensor_parallel: int, field: str = "tensor_parallel") -> None:
+    """A ValueError naming `field` and the sizes that work, for a size the engines refuse."""
+    if (problem := tensor_parallel_problem(arch, tensor_parallel)) is not None:
+        sizes = ", ".join(str(tp) for tp in valid_tensor_parallel_sizes(arch))
+        raise ValueError(f"{field}: {problem}; use one of {sizes}")
+
+
 def kv_bytes_per_token(arch: Architecture, kv_bytes: float = 2, tensor_parallel: int = 1) -> float:
     """K and V, every layer, every KV head (this GPU's share under TP), head_dim elements of `kv_bytes`."""
     return 2 * arch.n_layers * kv_heads_per_gpu(arch, tensor_parallel) * arch.head_dim * kv_bytes
@@ -91,6 +116,7 @@ def plan_memory(
         raise ValueError(f"gpu_memory_utilization: {gpu_memory_utilization} is not in (0, 1]; vLLM's default is 0.9")
     if tensor_parallel < 1:
         raise ValueError(f"tensor_parallel: {tensor_parallel}; use 1 or more GPUs")
+    check_tensor_parallel(arch, tensor_parallel)
     weights = weights_bytes(arch) / tensor_parallel
     budget = gpu_memory_bytes * gpu_memory_utilization - weights - reserve_bytes
     per_token_gpu = kv_bytes_per_token(arch, kv_bytes, tensor_parallel)
@@ -146,7 +172,8 @@ def memory_lines(
         f"{fit['kv_bytes_needed_per_gpu'] / gb:.2f} GB of KV per GPU"
     )
     lines.append(
-        f"GPU memory: {plan.gpu_memory_bytes / gb:.2f} GB x {plan.gpu_memory_utilization:g} utilization, "
+        f"GPU memory: {plan.gpu_memory_bytes / gb:.2f} GB ({plan.gpu_memory_bytes / GIB:.2f} GiB) x "
+        f"{plan.gpu_memory_utilization:g} utilization, "
         f"less weights and {plan.reserve_bytes / gb:.2f} GB reserve = "
         f"{plan.kv_budget_bytes_per_gpu / gb:.2f} GB for KV: {plan.num_kv_blocks:,} blocks of "
         f"{plan.kv_block_size} tokens ({plan.kv_tokens:,} tokens)"

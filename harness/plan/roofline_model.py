@@ -86,7 +86,7 @@ class RooflineStepModel:
         return StepCosts(
             flops,
             moved,
-            flops / (self.gpu.bf16_flops * p.mfu),
+            flops / (self.gpu.tensor_flops("bf16") * p.mfu),
             moved / (self.gpu.hbm_bytes_per_s * p.mbu),
             self.allreduce_s(tokens),
             p.overhead_ms / 1e3,

@@ -5,9 +5,9 @@ A deployment meets the SLOs when its predicted goodput fraction (requests within
 `attainment` (harness/metrics/slo_capacity.py's 0.9 by default). Search order, so a GPU type costs a handful of
 simulations rather than every pair:
 - tensor-parallel sizes are those whose weight shard fits the GPU's memory with room for KV, that
-  divide the attention heads, and whose decode step alone (batch 1, the roofline) is within the TPOT
-  and ITL SLOs, smallest first; a size is skipped once even one replica of it costs as much as the
-  cheapest deployment already found;
+  split the attention and KV heads as vLLM requires (harness/plan/memory.py), and whose decode step
+  alone (batch 1, the roofline) is within the TPOT and ITL SLOs, smallest first; a size is skipped once
+  even one replica of it costs as much as the cheapest deployment already found;
 - replicas double from 1 until the SLOs are met (more replicas never hurt: the load is fixed), then
   bisection between the last failing and the first passing count.
 Every simulation writes its results folder under OUT/simulations/, so `bench report` reads them.
@@ -21,12 +21,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness.metrics.slo_capacity import DEFAULT_ATTAINMENT
-from harness.plan.memory import plan_memory
+from harness.plan.memory import plan_memory, tensor_parallel_problem
 from harness.plan.roofline_scenario import roofline_step_model, scenario_architecture
 from harness.plan.simulator import simulate_scenario
 from harness.plan.step_model import StepShape
 from harness.results.schema import Summary
-from harness.scenario.gpus import gpu_spec
 
 TP_SIZES = (1, 2, 4, 8)
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms")
@@ -92,9 +91,9 @@ class Search:
             )
         for gpu in scenario.plan.prices:
             try:
-                gpu_spec(gpu)
+                scenario.plan.gpu_spec(gpu)  # a part of the GPU table or of plan.gpus
             except ValueError as e:
-                raise ValueError(f"plan.prices: {e}") from None
+                raise ValueError(f"plan.prices: hardware {gpu!r}: {e}") from None
         if not scenario.slo.model_dump(exclude_none=True, exclude={"confidence"}):
             raise ValueError(
                 "slo: --search looks for the deployment that meets the SLOs; set at least one, "
@@ -129,11 +128,11 @@ class Search:
         )
 
     def tensor_parallel_sizes(self, gpu: str) -> tuple[list[int], list[str]]:
-        arch, spec, notes = scenario_architecture(self.scenario), gpu_spec(gpu), []
+        arch, spec, notes = scenario_architecture(self.scenario), self.scenario.plan.gpu_spec(gpu), []
         sizes = []
         for tp in TP_SIZES:
-            if arch.n_heads % tp:
-                notes.append(f"TP {tp}: does not divide {arch.n_heads} attention heads")
+            if (problem := tensor_parallel_problem(arch, tp)) is not None:
+                notes.append(f"TP {problem}")
             elif not plan_memory(arch, spec.hbm_bytes, self.scenario.plan.gpu_memory_utilization, tp).weights_fit:
                 notes.append(f"TP {tp}: weights leave no KV cache")
             elif (slow := self.decode_floor_note(gpu, tp)) is not None:

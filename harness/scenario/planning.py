@@ -3,11 +3,14 @@
     plan:
       step_model: {fitted: [results/run-a]}     # this machine: steps fitted to measured native runs
     plan:
-      hardware: H100                            # a GPU of harness/metrics/roofline.py's table
+      hardware: H100-SXM                        # a part of harness/scenario/gpus.py's table, by exact name
       model: llama-3.1-8b                       # builtin name | GGUF path | HF config.json path
       step_model: roofline                      # or {roofline: {mfu: 0.4, mbu: 0.7, overhead_ms: 2}}
       replicas: 100
-      tensor_parallel: 1
+      tensor_parallel: 1                        # must divide the model's heads as vLLM requires
+    plan:
+      gpus: {my-gpu: {memory_gib: 96, hbm_tb_per_s: 4.0, bf16_tflops: 900, interconnect_gb_per_s: 900}}
+      hardware: my-gpu                          # a GPU the table lacks, described in the scenario
     plan:
       step_model: {fitted: [results/run-a]}
       host_cores: 2                             # replicas share this host's 2 cores (harness/plan/host.py)
@@ -29,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from harness.scenario.gpus import GIB, GpuNameError, GpuSpec, is_table_name, resolve_gpu, table_gpu_name
 from harness.scenario.paths import scenario_path
 
 STEP_MODEL_FORMS = "{fitted: [RUN_DIR, ...]}, roofline, or {roofline: {mfu: 0.5, mbu: 0.8, overhead_ms: 1}}"
@@ -101,8 +105,39 @@ class StepModelSpec(_Strict):
         return "fitted" if self.fitted is not None else "roofline"
 
 
+class CustomGpu(_Strict):
+    """A GPU the table lacks (plan.gpus.NAME): its datasheet's figures and the memory the card reports."""
+
+    memory_gib: float = Field(gt=0, le=4096, description="GiB the card reports (nvidia-smi's total MiB / 1024)")
+    hbm_tb_per_s: float = Field(gt=0, le=1000, description="TB/s of memory bandwidth")
+    bf16_tflops: float = Field(gt=0, le=1e5, description="dense BF16 tensor TFLOP/s (a sparsity figure halved)")
+    fp8_tflops: float | None = Field(default=None, gt=0, le=1e5, description="dense FP8 tensor TFLOP/s")
+    int8_tops: float | None = Field(default=None, gt=0, le=1e5, description="dense INT8 tensor TOPS")
+    fp4_tflops: float | None = Field(default=None, gt=0, le=1e5, description="dense FP4 tensor TFLOP/s")
+    interconnect_gb_per_s: float = Field(gt=0, le=1e5, description="GB/s GPU to GPU, both directions, per GPU")
+    interconnect: str = "custom link"
+    source: str = "the scenario's plan.gpus"
+
+    def spec(self, name: str) -> GpuSpec:
+        tera = 1e12
+        return GpuSpec(
+            name=name,
+            bf16_flops=self.bf16_tflops * tera,
+            fp8_flops=self.fp8_tflops * tera if self.fp8_tflops else None,
+            int8_ops=self.int8_tops * tera if self.int8_tops else None,
+            fp4_flops=self.fp4_tflops * tera if self.fp4_tflops else None,
+            hbm_bytes=self.memory_gib * GIB,
+            hbm_bytes_per_s=self.hbm_tb_per_s * tera,
+            interconnect=self.interconnect,
+            interconnect_bytes_per_s=self.interconnect_gb_per_s * 1e9,
+            source=self.source,
+            memory_source="plan.gpus",
+        )
+
+
 class PlanSpec(_Strict):
-    hardware: str | None = None  # GPU name (harness/metrics/roofline.py's table); None: this machine (fitted)
+    gpus: dict[str, CustomGpu] = {}  # GPUs the table lacks, by the name plan.hardware and plan.prices give
+    hardware: str | None = None  # a part of harness/scenario/gpus.py's table or of gpus; None: this machine (fitted)
     model: str | None = None  # builtin name | GGUF path | HF config.json path; None: backend.model
     step_model: StepModelSpec
     replicas: int | None = Field(default=None, ge=1, le=100_000)  # None: the launch args' --data-parallel
@@ -132,13 +167,32 @@ class PlanSpec(_Strict):
             )
         return str(path.resolve())
 
-    @model_validator(mode="after")
-    def _known_gpu(self) -> PlanSpec:
-        if self.hardware is not None and self.step_model.kind == "roofline":
-            from harness.scenario.gpus import gpu_spec
+    @field_validator("gpus")
+    @classmethod
+    def _new_gpu_names(cls, gpus: dict[str, CustomGpu]) -> dict[str, CustomGpu]:
+        for name in gpus:
+            if is_table_name(name):
+                part = table_gpu_name(name) or "a name of its parts"
+                raise ValueError(
+                    f"{name!r} is the GPU table's {part}; give yours a name of its own, e.g. {name}-custom"
+                )
+        return gpus
 
-            gpu_spec(self.hardware)  # a ValueError naming the table's GPUs
-        return self
+    @field_validator("hardware")
+    @classmethod
+    def _known_gpu(cls, hardware: str | None, info: ValidationInfo) -> str | None:
+        """A part of the table or of plan.gpus (checked once gpus is valid: its own errors come first)."""
+        if hardware is not None and "gpus" in info.data:
+            custom = {name: gpu.spec(name) for name, gpu in info.data["gpus"].items()}
+            try:
+                resolve_gpu(hardware, custom)
+            except GpuNameError as e:
+                raise ValueError(str(e)) from None
+        return hardware
+
+    def gpu_spec(self, name: str) -> GpuSpec:
+        """The part `name` means: plan.gpus first, then the table; a GpuNameError (a ValueError) otherwise."""
+        return resolve_gpu(name, {custom: gpu.spec(custom) for custom, gpu in self.gpus.items()})
 
     @field_validator("prices")
     @classmethod
