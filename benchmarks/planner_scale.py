@@ -15,8 +15,12 @@ Three parts, timed apart (CPU seconds of this process):
 The step model is a fitted-form model with the coefficients below (GPU-like step times; the rate of
 simulation depends on them only through how many steps they make). Prints simulated requests per
 CPU-second and microseconds per sequence-step (one sequence in one step's batch).
+With --bench-plan, then bench plan's own path over the same scenario (harness/plan/simulator.simulate_scenario:
+build_schedule with the tokenizer, the prompts' ids from the encodings it made, the simulation, the summary, the
+diagnosis and the results folder), timed apart: what `bench plan` of this trace costs end to end.
 
   PYTHONPATH=. python benchmarks/planner_scale.py [--requests 100000] [--replicas 100] [--profile] [--no-fast-forward]
+      [--bench-plan]
 
 Measured 2026-12-02 alone on the machine (load average 1.1-1.6): 100,000 requests over 100 replicas in 56.7
 CPU-s (56.7 s wall; simulation and requests.jsonl 49.7, summary 6.9): 1,765 simulated requests per CPU-second,
@@ -43,7 +47,7 @@ import yaml
 
 from harness.metrics.latencies import summarize
 from harness.plan.deployment import deployment_from_args
-from harness.plan.simulator import Simulation, run_simulation
+from harness.plan.simulator import Simulation, run_simulation, simulate_scenario
 from harness.plan.step_model import FittedStepModel
 from harness.results.folder import ResultWriter
 from harness.scenario.arrivals import trace_offsets_s
@@ -80,6 +84,7 @@ def main() -> None:
     ap.add_argument("--plan-sample", type=int, default=500, help="rows whose plan building is timed")
     ap.add_argument("--profile", action="store_true", help="print the simulation's top functions")
     ap.add_argument("--no-fast-forward", action="store_true", help="every step one event (harness/plan/decode_run.py)")
+    ap.add_argument("--bench-plan", action="store_true", help="then time bench plan's own path (simulate_scenario)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="planner-scale-"))
     sessions = args.requests // TURNS
@@ -185,6 +190,21 @@ def main() -> None:
     )
     if profile:
         pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+    if args.bench_plan:
+        time_bench_plan(scenario, tmp / "plan")
+
+
+def time_bench_plan(scenario, out_dir: Path) -> None:
+    """bench plan's own path over the scenario (simulate_scenario), with this benchmark's step model."""
+    start, wall_start = time.process_time(), time.perf_counter()
+    summary = simulate_scenario(scenario, out_dir, step_model=GPU_LIKE)
+    total_s, wall_s, cpu = time.process_time() - start, time.perf_counter() - wall_start, summary.plan.cpu_s
+    print(
+        f"bench plan's path: {total_s:.1f} CPU-s ({wall_s:.1f} s of wall clock): plan building and prompt ids "
+        f"{cpu.plan:.1f}, simulation and requests.jsonl {cpu.simulation:.1f}, the rest (summary, diagnosis, "
+        f"run folder) {total_s - cpu.plan - cpu.simulation:.1f}; {summary.requests.completed} completed; load "
+        f"average {os.getloadavg()[0]:.1f}; peak memory {peak_rss_gib():.1f} GiB"
+    )
 
 
 def peak_rss_gib() -> float:

@@ -166,6 +166,10 @@ def test_plan_writes_a_run_folder_fitted_to_a_measured_run(measured):
     described = summary["plan"]["step_model"]
     assert described["kind"] == "fitted" and described["sources"] == [str((tmp / "measured").resolve())]
     assert described["residuals"]["steps"] > 10 and described["coefficients"]["intercept_s"] >= 0
+    # the fit's range: every fitted step, batches of at most the run's --max-num-seqs 4, prompts of 48 tokens
+    fit_range = described["fit_range"]
+    assert fit_range["steps"] == described["residuals"]["steps"] and 1 <= fit_range["sequences"][1] <= 4
+    assert fit_range["tokens"][1] >= 48 and fit_range["edge"]["decode_seqs"] <= 4
     measured_summary = json.loads((tmp / "measured" / "summary.json").read_text())
     for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "throughput", "goodput", "phases_ms"):
         assert summary[key] and set(summary[key]) <= set(measured_summary[key]), key

@@ -1,7 +1,8 @@
 """`bench plan`'s fast-forward (harness/plan/decode_run.py) leaves exactly what single steps leave: the same
 scenarios simulated with and without it give the same records (every token time), the same step trace and the
 same scheduler, block manager and prefix cache state, on cases that preempt, hit the prefix cache (hash and
-radix), chunk prefills, run multi-turn sessions, a closed loop, and 3 replicas behind cache_aware."""
+radix), chunk prefills, run multi-turn sessions, a closed loop, 3 replicas behind cache_aware, and an offline load
+fed to 2 replicas as their queues have room."""
 
 import pytest
 import yaml
@@ -58,6 +59,11 @@ CASES = {
     "full_batch": (["--max-num-seqs", "3"], random_load(40, 40, arrival="poisson", rate=20)),
     "static_batching": (["--static-batching", "--max-num-seqs", "4"], random_load(40, 30, arrival="poisson", rate=6)),
     "roofline": ([], {"load": CHAT}),  # a step model whose times are taken one step at a time
+    # every request held client-side and fed to 2 replicas as their waiting queues (of 3) have room
+    "offline": (
+        ["--data-parallel", "2", "--router-policy", "least_load", "--max-num-seqs", "3", "--max-waiting", "3"],
+        random_load(40, 24, arrival="offline", num_requests=24),
+    ),
 }
 STEP_MODELS = {"roofline": RooflineStepModel(load_architecture("llama-3.1-8b"), gpu_spec("L4"))}
 
@@ -79,9 +85,9 @@ def simulate(tmp_path, case: str, fast_forward: bool) -> tuple[Simulation, list]
     plan = build_schedule(scenario, tokenizer)
     deployment = deployment_from_args(launch_args, "smollm2")
     sim, records = Simulation(deployment, STEP_MODELS.get(case, STATED), fast_forward=fast_forward), []
-    run_simulation(
-        sim, plan.requests, prompt_token_ids(plan.requests, tokenizer), load.get("concurrency"), records.append
-    )
+    token_ids = prompt_token_ids(plan.requests, tokenizer)
+    offline = load["arrival"] == "offline"
+    run_simulation(sim, plan.requests, token_ids, load.get("concurrency"), records.append, offline)
     return sim, records
 
 
@@ -146,7 +152,8 @@ def test_fast_forward_leaves_what_single_steps_leave(tmp_path, case, monkeypatch
     # the case exercises what it is named for, the fast-forward took steps, and arrivals cut some runs back
     assert len(stepped_records) >= 12 and all(r.ok for r in stepped_records)
     assert forwarded.fast_forwarded_steps > 0
-    if case not in ("closed_loop", "closed_loop_3_replicas", "static_batching"):  # these send or admit at a finish
+    # these send or admit at a finish; offline feeds a queue that is never empty while requests are held
+    if case not in ("closed_loop", "closed_loop_3_replicas", "static_batching", "offline"):
         assert any(cuts)
     timings = [r.server_timings for r in stepped_records]
     if case == "preemption":
@@ -157,5 +164,8 @@ def test_fast_forward_leaves_what_single_steps_leave(tmp_path, case, monkeypatch
         assert sum(t["cache_n"] for t in timings) > 0
     if case == "chunked_prefill":  # every 600-token prompt ran in chunks of the 256-token step budget
         assert max(s["prefill_tokens"] for s in stepped.steps) <= 256
+    if case == "offline":  # both replicas fed, neither queue past its bound, a full batch decoding behind a queue
+        assert {s["replica"] for s in stepped.steps} == {"replica-0", "replica-1"}
+        assert max(s["waiting"] for s in stepped.steps) == 3 and max(s["running"] for s in stepped.steps) == 3
     if case == "cache_aware":
         assert all(state["counters"][0] > 0 for state in engine_state(stepped))  # all 3 replicas got requests

@@ -50,10 +50,35 @@ def test_decode_at_batch_one_is_memory_bound():
 def test_large_prefill_is_compute_bound():
     shape = StepShape(prefill_tokens=8192, prefill_seqs=1, decode_seqs=0, context_tokens=8192)
     costs = llama_on_h100().costs(shape)
+    # without prefill_pairs, the step's queries are spread over its sequences: 8192 x 8192 pairs
     flops = 2 * MATMUL_PARAMS * 8192 + 2 * LM_HEAD_PARAMS + 4 * 32 * (32 * 128) * 8192 * 8192
-    assert costs.bound == "compute"
-    assert costs.step_s == pytest.approx(flops / H100_FLOPS)  # 151 ms
-    assert costs.step_s == pytest.approx(0.1512, rel=1e-3)
+    assert costs.bound == "compute" and costs.flops_per_gpu == pytest.approx(flops)
+    # lm_head multiplies one row (the prompt's last token): a matrix-vector product that reads its 1.05 GB
+    lm_head_read_s = LM_HEAD_PARAMS * 2 / H100_BYTES_PER_S
+    assert costs.lm_head.memory_s == pytest.approx(lm_head_read_s) and lm_head_read_s > costs.lm_head.compute_s
+    assert costs.step_s == pytest.approx((flops - 2 * LM_HEAD_PARAMS) / H100_FLOPS + lm_head_read_s)  # 151 ms
+    assert costs.step_s == pytest.approx(0.1515, rel=1e-3)
+
+
+def test_a_mixed_steps_kernels_each_take_their_own_roofline():
+    """A chunk of a prompt beside a decode batch: the layers' GEMMs are compute-bound, the decode batch's attention
+    reads its KV cache in kernels of its own (one stream: they run one after another), so its read adds to the
+    step rather than hiding under the GEMMs' compute. Attention's pairs: the chunk's causal ones (prefill_pairs)
+    and one query a decoding sequence over its context."""
+    # 512 prompt tokens from position 1024 of one sequence, and 64 sequences decoding at 4,000 positions each
+    pairs = 512 * 1024 + 512 * 513 // 2
+    shape = StepShape(512, 1, 64, (1024 + 512) + 64 * 4000, pairs)
+    costs = llama_on_h100().costs(shape)
+    tokens, positions = 512 + 64, 1536 + 256_000 + 576  # KV read over the context, written for the new tokens
+    assert costs.layers.compute_s == pytest.approx(2 * MATMUL_PARAMS * tokens / H100_FLOPS)  # 8.1 ms
+    assert costs.attention.flops == pytest.approx(4 * 32 * 4096 * (pairs + 64 * 4000))
+    assert costs.attention.memory_s == pytest.approx(positions * KV_PER_TOKEN / H100_BYTES_PER_S)  # 10.1 ms
+    lm_head_s = LM_HEAD_PARAMS * 2 / H100_BYTES_PER_S  # 65 rows: memory-bound
+    assert costs.step_s == pytest.approx(costs.layers.compute_s + costs.attention.memory_s + lm_head_s)
+    assert costs.step_s == pytest.approx(0.01854, rel=1e-3)
+    # one roofline over the step's totals overlaps the KV read with the GEMMs' compute: 14.6 ms, 27% less
+    assert max(costs.compute_s, costs.memory_s) == pytest.approx(0.01458, rel=1e-3)
+    assert llama_on_h100().step_time_s(shape) == costs.step_s
 
 
 def test_mfu_mbu_and_overhead_scale_their_own_terms():

@@ -451,7 +451,7 @@ def plan(
     hardware: str = typer.Option("H100", "--hardware", hidden=True, help="--memory: a GPU of the table"),
     tensor_parallel: int = typer.Option(1, "--tensor-parallel", min=1, hidden=True, help="--memory: GPUs per replica"),
     gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", hidden=True, help="--memory"),
-    kv_dtype: str = typer.Option("fp16", "--kv-dtype", hidden=True, help="--memory: fp32, fp16, bf16 or fp8"),
+    kv_dtype: str = typer.Option("auto", "--kv-dtype", hidden=True, help="--memory: auto, bf16, fp16 or fp8"),
 ) -> None:
     """Simulate the scenario's load on the deployment its plan: block describes (the engine's own scheduler,
     a fitted or roofline step model) and write a results folder as `bench run` does, marked simulated.
@@ -468,6 +468,7 @@ def plan(
             tensor_parallel,
             gpu_memory_utilization,
             kv_dtype,
+            None,
         )
     if scenario is None:
         raise _fail("error", "bench plan needs a SCENARIO (the memory a model needs: bench memory)", EXIT_BAD_INPUT)
@@ -480,6 +481,8 @@ def _plan_scenario(resolved, output: Path | None, search: bool, max_gpus: int, t
     from harness.plan.simulator import simulate_scenario
 
     try:
+        if (precision := _plan_precision_line(resolved)) is not None:
+            console.print(precision, highlight=False, markup=False)
         out_dir = output or default_output_dir(f"{resolved.name}-plan")
         if search:
             plan_search_report(resolved, out_dir, max_gpus, time_budget_s, overwrite)
@@ -498,6 +501,16 @@ def _plan_scenario(resolved, output: Path | None, search: bool, max_gpus: int, t
         raise _fail("plan failed", str(e), EXIT_BAD_INPUT)
 
 
+def _plan_precision_line(resolved) -> str | None:
+    """What a roofline plan assumed for weights, matmuls and KV cache (harness/scenario/precision.py)."""
+    from harness.plan.roofline_scenario import precision_line
+
+    try:
+        return precision_line(resolved)
+    except ValueError as e:
+        raise ScenarioError(str(e)) from None
+
+
 @app.command("memory")
 def memory_command(
     model: str = typer.Option("llama-3.1-8b", "--model", help="built-in name, .gguf or config.json"),
@@ -508,23 +521,28 @@ def memory_command(
     hardware: str = typer.Option("H100", "--hardware", help="a GPU of the table"),
     tensor_parallel: int = typer.Option(1, "--tensor-parallel", min=1, help="GPUs per replica"),
     gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", help="the engine's share"),
-    kv_dtype: str = typer.Option("fp16", "--kv-dtype", help="fp32, fp16, bf16 or fp8"),
+    kv_dtype: str = typer.Option(
+        "auto", "--kv-cache-dtype", "--kv-dtype", help="auto (bf16), bf16, fp16, fp8 (fp8_e4m3, fp8_e5m2)"
+    ),
+    weight_dtype: str | None = typer.Option(
+        None, "--weight-dtype", help="bf16, fp16, fp8, int8, int4 or fp4 (default: the model's own)"
+    ),
 ) -> None:
     """The memory a model needs on a GPU: weights, KV cache per token, and what fits (sequences at --context,
     tokens each at --concurrency)."""
     from harness.plan.architectures import load_architecture
-    from harness.plan.memory import KV_DTYPE_BYTES, memory_lines, parse_bytes, plan_memory
+    from harness.plan.memory import memory_lines, parse_bytes, plan_memory
+    from harness.plan.precision import memory_precision, stored_architecture
     from harness.scenario.gpus import gpu_spec
 
     try:
-        if kv_dtype not in KV_DTYPE_BYTES:
-            raise ValueError(f"--kv-dtype: {kv_dtype!r}; use one of {', '.join(KV_DTYPE_BYTES)}")
-        arch = load_architecture(model, weight_bits)
+        precision = memory_precision(weight_dtype, kv_dtype)
+        arch = stored_architecture(load_architecture(model), weight_dtype, weight_bits, "--weight-bits")
         total = parse_bytes(gpu_memory, "--gpu-memory") if gpu_memory else gpu_spec(hardware, "--hardware").hbm_bytes
-        memory_plan = plan_memory(arch, total, gpu_memory_utilization, tensor_parallel, KV_DTYPE_BYTES[kv_dtype])
+        memory_plan = plan_memory(arch, total, gpu_memory_utilization, tensor_parallel, precision.kv_bytes)
     except (ValueError, FileNotFoundError) as e:
         raise _fail("error", str(e), EXIT_BAD_INPUT)
-    for line in memory_lines(arch, memory_plan, context, concurrency, kv_dtype):
+    for line in memory_lines(arch, memory_plan, context, concurrency, precision):
         typer.echo(line)
 
 

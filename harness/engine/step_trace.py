@@ -156,7 +156,7 @@ def _step_events(s: dict) -> list[dict]:
 
 def write_engine_trace(path: Path, steps: list[dict]) -> None:
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(chrome_trace(steps), f, separators=(",", ":"))
+        f.write(json.dumps(chrome_trace(steps), separators=(",", ":")))  # the C encoder: json.dump streams in Python
 
 
 def read_engine_trace(path: Path) -> list[dict]:

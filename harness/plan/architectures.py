@@ -31,6 +31,9 @@ class Architecture:
     weight_bits: float = 16.0  # bf16 checkpoints; a GGUF's own average (Q4_1 is 5.0, Q4_K_M about 4.8)
     tied_embeddings: bool = False  # lm_head shares the embedding matrix (SmolLM2): stored once
     source: str = ""
+    # the embedding's and lm_head's bits; None: weight_bits (an average over every tensor, as a GGUF's). A quantized
+    # deployment keeps them at 16 (harness/scenario/precision.py)
+    embedding_bits: float | None = None
 
     def layer_params(self) -> int:
         """Weights of one transformer layer: q, k, v, o projections, gate/up/down FFN, two norms."""
@@ -45,6 +48,21 @@ class Architecture:
         """Every stored weight: layers, the final norm, the embedding, and lm_head unless tied."""
         embeddings = self.lm_head_params() * (1 if self.tied_embeddings else 2)
         return self.n_layers * self.layer_params() + self.hidden_size + embeddings
+
+    @property
+    def lm_head_bits(self) -> float:
+        return self.weight_bits if self.embedding_bits is None else self.embedding_bits
+
+    def stored_bytes(self) -> float:
+        """Every stored weight at its bits: the layers and final norm at weight_bits, the embeddings at
+        lm_head_bits (the norms inside the layers count at weight_bits: 0.004% of Llama-3.1-8B)."""
+        embeddings = self.lm_head_params() * (1 if self.tied_embeddings else 2)
+        layers = self.param_count() - embeddings
+        return (layers * self.weight_bits + embeddings * self.lm_head_bits) / 8
+
+    def step_weight_bytes(self) -> float:
+        """The weights a forward step reads: every layer's and lm_head's (the embedding is a lookup)."""
+        return (self.matmul_params() * self.weight_bits + self.lm_head_params() * self.lm_head_bits) / 8
 
     def matmul_params(self) -> int:
         """Weights every token multiplies through (2 FLOPs each): the layers. lm_head is counted apart,

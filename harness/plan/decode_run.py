@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -103,10 +104,8 @@ def plan_decode_run(replica: Replica, step_model: StepModel, now_s: float) -> De
     n = len(seqs)
     first = sum(s.num_computed_tokens for s in seqs) + n  # each sequence attends over one more position a step
     contexts = list(range(first, first + steps * n, n))
-    ends_s, end_s = [], now_s
-    for step_s in step_times_s(step_model, n, contexts):
-        end_s += step_s  # as the simulator adds each step's time to the clock
-        ends_s.append(end_s)
+    # each end the one before plus the step's time, as the simulator adds each step's time to its clock
+    ends_s = list(itertools.accumulate(step_times_s(step_model, n, contexts), initial=now_s))[1:]
     return DecodeRun(seqs, now_s, ends_s, contexts, steps, len(replica.scheduler.waiting))
 
 

@@ -15,10 +15,12 @@ import re
 from dataclasses import dataclass
 
 from harness.plan.architectures import Architecture
+from harness.plan.precision import Precision
+from harness.scenario.precision import KV_CACHE_DTYPE_BYTES
 
 GIB = 2**30
 DEFAULT_RESERVE_BYTES = 1 * GIB  # activations and runtime context: vLLM's profile run typically finds 0.5-2 GiB
-KV_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+KV_DTYPE_BYTES = KV_CACHE_DTYPE_BYTES  # plan.kv_cache_dtype's and bench memory --kv-cache-dtype's choices
 _UNITS = {
     "": 1,
     "b": 1,
@@ -44,7 +46,8 @@ def parse_bytes(text: str | float, field: str = "memory") -> float:
 
 
 def weights_bytes(arch: Architecture) -> float:
-    return arch.param_count() * arch.weight_bits / 8
+    """Every stored weight at its precision (a quantized deployment's embedding and lm_head at 16 bits)."""
+    return arch.stored_bytes()
 
 
 def kv_heads_per_gpu(arch: Architecture, tensor_parallel: int = 1) -> int:
@@ -150,22 +153,21 @@ def load_fit(plan: MemoryPlan, context_tokens: int, concurrency: int) -> dict:
 
 
 def memory_lines(
-    arch: Architecture, plan: MemoryPlan, context_tokens: int, concurrency: int, kv_dtype: str
+    arch: Architecture, plan: MemoryPlan, context_tokens: int, concurrency: int, precision: Precision
 ) -> list[str]:
     """`bench memory`'s answer: weights, KV per token, KV for the asked load, and what fits."""
     fit = load_fit(plan, context_tokens, concurrency)
     gb = 1e9
-    lines = [
-        f"model {arch.name}: {arch.param_count() / 1e9:.2f} B parameters at {arch.weight_bits:g} bits "
-        + f"({arch.source or 'built-in'})"
-    ]
+    lines = [f"model {arch.name}: {arch.param_count() / 1e9:.2f} B parameters ({arch.source or 'built-in'})"]
+    lines.append(f"precision: weights {precision.weights_text(arch)}, KV cache {precision.kv_cache_text()}")
     lines.append(
         f"weights: {weights_bytes(arch) / gb:.2f} GB, {plan.weights_bytes_per_gpu / gb:.2f} GB per GPU "
         f"at tensor parallel {plan.tensor_parallel}"
     )
     lines.append(
-        f"KV cache: {plan.kv_bytes_per_token:,.0f} bytes per token ({kv_dtype}: 2 x {arch.n_layers} "
-        f"layers x {arch.n_kv_heads} KV heads x {arch.head_dim} head dim x {KV_DTYPE_BYTES[kv_dtype]} bytes)"
+        f"KV cache: {plan.kv_bytes_per_token:,.0f} bytes per token ({precision.kv_cache_resolved}: 2 x "
+        f"{arch.n_layers} layers x {arch.n_kv_heads} KV heads x {arch.head_dim} head dim x {precision.kv_bytes} "
+        f"byte{'s' * (precision.kv_bytes != 1)})"
     )
     lines.append(
         f"the load: {concurrency} sequences x {context_tokens:,} tokens = "

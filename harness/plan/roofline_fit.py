@@ -10,6 +10,11 @@ Two sources of what the engine did and how long it took:
 Least squares on relative error (each row divided by its duration: short decode steps count as much as
 long prefills), non-negative; a row's regime is re-chosen from the fit until it settles. A regime no row
 was in keeps its default, said in `notes`.
+
+The plan's model sums one roofline per kernel group (the layers' GEMMs, lm_head, attention: roofline_model.py);
+both sources give a step's totals only, so the fit draws one roofline a step. The two agree wherever a step's
+groups are all compute-bound or all memory-bound (decode steps, long prefills); peak_flops is the peak of the
+precision the run's matmuls ran in (roofline_scenario passes plan.compute_dtype's).
 """
 
 from __future__ import annotations
@@ -23,11 +28,10 @@ from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
-from scipy.optimize import nnls
 
 from harness.engine.step_trace import read_engine_trace
 from harness.plan.roofline_model import DEFAULTS, RooflineParams
-from harness.plan.step_model import is_simulated_run
+from harness.plan.step_model import FitRange, is_simulated_run, roofline_seconds, trace_fit_range
 
 VLLM_COUNTERS = {
     "flops": "vllm:estimated_flops_per_gpu_total",
@@ -47,6 +51,8 @@ class RooflineFit:
     compute_bound_rows: int
     median_abs_error: float  # |predicted - measured| / measured over the rows
     notes: list[str]
+    # the batches and contexts of the traced steps (None from vLLM's counters: an interval has no one batch)
+    fit_range: FitRange | None = None
 
 
 class _Ceilings(BaseModel):
@@ -96,14 +102,8 @@ def fit_roofline(
             )
         peak_flops = peak_flops or roofline.ceilings.flops_per_s
         peak_bytes_per_s = peak_bytes_per_s or roofline.ceilings.bytes_per_s
-    compute_bound = flops / moved > peak_flops / peak_bytes_per_s
-    for _ in range(iterations):
-        design = np.column_stack([flops * compute_bound, moved * ~compute_bound, steps]) / dur[:, None]
-        (per_flop, per_byte, overhead_s), _ = nnls(design, np.ones_like(dur))
-        regime = flops * per_flop > moved * per_byte
-        if (regime == compute_bound).all():
-            break
-        compute_bound = regime
+    first_guess = flops / moved > peak_flops / peak_bytes_per_s
+    per_flop, per_byte, overhead_s, compute_bound = roofline_seconds(flops, moved, steps, dur, first_guess, iterations)
     notes, mfu, mbu = [], DEFAULTS.mfu, DEFAULTS.mbu
     if per_flop > 0:
         mfu = 1 / (per_flop * peak_flops)
@@ -116,7 +116,10 @@ def fit_roofline(
     predicted = np.maximum(flops / (peak_flops * mfu), moved / (peak_bytes_per_s * mbu)) + overhead_s * steps
     error = float(np.median(np.abs(predicted - dur) / dur))
     params = dataclasses.replace(DEFAULTS, mfu=float(mfu), mbu=float(mbu), overhead_ms=float(overhead_s * 1e3))
-    return RooflineFit(params, peak_flops, peak_bytes_per_s, source, len(dur), int(compute_bound.sum()), error, notes)
+    fitted_range = trace_fit_range(run_dir) if source == "step trace" else None
+    return RooflineFit(
+        params, peak_flops, peak_bytes_per_s, source, len(dur), int(compute_bound.sum()), error, notes, fitted_range
+    )
 
 
 def trace_rows(path: Path) -> tuple[np.ndarray, ...]:

@@ -1,17 +1,26 @@
 """The `roofline` step model: one engine step's time on a GPU from the model's shapes and the GPU's datasheet.
 
-    step_s = max(flops / (peak_flops x mfu), bytes / (hbm_bytes_per_s x mbu)) + allreduce_s + overhead_s
+    step_s = sum over kernels k of max(flops_k / (peak_k x mfu), bytes_k / (hbm_bytes_per_s x mbu))
+             + allreduce_s + overhead_s
 
-per GPU of a tensor-parallel group. FLOPs are counted as the native engine's step trace counts them
-(native_engine/step_trace.py): 2 per weight per token through the layers, 2 per lm_head weight per
-sequence sampled, and 4 x layers x q_dim per (query token, attended position). Bytes: the weights read
-once a step, the KV cache read over the attended context and written for the new tokens; activations
-are left out (they stay in cache at these sizes). Under TP each GPU does 1/TP of the FLOPs and reads
-1/TP of the weights, and every layer ends its attention and its FFN with an all-reduce of the
-step's hidden states (Megatron-style TP: two per layer), a ring over the interconnect: each GPU sends
-and receives 2 x (TP-1)/TP of the message, at half the datasheet's both-ways figure, plus a latency per
-ring hop. The attended-position count is an approximation: the step shape gives the context summed
-over sequences, so a mixed step's queries are spread evenly over its sequences.
+per GPU of a tensor-parallel group, over three kernel groups whose FLOPs and bytes keep one ratio through the
+layers: the layers' GEMMs (their weights x the step's tokens), lm_head (its weights x the sequences sampled)
+and attention (queries x attended positions; the KV cache read and written). A step's kernels run one after
+another on one stream, so each is bound by its own roofline and their times add: a decode batch's KV read is
+not hidden under a prefill chunk's compute-bound GEMMs, and lm_head beside a prefill is a matrix-vector
+product bound by its weights' read. FLOPs are counted as the native engine's step trace counts them
+(native_engine/step_trace.py): 2 per weight per token through the layers, 2 per lm_head weight per sequence
+sampled, and 4 x layers x q_dim per (query token, attended position) (attention_pairs). Bytes: the weights
+read once a step at their stored bits, the KV cache read over the attended context and written for the new
+tokens at the KV cache's bytes; activations are left out (they stay in cache at these sizes).
+
+Precision (harness/scenario/precision.py): the layers' GEMMs run at the tensor peak of the deployment's compute
+precision (fp8 for W8A8, bf16 for weight-only int4); attention and lm_head at the bf16 peak.
+
+Under TP each GPU does 1/TP of the FLOPs and reads 1/TP of the weights, and every layer ends its
+attention and its FFN with an all-reduce of the step's hidden states (Megatron-style TP: two per layer),
+a ring over the interconnect: each GPU sends and receives 2 x (TP-1)/TP of the message, at half the
+datasheet's both-ways figure, plus a latency per ring hop.
 
 MFU, MBU and the overhead are stated defaults (DEFAULTS), overridable in the scenario, and fittable
 from one measured run (harness/plan/roofline_fit.py).
@@ -24,6 +33,7 @@ from dataclasses import dataclass
 
 from harness.plan.architectures import Architecture
 from harness.plan.memory import kv_bytes_per_token
+from harness.plan.precision import MODEL_PRECISION, Precision
 from harness.plan.step_model import StepShape
 from harness.scenario.gpus import GpuSpec
 
@@ -40,13 +50,48 @@ DEFAULTS = RooflineParams()
 
 
 @dataclass(frozen=True)
-class StepCosts:
-    flops_per_gpu: float
-    bytes_per_gpu: float
+class KernelCost:
+    """A group of kernels whose FLOPs and bytes keep one ratio through the layers: its own roofline."""
+
+    flops: float
+    bytes: float
     compute_s: float
     memory_s: float
+
+    @property
+    def time_s(self) -> float:
+        return max(self.compute_s, self.memory_s)
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """One step per GPU: its three kernel groups, each at its own roofline, run one after another."""
+
+    layers: KernelCost  # the layers' GEMMs: weights x tokens
+    lm_head: KernelCost  # lm_head's GEMM: its weights x the sequences sampled
+    attention: KernelCost  # attention: queries x the KV positions they attend, the KV cache read and written
     allreduce_s: float
     overhead_s: float
+
+    @property
+    def kernels(self) -> tuple[KernelCost, KernelCost, KernelCost]:
+        return self.layers, self.lm_head, self.attention
+
+    @property
+    def flops_per_gpu(self) -> float:
+        return sum(k.flops for k in self.kernels)
+
+    @property
+    def bytes_per_gpu(self) -> float:
+        return sum(k.bytes for k in self.kernels)
+
+    @property
+    def compute_s(self) -> float:
+        return sum(k.compute_s for k in self.kernels)
+
+    @property
+    def memory_s(self) -> float:
+        return sum(k.memory_s for k in self.kernels)
 
     @property
     def bound(self) -> str:
@@ -54,7 +99,23 @@ class StepCosts:
 
     @property
     def step_s(self) -> float:
-        return max(self.compute_s, self.memory_s) + self.allreduce_s + self.overhead_s
+        return sum(k.time_s for k in self.kernels) + self.allreduce_s + self.overhead_s
+
+
+def attention_pairs(shape: StepShape) -> float:
+    """(query, attended position) pairs: each decoding sequence's one query over its context, and the prefill
+    chunks' causal pairs (shape.prefill_pairs: n x start + n(n+1)/2 a chunk). The step shape sums the context over
+    all its sequences, so the prefill chunks' share of it is taken back out, exactly for one chunk or chunks of
+    one length. A shape without prefill_pairs (0 beside prefill chunks) spreads the step's queries evenly over
+    its sequences: up to n^2/2 pairs high for a chunk of n tokens."""
+    if shape.prefill_seqs == 0:
+        return shape.context_tokens
+    if shape.prefill_pairs == 0:
+        tokens, seqs = shape.prefill_tokens + shape.decode_seqs, shape.prefill_seqs + shape.decode_seqs
+        return shape.context_tokens * tokens / seqs
+    chunk = shape.prefill_tokens / shape.prefill_seqs
+    starts = (shape.prefill_pairs - shape.prefill_tokens * (chunk + 1) / 2) / chunk  # the chunks' start positions
+    return shape.prefill_pairs + shape.context_tokens - starts - shape.prefill_tokens
 
 
 class RooflineStepModel:
@@ -64,33 +125,72 @@ class RooflineStepModel:
         gpu: GpuSpec,
         tensor_parallel: int = 1,
         params: RooflineParams = DEFAULTS,
-        kv_bytes: float = 2,
+        precision: Precision = MODEL_PRECISION,
         activation_bytes: float = 2,
     ):
+        """`arch` at its stored bits (harness/scenario/precision.py stored_architecture); `precision` the compute and
+        KV cache dtypes. A ValueError naming plan.compute_dtype where `gpu` has no tensor cores for it."""
         self.arch, self.gpu, self.tp, self.params = arch, gpu, tensor_parallel, params
-        self.kv_bytes, self.activation_bytes = kv_bytes, activation_bytes
-        self.weight_bytes_read = (arch.matmul_params() + arch.lm_head_params()) * arch.weight_bits / 8
-        self.kv_bytes_per_token_per_gpu = kv_bytes_per_token(arch, kv_bytes, tensor_parallel)
+        self.precision, self.activation_bytes = precision, activation_bytes
+        self.matmul_peak_flops = precision.compute_flops(gpu)
+        self.bf16_peak_flops = gpu.tensor_flops("bf16")
+        self.weight_bytes_read = arch.step_weight_bytes()  # the layers' and lm_head's, the whole model's
+        self.lm_head_weight_bytes = arch.lm_head_params() * arch.lm_head_bits / 8
+        self.layer_weight_bytes = self.weight_bytes_read - self.lm_head_weight_bytes
+        self.kv_bytes_per_token_per_gpu = kv_bytes_per_token(arch, precision.kv_bytes, tensor_parallel)
+        # per GPU, the FLOPs a unit of work costs (a token through the layers, a sampled sequence through lm_head,
+        # an attended pair) and each term's seconds: step_time_s is the simulator's inner loop
+        tp, s_per_flop = tensor_parallel, 1 / (self.bf16_peak_flops * params.mfu)
+        self.flops_per_token = 2 * arch.matmul_params() / tp
+        self.flops_per_sample = 2 * arch.lm_head_params() / tp
+        self.flops_per_pair = 4 * arch.n_layers * arch.n_heads * arch.head_dim / tp
+        self.token_s = self.flops_per_token / (self.matmul_peak_flops * params.mfu)
+        self.sample_s, self.pair_s = self.flops_per_sample * s_per_flop, self.flops_per_pair * s_per_flop
+        s_per_byte = 1 / (gpu.hbm_bytes_per_s * params.mbu)
+        self.layer_read_s, self.lm_head_read_s = (
+            self.layer_weight_bytes / tp * s_per_byte,
+            self.lm_head_weight_bytes / tp * s_per_byte,
+        )
+        self.kv_position_s = self.kv_bytes_per_token_per_gpu * s_per_byte
 
     def costs(self, shape: StepShape) -> StepCosts:
-        a, p, tp = self.arch, self.params, self.tp
+        """The step's kernel groups, each with its FLOPs, bytes and both roofline terms."""
         tokens = shape.prefill_tokens + shape.decode_seqs
         seqs = shape.prefill_seqs + shape.decode_seqs
-        attended_pairs = shape.context_tokens * tokens / seqs if seqs else 0
-        flops = (
-            2 * a.matmul_params() * tokens
-            + 2 * a.lm_head_params() * seqs
-            + 4 * a.n_layers * a.n_heads * a.head_dim * attended_pairs
-        ) / tp
-        moved = self.weight_bytes_read / tp + (shape.context_tokens + tokens) * self.kv_bytes_per_token_per_gpu
+        pairs, positions = attention_pairs(shape), shape.context_tokens + tokens
         return StepCosts(
-            flops,
-            moved,
-            flops / (self.gpu.tensor_flops("bf16") * p.mfu),
-            moved / (self.gpu.hbm_bytes_per_s * p.mbu),
+            KernelCost(
+                self.flops_per_token * tokens,
+                self.layer_weight_bytes / self.tp,
+                self.token_s * tokens,
+                self.layer_read_s,
+            ),
+            KernelCost(
+                self.flops_per_sample * seqs,
+                self.lm_head_weight_bytes / self.tp,
+                self.sample_s * seqs,
+                self.lm_head_read_s,
+            ),
+            KernelCost(
+                self.flops_per_pair * pairs,
+                positions * self.kv_bytes_per_token_per_gpu,
+                self.pair_s * pairs,
+                self.kv_position_s * positions,
+            ),
             self.allreduce_s(tokens),
-            p.overhead_ms / 1e3,
+            self.params.overhead_ms / 1e3,
         )
+
+    def step_time_s(self, shape: StepShape) -> float:
+        """costs(shape).step_s, summed in the same order without building the breakdown."""
+        tokens = shape.prefill_tokens + shape.decode_seqs
+        seqs = shape.prefill_seqs + shape.decode_seqs
+        kernels_s = (
+            max(self.token_s * tokens, self.layer_read_s)
+            + max(self.sample_s * seqs, self.lm_head_read_s)
+            + max(self.pair_s * attention_pairs(shape), self.kv_position_s * (shape.context_tokens + tokens))
+        )
+        return kernels_s + self.allreduce_s(tokens) + self.params.overhead_ms / 1e3
 
     def allreduce_s(self, tokens: int) -> float:
         """Two ring all-reduces per layer of the step's hidden states (tokens x hidden activations)."""
@@ -103,17 +203,15 @@ class RooflineStepModel:
         )
         return 2 * self.arch.n_layers * one
 
-    def step_time_s(self, shape: StepShape) -> float:
-        return self.costs(shape).step_s
-
     def describe(self) -> dict:
         return {
             "kind": "roofline",
-            "form": "max(flops / (peak * mfu), bytes / (bandwidth * mbu)) + allreduce + "
-            "overhead, per GPU of the TP group",
+            "form": "sum over the layers' GEMMs, lm_head and attention of max(flops / (peak * mfu), bytes / "
+            "(bandwidth * mbu)) + allreduce + overhead, per GPU of the TP group",
             "coefficients": dataclasses.asdict(self.params),
             "architecture": dataclasses.asdict(self.arch),
             "gpu": dataclasses.asdict(self.gpu),
             "tensor_parallel": self.tp,
-            "kv_bytes": self.kv_bytes,
+            "precision": dataclasses.asdict(self.precision) | {"kv_bytes": self.precision.kv_bytes},
+            "peak_flops": {"matmuls": self.matmul_peak_flops, "attention_and_lm_head": self.bf16_peak_flops},
         }

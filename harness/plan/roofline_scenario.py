@@ -8,14 +8,33 @@ import dataclasses
 
 from harness.plan.architectures import Architecture, load_architecture
 from harness.plan.memory import MemoryPlan, check_tensor_parallel, plan_memory
+from harness.plan.precision import Precision, plan_precision, stored_architecture
 from harness.plan.roofline_fit import fit_roofline
 from harness.plan.roofline_model import DEFAULTS, RooflineStepModel
 from harness.scenario.gpus import GPU_SPECS, GpuSpec
 
 
 def scenario_architecture(scenario) -> Architecture:
+    """The model as the plan's deployment stores it: plan.weight_dtype's (or weight_bits') bits."""
     plan = scenario.plan
-    return load_architecture(plan.model or scenario.backend.model, plan.weight_bits)
+    return stored_architecture(
+        load_architecture(plan.model or scenario.backend.model), plan.weight_dtype, plan.weight_bits
+    )
+
+
+def scenario_precision(scenario) -> Precision:
+    """plan.weight_dtype, compute_dtype and kv_cache_dtype (harness/scenario/precision.py)."""
+    plan = scenario.plan
+    return plan_precision(plan.weight_dtype, plan.compute_dtype, plan.kv_cache_dtype)
+
+
+def precision_line(scenario) -> str | None:
+    """What a roofline plan assumed for its weights, matmuls and KV cache (None for a fitted plan: its steps were
+    measured); a ValueError naming the field for a precision plan.hardware cannot compute in."""
+    if scenario.plan is None or scenario.plan.step_model.kind != "roofline":
+        return None
+    gpu = scenario_gpu(scenario) if scenario.plan.hardware else None
+    return scenario_precision(scenario).line(scenario_architecture(scenario), gpu)
 
 
 def scenario_gpu(scenario) -> GpuSpec:
@@ -41,13 +60,15 @@ def tensor_parallel_architecture(scenario) -> Architecture:
 
 def roofline_step_model(scenario) -> RooflineStepModel:
     """The step model of a scenario's `plan:` block with step_model roofline: parameters set there, else fitted
-    to the run named in `fit` (against plan.hardware's datasheet peaks), else DEFAULTS."""
+    to the run named in `fit` (against plan.hardware's datasheet peaks: the matmuls' at the plan's compute
+    precision, so the run should have been measured at it), else DEFAULTS."""
     gpu, given = scenario_gpu(scenario), scenario.plan.step_model.roofline.model_dump(exclude_none=True)
-    arch = tensor_parallel_architecture(scenario)
+    arch, precision = tensor_parallel_architecture(scenario), scenario_precision(scenario)
     base = DEFAULTS
     if run_dir := given.pop("fit", None):
-        base = fit_roofline(run_dir, gpu.tensor_flops("bf16"), gpu.hbm_bytes_per_s).params
-    return RooflineStepModel(arch, gpu, scenario.plan.tensor_parallel, dataclasses.replace(base, **given))
+        base = fit_roofline(run_dir, precision.compute_flops(gpu), gpu.hbm_bytes_per_s).params
+    params = dataclasses.replace(base, **given)
+    return RooflineStepModel(arch, gpu, scenario.plan.tensor_parallel, params, precision)
 
 
 def roofline_memory(scenario, kv_block_size: int) -> MemoryPlan:
@@ -58,5 +79,6 @@ def roofline_memory(scenario, kv_block_size: int) -> MemoryPlan:
         scenario_gpu(scenario).hbm_bytes,
         plan.gpu_memory_utilization,
         plan.tensor_parallel,
+        kv_bytes=scenario_precision(scenario).kv_bytes,
         kv_block_size=kv_block_size,
     )

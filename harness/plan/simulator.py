@@ -8,6 +8,12 @@ to token ids, so prefix sharing is exact; a request reaches the engine `request_
 it is sent (the server's HTTP and tokenization, measured), and its tokens reach the client when
 the step that made them ends. The records and summary are `bench run`'s (harness/metrics/latencies.py),
 with `simulated: true` and the models used.
+
+Nothing is dropped silently: a request the server's rules refuse (a full waiting queue, a prompt past the
+context) is recorded as bench run records a refusal and counted by reason in a `plan_refused` finding; an
+offline load (load.arrival: offline) is held client-side and fed as the engines' waiting queues have room, so
+none is refused for a full queue. Steps past the batches and contexts the step model was fitted on are
+counted (range_tally.py) and said in a `plan_beyond_fitted_range` finding.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import heapq
 import itertools
 import time
 from collections import deque
+from dataclasses import asdict
 from pathlib import Path
 
 from harness.client.runner import http_failure_reason
@@ -26,10 +33,18 @@ from harness.metrics.latencies import summarize
 from harness.plan.decode_run import DecodeRun, admits, commit, plan_decode_run
 from harness.plan.deployment import Deployment, deployment_from_args
 from harness.plan.host import HostShare, host_share
+from harness.plan.prompt_ids import KeptEncodings, PromptIds, prompt_token_ids
+from harness.plan.range_tally import RangeTally
 from harness.plan.replica import Replica, Step
-from harness.plan.step_model import StepModel, StepShape, fit_step_model
+from harness.plan.step_model import (
+    FitRange,
+    FittedStepModel,
+    StepModel,
+    fit_step_model,
+    trace_fit_range,
+)
 from harness.results.folder import RequestRecord, ResultWriter, versions
-from harness.results.schema import Backend, CpuSeconds, PlanAccount, RunInfo, Summary
+from harness.results.schema import Backend, CpuSeconds, Finding, PlanAccount, RunInfo, Summary
 from harness.scenario.scenario import Scenario, ScenarioError
 from harness.scenario.tokenizer_source import resolve_tokenizer
 from harness.scenario.workload import RequestSpec, build_schedule
@@ -40,10 +55,16 @@ from native_engine.sequence import Sequence
 from native_engine.server import RequestError, sampling_params
 
 MAX_TRACED_REQUESTS = 20_000  # beyond this many requests the steps are not kept (memory): no engine_trace.json
+# engine_trace.json holds the last this many steps, as the engine's own trace does (native_engine/step_trace.py
+# StepTrace's max_steps): 10,000 requests over 10 replicas made 960,000 steps, and writing them all as the
+# report's timeline took 3/4 of that plan's time (cProfile); the diagnosis still reads every step
+MAX_WRITTEN_STEPS = 200_000
 # Event kinds, in their order at equal times: arrivals first, as the engine drains its inbox before a step;
 # then step ends; then the requests a finish at that instant releases (a session's next turn after no think
-# time, a closed loop's next request): they are sent after it, so never join a step that starts at it.
-ARRIVE, STEP_END, RELEASED = 0, 1, 2
+# time, a closed loop's next request): they are sent after it, so never join a step that starts at it; last, an
+# offline load's feed of the requests held client-side into the room those steps' admissions left.
+ARRIVE, STEP_END, RELEASED, FEED = 0, 1, 2, 3
+QUEUE_FULL = "waiting queue full"  # a refusal's reason (Simulation.refused) when the engine's queue bound is hit
 ANY_VOCAB = 1 << 31  # prompts are the tokenizer's own ids; sampling_params checks only stop_token_ids against it
 
 
@@ -66,6 +87,7 @@ class Simulation:
         keep_steps: bool = True,
         fast_forward: bool = True,
         host: HostShare | None = None,
+        fit_range: FitRange | None = None,
     ):
         self.clock = VirtualClock()
         self.step_model = step_model
@@ -84,6 +106,10 @@ class Simulation:
         self.sequence_steps = 0  # sequences summed over every step's batch: the simulation's unit of work
         self.engine_steps = 0
         self.fast_forwarded_steps = 0  # of engine_steps, those committed as part of a decode run
+        self.refused: dict[str, int] = {}  # requests the server refused, by reason (never silently dropped)
+        self.refused_example: dict[str, str] = {}  # the first refusal's detail, by reason
+        # the committed steps against the batches and contexts the step model was fitted on (range_tally.py)
+        self.range_tally = RangeTally(fit_range) if fit_range is not None else None
         self._events: list = []
         # the arrivals known from the start (a trace's, an open loop's), in time order, and the next of them:
         # kept out of the heap, which then holds only the events made on the way (a shallower heap)
@@ -109,11 +135,16 @@ class Simulation:
             return self._scheduled[i]
         return heapq.heappop(events) if events else None
 
-    def route(self, text: str) -> Replica:
+    def route(self, text: str, up: set[str] | None = None) -> Replica:
+        """The replica the router picks among `up` (default: every replica)."""
         if self.policy is None:
             return next(iter(self.replicas.values()))
-        name = self.policy.choose(text, self.in_flight, self.up).replica
+        name = self.policy.choose(text, self.in_flight, self.up if up is None else up).replica
         return self.replicas[name]
+
+    def with_room(self) -> set[str]:
+        """The replicas whose waiting queue is below the engine's bound (--max-waiting)."""
+        return {n for n, r in self.replicas.items() if has_room(r)}
 
     def start_step(self, replica: Replica) -> None:
         now_s = self.clock.now_s
@@ -146,6 +177,11 @@ class Simulation:
             self.push(shorter.end_s, STEP_END, (replica, shorter), self.rank[replica.name])
 
 
+def has_room(replica: Replica) -> bool:
+    scheduler = replica.scheduler
+    return len(scheduler.waiting) < scheduler.config.max_waiting
+
+
 def _tokenizer(scenario: Scenario):
     """The scenario's local token source (never the engine's /tokenize: no engine runs)."""
     offline = scenario.backend.model_copy(update={"url": None})
@@ -173,14 +209,23 @@ def _step_model(scenario: Scenario, deployment: Deployment) -> tuple[StepModel, 
 
 
 def run_simulation(
-    sim: Simulation, requests: list[RequestSpec], token_ids: list[list[int]], concurrency: int | None, on_record
+    sim: Simulation,
+    requests: list[RequestSpec],
+    token_ids: PromptIds | list[list[int]],
+    concurrency: int | None,
+    on_record,
+    offline: bool = False,
 ) -> None:
-    """Plays every request through the simulated deployment; on_record(RequestRecord) as each finishes."""
-    playback = _Playback(sim, token_ids, on_record)
+    """Plays every request through the simulated deployment; on_record(RequestRecord) as each finishes or is
+    refused. offline: the requests due at 0 wait client-side and go in as the engines' waiting queues have room."""
+    playback = _Playback(sim, token_ids, on_record, offline)
     playback.schedule(requests, concurrency)
     while (event := sim.pop()) is not None:
         time_s, kind, _, _, item = event
         sim.clock.now_s = time_s
+        if kind == FEED:
+            playback.feed()
+            continue
         if kind != STEP_END:
             playback.arrive(time_s, kind, item)
             continue
@@ -192,22 +237,32 @@ def run_simulation(
         else:
             playback.step_ended(replica, work, time_s)
         sim.start_step(replica)
+        if playback.backlog:
+            playback.feed_at(time_s)  # the step's admissions left room in the waiting queue
+    playback.refuse_backlog()
 
 
 class _Playback:
     """The requests' side of one simulation: which wait for a slot or a turn, which are live where."""
 
-    def __init__(self, sim: Simulation, token_ids: list[list[int]], on_record) -> None:
+    def __init__(self, sim: Simulation, token_ids: PromptIds | list[list[int]], on_record, offline: bool = False):
         self.sim, self.token_ids, self.on_record = sim, token_ids, on_record
         self.waiting_slots: deque[RequestSpec] = deque()  # a closed loop's requests not yet sent
         self.next_turn: dict[tuple[int, int], RequestSpec] = {}  # (session, turn): sent after the turn before
         self.live: dict[str, tuple[RequestSpec, float, list[float], Replica]] = {}
+        # offline: the requests sent (the time) that wait client-side until an engine's waiting queue has room
+        self.offline = offline
+        self.backlog: deque[tuple[RequestSpec, float]] = deque()
+        self.feed_pending_s: float | None = None  # the time of the FEED event pushed and not yet run
 
     def schedule(self, requests: list[RequestSpec], concurrency: int | None) -> None:
-        """The arrivals known from the start, and a closed loop's first `concurrency` requests at 0."""
+        """The arrivals known from the start, and a closed loop's first `concurrency` requests at 0; offline, the
+        first turns all wait client-side, fed once the server's overhead has passed."""
         scheduled = []
         for r in requests:
-            if r.intended_offset_s is not None:
+            if self.offline and r.turn_index == 0:
+                self.backlog.append((r, r.intended_offset_s or 0.0))
+            elif r.intended_offset_s is not None:
                 scheduled.append((r.intended_offset_s, (r, r.intended_offset_s)))
             elif r.turn_index > 0:
                 self.next_turn[(r.session_id, r.turn_index)] = r
@@ -216,6 +271,33 @@ class _Playback:
         self.sim.schedule_arrivals(scheduled)
         for _ in range(min(concurrency or 0, len(self.waiting_slots))):
             self.sim.push(0.0, ARRIVE, (self.waiting_slots.popleft(), 0.0))
+        if self.backlog:
+            self.feed_at(self.sim.request_overhead_s)
+
+    def feed_at(self, time_s: float) -> None:
+        """A FEED event at time_s (one an instant): after that instant's step ends, releases and admissions."""
+        if self.feed_pending_s != time_s:
+            self.feed_pending_s = time_s
+            self.sim.push(time_s, FEED, None)
+
+    def feed(self) -> None:
+        """The requests held client-side, in order, to the replicas the router picks among those whose waiting
+        queue has room, until none has or none is left: the engine pulls, none is refused for a full queue."""
+        sim, backlog = self.sim, self.backlog
+        self.feed_pending_s = None
+        room = sim.with_room()
+        while backlog and room:
+            spec, sent_s = backlog.popleft()
+            replica = sim.route(request_text(spec), room)
+            self.admit(spec, sent_s, replica, sim.clock.now_s, after_steps=True)
+            if not has_room(replica):
+                room.discard(replica.name)
+
+    def refuse_backlog(self) -> None:
+        """Requests still held when no event is left (none should be: an idle replica has room): refused, said."""
+        while self.backlog:
+            spec, sent_s = self.backlog.popleft()
+            self.refuse(spec, sent_s, 503, "never admitted: the simulation ended with it held client-side")
 
     def release_after(self, spec: RequestSpec) -> None:
         """What waits on this request: its session's next turn, or (closed loop) the next request."""
@@ -227,7 +309,11 @@ class _Playback:
         elif spec.turn_index == 0 and self.waiting_slots and spec.intended_offset_s is None:
             sim.push(sim.clock.now_s, RELEASED, (self.waiting_slots.popleft(), sim.clock.now_s))
 
-    def refuse(self, spec: RequestSpec, sent_s: float, status: int, detail: str) -> None:
+    def refuse(self, spec: RequestSpec, sent_s: float, status: int, detail: str, reason: str | None = None) -> None:
+        """The server's refusal of a request, recorded as bench run records it and counted by reason."""
+        reason = reason or f"HTTP {status}: {detail}"
+        self.sim.refused[reason] = self.sim.refused.get(reason, 0) + 1
+        self.sim.refused_example.setdefault(reason, detail)
         rec = RequestRecord(
             spec.index,
             sent_s,
@@ -250,9 +336,12 @@ class _Playback:
         if time_s < engine_s:
             sim.push(engine_s, ARRIVE, item)  # the server's share before the engine sees it
             return
-        replica = sim.route(
-            prompt_text({"prompt": spec.prompt} if spec.messages is None else {"messages": spec.messages})
-        )
+        self.admit(spec, sent_s, sim.route(request_text(spec)), engine_s, after_steps=kind == RELEASED)
+
+    def admit(self, spec: RequestSpec, sent_s: float, replica: Replica, engine_s: float, after_steps: bool) -> None:
+        """The request into the replica's scheduler at engine_s (now), or refused as its server would refuse it;
+        offline, one that finds the waiting queue full waits client-side instead."""
+        sim = self.sim
         ids = list(self.token_ids[spec.index])
         try:  # the server's own rule: the prompt and its answer must fit the context
             params = sampling_params(
@@ -264,17 +353,21 @@ class _Playback:
                 ANY_VOCAB,
             )
         except RequestError as e:
-            self.refuse(spec, sent_s, e.status, e.message)
+            self.refuse(spec, sent_s, e.status, e.message, f"HTTP {e.status}: the server's request rule")
             return
         seq = Sequence(str(spec.index), ids, params, arrival_s=engine_s)
         try:
             replica.scheduler.add(seq)
         except QueueFullError as e:
-            self.refuse(spec, sent_s, 503, str(e))
+            if self.offline:
+                self.backlog.append((spec, sent_s))
+                self.feed_at(sim.clock.now_s)
+            else:
+                self.refuse(spec, sent_s, 503, str(e), f"HTTP 503: {QUEUE_FULL} (--max-waiting)")
             return
         self.live[seq.request_id] = (spec, sent_s, [], replica)
         sim.in_flight[replica.name] += 1
-        sim.arrived(replica, after_steps=kind == RELEASED)
+        sim.arrived(replica, after_steps)
 
     def decode_run_ended(self, replica: Replica, work: DecodeRun) -> None:
         sim = self.sim
@@ -285,6 +378,8 @@ class _Playback:
         sim.engine_steps += work.steps
         sim.fast_forwarded_steps += work.steps
         sim.sequence_steps += work.steps * len(work.seqs)
+        if sim.range_tally is not None:
+            sim.range_tally.decode_run(len(work.seqs), work.context_tokens, work.steps)
         if sim.steps is not None:
             sim.steps += _trace_decode_run(replica, work, taken)
 
@@ -295,6 +390,8 @@ class _Playback:
             self.live[seq.request_id][2].append(time_s)
         sim.engine_steps += 1
         sim.sequence_steps += work.shape.prefill_seqs + work.shape.decode_seqs
+        if sim.range_tally is not None:
+            sim.range_tally.step(work.shape)
         if sim.steps is not None:
             sim.steps.append(_trace_step(replica.name, work, time_s))
         for seq in work.finished:
@@ -302,6 +399,11 @@ class _Playback:
             sim.in_flight[at.name] -= 1
             self.on_record(_record(spec, sent_s, times, seq))
             self.release_after(spec)
+
+
+def request_text(spec: RequestSpec) -> str:
+    """What the router matches of a request (its prompt, or its chat's messages)."""
+    return prompt_text({"prompt": spec.prompt} if spec.messages is None else {"messages": spec.messages})
 
 
 def _record(spec: RequestSpec, sent_s: float, times: list[float], seq: Sequence) -> RequestRecord:
@@ -348,27 +450,37 @@ def _trace_step(replica: str, s: Step, end_s: float) -> dict:
 
 
 def _trace_decode_run(replica: Replica, run: DecodeRun, taken: list[int]) -> list[dict]:
-    """A decode run's steps in _trace_step's form, as each would have been traced alone."""
-    bm, n = replica.block_manager, len(run.seqs)
+    """A decode run's steps in _trace_step's form, as each would have been traced alone (written out here: one
+    dict a step, no Step and StepShape a step, since a plan's steps are mostly these)."""
+    bm, n, name, queued = replica.block_manager, len(run.seqs), replica.name, run.queued_s
     used = bm.num_blocks - bm.num_free_blocks - sum(taken)  # before the run's first step
     steps, start_s = [], run.start_s
     for end_s, context, took in zip(run.ends_s[: run.steps], run.context_tokens, taken):
         used += took
-        waiting = run.waiting + bisect.bisect_left(run.queued_s, (start_s, True))  # those queued before it began
-        shape = StepShape(0, 0, n, context)
-        steps.append(_trace_step(replica.name, Step(shape, [], start_s, used, 0, 0, n, waiting), end_s))
+        # the sequences queued behind the batch before the step began
+        waiting = run.waiting + (bisect.bisect_left(queued, (start_s, True)) if queued else 0)
+        dur_s = end_s - start_s
+        steps.append(
+            {
+                "t_s": start_s,
+                "dur_s": dur_s,
+                "forward_s": dur_s,
+                "prefill_tokens": 0,
+                "prefill_chunks": [],
+                "decode_seqs": n,
+                "kv_blocks_used": used,
+                "preemptions": 0,
+                "prefix_hit_tokens": 0,
+                "bytes_read": 0,
+                "flops": 0,
+                "running": n,
+                "waiting": waiting,
+                "kv_positions_read": context,
+                "replica": name,
+            }
+        )
         start_s = end_s
     return steps
-
-
-def prompt_token_ids(requests: list[RequestSpec], tokenizer) -> list[list[int]]:
-    """Each request's prompt as the engine's token ids (a chat's messages as their contents in order)."""
-    return [
-        tokenizer.encode(r.prompt)
-        if r.prompt is not None
-        else tokenizer.encode("".join(str(m.get("content", "")) for m in r.messages))
-        for r in requests
-    ]
 
 
 def simulate_scenario(
@@ -383,9 +495,10 @@ def simulate_scenario(
     one instead of the plan's (benchmarks, tests); its request overhead is then 0."""
     deployment, step_model, overhead_s = _deployment_and_model(scenario, step_model)
     started_s = time.process_time()
-    tokenizer = _tokenizer(scenario)
+    tokenizer = KeptEncodings(_tokenizer(scenario))  # the plan's encodings, kept for the engine's prompts
     schedule = build_schedule(scenario, tokenizer)
     token_ids = prompt_token_ids(schedule.requests, tokenizer)
+    tokenizer.kept.clear()
     writer = ResultWriter(out_dir, overwrite) if out_dir is not None else None
     records: list[RequestRecord] = []
 
@@ -397,16 +510,18 @@ def simulate_scenario(
     planned_s = time.process_time()
     keep_steps = len(schedule.requests) <= MAX_TRACED_REQUESTS
     host = host_share(scenario.plan, scenario.plan.step_model.fitted)
-    sim = Simulation(deployment, step_model, overhead_s, keep_steps=keep_steps, host=host)
+    fitted_range = _fit_range(scenario, step_model, deployment)
+    sim = Simulation(deployment, step_model, overhead_s, keep_steps=keep_steps, host=host, fit_range=fitted_range)
+    offline = scenario.load.process.paced_by == "offline"
     try:
-        run_simulation(sim, schedule.requests, token_ids, scenario.load.concurrency, on_record)
+        run_simulation(sim, schedule.requests, token_ids, scenario.load.concurrency, on_record, offline)
     finally:
         if writer is not None:
             writer.close()
     records.sort(key=lambda r: r.index)
     summary = _simulated_summary(scenario, records, schedule.token_count_method)
     summary.plan = PlanAccount(
-        step_model=step_model.describe(),
+        step_model=step_model.describe() | ({"fit_range": asdict(fitted_range)} if fitted_range else {}),
         request_overhead_s=overhead_s,
         deployment=_describe_deployment(deployment),
         host=sim.host.describe() if sim.host is not None else None,
@@ -417,9 +532,63 @@ def simulate_scenario(
         cpu_s=CpuSeconds(plan=planned_s - started_s, simulation=time.process_time() - planned_s),
     )
     explain(summary, records, Path(out_dir or "."), sim.steps or [], scenario.resolved_dict())
+    summary.diagnosis = [*plan_findings(sim, step_model, len(schedule.requests)), *(summary.diagnosis or [])]
     if writer is not None:
         _write_folder(writer, scenario, schedule.token_count_method, tokenizer.name, summary, sim.steps)
     return summary
+
+
+def _fit_range(scenario: Scenario, step_model: StepModel, deployment: Deployment) -> FitRange | None:
+    """The batches and contexts of the measured steps the plan's step model was fitted on: a fitted model's own,
+    or those of the run a roofline's efficiencies were fitted to; None for a stated model."""
+    fitted = getattr(step_model, "fit_range", None)
+    if fitted is not None or isinstance(step_model, FittedStepModel):
+        return fitted
+    spec = scenario.plan.step_model
+    run_dir = spec.roofline.fit if spec.kind == "roofline" and spec.roofline is not None else None
+    return trace_fit_range(run_dir, deployment.kv_block_size) if run_dir else None
+
+
+def plan_findings(sim: Simulation, step_model: StepModel, requests: int) -> list[Finding]:
+    """What the plan itself must say beside the diagnosis: requests refused (by reason), and steps past the
+    range the step model was fitted on (range_tally.py)."""
+    findings = []
+    if sim.refused:
+        refused = sum(sim.refused.values())
+        reasons = "; ".join(
+            f"{count:,} {reason} (e.g. {sim.refused_example[reason]!r})" for reason, count in sim.refused.items()
+        )
+        hint = (
+            " With load.arrival: offline the client holds the requests until the engine has room."
+            if any(QUEUE_FULL in reason for reason in sim.refused)
+            else ""
+        )
+        findings.append(
+            Finding(
+                rule="plan_refused",
+                severity="warning",
+                message=f"{refused:,} of {requests:,} requests refused by the simulated server: {reasons}.{hint}",
+                evidence={"refused": refused, "requests": requests, "by_reason": dict(sim.refused)},
+            )
+        )
+    if sim.range_tally is not None:
+        how = _extrapolation(step_model)
+        if (finding := sim.range_tally.finding(how)) is not None:
+            findings.append(finding)
+    return findings
+
+
+def _extrapolation(step_model: StepModel) -> str:
+    """How the plan's step model times a step past its fitted range, for the warning."""
+    if not isinstance(step_model, FittedStepModel):
+        return "follows the roofline with the efficiencies fitted on the run's steps"
+    roofline = step_model.beyond_range
+    if roofline is None:
+        return "extrapolates along the fitted form (the fitted trace counts no FLOPs and bytes to shape it)"
+    charged = [
+        name for name, rate in (("FLOPs", roofline.seconds_per_flop), ("bytes", roofline.seconds_per_byte)) if rate
+    ]
+    return f"extrapolates by the roofline of the fitted steps' {' and '.join(charged)} (step_model.beyond_range)"
 
 
 def _deployment_and_model(scenario: Scenario, step_model: StepModel | None) -> tuple[Deployment, StepModel, float]:
@@ -459,7 +628,7 @@ def _write_folder(writer: ResultWriter, scenario: Scenario, token_count_method, 
     )
     writer.write_summary(summary)
     if steps:  # the report's step timeline of the simulated engine(s)
-        write_engine_trace(writer.dir / "engine_trace.json", steps)
+        write_engine_trace(writer.dir / "engine_trace.json", steps[-MAX_WRITTEN_STEPS:])
 
 
 def _describe_deployment(d: Deployment) -> dict:

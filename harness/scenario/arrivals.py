@@ -13,6 +13,9 @@ production); a closed loop keeps `concurrency` requests in flight and has no sch
 - square_wave: Poisson at `rate` and at `arrival_options.low_rate` in turn, every half `period_s`
 - trace:       the trace's own timestamps, relative to the first, times time_scale
 - closed:      `concurrency` requests in flight, each sent when one finishes
+- offline:     every request due at 0 (MLPerf Offline, vLLM's benchmark_throughput, `--request-rate inf`);
+               only the engine's pace matters. `bench plan` holds them client-side and hands the engine one
+               whenever its waiting queue has room, so none is refused for a full queue (harness/plan/simulator.py)
 The first arrival is at offset 0 so a run does not open with an idle gap.
 """
 
@@ -34,6 +37,7 @@ ARRIVALS = {
     "square_wave": "harness.scenario.square_wave:SquareWave",
     "trace": "harness.scenario.arrivals:Trace",
     "closed": "harness.scenario.arrivals:Closed",
+    "offline": "harness.scenario.arrivals:Offline",
 }
 
 
@@ -43,10 +47,11 @@ class ArrivalError(ValueError):
 
 class Arrival:
     """One arrival process. `paced_by` says which load field sets its pace: rate (requests/s, an open
-    loop with a schedule drawn before the run), concurrency (a closed loop) or trace (the trace's times)."""
+    loop with a schedule drawn before the run), concurrency (a closed loop), trace (the trace's times) or
+    offline (none: every request at once, the engine's own pace)."""
 
     name: ClassVar[str]
-    paced_by: ClassVar[Literal["rate", "concurrency", "trace"]]
+    paced_by: ClassVar[Literal["rate", "concurrency", "trace", "offline"]]
     options: ClassVar[type[BaseModel] | None] = None  # the model of its load.arrival_options, if it takes any
 
     def check(self, load: Any) -> None:
@@ -141,6 +146,28 @@ class Gamma(OpenLoop):
 
     def gaps_s(self, load, n, rng):
         return rng.gamma(load.burstiness, 1.0 / (load.rate * load.burstiness), size=n)
+
+
+class Offline(OpenLoop):
+    """Every request due at once: the whole load is queued at 0 and the engine sets the pace (MLPerf Offline,
+    vLLM's benchmark_throughput). A fixed count (load.num_requests), no rate, no concurrency."""
+
+    name = "offline"
+    paced_by = "offline"
+
+    def check(self, load: Any) -> None:
+        for field, fix in (
+            ("rate", "leave load.rate out (or use an open-loop arrival such as poisson for a rate)"),
+            ("concurrency", "leave load.concurrency out (or use arrival closed for requests in flight)"),
+            ("duration_s", "give load.num_requests instead"),
+            ("sweep", "leave load.sweep out (an offline run has no load to sweep)"),
+        ):
+            if getattr(load, field) is not None:
+                raise ArrivalError(f"load.{field}: arrival offline sends a fixed set of requests at once; {fix}")
+        self.parsed_options(load)
+
+    def gaps_s(self, load, n, rng):
+        return np.zeros(n)
 
 
 class Trace(Arrival):

@@ -9,6 +9,12 @@
       replicas: 100
       tensor_parallel: 1                        # must divide the model's heads as vLLM requires
     plan:
+      hardware: H100-SXM
+      model: llama-3.1-70b
+      step_model: roofline
+      weight_dtype: fp8                         # --quantization fp8: fp8 weights, fp8 matmuls (W8A8)
+      kv_cache_dtype: fp8                       # --kv-cache-dtype fp8: a byte a K or V element
+    plan:
       gpus: {my-gpu: {memory_gib: 96, hbm_tb_per_s: 4.0, bf16_tflops: 900, interconnect_gb_per_s: 900}}
       hardware: my-gpu                          # a GPU the table lacks, described in the scenario
     plan:
@@ -34,6 +40,13 @@ from pydantic import (
 
 from harness.scenario.gpus import GIB, GpuNameError, GpuSpec, is_table_name, resolve_gpu, table_gpu_name
 from harness.scenario.paths import scenario_path
+from harness.scenario.precision import (
+    ComputeDtype,
+    KvCacheDtype,
+    WeightDtype,
+    compute_dtype_problem,
+    weight_bits_problem,
+)
 
 STEP_MODEL_FORMS = "{fitted: [RUN_DIR, ...]}, roofline, or {roofline: {mfu: 0.5, mbu: 0.8, overhead_ms: 1}}"
 
@@ -143,8 +156,17 @@ class PlanSpec(_Strict):
     replicas: int | None = Field(default=None, ge=1, le=100_000)  # None: the launch args' --data-parallel
     tensor_parallel: int = Field(default=1, ge=1, le=64)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
-    # bits a stored weight takes (4.5: 4-bit with scales); None: the model's own (GGUF) or 16 (built-in, config.json)
+    # The deployment's precision (docs/planner.md, Precision; harness/scenario/precision.py), a roofline plan's:
+    # weight_dtype: the layers' stored weights (vLLM/SGLang --quantization fp8 -> fp8, awq or gptq -> int4); None:
+    # the model's own. A quantized dtype leaves the embedding and lm_head at 16 bits
+    weight_dtype: WeightDtype | None = None
+    # bits a stored weight takes, scales included (4.5: 4-bit with scales): with weight_dtype, the layers' (another
+    # group size); alone, an average over every tensor as a GGUF's. None: weight_dtype's, else the model's own
     weight_bits: float | None = Field(default=None, gt=0, le=32)
+    # the layers' matmuls: None: the weights' own precision where tensor cores take it (fp8, int8, fp4: W8A8,
+    # W4A4), else bf16 (weight-only int4, the model's own weights)
+    compute_dtype: ComputeDtype | None = None
+    kv_cache_dtype: KvCacheDtype = "auto"  # as vLLM's --kv-cache-dtype: auto is the activations' bf16
     prices: dict[str, float] = {}  # $/GPU-hour by GPU name (bench plan --search)
     # Replicas sharing one CPU host (harness/plan/host.py): its cores; None: each replica has its own device.
     # engine_cores / host_other_cores: cores a stepping engine and the rest of the host (client, router) take;
@@ -193,6 +215,32 @@ class PlanSpec(_Strict):
     def gpu_spec(self, name: str) -> GpuSpec:
         """The part `name` means: plan.gpus first, then the table; a GpuNameError (a ValueError) otherwise."""
         return resolve_gpu(name, {custom: gpu.spec(custom) for custom, gpu in self.gpus.items()})
+
+    @field_validator("weight_dtype", "compute_dtype", "kv_cache_dtype")
+    @classmethod
+    def _roofline_precision(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """A precision set under a fitted step model would be ignored: its steps were measured as they ran."""
+        step_model = info.data.get("step_model")
+        if value not in (None, "auto") and step_model is not None and step_model.kind == "fitted":
+            raise ValueError(
+                "applies to a roofline step model (a GPU's datasheet); a fitted one measured the engine at the "
+                "precision it ran, so leave it out"
+            )
+        return value
+
+    @field_validator("weight_bits")
+    @classmethod
+    def _bits_hold_the_weights(cls, bits: float | None, info: ValidationInfo) -> float | None:
+        if (problem := weight_bits_problem(info.data.get("weight_dtype"), bits)) is not None:
+            raise ValueError(problem)
+        return bits
+
+    @field_validator("compute_dtype")
+    @classmethod
+    def _compute_takes_the_weights(cls, compute: str | None, info: ValidationInfo) -> str | None:
+        if (problem := compute_dtype_problem(compute, info.data.get("weight_dtype"))) is not None:
+            raise ValueError(problem)
+        return compute
 
     @field_validator("prices")
     @classmethod
