@@ -104,7 +104,12 @@ def context_row(run: RunData, label: str | None = None) -> list[str]:
 def offered_text(load: LoadView | None) -> str:
     if load is None:
         return "-"
-    return f"{load.arrival} rate {load.rate}/s" if load.rate else f"{load.arrival} concurrency {load.concurrency}"
+    if load.rate:
+        return f"{load.arrival} rate {load.rate}/s"
+    if load.concurrency:
+        return f"{load.arrival} concurrency {load.concurrency}"
+    # offline (every request due at once) and traces set neither: say how many were sent
+    return f"{load.arrival}, {load.num_requests:,} requests" if load.num_requests else str(load.arrival or "-")
 
 
 def run_flags(summary: Summary) -> list[str]:

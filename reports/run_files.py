@@ -53,6 +53,7 @@ class LoadView(View):
     arrival: str | None = None
     rate: int | float | None = None  # as written: a report prints "rate 4/s", not "rate 4.0/s"
     concurrency: int | float | None = None
+    num_requests: int | None = None
 
 
 class LaunchView(View):

@@ -85,3 +85,16 @@ def test_table_lists_a_gpu_type_with_no_deployment_last():
 
     lines = table_lines([GpuResult("L4", notes=["nothing up to 4 GPUs met the SLOs"])])
     assert lines[2].startswith("| L4 | - |") and "nothing up to 4 GPUs" in lines[2]
+
+
+def test_a_gpu_without_the_plans_precision_is_skipped_with_the_reason(scenario, tmp_path):
+    # fp8 weights compute in fp8 (W8A8) by default; an A100 has no fp8 tensor cores, so it is left out of the
+    # ranking with the reason, and the H100 is still searched (before, the whole search raised)
+    plan = scenario.plan.model_copy(update={"weight_dtype": "fp8", "prices": {"A100-80GB-SXM": 1.5, "H100": 3.0}})
+    results = Search(scenario.model_copy(update={"plan": plan}), tmp_path / "out", max_gpus=2).run()
+    by_gpu = {r.gpu: r for r in results}
+    a100 = by_gpu["A100-80GB-SXM"]
+    assert a100.best is None and not a100.tried
+    assert any("skipped" in n and "no fp8 tensor cores" in n and "compute_dtype" in n for n in a100.notes), a100.notes
+    assert by_gpu["H100"].best is not None and by_gpu["H100"].best.meets_slo
+    assert [r.gpu for r in results] == ["H100", "A100-80GB-SXM"]  # a GPU with a deployment ranks first

@@ -159,3 +159,14 @@ def test_server_metrics_in_the_harness_schema(tmp_path):
         "prefix cache hit rate",
     ]
     assert set(fig.data[3].y) == {80.0}  # 40 tokens per 0.5 s scrape
+
+
+def test_the_offered_load_is_said_for_each_kind_of_load():
+    from reports.report import offered_text
+    from reports.run_files import LoadView
+
+    assert offered_text(LoadView(arrival="poisson", rate=4)) == "poisson rate 4/s"
+    assert offered_text(LoadView(arrival="closed", concurrency=8)) == "closed concurrency 8"
+    # an offline run sets neither a rate nor a concurrency: the count sent at once, never "concurrency None"
+    assert offered_text(LoadView(arrival="offline", num_requests=3000)) == "offline, 3,000 requests"
+    assert offered_text(None) == "-"

@@ -63,6 +63,10 @@ def test_quickstart_is_small_and_starts_the_native_engine():
             "workload.input_tokens.sd: unknown key; did you mean 'std'?",
         ),
         (["lod.rate=3"], "lod: unknown key; did you mean 'load'?"),
+        (  # a key under one of the user's own names (plan.gpus.NAME) is checked against that block's fields
+            ["plan.gpus={my-gpu: {memory_gib: 96, hbm_tbs: 4.0, bf16_tflops: 900, interconnect_gb_per_s: 900}}"],
+            "plan.gpus.my-gpu.hbm_tbs: unknown key; did you mean 'hbm_tb_per_s'?",
+        ),
         (["load.rate=-1"], "load.rate: -1 is not valid: must be > 0 requests/s"),
         (["load.rate=fast"], "load.rate: 'fast' is not valid: must be a valid number"),
         (["load.rate=true"], "load.rate: True is not valid"),

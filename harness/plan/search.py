@@ -22,7 +22,12 @@ from pathlib import Path
 
 from harness.metrics.slo_capacity import DEFAULT_ATTAINMENT
 from harness.plan.memory import plan_memory, tensor_parallel_problem
-from harness.plan.roofline_scenario import roofline_step_model, scenario_architecture
+from harness.plan.roofline_scenario import (
+    precision_line,
+    roofline_step_model,
+    scenario_architecture,
+    scenario_precision,
+)
 from harness.plan.simulator import simulate_scenario
 from harness.plan.step_model import StepShape
 from harness.results.schema import Summary
@@ -129,11 +134,12 @@ class Search:
 
     def tensor_parallel_sizes(self, gpu: str) -> tuple[list[int], list[str]]:
         arch, spec, notes = scenario_architecture(self.scenario), self.scenario.plan.gpu_spec(gpu), []
+        kv_bytes, utilization = scenario_precision(self.scenario).kv_bytes, self.scenario.plan.gpu_memory_utilization
         sizes = []
         for tp in TP_SIZES:
             if (problem := tensor_parallel_problem(arch, tp)) is not None:
                 notes.append(f"TP {problem}")
-            elif not plan_memory(arch, spec.hbm_bytes, self.scenario.plan.gpu_memory_utilization, tp).weights_fit:
+            elif not plan_memory(arch, spec.hbm_bytes, utilization, tp, kv_bytes=kv_bytes).weights_fit:
                 notes.append(f"TP {tp}: weights leave no KV cache")
             elif (slow := self.decode_floor_note(gpu, tp)) is not None:
                 notes.append(slow)
@@ -172,8 +178,20 @@ class Search:
             passing, failing = (trial, failing) if trial.meets_slo else (passing, trial.replicas)
         return passing
 
+    def precision_problem(self, gpu: str) -> str | None:
+        """Why this GPU cannot run the plan's precision (fp8 matmuls on an A100, say), None when it can."""
+        plan = self.scenario.plan.model_copy(update={"hardware": gpu})
+        try:
+            precision_line(self.scenario.model_copy(update={"plan": plan}))
+        except ValueError as e:
+            return f"skipped: {e}"
+        return None
+
     def search_gpu(self, gpu: str, price: float) -> GpuResult:
         result = GpuResult(gpu)
+        if (problem := self.precision_problem(gpu)) is not None:
+            result.notes.append(problem)
+            return result
         sizes, result.notes = self.tensor_parallel_sizes(gpu)
         for tp in sizes:
             best_gpus = result.best.gpus if result.best else self.max_gpus + 1

@@ -707,12 +707,19 @@ def apply_override(data: dict[str, Any], override: str) -> None:
 
 
 def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The model class that holds the key at `loc` (None past a list or dict)."""
+    """The model class that holds the key at `loc` (None past a list); a dict of models (plan.gpus) is looked
+    through: `plan.gpus.my-gpu` is a CustomGpu whatever its name."""
     model: Any = Scenario
-    for part in loc:
+    parts = list(loc)
+    while parts:
+        part = parts.pop(0)
         field = model.model_fields.get(part) if isinstance(part, str) else None
         if field is None:
             return None
+        if typing.get_origin(field.annotation) is dict:
+            if not parts:
+                return None  # the dict itself: its keys are names, not fields
+            parts.pop(0)  # the user's own key (a GPU's name): the value's model holds what follows
         candidates = [a for a in (field.annotation, *typing.get_args(field.annotation)) if isinstance(a, type)]
         model = next((a for a in candidates if issubclass(a, BaseModel)), None)
         if model is None:
