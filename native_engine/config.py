@@ -54,6 +54,14 @@ class SchedulerConfig:
     schedule_aging_s: float = setting(
         10.0, "lpm: a request waiting this long goes ahead of every younger one (bounds its wait beyond FCFS)"
     )
+    prefill_apart: bool = setting(
+        False, "Run prefill chunks in steps of their own, ahead of the decode batch (SGLang's order)"
+    )
+    reserve_max_tokens: bool = setting(
+        False,
+        "Admit a request only when the KV blocks for its prompt and max_tokens are free beside those the running "
+        "ones reserved, so none is preempted (TensorRT-LLM's GUARANTEED_NO_EVICT)",
+    )
 
     def __post_init__(self):
         if self.schedule_policy not in SCHEDULE_POLICIES:

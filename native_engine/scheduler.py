@@ -6,6 +6,12 @@ budget (max_num_batched_tokens) and max_num_seqs allow. When KV blocks run out, 
 recently arrived running sequence is preempted by recompute: its blocks are freed and it goes
 back to the front of the waiting queue, to be prefilled again (prompt + output so far).
 
+Two other batching orders, for `bench plan`'s engine profiles (harness/plan/engine_profiles.py):
+`prefill_apart` (SGLang's): while a prompt is being prefilled or a waiting request can be admitted, a step
+takes only prefill chunks, and the running sequences decode in the steps between; `reserve_max_tokens`
+(TensorRT-LLM's GUARANTEED_NO_EVICT): a request is admitted only when the free KV blocks cover its prompt
+and max_tokens beside what every running sequence may still grow into, so none is ever preempted.
+
 Admission order (`schedule_policy`): "fcfs" takes the waiting queue in arrival order. "lpm"
 (SGLang's longest prefix match) first sorts it by cached prefix length, longest first, so
 requests that share a cached prefix run while it is cached instead of evicting each other's
@@ -72,13 +78,35 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def schedule(self) -> list[ScheduledChunk]:
+        if not self.config.prefill_apart:
+            return self._schedule(prefill_only=False, decode_only=False)
+        if self._prefill_ready():
+            chunks = self._schedule(prefill_only=True, decode_only=False)
+            if chunks:
+                return chunks  # else no prompt could be admitted (KV): the decode batch runs
+        return self._schedule(prefill_only=False, decode_only=True)
+
+    def _prefill_ready(self) -> bool:
+        """prefill_apart: a running prompt is part-way, or a waiting request may be admitted."""
+        if any(s.num_tokens - s.num_computed_tokens > 1 for s in self.running):
+            return True
+        return bool(self.waiting) and len(self.running) < self.config.max_num_seqs
+
+    def _schedule(self, prefill_only: bool, decode_only: bool) -> list[ScheduledChunk]:
         budget = self.config.max_num_batched_tokens
+        if decode_only:  # SGLang's decode batch is bounded by its sequences, not by the prefill token budget
+            budget = max(
+                budget, len(self.running) * (1 + max((len(s.spec_token_ids) for s in self.running), default=0))
+            )
         chunks: list[ScheduledChunk] = []
         preempted = False
 
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
+            if prefill_only and seq.num_tokens - seq.num_computed_tokens == 1:
+                i += 1  # a decode waits for the prefill step to end
+                continue
             num_new = min(seq.num_tokens - seq.num_computed_tokens + len(seq.spec_token_ids), budget)
             if seq.spec_token_ids and not self.block_manager.allocate(seq, num_new):
                 seq.spec_token_ids = []  # no room for the drafts: decode without them rather than preempt
@@ -94,7 +122,7 @@ class Scheduler:
                 budget -= num_new
                 i += 1
 
-        if preempted or (self.config.static_batching and self.running):
+        if preempted or decode_only or (self.config.static_batching and self.running):
             return chunks
         if self.config.schedule_policy == "lpm" and budget > 0 and len(self.running) < self.config.max_num_seqs:
             self._order_by_prefix_match()
@@ -109,6 +137,8 @@ class Scheduler:
                     break
                 if self.config.enable_chunked_prefill:
                     num_new = budget
+            if self.config.reserve_max_tokens and not self._fits_to_the_end(seq, cached):
+                break
             if not self.block_manager.allocate(seq, num_new, cached):
                 break
             self.waiting.popleft()
@@ -121,6 +151,17 @@ class Scheduler:
             chunks.append(ScheduledChunk(seq, num_new))
             budget -= num_new
         return chunks
+
+    def _fits_to_the_end(self, seq: Sequence, cached: list[int]) -> bool:
+        """reserve_max_tokens: the free blocks cover seq's prompt and max_tokens (less its cached prefix) beside the
+        blocks every running sequence may still take before its own max_tokens."""
+        bm = self.block_manager
+        reserved = sum(
+            max(0, bm.blocks_needed(s.num_prompt_tokens + s.params.max_tokens) - len(s.block_table))
+            for s in self.running
+        )
+        needed = bm.blocks_needed(seq.num_prompt_tokens + seq.params.max_tokens) - len(cached)
+        return needed + reserved <= bm.num_free_blocks
 
     # ---- after the forward pass ----------------------------------------------------------------
     def postprocess(self, chunks: list[ScheduledChunk]) -> int:

@@ -98,3 +98,11 @@ def test_a_gpu_without_the_plans_precision_is_skipped_with_the_reason(scenario, 
     assert any("skipped" in n and "no fp8 tensor cores" in n and "compute_dtype" in n for n in a100.notes), a100.notes
     assert by_gpu["H100"].best is not None and by_gpu["H100"].best.meets_slo
     assert [r.gpu for r in results] == ["H100", "A100-80GB-SXM"]  # a GPU with a deployment ranks first
+
+
+def test_search_refuses_an_engine_flag_that_fixes_the_tensor_parallelism(scenario):
+    backend = scenario.backend.model_copy(
+        update={"kind": "vllm", "launch": scenario.backend.launch.model_copy(update={"args": ["-tp", "2"]})}
+    )
+    with pytest.raises(ValueError, match=r"backend.launch.args: --search chooses the tensor parallelism .* -tp 2"):
+        Search(scenario.model_copy(update={"backend": backend}), "unused")

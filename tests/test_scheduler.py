@@ -185,3 +185,33 @@ def test_bad_schedule_policy_and_aging_name_the_field():
         SchedulerConfig(schedule_policy="lifo")
     with pytest.raises(ValueError, match="schedule_aging_s"):
         SchedulerConfig(schedule_aging_s=-1)
+
+
+def test_prefill_apart_runs_prefill_chunks_in_steps_of_their_own():
+    """SGLang's order: a waiting prompt gets a step without the running decodes; the decodes run between."""
+    s = make_scheduler(max_num_batched_tokens=8, prefill_apart=True)
+    s.add(make(3, "a", 0.0))
+    assert run_step(s) == {"a": 3}  # a's prompt, alone
+    s.add(make(13, "b", 1.0))
+    assert run_step(s) == {"b": 8}  # b's first chunk: a's decode waits
+    assert run_step(s) == {"b": 5}  # b is part-way: its next chunk comes first again, and it samples
+    assert run_step(s) == {"a": 1, "b": 1}  # nothing to prefill: one decode step for both
+    mixed = make_scheduler(max_num_batched_tokens=8)  # the default: decodes and chunks share each step
+    mixed.add(make(3, "a", 0.0))
+    run_step(mixed)
+    mixed.add(make(13, "b", 1.0))
+    assert run_step(mixed) == {"a": 1, "b": 7}
+
+
+def test_reserve_max_tokens_admits_only_what_can_run_to_its_end():
+    """12 blocks of 4 tokens; each request needs ceil((4 + 12) / 4) = 4 blocks to finish. With reservation c is
+    admitted (a and b hold 1 block each and may take 3 more: 6 reserved + 4 <= 10 free), d is not (9 + 4 > 9)."""
+    s = make_scheduler(num_blocks=12, block_size=4, reserve_max_tokens=True)
+    for i, name in enumerate("abcd"):
+        s.add(Sequence(name, [10 * i + t for t in range(1, 5)], SamplingParams(max_tokens=12), arrival_s=float(i)))
+    assert run_step(s) == {"a": 4, "b": 4, "c": 4}  # 3 x 4 = 12 blocks spoken for
+    assert [q.request_id for q in s.waiting] == ["d"]
+    plain = make_scheduler(num_blocks=12, block_size=4)
+    for i, name in enumerate("abcd"):
+        plain.add(Sequence(name, [10 * i + t for t in range(1, 5)], SamplingParams(max_tokens=8), arrival_s=float(i)))
+    assert run_step(plain) == {"a": 4, "b": 4, "c": 4, "d": 4}  # admitted by their prompts' one block each

@@ -483,6 +483,8 @@ def _plan_scenario(resolved, output: Path | None, search: bool, max_gpus: int, t
     try:
         if (precision := _plan_precision_line(resolved)) is not None:
             console.print(precision, highlight=False, markup=False)
+        if (engine := _plan_engine_line(resolved)) is not None:
+            console.print(engine, highlight=False, markup=False)
         out_dir = output or default_output_dir(f"{resolved.name}-plan")
         if search:
             plan_search_report(resolved, out_dir, max_gpus, time_budget_s, overwrite)
@@ -507,6 +509,18 @@ def _plan_precision_line(resolved) -> str | None:
 
     try:
         return precision_line(resolved)
+    except ValueError as e:
+        raise ScenarioError(str(e)) from None
+
+
+def _plan_engine_line(resolved) -> str | None:
+    """The engine profile a plan simulates and where each of its settings came from (harness/plan/deployment.py)."""
+    from harness.plan.deployment import assumptions_line, engine_choice
+
+    if resolved.plan is None:
+        return None
+    try:
+        return assumptions_line(resolved, engine_choice(resolved))
     except ValueError as e:
         raise ScenarioError(str(e)) from None
 

@@ -3,7 +3,9 @@
 An engine such as vLLM takes `gpu_memory_utilization` of the GPU's memory, loads its shard of the
 weights, sets aside what the forward pass itself needs (activations, CUDA graphs, the runtime's
 context: `reserve_bytes` here, a stated figure rather than a profile) and splits the rest into KV
-blocks of `kv_block_size` tokens. Under tensor parallelism each GPU holds 1/TP of the weights and of
+blocks of `kv_block_size` tokens. TensorRT-LLM's fraction is of what is free after the weights and that
+reserve (`memory_fraction_of="free"`: its kv_cache_free_gpu_memory_fraction); each engine's profile says which
+(harness/plan/engine_profiles.py). Under tensor parallelism each GPU holds 1/TP of the weights and of
 the KV heads; with fewer KV heads than GPUs the heads are replicated (vLLM does the same), so a
 GPU never holds less than one head.
 """
@@ -96,6 +98,7 @@ class MemoryPlan:
     kv_bytes_per_token_per_gpu: float
     kv_block_size: int
     num_kv_blocks: int  # per replica: every GPU of a TP group holds the same blocks' share
+    memory_fraction_of: str = "total"  # gpu_memory_utilization's share: of the card, or of what weights leave
 
     @property
     def weights_fit(self) -> bool:
@@ -114,14 +117,20 @@ def plan_memory(
     kv_bytes: float = 2,
     kv_block_size: int = 16,
     reserve_bytes: float = DEFAULT_RESERVE_BYTES,
+    memory_fraction_of: str = "total",
 ) -> MemoryPlan:
+    """The KV blocks a GPU's memory leaves: memory x utilization - weights - reserve ("total"), or (memory - weights
+    - reserve) x utilization ("free", TensorRT-LLM's kv_cache_free_gpu_memory_fraction)."""
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"gpu_memory_utilization: {gpu_memory_utilization} is not in (0, 1]; vLLM's default is 0.9")
     if tensor_parallel < 1:
         raise ValueError(f"tensor_parallel: {tensor_parallel}; use 1 or more GPUs")
     check_tensor_parallel(arch, tensor_parallel)
     weights = weights_bytes(arch) / tensor_parallel
-    budget = gpu_memory_bytes * gpu_memory_utilization - weights - reserve_bytes
+    if memory_fraction_of == "free":
+        budget = (gpu_memory_bytes - weights - reserve_bytes) * gpu_memory_utilization
+    else:
+        budget = gpu_memory_bytes * gpu_memory_utilization - weights - reserve_bytes
     per_token_gpu = kv_bytes_per_token(arch, kv_bytes, tensor_parallel)
     blocks = max(0, math.floor(budget / (per_token_gpu * kv_block_size)))
     return MemoryPlan(
@@ -135,6 +144,7 @@ def plan_memory(
         per_token_gpu,
         kv_block_size,
         blocks,
+        memory_fraction_of,
     )
 
 

@@ -24,9 +24,11 @@ class KeptEncodings(TokenizerSource):
         self.kept: dict[str, np.ndarray] = {}
 
     def _encode(self, text: str) -> list[int]:
-        ids = self.tokenizer.encode(text)
+        return self.tokenizer.encode(text)
+
+    def remember(self, text: str, ids: list[int]) -> None:
+        super().remember(text, ids)
         self.kept[text] = np.array(ids, dtype=np.int32)
-        return ids
 
 
 class PromptIds:

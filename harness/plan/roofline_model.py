@@ -22,12 +22,19 @@ attention and its FFN with an all-reduce of the step's hidden states (Megatron-s
 a ring over the interconnect: each GPU sends and receives 2 x (TP-1)/TP of the message, at half the
 datasheet's both-ways figure, plus a latency per ring hop.
 
-MFU, MBU and the overhead are stated defaults (DEFAULTS), overridable in the scenario, and fittable
-from one measured run (harness/plan/roofline_fit.py).
+CUDA graphs (`capture_sizes`, the engine profile's, harness/plan/engine_profiles.py): a decode-only step of n
+sequences, n up to the largest captured size, runs the graph of the next captured size up, so its layers' GEMMs and
+all-reduces compute that many rows (the padding rows' attention reads no KV, and lm_head samples the real rows only).
+Past the largest size, or with `pad_to_capture` off (TensorRT-LLM's default: a batch between sizes runs eagerly), the
+step computes its own rows.
+
+MFU, MBU and the overhead are stated defaults (DEFAULTS; an engine profile's own per-step overhead), overridable in
+the scenario, and fittable from one measured run (harness/plan/roofline_fit.py).
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from dataclasses import dataclass
 
@@ -127,11 +134,21 @@ class RooflineStepModel:
         params: RooflineParams = DEFAULTS,
         precision: Precision = MODEL_PRECISION,
         activation_bytes: float = 2,
+        capture_sizes: tuple[int, ...] = (),
+        pad_to_capture: bool = True,
     ):
         """`arch` at its stored bits (harness/scenario/precision.py stored_architecture); `precision` the compute and
-        KV cache dtypes. A ValueError naming plan.compute_dtype where `gpu` has no tensor cores for it."""
+        KV cache dtypes; `capture_sizes` the decode batches with a CUDA graph (ascending), padded up to when
+        `pad_to_capture`. A ValueError naming plan.compute_dtype where `gpu` has no tensor cores for it."""
         self.arch, self.gpu, self.tp, self.params = arch, gpu, tensor_parallel, params
         self.precision, self.activation_bytes = precision, activation_bytes
+        self.capture_sizes, self.pad_to_capture = tuple(capture_sizes), pad_to_capture
+        # padded[n]: the rows a decode batch of n computes (a lookup: step_time_s is the simulator's inner loop)
+        sizes = self.capture_sizes if pad_to_capture else ()
+        self.padded = [
+            n if not sizes else sizes[min(bisect.bisect_left(sizes, n), len(sizes) - 1)]
+            for n in range((sizes[-1] if sizes else 0) + 1)
+        ]
         self.matmul_peak_flops = precision.compute_flops(gpu)
         self.bf16_peak_flops = gpu.tensor_flops("bf16")
         self.weight_bytes_read = arch.step_weight_bytes()  # the layers' and lm_head's, the whole model's
@@ -153,16 +170,24 @@ class RooflineStepModel:
         )
         self.kv_position_s = self.kv_bytes_per_token_per_gpu * s_per_byte
 
+    def graph_rows(self, shape: StepShape) -> int:
+        """The rows the layers' GEMMs compute: a decode-only batch at its CUDA graph's size, else its tokens."""
+        tokens = shape.prefill_tokens + shape.decode_seqs
+        if shape.prefill_tokens == 0 and tokens < len(self.padded):
+            return self.padded[tokens]
+        return tokens
+
     def costs(self, shape: StepShape) -> StepCosts:
         """The step's kernel groups, each with its FLOPs, bytes and both roofline terms."""
         tokens = shape.prefill_tokens + shape.decode_seqs
         seqs = shape.prefill_seqs + shape.decode_seqs
         pairs, positions = attention_pairs(shape), shape.context_tokens + tokens
+        rows = self.graph_rows(shape)
         return StepCosts(
             KernelCost(
-                self.flops_per_token * tokens,
+                self.flops_per_token * rows,
                 self.layer_weight_bytes / self.tp,
-                self.token_s * tokens,
+                self.token_s * rows,
                 self.layer_read_s,
             ),
             KernelCost(
@@ -177,7 +202,7 @@ class RooflineStepModel:
                 self.pair_s * pairs,
                 self.kv_position_s * positions,
             ),
-            self.allreduce_s(tokens),
+            self.allreduce_s(rows),
             self.params.overhead_ms / 1e3,
         )
 
@@ -185,12 +210,13 @@ class RooflineStepModel:
         """costs(shape).step_s, summed in the same order without building the breakdown."""
         tokens = shape.prefill_tokens + shape.decode_seqs
         seqs = shape.prefill_seqs + shape.decode_seqs
+        rows = self.padded[tokens] if shape.prefill_tokens == 0 and tokens < len(self.padded) else tokens
         kernels_s = (
-            max(self.token_s * tokens, self.layer_read_s)
+            max(self.token_s * rows, self.layer_read_s)
             + max(self.sample_s * seqs, self.lm_head_read_s)
             + max(self.pair_s * attention_pairs(shape), self.kv_position_s * (shape.context_tokens + tokens))
         )
-        return kernels_s + self.allreduce_s(tokens) + self.params.overhead_ms / 1e3
+        return kernels_s + self.allreduce_s(rows) + self.params.overhead_ms / 1e3
 
     def allreduce_s(self, tokens: int) -> float:
         """Two ring all-reduces per layer of the step's hidden states (tokens x hidden activations)."""
@@ -214,4 +240,6 @@ class RooflineStepModel:
             "tensor_parallel": self.tp,
             "precision": dataclasses.asdict(self.precision) | {"kv_bytes": self.precision.kv_bytes},
             "peak_flops": {"matmuls": self.matmul_peak_flops, "attention_and_lm_head": self.bf16_peak_flops},
+            "cuda_graph_sizes": list(self.capture_sizes),
+            "cuda_graph_padding": self.pad_to_capture and bool(self.capture_sizes),
         }

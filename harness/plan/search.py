@@ -21,12 +21,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness.metrics.slo_capacity import DEFAULT_ATTAINMENT
-from harness.plan.memory import plan_memory, tensor_parallel_problem
+from harness.plan.deployment import scenario_flags
+from harness.plan.memory import tensor_parallel_problem
 from harness.plan.roofline_scenario import (
     precision_line,
+    roofline_memory,
     roofline_step_model,
     scenario_architecture,
-    scenario_precision,
 )
 from harness.plan.simulator import simulate_scenario
 from harness.plan.step_model import StepShape
@@ -104,6 +105,12 @@ class Search:
                 "slo: --search looks for the deployment that meets the SLOs; set at least one, "
                 "e.g. slo: {ttft_ms: 500, tpot_ms: 50}"
             )
+        flags = scenario_flags(scenario)
+        if flags is not None and "tensor_parallel" in flags.values:
+            raise ValueError(
+                f"backend.launch.args: --search chooses the tensor parallelism per GPU; leave "
+                f"{flags.spelled['tensor_parallel']} out"
+            )
         self.scenario, self.out_dir, self.attainment = scenario, Path(out_dir), attainment
         self.max_gpus, self.deadline = max_gpus, time.monotonic() + time_budget_s
         self.overwrite = overwrite  # replace the simulated folders a previous search left in out_dir
@@ -133,19 +140,23 @@ class Search:
         )
 
     def tensor_parallel_sizes(self, gpu: str) -> tuple[list[int], list[str]]:
-        arch, spec, notes = scenario_architecture(self.scenario), self.scenario.plan.gpu_spec(gpu), []
-        kv_bytes, utilization = scenario_precision(self.scenario).kv_bytes, self.scenario.plan.gpu_memory_utilization
-        sizes = []
+        arch, notes, sizes = scenario_architecture(self.scenario), [], []
         for tp in TP_SIZES:
             if (problem := tensor_parallel_problem(arch, tp)) is not None:
                 notes.append(f"TP {problem}")
-            elif not plan_memory(arch, spec.hbm_bytes, utilization, tp, kv_bytes=kv_bytes).weights_fit:
+            elif not self.memory(gpu, tp).weights_fit:
                 notes.append(f"TP {tp}: weights leave no KV cache")
             elif (slow := self.decode_floor_note(gpu, tp)) is not None:
                 notes.append(slow)
             else:
                 sizes.append(tp)
         return sizes, notes
+
+    def memory(self, gpu: str, tp: int):
+        """The KV memory of one replica at this size, as the simulation will plan it: the plan's KV dtype, the
+        engine profile's memory fraction and reserve."""
+        plan = self.scenario.plan.model_copy(update={"hardware": gpu, "tensor_parallel": tp})
+        return roofline_memory(self.scenario.model_copy(update={"plan": plan}), kv_block_size=16)
 
     def decode_floor_note(self, gpu: str, tp: int) -> str | None:
         """Why no replica count helps, when one sequence's decode step is already over the TPOT or ITL limit."""

@@ -31,7 +31,7 @@ from harness.engine.step_trace import write_engine_trace
 from harness.metrics.explain import explain
 from harness.metrics.latencies import summarize
 from harness.plan.decode_run import DecodeRun, admits, commit, plan_decode_run
-from harness.plan.deployment import Deployment, deployment_from_args
+from harness.plan.deployment import Deployment, engine_choice, scenario_deployment, size_to_memory
 from harness.plan.host import HostShare, host_share
 from harness.plan.prompt_ids import KeptEncodings, PromptIds, prompt_token_ids
 from harness.plan.range_tally import RangeTally
@@ -183,12 +183,20 @@ def has_room(replica: Replica) -> bool:
 
 
 def _tokenizer(scenario: Scenario):
-    """The scenario's local token source (never the engine's /tokenize: no engine runs)."""
-    offline = scenario.backend.model_copy(update={"url": None})
+    """The scenario's local token source (never the engine's /tokenize: no engine runs). A non-native engine's plan
+    downloads nothing: a backend.tokenizer that is not a file or folder here (a hub name) is passed over, and the
+    prompts are counted by the approximate source, the workload's or trace's lengths holding as given."""
+    backend = scenario.backend
+    update: dict = {"url": None}
+    if backend.kind != "native" and backend.tokenizer and not Path(backend.tokenizer).expanduser().exists():
+        update["tokenizer"] = None
+    offline = backend.model_copy(update=update)
     return resolve_tokenizer(scenario.model_copy(update={"backend": offline}))
 
 
 def _step_model(scenario: Scenario, deployment: Deployment) -> tuple[StepModel, float]:
+    """The plan's step model and the request overhead in s: a fitted model's own (measured), a roofline's from the
+    engine profile (0 for the native engine, as before profiles)."""
     spec = scenario.plan.step_model
     if spec.kind == "fitted":
         model = fit_step_model(spec.fitted, deployment.kv_block_size)
@@ -201,11 +209,15 @@ def _step_model(scenario: Scenario, deployment: Deployment) -> tuple[StepModel, 
     if not memory.weights_fit:
         raise ValueError(
             f"plan: {model.arch.name} at {model.arch.weight_bits:g} bits leaves no KV cache on "
-            f"{scenario.plan.tensor_parallel} x {scenario.plan.hardware} (weights "
+            f"{model.tp} x {scenario.plan.hardware} (weights "
             f"{memory.weights_bytes_per_gpu / 1e9:.1f} GB per GPU); raise plan.tensor_parallel"
         )
-    deployment.num_kv_blocks, deployment.max_model_len = memory.num_kv_blocks, memory.kv_tokens
-    return model, getattr(model, "request_overhead_s", 0.0)
+    choice = deployment.engine
+    if choice is None:
+        deployment.num_kv_blocks, deployment.max_model_len = memory.num_kv_blocks, memory.kv_tokens
+        return model, getattr(model, "request_overhead_s", 0.0)
+    size_to_memory(deployment, memory.kv_tokens)
+    return model, choice.profile.overheads.request_ms / 1e3
 
 
 def run_simulation(
@@ -598,9 +610,8 @@ def _deployment_and_model(scenario: Scenario, step_model: StepModel | None) -> t
             "plan: missing; bench plan needs a plan: block, e.g. plan: {step_model: "
             "{fitted: [results/run-a]}} (docs/planner.md)"
         )
-    launch_args = scenario.backend.launch.args if scenario.backend.launch else []
     try:
-        deployment = deployment_from_args(launch_args, scenario.backend.model, scenario.plan.replicas)
+        deployment = scenario_deployment(scenario, engine_choice(scenario))
         step_model, overhead_s = (step_model, 0.0) if step_model else _step_model(scenario, deployment)
     except ValueError as e:
         raise ScenarioError(str(e)) from None
@@ -632,8 +643,12 @@ def _write_folder(writer: ResultWriter, scenario: Scenario, token_count_method, 
 
 
 def _describe_deployment(d: Deployment) -> dict:
+    """The simulated deployment in summary.json's plan.deployment: the scheduler's settings, and the engine's profile
+    with where each of its settings came from (the profile's default, a flag, a plan field)."""
     s = d.scheduler
     return {
+        "engine_profile": d.engine.profile.kind if d.engine else "native",
+        "engine": d.engine.describe() if d.engine else None,
         "replicas": d.replicas,
         "router_policy": d.router_policy if d.replicas > 1 else None,
         "num_kv_blocks": d.num_kv_blocks,
@@ -644,4 +659,6 @@ def _describe_deployment(d: Deployment) -> dict:
         "max_num_batched_tokens": s.max_num_batched_tokens,
         "enable_chunked_prefill": s.enable_chunked_prefill,
         "schedule_policy": s.schedule_policy,
+        "prefill_apart": s.prefill_apart,  # SGLang's order: prefill chunks in steps of their own
+        "reserve_max_tokens": s.reserve_max_tokens,  # TensorRT-LLM's GUARANTEED_NO_EVICT admission
     }

@@ -22,7 +22,13 @@
       host_cores: 2                             # replicas share this host's 2 cores (harness/plan/host.py)
 
 Engine settings (batch budget, KV blocks, prefix cache, router policy, data parallelism) come from
-backend.launch.args, parsed as `bench serve` parses them; `replicas` overrides --data-parallel.
+backend.launch.args, read as the engine of backend.kind reads them: `bench serve`'s flags for the native engine,
+vLLM's, SGLang's, TensorRT-LLM's or llama-server's own for theirs, over that engine's profile of defaults
+(harness/plan/engine_profiles.py, engine_flags.py); `replicas` overrides the data-parallel flag. A flag may set
+tensor_parallel, weight_dtype, kv_cache_dtype and gpu_memory_utilization (vLLM's `--tensor-parallel-size 4`,
+`--quantization fp8`, `--kv-cache-dtype fp8`, `--gpu-memory-utilization`): it sets what the plan leaves unset, and a
+plan field set here that disagrees with it is refused. gpu_memory_utilization, when set, is the engine's own
+fraction (SGLang's --mem-fraction-static; TensorRT-LLM's of the memory the weights leave); unset, the profile's.
 """
 
 from __future__ import annotations
@@ -155,7 +161,7 @@ class PlanSpec(_Strict):
     step_model: StepModelSpec
     replicas: int | None = Field(default=None, ge=1, le=100_000)  # None: the launch args' --data-parallel
     tensor_parallel: int = Field(default=1, ge=1, le=64)
-    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)  # unset: the engine profile's fraction
     # The deployment's precision (docs/planner.md, Precision; harness/scenario/precision.py), a roofline plan's:
     # weight_dtype: the layers' stored weights (vLLM/SGLang --quantization fp8 -> fp8, awq or gptq -> int4); None:
     # the model's own. A quantized dtype leaves the embedding and lm_head at 16 bits
