@@ -62,10 +62,16 @@ class TokenizerSource:
     def encode(self, text: str) -> list[int]:
         ids = self._encode_cache.get(text)
         if ids is None:
-            if len(self._encode_cache) >= 4096:
-                self._encode_cache.clear()
-            ids = self._encode_cache[text] = list(self._encode(text))
+            ids = list(self._encode(text))
+            self.remember(text, ids)
         return list(ids)
+
+    def remember(self, text: str, ids: list[int]) -> None:
+        """Keeps a text's encoding, computed here or known otherwise (harness/scenario/prompts.py: word tokens
+        that re-encode to themselves), so encoding it again costs nothing."""
+        if len(self._encode_cache) >= 4096:
+            self._encode_cache.clear()
+        self._encode_cache[text] = ids
 
     @property
     def added_tokens(self) -> int:

@@ -305,17 +305,31 @@ def _repeat_prompt(tokenizer, prompt_rng, passage_tokens: int) -> tuple[str, int
 
 def hash_block_ids(tokenizer: TokenizerSource, seed: int, hash_id: int, block_size: int) -> np.ndarray:
     """The word tokens of one Mooncake block: a pure function of (seed, hash_id), so equal ids share text."""
-    return np.random.default_rng([seed, 3, hash_id]).choice(prompt_builder(tokenizer).word_ids, size=block_size)
+    return hash_blocks_ids(tokenizer, seed, [hash_id], block_size)
+
+
+def hash_blocks_ids(tokenizer: TokenizerSource, seed: int, hash_ids, block_size: int) -> np.ndarray:
+    """The word tokens of consecutive Mooncake blocks, one after another: each block a pure function of (seed, its
+    hash_id). Drawn by a counter hash (SplitMix64's finalizer over seed, hash_id and position), all of a row's
+    blocks in one array operation, rather than by a generator seeded per block, which cost ~40 us a block: a
+    100,000-row trace names ~2 million blocks."""
+    word_ids = prompt_builder(tokenizer).word_ids
+    keys = [(seed * 0x9E3779B97F4A7C15 + h * 0xD1B54A32D192ED03 + 3) % 2**64 for h in hash_ids]
+    with np.errstate(over="ignore"):
+        position = np.arange(1, block_size + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        x = (np.array(keys, dtype=np.uint64)[:, None] + position[None, :]).ravel()
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(31)
+    return word_ids[x % np.uint64(len(word_ids))]
 
 
 def _trace_prompts(scenario, tokenizer, rows: list[TraceRow], prompt_rng) -> list[tuple[str, int]]:
-    block_size = scenario.load.trace_block_size
+    block_size, builder = scenario.load.trace_block_size, prompt_builder(tokenizer)
     prompts = []
     for row in rows:
-        target = max(row.input_tokens, 1)
-        blocks = [hash_block_ids(tokenizer, scenario.seed, h, block_size) for h in row.hash_ids or ()]
-        prefix = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
-        prompts.append(prompt_builder(tokenizer).random_text(prompt_rng, target, prefix_ids=prefix))
+        prefix = hash_blocks_ids(tokenizer, scenario.seed, row.hash_ids or (), block_size)
+        prompts.append(builder.random_text(prompt_rng, max(row.input_tokens, 1), prefix_ids=prefix))
     return prompts
 
 
