@@ -232,3 +232,41 @@ def test_without_a_server_smollm2_uses_the_local_tokenizer_and_others_approximat
     assert approximate.method == "approximate"
     plan = build_schedule(scenario({**RANDOM, "input_tokens": 30}, model="x"), approximate)
     assert all(r.prompt_tokens == 30 == len(r.prompt.split()) for r in plan.requests)
+
+
+class _CountingTokenizer(LocalTokenizer):
+    """SmolLM2's tokenizer, counting the texts it really encodes."""
+
+    def __init__(self):
+        super().__init__("smollm2")
+        self.encoded = 0
+
+    def _encode(self, text):
+        self.encoded += 1
+        return super()._encode(text)
+
+
+class _TrailingEosWords(ApproximateTokenizer):
+    """A word per token and an end-of-text id after every encoding: joined words do not re-encode to themselves
+    followed by nothing, so prompts must be encoded to be counted."""
+
+    def _encode(self, text):
+        return [hash(w) % 10_000 + 1 for w in text.split()] + [0]
+
+
+def test_a_prompt_of_word_tokens_is_counted_without_encoding_it():
+    import numpy as np
+
+    from harness.scenario.prompts import PromptBuilder
+
+    tokenizer = _CountingTokenizer()
+    builder = PromptBuilder(tokenizer)
+    after_discovery = tokenizer.encoded
+    text, count = builder.random_text(np.random.default_rng(0), 300, prefix_ids=builder.word_ids[:5])
+    assert tokenizer.encoded == after_discovery  # known, not asked
+    assert count == 300 and LocalTokenizer("smollm2").encode(text) == tokenizer.encode(text)  # and exact
+    assert tokenizer.encoded == after_discovery  # the ids were remembered with the text
+
+    other = _TrailingEosWords()
+    text, count = PromptBuilder(other).random_text(np.random.default_rng(0), 50)
+    assert count == len(other.encode(text)) == 50  # counted by encoding: the fallback
