@@ -270,12 +270,20 @@ class Runner:
         # and stalls the loop for tens of ms on long runs, and even a young one (~1 ms at 512 streams) lands
         # wherever allocation crosses its threshold, often in the middle of a closed loop's wave of sends. The
         # digester collects the young generations instead, between parses (collect_young).
-        gc.collect()
+        # The objects alive now are frozen, not collected: a full collection walks every one of them (a tune holding
+        # SmolLM2's GGUF tokenizer: 664,000 objects, 1.4-2.2 s on 2 cores beside four busy processes), and t0 is
+        # already fixed (the run pipeline fixes it before the load, 0.32 s ahead), so the first requests went out
+        # late by that much. freeze() only sets them aside; after the run they rejoin the oldest generation,
+        # unless the caller had frozen objects itself.
+        frozen_by_caller = gc.get_freeze_count() > 0
+        gc.freeze()
         gc.disable()
         try:
             outcome = await self._run()
         finally:
             gc.enable()
+            if not frozen_by_caller:
+                gc.unfreeze()
         if self._record_error is not None:
             raise self._record_error
         return outcome
