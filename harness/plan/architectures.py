@@ -79,6 +79,16 @@ BUILTIN = {
     for a in (
         Architecture("llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, source=_hf("meta-llama/Llama-3.1-8B")),
         Architecture("llama-3.1-70b", 80, 8192, 64, 8, 128, 28672, 128256, source=_hf("meta-llama/Llama-3.1-70B")),
+        # meta-llama's repository is gated; the numbers match its public copy TheBloke/Llama-2-70B-fp16's config.json
+        # (_name_or_path meta-llama/Llama-2-70b-hf): 80 layers, hidden 8192, 64 heads, 8 KV heads, FFN 28672, vocab
+        # 32000 (head_dim 8192 / 64). Llama-2-70b-chat-hf (MLPerf's model) has the same config
+        Architecture("llama-2-70b", 80, 8192, 64, 8, 128, 28672, 32000, source=_hf("meta-llama/Llama-2-70b-hf")),
+        # 8 KV heads as in the config since Meta's update (relaxml/Llama-3.1-405B-Instruct-QTIP-2Bit-TP8's copy,
+        # _name_or_path meta-llama/Meta-Llama-3.1-405B-Instruct, transformers 4.45.2); the first release said 16, the
+        # same 8 heads duplicated (discussion #14 on meta-llama/Llama-3.1-405B-Instruct), which doubles the KV bytes
+        Architecture(
+            "llama-3.1-405b", 126, 16384, 128, 8, 128, 53248, 128256, source=_hf("meta-llama/Llama-3.1-405B-Instruct")
+        ),
         Architecture("qwen2.5-7b", 28, 3584, 28, 4, 128, 18944, 152064, source=_hf("Qwen/Qwen2.5-7B")),
         Architecture("qwen2.5-32b", 64, 5120, 40, 8, 128, 27648, 152064, source=_hf("Qwen/Qwen2.5-32B")),
         Architecture("mistral-7b", 32, 4096, 32, 8, 128, 14336, 32768, source=_hf("mistralai/Mistral-7B-v0.3")),
