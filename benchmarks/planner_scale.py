@@ -221,9 +221,9 @@ class TracePrompts:
         self.special = tokenizer.encode(self.builder.text_of(self.builder.word_ids[:1]))[: tokenizer.added_tokens]
         self.ids: list[np.ndarray] = []
 
-    # A session's turns repeat its earlier blocks and every prompt starts with the system blocks; a block's
-    # words cost ~40 us to draw (a generator seeded per hash_id), so the blocks of the sessions in flight
-    # are kept with their text (rows come in time order: ~60 MB at this size).
+    # A session's turns repeat its earlier blocks and every prompt starts with the system blocks, so the blocks of
+    # the sessions in flight are kept with their text (rows come in time order: ~60 MB at this size): drawing a
+    # block's words is cheap now (a counter hash, harness/scenario/workload.hash_blocks_ids), its text is not.
     @functools.lru_cache(maxsize=1 << 17)  # noqa: B019 (one instance a run; the cache goes with it)
     def block(self, hash_id: int) -> tuple[np.ndarray, str]:
         words = hash_block_ids(self.tokenizer, self.seed, hash_id, self.block_size)
