@@ -46,7 +46,9 @@ def main() -> None:
         scenario = load_scenario(path)
         load_before = os.getloadavg()[0]
         start = time.perf_counter()
-        search = Search(scenario, Path(tmp) / "out", max_gpus=args.max_gpus)
+        # headroom 0: the asked rate only, as the 2026-12-01 figures above; search.simulations now also counts
+        # the capacity bracket of each GPU type's choice (harness/plan/search.py)
+        search = Search(scenario, Path(tmp) / "out", max_gpus=args.max_gpus, headroom=0.0)
         results = search.run()
         wall_s = time.perf_counter() - start
     print("\n".join(table_lines(results)))

@@ -21,7 +21,9 @@ import numpy as np
 
 from harness.metrics.validity import skip_reason
 from harness.results.folder import ResultsError
-from reports.load import RunData, load_run
+from reports.load import RunData, load_peer_run, load_run
+from reports.peers import find_peer_file
+from reports.peers.history import identify_peer
 from reports.run_identity import HistoryError, RunIdentity, check_complete, identify, revision
 from reports.run_values import run_values
 
@@ -109,7 +111,8 @@ def add_runs(
     with its reasons in `skipped`, unless `keep_invalid`."""
     paths = [Path(p) for p in paths]
     for p in paths:
-        check_complete(p)
+        if find_peer_file(p) is None:  # a peer tool's file is complete as the tool wrote it
+            check_complete(p)
     commit, branch = revision(commit, branch)
     stamp = _BatchStamp(
         batch=batch or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ"),
@@ -127,7 +130,7 @@ def add_runs(
                 if why is not None:
                     result.skipped.append((p, why))
                     continue
-                ident = identify(p, run.run_info, runner)
+                ident = identify_peer(p, run.run_info, runner) if run.peer else identify(p, run.run_info, runner)
                 if not _insert_run(conn, ident, stamp, p):
                     result.already.append(p)
                     continue
@@ -144,7 +147,7 @@ def add_runs(
 def _load(path: Path) -> RunData:
     """The run in `path`; a damaged results folder refuses the whole batch."""
     try:
-        return load_run(path)
+        return load_peer_run(path) if find_peer_file(path) is not None else load_run(path)
     except ResultsError as e:
         raise HistoryError(str(e)) from None
 

@@ -19,7 +19,9 @@ DEFAULT_DB = Path("history.db")
 
 @history_app.command("add")
 def add(
-    run_dirs: list[Path] = typer.Argument(..., help="run folders, or folders of run-N/ repeats"),
+    run_dirs: list[Path] = typer.Argument(
+        ..., help="run folders, folders of run-N/ repeats, or other tools' result files (docs/peers.md)"
+    ),
     db: Path = typer.Option(DEFAULT_DB, "--db", help="history file (SQLite; created if missing)"),
     batch: str | None = typer.Option(
         None, "--batch", envvar="GITHUB_RUN_ID", help="runs of one night share it (default: one per call)"
@@ -38,11 +40,12 @@ def add(
     from harness.results.folder import ResultsError
     from reports.gate import GateRulesError, load_rules
     from reports.history import add_runs
+    from reports.peers import find_peer_file
     from reports.repeats import run_dirs as expand
     from reports.run_identity import HistoryError
 
-    try:
-        paths = [p for d in run_dirs for p in expand(d)]
+    try:  # a peer tool's file is one run as it is (reports/peers)
+        paths = [p for d in run_dirs for p in ([d] if find_peer_file(d) is not None else expand(d))]
         result = add_runs(db, paths, batch, commit, branch, runner, load_rules(rules), keep_invalid)
     except (HistoryError, ResultsError, GateRulesError) as e:
         raise _fail(f"{e}\nnothing was added")

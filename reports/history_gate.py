@@ -35,6 +35,7 @@ from reports.gate import (  # the gate's own rules, not a copy of them
 )
 from reports.history import Night, batch_value, nights
 from reports.markdown import md_table
+from reports.peers.history import identify_peer
 from reports.repeats import RunSet, check_same_scenario, load_run_set
 from reports.run_identity import identify, revision, runner_kind, scenario_hash
 from reports.run_values import metric_key, run_values
@@ -77,7 +78,7 @@ def tonight(current: RunSet, rules: GateRules) -> Night:
         datetime.now(timezone.utc).isoformat(timespec="seconds"),
         commit,
         branch,
-        [identify(r.path, r.run_info).run_id for r in current.runs],
+        [(identify_peer if r.peer else identify)(r.path, r.run_info).run_id for r in current.runs],
     )
     for name in per_run[0]:
         night.values[name] = batch_value([v[name][0] for v in per_run])

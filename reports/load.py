@@ -159,6 +159,8 @@ def run_data(path: Path, label: str, run_info: RunInfo, summary: Summary, record
             per_chunk = r.tokens_per_chunk or [1] * len(r.token_times_s)
             token_times.extend(np.repeat(r.token_times_s, per_chunk).tolist())
     requests = pd.DataFrame(rows, columns=REQUEST_COLUMNS)
+    # a run with no record (a peer's summary-only file) has object columns: as a mask, "ok" would pick columns
+    requests["ok"] = requests["ok"].astype(bool)
     for col in ("ttft_s", "tpot_s", "e2e_s", "max_itl_s", "first_token_s", "end_s", "actual_send_s"):
         if col in requests:
             requests[col] = pd.to_numeric(requests[col], errors="coerce")
@@ -208,6 +210,8 @@ def load_results(paths, labels: list[str] | None = None) -> tuple[list[RunData],
         if find_peer_file(p) is not None:  # another tool's result file (reports/peers)
             runs.append(load_peer_run(p, label))
             continue
+        if p.is_file():
+            load_peer(p)  # no reader takes it: refused naming the closest tool and the keys it lacks
         if not p.is_dir():
             raise ResultsError(
                 f"{p}: not a folder, nor a peer tool's result file; pass a results folder written by "

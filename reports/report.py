@@ -14,7 +14,7 @@ from reports.figures import latency_cdfs, over_time, timeline
 from reports.html import render_report_html
 from reports.load import RunData, Sweep, load_results
 from reports.markdown import render_report_md
-from reports.prediction import is_simulated, prediction_rows
+from reports.prediction import assumption_notes, is_simulated, model_text, prediction_rows, prediction_title
 from reports.quality_rows import accuracy_rows, agreement_section
 from reports.repeat_runs import expand_repeats
 from reports.replica_figures import replica_comparison, replica_load
@@ -91,7 +91,7 @@ def context_row(run: RunData, label: str | None = None) -> list[str]:
     slo = ", ".join(f"{k} {v:g}" for k, v in run.slo.items() if v is not None) or "none"
     return [
         label or run.label,
-        f"{info.backend.kind} ({info.backend.model})",
+        model_text(run),
         offered_text(scenario(info.scenario).load),
         slo,
         harness_version(info) or "-",
@@ -140,6 +140,9 @@ def build_report(paths, labels: list[str] | None = None, attainment: float = DEF
     content.notes += peer_notes(runs)
     content.notes += [f"{sw.label}: left out, not completed: {', '.join(sw.left_out)}." for sw in sweeps if sw.left_out]
     content.notes += client_bound_notes(_labelled(runs, sweeps))
+    every_run = [run for _, run in _labelled(runs, sweeps)]
+    content.title = prediction_title(content.title, every_run)
+    content.notes[:0] = assumption_notes(_labelled(runs, sweeps))  # under the title: what the prediction assumed
     return content
 
 

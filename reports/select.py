@@ -6,6 +6,13 @@ accelerators run at that rate all hour. The ranking is by cost per token, or wit
 tokens/s per accelerator within the SLOs; engines that never met them come last. Each gets a line on
 why (select_why.py). A folder of `candidates:` (harness/runs/candidates.py) stands for its deployments, each
 with the accelerators it declared; the SLOs default to the ones the runs were made with.
+
+Simulated runs (`bench plan`) price themselves: a run on plan.hardware with a price in plan.prices costs that per
+GPU-hour, so deployments on different GPU types are priced each by its own (--gpu-cost-per-hour prices the rest).
+A `bench plan --search` folder (search.json beside candidates.json) also gives the rate to carry: its first
+traffic level's rate with headroom; then the deployments that carry it rank by $/hour, cheapest first, as the
+search ranks them. A point's goodput is its summary's (the steady-state window the run was judged on) when
+judged under the SLOs the run was made with, so both commands read one number from one simulation.
 """
 
 from __future__ import annotations
@@ -19,15 +26,18 @@ import plotly.graph_objects as go
 from harness.client.workers import client_bound_advice
 from harness.engine.startup import startup_text
 from harness.metrics.latencies import active_slo, slo_confidence
+from harness.metrics.slo_capacity import LoadPoint, max_load_meeting_slo
 from harness.results.schema import Startup
 from reports.candidates import expand_candidates
 from reports.figures import LAYOUT, color
 from reports.html import render
 from reports.load import Sweep, SweepPoint, load_results
 from reports.markdown import md_table
+from reports.peers.history import no_samples_reason
+from reports.prediction import model_text
 from reports.run_files import LoadView, harness_version, scenario, telemetry_sampled
-from reports.select_why import why
-from reports.sweep import DEFAULT_ATTAINMENT, SloCapacity, max_rate_meeting_slo, point_goodput
+from reports.select_why import judged_goodput, why
+from reports.sweep import DEFAULT_ATTAINMENT, SloCapacity, point_goodput
 from reports.sweep_figures import goodput_fraction_vs_load, throughput_latency
 
 SLO_KEYS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
@@ -57,6 +67,8 @@ class EngineResult:
     why: str = ""  # latencies where it passed, the SLO it missed first, the replicas' shares
     lowest_load_goodput: float = 0.0  # share within the SLOs at its lowest load: orders those that never met them
     startup: str = ""  # harness.engine.startup's line: launch to ready, engine build, first request
+    dollars_per_hour: float | None = None  # the accelerators' price per hour, all of them
+    simulated: bool = False  # a bench plan run: deterministic, so a rerun gives the same figures
 
     def capacity_text(self) -> str:
         cap = self.capacity
@@ -82,8 +94,19 @@ class Selection:
     caveats: list[str]
     ranking: list[str] = field(default_factory=list)  # engine labels, best first
     left_out: list[str] = field(default_factory=list)  # candidates that did not complete, with why
+    required_rate: float | None = None  # req/s the deployment must carry (a search folder's rate with headroom)
+    prices: dict[str, float] = field(default_factory=dict)  # $/GPU-hour per GPU type, from the simulated runs
 
     def price_text(self) -> str:
+        if self.prices:
+            each = ", ".join(f"{gpu} ${price:g}" for gpu, price in self.prices.items())
+            rest = f"; others ${self.gpu_cost_per_hour:g}" if self.gpu_cost_per_hour is not None else ""
+            carry = (
+                f" Ranked by $/hour among the deployments that carry {self.required_rate:.3g} req/s within the SLOs."
+                if self.required_rate is not None
+                else ""
+            )
+            return f"Priced per GPU type (plan.prices, $/GPU-hour): {each}{rest}.{carry}"
         if self.gpu_cost_per_hour is None:
             return "No price given: ranked by output tokens/s per accelerator within the SLOs."
         if all(_cpu_only(sw) for sw in self.sweeps):
@@ -140,6 +163,7 @@ def select(
     accelerators: int = 1,
     labels: list[str] | None = None,
     attainment: float = DEFAULT_ATTAINMENT,
+    required_rate: float | None = None,
 ) -> Selection:
     if gpu_cost_per_hour is not None and gpu_cost_per_hour <= 0:
         raise ValueError("--gpu-cost-per-hour: must be > 0 (the price of one accelerator-hour, e.g. 2.5)")
@@ -151,11 +175,12 @@ def select(
     confidence = slo_confidence(slo) or runs_confidence(sweeps)
     slo = active_slo(slo) or runs_slo(sweeps)
     engines = [
-        _engine(sw, slo, gpu_cost_per_hour, expanded.accelerators.get(sw.label, accelerators), attainment, confidence)
+        _engine(sw, slo, gpu_cost_per_hour, _accelerators(sw, expanded, accelerators), attainment, confidence)
         for sw in sweeps
     ]
-    ranking = rank(engines)
-    recommendation, caveats = _recommend(ranking, sweeps, slo, attainment)
+    required_rate = required_rate if required_rate is not None else search_rate(paths)
+    ranking = rank(engines, required_rate)
+    recommendation, caveats = _recommend(ranking, sweeps, slo, attainment, required_rate)
     if confidence is not None:
         caveats.insert(
             0,
@@ -175,7 +200,38 @@ def select(
         caveats,
         [e.label for e in ranking],
         expanded.left_out,
+        required_rate,
+        dict(price for sw in sweeps if (price := plan_price(sw))[0] is not None),
     )
+
+
+def search_rate(paths) -> float | None:
+    """The rate a `bench plan --search` folder asked its deployments to carry (its first level, headroom in)."""
+    for path in map(Path, paths):
+        found = path / "search.json"
+        if path.is_dir() and found.is_file():
+            levels = json.loads(found.read_text(encoding="utf-8")).get("levels") or []
+            if levels and levels[0].get("target_rate_per_s"):
+                return float(levels[0]["target_rate_per_s"])
+    return None
+
+
+def plan_price(sw: Sweep) -> tuple[str | None, float | None]:
+    """(GPU type, $/GPU-hour) of a simulated run whose plan prices its hardware; (None, None) otherwise."""
+    plan = sw.points[0].run.run_info.scenario.get("plan") or {}
+    hardware = plan.get("hardware")
+    price = (plan.get("prices") or {}).get(hardware)
+    return (hardware, float(price)) if sw.points[0].run.summary.simulated and price else (None, None)
+
+
+def _accelerators(sw: Sweep, expanded, default: int) -> int:
+    """A candidate's declared accelerators; a simulated run's plan: TP x replicas; else --accelerators."""
+    if sw.label in expanded.accelerators:
+        return expanded.accelerators[sw.label]
+    plan = sw.points[0].run.run_info.scenario.get("plan") or {}
+    if sw.points[0].run.summary.simulated and default == 1 and plan.get("hardware"):
+        return int(plan.get("tensor_parallel") or 1) * int(plan.get("replicas") or 1)
+    return default
 
 
 def runs_slo(sweeps: list[Sweep]) -> dict:
@@ -195,46 +251,72 @@ def runs_confidence(sweeps: list[Sweep]) -> float | None:
     return found.pop() if len(found) == 1 else None
 
 
-def rank(engines: list[EngineResult]) -> list[EngineResult]:
-    """Best first: cheapest per token (or, without a price, most output tokens/s per accelerator within the
-    SLOs); the engines that never met the SLOs after them, most requests within the SLOs at their lowest load first."""
-    usable = [e for e in engines if e.tokens_per_s_per_accelerator]
+def rank(engines: list[EngineResult], required_rate: float | None = None) -> list[EngineResult]:
+    """Best first: with a rate to carry, those whose capacity carries it, cheapest per hour (most capacity at equal
+    price: the search's order); then cheapest per token (or, without a price, most output tokens/s per
+    accelerator within the SLOs); the engines that never met the SLOs after them, most requests within the SLOs at
+    their lowest load first."""
+    carrying = [e for e in engines if required_rate is not None and _carries(e, required_rate)]
+    carrying.sort(key=lambda e: (e.dollars_per_hour, -e.capacity.offered_load))
+    usable = [e for e in engines if e.tokens_per_s_per_accelerator and e not in carrying]
     usable.sort(
         key=lambda e: (
             e.cost_per_million_tokens if e.cost_per_million_tokens is not None else -e.tokens_per_s_per_accelerator
         )
     )
-    return usable + sorted((e for e in engines if e not in usable), key=lambda e: -e.lowest_load_goodput)
+    rest = sorted((e for e in engines if e not in usable and e not in carrying), key=lambda e: -e.lowest_load_goodput)
+    return carrying + usable + rest
+
+
+def _carries(engine: EngineResult, rate: float) -> bool:
+    """Priced, and its capacity reaches the rate: a deployment that passed at exactly the search's target rate (4
+    decimals, harness/plan/search.py) reads back at it, not a rounding below."""
+    cap = engine.capacity
+    return engine.dollars_per_hour is not None and cap.status != "none" and (cap.offered_load or 0) >= rate * 0.9999
 
 
 def _engine(sw: Sweep, slo, cost_per_hour, accelerators, attainment, confidence=None) -> EngineResult:
-    cap = max_rate_meeting_slo(sw.points, slo, attainment, confidence)
+    cap = capacity(sw, slo, attainment, confidence)
     backend = sw.points[0].run.run_info.backend
+    cost_per_hour = plan_price(sw)[1] or cost_per_hour
     tok_s = cap.output_tokens_per_s / accelerators if cap.output_tokens_per_s else None
     cost = cost_per_hour / (tok_s * 3600) * 1e6 if tok_s and cost_per_hour else None
     notes = []
     if cap.status == "at_least":
         notes.append("every tested load met the SLOs: the real limit is higher")
-    if cap.status == "none":
+    only = sw.points[0].run if len(sw.points) == 1 else None
+    no_samples = no_samples_reason(only.records, only.summary) if only else None
+    if no_samples:  # a share within the SLOs needs per-request samples: no verdict on none (reports/peers/history.py)
+        notes.append(no_samples)
+    elif cap.status == "none":
         notes.append("missed the SLOs even at the lowest tested load")
     bound = _client_bound_note(sw, cap)
     if bound:
         notes.append(bound)
-    model = _file_name(str(backend.model))  # a GGUF path reads as its file name
     if accelerators != 1:
         notes.append(f"{accelerators} accelerators")
     return EngineResult(
         sw.label,
-        f"{backend.kind} ({model})",
+        model_text(sw.points[0].run, _file_name(str(backend.model))),  # a GGUF path reads as its file name
         cap,
         tok_s,
         cost,
         len(sw.points),
         sw.load_kind,
         notes,
-        why(sw, cap, slo, attainment),
+        why(sw, cap, slo, attainment, confidence),
         point_goodput(min(sw.points, key=lambda p: p.offered_load), slo, confidence),
         startup_text(_startup(sw)),
+        cost_per_hour * accelerators if cost_per_hour else None,
+        bool(sw.points[0].run.summary.simulated),
+    )
+
+
+def capacity(sw: Sweep, slo: dict, attainment: float, confidence: float | None) -> SloCapacity:
+    """The highest load within the SLOs; each point judged on its summary's window when under its own SLOs."""
+    return max_load_meeting_slo(
+        [LoadPoint.from_summary(p.offered_load, p.run.summary, judged_goodput(p, slo, confidence)) for p in sw.points],
+        attainment,
     )
 
 
@@ -268,13 +350,15 @@ def _client_bound_note(sw: Sweep, cap: SloCapacity) -> str | None:
     return f"the client fell behind at {loads}, past the capacity (those points do not move it)"
 
 
-def _recommend(ranking: list[EngineResult], sweeps: list[Sweep], slo: dict, attainment: float):
+def _recommend(ranking: list[EngineResult], sweeps: list[Sweep], slo: dict, attainment: float, required_rate=None):
     """(the recommendation, the caveats): the best engine within the SLOs and how far it leads the next."""
     slo_text = ", ".join(f"{k.removesuffix('_ms').upper()} ≤ {v:g} ms" for k, v in slo.items())
     caveats = _caveats(ranking, sweeps, slo_text, attainment)
     usable = [e for e in ranking if e.tokens_per_s_per_accelerator]
     if not usable:
         return f"No engine met the SLOs ({slo_text}) at any tested load; relax the SLOs or test lower loads.", caveats
+    if required_rate is not None and _carries(ranking[0], required_rate):
+        return _carrying_text(ranking, required_rate, slo_text), caveats
     best = usable[0]
     priced = best.cost_per_million_tokens is not None
     unit = "req/s" if best.load_kind == "rate" else "requests in flight"
@@ -287,7 +371,8 @@ def _recommend(ranking: list[EngineResult], sweeps: list[Sweep], slo: dict, atta
         text += _lead(best, usable[1])
     if best.why:
         text += f"; {best.why}"
-    missed = [e.label for e in ranking if not e.tokens_per_s_per_accelerator]
+    unjudged = "not established"  # no per-request samples: neither met nor missed (reports/peers/history.py)
+    missed = [e.label for e in ranking if not e.tokens_per_s_per_accelerator and not e.why.startswith(unjudged)]
     if missed:
         text += f"; {', '.join(missed)} did not meet the SLOs at any tested load"
     if best.capacity.status == "at_least":
@@ -324,6 +409,21 @@ def _caveats(ranking: list[EngineResult], sweeps: list[Sweep], slo_text: str, at
     return caveats
 
 
+def _carrying_text(ranking: list[EngineResult], required_rate: float, slo_text: str) -> str:
+    """The cheapest deployment per hour that carries the rate, and what the next one costs."""
+    best = ranking[0]
+    text = (
+        f"Choose {best.label}: the cheapest per hour (${best.dollars_per_hour:,.2f}) of those that carry "
+        f"{required_rate:.3g} req/s within {slo_text}; its capacity is {best.capacity.describe('req/s')}"
+    )
+    runner_up = next((e for e in ranking[1:] if _carries(e, required_rate)), None)
+    if runner_up is not None:
+        text += f"; next, {runner_up.label} at ${runner_up.dollars_per_hour:,.2f}/hour"
+        if best.simulated and runner_up.simulated:
+            text += " (simulated, so deterministic: a rerun gives the same order; the model's own error is not in it)"
+    return text + "."
+
+
 def _lead(best: EngineResult, runner_up: EngineResult) -> str:
     """How far the best engine leads the runner-up: by cost per token when priced, else by output tokens/s."""
     priced = best.cost_per_million_tokens is not None
@@ -335,6 +435,11 @@ def _lead(best: EngineResult, runner_up: EngineResult) -> str:
     better = "cheaper per token than" if priced else "the output tokens/s within the SLOs of"
     if ratio < 1.1:
         what = "cost per token" if priced else "output tokens/s"
+        if best.simulated and runner_up.simulated:  # a plan is deterministic: a rerun cannot swap them
+            return (
+                f", within 10% of {runner_up.label}'s {what} (both simulated: the same on every rerun, but within "
+                f"the model's own error of each other)"
+            )
         return f", within 10% of {runner_up.label}'s {what}: a rerun could swap them, so weigh other factors"
     if runner_up.capacity.status == "at_least":  # its limit is above its sweep: its figure is a bound
         return (

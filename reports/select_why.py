@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.metrics.latencies import meets_slo, request_latency
+from harness.metrics.latencies import active_slo, meets_slo, request_latency
 from harness.metrics.slo_capacity import SloCapacity
-from reports.load import RunData, Sweep
+from reports.load import RunData, Sweep, SweepPoint
+from reports.peers.history import no_samples_reason
 from reports.replicas import replica_view
 from reports.sweep import point_goodput
 
@@ -34,16 +35,29 @@ def missed_most(run: RunData, slo: dict) -> str:
     return f"{SLO_NAMES[key]} ({counts[key]} of {len(lats)} requests over {slo[key]:g} ms)"
 
 
-def why(sw: Sweep, cap: SloCapacity, slo: dict, attainment: float) -> str:
+def judged_goodput(point: SweepPoint, slo: dict, confidence: float | None = None) -> float:
+    """The summary's goodput fraction (its steady-state window, as `bench run` and `bench plan --search` judged the
+    point) when the SLOs and confidence are the run's own; else recomputed over its records."""
+    good = point.run.summary.goodput
+    if active_slo(slo) == active_slo(good.slo) and confidence == good.confidence:
+        return good.fraction if good.fraction_low is None else good.fraction_low
+    return point_goodput(point, slo, confidence)
+
+
+def why(sw: Sweep, cap: SloCapacity, slo: dict, attainment: float, confidence: float | None = None) -> str:
     unit = "req/s" if sw.load_kind == "rate" else "in flight"
     points = sorted(sw.points, key=lambda p: p.offered_load)
-    first_fail = next((p for p in points if point_goodput(p, slo) < attainment), None)
+    reason = no_samples_reason(points[0].run.records, points[0].run.summary) if len(points) == 1 else None
+    if reason is not None:  # a share within the SLOs needs the requests: none, so no verdict (docs/peers.md)
+        return reason
+    first_fail = next((p for p in points if judged_goodput(p, slo, confidence) < attainment), None)
     passed = [p for p in points if first_fail is None or p.offered_load < first_fail.offered_load]
     parts = []
     if passed:
         last = passed[-1]
         parts.append(
-            f"at {last.offered_load:g} {unit}: {latencies(last.run)}, {point_goodput(last, slo):.0%} within the SLOs"
+            f"at {last.offered_load:g} {unit}: {latencies(last.run)}, "
+            f"{judged_goodput(last, slo, confidence):.0%} within the SLOs"
         )
     if first_fail is not None:
         parts.append(f"first missed at {first_fail.offered_load:g} {unit}, on {missed_most(first_fail.run, slo)}")

@@ -48,10 +48,10 @@ def test_memory_seven_billion_at_four_bits_on_a_16_gib_laptop():
     assert res.returncode == 0, res.stderr
     assert "weights: 4.08 GB" in res.stdout and "fits: yes" in res.stdout
     bf16 = bench("memory", "--model", "mistral-7b", "--context", "8192", "--concurrency", "4", "--gpu-memory", "16GiB")
-    assert "fits: NO" in bf16.stdout
-    # the old spelling still answers, and says it is deprecated
+    assert "fits: NO" in bf16.stdout and bf16.returncode == 1  # a script can ask: 1 when it does not fit
+    # the old spelling still answers, and says it is deprecated (14.5 GB of bf16 weights leave no KV in 16 GiB)
     old = bench("plan", "--memory", "--model", "mistral-7b", "--context", "8192", "--gpu-memory", "16GiB")
-    assert old.returncode == 0 and "fits:" in old.stdout and "deprecated: use bench memory" in old.stderr
+    assert "fits: NO" in old.stdout and old.returncode == 1 and "deprecated: use bench memory" in old.stderr
 
 
 def test_memory_bad_input_names_the_option():
@@ -75,14 +75,15 @@ def test_search_writes_and_prints_the_selection_table(tmp_path):
     assert res.returncode == 0, res.stderr
     # 70B at bf16 is 141 GB: one H100 (85.5 GB) cannot hold it, so the search starts at TP 2
     saved = json.loads((tmp_path / "out" / "search.json").read_text())
-    result = saved["results"][0]
+    result = saved["levels"][0]["results"][0]
     best = result["best"]
     assert best["meets_slo"] and best["tensor_parallel"] >= 2
     assert "TP 1: weights leave no KV cache" in result["notes"]
     assert not any(t["tensor_parallel"] == 1 for t in result["tried"])
     gpus = best["tensor_parallel"] * best["replicas"]
     assert f"| H100 | {best['tensor_parallel']} | {best['replicas']} | {gpus} | {3.0 * gpus:.2f} |" in res.stdout
-    assert (tmp_path / "out" / "search.md").read_text().splitlines()[2] in res.stdout
+    assert (tmp_path / "out" / "search.md").read_text().splitlines()[4] in res.stdout
+    assert "% busy at 10 req/s (30% headroom asked)" in res.stdout and "At 20 req/s (2x load.rate)" in res.stdout
 
 
 def test_search_without_prices_names_the_field(tmp_path):

@@ -2,9 +2,9 @@
 and maps errors to exit codes. Commands of other packages (report, gate, select, serve) come from the `bench.commands`
 entry-point group in pyproject.toml, so the harness imports nothing from them.
 
-Exit codes: 0 ok; 1 the gate found a regression (only `bench gate`); 2 bad input (scenario, options,
-folders, files); 3 the client fell behind its schedule (client-bound); 4 the run failed or is
-incomplete (engine unreachable or exited, fewer than half the requests completed); 130 Ctrl-C,
+Exit codes: 0 ok; 1 the gate found a regression (`bench gate`) or the model does not fit (`bench memory`);
+2 bad input (scenario, options, folders, files); 3 the client fell behind its schedule (client-bound); 4 the run
+failed or is incomplete (engine unreachable or exited, fewer than half the requests completed); 130 Ctrl-C,
 143 SIGTERM.
 """
 
@@ -46,8 +46,8 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     help="Benchmark LLM serving engines: replay an arrival process, measure TTFT/ITL/TPOT/E2E/goodput.",
-    epilog="Exit codes: 0 ok; 1 gate regression; 2 bad input; 3 client-bound; 4 run failed or "
-    "incomplete; 5 gate inconclusive under --strict; 130 Ctrl-C; 143 SIGTERM.",
+    epilog="Exit codes: 0 ok; 1 gate regression, or bench memory: does not fit; 2 bad input; 3 client-bound; "
+    "4 run failed or incomplete; 5 gate inconclusive under --strict; 130 Ctrl-C; 143 SIGTERM.",
 )
 
 
@@ -328,7 +328,7 @@ def tune(
     workers: str = typer.Option("", "--workers", help="client processes: auto or N (overrides load.workers)"),
 ) -> None:
     """Find the engine settings that carry the most load within the SLOs (the scenario's tune: block)."""
-    from harness.tune.summary import plan_lines
+    from harness.tune.preflight import check_engine
     from harness.tune.tune import TUNE_MANIFEST, Tuner
 
     raise_on_sigterm()
@@ -340,10 +340,14 @@ def tune(
             "e.g. tune: {space: {--max-num-seqs: [4, 8]}, load: {rate: {min: 0.5, max: 8}}}",
             EXIT_BAD_INPUT,
         )
+    check = check_engine(resolved)
     if dry_run:
-        for line in plan_lines(resolved):
-            console.print(line, highlight=False, markup=False)
+        _tune_dry_run(resolved, output, check)
         return
+    if check is not None and not check.startable:
+        raise _fail("tune", f"{check.line}; no configuration was launched", EXIT_RUN_FAILED)
+    if check is not None:
+        console.print(check.line, highlight=False, markup=False)
     if (output / TUNE_MANIFEST).exists() and not resume:
         raise _fail(
             "error",
@@ -364,6 +368,26 @@ def tune(
             "interrupted", f"{output / TUNE_MANIFEST} lists the finished trials; --resume continues", EXIT_SIGINT
         )
     _print_tune_result(doc, output)
+
+
+def _tune_dry_run(resolved, output: Path, check) -> None:
+    """`bench tune --dry-run`: the configurations and the search's cost; whether the engine can start here; with a
+    plan: block, bench plan's predicted capacity of each configuration (simulated, nothing launched)."""
+    from harness.tune.summary import plan_lines
+    from harness.tune.tune import Tuner
+
+    for line in plan_lines(resolved):
+        console.print(line, highlight=False, markup=False)
+    if check is not None:
+        console.print(check.line + ("" if check.startable else " (a real tune would stop here)"), highlight=False)
+    if resolved.plan is None:
+        console.print("predicted capacities: none without a plan: block (docs/tune.md)", highlight=False)
+        return
+    console.print("bench plan's predicted capacity of each configuration (simulated, nothing launched):")
+    try:
+        Tuner(resolved, output, ConsoleReporter(), False, None).predict()
+    except (ScenarioError, ValueError) as e:
+        raise _fail("error", str(e), EXIT_BAD_INPUT)
 
 
 def _print_tune_result(doc: TuneManifest, output: Path) -> None:
@@ -432,10 +456,15 @@ def plan(
     search: bool = typer.Option(
         False,
         "--search",
-        help="the cheapest deployment (replicas x TP) per GPU type in plan.prices meeting the SLOs, on the roofline",
+        help="per GPU type in plan.prices, the cheapest deployment (replicas x TP) meeting the SLOs with --headroom at "
+        "each --traffic level, on the roofline: its capacity, its load, and the engine's launch command",
     ),
     max_gpus: int = typer.Option(64, "--max-gpus", min=1, help="--search: most GPUs a deployment may use"),
     time_budget_s: float = typer.Option(600.0, "--time-budget-s", min=1, help="--search: stop after this"),
+    headroom: str = typer.Option(
+        "30%", "--headroom", help="--search: the share above load.rate each deployment must carry within the SLOs"
+    ),
+    traffic: str = typer.Option("1,2", "--traffic", help="--search: traffic levels, multiples of load.rate"),
     memory: bool = typer.Option(False, "--memory", hidden=True, help="deprecated: bench memory"),
     model: str = typer.Option(
         "llama-3.1-8b", "--model", hidden=True, help="--memory: built-in name, .gguf or config.json"
@@ -472,22 +501,36 @@ def plan(
         )
     if scenario is None:
         raise _fail("error", "bench plan needs a SCENARIO (the memory a model needs: bench memory)", EXIT_BAD_INPUT)
-    _plan_scenario(_load(scenario, set_), output, search, max_gpus, time_budget_s, overwrite)
+    options = None
+    if search:
+        options = _search_options(max_gpus, time_budget_s, headroom, traffic)
+    _plan_scenario(_load(scenario, set_), output, options, overwrite)
 
 
-def _plan_scenario(resolved, output: Path | None, search: bool, max_gpus: int, time_budget_s: float, overwrite: bool):
-    """bench plan of a scenario: a search, its candidates, its sweep's points or the one deployment, simulated."""
+def _search_options(max_gpus: int, time_budget_s: float, headroom: str, traffic: str):
+    from harness.plan.search import SearchOptions
+
+    try:
+        return SearchOptions.parse(max_gpus, time_budget_s, headroom, traffic)
+    except ValueError as e:
+        raise _fail("error", str(e), EXIT_BAD_INPUT)
+
+
+def _plan_scenario(resolved, output: Path | None, search, overwrite: bool):
+    """bench plan of a scenario: a search (`search`: its SearchOptions), its candidates, its sweep's points or the one
+    deployment, simulated."""
     from harness.plan.folders import simulate_candidates, simulate_sweep
     from harness.plan.simulator import simulate_scenario
 
     try:
-        if (precision := _plan_precision_line(resolved)) is not None:
+        shown = _searched_as_first_gpu(resolved) if search is not None else resolved
+        if (precision := _plan_precision_line(shown)) is not None:
             console.print(precision, highlight=False, markup=False)
-        if (engine := _plan_engine_line(resolved)) is not None:
+        if (engine := _plan_engine_line(shown)) is not None:
             console.print(engine, highlight=False, markup=False)
         out_dir = output or default_output_dir(f"{resolved.name}-plan")
-        if search:
-            plan_search_report(resolved, out_dir, max_gpus, time_budget_s, overwrite)
+        if search is not None:
+            plan_search_report(resolved, out_dir, search, overwrite)
         elif resolved.candidates:
             statuses = simulate_candidates(resolved, out_dir, overwrite)
             console.print(f"{len(statuses)} candidates simulated into {out_dir}; rank them with bench select {out_dir}")
@@ -501,6 +544,14 @@ def _plan_scenario(resolved, output: Path | None, search: bool, max_gpus: int, t
         raise _fail("error", str(e), EXIT_BAD_INPUT)
     except TokenizerError as e:
         raise _fail("plan failed", str(e), EXIT_BAD_INPUT)
+
+
+def _searched_as_first_gpu(resolved):
+    """A search sets plan.hardware per GPU type; its precision and engine lines are said on the first priced one."""
+    plan = resolved.plan
+    if plan is None or plan.hardware is not None or not plan.prices:
+        return resolved
+    return resolved.model_copy(update={"plan": plan.model_copy(update={"hardware": next(iter(plan.prices))})})
 
 
 def _plan_precision_line(resolved) -> str | None:
@@ -543,9 +594,9 @@ def memory_command(
     ),
 ) -> None:
     """The memory a model needs on a GPU: weights, KV cache per token, and what fits (sequences at --context,
-    tokens each at --concurrency)."""
+    tokens each at --concurrency). Exit 1 when it does not fit, so a script can ask."""
     from harness.plan.architectures import load_architecture
-    from harness.plan.memory import memory_lines, parse_bytes, plan_memory
+    from harness.plan.memory import load_fit, memory_lines, parse_bytes, plan_memory
     from harness.plan.precision import memory_precision, stored_architecture
     from harness.scenario.gpus import gpu_spec
 
@@ -558,19 +609,40 @@ def memory_command(
         raise _fail("error", str(e), EXIT_BAD_INPUT)
     for line in memory_lines(arch, memory_plan, context, concurrency, precision):
         typer.echo(line)
+    if not load_fit(memory_plan, context, concurrency)["fits"]:
+        raise typer.Exit(EXIT_REGRESSION)  # the answer is no: 1, as a check that failed
 
 
-def plan_search_report(resolved, out_dir: Path, max_gpus: int, time_budget_s: float, overwrite: bool) -> None:
+def plan_search_report(resolved, out_dir: Path, options, overwrite: bool) -> None:
+    """`bench plan --search`: each traffic level's table, capacity, load and recommendation; on Ctrl-C, what was
+    simulated so far (written too), then exit 130."""
     from harness.plan.search import Search, write_search
 
     try:
-        search = Search(resolved, out_dir, max_gpus=max_gpus, time_budget_s=time_budget_s, overwrite=overwrite)
+        search = Search(resolved, out_dir, overwrite=overwrite, **options.search_kwargs())
     except ValueError as e:
         raise ScenarioError(str(e)) from None
-    results = search.run()
-    for line in write_search(results, out_dir, search.simulations):
+    if resolved.load.rate is None:
+        console.print("load: not paced by a rate, so no capacity, headroom or traffic levels: the scenario's load only")
+    try:
+        for traffic in options.traffic if resolved.load.rate is not None else (1.0,):
+            search.run(traffic)
+    except KeyboardInterrupt:
+        for line in write_search(search, interrupted=True):
+            typer.echo(line)
+        raise _fail(
+            "interrupted",
+            f"Ctrl-C after {search.simulations} simulations: the tables above hold what was simulated (written "
+            f"to {out_dir}); the search did not finish",
+            EXIT_SIGINT,
+        )
+    for line in write_search(search):
         typer.echo(line)
-    console.print(f"{search.simulations} simulations; the table and every simulated folder are in {out_dir}")
+    console.print(
+        f"{search.simulations} simulations; the tables and every simulated folder are in {out_dir} "
+        f"(bench report {out_dir}; bench select {out_dir})",
+        highlight=False,
+    )
 
 
 @app.command("compare-outputs")

@@ -108,19 +108,51 @@ BUILTIN = {
 }
 
 
-def load_architecture(model: str, weight_bits: float | None = None) -> Architecture:
-    """A built-in name (case-insensitive; 'smollm2' is SmolLM2-135M), a .gguf path or a config.json path;
-    `weight_bits` overrides the stored precision (e.g. 4.5 for a 4-bit quantisation with its scales)."""
+# Other names of a built-in architecture: name -> (the built-in whose config it shares, the repository it names).
+# Llama-3.3-70B(-Instruct) is Llama-3.1-70B's architecture: 80 layers, hidden 8192, 64 heads, 8 KV heads, FFN 28672,
+# vocab 128256, untied (meta-llama/Llama-3.3-70B-Instruct's config.json, gated; the same numbers in oumi's
+# configs/recipes/llama3_3/README.md). An -Instruct model is its base's architecture, fine-tuned.
+ALIASES = {
+    "llama-3.3-70b": ("llama-3.1-70b", "meta-llama/Llama-3.3-70B-Instruct"),
+    "llama-3.3-70b-instruct": ("llama-3.1-70b", "meta-llama/Llama-3.3-70B-Instruct"),
+    "llama-3.1-70b-instruct": ("llama-3.1-70b", "meta-llama/Llama-3.1-70B-Instruct"),
+    "llama-3.1-8b-instruct": ("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct"),
+    "llama-3.1-405b-instruct": ("llama-3.1-405b", "meta-llama/Llama-3.1-405B-Instruct"),
+    "llama-2-70b-chat": ("llama-2-70b", "meta-llama/Llama-2-70b-chat-hf"),
+    "qwen2.5-7b-instruct": ("qwen2.5-7b", "Qwen/Qwen2.5-7B-Instruct"),
+    "qwen2.5-32b-instruct": ("qwen2.5-32b", "Qwen/Qwen2.5-32B-Instruct"),
+    "mistral-7b-instruct": ("mistral-7b", "mistralai/Mistral-7B-Instruct-v0.3"),
+}
+
+
+def builtin_or_alias(model: str) -> Architecture | None:
+    """A built-in architecture by its name, an alias, or a repository id whose name is either
+    (meta-llama/Llama-3.3-70B-Instruct); an alias keeps its own name and repository, so reports name that model."""
     key = model.lower()
-    if key in BUILTIN or key == "smollm2":
-        arch = BUILTIN.get(key) or BUILTIN["smollm2-135m"]
+    name = key.split("/", 1)[1] if key.count("/") == 1 else key
+    for candidate in (key, name):
+        if candidate in BUILTIN or candidate == "smollm2":
+            return BUILTIN.get(candidate) or BUILTIN["smollm2-135m"]
+        if candidate in ALIASES:
+            builtin, repo = ALIASES[candidate]
+            return dataclasses.replace(BUILTIN[builtin], name=candidate, source=_hf(repo))
+    return None
+
+
+def load_architecture(model: str, weight_bits: float | None = None) -> Architecture:
+    """A built-in name or alias (case-insensitive; 'smollm2' is SmolLM2-135M; a repository id of one, too), a .gguf
+    path or a config.json path; `weight_bits` overrides the stored precision (e.g. 4.5 for a 4-bit quantisation with
+    its scales)."""
+    if not model.endswith((".gguf", ".json")) and (known := builtin_or_alias(model)) is not None:
+        arch = known
     elif model.endswith(".gguf"):
         arch = from_gguf(model)
     elif model.endswith(".json"):
         arch = from_hf_config(model)
     else:
         raise ValueError(
-            f"model {model!r}: not a built-in architecture ({', '.join(BUILTIN)}), nor a .gguf or config.json path"
+            f"model {model!r}: not a built-in architecture ({', '.join(BUILTIN)}; aliases: {', '.join(ALIASES)}), "
+            "nor a .gguf or config.json path"
         )
     return dataclasses.replace(arch, weight_bits=weight_bits) if weight_bits else arch
 

@@ -254,6 +254,13 @@ class Tuner:
         self.reporter.info(f"{c.name}: bench plan predicts {capacity_text(predicted, self.kind)}")
         return predicted
 
+    def predict(self) -> list[TuneCapacity]:
+        """`--dry-run` with a plan: block: bench plan's predicted capacity of each configuration (nothing launched;
+        each is said through the reporter as it comes)."""
+        for c in self.configs:
+            c.predicted = self._predicted(c)
+        return [c.predicted for c in self.configs]
+
     def _capacity(self, result) -> TuneCapacity:
         """Where the line between the bracket's two attainments crosses the target (harness.metrics.slo_capacity's
         rule)."""

@@ -15,12 +15,17 @@ from pathlib import Path
 from harness.results.folder import ResultsError
 from reports.peers.common import (
     FROM_ACTUAL_SEND,
+    SUMMARY_ONLY,
+    PeerFormat,
     PeerModel,
     PeerRun,
     chunk_times,
-    json_object_or_none,
+    document,
+    figures_summary,
+    info,
     one_token_per_chunk,
     parse,
+    peer_run,
     read_json_file,
     read_json_lines,
     require,
@@ -71,9 +76,9 @@ class InputConfig(PeerModel):
 
 
 class Figures(PeerModel):
-    """profile_export_aiperf.json: a key per metric tag, and the run's settings."""
+    """profile_export_aiperf.json: a key per metric tag, and the run's settings (the version from 0.11 on)."""
 
-    aiperf_version: str
+    aiperf_version: str = "unknown"
     request_count: Metric
     request_throughput: Metric
     error_request_count: Metric = Metric()
@@ -125,20 +130,143 @@ class Record(PeerModel):
     error: RecordError | None = None
 
 
-def matches(path: Path) -> bool:
-    obj = json_object_or_none(path) if path.suffix == ".json" else None
-    if obj is None:
-        return False
-    return "aiperf_version" in obj and "time_to_first_token" in obj
+class AiperfJson(PeerFormat):
+    """profile_export_aiperf.json of 0.11 on: a key per metric tag, `aiperf_version`, optional records beside it."""
+
+    tool = TOOL
+    shape = "profile_export_aiperf.json, metric tags at the top (2026, 0.11-0.13), + profile_export.jsonl records"
+    signature = ("time_to_first_token", "request_latency", "request_count", "input_config")
+    hints = ("aiperf_version", "schema_version", "inter_chunk_latency")
+
+    def load(self, path: Path) -> PeerRun:
+        return _load_current(path)
 
 
-def load(path: Path) -> PeerRun:
+class AiperfRecordsWrapper(PeerFormat):
+    """profile_export_aiperf.json of late 2025 (0.1-0.2): every metric under `records`, TTFT tagged `ttft`, no
+    version in the file; its profile_export.jsonl records carry `timestamp_ns`, not request_start_ns, so only the
+    figures are read."""
+
+    tool = TOOL
+    shape = "profile_export_aiperf.json, `records` wrapper (late 2025, 0.1-0.2)"
+    signature = ("records", "input_config")
+
+    def matches(self, path: Path) -> bool:
+        return super().matches(path) and "ttft" in (document(path).get("records") or {})
+
+    def load(self, path: Path) -> PeerRun:
+        tags = document(path)["records"]
+        metrics = {tag: parse(Metric, value, path, TOOL) for tag, value in tags.items() if isinstance(value, dict)}
+        return _figures_run(path, "unknown (records wrapper, late 2025)", metrics, {"ttft": "time_to_first_token"})
+
+
+class AiperfCsv(PeerFormat):
+    """profile_export_aiperf.csv: `Metric,avg,min,max,p1,...,std` rows named "Header (unit)", then `Metric,Value`."""
+
+    tool = TOOL
+    shape = "profile_export_aiperf.csv (0.1-0.13)"
+    suffixes = (".csv",)
+    top = list
+
+    def keys(self, path: Path) -> set[str]:
+        rows = document(path) or []
+        return {row[0] for row in rows if row}
+
+    def matches(self, path: Path) -> bool:
+        keys = self.keys(path) if path.suffix == ".csv" else set()
+        return "Metric" in keys and any(k.startswith("Time to First Token") for k in keys)
+
+    def load(self, path: Path) -> PeerRun:
+        metrics, header = {}, []
+        for row in document(path):
+            if row and row[0] == "Metric":
+                header = row[1:]
+            elif row and header:
+                label, _, unit = row[0].rpartition(" (") if " (" in row[0] else (row[0], "", "")
+                stats = dict(zip(["avg"] if header == ["Value"] else header, (float(c) for c in row[1:] if c)))
+                metrics[CSV_TAGS.get(label, label)] = Metric.model_validate({"unit": unit.rstrip(")"), **stats})
+        return _figures_run(path, "unknown (CSV export)", metrics, {})
+
+
+class AiperfRecordsJsonl(PeerFormat):
+    """profile_export.jsonl alone (`--export-level records`): one line per request, {metadata: request_start_ns ...,
+    metrics: {tag: {value, unit}}, error}; with no figures of the tool's beside it, every statistic is ours, computed
+    on its requests (TTFT from its values, ITL from its inter_chunk_latency lists)."""
+
+    tool = TOOL
+    shape = "profile_export.jsonl records alone (0.3-0.13)"
+    suffixes = (".jsonl",)
+    signature = ("metadata", "metrics")
+    top = list
+
+    def matches(self, path: Path) -> bool:
+        return super().matches(path) and "request_start_ns" in (document(path)[-1].get("metadata") or {})
+
+    def part_of(self, path: Path) -> Path | None:
+        figures = path.parent / "profile_export_aiperf.json"
+        return figures if figures.is_file() else None
+
+    def load(self, path: Path) -> PeerRun:
+        records = _records(path)
+        failed = sum(not r.ok for r in records)
+        summary = figures_summary(
+            completed=len(records) - failed, failed=failed, window_s=None, requests_per_s=None, latencies={}
+        )
+        lines = differences(one_token_per_chunk(records), True)
+        lines.append("its records alone, no figures of the tool's: every statistic here is ours, on its requests")
+        run_info = info("aiperf-profile", TOOL, load={"num_requests": len(records)})
+        return peer_run(path, TOOL, "unknown", run_info, summary, records=records, differences=lines)
+
+
+# the CSV's headers of the metrics read, as its exporter names them (aiperf/metrics/types/*.py `header`)
+CSV_TAGS = {
+    "Time to First Token": "time_to_first_token",
+    "Inter Token Latency": "inter_token_latency",
+    "Inter Chunk Latency": "inter_chunk_latency",
+    "Request Latency": "request_latency",
+    "Request Throughput": "request_throughput",
+    "Request Count": "request_count",
+    "Error Request Count": "error_request_count",
+    "Benchmark Duration": "benchmark_duration",
+    "Output Token Throughput": "output_token_throughput",
+    "Total Output Tokens": "total_output_tokens",
+}
+
+
+def _figures_run(path: Path, version: str, metrics: dict, renamed: dict[str, str]) -> PeerRun:
+    """A run of AIPerf's figures alone (no records): `metrics` by tag, `renamed` its older tags to the current."""
+    metrics = {renamed.get(tag, tag): m for tag, m in metrics.items()}
+    if "time_to_first_token" not in metrics or "request_count" not in metrics:
+        raise ResultsError(f"{path}: an AIPerf export lacks time_to_first_token or request_count")
+
+    def avg(tag: str):
+        return metrics[tag].avg if tag in metrics else None
+
+    completed, failed = int(avg("request_count")), int(avg("error_request_count") or 0)
+    summary = figures_summary(
+        completed=completed,
+        failed=failed,
+        window_s=avg("benchmark_duration"),
+        requests_per_s=avg("request_throughput"),
+        output_tokens_per_s=avg("output_token_throughput"),
+        total_tokens_per_s=avg("total_token_throughput"),
+        output_tokens=avg("total_output_tokens"),
+        latencies={ours: metrics[tag].stats_ms(f"{path}: {tag}") for tag, ours in METRICS.items() if tag in metrics},
+    )
+    run_info = info("aiperf-profile", TOOL, load={"num_requests": completed + failed}, version=version)
+    return peer_run(path, TOOL, version, run_info, summary, differences=differences(False, False))
+
+
+def _load_current(path: Path) -> PeerRun:
     obj = read_json_file(path)
-    require(obj, ("aiperf_version", "request_count", "request_throughput", *METRICS), path, TOOL)
+    require(obj, ("request_count", "request_throughput", *METRICS), path, TOOL)
     figures = parse(Figures, obj, path, TOOL)
     records = _records(path.parent / RECORDS_FILE)
     completed = int(figures.request_count.avg)
     failed = int(figures.error_request_count.avg or 0)
+    partial = bool(records) and len(records) != completed + failed
+    if partial:  # a records file of other requests (trimmed, or another run's): no distribution from it
+        records = []
     summary = {
         "requests": {"measured": completed + failed, "completed": completed, "failed": failed},
         "window_s": figures.benchmark_duration.avg,
@@ -160,12 +288,15 @@ def load(path: Path) -> PeerRun:
     if per_token:
         summary["itl_ms"] = dict(summary["itl_chunk_ms"])
     model_names = figures.input_config.endpoint.model_names
-    info = {
+    run_info_ = {
         "scenario": {"name": "aiperf-profile", "load": {"num_requests": completed + failed}},
         "backend": {"kind": f"{TOOL} (peer file)", "model": model_names[0] if model_names else None},
         "peer": {"tool": TOOL, "version": figures.aiperf_version, "start_time": figures.start_time},
     }
-    return PeerRun(TOOL, figures.aiperf_version, path, info, summary, records, differences(per_token, bool(records)))
+    lines = differences(per_token, bool(records))
+    if partial:
+        lines.append(f"its {RECORDS_FILE} does not hold the {completed + failed} requests counted: not read")
+    return PeerRun(TOOL, figures.aiperf_version, path, run_info_, summary, records, lines)
 
 
 def _records(path: Path) -> list:
@@ -196,5 +327,5 @@ def differences(per_token: bool, detailed: bool) -> list[str]:
         "times in ms in the file (converted from its ns records)",
     ]
     if not detailed:
-        lines.append(f"no {RECORDS_FILE} beside it (--export-level summary): no distributions and no gate samples")
+        lines.append(f"no {RECORDS_FILE} records read beside it: {SUMMARY_ONLY}")
     return lines

@@ -11,12 +11,16 @@ ours (docs/peers.md).
 
 from __future__ import annotations
 
+import csv
+import functools
+import io
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from harness.metrics.latencies import STAT_KEYS
@@ -126,14 +130,6 @@ def read_json_lines(path: Path) -> list:
         raise ResultsError(f"{path}: not a readable JSON-lines file ({e})") from None
 
 
-def json_object_or_none(path: Path) -> dict | None:
-    """The file's JSON object, or None when it is not one: how each tool's `matches` tells its files apart."""
-    try:
-        return read_json_file(path)
-    except ResultsError:
-        return None
-
-
 def require(obj: dict, keys, path: Path, tool: str) -> None:
     missing = [k for k in keys if k not in obj]
     if missing:
@@ -175,3 +171,140 @@ def one_token_per_chunk(records: list[RequestRecord]) -> bool:
     """True when every completed request's chunks carried one token each (per-chunk ITL is then per-token ITL)."""
     done = [r for r in records if r.ok]
     return bool(done) and all(len(r.token_times_s) == r.output_tokens for r in done)
+
+
+class PeerFormat:
+    """One shape of one tool's result file: how it is known by its content, and how it is read.
+
+    A subclass names its tool, its shape (the versions it covers), the file suffixes it takes and `signature`, the
+    top-level keys every file of the shape has: a file holding all of them is this shape; one holding some of them is
+    a near miss, and the refusal names the keys it lacks (reports/peers/diagnose.py). `document` is the parsed file."""
+
+    tool: str = ""
+    shape: str = ""
+    suffixes: tuple[str, ...] = (".json",)
+    signature: tuple[str, ...] = ()
+    hints: tuple[str, ...] = ()  # keys only this tool writes, not required: they tell a damaged file's tool apart
+    top: type = dict  # what the file holds at its top: an object, or a list (JSON lines, vLLM's sweep summary)
+
+    def keys(self, path: Path) -> set[str]:
+        """The keys of the file's top-level object (of its last line, for JSON lines; of its first item, for a list)."""
+        doc = document(path)
+        if isinstance(doc, list) and doc:
+            doc = doc[-1] if path.suffix == ".jsonl" else doc[0]
+        return set(doc) if isinstance(doc, dict) else set()
+
+    def matches(self, path: Path) -> bool:
+        if path.suffix not in self.suffixes or not isinstance(document(path), self.top):
+            return False
+        return set(self.signature) <= self.keys(path)
+
+    def load(self, path: Path) -> PeerRun:
+        raise NotImplementedError
+
+    def part_of(self, path: Path) -> Path | None:
+        """The file this one is read with when both are there (AIPerf's records beside its figures), else None: a
+        folder holding both is the other file's."""
+        return None
+
+
+def document(path: Path) -> Any:
+    """The file parsed by its suffix (JSON, JSON lines as a list, YAML, CSV as rows of cells); None when it does not
+    parse. Cached by path and modification time: every format's `matches` reads the same file."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return _parsed(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(path: Path, _mtime_ns: int, _size: int) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".jsonl":
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+        if path.suffix in (".yaml", ".yml"):
+            return yaml.safe_load(text)
+        if path.suffix == ".csv":
+            return [row for row in csv.reader(io.StringIO(text))]
+        return json.loads(text)
+    except (OSError, ValueError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+
+
+def stats_of(given: dict | None, to_ms: float, names: dict[str, str] | None = None) -> dict:
+    """Our statistics (ms) from a tool's statistics dict (`mean`, `median`/`p50`, `std`/`stddev`/`std_dev`, `min`,
+    `max`, `p90`, `p95`, `p99`, `p999`/`p99.9`/`p99p9`), each times to_ms; `names` maps other keys of the tool onto
+    ours. None for every statistic the tool does not give."""
+    given = given or {}
+    aliases = {
+        "mean": ("mean", "avg"),
+        "p50": ("median", "p50"),
+        "std": ("std", "stddev", "std_dev"),
+        "min": ("min",),
+        "max": ("max",),
+        "p90": ("p90",),
+        "p95": ("p95",),
+        "p99": ("p99",),
+        "p999": ("p999", "p99.9", "p99p9"),
+    }
+    for theirs, ours in (names or {}).items():
+        aliases[ours] = (theirs, *aliases[ours])
+    out = {}
+    for ours, keys in aliases.items():
+        value = next((given[k] for k in keys if isinstance(given.get(k), (int, float))), None)
+        out[ours] = None if value is None else float(value) * to_ms
+    return stats_ms(**out)
+
+
+def figures_summary(
+    *,
+    completed: int,
+    failed: int,
+    window_s: float | None,
+    requests_per_s: float | None,
+    output_tokens_per_s: float | None = None,
+    total_tokens_per_s: float | None = None,
+    output_tokens: int | None = None,
+    latencies: dict[str, dict] | None = None,
+) -> dict:
+    """Our summary's shape with a tool's figures: counts, window, throughput and the latencies it gives (ms).
+
+    A latency of a run with no completed request is left out: a tool writes 0.0 for a statistic of no sample (vLLM's
+    failed runs), and that is not a latency of 0 ms."""
+    summary = {
+        "requests": {"measured": completed + failed, "completed": completed, "failed": failed},
+        "window_s": window_s,
+        "throughput": {
+            "requests_per_s": requests_per_s,
+            "output_tokens_per_s": output_tokens_per_s,
+            "total_tokens_per_s": total_tokens_per_s,
+        },
+        "output_tokens": output_tokens,
+    }
+    if completed > 0:
+        summary |= {name: stats for name, stats in (latencies or {}).items()}
+    return summary
+
+
+SUMMARY_ONLY = (
+    "the file holds the tool's figures only, no per-request data: its percentiles are shown as the tool wrote them, "
+    "but no distribution, goodput or SLO share can be computed from it (not established: no samples)"
+)
+
+
+def peer_run(path: Path, tool: str, version: str, run_info: dict, summary: dict, **kw) -> PeerRun:
+    """A PeerRun of keyword parts (records, differences, warnings default empty)."""
+    return PeerRun(
+        tool, version, path, run_info, summary, kw.get("records", []), kw.get("differences", []), kw.get("warnings", [])
+    )
+
+
+def info(name: str, tool: str, *, model: str | None = None, load: dict | None = None, **peer) -> dict:
+    """The run.json parts a peer file gives: the scenario's name and load, the model, and what it says of itself."""
+    return {
+        "scenario": {"name": name, "load": {k: v for k, v in (load or {}).items() if v is not None}},
+        "backend": {"kind": f"{tool} (peer file)", "model": model},
+        "peer": {"tool": tool, **peer},
+    }

@@ -1,4 +1,4 @@
-"""GuideLLM's `guidellm run --output kind=json,path=benchmarks.json`: {"benchmarks": [...]}, one per rate.
+"""GuideLLM's `guidellm run --output kind=json,path=benchmarks.json` (or .yaml): {"benchmarks": [...]}, one per rate.
 
 Per benchmark, `metrics.<name>.successful` = {mean, median, std_dev, min, max, percentiles {p50, p90, p95, p99,
 p999, ...}} for `time_to_first_token_ms`, `inter_token_latency_ms` ((last - first token) / (output tokens - 1): our
@@ -13,27 +13,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.results.folder import ResultsError
 from reports.peers.common import (
     FROM_ACTUAL_SEND,
+    SUMMARY_ONLY,
+    PeerFormat,
     PeerModel,
     PeerRun,
-    json_object_or_none,
+    document,
+    figures_summary,
     parse,
-    read_json_file,
-    require,
     stats_ms,
     streamed_record,
 )
 
 TOOL = "GuideLLM"
-# the metrics a benchmark must have (a file of another shape is refused naming them)
-REQUIRED = (
-    "time_to_first_token_ms",
-    "inter_token_latency_ms",
-    "request_latency",
-    "requests_per_second",
-    "request_totals",
-)
 
 
 class Percentiles(PeerModel):
@@ -76,7 +70,7 @@ class RequestTotals(PeerModel):
 
 
 class Metrics(PeerModel):
-    request_totals: RequestTotals
+    request_totals: RequestTotals | None = None  # 0.4 on; before, on the benchmark
     requests_per_second: Metric = Metric()
     output_tokens_per_second: Metric = Metric()
     tokens_per_second: Metric = Metric()
@@ -95,7 +89,7 @@ class Timings(PeerModel):
 
 
 class Info(PeerModel):
-    timings: Timings
+    timings: Timings = Timings()
 
 
 class TokenCounts(PeerModel):
@@ -103,7 +97,10 @@ class TokenCounts(PeerModel):
 
 
 class Request(PeerModel):
-    info: Info
+    info: Info = Info()
+    start_time: float | None = None  # 0.3 and before: the times on the request itself (Unix s)
+    first_token_time: float | None = None
+    last_token_time: float | None = None
     input_metrics: TokenCounts = TokenCounts()
     output_metrics: TokenCounts = TokenCounts()
     prompt_tokens: int | None = None  # before input_metrics
@@ -133,6 +130,10 @@ class Benchmark(PeerModel):
     duration: float | None = None
     metrics: Metrics
     requests: Requests = Requests()
+    request_totals: RequestTotals | None = None  # 0.3 and before
+
+    def totals(self) -> RequestTotals:
+        return self.metrics.request_totals or self.request_totals
 
 
 class Metadata(PeerModel):
@@ -148,19 +149,45 @@ class BenchmarksFile(PeerModel):
         return self.metadata.guidellm_version or self.guidellm_version or "unknown"
 
 
-def matches(path: Path) -> bool:
-    obj = json_object_or_none(path) if path.suffix == ".json" else None
-    if obj is None:
-        return False
-    benchmarks = obj.get("benchmarks")
-    return isinstance(benchmarks, list) and bool(benchmarks) and "metrics" in benchmarks[0]
+class GuidellmBenchmarks(PeerFormat):
+    """benchmarks.json of 0.4-0.8 (2026's `metadata.version: 2` included): request_totals under each benchmark's
+    metrics, every request's timings kept."""
+
+    tool = TOOL
+    shape = "benchmarks.json/.yaml, request_totals in metrics (0.4-0.8, 2025-2026)"
+    suffixes = (".json", ".yaml", ".yml")
+    signature = ("benchmarks",)
+    request_totals_in_metrics = True
+
+    def matches(self, path: Path) -> bool:
+        if not super().matches(path):
+            return False
+        benchmarks = document(path)["benchmarks"]
+        first = benchmarks[0] if isinstance(benchmarks, list) and benchmarks else {}
+        metrics = first.get("metrics") if isinstance(first, dict) else None
+        if not isinstance(metrics, dict):
+            return False
+        return ("request_totals" in metrics) == self.request_totals_in_metrics and (
+            self.request_totals_in_metrics or "request_totals" in first
+        )
+
+    def load(self, path: Path) -> PeerRun:
+        return _load(path, document(path))
 
 
-def load(path: Path) -> PeerRun:
-    obj = read_json_file(path)
-    require(obj["benchmarks"][-1]["metrics"], REQUIRED, path, TOOL)
+class GuidellmBenchmarks2025(GuidellmBenchmarks):
+    """benchmarks.json/.yaml of mid-2025 (0.2-0.3): request_totals beside the metrics, each metric split by
+    successful/errored/incomplete/total, and only a sample of the requests kept (`request_samples`)."""
+
+    shape = "benchmarks.json/.yaml, request_totals beside metrics (0.2-0.3, mid-2025)"
+    request_totals_in_metrics = False
+
+
+def _load(path: Path, obj: dict) -> PeerRun:
     file = parse(BenchmarksFile, obj, path, TOOL)
     bench = file.benchmarks[-1]
+    if bench.totals() is None:
+        raise ResultsError(f"{path}: a GuideLLM benchmark lacks request_totals (in metrics, or beside them)")
     warnings = (
         [f"{path}: holds {len(file.benchmarks)} benchmarks; the last is read"] if len(file.benchmarks) > 1 else []
     )
@@ -169,35 +196,37 @@ def load(path: Path) -> PeerRun:
     load = {"arrival": strategy.type_, "num_requests": summary["requests"]["measured"]}
     if strategy.rate:
         load["rate"] = strategy.rate
-    info = {
+    run_info = {
         "scenario": {"name": "guidellm-run", "load": load},
         "backend": {"kind": f"{TOOL} (peer file)", "model": None},
         "peer": {"tool": TOOL, "version": file.version()},
     }
     records = _records(bench.requests)
-    return PeerRun(TOOL, file.version(), path, info, summary, records, differences(), warnings)
+    lines = differences()
+    if len(records) != summary["requests"]["measured"]:  # a sample of the requests: no distribution from it
+        lines.append(f"its file keeps {len(records)} of {summary['requests']['measured']} requests: {SUMMARY_ONLY}")
+        records = []
+    return PeerRun(TOOL, file.version(), path, run_info, summary, records, lines, warnings)
 
 
 def _summary(bench: Benchmark) -> dict:
-    metrics, totals = bench.metrics, bench.metrics.request_totals
-    return {
-        "requests": {
-            "measured": totals.successful + totals.errored + totals.incomplete,
-            "completed": totals.successful,
-            "failed": totals.errored + totals.incomplete,
+    metrics, totals = bench.metrics, bench.totals()
+    summary = figures_summary(
+        completed=totals.successful,
+        failed=totals.errored + totals.incomplete,
+        window_s=bench.duration,
+        requests_per_s=metrics.requests_per_second.successful.mean,
+        output_tokens_per_s=metrics.output_tokens_per_second.successful.mean,
+        total_tokens_per_s=metrics.tokens_per_second.successful.mean,
+        latencies={
+            "e2e_ms": metrics.request_latency.successful.stats_ms(1e3),
+            "ttft_ms": metrics.time_to_first_token_ms.successful.stats_ms(1.0),
+            "tpot_ms": metrics.inter_token_latency_ms.successful.stats_ms(1.0),  # its ITL: our TPOT
         },
-        "window_s": bench.duration,
-        "throughput": {
-            "requests_per_s": metrics.requests_per_second.successful.mean,
-            "output_tokens_per_s": metrics.output_tokens_per_second.successful.mean,
-            "total_tokens_per_s": metrics.tokens_per_second.successful.mean,
-        },
-        "e2e_ms": metrics.request_latency.successful.stats_ms(1e3),
-        # kept apart: GuideLLM's TPOT counts the first token's wait, no figure of ours does
-        "peer_figures": {"time_per_output_token_ms": metrics.time_per_output_token_ms.successful.stats_ms(1.0)},
-        "ttft_ms": metrics.time_to_first_token_ms.successful.stats_ms(1.0),
-        "tpot_ms": metrics.inter_token_latency_ms.successful.stats_ms(1.0),  # its ITL: our TPOT
-    }
+    )
+    # kept apart: GuideLLM's TPOT counts the first token's wait, no figure of ours does
+    summary["peer_figures"] = {"time_per_output_token_ms": metrics.time_per_output_token_ms.successful.stats_ms(1.0)}
+    return summary
 
 
 def _records(requests: Requests) -> list:
@@ -205,14 +234,14 @@ def _records(requests: Requests) -> list:
     rows = [(r, "") for r in requests.successful]
     rows += [(r, r.error or "errored") for r in requests.errored]
     rows += [(r, "incomplete") for r in requests.incomplete]
-    starts = [r.info.timings.request_start for r, _ in rows]
+    starts = [r.info.timings.request_start or r.start_time for r, _ in rows]
     t0 = min((s for s in starts if s is not None), default=0.0)
     out = []
     for i, (r, error) in enumerate(rows):
         t = r.info.timings
-        send_s = (t.request_start or t0) - t0
+        send_s = (t.request_start or r.start_time or t0) - t0
         out_tokens = r.output_metrics.text_tokens or r.output_tokens or 0
-        first, last = t.first_token_iteration, t.last_token_iteration
+        first, last = t.first_token_iteration or r.first_token_time, t.last_token_iteration or r.last_token_time
         times, per_chunk = [], None
         if not error and first is not None and last is not None:
             times = [first - t0] if out_tokens <= 1 else [first - t0, last - t0]

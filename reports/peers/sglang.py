@@ -1,26 +1,34 @@
-"""SGLang's `bench_serving --output-file F.jsonl [--output-details]`: one JSON line per run, appended.
+"""SGLang's `bench_serving --output-file F.jsonl [--output-details]`: one JSON line per run, appended; two key sets.
 
 Its figures: `mean_/median_/std_/p99_{ttft,tpot}_ms`, `p95_/p99_itl_ms`, `p90_/p99_e2e_latency_ms`, `completed`,
 `duration` (s), `request_throughput`, `output_throughput`, `total_throughput`; with --output-details, per request
 `ttfts` (s), `itls` (s, per streamed chunk), `input_lens`, `output_lens`, `errors`, but no send times. The console's
-"Max ITL" is not in the file: it is taken from the details. Source: python/sglang/bench_serving.py (0.5.9).
+"Max ITL" is not in the file: it is taken from the details. Source: python/sglang/bench_serving.py (0.5.9). The
+late-2024 key set (SglangJsonlOld) is that of the files in datacrunch-research/h200-benchmarks
+(tests/fixtures/peers/manifest.yaml).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness.results.folder import ResultsError
 from reports.peers.common import (
     FROM_ACTUAL_SEND,
+    SUMMARY_ONLY,
     FlatLatency,
+    PeerFormat,
     PeerModel,
     PeerRun,
     chunk_times,
+    document,
+    figures_summary,
+    info,
     one_token_per_chunk,
     parse,
+    peer_run,
     read_json_lines,
     require,
+    stats_ms,
     streamed_record,
 )
 
@@ -51,17 +59,72 @@ class SglangResult(PeerModel):
     tag: str | None = None
 
 
-def matches(path: Path) -> bool:
-    if path.suffix != ".jsonl":
-        return False
-    try:
-        rows = read_json_lines(path)
-    except ResultsError:
-        return False
-    return bool(rows) and isinstance(rows[-1], dict) and all(k in rows[-1] for k in FIGURES) and "backend" in rows[-1]
+class SglangJsonl(PeerFormat):
+    """The key set of 2025 on (0.4.x-0.5.x): request and total throughput, TTFT/TPOT/ITL/E2E statistics."""
+
+    tool = TOOL
+    shape = "bench_serving --output-file JSONL, 2025 key set [--output-details] (0.4.4-0.5.x)"
+    suffixes = (".jsonl",)
+    signature = (*FIGURES, "backend")
+    hints = ("total_output_tokens_retokenized", "dataset_name", "random_input_len")
+    top = list
+
+    def load(self, path: Path) -> PeerRun:
+        return _load_new(path)
 
 
-def load(path: Path) -> PeerRun:
+class SglangJsonlOld(PeerFormat):
+    """The key set of late 2024 (0.3-0.4): completed, duration, output throughput, mean/median E2E, median TTFT and
+    ITL only; no request throughput, no TPOT, no per-request details; `request_rate` may be Infinity."""
+
+    tool = TOOL
+    shape = "bench_serving --output-file JSONL, 2024 key set (0.3-0.4)"
+    suffixes = (".jsonl",)
+    signature = ("backend", "duration", "completed", "output_throughput", "median_ttft_ms", "median_e2e_latency_ms")
+    hints = ("total_output_tokens_retokenized", "dataset_name", "sharegpt_output_len")
+    top = list
+
+    def load(self, path: Path) -> PeerRun:
+        rows = document(path)
+        last = rows[-1]
+        result = parse(SglangResult2024, last, path, TOOL)
+        summary = figures_summary(
+            completed=result.completed,
+            failed=0,
+            window_s=result.duration,
+            requests_per_s=None,  # not in its file
+            output_tokens_per_s=result.output_throughput,
+            output_tokens=result.total_output_tokens,
+            latencies={
+                "ttft_ms": stats_ms(p50=result.median_ttft_ms),
+                "itl_chunk_ms": stats_ms(p50=result.median_itl_ms),
+                "e2e_ms": stats_ms(mean=result.mean_e2e_latency_ms, p50=result.median_e2e_latency_ms),
+            },
+        )
+        load = {"arrival": "poisson", "num_requests": result.completed}
+        if isinstance(result.request_rate, float) and result.request_rate != float("inf"):
+            load["rate"] = result.request_rate
+        run_info = info(f"sglang-bench-serving {result.dataset_name}", TOOL, load=load, backend=result.backend)
+        warnings = [f"{path}: holds {len(rows)} runs (the tool appends); the last is read"] if len(rows) > 1 else []
+        lines = differences(False, False) + ["its 2024 key set has no request throughput, TPOT or failed count"]
+        return peer_run(path, TOOL, "unknown", run_info, summary, differences=lines, warnings=warnings)
+
+
+class SglangResult2024(PeerModel):
+    duration: float
+    completed: int
+    output_throughput: float
+    total_output_tokens: int | None = None
+    mean_e2e_latency_ms: float | None = None
+    median_e2e_latency_ms: float | None = None
+    median_ttft_ms: float | None = None
+    median_itl_ms: float | None = None
+    dataset_name: str | None = None
+    request_rate: float | str | None = None
+    backend: str | None = None
+
+
+def _load_new(path: Path) -> PeerRun:
     rows = read_json_lines(path)
     require(rows[-1], FIGURES, path, TOOL)
     result = parse(SglangResult, rows[-1], path, TOOL)
@@ -70,29 +133,30 @@ def load(path: Path) -> PeerRun:
     every_gap = [g for gaps in result.itls for g in gaps]
     measured = len(result.ttfts) if result.ttfts is not None else result.completed
     latency = {metric: FlatLatency.of(rows[-1], metric, p).stats_ms() for metric, p in PERCENTILES.items()}
-    summary = {
-        "requests": {"measured": measured, "completed": result.completed, "failed": measured - result.completed},
-        "window_s": result.duration,
-        "throughput": {
-            "requests_per_s": result.request_throughput,
-            "output_tokens_per_s": result.output_throughput,
-            "total_tokens_per_s": result.total_throughput,
+    summary = figures_summary(
+        completed=result.completed,
+        failed=measured - result.completed,
+        window_s=result.duration,
+        requests_per_s=result.request_throughput,
+        output_tokens_per_s=result.output_throughput,
+        total_tokens_per_s=result.total_throughput,
+        output_tokens=result.total_output_tokens,
+        latencies={
+            "ttft_ms": latency["ttft"],
+            "tpot_ms": latency["tpot"],
+            "e2e_ms": latency["e2e_latency"],
+            "itl_chunk_ms": {**latency["itl"], "max": 1e3 * max(every_gap) if every_gap else None},
         },
-        "output_tokens": result.total_output_tokens,
-        "ttft_ms": latency["ttft"],
-        "tpot_ms": latency["tpot"],
-        "e2e_ms": latency["e2e_latency"],
-        "itl_chunk_ms": {**latency["itl"], "max": 1e3 * max(every_gap) if every_gap else None},
-    }
+    )
     per_token = one_token_per_chunk(records)
     if per_token:
         summary["itl_ms"] = dict(summary["itl_chunk_ms"])
-    info = {
+    info_ = {
         "scenario": {"name": f"sglang-bench-serving {result.dataset_name}", "load": _load(result, measured)},
         "backend": {"kind": f"{TOOL} (peer file)", "model": None},
         "peer": {"tool": TOOL, "backend": result.backend, "tag": result.tag},
     }
-    return PeerRun(TOOL, "unknown", path, info, summary, records, differences(per_token, bool(records)), warnings)
+    return PeerRun(TOOL, "unknown", path, info_, summary, records, differences(per_token, bool(records)), warnings)
 
 
 def _load(result: SglangResult, measured: int) -> dict:
@@ -127,5 +191,5 @@ def differences(per_token: bool, detailed: bool) -> list[str]:
         "not its real ones",
     ]
     if not detailed:
-        lines.append("saved without --output-details: no per-request data, so no distributions and no gate samples")
+        lines.append(f"saved without --output-details: {SUMMARY_ONLY}")
     return lines

@@ -1,9 +1,13 @@
-"""`vllm bench serve --save-result [--save-detailed]`: one JSON object per run.
+"""`vllm bench serve --save-result [--save-detailed]` (and `benchmarks/benchmark_serving.py` before it): one JSON
+object per run; `vllm bench sweep`: the same object per run (`run=N.json`) and a `summary.json` listing them.
 
-Its figures: `mean_/median_/std_/pN_{ttft,tpot,itl,e2el}_ms` (N from --metric-percentiles), `completed`, `failed`,
-`duration` (s), `request_throughput`, `output_throughput`, `total_token_throughput`; with --save-detailed, per
-request `start_times` (perf_counter s), `ttfts` (s), `itls` (s, per streamed chunk), `input_lens`, `output_lens`,
-`errors`. Source: vllm/benchmarks/serve.py (calculate_metrics, benchmark).
+Its figures: `mean_/median_/std_/pN_{ttft,tpot,itl,e2el}_ms` (N from --metric-percentiles, default 99, of the
+--percentile-metrics asked: ttft,tpot,itl by default, so E2EL is often absent), `completed`, `failed`, `duration`
+(s), `request_throughput`, `output_throughput`, `total_token_throughput`; with --save-detailed, per request
+`start_times` (perf_counter s), `ttfts` (s), `itls` (s, per streamed chunk), `input_lens`, `output_lens`, `errors`.
+A run where every request failed has every latency 0.0 (no sample). Source: vllm/benchmarks/serve.py
+(calculate_metrics, benchmark), vllm/benchmarks/sweep/serve.py; the files read are 0.25.1's and 0.33.0's
+(tests/fixtures/peers/manifest.yaml).
 """
 
 from __future__ import annotations
@@ -12,20 +16,22 @@ from pathlib import Path
 
 from reports.peers.common import (
     FROM_ACTUAL_SEND,
+    SUMMARY_ONLY,
     FlatLatency,
+    PeerFormat,
     PeerModel,
     PeerRun,
     chunk_times,
-    json_object_or_none,
+    document,
+    figures_summary,
+    info,
     one_token_per_chunk,
     parse,
-    read_json_file,
-    require,
+    peer_run,
     streamed_record,
 )
 
 TOOL = "vLLM bench serve"
-FIGURES = ("duration", "completed", "request_throughput", "output_throughput", "mean_ttft_ms")
 METRICS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_chunk_ms", "e2el": "e2e_ms"}
 PERCENTILES = ("p90", "p95", "p99", "p99.9")  # those of ours its --metric-percentiles may have written
 
@@ -35,10 +41,10 @@ class VllmResult(PeerModel):
 
     duration: float
     completed: int
-    failed: int
+    failed: int = 0
     request_throughput: float
     output_throughput: float
-    total_token_throughput: float
+    total_token_throughput: float | None = None
     total_output_tokens: int | None = None
     start_times: list[float] = []  # perf_counter s; empty without --save-detailed
     ttfts: list[float] = []
@@ -56,38 +62,60 @@ class VllmResult(PeerModel):
     backend: str | None = None
 
 
-def matches(path: Path) -> bool:
-    obj = json_object_or_none(path) if path.suffix == ".json" else None
-    if obj is None:
-        return False
-    return all(k in obj for k in FIGURES) and "endpoint_type" in obj and "median_ttft_ms" in obj
+class VllmBenchServe(PeerFormat):
+    """One run's JSON object, summary-only or --save-detailed, completed or every request failed."""
+
+    tool = TOOL
+    shape = "bench serve --save-result [--save-detailed] (0.6-0.33; sweep run=N.json)"
+    signature = ("duration", "completed", "request_throughput", "output_throughput", "median_ttft_ms")
+    hints = ("endpoint_type", "burstiness", "tokenizer_id", "failed")
+
+    def load(self, path: Path) -> PeerRun:
+        return run_of(document(path), path)
 
 
-def load(path: Path) -> PeerRun:
-    obj = read_json_file(path)
-    require(obj, (*FIGURES, "failed", "total_token_throughput"), path, TOOL)
+class VllmSweepSummary(PeerFormat):
+    """`vllm bench sweep`'s summary.json: a list of one setting's runs, each a bench serve object; the first is read."""
+
+    tool = TOOL
+    shape = "bench sweep summary.json (0.25)"
+    signature = VllmBenchServe.signature
+    top = list
+
+    def load(self, path: Path) -> PeerRun:
+        runs = document(path)
+        run = run_of(runs[0], path)
+        if len(runs) > 1:
+            run.warnings.append(f"{path}: holds {len(runs)} runs of one setting (a sweep's repeats); the first is read")
+        return run
+
+
+def run_of(obj: dict, path: Path) -> PeerRun:
     result = parse(VllmResult, obj, path, TOOL)
     records = _records(result)
-    summary = {
-        "requests": {
-            "measured": result.completed + result.failed,
-            "completed": result.completed,
-            "failed": result.failed,
-        },
-        "window_s": result.duration,
-        "throughput": {
-            "requests_per_s": result.request_throughput,
-            "output_tokens_per_s": result.output_throughput,
-            "total_tokens_per_s": result.total_token_throughput,
-        },
-        "output_tokens": result.total_output_tokens,
-    }
-    for theirs, ours in METRICS.items():
-        summary[ours] = FlatLatency.of(obj, theirs, PERCENTILES).stats_ms()
+    latencies = {ours: FlatLatency.of(obj, theirs, PERCENTILES).stats_ms() for theirs, ours in METRICS.items()}
+    summary = figures_summary(
+        completed=result.completed,
+        failed=result.failed,
+        window_s=result.duration,
+        requests_per_s=result.request_throughput,
+        output_tokens_per_s=result.output_throughput,
+        total_tokens_per_s=result.total_token_throughput,
+        output_tokens=result.total_output_tokens,
+        latencies=latencies,
+    )
     per_token = one_token_per_chunk(records)
     if per_token:  # every chunk carried one token: per-chunk ITL is per-token ITL
         summary["itl_ms"] = dict(summary["itl_chunk_ms"])
-    return PeerRun(TOOL, "unknown", path, run_info(result), summary, records, differences(per_token, bool(records)))
+    return peer_run(
+        path,
+        TOOL,
+        "unknown",
+        run_info(result),
+        summary,
+        records=records,
+        differences=differences(per_token, bool(records)),
+    )
 
 
 def _records(result: VllmResult) -> list:
@@ -107,16 +135,11 @@ def run_info(result: VllmResult) -> dict:
     load = {
         "arrival": "poisson" if result.burstiness == 1.0 else "gamma",
         "num_requests": result.num_prompts,
+        "concurrency": result.max_concurrency or None,
+        "rate": result.request_rate if isinstance(result.request_rate, float) else None,
     }
-    if result.max_concurrency:
-        load["concurrency"] = result.max_concurrency
-    if isinstance(result.request_rate, float):
-        load["rate"] = result.request_rate
-    return {
-        "scenario": {"name": f"vllm-bench-serve {result.label or result.model_id}", "load": load},
-        "backend": {"kind": f"{TOOL} (peer file)", "model": result.model_id},
-        "peer": {"tool": TOOL, "date": result.date, "backend": result.backend},
-    }
+    name = f"vllm-bench-serve {result.label or result.model_id}"
+    return info(name, TOOL, model=result.model_id, load=load, date=result.date, backend=result.backend)
 
 
 def differences(per_token: bool, detailed: bool) -> list[str]:
@@ -126,7 +149,7 @@ def differences(per_token: bool, detailed: bool) -> list[str]:
         + (
             "every chunk here carried one token, so it is also our per-token itl_ms"
             if per_token
-            else "our per-token itl_ms is not given (some chunks carried several tokens)"
+            else "our per-token itl_ms is not given (some chunks carried several tokens, or no per-request data)"
         ),
         "E2EL ends when the stream closes ([DONE] read), ours at the last token-bearing chunk; TPOT = (E2EL - TTFT) "
         "/ (output tokens - 1) inherits that end",
@@ -136,5 +159,5 @@ def differences(per_token: bool, detailed: bool) -> list[str]:
         "measured window",
     ]
     if not detailed:
-        lines.append("saved without --save-detailed: no per-request data, so no distributions and no gate samples")
+        lines.append(f"saved without --save-detailed: {SUMMARY_ONLY}")
     return lines
