@@ -14,6 +14,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from backends.api_dialects import DIALECTS
+from backends.embeddings_api import EMBEDDINGS
 from backends.http import http_get, http_post  # noqa: F401  (re-exported: backends use them from here)
 from backends.openai import CHAT, COMPLETIONS, ParsedStream, StreamError, build_request_body, parse_sse
 
@@ -44,7 +46,14 @@ class Backend:
 
     name = "openai"
     description = "any OpenAI-compatible server (/v1/completions, /v1/chat/completions)"
-    paths = {COMPLETIONS: "/v1/completions", CHAT: "/v1/chat/completions"}
+    # completions and chat, then the other APIs such a server may serve (backends/api_dialects.py): vLLM serves all
+    # three (vllm/entrypoints/pooling/embed with a pooling model, openai/responses, anthropic), and so does the
+    # built-in engine; a server without one answers 404, which fails the request with http_4xx
+    paths = {
+        COMPLETIONS: "/v1/completions",
+        CHAT: "/v1/chat/completions",
+        **{api: dialect.path for api, dialect in DIALECTS.items()},
+    }
     # class constants, not fields: subclasses override them by plain assignment
     ready_paths = ("/health", "/v1/models")  # the first that answers < 400 means ready
     metrics_path = "/metrics"  # Prometheus text page; None: the engine has none
@@ -78,10 +87,14 @@ class Backend:
     ) -> dict:
         """One streaming request; `ignore_eos` asks for exactly max_tokens output tokens."""
         self.endpoint_path(api)
+        if api in DIALECTS:
+            return DIALECTS[api].build(model, max_tokens, prompt, messages, ignore_eos)
         return build_request_body(api, model, max_tokens, prompt, messages, ignore_eos)
 
     def sampling_fields(self, api: str, fields: dict) -> dict:
         """workload.sampling's fields under this engine's names; ValueError naming a field it does not read."""
+        if api == EMBEDDINGS:
+            return {}  # nothing is sampled: workload.sampling (greedy by default) is not sent
         unread = [name for name in fields if name not in self.sampling_names]
         if unread:
             raise ValueError(
@@ -96,6 +109,8 @@ class Backend:
 
     def parse_stream(self, api: str, reads: list[bytes], read_times_ns: list[int]) -> ParsedStream:
         """Called after the stream ended, with each network read and its arrival time."""
+        if api in DIALECTS:
+            return DIALECTS[api].parse(reads, read_times_ns)
         return parse_sse(reads, read_times_ns)
 
     # --- launching ------------------------------------------------------------------------

@@ -17,7 +17,7 @@ logit_bias (give them in backend.eos_token_ids); no usage in streams, no /health
 from __future__ import annotations
 
 from backends.base import SAMPLING_FIELDS, Backend, python_module
-from backends.openai import build_request_body
+from backends.openai import CHAT, COMPLETIONS, build_request_body
 
 # both servers read the OpenAI names except repetition_penalty, which they call repeat_penalty (llama-server:
 # tools/server/server-schema.cpp; llama-cpp-python: its CreateCompletionRequest)
@@ -33,6 +33,7 @@ class LlamaServerBackend(Backend):
     # connection then fails the next request ("Can not write request body")
     keep_alive = False
     sampling_names = LLAMA_SAMPLING
+    paths = {COMPLETIONS: "/v1/completions", CHAT: "/v1/chat/completions"}  # request_body builds these two only
 
     def request_body(self, api, model, max_tokens, prompt=None, messages=None, ignore_eos=False) -> dict:
         self.endpoint_path(api)
@@ -59,6 +60,7 @@ class LlamaCppPythonBackend(Backend):
     ready_paths = ("/v1/models",)
     metrics_path = None
     sampling_names = LLAMA_SAMPLING
+    paths = {COMPLETIONS: "/v1/completions", CHAT: "/v1/chat/completions"}  # request_body builds these two only
 
     def request_body(self, api, model, max_tokens, prompt=None, messages=None, ignore_eos=False) -> dict:
         self.endpoint_path(api)

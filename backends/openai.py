@@ -73,6 +73,10 @@ class ParsedStream:
     # what is wrong with a stream whose tokens still read (events after [DONE], a model switch): (reason, detail);
     # the record fails with it and keeps the tokens (RequestRecord.take_stream)
     malformed: tuple[str, str] | None = None
+    # an answer that generates nothing (backend.api: embeddings, backends/embeddings_api.py): how many inputs it
+    # embedded and the vectors' length; None for a generating stream. Such an answer has no token chunks.
+    embedded_items: int | None = None
+    embedding_dims: int | None = None
 
     @property
     def counted_tokens(self) -> int:

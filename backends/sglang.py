@@ -18,14 +18,14 @@ from __future__ import annotations
 import json
 
 from backends.base import NATIVE, SAMPLING_FIELDS, Backend, python_module
-from backends.openai import CHAT, COMPLETIONS, ParsedStream, StreamError, check_field, parse_sse, sse_payloads
+from backends.openai import ParsedStream, StreamError, check_field, sse_payloads
 
 
 class SglangBackend(Backend):
     name = "sglang"
     description = "SGLang (python -m sglang.launch_server)"
     prefix_cache_reset_path = "/flush_cache"
-    paths = {COMPLETIONS: "/v1/completions", CHAT: "/v1/chat/completions", NATIVE: "/generate"}
+    paths = {**Backend.paths, NATIVE: "/generate"}
     metrics_hint = "start SGLang with --enable-metrics"
     version_path = "/server_info"  # server args plus a "version" field
     old_version_path = "/get_server_info"  # asked when /server_info is missing
@@ -56,7 +56,7 @@ class SglangBackend(Backend):
 
     def parse_stream(self, api, reads, read_times_ns) -> ParsedStream:
         if api != NATIVE:
-            return parse_sse(reads, read_times_ns)
+            return super().parse_stream(api, reads, read_times_ns)
         out = ParsedStream()
         payloads, times = sse_payloads(reads, read_times_ns, out)
         text, done_tokens, deltas = "", 0, False

@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from native_engine import messages_api, responses_api
 from native_engine.content_encoding import ContentEncodingError, decoded_body
 from native_engine.draining_runner import SHUTDOWN_GRACE_S, DrainingRunner
+from native_engine.embeddings import ENCODING_FORMATS, Embedder, EmbeddingInputError, encoded, input_token_ids
 from native_engine.engine_thread import EngineThread, RequestStream
 from native_engine.guided import Grammar, GrammarError, grammar_from_request
 from native_engine.head_deadline import HEAD_TIMEOUT_S, use_head_deadline
@@ -29,11 +31,13 @@ from native_engine.llm_engine import LLMEngine
 from native_engine.request_output import RequestOutput
 from native_engine.scheduler import QueueFullError
 from native_engine.sequence import SamplingParams
+from native_engine.translated_chat import FieldError, renamed
 
 SYSTEM_FINGERPRINT = "native-0.1.0"
 ENGINE_KEY = web.AppKey("engine", LLMEngine)
 ENGINE_THREAD_KEY = web.AppKey("engine_thread", EngineThread)
 NAME_KEY = web.AppKey("served_model_name", str)
+EMBEDDER_KEY = web.AppKey("embedder", Embedder)
 
 
 class RequestError(Exception):
@@ -421,6 +425,7 @@ class StartedRequest:
     streaming: bool
     include_usage: bool
     handoff: dict  # open_stream's disaggregation arguments (export_kv_to, handoff, handoff_timings)
+    prompt_tokens: int = 0  # the prompt's length (the Messages API's message_start reports it before any token)
 
 
 async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
@@ -444,11 +449,12 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
 
 
 async def start_request(
-    request: web.Request, engine_thread: EngineThread, served_name: str, chat: bool
+    request: web.Request, engine_thread: EngineThread, served_name: str, chat: bool, body: dict | None = None
 ) -> StartedRequest:
-    """The request's body checked, its prompt tokenized and handed to the engine; RequestError names what is wrong."""
+    """The request's body checked, its prompt tokenized and handed to the engine; RequestError names what is wrong.
+    `body`: a chat body translated from another API's (native_engine/translated_chat.py); None: read from `request`."""
     engine = engine_thread.engine
-    body = await read_json(request)
+    body = await read_json(request) if body is None else body
     check_model(body, served_name)
     check_unsupported(body)
     kv_transfer = kv_transfer_field(body, engine)
@@ -479,7 +485,12 @@ async def start_request(
     except QueueFullError as exc:
         raise RequestError(f"{exc}; retry later", None, status=503, err_type="ServiceUnavailableError") from None
     return StartedRequest(
-        stream=stream, request_id=request_id, streaming=streaming, include_usage=include_usage, handoff=handoff
+        stream=stream,
+        request_id=request_id,
+        streaming=streaming,
+        include_usage=include_usage,
+        handoff=handoff,
+        prompt_tokens=len(prompt_ids),
     )
 
 
@@ -566,6 +577,92 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     return await generate(request, chat=True)
+
+
+# ---- other APIs: embeddings, and the Responses and Messages APIs translated onto the chat path ----------------
+async def embeddings(request: web.Request) -> web.Response:
+    """POST /v1/embeddings (native_engine/embeddings.py): OpenAI's response shape, one vector per input in order."""
+    engine = request.app[ENGINE_KEY]
+    try:
+        body = await read_json(request)
+        check_model(body, request.app[NAME_KEY])
+        encoding_format = typed(body, "encoding_format", (str,), "float", "a string")
+        if encoding_format not in ENCODING_FORMATS:
+            raise RequestError(f"encoding_format must be float or base64, got {encoding_format!r}", "encoding_format")
+        if body.get("dimensions") is not None:
+            raise RequestError("dimensions is not supported: this model's embeddings have one size", "dimensions")
+        if getattr(engine.runner, "weights", None) is None:
+            raise RequestError(
+                "embeddings are computed by the numpy runtime only; start the server with --runtime numpy",
+                None,
+                501,
+                "NotImplementedError",
+            )
+        args = (body.get("input"), engine.tokenizer, engine.model_config.vocab_size, engine.max_model_len)
+        items = await off_loop(input_token_ids, *args)
+    except EmbeddingInputError as exc:
+        return RequestError(str(exc), exc.param).response()
+    except RequestError as exc:
+        return exc.response()
+    vectors = await request.app[EMBEDDER_KEY].embed(items)
+    data = [
+        {"object": "embedding", "index": i, "embedding": encoded(v, encoding_format)} for i, v in enumerate(vectors)
+    ]
+    tokens = sum(len(ids) for ids in items)
+    usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+    answer = {"object": "list", "data": data, "model": request.app[NAME_KEY], "usage": usage}
+    return web.json_response(dumps=compact_json, data=answer)
+
+
+def translated_route(api):
+    """The handler of an API translated onto the chat path (native_engine/translated_chat.py); `api` is its module
+    (responses_api, messages_api): chat_body, NAMES, error_body and Answer (its events, or its whole object)."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        engine_thread, served_name = request.app[ENGINE_THREAD_KEY], request.app[NAME_KEY]
+        try:
+            body = await read_json(request)
+            started = await start_request(request, engine_thread, served_name, True, api.chat_body(body))
+        except FieldError as exc:
+            return api_error(api, exc.message, exc.param, 400, "BadRequestError")
+        except RequestError as exc:
+            return api_error(api, *renamed(exc.message, exc.param, api.NAMES), exc.status, exc.err_type)
+        answer = api.Answer(served_name, started.prompt_tokens)
+        try:
+            if started.streaming:
+                return await translated_stream(request, started, answer)
+            text, last = "", None
+            async for last in started.stream:
+                text += last.new_text
+            if last.finish_reason in ("abort", "error"):
+                return api_error(api, "the engine failed while running this request", None, 500, "InternalServerError")
+            return web.json_response(dumps=compact_json, data=answer.whole(text, last))
+        finally:
+            started.stream.close()
+
+    return handle
+
+
+def api_error(api, message: str, param: str | None, status: int, err_type: str) -> web.Response:
+    headers = {"Retry-After": "1"} if status == 503 else None
+    body = api.error_body(message, param, status, err_type)
+    return web.json_response(dumps=compact_json, data=body, status=status, headers=headers)
+
+
+async def translated_stream(request: web.Request, started: StartedRequest, answer) -> web.StreamResponse:
+    """The answer's events as its tokens come: the opening ones at once, a delta per token with text, the closing."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    await response.write(answer.opening())
+    text = ""
+    async for out in started.stream:
+        if out.new_text:
+            text += out.new_text
+            await response.write(answer.delta(out.new_text))
+        if out.finished:
+            await response.write(answer.closing(text, out))
+    await response.write_eof()
+    return response
 
 
 # ---- other endpoints ------------------------------------------------------------------------
@@ -664,6 +761,12 @@ def build_app(engine: LLMEngine) -> web.Application:
 
     app.on_startup.append(start_engine)
     app.on_cleanup.append(stop_engine)
+    app[EMBEDDER_KEY] = embedder = Embedder(engine.runner)
+
+    async def stop_embedder(app):
+        embedder.close()
+
+    app.on_cleanup.append(stop_embedder)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", models)
@@ -673,6 +776,9 @@ def build_app(engine: LLMEngine) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/step_trace", step_trace)
     app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
+    app.router.add_post("/v1/embeddings", embeddings)
+    app.router.add_post("/v1/responses", translated_route(responses_api))
+    app.router.add_post("/v1/messages", translated_route(messages_api))
     return app
 
 

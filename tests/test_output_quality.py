@@ -52,7 +52,13 @@ def test_an_engine_that_does_not_read_a_field_or_an_extra_body_that_overrides_th
     native = "name: s\nbackend: {kind: native, url: 'http://127.0.0.1:9'}\nload: {rate: 1}\n"
     with pytest.raises(ScenarioError, match=r"workload.sampling.repetition_penalty: native does not read it"):
         load_scenario(scenario_file(tmp_path, native + "workload: {sampling: {repetition_penalty: 1.1}}\n"))
-    for key, said in (("temperature", "from workload.sampling"), ("stream", "its stream is what is measured")):
+    owned = (
+        ("temperature", "from workload.sampling"),
+        ("stream", "its stream is what is measured"),
+        ("input", "from the workload's prompts"),  # /v1/responses' and /v1/embeddings' prompt
+        ("max_output_tokens", "from workload.output_tokens"),  # /v1/responses' length
+    )
+    for key, said in owned:
         backend = f"{{kind: vllm, url: 'http://127.0.0.1:9', extra_body: {{{key}: 1}}}}"
         body = f"name: s\nbackend: {backend}\nload: {{rate: 1}}\n"
         with pytest.raises(ScenarioError, match=f"backend.extra_body.{key}: .*{said}"):

@@ -125,8 +125,12 @@ def test_chat_message_rows_need_the_chat_api(tmp_path, smollm2):
         )
         + "\n"
     )
-    with pytest.raises(ScenarioError, match="messages rows; they need backend.api: chat"):
+    with pytest.raises(ScenarioError, match="messages rows; they need a backend.api that sends messages: chat, resp"):
         build_schedule(scenario({"kind": "file", "path": str(rows)}), smollm2)
+    # the APIs that carry a conversation take the same rows: Anthropic's puts the system turn in its own field
+    for api in ("responses", "anthropic_messages"):
+        plan = build_schedule(scenario({"kind": "file", "path": str(rows)}, api=api), smollm2)
+        assert plan.requests[0].messages[0] == {"role": "system", "content": "Be short."}
     plan = build_schedule(scenario({"kind": "file", "path": str(rows)}, api="chat"), smollm2)
     assert plan.requests[0].messages[1]["content"] == "What is a token?" and plan.requests[0].prompt is None
     assert plan.requests[0].prompt_tokens == len(smollm2.encode("Be short.")) + len(smollm2.encode("What is a token?"))

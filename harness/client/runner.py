@@ -80,6 +80,8 @@ def answer_problem(rec: RequestRecord, asked_tokens: int, length_forced: bool, t
     are found as the stream is taken, RequestRecord.take_stream). TEST06's checks (MLPerf) among them: the count
     asked is met, never passed, and only an EOS (finish_reason stop) ends an answer early; the answer is not empty."""
     finish, tokens = rec.finish_reason, rec.output_tokens
+    if rec.embedded_items is not None:
+        return None  # nothing was asked to be generated (backend.api: embeddings)
     if finish is not None and finish not in COMPLETE_FINISH_REASONS:
         name = finish if isinstance(finish, str) and re.fullmatch(r"[a-z_]{1,24}", finish) else "other"
         return f"finish_{name}", f"the stream ended with finish_reason {finish!r} after {tokens} tokens"

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.metrics.latencies import request_latency
+from harness.metrics.latencies import flat, request_latency
 from harness.results.schema import Finding, ScenarioRecord, Summary, TokenCountRecord, TtftShare
 
 QUEUE_SHARE_MAIN = 0.5  # queueing at least this share of mean TTFT: the run is saturated
@@ -149,12 +149,25 @@ def prefill_interference(run: Run) -> Finding | None:
     done = [r for r in run.completed() if len(r.token_times_s) > 1]
     if len(done) < 2:
         return None
-    gaps = [(b - a, a, b, r.index) for r in done for a, b in zip(r.token_times_s, r.token_times_s[1:])]
-    median_gap = float(np.median([g for g, *_ in gaps]))
+    # every request's token gaps in one array, made by the same subtractions as a gap at a time (a tuple a gap cost
+    # 8 CPU-s in a 100,000-request plan's 12.8 M); only the stalls become tuples (gap, its start, its end, request)
+    times = flat([r.token_times_s for r in done])
+    lengths = np.array([len(r.token_times_s) for r in done])
+    firsts = np.cumsum(lengths) - lengths  # where each request's times start in `times`
+    within = np.ones(len(times) - 1, dtype=bool)
+    within[firsts[1:] - 1] = False  # not the step from one request's last time to the next one's first
+    at = np.flatnonzero(within)
+    gaps = times[at + 1] - times[at]
+    median_gap = float(np.median(gaps))
     stall_s = max(STALL_TIMES_MEDIAN * median_gap, STALL_MIN_S)
-    stalls = [g for g in gaps if g[0] >= stall_s]
-    if not stalls:
+    stalled = at[gaps >= stall_s]
+    if not stalled.size:
         return None
+    owner = np.searchsorted(firsts, stalled, side="right") - 1
+    stalls = [
+        (b - a, a, b, done[o].index)
+        for a, b, o in zip(times[stalled].tolist(), times[stalled + 1].tolist(), owner.tolist())
+    ]
     prompts = [r.prompt_tokens for r in done]
     long_tokens = LONG_PROMPT_TIMES_MEDIAN * float(np.median(prompts))
     long_first_tokens = [(r.token_times_s[0], r.index, r.prompt_tokens) for r in done if r.prompt_tokens >= long_tokens]
@@ -182,7 +195,7 @@ def prefill_interference(run: Run) -> Finding | None:
 
 
 def head_of_line(run: Run) -> Finding | None:
-    done = [r for r in run.completed() if "queue_ms" in (r.server_timings or {})]
+    done = [r for r in run.completed() if "queue_ms" in (r.server_timings or {}) and r.token_times_s]
     if len(done) < 4:
         return None
     prompts = np.array([r.prompt_tokens for r in done])

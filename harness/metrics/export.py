@@ -31,7 +31,7 @@ def records_table(run_dir: Path) -> pd.DataFrame:
         row = {k: json.dumps(v) if k in LIST_FIELDS else v for k, v in vars(rec).items() if k != "server_timings"}
         row |= {f"server_timings.{k}": v for k, v in rec.server_timings.items()}
         lat = request_latency(rec)
-        row["ttft_ms"] = lat.ttft_s * 1e3 if lat else None
+        row["ttft_ms"] = lat.ttft_s * 1e3 if lat and lat.ttft_s is not None else None
         row["tpot_ms"] = lat.tpot_s * 1e3 if lat and lat.tpot_s is not None else None
         row["e2e_ms"] = lat.e2e_s * 1e3 if lat else None
         rows.append(row)

@@ -93,6 +93,9 @@ class RequestRecord:
     output_text: str | None = None
     output_sha256: str | None = None
     answer_correct: bool | None = None  # a known-answer task's verdict on this answer (None: not scored)
+    # an answer that generates nothing (backend.api: embeddings): how many inputs it embedded; such a record has no
+    # token times, so no TTFT, ITL or TPOT, only its E2E (send to the answer's last byte, end_s)
+    embedded_items: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -123,9 +126,10 @@ class RequestRecord:
             self.prompt_tokens = parsed.usage_prompt_tokens
         elif parsed.usage_prompt_tokens is not None:  # the plan's count stays
             bad.append(_bad_count("usage.prompt_tokens", parsed.usage_prompt_tokens))
+        self.embedded_items = parsed.embedded_items
         if parsed.malformed is not None:
             self.fail(*parsed.malformed)
-        elif not parsed.token_times_ns:
+        elif not parsed.token_times_ns and parsed.embedded_items is None:
             self.fail("no_tokens", "the stream carried no token")
         elif not parsed.saw_done and parsed.finish_reason is None:
             self.fail("stream_cut", "the stream ended without finish_reason or [DONE]")

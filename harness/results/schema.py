@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: a request's embedded_items (backend.api: embeddings)
 # what a folder written before the schema (no schema_version key) is read as
 PRE_SCHEMA_VERSION = "0"
 

@@ -88,7 +88,7 @@ class PointWatch:
         else:
             self._missed += 1
         now = rec.end_s if rec.end_s is not None else rec.intended_send_s
-        if lat is not None:
+        if lat is not None and lat.ttft_s is not None:
             self._ttft.append((rec.intended_send_s, lat.ttft_s))
         if self._sends_s:
             sent = bisect.bisect_right(self._sends_s, now)

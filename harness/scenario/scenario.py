@@ -134,18 +134,28 @@ class LaunchConfig(Strict):
 # request fields the harness owns, and what sets them: extra_body may not override them
 OWNED_BODY_KEYS = {
     **{k: "its stream is what is measured" for k in ("stream", "stream_options")},
-    **{k: "from the workload's prompts" for k in ("prompt", "messages", "text")},
-    **{k: "from workload.output_tokens" for k in ("max_tokens", "max_completion_tokens", "min_tokens")},
+    # the prompt under each API's name: completions, chat, SGLang's /generate, responses and embeddings, messages
+    **{k: "from the workload's prompts" for k in ("prompt", "messages", "text", "input", "system")},
+    **{
+        k: "from workload.output_tokens"
+        for k in ("max_tokens", "max_completion_tokens", "min_tokens", "max_output_tokens")
+    },
     "ignore_eos": "from workload.ignore_eos",
     **{k: "from workload.sampling, which run.json records" for k in SamplingConfig.model_fields},
 }
+
+
+# the backend.api values whose requests carry chat messages (a file's messages rows, a session's history)
+MESSAGE_APIS = ("chat", "responses", "anthropic_messages")
 
 
 class BackendConfig(Strict):
     kind: str  # an installed backend: backends.available() (`bench backends` lists them)
     url: str | None = None
     model: str = "smollm2"
-    api: Literal["completions", "chat", "native"] = "completions"  # native: the engine's own API (SGLang /generate)
+    # native: the engine's own API (SGLang /generate); embeddings, responses, anthropic_messages: OpenAI's
+    # /v1/embeddings and /v1/responses, Anthropic's /v1/messages (backends/api_dialects.py)
+    api: Literal["completions", "chat", "native", "embeddings", "responses", "anthropic_messages"] = "completions"
     launch: LaunchConfig | None = None
     request_timeout_s: float = Field(default=600.0, gt=0, le=MAX_SCHEDULE_S, description="seconds")
     headers: dict[str, str] = {}
@@ -584,11 +594,20 @@ class Scenario(Strict):
                 )
         if self.tune is not None:
             self._check_tune()
+        self._check_api()
         try:
             load_backend(self.backend.kind).sampling_fields(self.backend.api, self.workload.sampling.fields())
         except ValueError as e:
             raise ScenarioError(str(e)) from None
         return self
+
+    def _check_api(self) -> None:
+        """An embeddings answer holds no text, so no session can go on from it."""
+        if self.backend.api == "embeddings" and (self.workload.kind == "multi_turn" or (self.workload.turns or 1) > 1):
+            raise ScenarioError(
+                "backend.api: embeddings answers carry no text for a next turn; use a single-turn workload "
+                f"(workload.kind {self.workload.kind} with turns {self.workload.turns})"
+            )
 
     def _check_tune(self) -> None:
         tune, load = self.tune, self.load

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from harness.scenario.arrivals import trace_offsets_s
 from harness.scenario.prompts import answer_tokens, prompt_builder, prompt_tokens
-from harness.scenario.scenario import Scenario, ScenarioError
+from harness.scenario.scenario import MESSAGE_APIS, Scenario, ScenarioError
 from harness.scenario.tokenizer_source import TokenizerSource
 from harness.scenario.traces import TraceRow, load_trace, read_jsonl, read_utf8
 from harness.scenario.workload_kinds import WorkloadKind, WorkloadKindError, workload_kind
@@ -224,8 +224,11 @@ class FileWorkload(SingleTurn):
         scenario, tokenizer = draws.scenario, draws.tokenizer
         workload = scenario.workload
         rows, warnings = _read_prompt_file(workload.path, workload.format, draws.n)
-        if any(row.messages is not None for row in rows) and scenario.backend.api != "chat":
-            raise ScenarioError(f"workload.path: {workload.path} has messages rows; they need backend.api: chat")
+        if any(row.messages is not None for row in rows) and scenario.backend.api not in MESSAGE_APIS:
+            raise ScenarioError(
+                f"workload.path: {workload.path} has messages rows; they need a backend.api that sends messages: "
+                + ", ".join(MESSAGE_APIS)
+            )
         return Prompts(
             [(row.prompt, _count_tokens(tokenizer, row)) for row in rows],
             [_answer_tokens(tokenizer, row) or o for row, o in zip(rows, draws.output_tokens)],
