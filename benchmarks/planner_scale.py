@@ -20,7 +20,10 @@ build_schedule with the tokenizer, the prompts' ids from the encodings it made, 
 diagnosis and the results folder), timed apart: what `bench plan` of this trace costs end to end.
 
   PYTHONPATH=. python benchmarks/planner_scale.py [--requests 100000] [--replicas 100] [--profile] [--no-fast-forward]
-      [--bench-plan]
+      [--bench-plan | --only-bench-plan] [--plan-out DIR]
+
+--only-bench-plan times bench plan's path alone (with --profile, its top functions); --plan-out keeps its results
+folder (to compare requests.jsonl and summary.json before and after a change).
 
 Measured 2026-12-02 alone on the machine (load average 1.1-1.6): 100,000 requests over 100 replicas in 56.7
 CPU-s (56.7 s wall; simulation and requests.jsonl 49.7, summary 6.9): 1,765 simulated requests per CPU-second,
@@ -85,6 +88,8 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="print the simulation's top functions")
     ap.add_argument("--no-fast-forward", action="store_true", help="every step one event (harness/plan/decode_run.py)")
     ap.add_argument("--bench-plan", action="store_true", help="then time bench plan's own path (simulate_scenario)")
+    ap.add_argument("--only-bench-plan", action="store_true", help="time bench plan's own path alone")
+    ap.add_argument("--plan-out", type=Path, help="bench plan's results folder (default: a temporary one)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="planner-scale-"))
     sessions = args.requests // TURNS
@@ -135,6 +140,9 @@ def main() -> None:
         f"{args.replicas} replicas, cache_aware; load average {os.getloadavg()[0]:.1f}",
         flush=True,
     )
+    if args.only_bench_plan:
+        time_bench_plan(scenario, args.plan_out or tmp / "plan", args.profile)
+        return
     tokenizer = LocalTokenizer("smollm2")
     # the trace file is read whole by every build_schedule: time two sample sizes, the difference is per request
     times = []
@@ -191,13 +199,18 @@ def main() -> None:
     if profile:
         pstats.Stats(profile).sort_stats("tottime").print_stats(25)
     if args.bench_plan:
-        time_bench_plan(scenario, tmp / "plan")
+        time_bench_plan(scenario, args.plan_out or tmp / "plan")
 
 
-def time_bench_plan(scenario, out_dir: Path) -> None:
+def time_bench_plan(scenario, out_dir: Path, profiled: bool = False) -> None:
     """bench plan's own path over the scenario (simulate_scenario), with this benchmark's step model."""
+    profile = cProfile.Profile() if profiled else None
     start, wall_start = time.process_time(), time.perf_counter()
-    summary = simulate_scenario(scenario, out_dir, step_model=GPU_LIKE)
+    if profile:
+        profile.enable()
+    summary = simulate_scenario(scenario, out_dir, overwrite=True, step_model=GPU_LIKE)
+    if profile:
+        profile.disable()
     total_s, wall_s, cpu = time.process_time() - start, time.perf_counter() - wall_start, summary.plan.cpu_s
     print(
         f"bench plan's path: {total_s:.1f} CPU-s ({wall_s:.1f} s of wall clock): plan building and prompt ids "
@@ -205,6 +218,8 @@ def time_bench_plan(scenario, out_dir: Path) -> None:
         f"run folder) {total_s - cpu.plan - cpu.simulation:.1f}; {summary.requests.completed} completed; load "
         f"average {os.getloadavg()[0]:.1f}; peak memory {peak_rss_gib():.1f} GiB"
     )
+    if profile:
+        pstats.Stats(profile).sort_stats("tottime").print_stats(30)
 
 
 def peak_rss_gib() -> float:

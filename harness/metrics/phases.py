@@ -24,7 +24,6 @@ from pathlib import Path
 import numpy as np
 
 from harness.engine.server_metrics import read_schema, window_delta
-from harness.metrics.latencies import request_latency
 from harness.results.schema import Phases, PhaseStats, TtftShare
 
 ENGINE_PHASES = ("queue", "prefill", "decode")
@@ -104,7 +103,7 @@ def phases(records, server_metrics_csv: Path | None = None, scrape_offset_s: flo
     done = [r for r in records if not r.is_warmup and r.ok and r.token_times_s]
     if not done:
         return Phases(source=None, reason="no completed requests")
-    ttft_ms = [request_latency(r).ttft_s * 1e3 for r in done]
+    ttft_ms = [(r.token_times_s[0] - r.intended_send_s) * 1e3 for r in done]  # request_latency's ttft_s, alone
     per_part, sources, accounted = _request_parts(done, ttft_ms)
     if accounted:
         how = {"source": "per request: " + ", ".join(sorted(sources)), "requests_with_engine_timings": accounted}

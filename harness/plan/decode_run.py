@@ -41,7 +41,7 @@ class DecodeRun:
     seqs: list[Sequence]  # the running batch, in the scheduler's order
     start_s: float
     ends_s: list[float]  # each step's end on the simulator's clock
-    context_tokens: list[int]  # each step's KV positions read (its StepShape's context_tokens)
+    context_tokens: range  # each step's KV positions read (its StepShape's context_tokens): n more a step
     steps: int  # how many of them it commits: all, or fewer once an arrival cut it back
     waiting: int  # sequences queued at its start behind a full batch
     # (time, after_steps) of each sequence queued behind it since (the step trace's waiting counts)
@@ -103,17 +103,19 @@ def plan_decode_run(replica: Replica, step_model: StepModel, now_s: float) -> De
     seqs = list(replica.scheduler.running)
     n = len(seqs)
     first = sum(s.num_computed_tokens for s in seqs) + n  # each sequence attends over one more position a step
-    contexts = list(range(first, first + steps * n, n))
+    contexts = range(first, first + steps * n, n)
     # each end the one before plus the step's time, as the simulator adds each step's time to its clock
     ends_s = list(itertools.accumulate(step_times_s(step_model, n, contexts), initial=now_s))[1:]
     return DecodeRun(seqs, now_s, ends_s, contexts, steps, len(replica.scheduler.waiting))
 
 
-def step_times_s(step_model: StepModel, decode_seqs: int, contexts: list[int]) -> list[float]:
+def step_times_s(step_model: StepModel, decode_seqs: int, contexts: range | list[int]) -> list[float]:
     """The step model's time for each step of a decode run. The fitted model's formula is a sum of products,
     so numpy evaluates it over every step at once and gets, step by step, the same float as one call a step."""
     if isinstance(step_model, FittedStepModel):
-        return step_model.step_time_s(StepShape(0, 0, decode_seqs, np.array(contexts))).tolist()
+        # a run's range made by arange: no list of it in between (~5 us of each of ~150,000 runs a 100k plan)
+        array = np.arange(contexts.start, contexts.stop, contexts.step) if isinstance(contexts, range) else contexts
+        return step_model.step_time_s(StepShape(0, 0, decode_seqs, np.asarray(array))).tolist()
     return [step_model.step_time_s(StepShape(0, 0, decode_seqs, c)) for c in contexts]
 
 
