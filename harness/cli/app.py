@@ -11,6 +11,7 @@ failed or is incomplete (engine unreachable or exited, fewer than half the reque
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from harness.plan.model_inspect import inspect_model
 from harness.results.folder import ResultsError, ResultsWriteFailed, default_output_dir, versions
 from harness.results.schema import TuneManifest
 from harness.runs.candidates import run_candidates
+from harness.runs.live import live_settings
 from harness.runs.repeats import MANIFEST as REPEATS_MANIFEST
 from harness.runs.repeats import MAX_REPEATS, run_repeats
 from harness.runs.run import MIN_COMPLETED_SHARE, RunResult, Terminated, raise_on_sigterm, run_scenario
@@ -117,25 +119,44 @@ def run(
     keep_invalid: bool = typer.Option(
         False, "--keep-invalid", help="with --repeats: count the repeats whose validity verdict is invalid"
     ),
+    live: bool | None = typer.Option(
+        None,
+        "--live/--no-live",
+        help="a dashboard while the load runs (default where stderr is a terminal; plain lines every 10 s elsewhere)",
+    ),
+    metrics_port: int | None = typer.Option(
+        None, "--metrics-port", min=1, max=65535, help="serve the run's own Prometheus metrics on 127.0.0.1:PORT"
+    ),
+    live_port: int | None = typer.Option(
+        None, "--live-port", min=1, max=65535, help="serve a live page of the run's charts on 127.0.0.1:PORT"
+    ),
 ) -> None:
     """Replay the scenario's load against its backend and write results (exit codes: `bench --help`)."""
     raise_on_sigterm()
     resolved = _load(scenario, set_ + ([f"load.ray={ray}"] if ray else []) + (["load.trim=false"] if no_trim else []))
-    try:
-        out_dir = output or default_output_dir(resolved.name)
+    out_dir = output or default_output_dir(resolved.name)
+    with _before_the_load_errors(out_dir):
+        reporter = ConsoleReporter()
+        reporter.live = live_settings(live, metrics_port, console, live_port)  # sweeps' and repeats' runs too
         if repeats > 1 or until_ci:
             until = parse_until_ci(until_ci, repeats)
-            _repeats(resolved, out_dir, repeats, until, workers or None, overwrite, allow_client_bound, keep_invalid)
+            args = (workers or None, overwrite, allow_client_bound, keep_invalid, reporter)
+            _repeats(resolved, out_dir, repeats, until, *args)
             return
-        if resolved.candidates:
-            _candidates(resolved, out_dir, workers or None, overwrite, allow_client_bound)
+        if resolved.candidates or resolved.load.sweep is not None:
+            many = _candidates if resolved.candidates else _sweep
+            many(resolved, out_dir, workers or None, overwrite, allow_client_bound, reporter)
             return
-        if resolved.load.sweep is not None:
-            _sweep(resolved, out_dir, workers or None, overwrite, allow_client_bound)
-            return
-        result = run_scenario(
-            resolved, out_dir, workers=workers or None, overwrite=overwrite, reporter=ConsoleReporter()
-        )
+        result = run_scenario(resolved, out_dir, workers=workers or None, overwrite=overwrite, reporter=reporter)
+    print_summary(result.summary, result.out_dir)
+    raise typer.Exit(_verdict(result, allow_client_bound))
+
+
+@contextmanager
+def _before_the_load_errors(out_dir: Path):
+    """bench run's typed errors as its exit codes: bad input, a run that could not start, a signal before the load."""
+    try:
+        yield
     except (ScenarioError, ResultsError) as e:
         raise _fail("error", str(e), EXIT_BAD_INPUT)
     except (BackendUnreachable, TokenizerError, DistributedError, ResultsWriteFailed) as e:
@@ -148,8 +169,6 @@ def run(
         )
     except KeyboardInterrupt:  # Ctrl-C before the load began (during launch or planning)
         raise _fail("interrupted", f"Ctrl-C before any request was sent ({_interrupted_summary(out_dir)})", EXIT_SIGINT)
-    print_summary(result.summary, result.out_dir)
-    raise typer.Exit(_verdict(result, allow_client_bound))
 
 
 def _interrupted_summary(out_dir: Path) -> str:
@@ -207,10 +226,10 @@ def _advice(result: RunResult) -> str:
     return client_bound_advice(result.summary, result.cpu_count) + "; or pass --allow-client-bound to accept this"
 
 
-def _sweep(scenario, out_dir: Path, workers: str | None, overwrite: bool, allow_client_bound: bool) -> None:
+def _sweep(scenario, out_dir: Path, workers: str | None, overwrite: bool, allow_client_bound: bool, reporter) -> None:
     """`bench run` with load.sweep: every point into OUT/point-NNN-.../, a line per point, then the capacity."""
     try:
-        points = run_sweep(scenario, out_dir, workers, overwrite, ConsoleReporter())
+        points = run_sweep(scenario, out_dir, workers, overwrite, reporter)
     except (BackendUnreachable, TokenizerError, DistributedError, ResultsWriteFailed) as e:
         raise _fail("run failed", f"{e}; finished points stay in {out_dir}", EXIT_RUN_FAILED)
     except Terminated:
@@ -267,13 +286,14 @@ def _repeats(
     overwrite: bool,
     allow_client_bound: bool,
     keep_invalid: bool,
+    reporter,
 ) -> None:
     """`bench run --repeats N`: N runs into OUT/repeat-K/ (fewer once --until-ci is met), then the table of means."""
     if scenario.candidates or scenario.load.sweep is not None:
         raise ScenarioError("--repeats: not with candidates or load.sweep; repeat a single run's scenario")
     where = f"finished repeats stay in {out_dir} (see {REPEATS_MANIFEST})"
     try:
-        state = run_repeats(scenario, out_dir, repeats, until_ci, workers, overwrite, ConsoleReporter(), keep_invalid)
+        state = run_repeats(scenario, out_dir, repeats, until_ci, workers, overwrite, reporter, keep_invalid)
     except (BackendUnreachable, TokenizerError, DistributedError, ResultsWriteFailed) as e:
         raise _fail("run failed", f"{e}; {where}", EXIT_RUN_FAILED)
     except Terminated:
@@ -293,10 +313,12 @@ def _repeats(
         raise typer.Exit(EXIT_CLIENT_BOUND)
 
 
-def _candidates(scenario, out_dir: Path, workers: str | None, overwrite: bool, allow_client_bound: bool) -> None:
+def _candidates(
+    scenario, out_dir: Path, workers: str | None, overwrite: bool, allow_client_bound: bool, reporter
+) -> None:
     """`bench run` with candidates: each deployment in turn into OUT/<name>/, a line per candidate."""
     try:
-        statuses = run_candidates(scenario, out_dir, workers, overwrite, ConsoleReporter())
+        statuses = run_candidates(scenario, out_dir, workers, overwrite, reporter)
     except Terminated:
         raise _fail("terminated", f"finished candidates stay in {out_dir} (see candidates.json)", EXIT_SIGTERM)
     except KeyboardInterrupt:

@@ -3,8 +3,8 @@
 results folder -> engine session (launch, wait until ready) -> token counts and request schedule
 (schedule_requests) -> where the load is sent from (choose_load_site: this process, worker processes or Ray
 actors, harness/client/load_site.py) ->
-run.json (write_run_info) -> load, with telemetry, server metrics, the engine watched (send_load) ->
-summary.json (write_summary).
+run.json (write_run_info) -> load, with telemetry, server metrics, the engine watched, and the run watched live when
+the reporter asks (reporter.live, harness/runs/live.py) (send_load) -> summary.json (write_summary).
 Problems are raised as typed errors (ScenarioError, ResultsError, BackendUnreachable,
 TokenizerError) for the caller to print; what a finished run found (interrupted, engine died,
 most requests failed, client-bound) is in the RunResult.
@@ -30,9 +30,11 @@ from harness.engine.session import EngineSession, engine_session
 from harness.engine.startup import first_request
 from harness.metrics.explain import explain
 from harness.metrics.latencies import client_bound_reasons, summarize
+from harness.metrics.live import LiveAggregates, LiveFrame
 from harness.metrics.validity import run_validity, served_models
 from harness.results.folder import ResultsWriteFailed, ResultWriter, host_info, read_records, versions
 from harness.results.schema import Backend, RunInfo, Stamps, Summary, WorkersSizing
+from harness.runs.live import LiveRun, LiveSettings
 from harness.scenario.answers import accuracy
 from harness.scenario.sampling import sampling_info
 from harness.scenario.scenario import Scenario, ScenarioError
@@ -57,7 +59,11 @@ def raise_on_sigterm() -> None:
 
 
 class Reporter:
-    """What the pipeline says while it runs. This one keeps the lines (tests read them); the CLI prints."""
+    """What the pipeline says while it runs. This one keeps the lines (tests read them); the CLI prints.
+    `live`: how each run is watched as it happens (harness/runs/live.py), None: not at all; a live dashboard takes
+    the console, so start_requests, request_done and end_requests are not called while it shows."""
+
+    live: LiveSettings | None = None
 
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -85,6 +91,7 @@ class RunResult:
     run_info: RunInfo | None  # None: a simulated point's (bench plan), whose run.json says nothing of a host
     warnings: list[str] = field(default_factory=list)
     not_written: list[str] = field(default_factory=list)  # results files a full disk kept out, and why
+    live_frame: LiveFrame | None = None  # the live view's last frame (reporter.live set): the summary's figures
 
     @property
     def interrupted_by(self) -> str | None:
@@ -185,6 +192,7 @@ class RunSteps:
     stopped_by: str | None = None
     summary: Summary | None = None
     not_written: list[str] = field(default_factory=list)
+    live: LiveRun | None = None  # the run watched as it happens (reporter.live), made by send_load
 
     def schedule_requests(self) -> None:
         """Token counts (the engine's /tokenize, a local tokenizer or words) and every request's due time."""
@@ -297,6 +305,7 @@ class RunSteps:
         self.warnings += self.observers.start()
         for warning in self.warnings:
             self.reporter.warning(warning)
+        self.live = self.live_run()
         try:
             self.outcome, self.stopped_by = run_async(_load(self))
         finally:  # profile, engine_trace, server_metrics, telemetry: each observer's status
@@ -314,6 +323,21 @@ class RunSteps:
                 startup.first_request = first_request(self.outcome.records, self.writer.dir.name)
             self.run_info.startup = startup.model_copy()
         self._write(self.writer.write_run_info, self.run_info)
+
+    def live_run(self) -> LiveRun | None:
+        """The run's live view, when the reporter asks for one: aggregates over this schedule, labelled by the results
+        folder's name and the scenario's."""
+        settings, scenario = self.reporter.live, self.scenario
+        if settings is None:
+            return None
+        aggregates = LiveAggregates(
+            self.schedule.requests,
+            scenario.load.concurrency,
+            scenario.slo.model_dump(),
+            self.schedule.duration_s,
+            settings.window_s,
+        )
+        return LiveRun(settings, aggregates, self.writer.dir.name, scenario.name)
 
     def write_summary(self) -> RunResult:
         """summary.json: the metrics, what stopped the load, the clients, where the time went, the verdict."""
@@ -344,7 +368,8 @@ class RunSteps:
         self._explain(summary)
         self.summary = summary
         self._write(self.writer.write_summary, summary)
-        return RunResult(self.writer.dir, summary, self.run_info, self.warnings, self.not_written)
+        final = self.live.finish(figures) if self.live is not None else None
+        return RunResult(self.writer.dir, summary, self.run_info, self.warnings, self.not_written, final)
 
     def _write(self, write, doc) -> None:
         """A results file written after the load: one a full disk refuses is named in not_written (the CLI then
@@ -386,8 +411,12 @@ def _run(scenario, writer, session, workers, reporter, cleanup, watch=None) -> R
     steps.schedule_requests()
     steps.choose_load_site(workers, cleanup)
     steps.write_run_info()
-    steps.send_load()
-    return steps.write_summary()
+    try:
+        steps.send_load()
+        return steps.write_summary()
+    finally:
+        if steps.live is not None:  # a run that raised leaves no live view drawn over the terminal
+            steps.live.abandon()
 
 
 def trims(scenario: Scenario) -> bool:
@@ -423,16 +452,32 @@ def sizing_info(capacity: ClientCapacity) -> WorkersSizing:
     )
 
 
+def record_sink(steps: RunSteps, stop: asyncio.Event, progress: bool):
+    """Where each completed record goes, in order: the results file, the live view, the progress bar (`progress`),
+    the early-stop watch."""
+    writer, reporter, live, watch = steps.writer, steps.reporter, steps.live, steps.watch
+
+    def on_record(rec) -> None:
+        try:
+            writer.append(rec)
+        except ResultsWriteFailed as failure:  # a full disk: end the load, keep what was written (exit 4)
+            reporter.warning(f"{failure}; the load stops, the records written so far are kept")
+            stop.set()
+        if live is not None:
+            live.observe(rec)
+        if progress:
+            reporter.request_done(rec)
+        if watch is not None and not stop.is_set() and watch.observe(rec):
+            stop.set()  # an early stop: no signal, no engine exit, so stopped_by stays empty
+
+    return on_record
+
+
 async def _load(steps: RunSteps):
     """Sends the schedule from the run's LoadSite; SIGINT, SIGTERM or the launched engine's exit stop it.
     Returns (outcome, what stopped it)."""
-    schedule, writer, reporter, launched, watch = (
-        steps.schedule,
-        steps.writer,
-        steps.reporter,
-        steps.launched,
-        steps.watch,
-    )
+    schedule, reporter, launched, live = steps.schedule, steps.reporter, steps.launched, steps.live
+    progress = live is None or not live.takes_the_console  # a dashboard shows the progress itself
     stop = asyncio.Event()
     stopped_by: list[str] = []
 
@@ -456,27 +501,22 @@ async def _load(steps: RunSteps):
             await asyncio.sleep(ENGINE_WATCH_S)
 
     watcher = asyncio.create_task(watch_engine()) if launched else None
-
-    def on_record(rec) -> None:
-        try:
-            writer.append(rec)
-        except ResultsWriteFailed as failure:  # a full disk: end the load, keep what was written (exit 4)
-            reporter.warning(f"{failure}; the load stops, the records written so far are kept")
-            stop.set()
-        reporter.request_done(rec)
-        if watch is not None and not stop.is_set() and watch.observe(rec):
-            stop.set()  # an early stop: no signal, no engine exit, so stopped_by stays empty
-
-    reporter.start_requests(len(schedule.requests))
+    if progress:
+        reporter.start_requests(len(schedule.requests))
+    if live is not None:
+        live.begin(steps.t0_ns)
+    refresher = asyncio.create_task(live.refresh_until(stop)) if live is not None else None
     try:
-        concurrency = steps.scenario.load.concurrency
+        concurrency, on_record = steps.scenario.load.concurrency, record_sink(steps, stop, progress)
         outcome = await steps.site.send(
             schedule.requests, steps.target(), concurrency, on_record, stop, schedule.duration_s, steps.t0_ns
         )
     finally:
-        reporter.end_requests()
-        if watcher:
-            watcher.cancel()
+        if progress:
+            reporter.end_requests()
+        for task in (watcher, refresher):
+            if task:
+                task.cancel()
         for sig, handler in previous.items():
             loop.remove_signal_handler(sig)
             if handler is not None:  # remove_signal_handler leaves the default, not what was there
