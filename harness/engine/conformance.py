@@ -19,7 +19,9 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from backends.api_dialects import DIALECTS
 from backends.http import request
+from backends.openai import StreamError
 
 PASS, FAIL, UNSUPPORTED = "PASS", "FAIL", "UNSUPPORTED"
 COUNTING_PROMPT = "Count from 1 to 30: 1, 2, 3, 4,"
@@ -249,6 +251,7 @@ class Prober:
             self.metrics,
         ):
             rows.append(check())
+        rows += [self.other_api(api) for api in DIALECTS]
         return rows
 
     # ---- the checks, one row each ----------------------------------------------------------------
@@ -429,6 +432,35 @@ class Prober:
                 self.metric_family = metric_family(names)
                 return Row("/metrics", PASS, metric_family_text(names, path))
         return _named("/metrics", answer.refusal()) or Row("/metrics", FAIL, "200 without Prometheus lines")
+
+
+    def other_api(self, api: str) -> Row:
+        """/v1/embeddings, /v1/responses, /v1/messages: one request built and read as `bench run` builds and reads it
+        with that backend.api (backends/api_dialects.py), so a PASS here is an API a run can drive."""
+        dialect = DIALECTS[api]
+        answer = self.send(dialect.path, dialect.build(self.model, 8, COUNTING_PROMPT, None, False))
+        row = _named(dialect.path, answer.refusal())
+        if row:
+            return row
+        try:
+            parsed = dialect.parse([answer.body], [0])
+        except StreamError as e:
+            return Row(dialect.path, FAIL, f"{e.reason}: {short(e.detail)}")
+        if parsed.embedded_items is not None:
+            return Row(
+                dialect.path,
+                PASS,
+                f"{parsed.embedded_items} vector(s) of {parsed.embedding_dims} numbers, usage "
+                f"{parsed.usage_prompt_tokens} prompt tokens",
+            )
+        if not parsed.token_times_ns:
+            return Row(dialect.path, FAIL, f"a stream with no text: {short(answer.body.decode(errors='replace'))}")
+        return Row(
+            dialect.path,
+            PASS,
+            f"{len(parsed.token_times_ns)} text events, usage {parsed.usage_completion_tokens} tokens, finish "
+            f"{parsed.finish_reason}: {parsed.text!r}",
+        )
 
 
 def _named(check: str, row: Row | None) -> Row | None:
