@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backends.api_dialects import DIALECTS
-from backends.embeddings_api import EMBEDDINGS
 from backends.http import http_get, http_post  # noqa: F401  (re-exported: backends use them from here)
 from backends.openai import CHAT, COMPLETIONS, ParsedStream, StreamError, build_request_body, parse_sse
 
@@ -93,8 +92,8 @@ class Backend:
 
     def sampling_fields(self, api: str, fields: dict) -> dict:
         """workload.sampling's fields under this engine's names; ValueError naming a field it does not read."""
-        if api == EMBEDDINGS:
-            return {}  # nothing is sampled: workload.sampling (greedy by default) is not sent
+        if api in DIALECTS and not DIALECTS[api].generates:
+            return {}  # nothing is sampled (embeddings, rerank): workload.sampling (greedy by default) is not sent
         unread = [name for name in fields if name not in self.sampling_names]
         if unread:
             raise ValueError(

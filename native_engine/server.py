@@ -29,6 +29,7 @@ from native_engine.head_deadline import HEAD_TIMEOUT_S, use_head_deadline
 from native_engine.kv_transfer import KVTransferError, cache_shape, receive_handoff
 from native_engine.llm_engine import LLMEngine
 from native_engine.request_output import RequestOutput
+from native_engine.rerank import rerank_answer, rerank_items
 from native_engine.scheduler import QueueFullError
 from native_engine.sequence import SamplingParams
 from native_engine.translated_chat import FieldError, renamed
@@ -614,6 +615,30 @@ async def embeddings(request: web.Request) -> web.Response:
     return web.json_response(dumps=compact_json, data=answer)
 
 
+async def rerank(request: web.Request) -> web.Response:
+    """POST /v1/rerank (native_engine/rerank.py): vLLM's rerank answer, the documents best first."""
+    engine = request.app[ENGINE_KEY]
+    try:
+        body = await read_json(request)
+        check_model(body, request.app[NAME_KEY])
+        if getattr(engine.runner, "weights", None) is None:
+            raise RequestError(
+                "rerank scores are computed by the numpy runtime only; start the server with --runtime numpy",
+                None,
+                501,
+                "NotImplementedError",
+            )
+        args = (body, engine.tokenizer, engine.model_config.vocab_size, engine.max_model_len)
+        items, documents, top_n = await off_loop(rerank_items, *args)
+    except EmbeddingInputError as exc:
+        return RequestError(str(exc), exc.param).response()
+    except RequestError as exc:
+        return exc.response()
+    vectors = await request.app[EMBEDDER_KEY].embed(items)
+    answer = rerank_answer(request.app[NAME_KEY], vectors, documents, items, top_n)
+    return web.json_response(dumps=compact_json, data=answer)
+
+
 def translated_route(api):
     """The handler of an API translated onto the chat path (native_engine/translated_chat.py); `api` is its module
     (responses_api, messages_api): chat_body, NAMES, error_body and Answer (its events, or its whole object)."""
@@ -777,6 +802,8 @@ def build_app(engine: LLMEngine) -> web.Application:
     app.router.add_get("/step_trace", step_trace)
     app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
     app.router.add_post("/v1/embeddings", embeddings)
+    for path in ("/v1/rerank", "/rerank"):  # vLLM serves both
+        app.router.add_post(path, rerank)
     app.router.add_post("/v1/responses", translated_route(responses_api))
     app.router.add_post("/v1/messages", translated_route(messages_api))
     return app

