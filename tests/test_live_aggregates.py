@@ -2,10 +2,16 @@
 closed loops and sessions, the rolling window's rates and percentiles, SLO attainment so far, send lag and the
 client-bound warning; and the Prometheus histograms' buckets (harness/runs/live_metrics.py)."""
 
-import pytest
+import io
+import time
+from pathlib import Path
 
-from harness.metrics.live import LiveAggregates, gap_bins, lag_reasons
+import pytest
+from rich.console import Console
+
+from harness.metrics.live import LiveAggregates, engine_state, gap_bins, lag_reasons
 from harness.results.folder import RequestRecord
+from harness.runs.live import LiveRun, LiveSettings
 from harness.runs.live_metrics import Histogram
 from harness.scenario.workload import RequestSpec
 
@@ -109,3 +115,33 @@ def test_the_itl_window_drops_the_seconds_before_it():
     assert live.frame(9.0).itl_ms.p50 == pytest.approx(50.0, rel=0.005)
     # at 12 s the window starts in second floor(12 - 10) = 2: second 0 is dropped, the 200 ms gap is left
     assert live.frame(12.0).itl_ms.p50 == pytest.approx(200.0, rel=0.005)
+
+
+def test_the_engine_row_reads_an_sglang_page_and_reaches_the_logged_line():
+    # SGLang's page as recorded (tests/fixtures/engines/sglang_metrics.txt): the figures worked out here from its
+    # lines by the engine's own definitions (waiting: the queue plus the grammar queue; the hit rate: cached tokens
+    # of every cache source over all prompt tokens), then seen by LiveRun as the scraper's thread would hand it over
+    page = (Path(__file__).parent / "fixtures/engines/sglang_metrics.txt").read_text()
+
+    def total(name: str) -> float:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in page.splitlines() if line.startswith(name + "{"))
+
+    state = engine_state(page, 1.5)
+    assert (state.t_s, state.running, state.kv_usage_fraction) == (1.5, total("sglang:num_running_reqs"), 0.25)
+    assert state.waiting == total("sglang:num_queue_reqs") + total("sglang:num_grammar_queue_reqs") == 3.0
+    hits = total("sglang:cached_tokens_total") / total("sglang:prompt_tokens_total")
+    assert state.prefix_cache_hit_rate == pytest.approx(hits) and 0 < hits < 1
+    out = io.StringIO()
+    live = LiveRun(
+        LiveSettings(display="lines", console=Console(file=out, width=400)),
+        LiveAggregates([spec(0, 0.0)], None, None),
+        "out",
+        "s",
+    )
+    live.begin(time.perf_counter_ns())
+    assert live.refresh().engine is None  # no page yet: no engine figures, not zeros
+    live.engine_page(live.t0_ns + 1_500_000_000, page)
+    live.engine_page(live.t0_ns + 2_000_000_000, "not a prometheus page {")  # a broken page keeps the last state
+    assert live.refresh().engine == state
+    live.view.show(live.last_frame)
+    assert f"engine run 3 wait 3 kv 25.0% prefix hits {100 * hits:.1f}%" in out.getvalue()

@@ -27,6 +27,7 @@ from harness.runs.live import LiveSettings, live_settings
 from harness.runs.live_metrics import MetricsEndpoint
 from harness.runs.run import Reporter, run_scenario
 from harness.scenario.scenario import ScenarioError, load_scenario
+from native_engine.tiny_gguf import write_tiny_llama_gguf
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -156,3 +157,21 @@ def test_in_a_terminal_the_dashboard_is_redrawn_at_least_once_a_second(gt, tmp_p
     assert len(frames) >= summary["run_span_s"] >= 3.5, (len(frames), summary["run_span_s"])
     assert frames == set(range(1, max(frames) + 1))  # numbered in order, none lost
     assert "final (the summary's figures)" in shown
+
+
+def test_a_launched_engines_own_gauges_reach_the_final_line(tmp_path):
+    # the built-in engine (a tiny GGUF) serves /metrics; the run's scraper hands each page to the live view, so the
+    # final line carries the engine's running / waiting / KV figures read off its last page
+    model = write_tiny_llama_gguf(tmp_path / "tiny.gguf", tokenizer="smollm2")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        f'name: live-engine\nbackend: {{kind: native, launch: {{args: ["--model", "{model}"], ready_timeout_s: 60}}}}\n'
+        "workload: {kind: random, input_tokens: 16, output_tokens: 8, ignore_eos: true}\n"
+        "load: {arrival: poisson, rate: 10, num_requests: 10, warmup_requests: 0}\n"
+        "telemetry: {interval_ms: 200, gpu: false}\n"
+    )
+    env = {**os.environ, "CI": "true"}
+    res = bench("run", scenario, "--output", tmp_path / "out", "--live", "--allow-client-bound", timeout_s=180, env=env)
+    assert res.returncode == 0, res.stderr
+    final = next(line for line in res.stderr.splitlines() if " final t=" in line)
+    assert re.search(r" engine run \d+ wait \d+ kv \d+\.\d% prefix hits \d+\.\d%", final), final

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from harness.engine.server_metrics import parse_page
 from harness.metrics.latencies import (
     STAT_KEYS,
     RequestLatency,
@@ -83,6 +84,32 @@ def gap_bins(values_s) -> np.ndarray:
 _LOG_GAP_MIN, _PER_LOG_RATIO = float(np.log(GAP_MIN_S)), float(1 / np.log(GAP_BIN_RATIO))
 
 
+@dataclass(frozen=True)
+class EngineState:
+    """The engine's own view from its latest /metrics page, under the schema's names whatever the engine calls them
+    (harness/engine/server_metrics.py): requests in its batch and queued, the KV cache's share in use, and its
+    prefix-cache hit rate since it started. None: the page has no such figure."""
+
+    t_s: float  # when the page arrived, seconds from t0
+    running: float | None
+    waiting: float | None
+    kv_usage_fraction: float | None
+    prefix_cache_hit_rate: float | None
+
+
+def engine_state(page: str, t_s: float) -> EngineState:
+    """The engine's gauges read off one Prometheus page (its label sets combined as the summary combines them)."""
+    _, schema = parse_page(page)
+    values = {name.removeprefix("bench:"): value for name, value, labels in schema if not labels}
+    return EngineState(
+        t_s,
+        values.get("running"),
+        values.get("waiting"),
+        values.get("kv_usage_fraction"),
+        values.get("prefix_cache_hit_rate"),
+    )
+
+
 @dataclass(frozen=True, kw_only=True)
 class LiveFrame:
     """What a dashboard shows at one moment of a run; `final`: the summary's figures (steady window, when cut)."""
@@ -103,6 +130,7 @@ class LiveFrame:
     send_lag_p99_ms: float | None  # actual send - intended send - cap wait, over the window
     client_bound: list[str]  # why the client looks behind its schedule (harness/metrics/latencies.py's rule)
     final: bool = False
+    engine: EngineState | None = None  # from the engine's latest /metrics page; None: no page (yet)
 
 
 @dataclass

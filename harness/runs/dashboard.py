@@ -22,8 +22,22 @@ def _ms(p: Percentiles) -> str:
     return " / ".join("-" if v is None else f"{v:,.1f}" for v in (p.p50, p.p90, p.p99))
 
 
-def _share(value: float | None) -> str:
-    return "no SLO" if value is None else f"{100 * value:.1f}%"
+def _share(value: float | None, none: str = "no SLO") -> str:
+    return none if value is None else f"{100 * value:.1f}%"
+
+
+def _count(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _engine(frame: LiveFrame) -> str:
+    e = frame.engine
+    if e is None:
+        return ""
+    return (
+        f" engine run {_count(e.running)} wait {_count(e.waiting)} kv {_share(e.kv_usage_fraction, '-')} "
+        f"prefix hits {_share(e.prefix_cache_hit_rate, '-')}"
+    )
 
 
 def _lag(frame: LiveFrame) -> str:
@@ -47,6 +61,14 @@ def frame_text(frame: LiveFrame, number: int, title: str) -> Text:
         ("within SLOs so far", _share(frame.slo_attainment)),
         ("send lag p99", _lag(frame)),
     )
+    if frame.engine is not None:
+        rows += (
+            ("engine running / waiting", f"{_count(frame.engine.running)} / {_count(frame.engine.waiting)}"),
+            (
+                "engine KV in use, prefix hits",
+                f"{_share(frame.engine.kv_usage_fraction, '-')}, {_share(frame.engine.prefix_cache_hit_rate, '-')}",
+            ),
+        )
     text = Text()
     text.append(f"{title}  {kind}  t={frame.elapsed_s:.1f} s\n", style="bold")
     for label, value in rows:
@@ -64,7 +86,8 @@ def frame_line(frame: LiveFrame, number: int, title: str) -> str:
         f"{title} {kind} t={frame.elapsed_s:.1f}s due {frame.due}/{frame.planned} done {frame.completed} "
         f"failed {frame.failed} in-flight {frame.in_flight} {frame.requests_per_s:.2f} req/s "
         f"{frame.output_tokens_per_s:.1f} tok/s ttft ms {_ms(frame.ttft_ms)} itl ms {_ms(frame.itl_ms)} "
-        f"tpot ms {_ms(frame.tpot_ms)} slo {_share(frame.slo_attainment)} lag p99 {_lag(frame)}{bound}"
+        f"tpot ms {_ms(frame.tpot_ms)} slo {_share(frame.slo_attainment)} lag p99 {_lag(frame)}{_engine(frame)}"
+        f"{bound}"
     )
 
 

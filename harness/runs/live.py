@@ -9,13 +9,14 @@ is the summary's figures.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from dataclasses import dataclass
 
 from rich.console import Console
 
 from harness.metrics.latencies import request_latency
-from harness.metrics.live import ROLLING_WINDOW_S, LiveAggregates, LiveFrame, final_frame
+from harness.metrics.live import ROLLING_WINDOW_S, EngineState, LiveAggregates, LiveFrame, engine_state, final_frame
 from harness.results.folder import RequestRecord
 from harness.results.schema import RequestFigures
 from harness.runs.dashboard import Dashboard, PlainLines, wants_plain_lines
@@ -93,6 +94,7 @@ class LiveRun:
         self.metrics_key = metrics.begin_run(run, scenario) if metrics is not None else None
         self.t0_ns = 0
         self.last_frame: LiveFrame | None = None
+        self.engine: EngineState | None = None  # the engine's latest /metrics page read (engine_page)
         self._view_open = False
 
     @property
@@ -117,15 +119,23 @@ class LiveRun:
         if self.metrics_key is not None:
             self.settings.metrics.observe(self.metrics_key, rec, latency)
 
+    def engine_page(self, arrived_ns: int, page: str) -> None:
+        """A /metrics page from the run's scraper (its thread): the engine's gauges for the next frame. A page that
+        does not parse leaves the last state; the scraper and the run go on."""
+        try:
+            self.engine = engine_state(page, (arrived_ns - self.t0_ns) / 1e9)
+        except Exception:  # noqa: BLE001 (the scraper's own CSV keeps the page; the view just keeps its last state)
+            return
+
     def elapsed_s(self) -> float:
         return (time.perf_counter_ns() - self.t0_ns) / 1e9
 
     def refresh(self) -> LiveFrame:
-        frame = self.aggregates.frame(self.elapsed_s())
-        self._show(frame)
-        return frame
+        self._show(self.aggregates.frame(self.elapsed_s()))
+        return self.last_frame
 
     def _show(self, frame: LiveFrame) -> None:
+        frame = dataclasses.replace(frame, engine=self.engine)
         self.last_frame = frame
         if self.view is not None and not frame.final:
             self.view.show(frame)
@@ -145,8 +155,8 @@ class LiveRun:
 
     def finish(self, figures: RequestFigures) -> LiveFrame:
         """The final frame, of the figures summary.json is written from, shown last; the view closed."""
-        final = final_frame(figures, self.aggregates, self.elapsed_s())
-        self._show(final)
+        self._show(final_frame(figures, self.aggregates, self.elapsed_s()))
+        final = self.last_frame  # with the engine's last state
         self._close_view(final)
         return final
 

@@ -306,6 +306,8 @@ class RunSteps:
         for warning in self.warnings:
             self.reporter.warning(warning)
         self.live = self.live_run()
+        if self.live is not None:  # the engine's gauges on the view, from the pages the scraper fetches anyway
+            self.observers.scraper.page_listeners.append(self.live.engine_page)
         try:
             self.outcome, self.stopped_by = run_async(_load(self))
         finally:  # profile, engine_trace, server_metrics, telemetry: each observer's status
