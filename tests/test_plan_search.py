@@ -109,3 +109,27 @@ def test_search_refuses_an_engine_flag_that_fixes_the_tensor_parallelism(scenari
     )
     with pytest.raises(ValueError, match=r"backend.launch.args: --search chooses the tensor parallelism .* -tp 2"):
         Search(scenario.model_copy(update={"backend": backend}), "unused")
+
+
+def test_a_search_says_which_deployment_it_is_on_and_the_best_so_far(scenario, tmp_path):
+    # a line before each simulation naming the deployment and rate, one after with its verdict and the cheapest
+    # deployment meeting the SLOs so far; the last "so far" is the search's own pick
+    said = []
+    search = Search(scenario, tmp_path / "out", max_gpus=2, headroom=0.0)
+    search.progress = said.append
+    results = search.run()
+    trying, outcomes = said[0::2], said[1::2]
+    assert len(trying) == len(outcomes) == search.simulations > 1
+    simulated = list(search.evaluations.values())  # in the order they ran
+    assert trying == [
+        f"simulation {i + 1}: {e.deployment} at {e.rate_per_s:g} req/s ..." for i, e in enumerate(simulated)
+    ]
+    for e, line in zip(simulated, outcomes):
+        assert line.startswith(f"  {'meets' if e.meets_slo else 'misses'} the SLOs: {100 * e.goodput_fraction:.0f}%")
+    first_meeting = next(i for i, e in enumerate(simulated) if e.meets_slo)
+    assert all(line.endswith("so far: none yet") for line in outcomes[:first_meeting])
+    best = min((r.best for r in results if r.best is not None), key=lambda e: e.dollars_per_hour)
+    assert best.rate_per_s == 30  # at the asked rate, not one of the capacity bracket's
+    assert outcomes[-1].endswith(
+        f"so far: {best.deployment} at ${best.dollars_per_hour:g}/h, {best.rate_per_s:g} req/s"
+    )

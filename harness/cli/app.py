@@ -644,6 +644,7 @@ def plan_search_report(resolved, out_dir: Path, options, overwrite: bool) -> Non
         search = Search(resolved, out_dir, overwrite=overwrite, **options.search_kwargs())
     except ValueError as e:
         raise ScenarioError(str(e)) from None
+    search.progress = lambda line: console.print(line, highlight=False, markup=False)  # which deployment it is on
     if resolved.load.rate is None:
         console.print("load: not paced by a rate, so no capacity, headroom or traffic levels: the scenario's load only")
     try:

@@ -30,6 +30,7 @@ import json
 import math
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -206,6 +207,9 @@ class Search:
         self.simulations = 0
         self.levels: list[Level] = []  # filled as the search goes, so an interrupted search keeps what it ran
         self.evaluations: dict[tuple[str, int, int, float | None], Evaluation] = {}
+        # told a line before each simulation (what is being tried) and after it (what it gave, the best so far):
+        # a search of minutes says which deployment it is on (bench plan --search prints them)
+        self.progress: Callable[[str], None] | None = None
 
     def evaluate(
         self, gpu: str, tensor_parallel: int, replicas: int, price: float, rate_per_s: float | None = None
@@ -228,6 +232,11 @@ class Search:
         else:  # a trace: the deployment's one run
             folder = deployment
         scenario = self.scenario.model_copy(update={"plan": plan, "load": load})
+        tried = f"{deployment_name(gpu, tensor_parallel, replicas)}" + (
+            f" at {rate_per_s:g} req/s" if rate_per_s is not None else ""
+        )
+        self._say(f"simulation {self.simulations + 1}: {tried} ...")
+        started = time.monotonic()
         summary = simulate_scenario(scenario, folder, overwrite=self.overwrite)
         self.simulations += 1
         goodput, throughput = summary.goodput, summary.throughput.output_tokens_per_s
@@ -246,7 +255,20 @@ class Search:
             dollars_per_mtok=per_hour / (throughput * 3600 / 1e6) if throughput else None,
             folder=str(folder),
         )
+        self._say(progress_line(self.evaluations[key], time.monotonic() - started, self.best_so_far()))
         return self.evaluations[key]
+
+    def _say(self, line: str) -> None:
+        if self.progress is not None:
+            self.progress(line)
+
+    def best_so_far(self) -> Evaluation | None:
+        """The cheapest deployment simulated so far that met the SLOs at the traffic level being searched (its
+        target rate; the capacity bracket's other rates and earlier levels are not answers to it)."""
+        target = self.levels[-1].target_rate_per_s if self.levels else None
+        rate = None if target is None else round(target, 4)
+        meeting = [e for e in self.evaluations.values() if e.meets_slo and (not self.levels or e.rate_per_s == rate)]
+        return min(meeting, key=lambda e: (e.dollars_per_hour, -e.goodput_requests_per_s), default=None)
 
     def load_at(self, rate_per_s: float | None):
         """The scenario's load at another rate, for as long: num_requests grows with the rate, so a higher rate is
@@ -440,6 +462,21 @@ class Search:
         for level in self.levels:
             for result in level.results:
                 result.capacity = self.capacity(result.best) if result.best is not None else None
+
+
+def progress_line(done: Evaluation, seconds: float, best: Evaluation | None) -> str:
+    """What one simulation gave, and the cheapest deployment meeting the SLOs so far."""
+    verdict = "meets the SLOs" if done.meets_slo else "misses the SLOs"
+    best_text = (
+        f"{best.deployment} at ${best.dollars_per_hour:g}/h"
+        + (f", {best.rate_per_s:g} req/s" if best.rate_per_s else "")
+        if best is not None
+        else "none yet"
+    )
+    return (
+        f"  {verdict}: {100 * done.goodput_fraction:.0f}% within them, {done.goodput_requests_per_s:.2f} req/s good, "
+        f"{done.output_tokens_per_s:,.0f} tok/s ({seconds:.1f} s); cheapest meeting so far: {best_text}"
+    )
 
 
 def ranking_key(result: GpuResult) -> tuple:
