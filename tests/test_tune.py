@@ -408,9 +408,16 @@ def test_resume_after_an_interruption_reruns_no_finished_trial(tmp_path):
         if t["status"] == "completed"
     }
 
-    res = bench("tune", scenario, "--output", out, "--resume", timeout_s=180)
+    # resumed with --live where there is no terminal (CI=true): each trial's run ends with its final line
+    env = {**os.environ, "CI": "true"}
+    res = bench("tune", scenario, "--output", out, "--resume", "--live", timeout_s=180, env=env)
     assert res.returncode == 0, res.stderr
     resumed = json.loads((out / "tune.json").read_text())
+    ran_now = {
+        Path(t["dir"]).name for t in resumed["trials"] if t["dir"] not in finished and t["status"] == "completed"
+    }
+    final_lines = [line for line in res.stderr.splitlines() if " final t=" in line]
+    assert ran_now and ran_now <= {line.split(" / ", 1)[1].split(" final ", 1)[0] for line in final_lines}
     for d, mtime in finished.items():  # not run again
         assert (out / d / "requests.jsonl").stat().st_mtime_ns == mtime
     assert resumed["status"] == "completed" and len({t["dir"] for t in resumed["trials"]}) == len(resumed["trials"])

@@ -91,6 +91,20 @@ def validate(
     typer.echo(json.dumps(resolved.resolved_dict(), indent=2))
 
 
+# bench run's and bench tune's live view (harness/runs/live.py): each run drawn as it happens
+LIVE_OPTION = typer.Option(
+    None,
+    "--live/--no-live",
+    help="a dashboard while the load runs (default where stderr is a terminal; plain lines every 10 s elsewhere)",
+)
+METRICS_PORT_OPTION = typer.Option(
+    None, "--metrics-port", min=1, max=65535, help="serve the runs' own Prometheus metrics on 127.0.0.1:PORT"
+)
+LIVE_PORT_OPTION = typer.Option(
+    None, "--live-port", min=1, max=65535, help="serve a live page of the runs' charts on 127.0.0.1:PORT"
+)
+
+
 @app.command()
 def run(
     scenario: Path = typer.Argument(..., help="scenario YAML"),
@@ -119,17 +133,9 @@ def run(
     keep_invalid: bool = typer.Option(
         False, "--keep-invalid", help="with --repeats: count the repeats whose validity verdict is invalid"
     ),
-    live: bool | None = typer.Option(
-        None,
-        "--live/--no-live",
-        help="a dashboard while the load runs (default where stderr is a terminal; plain lines every 10 s elsewhere)",
-    ),
-    metrics_port: int | None = typer.Option(
-        None, "--metrics-port", min=1, max=65535, help="serve the run's own Prometheus metrics on 127.0.0.1:PORT"
-    ),
-    live_port: int | None = typer.Option(
-        None, "--live-port", min=1, max=65535, help="serve a live page of the run's charts on 127.0.0.1:PORT"
-    ),
+    live: bool | None = LIVE_OPTION,
+    metrics_port: int | None = METRICS_PORT_OPTION,
+    live_port: int | None = LIVE_PORT_OPTION,
 ) -> None:
     """Replay the scenario's load against its backend and write results (exit codes: `bench --help`)."""
     raise_on_sigterm()
@@ -348,6 +354,9 @@ def tune(
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the configurations, the plan and its cost"),
     workers: str = typer.Option("", "--workers", help="client processes: auto or N (overrides load.workers)"),
+    live: bool | None = LIVE_OPTION,
+    metrics_port: int | None = METRICS_PORT_OPTION,
+    live_port: int | None = LIVE_PORT_OPTION,
 ) -> None:
     """Find the engine settings that carry the most load within the SLOs (the scenario's tune: block)."""
     from harness.tune.preflight import check_engine
@@ -378,7 +387,9 @@ def tune(
             EXIT_BAD_INPUT,
         )
     try:
-        doc = Tuner(resolved, output, ConsoleReporter(), resume, workers or None).run()
+        reporter = ConsoleReporter()
+        reporter.live = live_settings(live, metrics_port, console, live_port)  # each trial's run drawn as it goes
+        doc = Tuner(resolved, output, reporter, resume, workers or None).run()
     except (ScenarioError, ResultsError) as e:
         raise _fail("error", str(e), EXIT_BAD_INPUT)
     except Terminated:
