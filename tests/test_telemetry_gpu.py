@@ -7,6 +7,7 @@ driver), so the sampler fills the real c_nvmlGpmMetricsGet_t and a misspelled na
 import csv
 import ctypes
 import importlib.util
+import io
 import json
 import threading
 import time
@@ -17,11 +18,15 @@ from types import SimpleNamespace
 import pydantic
 import pynvml
 import pytest
+from rich.console import Console
 
 from harness.engine.telemetry import TelemetryRecorder
 from harness.engine.telemetry.gpu import GPM_FIELDS, MIB, GpuSampler
 from harness.engine.telemetry.timeline import Unavailable, read_telemetry_csv
+from harness.metrics.live import GpuState, LiveAggregates
+from harness.runs.live import LiveRun, LiveSettings
 from harness.scenario.telemetry_settings import TelemetryConfig
+from harness.scenario.workload import RequestSpec
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "nvml_h200_replay.json").read_text())
 TICKS = FIXTURE["devices"][0]["ticks"]
@@ -288,3 +293,37 @@ def test_gpu_check_recording_replays_as_the_same_samples():
     assert len(recorded["devices"][0]["ticks"]) == 5
     replayed = GpuSampler(ReplayNvml(recorded))
     assert [replayed.sample(0) for _ in range(5)] == live
+
+
+def test_the_live_view_shows_the_latest_gpu_sample(tmp_path):
+    # the recorder's timeline hands each sample to the live view on the sampler's thread; the frame then holds the
+    # replayed H200's latest busy figure, SM activity and power (read back here from the rows the recorder kept),
+    # and the logged line says them
+    config = TelemetryConfig(interval_ms=100, host=False)
+    recorder = TelemetryRecorder(config, time.perf_counter_ns(), tmp_path, nvml=ReplayNvml(FIXTURE))
+    out = io.StringIO()
+    live = LiveRun(
+        LiveSettings(display="lines", console=Console(file=out, width=400)),
+        LiveAggregates([RequestSpec(0, "p", None, 4, 4, 0.0)], None, None),
+        "out",
+        "s",
+    )
+    live.begin(recorder.t0_ns)
+    recorder.start()
+    recorder.timeline.listeners.append(live.telemetry_sample)
+    _wait_for_rows(tmp_path / "telemetry.csv", "DCGM_FI_DEV_POWER_USAGE", 3)
+    recorder.stop()
+    frame = live.refresh()
+    last_t = max(t for t, s, n, v in recorder.timeline.rows if n == "DCGM_FI_DEV_POWER_USAGE")
+    last = {n: v for t, s, n, v in recorder.timeline.rows if t == last_t}
+    assert frame.gpu == GpuState(
+        last_t,
+        "NVML",
+        1,
+        last["DCGM_FI_DEV_GPU_UTIL"],
+        last.get("DCGM_FI_PROF_SM_ACTIVE"),
+        last["DCGM_FI_DEV_POWER_USAGE"],
+    )
+    live.view.show(frame)
+    assert f"gpu {last['DCGM_FI_DEV_GPU_UTIL']:.0f}%, " in out.getvalue()
+    assert f"{last['DCGM_FI_DEV_POWER_USAGE']:,.0f} W (1 GPU)" in out.getvalue()

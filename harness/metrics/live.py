@@ -97,6 +97,40 @@ class EngineState:
     prefix_cache_hit_rate: float | None
 
 
+@dataclass(frozen=True)
+class GpuState:
+    """The GPUs' latest sample (harness/engine/telemetry/gpu.py, DCGM's field names and units): NVML's busy figure
+    averaged over the GPUs, GPM's SM activity where the GPU has it, the power drawn by all of them."""
+
+    t_s: float
+    source: str  # "NVML" (read here) or "dcgm-exporter" (telemetry.dcgm_exporter_url)
+    gpus: int
+    util_pct: float | None  # DCGM_FI_DEV_GPU_UTIL, 0-100
+    sm_active: float | None  # DCGM_FI_PROF_SM_ACTIVE, 0-1 (Hopper and later)
+    power_w: float | None  # DCGM_FI_DEV_POWER_USAGE, summed
+
+
+GPU_FIELDS = {"DCGM_FI_DEV_GPU_UTIL": "util_pct", "DCGM_FI_PROF_SM_ACTIVE": "sm_active"}
+POWER_FIELD = "DCGM_FI_DEV_POWER_USAGE"
+
+
+def gpu_state(t_s: float, values: list[tuple[str, str, float]]) -> GpuState | None:
+    """One telemetry sample's GPU figures, NVML's (sources gpu:N) or a dcgm-exporter's (dcgm:N): each sampler's rows
+    come apart; None for a sample of another source (the host's, the engine's)."""
+    by_field: dict[str, list[float]] = {}
+    gpus = set()
+    for source, name, value in values:
+        if source.startswith(("gpu:", "dcgm:")):
+            gpus.add(source)
+            by_field.setdefault(name, []).append(float(value))
+    if not gpus:
+        return None
+    kind = "NVML" if next(iter(gpus)).startswith("gpu:") else "dcgm-exporter"
+    means = {key: float(np.mean(by_field[name])) if name in by_field else None for name, key in GPU_FIELDS.items()}
+    power = by_field.get(POWER_FIELD)
+    return GpuState(t_s, kind, len(gpus), means["util_pct"], means["sm_active"], sum(power) if power else None)
+
+
 def engine_state(page: str, t_s: float) -> EngineState:
     """The engine's gauges read off one Prometheus page (its label sets combined as the summary combines them)."""
     _, schema = parse_page(page)
@@ -131,6 +165,7 @@ class LiveFrame:
     client_bound: list[str]  # why the client looks behind its schedule (harness/metrics/latencies.py's rule)
     final: bool = False
     engine: EngineState | None = None  # from the engine's latest /metrics page; None: no page (yet)
+    gpu: GpuState | None = None  # from the latest GPU sample; None: no GPU sampled
 
 
 @dataclass

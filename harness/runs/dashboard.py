@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from harness.metrics.live import LiveFrame, Percentiles
+from harness.metrics.live import GpuState, LiveFrame, Percentiles
 
 
 def wants_plain_lines(console: Console) -> bool:
@@ -28,6 +28,12 @@ def _share(value: float | None, none: str = "no SLO") -> str:
 
 def _count(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
+
+
+def _gpu(gpu: GpuState) -> str:
+    busy = "-" if gpu.util_pct is None else f"{gpu.util_pct:.0f}%"
+    power = "-" if gpu.power_w is None else f"{gpu.power_w:,.0f} W"
+    return f"{busy}, {_share(gpu.sm_active, '-')}, {power} ({gpu.gpus} GPU{'s' if gpu.gpus > 1 else ''})"
 
 
 def _engine(frame: LiveFrame) -> str:
@@ -69,6 +75,8 @@ def frame_text(frame: LiveFrame, number: int, title: str) -> Text:
                 f"{_share(frame.engine.kv_usage_fraction, '-')}, {_share(frame.engine.prefix_cache_hit_rate, '-')}",
             ),
         )
+    if frame.gpu is not None:
+        rows += (("GPU busy, SM active, power", _gpu(frame.gpu)),)
     text = Text()
     text.append(f"{title}  {kind}  t={frame.elapsed_s:.1f} s\n", style="bold")
     for label, value in rows:
@@ -87,7 +95,8 @@ def frame_line(frame: LiveFrame, number: int, title: str) -> str:
         f"failed {frame.failed} in-flight {frame.in_flight} {frame.requests_per_s:.2f} req/s "
         f"{frame.output_tokens_per_s:.1f} tok/s ttft ms {_ms(frame.ttft_ms)} itl ms {_ms(frame.itl_ms)} "
         f"tpot ms {_ms(frame.tpot_ms)} slo {_share(frame.slo_attainment)} lag p99 {_lag(frame)}{_engine(frame)}"
-        f"{bound}"
+        + (f" gpu {_gpu(frame.gpu)}" if frame.gpu is not None else "")
+        + bound
     )
 
 

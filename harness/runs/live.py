@@ -16,7 +16,16 @@ from dataclasses import dataclass
 from rich.console import Console
 
 from harness.metrics.latencies import request_latency
-from harness.metrics.live import ROLLING_WINDOW_S, EngineState, LiveAggregates, LiveFrame, engine_state, final_frame
+from harness.metrics.live import (
+    ROLLING_WINDOW_S,
+    EngineState,
+    GpuState,
+    LiveAggregates,
+    LiveFrame,
+    engine_state,
+    final_frame,
+    gpu_state,
+)
 from harness.results.folder import RequestRecord
 from harness.results.schema import RequestFigures
 from harness.runs.dashboard import Dashboard, PlainLines, wants_plain_lines
@@ -95,6 +104,7 @@ class LiveRun:
         self.t0_ns = 0
         self.last_frame: LiveFrame | None = None
         self.engine: EngineState | None = None  # the engine's latest /metrics page read (engine_page)
+        self.gpu: GpuState | None = None  # the GPUs' latest sample (telemetry_sample)
         self._view_open = False
 
     @property
@@ -127,6 +137,14 @@ class LiveRun:
         except Exception:  # noqa: BLE001 (the scraper's own CSV keeps the page; the view just keeps its last state)
             return
 
+    def telemetry_sample(self, t_s: float, values: list) -> None:
+        """A telemetry sample (the recorder's thread): the GPUs' figures for the next frame; other sources' samples
+        are not the view's."""
+        state = gpu_state(t_s, values)
+        # NVML's own reading wins over a dcgm-exporter's where both sample (the same GPUs, twice)
+        if state is not None and (state.source == "NVML" or self.gpu is None or self.gpu.source != "NVML"):
+            self.gpu = state
+
     def elapsed_s(self) -> float:
         return (time.perf_counter_ns() - self.t0_ns) / 1e9
 
@@ -135,7 +153,7 @@ class LiveRun:
         return self.last_frame
 
     def _show(self, frame: LiveFrame) -> None:
-        frame = dataclasses.replace(frame, engine=self.engine)
+        frame = dataclasses.replace(frame, engine=self.engine, gpu=self.gpu)
         self.last_frame = frame
         if self.view is not None and not frame.final:
             self.view.show(frame)

@@ -306,8 +306,10 @@ class RunSteps:
         for warning in self.warnings:
             self.reporter.warning(warning)
         self.live = self.live_run()
-        if self.live is not None:  # the engine's gauges on the view, from the pages the scraper fetches anyway
+        if self.live is not None:  # the engine's gauges and the GPUs' on the view, from what is sampled anyway
             self.observers.scraper.page_listeners.append(self.live.engine_page)
+            if self.observers.recorder.timeline is not None:  # None: telemetry.enabled false
+                self.observers.recorder.timeline.listeners.append(self.live.telemetry_sample)
         try:
             self.outcome, self.stopped_by = run_async(_load(self))
         finally:  # profile, engine_trace, server_metrics, telemetry: each observer's status

@@ -40,6 +40,9 @@ class Timeline:
         self._file.flush()
         self.rows: list[Row] = []
         self.write_error: str | None = None  # why the file stopped taking rows (a full disk); rows stay in memory
+        # f(t_s, values) per sample appended, on the sampler's thread (the live view's GPU figures); one that raises
+        # is dropped, never the sampler
+        self.listeners: list = []
 
     def append(self, t_s: float, values: list[tuple[str, str, float]]) -> bool:
         """Write one sample's values at t_s. Returns False (and writes nothing) once closed."""
@@ -54,6 +57,11 @@ class Timeline:
                 except OSError as e:  # the summary's figures still come from the rows kept here
                     self.write_error = f"writing {self.path} failed: {e.strerror or e}; later samples are not in it"
             self.rows.extend(rows)
+        for listener in list(self.listeners):
+            try:
+                listener(t_s, values)
+            except Exception:  # noqa: BLE001 (a view's bug costs its figures, not the run's telemetry)
+                self.listeners.remove(listener)
         return True
 
     def close(self) -> None:
