@@ -14,6 +14,7 @@ from reports.prediction import PREDICTION_COLUMNS
 from reports.quality_rows import ACCURACY_COLUMNS
 from reports.repeat_runs import REPEAT_COLUMNS, REPEATS_NOTE
 from reports.replicas import REPLICA_COLUMNS
+from reports.telemetry_rows import TELEMETRY_COLUMNS, TELEMETRY_NOTE
 
 TEMPLATES = Path(__file__).parent / "templates"
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
@@ -62,6 +63,8 @@ def render_report_html(content) -> str:
         intervals_note=INTERVALS_NOTE,
         validity_columns=VALIDITY_COLUMNS,
         accuracy_columns=ACCURACY_COLUMNS,
+        telemetry_columns=TELEMETRY_COLUMNS,
+        telemetry_note=TELEMETRY_NOTE,
         repeat_columns=REPEAT_COLUMNS,
         repeats_note=REPEATS_NOTE,
     )

@@ -7,6 +7,7 @@ from reports.prediction import PREDICTION_COLUMNS
 from reports.quality_rows import ACCURACY_COLUMNS
 from reports.repeat_runs import REPEAT_COLUMNS, REPEATS_NOTE
 from reports.replicas import REPLICA_COLUMNS
+from reports.telemetry_rows import TELEMETRY_COLUMNS, TELEMETRY_NOTE
 
 SUMMARY_COLUMNS = (
     "run",
@@ -76,6 +77,8 @@ def _run_tables(content) -> list[str]:
         out += ["## Answers compared", "", *[f"- {line}" for line in content.agreement_lines], ""]
     if content.accuracy_rows:
         out += ["## Known-answer accuracy", "", md_table(ACCURACY_COLUMNS, content.accuracy_rows), ""]
+    if content.telemetry_rows:
+        out += ["## Devices", "", TELEMETRY_NOTE, "", md_table(TELEMETRY_COLUMNS, content.telemetry_rows), ""]
     if content.prediction_rows:
         out += ["## Prediction beside measurement", "", md_table(PREDICTION_COLUMNS, content.prediction_rows), ""]
     if content.diagnosis_rows:

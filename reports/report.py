@@ -23,6 +23,7 @@ from reports.run_files import LoadView, harness_version, scenario
 from reports.server_figures import server_metrics, telemetry
 from reports.sweep import DEFAULT_ATTAINMENT, SloCapacity, max_rate_meeting_slo
 from reports.sweep_figures import goodput_vs_load, throughput_latency
+from reports.telemetry_rows import telemetry_rows
 
 MAX_TIMELINES = 4  # one timeline per run; past a few the page gets long and says little more
 
@@ -52,6 +53,7 @@ class ReportContent:
     interval_rows: list[list[str]] = field(default_factory=list)  # run, metric, each percentile's interval
     validity_rows: list[list[str]] = field(default_factory=list)  # run, valid or INVALID, the reasons
     accuracy_rows: list[list[str]] = field(default_factory=list)  # run, a known-answer task's accuracy
+    telemetry_rows: list[list[str]] = field(default_factory=list)  # run, its device figures (summary telemetry)
     agreement_lines: list[str] = field(default_factory=list)  # two runs' answers compared (bench compare-outputs)
     repeat_rows: list[list[str]] = field(default_factory=list)  # a repeats folder's means across its repeats
 
@@ -219,6 +221,7 @@ def _add_run_checks(content: ReportContent, runs: list[RunData], sweeps: list[Sw
     labelled = _labelled(runs, sweeps)
     content.interval_rows, content.validity_rows = interval_rows(labelled), validity_rows(labelled)
     content.accuracy_rows = accuracy_rows(labelled)
+    content.telemetry_rows = telemetry_rows(labelled)
     content.agreement_lines, agreement_notes = agreement_section(runs)
     content.notes += agreement_notes
 

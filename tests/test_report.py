@@ -1,6 +1,7 @@
 """`bench report`: results folders (synthetic, and real ones from the ground-truth server) -> HTML + Markdown."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -170,3 +171,28 @@ def test_the_offered_load_is_said_for_each_kind_of_load():
     # an offline run sets neither a rate nor a concurrency: the count sent at once, never "concurrency None"
     assert offered_text(LoadView(arrival="offline", num_requests=3000)) == "offline, 3,000 requests"
     assert offered_text(None) == "-"
+
+
+def test_the_devices_table_reads_back_each_runs_telemetry_figures(tmp_path):
+    # a measured run of the built-in engine (a fixture folder): its summary's telemetry as the report's row, the
+    # figures read from the file here; a run without telemetry figures gets no row, a report of none no table
+    measured = Path(__file__).parent / "fixtures" / "results_v0" / "run"
+    figures = json.loads((measured / "summary.json").read_text())["telemetry"]
+    plain = write_run(tmp_path / "plain", synthetic_records())
+    content = write_report([measured, plain], tmp_path / "out" / "report.html", labels=["measured", "plain"])
+    assert content.telemetry_rows == [
+        [
+            "measured",
+            "-",  # no GPU sampled: no energy, no DRAM or tensor activity
+            "-",
+            "-",
+            "-",
+            f"{figures['mbu']:.1%}",
+            f"{figures['engine_cpu_percent_mean']:,.0f}",
+            f"{figures['engine_rss_bytes_max'] / 1024**3:,.2f}",
+        ]
+    ]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "## Devices" in md and f"| measured | - | - | - | - | {figures['mbu']:.1%} |" in md
+    assert "<h2>Devices</h2>" in (tmp_path / "out" / "report.html").read_text()
+    assert write_report([plain], tmp_path / "none" / "report.html").telemetry_rows == []
