@@ -198,6 +198,7 @@ def test_bench_run_drives_each_streaming_api_against_a_launched_engine(tmp_path,
     records = [json.loads(line) for line in (tmp_path / "out" / "requests.jsonl").read_text().splitlines()]
     assert all(r["output_tokens_usage"] == 8 and r["server_timings"]["predicted_n"] == 8 for r in records)
     assert summary["ttft_ms"]["p50"] > 0 and summary["tpot_ms"]["p50"] > 0
+    assert summary["throughput"]["items_per_s"] is None  # a generating API counts tokens, not items
 
 
 def test_the_runner_drives_embeddings_and_the_summary_has_no_ttft(served):
@@ -212,6 +213,7 @@ def test_the_runner_drives_embeddings_and_the_summary_has_no_ttft(served):
     assert [r.prompt_tokens for r in records] == tokens
     summary = summarize(records)
     assert summary.e2e_ms.p50 > 0 and summary.ttft_ms.p50 is None and summary.itl_ms.p50 is None
+    assert summary.throughput.items_per_s == pytest.approx(summary.throughput.requests_per_s)  # one input each
     assert summary.output_tokens == 0 and summary.requests.completed == 3
 
 
@@ -267,6 +269,9 @@ def test_bench_run_drives_rerank_against_a_launched_engine(tmp_path):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["requests"]["completed"] == 6 and summary["output_tokens"] == 0
     assert summary["e2e_ms"]["p50"] > 0 and summary["ttft_ms"]["p50"] is None
+    # documents scored per second: 4 a request, over the same window as the requests
+    throughput = summary["throughput"]
+    assert throughput["items_per_s"] == pytest.approx(DOCUMENTS_PER_REQUEST * throughput["requests_per_s"])
     records = [json.loads(line) for line in (tmp_path / "out" / "requests.jsonl").read_text().splitlines()]
     assert [r["embedded_items"] for r in records] == [DOCUMENTS_PER_REQUEST] * 6
 

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-SCHEMA_VERSION = "1.1"  # 1.1: a request's embedded_items (backend.api: embeddings)
+SCHEMA_VERSION = "1.1"  # 1.1: a request's embedded_items and the summary's items_per_s (embeddings, rerank)
 # what a folder written before the schema (no schema_version key) is read as
 PRE_SCHEMA_VERSION = "0"
 
@@ -84,6 +84,8 @@ class Throughput(Closed):
     requests_per_s: float
     output_tokens_per_s: float
     total_tokens_per_s: float
+    # inputs embedded or documents scored per second (backend.api: embeddings, rerank); None: a generating API
+    items_per_s: float | None = None
 
 
 class Goodput(Closed):
