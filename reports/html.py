@@ -10,6 +10,7 @@ from plotly.offline import get_plotlyjs
 
 from reports.confidence_rows import INTERVAL_COLUMNS, VALIDITY_COLUMNS
 from reports.markdown import INTERVALS_NOTE, SUMMARY_COLUMNS
+from reports.mix_rows import MIX_COLUMNS, MIX_NOTE
 from reports.prediction import PREDICTION_COLUMNS
 from reports.quality_rows import ACCURACY_COLUMNS
 from reports.repeat_runs import REPEAT_COLUMNS, REPEATS_NOTE
@@ -64,6 +65,8 @@ def render_report_html(content) -> str:
         validity_columns=VALIDITY_COLUMNS,
         accuracy_columns=ACCURACY_COLUMNS,
         telemetry_columns=TELEMETRY_COLUMNS,
+        mix_columns=MIX_COLUMNS,
+        mix_note=MIX_NOTE,
         telemetry_note=TELEMETRY_NOTE,
         repeat_columns=REPEAT_COLUMNS,
         repeats_note=REPEATS_NOTE,

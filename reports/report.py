@@ -14,6 +14,7 @@ from reports.figures import latency_cdfs, over_time, timeline
 from reports.html import render_report_html
 from reports.load import RunData, Sweep, load_results
 from reports.markdown import render_report_md
+from reports.mix_rows import mix_rows
 from reports.prediction import assumption_notes, is_simulated, model_text, prediction_rows, prediction_title
 from reports.quality_rows import accuracy_rows, agreement_section
 from reports.repeat_runs import expand_repeats
@@ -54,6 +55,7 @@ class ReportContent:
     validity_rows: list[list[str]] = field(default_factory=list)  # run, valid or INVALID, the reasons
     accuracy_rows: list[list[str]] = field(default_factory=list)  # run, a known-answer task's accuracy
     telemetry_rows: list[list[str]] = field(default_factory=list)  # run, its device figures (summary telemetry)
+    mix_rows: list[list[str]] = field(default_factory=list)  # run, model: each side of a workload.mix
     agreement_lines: list[str] = field(default_factory=list)  # two runs' answers compared (bench compare-outputs)
     repeat_rows: list[list[str]] = field(default_factory=list)  # a repeats folder's means across its repeats
 
@@ -222,6 +224,7 @@ def _add_run_checks(content: ReportContent, runs: list[RunData], sweeps: list[Sw
     content.interval_rows, content.validity_rows = interval_rows(labelled), validity_rows(labelled)
     content.accuracy_rows = accuracy_rows(labelled)
     content.telemetry_rows = telemetry_rows(labelled)
+    content.mix_rows = mix_rows(labelled)
     content.agreement_lines, agreement_notes = agreement_section(runs)
     content.notes += agreement_notes
 

@@ -484,6 +484,7 @@ class Runner:
             is_warmup=spec.is_warmup,
             session_id=spec.session_id,
             turn_index=spec.turn_index,
+            model=spec.model,
         )
 
     def _finish(self, rec: RequestRecord) -> None:
@@ -536,7 +537,12 @@ class Runner:
         """What is sent for one turn: the JSON body, with its HTTP head on the stamped client's path."""
         t = self.target
         body = self.backend.request_body(
-            t.api, t.model, spec.output_tokens, prompt=spec.prompt, messages=messages, ignore_eos=t.ignore_eos
+            t.api,
+            spec.model or t.model,
+            spec.output_tokens,
+            prompt=spec.prompt,
+            messages=messages,
+            ignore_eos=t.ignore_eos,
         )
         if t.sampling:
             self.backend.add_sampling(body, t.api, request_sampling(t.sampling, spec.index))

@@ -158,6 +158,7 @@ def lost_records(
             is_warmup=spec.is_warmup,
             session_id=spec.session_id,
             turn_index=spec.turn_index,
+            model=spec.model,
         )
         rec.end_s = max(lost_at_s, rec.intended_send_s)
         rec.fail(reason, detail)

@@ -16,6 +16,7 @@ from harness.results.schema import (
     Concurrency,
     Goodput,
     Intervals,
+    ModelFigures,
     Partial,
     PercentileCI,
     RequestFigures,
@@ -188,6 +189,7 @@ def summarize(
             abs(r.output_tokens_usage - r.output_tokens_counted) for r in done if r.token_count_mismatch
         ),
         **_latencies(lats, samples_s, done),
+        **_by_model(measured, window, latency_of, per_s),
         **_client_lags(measured, loop_lag_s),
         concurrency=concurrency_profile(measured),
         percentile_ci=latency_intervals(samples_s, confidence or DEFAULT_CONFIDENCE),
@@ -207,6 +209,27 @@ def _latencies(lats: list, samples_s: dict, done: list[RequestRecord]) -> dict[s
         "tpot_ms": describe(samples_s["tpot_ms"]),
         "e2e_ms": describe(samples_s["e2e_ms"]),
     }
+
+
+def _by_model(measured: list[RequestRecord], window, latency_of: dict, per_s) -> dict:
+    """{"by_model": each model's figures} for a run whose requests named their model (workload.mix); {} otherwise."""
+    names = sorted({r.model for r in measured if r.model is not None})
+    if not names:
+        return {}
+    figures = {}
+    for name in names:
+        mine = [r for r in measured if r.model == name]
+        done = [r for r in mine if r.ok]
+        lats = [lat for r in done if window.sent_inside(r) and (lat := latency_of[id(r)]) is not None]
+        samples_s = latency_samples_s(lats)
+        figures[name] = ModelFigures(
+            requests=len(mine),
+            completed=len(done),
+            failed=len(mine) - len(done),
+            requests_per_s=per_s(sum(window.ended_inside(r) for r in done)),
+            **{key: describe(samples_s[key]) for key in INTERVAL_METRICS},
+        )
+    return {"by_model": figures}
 
 
 def _client_lags(measured: list[RequestRecord], loop_lag_s: list[float] | None) -> dict[str, Stats]:

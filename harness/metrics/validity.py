@@ -59,9 +59,15 @@ def run_validity(
 
 def served_models(records: Iterable[RequestRecord]) -> dict[str, int]:
     """{model: measured requests} by the `model` each request's stream named (RequestRecord.served_model), the
-    most served first; requests whose stream named none are left out."""
-    served = Counter(r.served_model for r in records if not r.is_warmup and r.served_model is not None)
-    return dict(served.most_common())
+    most served first; requests whose stream named none are left out. With workload.mix each model asked for is
+    judged apart (it is answered under its own name, or the engine's): the group answered under the most names is
+    returned, so a switch within one side is caught and the mix itself is not one."""
+    groups: dict[str | None, Counter] = {}
+    for r in records:
+        if not r.is_warmup and r.served_model is not None:
+            groups.setdefault(r.model, Counter())[r.served_model] += 1
+    worst = max(groups.values(), key=lambda served: (len(served), sum(served.values())), default=Counter())
+    return dict(worst.most_common())
 
 
 def _client_and_completeness(summary: Summary) -> list[str]:

@@ -96,6 +96,7 @@ class RequestRecord:
     # an answer that generates nothing (backend.api: embeddings): how many inputs it embedded; such a record has no
     # token times, so no TTFT, ITL or TPOT, only its E2E (send to the answer's last byte, end_s)
     embedded_items: int | None = None
+    model: str | None = None  # the model the request asked for, where workload.mix chose it (None: backend.model)
 
     @property
     def ok(self) -> bool:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-SCHEMA_VERSION = "1.1"  # 1.1: a request's embedded_items and the summary's items_per_s (embeddings, rerank)
+SCHEMA_VERSION = "1.1"  # 1.1: a request's embedded_items and model, the summary's items_per_s and by_model
 # what a folder written before the schema (no schema_version key) is read as
 PRE_SCHEMA_VERSION = "0"
 
@@ -134,6 +134,20 @@ class PercentileCI(Closed):
     e2e_ms: Intervals
 
 
+class ModelFigures(Closed):
+    """One side of a workload.mix (summary.json `by_model`): its requests, and its latencies over the run's own
+    measured window (the requests of this model sent inside it), from each request's intended send time."""
+
+    requests: int
+    completed: int
+    failed: int
+    requests_per_s: float  # its completions inside the window, per second of the window
+    ttft_ms: Stats
+    itl_ms: Stats
+    tpot_ms: Stats
+    e2e_ms: Stats
+
+
 class RequestFigures(Closed):
     """The measured requests summarized (harness/metrics/latencies.summarize): summary.json's first part, the
     same for a measured, a stopped and a simulated run."""
@@ -153,6 +167,8 @@ class RequestFigures(Closed):
     ttft_ms: Stats
     ttft_answer_ms: Stats
     reasoning_tokens: int
+    # workload.mix: each model's figures by name (a key only where the run had a mix)
+    by_model: dict[str, ModelFigures] | None = None
     itl_ms: Stats
     itl_chunk_ms: Stats
     tpot_ms: Stats

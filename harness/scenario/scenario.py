@@ -298,6 +298,14 @@ class BackendConfig(Strict):
         return self
 
 
+class ModelShare(Strict):
+    """One side of workload.mix: the `model` its requests ask for (an engine's model name, or a LoRA adapter's as
+    vLLM serves them) and its share of the traffic."""
+
+    model: str = Field(min_length=1)
+    weight: float = Field(gt=0, le=1e6)
+
+
 class WorkloadConfig(Strict):
     kind: str = "random"  # a name in harness.scenario.workload_kinds.WORKLOADS
     input_tokens: TokenLength = Dist(dist="fixed", mean=256)  # shared_prefix: the unique suffix; repeat: the passage
@@ -314,6 +322,20 @@ class WorkloadConfig(Strict):
     sampling: SamplingConfig = SamplingConfig()  # greedy unless set (harness/scenario/sampling.py)
     # what each record keeps of the answer: its text, a SHA-256 of it (exact-match comparisons), or nothing
     record_outputs: Literal["text", "hash", "none"] = "hash"
+    # traffic split over models or adapters by weight (a session stays on one); the summary reports each apart
+    mix: list[ModelShare] | None = None
+
+    @field_validator("mix")
+    @classmethod
+    def _mix_names_two_or_more(cls, value: list[ModelShare] | None) -> list[ModelShare] | None:
+        if value is not None:
+            names = [share.model for share in value]
+            if len(names) < 2 or len(set(names)) < len(names):
+                raise ValueError(
+                    f"workload.mix: give two or more distinct models with weights, e.g. [{{model: a, weight: 0.7}}, "
+                    f"{{model: b, weight: 0.3}}]; got {names}"
+                )
+        return value
 
     @field_validator("path")
     @classmethod

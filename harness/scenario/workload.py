@@ -48,6 +48,7 @@ class RequestSpec:
     extra_body: dict | None = None  # merged into the request body (structured: response_format)
     expected: str | None = None  # a known answer (harness/scenario/answers.py): the passage to copy, or a file row's
     expected_match: str = "exact"  # how the answer is scored against it: exact | regex | copy
+    model: str | None = None  # the model this request asks for (workload.mix); None: backend.model
 
 
 @dataclass
@@ -272,7 +273,24 @@ class MultiTurnWorkload(WorkloadKind):
 
 
 def build_schedule(scenario: Scenario, tokenizer: TokenizerSource) -> RequestSchedule:
-    return workload_kind(scenario.workload.kind).schedule(scenario, tokenizer)
+    schedule = workload_kind(scenario.workload.kind).schedule(scenario, tokenizer)
+    if scenario.workload.mix:
+        assign_models(schedule.requests, scenario.workload.mix, scenario.seed)
+    return schedule
+
+
+def assign_models(requests: list[RequestSpec], mix, seed: int) -> None:
+    """Each request's model drawn by workload.mix's weights from its own seeded stream (so the prompts and times
+    are those of the scenario without the mix); every turn of a session asks the model its first turn drew."""
+    names = [share.model for share in mix]
+    weights = np.array([share.weight for share in mix], dtype=np.float64)
+    draws = np.random.default_rng([seed, 17]).choice(len(names), size=len(requests), p=weights / weights.sum())
+    by_session: dict[int, str] = {}
+    for spec, drawn in zip(requests, draws):
+        model = names[drawn]
+        if spec.session_id is not None:
+            model = by_session.setdefault(spec.session_id, model)
+        spec.model = model
 
 
 def _shared_prefix_prompts(scenario, tokenizer, n, length_rng, prompt_rng) -> list[tuple[str, int]]:
