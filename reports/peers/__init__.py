@@ -12,11 +12,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.results.folder import CANDIDATES_MANIFEST, MANIFEST, RUN_FILES, ResultsError
-from reports.peers.aiperf import AiperfCsv, AiperfJson, AiperfRecordsJsonl, AiperfRecordsWrapper
+from reports.peers.aiperf import (
+    AiperfCsv,
+    AiperfJson,
+    AiperfRecordsJsonl,
+    AiperfRecordsJsonl2025,
+    AiperfRecordsWrapper,
+)
 from reports.peers.common import PeerFormat, PeerRun
 from reports.peers.diagnose import not_a_peer_file
 from reports.peers.genai_bench import GenaiBenchRun
-from reports.peers.guidellm import GuidellmBenchmarks, GuidellmBenchmarks2025
+from reports.peers.guidellm import GuidellmBenchmarks, GuidellmBenchmarks2025, GuidellmCsv
 from reports.peers.inference_perf import InferencePerfLifecycle
 from reports.peers.llmd import LlmdReportV01, LlmdReportV02
 from reports.peers.llmperf import LlmperfSummary
@@ -33,8 +39,10 @@ FORMATS: tuple[PeerFormat, ...] = (
     AiperfRecordsWrapper(),
     AiperfCsv(),
     AiperfRecordsJsonl(),
+    AiperfRecordsJsonl2025(),
     GuidellmBenchmarks(),
     GuidellmBenchmarks2025(),
+    GuidellmCsv(),
     GenaiBenchRun(),
     InferencePerfLifecycle(),
     LlmperfSummary(),

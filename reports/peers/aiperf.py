@@ -5,12 +5,15 @@ The figures: a key per metric tag, each {unit, avg, min, max, std, p1 ... p99}: 
 `inter_token_latency` ((request latency - TTFT) / (output tokens - 1) per request: our TPOT), `inter_chunk_latency`
 (gaps between streamed chunks: our itl_chunk_ms), `request_latency` (E2E), `request_throughput`,
 `output_token_throughput`, `request_count`, `error_request_count`. Per request: metadata.request_start_ns and
-metrics {tag: {value, unit}}. Source: aiperf/metrics/types/*.py, aiperf/exporters/metrics_json_exporter.py.
+metrics {tag: {value, unit}}; late 2025 (0.1-0.2), metadata.timestamp_ns and TTFT tagged `ttft`. Source:
+aiperf/metrics/types/*.py, aiperf/exporters/metrics_json_exporter.py, aiperf/common/models/record_models.py.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from pydantic import Field
 
 from harness.results.folder import ResultsError
 from reports.peers.common import (
@@ -129,6 +132,31 @@ class Record(PeerModel):
     metrics: RecordMetrics = RecordMetrics()
     error: RecordError | None = None
 
+    def start_ns(self) -> int:
+        return self.metadata.request_start_ns
+
+
+class RecordMetrics2025(RecordMetrics):
+    """Late 2025 (0.1-0.2): TTFT tagged `ttft`, the rest as later."""
+
+    time_to_first_token: Value = Field(default=Value(), alias="ttft")
+
+
+class RecordMetadata2025(PeerModel):
+    # "the wall clock timestamp of the request start time in nanoseconds" (aiperf/common/models/record_models.py,
+    # 2025-10): the same instant later files call request_start_ns
+    timestamp_ns: int
+
+
+class Record2025(Record):
+    """One line of a late-2025 profile_export.jsonl."""
+
+    metadata: RecordMetadata2025
+    metrics: RecordMetrics2025 = RecordMetrics2025()
+
+    def start_ns(self) -> int:
+        return self.metadata.timestamp_ns
+
 
 class AiperfJson(PeerFormat):
     """profile_export_aiperf.json of 0.11 on: a key per metric tag, `aiperf_version`, optional records beside it."""
@@ -194,28 +222,43 @@ class AiperfRecordsJsonl(PeerFormat):
     on its requests (TTFT from its values, ITL from its inter_chunk_latency lists)."""
 
     tool = TOOL
-    shape = "profile_export.jsonl records alone (0.3-0.13)"
+    shape = "profile_export.jsonl records alone, request_start_ns (0.3-0.13)"
     suffixes = (".jsonl",)
     signature = ("metadata", "metrics")
+    hints = ("request_start_ns",)  # tells a damaged file of this shape from one of late 2025
     top = list
+    record: type[Record] = Record
+    start_key = "request_start_ns"  # the metadata key of each request's start, the mark of the shape
+    version = "unknown"
 
     def matches(self, path: Path) -> bool:
-        return super().matches(path) and "request_start_ns" in (document(path)[-1].get("metadata") or {})
+        return super().matches(path) and self.start_key in (document(path)[-1].get("metadata") or {})
 
     def part_of(self, path: Path) -> Path | None:
         figures = path.parent / "profile_export_aiperf.json"
         return figures if figures.is_file() else None
 
     def load(self, path: Path) -> PeerRun:
-        records = _records(path)
+        records = _records(path, self.record)
         failed = sum(not r.ok for r in records)
         summary = figures_summary(
             completed=len(records) - failed, failed=failed, window_s=None, requests_per_s=None, latencies={}
         )
         lines = differences(one_token_per_chunk(records), True)
         lines.append("its records alone, no figures of the tool's: every statistic here is ours, on its requests")
-        run_info = info("aiperf-profile", TOOL, load={"num_requests": len(records)})
-        return peer_run(path, TOOL, "unknown", run_info, summary, records=records, differences=lines)
+        run_info = info("aiperf-profile", TOOL, load={"num_requests": len(records)}, version=self.version)
+        return peer_run(path, TOOL, self.version, run_info, summary, records=records, differences=lines)
+
+
+class AiperfRecordsJsonl2025(AiperfRecordsJsonl):
+    """profile_export.jsonl of late 2025 (0.1-0.2, beside the `records` wrapper): each request's start is
+    metadata.timestamp_ns and its TTFT is tagged `ttft`; read alone, as the records of 2026 are."""
+
+    shape = "profile_export.jsonl records alone, timestamp_ns (late 2025, 0.1-0.2)"
+    hints = ("timestamp_ns",)
+    record = Record2025
+    start_key = "timestamp_ns"
+    version = "unknown (records with timestamp_ns, late 2025)"
 
 
 # the CSV's headers of the metrics read, as its exporter names them (aiperf/metrics/types/*.py `header`)
@@ -299,16 +342,18 @@ def _load_current(path: Path) -> PeerRun:
     return PeerRun(TOOL, figures.aiperf_version, path, run_info_, summary, records, lines)
 
 
-def _records(path: Path) -> list:
-    """Each request of profile_export.jsonl, timed from the first request's start."""
+def _records(path: Path, record: type[Record] = Record) -> list:
+    """Each request of profile_export.jsonl (lines of `record`'s shape), timed from the first request's start."""
     if not path.is_file():
         return []
-    rows = [parse(Record, row, path, TOOL) for row in read_json_lines(path)]
-    t0 = min(row.metadata.request_start_ns for row in rows)
+    rows = [parse(record, row, path, TOOL) for row in read_json_lines(path)]
+    if not rows:
+        raise ResultsError(f"{path}: an AIPerf {RECORDS_FILE} with no request in it")
+    t0 = min(row.start_ns() for row in rows)
     out = []
     for i, row in enumerate(rows):
         metrics = row.metrics
-        send_s = (row.metadata.request_start_ns - t0) / 1e9
+        send_s = (row.start_ns() - t0) / 1e9
         error = (row.error.message or "failed") if row.error else ""
         ttft, gaps = metrics.time_to_first_token.seconds(), metrics.inter_chunk_latency.seconds() or []
         times = [] if error or ttft is None else chunk_times(send_s, ttft, gaps)

@@ -36,6 +36,11 @@ def nested_keys(value, depth: int = 3) -> set[str]:
     return set()
 
 
+def header_cells(rows: list, header_rows: int = 3) -> set[str]:
+    """The cells of a CSV's header rows (GuideLLM writes three: group, field, unit): its keys, as a CSV has them."""
+    return {cell for row in rows[:header_rows] if isinstance(row, list) for cell in row if cell}
+
+
 def not_a_peer_file(path: Path, formats: tuple[PeerFormat, ...]) -> str:
     """The refusal of a path no format takes: what it is not, what it comes closest to, and what that lacks."""
     known = ", ".join(sorted({f.tool for f in formats}))
@@ -45,6 +50,8 @@ def not_a_peer_file(path: Path, formats: tuple[PeerFormat, ...]) -> str:
         return f"{path}: no such file or folder"
     parsed = document(path)
     keys = nested_keys(parsed) if parsed is not None else text_keys(path)
+    if path.suffix == ".csv" and isinstance(parsed, list):
+        keys = header_cells(parsed)
     how = "" if parsed is not None else " (it does not parse: cut short or not JSON/YAML; its keys read from its text)"
     # the formats that write this suffix (a .json is no SGLang JSON-lines file), all of them for an odd suffix
     fitting = [f for f in formats if path.suffix in f.suffixes and f.signature] or [f for f in formats if f.signature]

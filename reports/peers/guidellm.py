@@ -6,11 +6,13 @@ TPOT), `time_per_output_token_ms` ((last token - request start) / output tokens:
 none of ours), `request_latency` (s), `requests_per_second`, `output_tokens_per_second`, `tokens_per_second`;
 `requests.successful/errored/incomplete`: each request's `info.timings` (request_start, first_token_iteration,
 last_token_iteration, request_end; Unix s) and token counts. Source: guidellm/schemas/base/request_stats.py,
-guidellm/benchmark/schemas/metrics.py (0.8.1).
+guidellm/benchmark/schemas/metrics.py (0.8.1). `--output kind=csv` (benchmarks.csv, 0.4 on) holds the same
+statistics, a row per benchmark under three header rows, and no request (guidellm/benchmark/outputs/csv.py).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from harness.results.folder import ResultsError
@@ -22,7 +24,9 @@ from reports.peers.common import (
     PeerRun,
     document,
     figures_summary,
+    info,
     parse,
+    peer_run,
     stats_ms,
     streamed_record,
 )
@@ -181,6 +185,134 @@ class GuidellmBenchmarks2025(GuidellmBenchmarks):
 
     shape = "benchmarks.json/.yaml, request_totals beside metrics (0.2-0.3, mid-2025)"
     request_totals_in_metrics = False
+
+
+class GuidellmCsv(PeerFormat):
+    """benchmarks.csv of 0.4-0.8 (`--output kind=csv`, late 2025-2026): three header rows (group, field, unit: e.g.
+    "Time to First Token", "Successful ms", "Mean"), then one row per benchmark; each distribution as Mean, Median,
+    Std Dev and Percentiles, a list [min, p0.1, p1, p5, p10, p25, p75, p90, p95, p99, max]. No request of its own:
+    summary only. Source: guidellm/benchmark/outputs/csv.py."""
+
+    tool = TOOL
+    shape = "benchmarks.csv, three header rows (0.4-0.8, late 2025-2026)"
+    suffixes = (".csv",)
+    signature = ("Request Counts", "Request Latency", "Time to First Token", "Inter Token Latency", "Server Throughput")
+    hints = ("Run Info", "Timings", "Token Throughput")  # few: a file cut in its first row still names GuideLLM
+    top = list
+
+    def keys(self, path: Path) -> set[str]:
+        """Its groups: the cells of the first header row."""
+        rows = document(path) or []
+        return set(rows[0]) if rows else set()
+
+    def matches(self, path: Path) -> bool:
+        # the third header row names each statistic: the mid-2025 CSV (one header row) has none
+        return super().matches(path) and len(document(path)) > 3 and "Mean" in document(path)[2]
+
+    def load(self, path: Path) -> PeerRun:
+        rows = document(path)
+        header = list(zip(rows[0], rows[1], rows[2]))
+        for n, row in enumerate(rows[3:], start=4):
+            if len(row) != len(header):  # a file cut short, or edited: the cells would fall under the wrong header
+                raise ResultsError(
+                    f"{path}: a GuideLLM benchmarks.csv (0.4-0.8) whose row {n} has {len(row)} of its "
+                    f"{len(header)} columns (cut short?); pass the file the tool saved, unedited"
+                )
+        warnings = [f"{path}: holds {len(rows) - 3} benchmarks; the last is read"] if len(rows) > 4 else []
+        columns = CsvColumns(path, dict(zip(header, rows[-1])))
+        return _csv_run(path, columns, warnings)
+
+
+REQUEST_COUNTS = ("Successful", "Errored", "Incomplete")  # its Request Counts columns read (Total is their sum)
+# the percentiles list of each distribution, in its order (guidellm/benchmark/outputs/csv.py `_add_distribution_stats`)
+CSV_PERCENTILES = ("min", "p001", "p01", "p05", "p10", "p25", "p75", "p90", "p95", "p99", "max")
+
+
+class CsvColumns:
+    """One benchmark's row of benchmarks.csv, its cells by (group, field, unit)."""
+
+    def __init__(self, path: Path, cells: dict[tuple[str, str, str], str]):
+        self.path, self.cells = path, cells
+
+    def cell(self, group: str, field: str, unit: str = "") -> str:
+        key = (group, field, unit)
+        if key not in self.cells:
+            where = " / ".join(part for part in key if part)
+            raise ResultsError(f"{self.path}: a GuideLLM benchmarks.csv lacks the column {where}")
+        return self.cells[key]
+
+    def number(self, group: str, field: str, unit: str = "") -> float | None:
+        text = self.cell(group, field, unit)
+        try:
+            return float(text) if text not in ("", "None") else None
+        except ValueError:
+            raise ResultsError(f"{self.path}: {group} / {field} {unit}: {text!r} is not a number") from None
+
+    def stats_ms(self, group: str, unit: str, to_ms: float) -> dict:
+        """Our statistics (ms) of a distribution over the successful requests; all None when the file has none (it
+        leaves out a distribution whose every value is 0)."""
+        field = f"Successful {unit}"
+        if (group, field, "Mean") not in self.cells:
+            return stats_ms()
+        pct = dict(zip(CSV_PERCENTILES, self.percentiles(group, field)))
+        given = {"mean": self.number(group, field, "Mean"), "p50": self.number(group, field, "Median")}
+        given |= {"std": self.number(group, field, "Std Dev"), "min": pct["min"], "max": pct["max"]}
+        given |= {"p90": pct["p90"], "p95": pct["p95"], "p99": pct["p99"]}
+        return stats_ms(**{k: None if v is None else v * to_ms for k, v in given.items()})
+
+    def percentiles(self, group: str, field: str) -> list[float | None]:
+        """The Percentiles cell, "[min, p0.1, ..., max]" as Python writes a list of floats (None where no value)."""
+        text = self.cell(group, field, "Percentiles")
+        listed = [v.strip() for v in text.strip("[]").split(",")]
+        try:
+            values = [None if v == "None" else float(v) for v in listed]
+        except ValueError:
+            values = []
+        if len(values) != len(CSV_PERCENTILES):
+            raise ResultsError(
+                f"{self.path}: {group} / {field} / Percentiles {text!r}: not the {len(CSV_PERCENTILES)} numbers "
+                "GuideLLM writes (min, p0.1, p1, p5, p10, p25, p75, p90, p95, p99, max)"
+            )
+        return values
+
+    def mean(self, group: str, unit: str) -> float | None:
+        key = (group, f"Successful {unit}", "Mean")
+        return self.number(*key) if key in self.cells else None
+
+
+def _csv_run(path: Path, columns: CsvColumns, warnings: list[str]) -> PeerRun:
+    counts = {status: int(columns.number("Request Counts", status) or 0) for status in REQUEST_COUNTS}
+    summary = figures_summary(
+        completed=counts["Successful"],
+        failed=counts["Errored"] + counts["Incomplete"],
+        window_s=columns.number("Timings", "Duration", "Sec"),
+        requests_per_s=columns.mean("Server Throughput", "Requests/Sec"),
+        output_tokens_per_s=columns.mean("Token Throughput", "Output Tokens/Sec"),
+        total_tokens_per_s=columns.mean("Token Throughput", "Total Tokens/Sec"),
+        latencies={
+            "e2e_ms": columns.stats_ms("Request Latency", "Sec", 1e3),
+            "ttft_ms": columns.stats_ms("Time to First Token", "ms", 1.0),
+            "tpot_ms": columns.stats_ms("Inter Token Latency", "ms", 1.0),  # its ITL: our TPOT
+        },
+    )
+    summary["peer_figures"] = {"time_per_output_token_ms": columns.stats_ms("Time per Output Token", "ms", 1.0)}
+    version = _csv_version(columns)
+    arrival = columns.cells.get(("Benchmark", "Strategy", ""))
+    load = {"arrival": arrival, "num_requests": summary["requests"]["measured"]}
+    run_info = info("guidellm-run", TOOL, load=load, version=version)
+    # the line on its requests' first and last token times says nothing of a file that holds no request
+    lines = [line for line in differences() if "per-chunk" not in line]
+    lines.append(f"its CSV export holds each benchmark's statistics only: {SUMMARY_ONLY}")
+    return peer_run(path, TOOL, version, run_info, summary, differences=lines, warnings=warnings)
+
+
+def _csv_version(columns: CsvColumns) -> str:
+    """guidellm_version from the Runtime Info / Metadata cell (JSON), when the file has it."""
+    try:
+        metadata = json.loads(columns.cells.get(("Runtime Info", "Metadata", ""), "") or "{}")
+    except ValueError:
+        return "unknown"
+    return str(metadata.get("guidellm_version") or "unknown") if isinstance(metadata, dict) else "unknown"
 
 
 def _load(path: Path, obj: dict) -> PeerRun:
