@@ -1,7 +1,7 @@
 """Every file of the peer corpus (tests/fixtures/peers/manifest.yaml) through the commands: `bench report` builds a
 row for it, `bench gate` judges it against itself without a regression, `bench history add` records it, `bench
-import` writes it as a results folder of ours, and `bench select` states no SLO verdict for a file with no
-per-request samples. (Needs the glue of /tmp/h/P-requests.md in reports/load.py, history.py, select.py.)"""
+select` ranks every one and states no SLO verdict for a file with no per-request samples, and `bench import` writes
+it as a results folder of ours."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def cli(command, name: str, *args):
 
 def test_report_builds_a_row_for_every_file():
     content = build_report(FILES)
-    assert len(content.summary_rows) == len(FILES)  # 30 files, one row each
+    assert len(content.summary_rows) == len(FILES)  # one row each
     notes = " ".join(content.notes)
     assert "not established: no samples" in notes  # said of the summary-only files
 
@@ -52,7 +52,7 @@ def test_history_add_records_every_file_once(tmp_path):
     db = tmp_path / "history.db"
     first = add_runs(db, FILES, batch="night-1", commit="c1", branch="main")
     again = add_runs(db, FILES, batch="night-2", commit="c1", branch="main")
-    # one run per distinct file: the corpus' 30 files; the same bytes again are the same run
+    # one run per distinct file of the corpus; the same bytes again are the same run
     assert len(first.added) == len(FILES) and len(again.already) == len(FILES)
 
 
@@ -64,6 +64,19 @@ def test_select_states_no_slo_verdict_from_zero_samples(tmp_path):
     assert "not established: the file holds the tool's figures only" in text
     assert "its own TTFT p99 734 ms" in text  # the file's p99_ttft_ms, 734.40
     assert "not established: no request completed" in text
+
+
+def test_select_ranks_every_file_and_never_judges_zero_samples(tmp_path):
+    # the whole corpus at once: a ranked row per file, and where a file has no per-request sample (summary only, or
+    # none completed) its row says so instead of a verdict
+    selection = write_selection(FILES, tmp_path / "sel.html", slo={"ttft_ms": 1000.0})
+    assert len(selection.engines) == len(FILES)
+    text = (tmp_path / "sel.md").read_text(encoding="utf-8")
+    assert "0 of 0 requests" not in text
+    table = [line for line in text.splitlines() if line.startswith("| ") and line[2:3].isdigit()]
+    assert len(table) == len(FILES)
+    no_samples = [line for line in table if "the file holds the tool's figures only" in line]
+    assert no_samples and all("| none |" in line for line in no_samples)  # no capacity claimed from no samples
 
 
 def test_import_writes_a_results_folder_with_the_tools_figures_and_its_source(tmp_path):
