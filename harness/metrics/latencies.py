@@ -85,10 +85,11 @@ def request_latency(rec: RequestRecord) -> RequestLatency | None:
     return RequestLatency(ttft, e2e, tpot, itl_chunk, itl_token, ttft_answer)
 
 
-def items_per_s(finished: list[RequestRecord], per_s) -> float | None:
-    """Inputs embedded or documents scored per second over the window; None where no answer counted items."""
+def items_per_s(finished: list[RequestRecord], per_s) -> dict:
+    """{"items_per_s": inputs embedded or documents scored per second over the window}; {} where no answer counted
+    items (a generating API: the key is left out of summary.json, as a figure the run did not reach)."""
     items = [r.embedded_items for r in finished if r.embedded_items is not None]
-    return per_s(sum(items)) if items else None
+    return {"items_per_s": per_s(sum(items))} if items else {}
 
 
 def active_slo(slo: dict | None) -> dict:
@@ -176,7 +177,7 @@ def summarize(
             requests_per_s=per_s(len(finished)),
             output_tokens_per_s=per_s(window_tokens),
             total_tokens_per_s=per_s(window_tokens + sum(r.prompt_tokens for r in finished)),
-            items_per_s=items_per_s(finished, per_s),
+            **items_per_s(finished, per_s),
         ),
         goodput=goodput_figures(
             sum(meets_slo(lat, slo) for lat in lats), len(sampled), per_s(sum(good)), slo, confidence
