@@ -197,7 +197,8 @@ def test_bench_run_drives_each_streaming_api_against_a_launched_engine(tmp_path,
     assert summary["requests"]["completed"] == 6 and summary["output_tokens"] == 48
     records = [json.loads(line) for line in (tmp_path / "out" / "requests.jsonl").read_text().splitlines()]
     assert all(r["output_tokens_usage"] == 8 and r["server_timings"]["predicted_n"] == 8 for r in records)
-    assert summary["ttft_ms"]["p50"] > 0 and summary["tpot_ms"]["p50"] > 0
+    # a TPOT for each (8 tokens); it may be 0 where the tiny model's 8 deltas arrive in one read of the socket
+    assert summary["ttft_ms"]["p50"] > 0 and summary["tpot_ms"]["p50"] is not None
     assert "items_per_s" not in summary["throughput"]  # a generating API counts tokens, not items
 
 
