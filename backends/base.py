@@ -16,7 +16,7 @@ from pathlib import Path
 
 from backends.api_dialects import DIALECTS
 from backends.http import http_get, http_post  # noqa: F401  (re-exported: backends use them from here)
-from backends.openai import CHAT, COMPLETIONS, ParsedStream, StreamError, build_request_body, parse_sse
+from backends.openai import CHAT, COMPLETIONS, ParsedStream, StreamError, build_request_body, json_object, parse_sse
 
 NATIVE = "native"  # backend.api for an engine's own (non-OpenAI) generate endpoint
 # workload.sampling's fields (harness/scenario/sampling.py), each under the name the OpenAI-compatible servers read
@@ -177,24 +177,12 @@ def json_lines(reads: list[bytes], read_times_ns: list[int]) -> list[tuple[dict,
         *lines, pending = pending.split(b"\n")
         for line in lines:
             if line.strip():
-                out.append((_loads(line), t_ns))
+                out.append((json_object(line), t_ns))
     if pending.strip():
         cut = pending
     if cut is not None:
         try:
-            out.append((_loads(cut), read_times_ns[-1]))  # a last line without its newline
+            out.append((json_object(cut), read_times_ns[-1]))  # a last line without its newline
         except StreamError:
             raise StreamError("stream_cut", f"stream ended inside a line: {cut[:120]!r}") from None
     return out
-
-
-def _loads(line: bytes) -> dict:
-    try:
-        obj = json.loads(line)
-    except ValueError as e:
-        raise StreamError("malformed_json", f"{e}: {line[:120]!r}") from None
-    if not isinstance(obj, dict):
-        raise StreamError("malformed_json", f"expected a JSON object, got {line[:120]!r}")
-    if obj.get("error"):
-        raise StreamError("server_error_event", str(obj["error"])[:200])
-    return obj

@@ -9,9 +9,7 @@ vLLM serves it (vllm/entrypoints/pooling/embed/, `data[i].embedding`, `usage.pro
 
 from __future__ import annotations
 
-import json
-
-from backends.openai import ParsedStream, StreamError, check_field
+from backends.openai import ParsedStream, StreamError, check_field, json_object
 
 EMBEDDINGS = "embeddings"
 EMBEDDINGS_FORMAT = "OpenAI's embeddings format"
@@ -32,15 +30,7 @@ def build_embeddings_body(
 
 def parse_embeddings(reads: list[bytes], read_times_ns) -> ParsedStream:
     """The answer's items and usage; StreamError naming a field that is not OpenAI's shape."""
-    raw = b"".join(reads)
-    try:
-        obj = json.loads(raw)
-    except ValueError as e:
-        raise StreamError("malformed_json", f"{e}: {raw[:120]!r}") from None
-    if not isinstance(obj, dict):
-        raise StreamError("malformed_json", f"expected a JSON object, got {raw[:120]!r}")
-    if obj.get("error"):
-        raise StreamError("server_error_event", str(obj["error"])[:200])
+    obj = json_object(b"".join(reads))
     data, usage = obj.get("data"), obj.get("usage")
     check_field("data", data, list, EMBEDDINGS_FORMAT)
     check_field("usage", usage, dict, EMBEDDINGS_FORMAT)

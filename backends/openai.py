@@ -324,6 +324,17 @@ def _shown(value) -> str:
     return f"{text} ({kind})"
 
 
+def json_object(raw: bytes) -> dict:
+    """One whole JSON answer (a line of NDJSON, an embeddings or rerank body): an object that is no error, else
+    StreamError (malformed_json, or server_error_event with the server's error)."""
+    obj = _loads_one(raw)
+    if not isinstance(obj, dict):
+        raise StreamError("malformed_json", f"expected a JSON object, got {raw[:120]!r}")
+    if obj.get("error"):
+        raise StreamError("server_error_event", str(obj["error"])[:200])
+    return obj
+
+
 def _loads_one(payload: bytes):
     try:
         return json.loads(payload)

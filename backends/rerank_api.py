@@ -11,10 +11,9 @@ usage.total_tokens).
 
 from __future__ import annotations
 
-import json
 import math
 
-from backends.openai import ParsedStream, StreamError, check_field
+from backends.openai import ParsedStream, StreamError, check_field, json_object
 
 RERANK = "rerank"
 RERANK_FORMAT = "vLLM's rerank format"
@@ -49,15 +48,7 @@ def build_rerank_body(
 
 def parse_rerank(reads: list[bytes], read_times_ns) -> ParsedStream:
     """The scored documents and the usage; StreamError naming a field that is not vLLM's shape."""
-    raw = b"".join(reads)
-    try:
-        obj = json.loads(raw)
-    except ValueError as e:
-        raise StreamError("malformed_json", f"{e}: {raw[:120]!r}") from None
-    if not isinstance(obj, dict):
-        raise StreamError("malformed_json", f"expected a JSON object, got {raw[:120]!r}")
-    if obj.get("error"):
-        raise StreamError("server_error_event", str(obj["error"])[:200])
+    obj = json_object(b"".join(reads))
     results, usage = obj.get("results"), obj.get("usage")
     check_field("results", results, list, RERANK_FORMAT)
     check_field("usage", usage, dict, RERANK_FORMAT)
