@@ -1,5 +1,5 @@
-"""The report's table of a workload.mix: each model's (or adapter's) requests and latencies, from summary.json's
-`by_model`, a row per run and model."""
+"""The report's tables of a run's request groups: a workload.mix's models (or adapters), from summary.json's
+`by_model`, and an agentic workload's turn kinds, from `by_turn_kind`; a row per run and group."""
 
 from __future__ import annotations
 
@@ -25,14 +25,29 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
+TURN_KIND_COLUMNS = ("run", "turn kind", *MIX_COLUMNS[2:])
+TURN_KIND_NOTE = (
+    "Each kind of an agent session's turns (user, tool_result, subagent, merge; subagent_task: a sub-agent's first) "
+    "over the run's own measured window; latencies in ms from the intended send time."
+)
+
+
 def mix_rows(labelled) -> list[list[str]]:
+    return _group_rows(labelled, lambda run: run.summary.by_model)
+
+
+def turn_kind_rows(labelled) -> list[list[str]]:
+    return _group_rows(labelled, lambda run: run.summary.by_turn_kind)
+
+
+def _group_rows(labelled, groups) -> list[list[str]]:
     rows = []
     for label, run in labelled:
-        for model, f in (run.summary.by_model or {}).items():
+        for name, f in (groups(run) or {}).items():
             rows.append(
                 [
                     label,
-                    model,
+                    name,
                     str(f.requests),
                     str(f.failed),
                     f"{f.requests_per_s:.2f}",

@@ -27,6 +27,8 @@ from backends.openai import StreamError
 from harness.client.stamped_http import HttpStreamError, StampedClient, choose_stamps, too_large_detail
 from harness.limits import DEFAULT_MAX_RESPONSE_BYTES
 from harness.results.folder import RequestRecord
+from harness.scenario.agentic import assistant_message as agent_answer_message
+from harness.scenario.agentic import turn_messages as agent_turn_messages
 from harness.scenario.answers import keep_answer
 from harness.scenario.sampling import request_sampling
 
@@ -158,14 +160,31 @@ def collect_young() -> None:
 
 
 def group_jobs(requests) -> list[list]:
-    """Single requests are one-turn jobs; the turns of a session run in order as one job."""
+    """Single requests are one-turn jobs; the turns of a session run in order as one job, its sub-agents' sessions
+    (agentic) in the same job after its own turns."""
+    sessions = {s.session_id for s in requests}
+    parents = {s.session_id: s.parent_session_id for s in requests if getattr(s, "parent_session_id", None) in sessions}
+
+    def root(session_id: int) -> int:
+        while session_id in parents:
+            session_id = parents[session_id]
+        return session_id
+
     jobs: dict = {}
     for spec in requests:
-        key = ("s", spec.session_id) if spec.session_id is not None else ("r", spec.index)
+        key = ("s", root(spec.session_id)) if spec.session_id is not None else ("r", spec.index)
         jobs.setdefault(key, []).append(spec)
-    out = [sorted(turns, key=lambda s: s.turn_index) for turns in jobs.values()]
+    out = [
+        sorted(turns, key=lambda s: (s.session_id != key[1], s.session_id, s.turn_index)) for key, turns in jobs.items()
+    ]
     out.sort(key=lambda turns: (turns[0].intended_offset_s is None, turns[0].intended_offset_s or 0.0, turns[0].index))
     return out
+
+
+def _unrun(own: list, spawned: dict[int, list[list]], first: int, first_spawner: int) -> list:
+    """An agent session's turns from its `first` on, and the sub-agents its turns from `first_spawner` on start."""
+    spawners = {spec.turn_index for spec in own[first_spawner:]}
+    return own[first:] + [s for turn, kids in spawned.items() if turn in spawners for kid in kids for s in kid]
 
 
 async def _note_request_written(session, ctx, params) -> None:
@@ -450,6 +469,8 @@ class Runner:
     async def _run_job(self, turns: list, first_due_ns: int, then=None) -> int:
         """Runs a request or a session's turns; returns when (perf_counter_ns) the last one ended. `then`: the
         stamped client calls it with the last turn's answer as it completes."""
+        if getattr(turns[0], "turn_kind", None) is not None:  # an agent session, its sub-agents with it
+            return (await self._run_agent(turns, first_due_ns))[0]
         history: list[dict] = []
         due_ns = first_due_ns
         prev_end_ns = first_due_ns  # set by each turn's request; read only from the second turn on
@@ -476,6 +497,53 @@ class Runner:
             history = (messages or own_messages(spec)) + [{"role": "assistant", "content": answer}]
         return prev_end_ns
 
+    async def _run_agent(self, job: list, first_due_ns: int) -> tuple[int, str | None]:
+        """An agent session (harness/scenario/agentic.py): its own turns in order, each due its delay after the
+        previous answer ended; the sub-agents a turn's answer starts run in parallel, each due its delay after that
+        answer ended, and the next turn waits for the last of them. Returns (when it ended, its last answer; None
+        when a turn failed)."""
+        own = [s for s in job if s.session_id == job[0].session_id]
+        spawned: dict[int, list[list]] = {}
+        for child in group_jobs([s for s in job if s.session_id != job[0].session_id]):  # its sub-agents' jobs
+            spawned.setdefault(child[0].parent_turn, []).append(child)
+        history: list[dict] = []
+        due_ns = end_ns = first_due_ns
+        answers: list[str] = []
+        for n, spec in enumerate(own):
+            if n > 0:
+                due_ns = end_ns + int(spec.think_time_s * 1e9)
+                await sleep_until(due_ns)
+                if self.stop.is_set():
+                    return end_ns, None
+            messages = agent_turn_messages(history, spec, own[n - 1] if n else None, answers)
+            rec, answer, end_ns = await self._request(spec, due_ns, messages, need_answer=True)
+            children = spawned.get(spec.turn_index, [])
+            if rec.ok and children:
+                ran = await asyncio.gather(
+                    *(self._run_agent(child, end_ns + int(child[0].think_time_s * 1e9)) for child in children)
+                )
+                end_ns = max([end_ns] + [child_end for child_end, _ in ran])
+                answers = [child_answer for _, child_answer in ran]
+                lost = sum(a is None for a in answers)
+                if lost:
+                    if not self.stop.is_set():  # stopped: what was not sent has no record, as in any session
+                        later = _unrun(own, spawned, n + 1, n + 1)
+                        self._skip(later, end_ns, f"{lost} of the {len(children)} sub-agents of turn {n} failed")
+                    return end_ns, None
+            if not rec.ok:
+                self._skip(_unrun(own, spawned, n + 1, n), end_ns, f"turn {spec.turn_index} failed: {rec.error_reason}")
+                return end_ns, None
+            following = own[n + 1] if n + 1 < len(own) else None
+            history = messages + [agent_answer_message(spec, answer, following, len(children))]
+        return end_ns, answer
+
+    def _skip(self, specs: list, end_ns: int, detail: str) -> None:
+        """A failed record for each turn a session cannot go on to without an answer it lost."""
+        for later in specs:
+            skipped = self._new_record(later, end_ns)
+            skipped.fail("previous_turn_failed", detail)
+            self._finish(skipped)
+
     def _new_record(self, spec, due_ns: int) -> RequestRecord:
         return RequestRecord(
             index=spec.index,
@@ -485,6 +553,8 @@ class Runner:
             session_id=spec.session_id,
             turn_index=spec.turn_index,
             model=spec.model,
+            turn_kind=getattr(spec, "turn_kind", None),
+            parent_session_id=getattr(spec, "parent_session_id", None),
         )
 
     def _finish(self, rec: RequestRecord) -> None:

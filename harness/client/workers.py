@@ -159,6 +159,8 @@ def lost_records(
             session_id=spec.session_id,
             turn_index=spec.turn_index,
             model=spec.model,
+            turn_kind=spec.turn_kind,
+            parent_session_id=spec.parent_session_id,
         )
         rec.end_s = max(lost_at_s, rec.intended_send_s)
         rec.fail(reason, detail)

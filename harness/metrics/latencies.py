@@ -191,6 +191,7 @@ def summarize(
         ),
         **_latencies(lats, samples_s, done),
         **_by_model(measured, window, latency_of, per_s),
+        **_by_turn_kind(measured, window, latency_of, per_s),
         **_client_lags(measured, loop_lag_s),
         concurrency=concurrency_profile(measured),
         percentile_ci=latency_intervals(samples_s, confidence or DEFAULT_CONFIDENCE),
@@ -214,12 +215,23 @@ def _latencies(lats: list, samples_s: dict, done: list[RequestRecord]) -> dict[s
 
 def _by_model(measured: list[RequestRecord], window, latency_of: dict, per_s) -> dict:
     """{"by_model": each model's figures} for a run whose requests named their model (workload.mix); {} otherwise."""
-    names = sorted({r.model for r in measured if r.model is not None})
-    if not names:
-        return {}
+    figures = _by_group(measured, window, latency_of, per_s, lambda r: r.model)
+    return {"by_model": figures} if figures else {}
+
+
+def _by_turn_kind(measured: list[RequestRecord], window, latency_of: dict, per_s) -> dict:
+    """{"by_turn_kind": each kind's figures} for an agentic run (user, tool_result, subagent, merge,
+    subagent_task turns); {} otherwise."""
+    figures = _by_group(measured, window, latency_of, per_s, lambda r: getattr(r, "turn_kind", None))
+    return {"by_turn_kind": figures} if figures else {}
+
+
+def _by_group(measured: list[RequestRecord], window, latency_of: dict, per_s, key) -> dict[str, ModelFigures]:
+    """Each group's figures by name (`key` of a record: its group, or None for none), over the run's window."""
+    names = sorted({name for r in measured if (name := key(r)) is not None})
     figures = {}
     for name in names:
-        mine = [r for r in measured if r.model == name]
+        mine = [r for r in measured if key(r) == name]
         done = [r for r in mine if r.ok]
         lats = [lat for r in done if window.sent_inside(r) and (lat := latency_of[id(r)]) is not None]
         samples_s = latency_samples_s(lats)
@@ -228,9 +240,9 @@ def _by_model(measured: list[RequestRecord], window, latency_of: dict, per_s) ->
             completed=len(done),
             failed=len(mine) - len(done),
             requests_per_s=per_s(sum(window.ended_inside(r) for r in done)),
-            **{key: describe(samples_s[key]) for key in INTERVAL_METRICS},
+            **{metric: describe(samples_s[metric]) for metric in INTERVAL_METRICS},
         )
-    return {"by_model": figures}
+    return figures
 
 
 def _client_lags(measured: list[RequestRecord], loop_lag_s: list[float] | None) -> dict[str, Stats]:

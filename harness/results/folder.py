@@ -97,6 +97,10 @@ class RequestRecord:
     # token times, so no TTFT, ITL or TPOT, only its E2E (send to the answer's last byte, end_s)
     embedded_items: int | None = None
     model: str | None = None  # the model the request asked for, where workload.mix chose it (None: backend.model)
+    # agentic sessions (harness/scenario/agentic.py): the turn's kind (user, tool_result, subagent, merge,
+    # subagent_task) and, for a sub-agent's turn, the session that started it
+    turn_kind: str | None = None
+    parent_session_id: int | None = None
 
     @property
     def ok(self) -> bool:

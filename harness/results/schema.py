@@ -21,7 +21,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-SCHEMA_VERSION = "1.1"  # 1.1: a request's embedded_items and model, the summary's items_per_s and by_model
+# 1.1: a request's embedded_items and model, the summary's items_per_s and by_model; 1.2: a request's turn_kind and
+# parent_session_id, the summary's by_turn_kind (agentic sessions)
+SCHEMA_VERSION = "1.2"
 # what a folder written before the schema (no schema_version key) is read as
 PRE_SCHEMA_VERSION = "0"
 
@@ -135,8 +137,9 @@ class PercentileCI(Closed):
 
 
 class ModelFigures(Closed):
-    """One side of a workload.mix (summary.json `by_model`): its requests, and its latencies over the run's own
-    measured window (the requests of this model sent inside it), from each request's intended send time."""
+    """One group of a run's requests: a side of a workload.mix (summary.json `by_model`) or a turn kind of an agentic
+    workload (`by_turn_kind`): its requests, and its latencies over the run's own measured window (the requests of
+    the group sent inside it), from each request's intended send time."""
 
     requests: int
     completed: int
@@ -169,6 +172,8 @@ class RequestFigures(Closed):
     reasoning_tokens: int
     # workload.mix: each model's figures by name (a key only where the run had a mix)
     by_model: dict[str, ModelFigures] | None = None
+    # workload.kind agentic: each turn kind's figures (user, tool_result, subagent, merge, subagent_task)
+    by_turn_kind: dict[str, ModelFigures] | None = None
     itl_ms: Stats
     itl_chunk_ms: Stats
     tpot_ms: Stats

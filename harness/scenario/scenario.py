@@ -306,6 +306,24 @@ class ModelShare(Strict):
     weight: float = Field(gt=0, le=1e6)
 
 
+class AgenticConfig(Strict):
+    """workload.kind agentic (harness/scenario/agentic.py): the shape of an agent's session. `turns` are the parent's
+    turns in order: `user` (a task), `tool_result` (the tool call the previous answer made, answered after
+    tool_delay_s), `subagent` (its answer starts fan_out child sessions of subagent_turns turns each, run in
+    parallel) and `merge` (the turn after them, carrying the children's answers). Every session opens with the same
+    system prompt of system_prompt_tokens, so the engine's prefix cache can serve it."""
+
+    system_prompt_tokens: int = Field(default=256, ge=0, le=MAX_TOKENS_PER_REQUEST, description="tokens")
+    turns: list[Literal["user", "tool_result", "subagent", "merge"]] = Field(
+        default=["user", "tool_result", "subagent", "merge", "tool_result"], min_length=1, max_length=1000
+    )
+    tool_result_tokens: TokenLength = Dist(dist="fixed", mean=64)
+    tool_delay_s: Seconds = Dist(dist="fixed", mean=0.0)
+    think_time_s: Seconds = Dist(dist="fixed", mean=0.0)
+    fan_out: int = Field(default=4, ge=1, le=64)
+    subagent_turns: int = Field(default=2, ge=1, le=1000)
+
+
 class WorkloadConfig(Strict):
     kind: str = "random"  # a name in harness.scenario.workload_kinds.WORKLOADS
     input_tokens: TokenLength = Dist(dist="fixed", mean=256)  # shared_prefix: the unique suffix; repeat: the passage
@@ -324,6 +342,7 @@ class WorkloadConfig(Strict):
     record_outputs: Literal["text", "hash", "none"] = "hash"
     # traffic split over models or adapters by weight (a session stays on one); the summary reports each apart
     mix: list[ModelShare] | None = None
+    agentic: AgenticConfig | None = None  # workload.kind agentic: the sessions' turns, tools and sub-agents
 
     @field_validator("mix")
     @classmethod
@@ -376,7 +395,7 @@ class LoadConfig(Strict):
     burstiness: float = Field(default=1.0, gt=0, le=1e6)  # gamma shape: 1 = Poisson, < 1 burstier
     concurrency: int | None = Field(default=None, ge=1, le=MAX_CONCURRENCY, description="requests in flight")
     trace: str | None = None
-    trace_format: Literal["auto", "mooncake", "azure", "burstgpt"] = "auto"
+    trace_format: Literal["auto", "mooncake", "azure", "burstgpt", "weka"] = "auto"
     trace_block_size: int = Field(
         default=512, ge=1, le=MAX_TOKENS_PER_REQUEST, description="tokens per Mooncake hash_id block"
     )
@@ -601,6 +620,8 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _workload_fits_load(self) -> Scenario:
+        if self.workload.kind == "agentic" or self.load.trace_format == "weka":
+            self._check_agentic()
         if self.workload.kind == "multi_turn" and self.load.process.paced_by == "trace":
             raise ScenarioError(
                 f"load.arrival: {self.load.arrival} does not combine with workload.kind multi_turn; "
@@ -627,6 +648,20 @@ class Scenario(Strict):
         except ValueError as e:
             raise ScenarioError(str(e)) from None
         return self
+
+    def _check_agentic(self) -> None:
+        """An agentic session sends chat messages (a system prompt, tool calls and results); a WEKA trace holds
+        agentic sessions, which only workload.kind agentic replays."""
+        if self.load.trace_format == "weka" and self.workload.kind != "agentic":
+            raise ScenarioError(
+                f"load.trace_format: weka holds agentic sessions (tool turns, sub-agents); set workload.kind to "
+                f"agentic to replay them (kind is {self.workload.kind})"
+            )
+        if self.backend.api != "chat":
+            raise ScenarioError(
+                f"backend.api: workload.kind agentic sends chat messages (a system prompt, tool calls and tool "
+                f"results); set backend.api to chat (it is {self.backend.api})"
+            )
 
     def _check_api(self) -> None:
         """An embeddings or rerank answer holds no text, so no session can go on from it."""

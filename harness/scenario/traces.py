@@ -81,6 +81,8 @@ def load_trace(path: str | Path, trace_format: str = "auto", warnings: list[str]
     if trace_format == "auto":
         trace_format = detect_format(path)
     readers = {"mooncake": _read_mooncake, "azure": _read_azure, "burstgpt": _read_burstgpt}
+    if trace_format == "weka":  # sessions, not requests: harness/scenario/agentic_trace.py reads them
+        raise ScenarioError("load.trace_format: weka traces hold agentic sessions; set workload.kind to agentic")
     if trace_format not in readers:
         raise ScenarioError(
             f"load.trace_format: {trace_format!r} is not valid: must be auto or one of {', '.join(TRACE_FORMATS)}"

@@ -43,12 +43,15 @@ class RequestSpec:
     intended_offset_s: float | None  # seconds after run start; None = closed loop or a later turn
     session_id: int | None = None  # multi_turn: turns of one session share it
     turn_index: int = 0
-    think_time_s: float = 0.0  # multi_turn turn > 0: wait after the previous turn's answer
+    think_time_s: float = 0.0  # a later turn (or a sub-agent's first): wait after the previous (spawning) answer
     is_warmup: bool = False
     extra_body: dict | None = None  # merged into the request body (structured: response_format)
     expected: str | None = None  # a known answer (harness/scenario/answers.py): the passage to copy, or a file row's
     expected_match: str = "exact"  # how the answer is scored against it: exact | regex | copy
     model: str | None = None  # the model this request asks for (workload.mix); None: backend.model
+    turn_kind: str | None = None  # agentic: user | tool_result | subagent | merge | subagent_task
+    parent_session_id: int | None = None  # agentic: a sub-agent's parent session
+    parent_turn: int | None = None  # agentic: the parent's turn whose answer starts this sub-agent
 
 
 @dataclass

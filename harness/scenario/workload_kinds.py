@@ -20,6 +20,7 @@ WORKLOADS = {
     "file": "harness.scenario.workload:FileWorkload",
     "repeat": "harness.scenario.workload:RepeatWorkload",
     "structured": "harness.scenario.workload:StructuredWorkload",
+    "agentic": "harness.scenario.agentic:AgenticWorkload",
 }
 
 
