@@ -110,7 +110,9 @@ def parse_sse(reads: list[bytes], read_times_ns: list[int]) -> ParsedStream:
     usage in token chunks (vLLM's continuous_usage_stats), whose delta then counts, or its final usage
     counts more tokens than came chunks (spread_usage).
     A chat chunk whose delta carries only reasoning (REASONING_FIELDS) is a token too, counted
-    in reasoning_tokens; its text is not part of the answer's.
+    in reasoning_tokens; its text is not part of the answer's. A chunk with a `tool_calls` delta (a call's
+    header, then its arguments in fragments, as vLLM streams them) is an answer token, its first one TTFT;
+    the call's name and arguments weigh the chunk (spread_usage) but are not the answer's text.
     """
     out = ParsedStream()
     payloads, payload_times = sse_payloads(reads, read_times_ns, out)
@@ -126,11 +128,11 @@ def parse_sse(reads: list[bytes], read_times_ns: list[int]) -> ParsedStream:
         usage = obj.get("usage")
         if obj.get("timings"):  # llama-server: prompt_ms, predicted_ms, ... on the last chunk
             out.server_timings = obj["timings"]
-        text, thought = _event_pieces(obj, out)
+        text, thought, call = _event_pieces(obj, out)
         if usage:
             out.usage_completion_tokens = usage.get("completion_tokens")
             out.usage_prompt_tokens = usage.get("prompt_tokens")
-        if not text and not thought:
+        if not text and not thought and call is None:
             continue
         tokens = 1
         # a count that is not a number is not subtracted (RequestRecord.take_stream names it: bad_usage)
@@ -141,8 +143,8 @@ def parse_sse(reads: list[bytes], read_times_ns: list[int]) -> ParsedStream:
             last_usage_tokens += 1
         out.token_times_ns.append(t_ns)
         out.tokens_per_chunk.append(tokens)
-        chunk_texts.append(text + thought)
-        if text:
+        chunk_texts.append(text + thought + (call or ""))
+        if text or call is not None:
             texts.append(text)
             if out.first_answer_chunk is None:
                 out.first_answer_chunk = len(out.token_times_ns) - 1
@@ -165,12 +167,14 @@ def _decoded(payloads: list[bytes]) -> list:
     return objs
 
 
-def _event_pieces(obj: dict, out: ParsedStream) -> tuple[str, str]:
-    """(answer text, thinking text) of one event's choices: a chat `delta`'s content and reasoning, or a completion's
-    `text`; a choice's finish_reason goes into `out`. Each value is checked for OpenAI's type as it is read, with
-    type() alone (naming each field as it was checked made parsing a stream 3x slower); an event with a value of
-    another type is named by check_event_shape (StreamError)."""
+def _event_pieces(obj: dict, out: ParsedStream) -> tuple[str, str, str | None]:
+    """(answer text, thinking text, tool-call text or None) of one event's choices: a chat `delta`'s content,
+    reasoning and tool_calls (each call's name and arguments), or a completion's `text`; a choice's finish_reason
+    goes into `out`. Each value is checked for OpenAI's type as it is read, with type() alone (naming each field as
+    it was checked made parsing a stream 3x slower); an event with a value of another type is named by
+    check_event_shape (StreamError)."""
     text = thought = ""
+    call = None
     for c in obj.get("choices") or ():
         if type(c) is not dict:
             check_event_shape(obj)
@@ -192,11 +196,30 @@ def _event_pieces(obj: dict, out: ParsedStream) -> tuple[str, str]:
                 check_event_shape(obj)
             text += content or ""
             thought += (reasoning_content or "") + (reasoning or "")
+            tool_calls = delta.get("tool_calls")
+            if tool_calls:
+                call = (call or "") + _tool_call_text(tool_calls, obj)
         else:
             text += completion or ""
         if finish:
             out.finish_reason = finish
-    return text, thought
+    return text, thought, call
+
+
+def _tool_call_text(tool_calls, obj: dict) -> str:
+    """The names and argument fragments of a delta's tool_calls (OpenAI's shape, else check_event_shape names it)."""
+    if type(tool_calls) is not list:
+        check_event_shape(obj)
+    pieces = []
+    for tool_call in tool_calls:
+        function = tool_call.get("function") if type(tool_call) is dict else None
+        if type(tool_call) is not dict or not (function is None or type(function) is dict):
+            check_event_shape(obj)
+        name, arguments = (function or {}).get("name"), (function or {}).get("arguments")
+        if not (_is_text(name) and _is_text(arguments)):
+            check_event_shape(obj)
+        pieces.append((name or "") + (arguments or ""))
+    return "".join(pieces)
 
 
 def _is_text(value) -> bool:
@@ -281,12 +304,24 @@ def check_event_shape(obj: dict) -> None:
         check_field(f"choices[{i}].delta", delta, dict)
         for name in ("content", *REASONING_FIELDS):
             check_field(f"choices[{i}].delta.{name}", (delta or {}).get(name), str)
+        check_tool_calls_shape(f"choices[{i}].delta.tool_calls", (delta or {}).get("tool_calls"))
     check_field("usage", obj.get("usage"), dict)  # its counts: RequestRecord.take_stream (bad_usage)
     check_field("model", obj.get("model"), str)
     timings = obj.get("timings")
     check_field("timings", timings, dict)
     for name in NUMERIC_TIMINGS:
         check_field(f"timings.{name}", (timings or {}).get(name), float)
+
+
+def check_tool_calls_shape(path: str, tool_calls) -> None:
+    check_field(path, tool_calls, list)
+    for j, tool_call in enumerate(tool_calls or ()):
+        if not isinstance(tool_call, dict):
+            malformed(f"{path}[{j}]", tool_call, dict)
+        function = tool_call.get("function")
+        check_field(f"{path}[{j}].function", function, dict)
+        for name in ("name", "arguments"):
+            check_field(f"{path}[{j}].function.{name}", (function or {}).get(name), str)
 
 
 KINDS = {

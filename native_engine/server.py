@@ -32,6 +32,17 @@ from native_engine.request_output import RequestOutput
 from native_engine.rerank import rerank_answer, rerank_items
 from native_engine.scheduler import QueueFullError
 from native_engine.sequence import SamplingParams
+from native_engine.tool_calls import (
+    ToolCallError,
+    ToolCallReader,
+    ToolRequest,
+    assistant_calls_text,
+    check_tool_message,
+    tool_grammar,
+    tool_request,
+    tool_schema_grammars,
+    with_tools,
+)
 from native_engine.translated_chat import FieldError, renamed
 
 SYSTEM_FINGERPRINT = "native-0.1.0"
@@ -145,11 +156,15 @@ NEUTRAL_VALUES = {
     "tool_choice": (None, "auto", "none"),  # with no tools, "auto" calls none
     "function_call": (None, "auto", "none"),
 }
+# what the chat endpoint serves of them (native_engine/tool_calls.py); /v1/completions refuses them
+CHAT_TOOL_FIELDS = ("tools", "tool_choice")
 
 
-def check_unsupported(body: dict) -> None:
+def check_unsupported(body: dict, chat: bool) -> None:
     """Options this engine does not implement are refused unless they ask for nothing (NEUTRAL_VALUES)."""
     for name, allowed in NEUTRAL_VALUES.items():
+        if chat and name in CHAT_TOOL_FIELDS:
+            continue
         value = body.get(name)
         if not any(value is a or type(value) is type(a) and value == a for a in allowed):
             raise RequestError(
@@ -232,22 +247,45 @@ def message_text(i: int, content) -> str:
     return content
 
 
+def request_tools(body: dict) -> ToolRequest | None:
+    """A chat request's tools and tool_choice (native_engine/tool_calls.py), None without tools."""
+    try:
+        return tool_request(body)
+    except ToolCallError as exc:
+        raise RequestError(exc.message, exc.param) from None
+
+
+def flat_message(i: int, m, engine: LLMEngine, call_ids: set[str]) -> dict:
+    """One message as {role, content} text: an assistant's tool_calls written after its content
+    (tool_calls.py), a tool result checked against the calls before it (call_ids)."""
+    if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+        raise RequestError(f"messages[{i}] must have a string role and string content", "messages")
+    if engine.tokenizer.control_tokens_in(m["role"]):
+        raise RequestError(
+            f"messages[{i}].role must be a role name (user, assistant, system, tool), got {json.dumps(m['role'])[:40]}",
+            "messages",
+        )
+    try:
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            calls = assistant_calls_text(i, m["tool_calls"], call_ids)
+            text = "" if m.get("content") is None else message_text(i, m["content"])
+            return {"role": "assistant", "content": f"{text}\n{calls}" if text else calls}
+        if m["role"] == "tool":
+            check_tool_message(i, m, call_ids)
+    except ToolCallError as exc:
+        raise RequestError(exc.message, exc.param) from None
+    return {"role": m["role"], "content": message_text(i, m.get("content"))}
+
+
 def chat_prompt_ids(body: dict, engine: LLMEngine) -> list[int]:
     """Blocking (renders and tokenizes): call it off the event loop. Control tokens come only
     from the chat template; message text that spells one is tokenized as plain text."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError('messages is required: a non-empty list of {"role", "content"}', "messages")
-    flat = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise RequestError(f"messages[{i}] must have a string role and string content", "messages")
-        if engine.tokenizer.control_tokens_in(m["role"]):
-            raise RequestError(
-                f"messages[{i}].role must be a role name (user, assistant, system), got {json.dumps(m['role'])[:40]}",
-                "messages",
-            )
-        flat.append({"role": m["role"], "content": message_text(i, m.get("content"))})
+    call_ids: set[str] = set()
+    flat = [flat_message(i, m, engine, call_ids) for i, m in enumerate(messages)]
+    flat = with_tools(flat, request_tools(body))
     check_text_fits(engine, sum(len(m["content"]) for m in flat), "messages")
     try:
         return engine.tokenizer.encode_chat(flat, add_generation_prompt=True)
@@ -305,15 +343,38 @@ def sampling_params(
         raise RequestError(str(exc), str(exc).split(":")[0]) from None
 
 
-async def output_grammar(body: dict, engine: LLMEngine) -> Grammar | None:
-    """response_format / guided_json / guided_regex, compiled and started once to refuse what cannot run."""
+async def output_grammar(body: dict, engine: LLMEngine, tools: ToolRequest | None) -> Grammar | None:
+    """response_format / guided_json / guided_regex, or tool_choice's grammar (tool_calls.py), compiled and
+    started once to refuse what cannot run."""
     try:
         grammar = grammar_from_request(body)
+        if tools is not None and tools.choice != "none":
+            if grammar is not None:
+                raise RequestError(
+                    f"{grammar.param} and tools with tool_choice {tools.choice!r} each constrain the answer; "
+                    'send one (tool_choice "none" keeps the tools and lets response_format shape the text)',
+                    grammar.param,
+                )
+            await asyncio.to_thread(check_tool_schemas, engine, tools)
+            grammar = tool_grammar(tools)
         if grammar is not None:
             await asyncio.to_thread(engine.guided.check, grammar)  # off the loop: a large schema takes a while
         return grammar
     except GrammarError as exc:
         raise RequestError(str(exc), exc.param) from None
+
+
+def check_tool_schemas(engine: LLMEngine, tools: ToolRequest) -> None:
+    """Each tool's parameters compiled alone, so a schema llguidance cannot use is named by its index."""
+    for grammar in tool_schema_grammars(tools):
+        try:
+            engine.guided.check(grammar)
+        except (GrammarError, ValueError) as exc:
+            reason = exc.message if isinstance(exc, GrammarError) else str(exc)
+            raise RequestError(
+                f"{grammar.param} is not a JSON schema this engine can constrain to ({reason}); fix that schema",
+                "tools",
+            ) from None
 
 
 # stream_options keys: include_usage (a last chunk with the usage); vLLM's continuous_usage_stats (the usage in
@@ -429,6 +490,7 @@ class StartedRequest:
     streaming: bool
     include_usage: bool
     handoff: dict  # open_stream's disaggregation arguments (export_kv_to, handoff, handoff_timings)
+    tools: ToolRequest | None = None  # a chat request whose answer may be a tool call (read by ToolCallReader)
     prompt_tokens: int = 0  # the prompt's length (the Messages API's message_start reports it before any token)
 
 
@@ -460,7 +522,8 @@ async def start_request(
     engine = engine_thread.engine
     body = await read_json(request) if body is None else body
     check_model(body, request.app[NAMES_KEY])
-    check_unsupported(body)
+    check_unsupported(body, chat)
+    tools = request_tools(body) if chat else None
     kv_transfer = kv_transfer_field(body, engine)
     prompt_ids, prompt_field, handoff = await request_prompt(body, engine, chat, kv_transfer)
     params = sampling_params(
@@ -471,7 +534,7 @@ async def start_request(
         prompt_field,
         engine.model_config.vocab_size,
     )
-    params.grammar = await output_grammar(body, engine)
+    params.grammar = await output_grammar(body, engine, tools)
     streaming = typed(body, "stream", (bool,), False, "true or false")
     include_usage = stream_options_include_usage(body)
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}"
@@ -495,6 +558,7 @@ async def start_request(
         include_usage=include_usage,
         handoff=handoff,
         prompt_tokens=len(prompt_ids),
+        tools=tools if tools is not None and tools.choice != "none" else None,
     )
 
 
@@ -528,7 +592,12 @@ async def whole_response(started: StartedRequest, head: dict, chat: bool) -> web
         "finish_reason": last.finish_reason,
         "stop_reason": last.stop_reason,
     }
-    if chat:
+    if chat and started.tools is not None:
+        reader = ToolCallReader(started.tools)
+        reader.feed(text)
+        reader.finish()
+        choice["message"], choice["finish_reason"] = reader.message(), reader.finish_reason(last.finish_reason)
+    elif chat:
         choice["message"] = {"role": "assistant", "content": text, "tool_calls": []}
     else:
         choice = {
@@ -555,6 +624,31 @@ async def stream_response(request: web.Request, started: StartedRequest, head: d
     if chat:
         first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
         await response.write(sse({**head, "choices": [first], "prompt_token_ids": None, "prompt_text": None}))
+    if started.tools is not None:
+        await write_tool_call_events(response, started, head)
+    else:
+        await write_token_events(response, started, head, chat)
+    await response.write(sse(b"[DONE]"))
+    await response.write_eof()
+    return response
+
+
+def last_chunk_extra(started: StartedRequest, out: RequestOutput) -> dict:
+    extra = {"timings": out.timings} if out.timings else {}  # like llama-server's: the engine's own account
+    if not started.include_usage:
+        extra["system_fingerprint"] = SYSTEM_FINGERPRINT
+    return extra
+
+
+async def write_usage_event(response: web.StreamResponse, started: StartedRequest, head: dict, out) -> None:
+    if started.include_usage:
+        await response.write(
+            sse({**head, "choices": [], "usage": usage(out), "system_fingerprint": SYSTEM_FINGERPRINT})
+        )
+
+
+async def write_token_events(response: web.StreamResponse, started: StartedRequest, head: dict, chat: bool) -> None:
+    """A text answer: one event a token with text, the last with finish_reason (then the usage)."""
     events = TokenEvents(head, chat)
     async for out in started.stream:
         if not out.new_text and not out.finished:
@@ -562,17 +656,37 @@ async def stream_response(request: web.Request, started: StartedRequest, head: d
         if not out.finished:
             await response.write(events.token_event(out))
             continue
-        extra = {"timings": out.timings} if out.timings else {}  # like llama-server's: the engine's own account
-        if not started.include_usage:
-            extra["system_fingerprint"] = SYSTEM_FINGERPRINT
-        await response.write(events.chunk_event(out, out.new_text, **extra))
-        if started.include_usage:
-            await response.write(
-                sse({**head, "choices": [], "usage": usage(out), "system_fingerprint": SYSTEM_FINGERPRINT})
-            )
-    await response.write(sse(b"[DONE]"))
-    await response.write_eof()
-    return response
+        await response.write(events.chunk_event(out, out.new_text, **last_chunk_extra(started, out)))
+        await write_usage_event(response, started, head, out)
+
+
+async def write_tool_call_events(response: web.StreamResponse, started: StartedRequest, head: dict) -> None:
+    """An answer that may be a tool call (tool_calls.py): content or tool_calls deltas as the reader releases
+    them, the last event with finish_reason ("tool_calls" for a whole call), then the usage."""
+    reader = ToolCallReader(started.tools)
+
+    def event(delta: dict, finish: dict | None = None, **extra) -> bytes:
+        choice = {
+            "index": 0,
+            "delta": delta,
+            "logprobs": None,
+            **(finish or {"finish_reason": None}),
+            "token_ids": None,
+        }
+        return sse({**head, "choices": [choice], **extra})
+
+    async for out in started.stream:
+        deltas = reader.feed(out.new_text)
+        if not out.finished:
+            for delta in deltas:
+                await response.write(event(delta))
+            continue
+        deltas += reader.finish()
+        for delta in deltas[:-1]:
+            await response.write(event(delta))
+        finish = {"finish_reason": reader.finish_reason(out.finish_reason), "stop_reason": out.stop_reason}
+        await response.write(event(deltas[-1] if deltas else {}, finish, **last_chunk_extra(started, out)))
+        await write_usage_event(response, started, head, out)
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
