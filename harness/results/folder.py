@@ -25,6 +25,7 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
+import orjson
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from harness.limits import MAX_TOKENS_PER_REQUEST, is_token_count
@@ -167,8 +168,10 @@ class RequestRecord:
 
     def to_json(self) -> str:
         # vars, not asdict: the fields are flat (lists of numbers, one dict of numbers), and asdict's deep
-        # copy of every token time cost ~1 ms a record (bench plan writes 100,000 of them)
-        return json.dumps(vars(self), separators=(",", ":"))
+        # copy of every token time cost ~1 ms a record (bench plan writes 100,000 of them). orjson, not json: the
+        # same compact JSON (shortest floats that read back equal) ~10x faster on 128 token times (20 against
+        # 214 us a record here), and a NaN becomes null, not json's invalid NaN; numpy numbers as numbers.
+        return orjson.dumps(vars(self), option=orjson.OPT_SERIALIZE_NUMPY).decode()
 
     @classmethod
     def from_dict(cls, d: dict) -> RequestRecord:
