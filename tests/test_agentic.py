@@ -257,3 +257,19 @@ def test_a_failed_turn_leaves_a_record_for_every_turn_and_sub_agent_it_cut_off(s
     rest = [r for r in outcome.records if r not in firsts]
     assert {r.error_reason for r in rest} == {"previous_turn_failed"}
     assert {r.turn_kind for r in rest} == {"tool_result", "subagent", "merge", "subagent_task"}
+
+
+def test_bench_plan_refuses_an_agentic_workload_naming_what_it_cannot_simulate(tmp_path):
+    """The planner's sessions are chains of turns; an agent's fan-out and tool-result turns are not simulated, and a
+    plan must say so rather than fail on the turns whose text comes from answers."""
+    result = bench(
+        "plan",
+        "scenarios/agentic.yaml",
+        "--set",
+        "plan={model: llama-3.1-8b, hardware: H100-SXM, step_model: roofline}",
+        "--output",
+        tmp_path / "plan",
+    )
+    assert result.returncode != 0
+    assert "workload.kind: agentic is not simulated by bench plan" in " ".join((result.stdout + result.stderr).split())
+    assert not (tmp_path / "plan" / "requests.jsonl").exists()

@@ -206,6 +206,12 @@ def _step_model(scenario: Scenario, deployment: Deployment) -> tuple[StepModel, 
     from harness.plan.roofline_scenario import roofline_memory, roofline_step_model  # planroof's
 
     model = roofline_step_model(scenario)
+    spread = model.expert_gpus // model.tp  # replicas whose GPUs share one set of experts (expert parallelism)
+    if deployment.replicas % spread:
+        raise ValueError(
+            f"plan.expert_parallel {model.ep} spreads the experts over {spread} replicas of tensor parallel "
+            f"{model.tp}: give a multiple of {spread} replicas (plan.replicas), not {deployment.replicas}"
+        )
     # on a GPU the KV blocks are what its memory leaves after the weights, not the launch args' CPU-sized cache
     memory = roofline_memory(scenario, deployment.kv_block_size)
     if not memory.weights_fit:
@@ -528,6 +534,11 @@ def simulate_scenario(
     """The summary (bench run's summary.json, `simulated: true`) of the scenario on its plan: deployment;
     with out_dir, the results folder too (run.json, requests.jsonl, summary.json). `step_model`: use this
     one instead of the plan's (benchmarks, tests); its request overhead is then 0."""
+    if scenario.workload.kind == "agentic":  # its turns are built from answers, its sub-agents run side by side
+        raise ScenarioError(
+            "workload.kind: agentic is not simulated by bench plan yet (tool-result turns and sub-agent fan-out); "
+            "plan a multi_turn workload of the same turns and think times, or measure it with bench run"
+        )
     deployment, step_model, overhead_s = _deployment_and_model(scenario, step_model)
     started_s = time.process_time()
     tokenizer = KeptEncodings(_tokenizer(scenario))  # the plan's encodings, kept for the engine's prompts
