@@ -112,13 +112,15 @@ def parse_sse(reads: list[bytes], read_times_ns: list[int]) -> ParsedStream:
     A chat chunk whose delta carries only reasoning (REASONING_FIELDS) is a token too, counted
     in reasoning_tokens; its text is not part of the answer's. A chunk with a `tool_calls` delta (a call's
     header, then its arguments in fragments, as vLLM streams them) is an answer token, its first one TTFT;
-    the call's name and arguments weigh the chunk (spread_usage) but are not the answer's text.
+    each call goes into the answer's text as `name(arguments)`, after the content (a tool-call answer is
+    not an empty one, and two runs' calls compare as text).
     """
     out = ParsedStream()
     payloads, payload_times = sse_payloads(reads, read_times_ns, out)
     texts: list[str] = []
     chunk_texts: list[str] = []  # each token chunk's text, answer and thinking (spread_usage weighs them)
     thinking_chunks: list[int] = []  # the token chunks that carry only thinking
+    calls: dict[int, list[str]] = {}  # each tool call's [name, arguments] by its index, as the deltas build it
     last_usage_tokens = 0
     for event, (obj, t_ns) in enumerate(zip(_decoded(payloads), payload_times), start=1):
         check_event(obj)
@@ -128,7 +130,7 @@ def parse_sse(reads: list[bytes], read_times_ns: list[int]) -> ParsedStream:
         usage = obj.get("usage")
         if obj.get("timings"):  # llama-server: prompt_ms, predicted_ms, ... on the last chunk
             out.server_timings = obj["timings"]
-        text, thought, call = _event_pieces(obj, out)
+        text, thought, call = _event_pieces(obj, out, calls)
         if usage:
             out.usage_completion_tokens = usage.get("completion_tokens")
             out.usage_prompt_tokens = usage.get("prompt_tokens")
@@ -150,7 +152,7 @@ def parse_sse(reads: list[bytes], read_times_ns: list[int]) -> ParsedStream:
                 out.first_answer_chunk = len(out.token_times_ns) - 1
         else:
             thinking_chunks.append(len(out.token_times_ns) - 1)
-    out.text = "".join(texts)
+    out.text = "".join(texts) + "".join(f"{name}({arguments})" for name, arguments in calls.values())
     spread_usage(out, chunk_texts)
     out.reasoning_tokens = sum(out.tokens_per_chunk[i] for i in thinking_chunks)
     return out
@@ -167,12 +169,12 @@ def _decoded(payloads: list[bytes]) -> list:
     return objs
 
 
-def _event_pieces(obj: dict, out: ParsedStream) -> tuple[str, str, str | None]:
+def _event_pieces(obj: dict, out: ParsedStream, calls: dict[int, list[str]]) -> tuple[str, str, str | None]:
     """(answer text, thinking text, tool-call text or None) of one event's choices: a chat `delta`'s content,
-    reasoning and tool_calls (each call's name and arguments), or a completion's `text`; a choice's finish_reason
-    goes into `out`. Each value is checked for OpenAI's type as it is read, with type() alone (naming each field as
-    it was checked made parsing a stream 3x slower); an event with a value of another type is named by
-    check_event_shape (StreamError)."""
+    reasoning and tool_calls (their names and arguments, also added to `calls`), or a completion's `text`; a
+    choice's finish_reason goes into `out`. Each value is checked for OpenAI's type as it is read, with type()
+    alone (naming each field as it was checked made parsing a stream 3x slower); an event with a value of another
+    type is named by check_event_shape (StreamError)."""
     text = thought = ""
     call = None
     for c in obj.get("choices") or ():
@@ -198,7 +200,7 @@ def _event_pieces(obj: dict, out: ParsedStream) -> tuple[str, str, str | None]:
             thought += (reasoning_content or "") + (reasoning or "")
             tool_calls = delta.get("tool_calls")
             if tool_calls:
-                call = (call or "") + _tool_call_text(tool_calls, obj)
+                call = (call or "") + _tool_call_text(tool_calls, obj, calls)
         else:
             text += completion or ""
         if finish:
@@ -206,8 +208,9 @@ def _event_pieces(obj: dict, out: ParsedStream) -> tuple[str, str, str | None]:
     return text, thought, call
 
 
-def _tool_call_text(tool_calls, obj: dict) -> str:
-    """The names and argument fragments of a delta's tool_calls (OpenAI's shape, else check_event_shape names it)."""
+def _tool_call_text(tool_calls, obj: dict, calls: dict[int, list[str]]) -> str:
+    """The names and argument fragments of a delta's tool_calls, each added to its call in `calls` (OpenAI's shape,
+    else check_event_shape names the field)."""
     if type(tool_calls) is not list:
         check_event_shape(obj)
     pieces = []
@@ -215,9 +218,16 @@ def _tool_call_text(tool_calls, obj: dict) -> str:
         function = tool_call.get("function") if type(tool_call) is dict else None
         if type(tool_call) is not dict or not (function is None or type(function) is dict):
             check_event_shape(obj)
-        name, arguments = (function or {}).get("name"), (function or {}).get("arguments")
-        if not (_is_text(name) and _is_text(arguments)):
+        index, name, arguments = (
+            tool_call.get("index", 0),
+            (function or {}).get("name"),
+            (function or {}).get("arguments"),
+        )
+        if not (type(index) is int and _is_text(name) and _is_text(arguments)):
             check_event_shape(obj)
+        call = calls.setdefault(index, ["", ""])
+        call[0] += name or ""
+        call[1] += arguments or ""
         pieces.append((name or "") + (arguments or ""))
     return "".join(pieces)
 
@@ -318,6 +328,7 @@ def check_tool_calls_shape(path: str, tool_calls) -> None:
     for j, tool_call in enumerate(tool_calls or ()):
         if not isinstance(tool_call, dict):
             malformed(f"{path}[{j}]", tool_call, dict)
+        check_field(f"{path}[{j}].index", tool_call.get("index"), int)
         function = tool_call.get("function")
         check_field(f"{path}[{j}].function", function, dict)
         for name in ("name", "arguments"):
