@@ -144,13 +144,15 @@ def _expected_stop_verdict(url: str) -> str:
     return "PASS" if " 7" in full and cut == full[: full.index(" 7")] else "FAIL"
 
 
-def _tool_call_came_back(url: str) -> bool:
+def _tool_call(url: str) -> dict | None:
+    """The first tool call's function ({"name", "arguments"}) of the probe's request sent as is; None: no call."""
     city = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
     tool = {"type": "function", "function": {"name": "get_weather", "parameters": city}}
     messages = [{"role": "user", "content": "What is the weather in Paris?"}]
     body = {"model": "smollm2", "messages": messages, "max_tokens": 32, "tools": [tool], "tool_choice": "required"}
     status, answer = _post(url, "/v1/chat/completions", body)
-    return status == 200 and bool(answer["choices"][0]["message"].get("tool_calls"))
+    calls = answer["choices"][0]["message"].get("tool_calls") if status == 200 else None
+    return calls[0]["function"] if calls else None
 
 
 def _metric_prefixes(url: str) -> set[str]:
@@ -172,9 +174,12 @@ def test_the_native_engine_rows_match_what_it_does(native):
         and f"is {tokens['count']} tokens" in (rows["/tokenize"]["evidence"])
     )
     assert _metric_prefixes(url) == {"native"} and rows["/metrics"]["evidence"].startswith("native names")
-    # tools are refused with the engine's own 400 naming them (issue 37: they had been accepted and ignored)
-    assert not _tool_call_came_back(url) and rows["tool calls"]["verdict"] == "UNSUPPORTED"
-    assert "tools is not supported" in rows["tool calls"]["evidence"]
+    # a forced call comes back through the engine's grammar (issue 41; before, tools were refused with a 400): the
+    # row passes exactly when the same request, sent here, returns a get_weather call with JSON-object arguments
+    call = _tool_call(url)
+    assert call is not None and call["name"] == "get_weather" and isinstance(json.loads(call["arguments"]), dict)
+    assert rows["tool calls"]["verdict"] == "PASS", rows["tool calls"]
+    assert rows["tool calls"]["evidence"].startswith("tool_calls: get_weather(")
     for check in ("chat completions", "completions", "streaming", "usage in the stream", "max_tokens"):
         assert rows[check]["verdict"] == "PASS", rows[check]
     # the other APIs it serves (issue 41), read as bench run reads them: a vector of the model's hidden size (576 in
@@ -202,7 +207,7 @@ def test_llama_server_rows_match_what_it_does_and_its_sweep_runs(llama):
         and f"is {len(tokens['tokens'])} tokens" in (rows["/tokenize"]["evidence"])
     )
     assert _metric_prefixes(url) == {"llamacpp"} and rows["/metrics"]["evidence"].startswith("llamacpp names")
-    assert rows["tool calls"]["verdict"] == ("PASS" if _tool_call_came_back(url) else "FAIL")
+    assert rows["tool calls"]["verdict"] == ("PASS" if _tool_call(url) is not None else "FAIL")
     for path in OTHER_APIS:  # refused (404, or 501 for embeddings without --embeddings) or served and read
         status = request(url + path, {"model": "smollm2", "input": "Hi", "max_tokens": 4}, timeout_s=120)[0]
         refused = 400 <= status < 500 or status == 501
