@@ -11,7 +11,13 @@ from dataclasses import dataclass
 import click
 import typer
 
-from harness.plan.engine_flags import PLAN_FIELDS, EngineFlags, engine_flags, same_setting
+from harness.plan.engine_flags import (
+    EXPERT_PARALLEL_OVER_TP_DP,
+    PLAN_FIELDS,
+    EngineFlags,
+    engine_flags,
+    same_setting,
+)
 from harness.plan.engine_profiles import EngineProfile, EngineSettings, engine_profile
 from native_engine.config import CacheAwareConfig, SchedulerConfig, from_flags
 
@@ -24,6 +30,7 @@ PLAN_SPEC_FIELDS = {
     "weight_dtype": "weight_dtype",
     "kv_cache_dtype": "kv_cache_dtype",
     "memory_fraction": "gpu_memory_utilization",
+    "expert_parallel": "expert_parallel",
 }
 
 
@@ -148,6 +155,9 @@ def plan_fields_from_flags(plan, flags: EngineFlags) -> dict:
         if name not in flags.values:
             continue
         value = flags.values[name]
+        if value == EXPERT_PARALLEL_OVER_TP_DP:  # vLLM's --enable-expert-parallel: over every GPU of TP x DP
+            tp = flags.values.get("tensor_parallel", plan.tensor_parallel)
+            value = tp * (plan.replicas or flags.values.get("data_parallel", 1))
         if plan_field not in plan.model_fields_set:
             update[plan_field] = value
         elif not same_setting(name, getattr(plan, plan_field), value):

@@ -4,10 +4,12 @@
     vllm      --tensor-parallel-size/-tp  --max-num-seqs  --max-num-batched-tokens  --kv-cache-dtype  --quantization
               --[no-]enable-chunked-prefill  --gpu-memory-utilization  --[no-]enable-prefix-caching  --max-model-len
               --block-size  --data-parallel-size/-dp  --[no-]enforce-eager  --max-cudagraph-capture-size
+              --enable-expert-parallel/-ep (EP = TP x DP)
     sglang    --tp-size/--tp  --max-running-requests  --chunked-prefill-size  --kv-cache-dtype  --quantization
-              --disable-radix-cache  --mem-fraction-static  --dp-size/--dp  --schedule-policy  --page-size ...
+              --disable-radix-cache  --mem-fraction-static  --dp-size/--dp  --schedule-policy  --page-size
+              --ep-size/--ep ...
     trtllm    --tp_size  --max_batch_size  --max_num_tokens  --kv_cache_free_gpu_memory_fraction  --max_seq_len
-              --enable_chunked_prefill  --extra_llm_api_options/--config FILE (kv_cache_config.dtype, ...)
+              --enable_chunked_prefill  --ep_size  --extra_llm_api_options/--config FILE (kv_cache_config.dtype, ...)
     llamacpp  --parallel/-np  --ctx-size/-c  --batch-size/-b
 
 Flags valid on the engine that change nothing a plan models (`--port`, `--host`, `--trust-remote-code`,
@@ -39,7 +41,10 @@ PLAN_FIELDS = {
     "weight_dtype": "plan.weight_dtype",
     "kv_cache_dtype": "plan.kv_cache_dtype",
     "memory_fraction": "plan.gpu_memory_utilization",
+    "expert_parallel": "plan.expert_parallel",
 }
+# vLLM's --enable-expert-parallel: its EP size is TP x DP (vllm/config/parallel.py), known once both are
+EXPERT_PARALLEL_OVER_TP_DP = "tp x dp"
 # --quantization methods by the weights they store (harness/scenario/precision.py's WeightDtype): vLLM's and SGLang's
 # method names (vllm/model_executor/layers/quantization/__init__.py QUANTIZATION_METHODS, SGLang's
 # QUANTIZATION_CHOICES); a method whose bits the checkpoint decides (compressed-tensors, modelopt_mixed) is refused
@@ -179,6 +184,7 @@ VLLM_FLAGS = FlagTable(
         Flag(("--block-size",), "kv_block_size", positive_int),
         Flag(("--enforce-eager",), "cuda_graph_max_batch", None, 0),
         Flag(("--max-cudagraph-capture-size",), "cuda_graph_max_batch", positive_int),
+        Flag(("--enable-expert-parallel", "-ep"), "expert_parallel", None, EXPERT_PARALLEL_OVER_TP_DP),
     ),
     ignored=(
         "--host",
@@ -245,6 +251,7 @@ SGLANG_FLAGS = FlagTable(
         Flag(("--disable-cuda-graph",), "cuda_graph_max_batch", None, 0),
         Flag(("--disable-cuda-graph-padding",), "cuda_graph_padding", None, False),
         Flag(("--enable-mixed-chunk",), "mixed_chunk", None, True),
+        Flag(("--ep-size", "--ep", "--expert-parallel-size"), "expert_parallel", positive_int),
     ),
     ignored=(
         "--model-path",
@@ -300,6 +307,7 @@ TRTLLM_FLAGS = FlagTable(
         Flag(("--max_seq_len",), "max_model_len", positive_int),
         Flag(("--enable_chunked_prefill",), "enable_chunked_prefill", None, True),
         Flag(("--extra_llm_api_options", "--config"), "options_file", str),
+        Flag(("--ep_size",), "expert_parallel", positive_int),
     ),
     ignored=(
         "--host",
@@ -316,7 +324,6 @@ TRTLLM_FLAGS = FlagTable(
         "--server_role",
         "--media_io_kwargs",
         "--disagg_cluster_uri",
-        "--ep_size",
         "--cluster_size",
     ),
     ignored_switches=("--trust_remote_code", "--fail_fast_on_attention_window_too_large"),

@@ -95,7 +95,17 @@ def plan_flags(scenario: Scenario, own: list[str]) -> list[str]:
     set_in_plan = "gpu_memory_utilization" in plan.model_fields_set  # else the engine's own default stands
     if kind in MEMORY_FLAG and set_in_plan and MEMORY_FLAG[kind] not in own:
         flags += [MEMORY_FLAG[kind], f"{plan.gpu_memory_utilization:g}"]
-    return flags
+    return flags + expert_parallel_flags(kind, getattr(plan, "expert_parallel", 1), own)
+
+
+def expert_parallel_flags(kind: str, expert_parallel: int, own: list[str]) -> list[str]:
+    """plan.expert_parallel as the engine's flag, unless its args already say it: vLLM's switch (EP over TP x DP),
+    SGLang's --ep-size, TensorRT-LLM's --ep_size."""
+    spelled = {"vllm": ["--enable-expert-parallel"], "sglang": ["--ep-size", str(expert_parallel)]}
+    spelled["trtllm"] = ["--ep_size", str(expert_parallel)]
+    if expert_parallel == 1 or kind not in spelled or spelled[kind][0] in own:
+        return []
+    return spelled[kind]
 
 
 def run_scenario_dict(scenario: Scenario, launch: LaunchPlan, name: str) -> dict:

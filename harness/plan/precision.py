@@ -58,6 +58,8 @@ class Precision:
             bits = f"{arch.weight_bits:.4g} bits a layer weight, embedding and lm_head {arch.lm_head_bits:g}"
         else:
             bits = f"{arch.weight_bits:.4g} bits a weight"
+        if arch.routed_expert_bits != arch.weight_bits and arch.is_moe:
+            bits += f", routed experts {arch.routed_expert_bits:.4g}"
         return f"{MODEL_OWN if self.weights == 'model' else self.weights} ({bits})"
 
     def kv_cache_text(self) -> str:
@@ -110,11 +112,14 @@ def stored_architecture(
 ) -> Architecture:
     """The model as the deployment stores it. With a weight_dtype the layers take its bits (weight_bits, when
     given, counts other scales) and a quantized format leaves the embedding and lm_head at 16 bits; weight_bits
-    alone is an average over every tensor (a GGUF's), the embedding included."""
+    alone is an average over every tensor (a GGUF's), the embedding included. Either sets the routed experts' bits
+    too (a checkpoint's own expert_bits, GPT-OSS's MXFP4, holds only where neither is given)."""
     if weight_dtype is None:
-        return dataclasses.replace(arch, weight_bits=weight_bits) if weight_bits else arch
+        whole = {"weight_bits": weight_bits, "embedding_bits": None, "expert_bits": None}
+        return dataclasses.replace(arch, **whole) if weight_bits else arch
     if (problem := weight_bits_problem(weight_dtype, weight_bits)) is not None:
         raise ValueError(f"{bits_field}: {problem}")
     bits = weight_bits or WEIGHT_DTYPE_BITS[weight_dtype]
     quantized = WEIGHT_DTYPE_VALUE_BITS[weight_dtype] < UNQUANTIZED_BITS
-    return dataclasses.replace(arch, weight_bits=bits, embedding_bits=UNQUANTIZED_BITS if quantized else None)
+    embedding = UNQUANTIZED_BITS if quantized else None
+    return dataclasses.replace(arch, weight_bits=bits, embedding_bits=embedding, expert_bits=None)

@@ -28,6 +28,19 @@ all-reduces compute that many rows (the padding rows' attention reads no KV, and
 Past the largest size, or with `pad_to_capture` off (TensorRT-LLM's default: a batch between sizes runs eagerly), the
 step computes its own rows.
 
+Mixture of experts (harness/plan/architectures.py): a token's FLOPs go through its experts_per_token routed experts and
+the shared ones (Architecture.active_matmul_params). A step reads the weights every token needs (attention, dense and
+shared FFNs, routers, lm_head) and, per MoE layer, the routed experts its tokens were sent to. Routing is taken as
+uniform and independent: each of B tokens picks k of E experts, so an expert is left untouched with probability
+(1 - k/E)^B and a layer reads E x (1 - (1 - k/E)^B) experts on expectation (B = 1: k; B = 64 with k/E = 8/128:
+125.9 of 128). Real routers are skewed, which touches fewer experts than this at a given batch.
+Expert parallelism of size EP > 1 (each GPU holds whole experts, max(TP, EP) GPUs hold them all): the routed tokens of
+EP / TP replicas stepping alike share those GPUs, so B is this step's tokens x max(TP, EP) / TP and each GPU reads its
+1 / max(TP, EP) share of the touched experts; each MoE layer's FFN all-reduce becomes two all-to-alls (dispatch and
+combine), each GPU sending its 1/TP of the step's tokens x k x hidden activations, (G-1)/G of them to other GPUs, over
+the same link and at the same half of its both-ways figure as the all-reduce, plus a hop latency per peer.
+Sliding-window layers (GPT-OSS) attend to, and read the KV of, at most sliding_window positions a query.
+
 MFU, MBU and the overhead are stated defaults (DEFAULTS; an engine profile's own per-step overhead), overridable in
 the scenario, and fittable from one measured run (harness/plan/roofline_fit.py).
 """
@@ -39,7 +52,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from harness.plan.architectures import Architecture
-from harness.plan.memory import kv_bytes_per_token
+from harness.plan.memory import expert_gpus, kv_bytes_per_token, kv_layer_bytes, pooled_layers
 from harness.plan.precision import MODEL_PRECISION, Precision
 from harness.plan.step_model import StepShape
 from harness.scenario.gpus import GpuSpec
@@ -79,6 +92,7 @@ class StepCosts:
     attention: KernelCost  # attention: queries x the KV positions they attend, the KV cache read and written
     allreduce_s: float
     overhead_s: float
+    all_to_all_s: float = 0.0  # expert parallelism's dispatch and combine, every MoE layer
 
     @property
     def kernels(self) -> tuple[KernelCost, KernelCost, KernelCost]:
@@ -106,7 +120,7 @@ class StepCosts:
 
     @property
     def step_s(self) -> float:
-        return sum(k.time_s for k in self.kernels) + self.allreduce_s + self.overhead_s
+        return sum(k.time_s for k in self.kernels) + self.allreduce_s + self.all_to_all_s + self.overhead_s
 
 
 def attention_pairs(shape: StepShape) -> float:
@@ -136,11 +150,14 @@ class RooflineStepModel:
         activation_bytes: float = 2,
         capture_sizes: tuple[int, ...] = (),
         pad_to_capture: bool = True,
+        expert_parallel: int = 1,
     ):
         """`arch` at its stored bits (harness/scenario/precision.py stored_architecture); `precision` the compute and
         KV cache dtypes; `capture_sizes` the decode batches with a CUDA graph (ascending), padded up to when
-        `pad_to_capture`. A ValueError naming plan.compute_dtype where `gpu` has no tensor cores for it."""
+        `pad_to_capture`; `expert_parallel` the EP size (1: experts split as TP splits them). A ValueError naming
+        plan.compute_dtype where `gpu` has no tensor cores for it."""
         self.arch, self.gpu, self.tp, self.params = arch, gpu, tensor_parallel, params
+        self.ep = expert_parallel
         self.precision, self.activation_bytes = precision, activation_bytes
         self.capture_sizes, self.pad_to_capture = tuple(capture_sizes), pad_to_capture
         # padded[n]: the rows a decode batch of n computes (a lookup: step_time_s is the simulator's inner loop)
@@ -151,24 +168,60 @@ class RooflineStepModel:
         ]
         self.matmul_peak_flops = precision.compute_flops(gpu)
         self.bf16_peak_flops = gpu.tensor_flops("bf16")
-        self.weight_bytes_read = arch.step_weight_bytes()  # the layers' and lm_head's, the whole model's
+        self.weight_bytes_read = arch.step_weight_bytes()  # the layers' and lm_head's, every expert, the whole model's
         self.lm_head_weight_bytes = arch.lm_head_params() * arch.lm_head_bits / 8
-        self.layer_weight_bytes = self.weight_bytes_read - self.lm_head_weight_bytes
+        self.layer_weight_bytes = arch.always_read_bytes() - self.lm_head_weight_bytes  # the routed experts apart
         self.kv_bytes_per_token_per_gpu = kv_bytes_per_token(arch, precision.kv_bytes, tensor_parallel)
         # per GPU, the FLOPs a unit of work costs (a token through the layers, a sampled sequence through lm_head,
         # an attended pair) and each term's seconds: step_time_s is the simulator's inner loop
         tp, s_per_flop = tensor_parallel, 1 / (self.bf16_peak_flops * params.mfu)
-        self.flops_per_token = 2 * arch.matmul_params() / tp
+        self.flops_per_token = 2 * arch.active_matmul_params() / tp
         self.flops_per_sample = 2 * arch.lm_head_params() / tp
-        self.flops_per_pair = 4 * arch.n_layers * arch.n_heads * arch.head_dim / tp
+        self.flops_per_pair = arch.attention_flops_per_pair() / tp
         self.token_s = self.flops_per_token / (self.matmul_peak_flops * params.mfu)
         self.sample_s, self.pair_s = self.flops_per_sample * s_per_flop, self.flops_per_pair * s_per_flop
         s_per_byte = 1 / (gpu.hbm_bytes_per_s * params.mbu)
+        self.s_per_byte, self.s_per_flop = s_per_byte, s_per_flop
         self.layer_read_s, self.lm_head_read_s = (
             self.layer_weight_bytes / tp * s_per_byte,
             self.lm_head_weight_bytes / tp * s_per_byte,
         )
         self.kv_position_s = self.kv_bytes_per_token_per_gpu * s_per_byte
+        # routed experts: per GPU, the bytes of one expert in every MoE layer over the GPUs holding them, and the
+        # tokens routed over those GPUs per token of this replica's step
+        self.expert_gpus = expert_gpus(tensor_parallel, expert_parallel)
+        self.experts_bytes_each = arch.moe_layers * arch.one_expert_bytes() / self.expert_gpus
+        self.routed_tokens_per_token = self.expert_gpus / tensor_parallel
+        # sliding-window layers: their share of the per-layer KV and attention, capped at the window
+        self.windowed_layers = arch.n_layers - pooled_layers(arch)
+        self.window_position_bytes = self.windowed_layers * kv_layer_bytes(arch, precision.kv_bytes, tensor_parallel)
+        self.pooled_share = pooled_layers(arch) / arch.n_layers  # of the attention FLOPs, uncapped
+
+    def experts_touched(self, tokens: int) -> float:
+        """Expected distinct routed experts of one MoE layer that `tokens` routed tokens touch, uniform routing:
+        E x (1 - (1 - k/E)^tokens)."""
+        e, k = self.arch.n_experts, self.arch.experts_per_token
+        return e * (1 - (1 - k / e) ** tokens) if e and tokens else 0.0
+
+    def layer_read_bytes(self, tokens: int) -> float:
+        """The layers' weights one GPU reads in a step of `tokens` tokens: its share of what every token needs and
+        of the routed experts the step's tokens (and, under EP past TP, its peers') touch."""
+        if not self.arch.is_moe:
+            return self.layer_weight_bytes / self.tp
+        touched = self.experts_touched(round(tokens * self.routed_tokens_per_token))
+        return self.layer_weight_bytes / self.tp + touched * self.experts_bytes_each
+
+    def attention_cost(self, shape: StepShape, tokens: int, seqs: int) -> tuple[float, float]:
+        """(FLOPs, bytes) of the step's attention on one GPU: the pairs and the KV positions read and written, the
+        sliding-window layers' capped at the window (each sequence reads at most sliding_window positions)."""
+        pairs, positions = attention_pairs(shape), shape.context_tokens + tokens
+        if not self.windowed_layers:
+            return self.flops_per_pair * pairs, positions * self.kv_bytes_per_token_per_gpu
+        window = self.arch.sliding_window
+        capped_pairs = min(pairs, window * tokens)
+        flops = self.flops_per_pair * (self.pooled_share * pairs + (1 - self.pooled_share) * capped_pairs)
+        capped_positions = min(shape.context_tokens, window * seqs) + tokens
+        return flops, positions * self.kv_bytes_per_token_per_gpu + capped_positions * self.window_position_bytes
 
     def graph_rows(self, shape: StepShape) -> int:
         """The rows the layers' GEMMs compute: a decode-only batch at its CUDA graph's size, else its tokens."""
@@ -181,14 +234,15 @@ class RooflineStepModel:
         """The step's kernel groups, each with its FLOPs, bytes and both roofline terms."""
         tokens = shape.prefill_tokens + shape.decode_seqs
         seqs = shape.prefill_seqs + shape.decode_seqs
-        pairs, positions = attention_pairs(shape), shape.context_tokens + tokens
         rows = self.graph_rows(shape)
+        layer_bytes = self.layer_read_bytes(tokens)
+        attention_flops, attention_bytes = self.attention_cost(shape, tokens, seqs)
         return StepCosts(
             KernelCost(
                 self.flops_per_token * rows,
-                self.layer_weight_bytes / self.tp,
+                layer_bytes,
                 self.token_s * rows,
-                self.layer_read_s,
+                layer_bytes * self.s_per_byte,
             ),
             KernelCost(
                 self.flops_per_sample * seqs,
@@ -197,13 +251,14 @@ class RooflineStepModel:
                 self.lm_head_read_s,
             ),
             KernelCost(
-                self.flops_per_pair * pairs,
-                positions * self.kv_bytes_per_token_per_gpu,
-                self.pair_s * pairs,
-                self.kv_position_s * positions,
+                attention_flops,
+                attention_bytes,
+                attention_flops * self.s_per_flop,
+                attention_bytes * self.s_per_byte,
             ),
             self.allreduce_s(rows),
             self.params.overhead_ms / 1e3,
+            self.all_to_all_s(rows),
         )
 
     def step_time_s(self, shape: StepShape) -> float:
@@ -211,6 +266,14 @@ class RooflineStepModel:
         tokens = shape.prefill_tokens + shape.decode_seqs
         seqs = shape.prefill_seqs + shape.decode_seqs
         rows = self.padded[tokens] if shape.prefill_tokens == 0 and tokens < len(self.padded) else tokens
+        if self.arch.is_moe or self.windowed_layers:  # routed experts, windows: what a dense model's terms skip
+            attention_flops, attention_bytes = self.attention_cost(shape, tokens, seqs)
+            kernels_s = (
+                max(self.token_s * rows, self.layer_read_bytes(tokens) * self.s_per_byte)
+                + max(self.sample_s * seqs, self.lm_head_read_s)
+                + max(attention_flops * self.s_per_flop, attention_bytes * self.s_per_byte)
+            )
+            return kernels_s + self.allreduce_s(rows) + self.all_to_all_s(rows) + self.params.overhead_ms / 1e3
         kernels_s = (
             max(self.token_s * rows, self.layer_read_s)
             + max(self.sample_s * seqs, self.lm_head_read_s)
@@ -219,7 +282,8 @@ class RooflineStepModel:
         return kernels_s + self.allreduce_s(rows) + self.params.overhead_ms / 1e3
 
     def allreduce_s(self, tokens: int) -> float:
-        """Two ring all-reduces per layer of the step's hidden states (tokens x hidden activations)."""
+        """Ring all-reduces of the step's hidden states (tokens x hidden activations): two per layer, one after
+        attention and one after the FFN, less the MoE layers' FFN one under expert parallelism (all_to_all_s)."""
         if self.tp == 1 or tokens == 0:
             return 0.0
         message_bytes = tokens * self.arch.hidden_size * self.activation_bytes
@@ -227,7 +291,20 @@ class RooflineStepModel:
         one = ring_bytes / (self.gpu.interconnect_bytes_per_s / 2) + 2 * (self.tp - 1) * (
             self.params.allreduce_hop_latency_us / 1e6
         )
-        return 2 * self.arch.n_layers * one
+        ffn_allreduces = self.arch.n_layers - (self.arch.moe_layers if self.ep > 1 else 0)
+        return (self.arch.n_layers + ffn_allreduces) * one
+
+    def all_to_all_s(self, tokens: int) -> float:
+        """Expert parallelism's two all-to-alls per MoE layer (dispatch, combine): each GPU sends its 1/TP of the
+        step's tokens to their k experts, (G-1)/G of them on other GPUs, hidden activations each, at half the link's
+        both-ways figure, plus a hop latency per peer. 0 without expert parallelism."""
+        g = self.expert_gpus
+        if self.ep == 1 or g == 1 or tokens == 0:
+            return 0.0
+        sent = tokens / self.tp * self.arch.experts_per_token * (g - 1) / g
+        one = sent * self.arch.hidden_size * self.activation_bytes / (self.gpu.interconnect_bytes_per_s / 2)
+        one += (g - 1) * self.params.allreduce_hop_latency_us / 1e6
+        return 2 * self.arch.moe_layers * one
 
     def describe(self) -> dict:
         return {
@@ -238,6 +315,7 @@ class RooflineStepModel:
             "architecture": dataclasses.asdict(self.arch),
             "gpu": dataclasses.asdict(self.gpu),
             "tensor_parallel": self.tp,
+            "expert_parallel": self.ep,
             "precision": dataclasses.asdict(self.precision) | {"kv_bytes": self.precision.kv_bytes},
             "peak_flops": {"matmuls": self.matmul_peak_flops, "attention_and_lm_head": self.bf16_peak_flops},
             "cuda_graph_sizes": list(self.capture_sizes),

@@ -12,7 +12,7 @@ import dataclasses
 
 from harness.plan.architectures import Architecture, load_architecture
 from harness.plan.deployment import engine_choice, planned
-from harness.plan.memory import MemoryPlan, check_tensor_parallel, plan_memory
+from harness.plan.memory import MemoryPlan, check_tensor_parallel, expert_parallel_problem, plan_memory
 from harness.plan.precision import Precision, plan_precision, stored_architecture
 from harness.plan.roofline_fit import fit_roofline
 from harness.plan.roofline_model import DEFAULTS, RooflineStepModel
@@ -57,9 +57,12 @@ def scenario_gpu(scenario) -> GpuSpec:
 
 
 def tensor_parallel_architecture(scenario) -> Architecture:
-    """The model, once plan.tensor_parallel is known to split its heads as vLLM and SGLang require."""
-    arch = scenario_architecture(scenario)
-    check_tensor_parallel(arch, planned(scenario).plan.tensor_parallel, "plan.tensor_parallel")
+    """The model, once plan.tensor_parallel is known to split its heads as vLLM and SGLang require, and
+    plan.expert_parallel its experts."""
+    arch, plan = scenario_architecture(scenario), planned(scenario).plan
+    check_tensor_parallel(arch, plan.tensor_parallel, "plan.tensor_parallel")
+    if (problem := expert_parallel_problem(arch, plan.tensor_parallel, plan.expert_parallel)) is not None:
+        raise ValueError(f"plan.expert_parallel: {problem}")
     return arch
 
 
@@ -75,12 +78,12 @@ def roofline_step_model(scenario) -> RooflineStepModel:
     if run_dir := given.pop("fit", None):
         base = fit_roofline(run_dir, precision.compute_flops(gpu), gpu.hbm_bytes_per_s).params
     params = dataclasses.replace(base, **given)
-    tp = planned(scenario).plan.tensor_parallel
+    tp, ep = planned(scenario).plan.tensor_parallel, planned(scenario).plan.expert_parallel
     if choice is None:
-        return RooflineStepModel(arch, gpu, tp, params, precision)
+        return RooflineStepModel(arch, gpu, tp, params, precision, expert_parallel=ep)
     padding = choice.settings.cuda_graph_padding
     return RooflineStepModel(
-        arch, gpu, tp, params, precision, capture_sizes=choice.capture_sizes, pad_to_capture=padding
+        arch, gpu, tp, params, precision, capture_sizes=choice.capture_sizes, pad_to_capture=padding, expert_parallel=ep
     )
 
 
@@ -103,5 +106,6 @@ def roofline_memory(scenario, kv_block_size: int) -> MemoryPlan:
         plan.tensor_parallel,
         kv_bytes=scenario_precision(scenario).kv_bytes,
         kv_block_size=kv_block_size,
+        expert_parallel=plan.expert_parallel,
         **engine,
     )

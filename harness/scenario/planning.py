@@ -8,6 +8,7 @@
       step_model: roofline                      # or {roofline: {mfu: 0.4, mbu: 0.7, overhead_ms: 2}}
       replicas: 100
       tensor_parallel: 1                        # must divide the model's heads as vLLM requires
+      expert_parallel: 1                        # MoE: GPUs holding whole experts (a multiple of tensor_parallel)
     plan:
       hardware: H100-SXM
       model: llama-3.1-70b
@@ -161,6 +162,10 @@ class PlanSpec(_Strict):
     step_model: StepModelSpec
     replicas: int | None = Field(default=None, ge=1, le=100_000)  # None: the launch args' --data-parallel
     tensor_parallel: int = Field(default=1, ge=1, le=64)
+    # GPUs the routed experts of a mixture-of-experts model are spread over, whole experts each (docs/planner.md,
+    # Mixture of experts): 1, experts split as TP splits them; a multiple of tensor_parallel, past it over
+    # expert_parallel / tensor_parallel replicas (vLLM's --enable-expert-parallel: TP x DP; SGLang's --ep-size)
+    expert_parallel: int = Field(default=1, ge=1, le=1024)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)  # unset: the engine profile's fraction
     # The deployment's precision (docs/planner.md, Precision; harness/scenario/precision.py), a roofline plan's:
     # weight_dtype: the layers' stored weights (vLLM/SGLang --quantization fp8 -> fp8, awq or gptq -> int4); None:
