@@ -89,10 +89,6 @@ def expert_parallel_problem(arch: Architecture, tensor_parallel: int, expert_par
     return None
 
 
-def kv_heads_per_gpu(arch: Architecture, tensor_parallel: int = 1) -> int:
-    return max(1, math.ceil(arch.n_kv_heads / tensor_parallel))
-
-
 def tensor_parallel_problem(arch: Architecture, tensor_parallel: int) -> str | None:
     """Why vLLM refuses to split this model over `tensor_parallel` GPUs, None when it accepts: the attention
     heads must divide evenly (ModelConfig.verify_with_parallel_config), and so must the KV heads, or with more
