@@ -98,11 +98,14 @@ def test_weights_per_gpu_under_tensor_and_expert_parallelism():
 
 def test_gpt_oss_stores_its_experts_in_mxfp4():
     """gpt-oss-120b: 36 x 128 experts x 3 x 2880 x 2880 = 114,661,785,600 expert weights at 4.25 bits (60.9 GB), the
-    other 2,127,262,976 at bf16: 65.17 GB, the published checkpoint's size; plan.weight_dtype replaces both."""
+    other 2,127,263,040 at bf16: 65.17 GB; plan.weight_dtype replaces both."""
     oss = BUILTIN["gpt-oss-120b"]
     experts = 36 * 128 * 3 * 2880 * 2880
     assert oss.routed_expert_params() == experts == 114_661_785_600
     assert oss.stored_bytes() == experts * 4.25 / 8 + (oss.param_count() - experts) * 2 == pytest.approx(65.17e9, 1e-3)
+    # gpt-oss-20b: 13,747,605,120 bytes here; its model.safetensors.index.json says total_size 13,761,264,768 (the
+    # 0.1% between: biases and attention sinks)
+    assert BUILTIN["gpt-oss-20b"].stored_bytes() == pytest.approx(13_761_264_768, rel=0.002)
     fp8 = stored_architecture(oss, "fp8", None)
     assert fp8.routed_expert_bits == 8 and fp8.stored_bytes() == pytest.approx(oss.param_count() + 2 * 201088 * 2880)
 
