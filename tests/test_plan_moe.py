@@ -68,9 +68,9 @@ def test_parameter_counts_match_the_model_cards():
 
 
 def test_stored_bytes_match_the_checkpoints():
-    """The bf16 checkpoints' model.safetensors.index.json total_size: Mixtral-8x7B's 93,405,585,408 is its 46,702,792,704
-    parameters x 2 bytes exactly; Qwen3-30B-A3B's 61,064,245,248 is 30,532,110,336 x 2 plus its per-head q and k norms
-    (48 layers x 2 x 128 x 2 bytes = 24,576), which are not modelled."""
+    """The bf16 checkpoints' model.safetensors.index.json total_size: Mixtral-8x7B's 93,405,585,408 is its
+    46,702,792,704 parameters x 2 bytes exactly; Qwen3-30B-A3B's 61,064,245,248 is 30,532,110,336 x 2 plus its per-head
+    q and k norms (48 layers x 2 x 128 x 2 bytes = 24,576), which are not modelled."""
     assert BUILTIN["mixtral-8x7b"].stored_bytes() == 46_702_792_704 * 2 == 93_405_585_408
     assert BUILTIN["qwen3-30b-a3b"].stored_bytes() == 61_064_245_248 - 48 * 2 * 128 * 2 == 30_532_110_336 * 2
 
