@@ -232,6 +232,12 @@ def message_text(i: int, content) -> str:
     if isinstance(content, list):  # content parts: this engine reads text only
         for j, part in enumerate(content):
             where = f"messages[{i}].content[{j}]"
+            if isinstance(part, dict) and part.get("type") not in (None, "text"):
+                raise RequestError(
+                    f"{where}.type: {json.dumps(part.get('type'))[:40]} is not supported: the model is text-only "
+                    '(no vision or audio input); send text parts {"type": "text", "text": ...}',
+                    "messages",
+                )
             if not isinstance(part, dict) or part.get("type") != "text":
                 raise RequestError(
                     f'{where} must be a text part {{"type": "text", "text": ...}}; this engine reads text only',

@@ -10,7 +10,7 @@ from plotly.offline import get_plotlyjs
 
 from reports.confidence_rows import INTERVAL_COLUMNS, VALIDITY_COLUMNS
 from reports.markdown import INTERVALS_NOTE, SUMMARY_COLUMNS
-from reports.mix_rows import MIX_COLUMNS, MIX_NOTE, TURN_KIND_COLUMNS, TURN_KIND_NOTE
+from reports.mix_rows import MIX_COLUMNS, MIX_NOTE, MODALITY_COLUMNS, MODALITY_NOTE, TURN_KIND_COLUMNS, TURN_KIND_NOTE
 from reports.prediction import PREDICTION_COLUMNS
 from reports.quality_rows import ACCURACY_COLUMNS
 from reports.repeat_runs import REPEAT_COLUMNS, REPEATS_NOTE
@@ -69,6 +69,8 @@ def render_report_html(content) -> str:
         mix_note=MIX_NOTE,
         turn_kind_columns=TURN_KIND_COLUMNS,
         turn_kind_note=TURN_KIND_NOTE,
+        modality_columns=MODALITY_COLUMNS,
+        modality_note=MODALITY_NOTE,
         telemetry_note=TELEMETRY_NOTE,
         repeat_columns=REPEAT_COLUMNS,
         repeats_note=REPEATS_NOTE,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from reports.confidence_rows import INTERVAL_COLUMNS, VALIDITY_COLUMNS
-from reports.mix_rows import MIX_COLUMNS, MIX_NOTE, TURN_KIND_COLUMNS, TURN_KIND_NOTE
+from reports.mix_rows import MIX_COLUMNS, MIX_NOTE, MODALITY_COLUMNS, MODALITY_NOTE, TURN_KIND_COLUMNS, TURN_KIND_NOTE
 from reports.prediction import PREDICTION_COLUMNS
 from reports.quality_rows import ACCURACY_COLUMNS
 from reports.repeat_runs import REPEAT_COLUMNS, REPEATS_NOTE
@@ -83,6 +83,9 @@ def _run_tables(content) -> list[str]:
     if content.turn_kind_rows:
         table = md_table(TURN_KIND_COLUMNS, content.turn_kind_rows)
         out += ["## By turn kind (agentic sessions)", "", TURN_KIND_NOTE, "", table, ""]
+    if content.modality_rows:
+        table = md_table(MODALITY_COLUMNS, content.modality_rows)
+        out += ["## By modality (workload.images)", "", MODALITY_NOTE, "", table, ""]
     if content.telemetry_rows:
         out += ["## Devices", "", TELEMETRY_NOTE, "", md_table(TELEMETRY_COLUMNS, content.telemetry_rows), ""]
     if content.prediction_rows:

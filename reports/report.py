@@ -14,7 +14,7 @@ from reports.figures import latency_cdfs, over_time, timeline
 from reports.html import render_report_html
 from reports.load import RunData, Sweep, load_results
 from reports.markdown import render_report_md
-from reports.mix_rows import mix_rows, turn_kind_rows
+from reports.mix_rows import mix_rows, modality_rows, turn_kind_rows
 from reports.prediction import assumption_notes, is_simulated, model_text, prediction_rows, prediction_title
 from reports.quality_rows import accuracy_rows, agreement_section
 from reports.repeat_runs import expand_repeats
@@ -57,6 +57,7 @@ class ReportContent:
     telemetry_rows: list[list[str]] = field(default_factory=list)  # run, its device figures (summary telemetry)
     mix_rows: list[list[str]] = field(default_factory=list)  # run, model: each side of a workload.mix
     turn_kind_rows: list[list[str]] = field(default_factory=list)  # run, turn kind: an agentic workload's turns
+    modality_rows: list[list[str]] = field(default_factory=list)  # run, modality: text and image requests apart
     agreement_lines: list[str] = field(default_factory=list)  # two runs' answers compared (bench compare-outputs)
     repeat_rows: list[list[str]] = field(default_factory=list)  # a repeats folder's means across its repeats
 
@@ -227,6 +228,7 @@ def _add_run_checks(content: ReportContent, runs: list[RunData], sweeps: list[Sw
     content.telemetry_rows = telemetry_rows(labelled)
     content.mix_rows = mix_rows(labelled)
     content.turn_kind_rows = turn_kind_rows(labelled)
+    content.modality_rows = modality_rows(labelled)
     content.agreement_lines, agreement_notes = agreement_section(runs)
     content.notes += agreement_notes
 

@@ -16,6 +16,7 @@ from harness.results.schema import (
     Concurrency,
     Goodput,
     Intervals,
+    ModalityFigures,
     ModelFigures,
     Partial,
     PercentileCI,
@@ -192,6 +193,7 @@ def summarize(
         **_latencies(lats, samples_s, done),
         **_by_model(measured, window, latency_of, per_s),
         **_by_turn_kind(measured, window, latency_of, per_s),
+        **_by_modality(measured, window, latency_of, per_s),
         **_client_lags(measured, loop_lag_s),
         concurrency=concurrency_profile(measured),
         percentile_ci=latency_intervals(samples_s, confidence or DEFAULT_CONFIDENCE),
@@ -224,6 +226,31 @@ def _by_turn_kind(measured: list[RequestRecord], window, latency_of: dict, per_s
     subagent_task turns); {} otherwise."""
     figures = _by_group(measured, window, latency_of, per_s, lambda r: getattr(r, "turn_kind", None))
     return {"by_turn_kind": figures} if figures else {}
+
+
+def modality(rec: RequestRecord) -> str | None:
+    """A record's modality: image where it sent images, text where it sent none; None for a run without images."""
+    count = getattr(rec, "image_count", None)
+    return None if count is None else ("image" if count else "text")
+
+
+def _by_modality(measured: list[RequestRecord], window, latency_of: dict, per_s) -> dict:
+    """{"by_modality": the text and the image requests' figures} for a run where some request sent images
+    (workload.images); {} otherwise. Each adds its mean prompt tokens as the server's usage counted them."""
+    groups = _by_group(measured, window, latency_of, per_s, modality)
+    if "image" not in groups:
+        return {}
+    figures = {}
+    for name, group in groups.items():
+        mine = [r for r in measured if modality(r) == name]
+        prompts = [r.prompt_tokens for r in mine if r.ok]
+        figures[name] = ModalityFigures(
+            **group.model_dump(),
+            prompt_tokens_mean=sum(prompts) / len(prompts) if prompts else None,
+            images=sum(r.image_count for r in mine),
+            image_bytes=sum(r.image_bytes or 0 for r in mine),
+        )
+    return {"by_modality": figures}
 
 
 def _by_group(measured: list[RequestRecord], window, latency_of: dict, per_s, key) -> dict[str, ModelFigures]:

@@ -102,6 +102,10 @@ class RequestRecord:
     # subagent_task) and, for a sub-agent's turn, the session that started it
     turn_kind: str | None = None
     parent_session_id: int | None = None
+    # workload.images (harness/scenario/images.py): the image parts its user message carried and their files' bytes
+    # (None: a run without images, or a record from before these fields)
+    image_count: int | None = None
+    image_bytes: int | None = None
 
     @property
     def ok(self) -> bool:

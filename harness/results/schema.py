@@ -22,8 +22,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 # 1.1: a request's embedded_items and model, the summary's items_per_s and by_model; 1.2: a request's turn_kind and
-# parent_session_id, the summary's by_turn_kind (agentic sessions)
-SCHEMA_VERSION = "1.2"
+# parent_session_id, the summary's by_turn_kind (agentic sessions); 1.3: a request's image_count and image_bytes, the
+# summary's by_modality (workload.images)
+SCHEMA_VERSION = "1.3"
 # what a folder written before the schema (no schema_version key) is read as
 PRE_SCHEMA_VERSION = "0"
 
@@ -151,6 +152,16 @@ class ModelFigures(Closed):
     e2e_ms: Stats
 
 
+class ModalityFigures(ModelFigures):
+    """The text or the image requests of a run with workload.images (summary.json `by_modality`): a group's figures,
+    with the prompt tokens the server's usage counted (a vision engine counts each image's tokens in them) and the
+    images the group sent."""
+
+    prompt_tokens_mean: float | None  # over its completed requests; null when none completed
+    images: int
+    image_bytes: int  # the image files' bytes (sent base64: 4/3 as many)
+
+
 class RequestFigures(Closed):
     """The measured requests summarized (harness/metrics/latencies.summarize): summary.json's first part, the
     same for a measured, a stopped and a simulated run."""
@@ -174,6 +185,8 @@ class RequestFigures(Closed):
     by_model: dict[str, ModelFigures] | None = None
     # workload.kind agentic: each turn kind's figures (user, tool_result, subagent, merge, subagent_task)
     by_turn_kind: dict[str, ModelFigures] | None = None
+    # workload.images: the text and the image requests' figures apart (a key only where some request sent images)
+    by_modality: dict[str, ModalityFigures] | None = None
     itl_ms: Stats
     itl_chunk_ms: Stats
     tpot_ms: Stats

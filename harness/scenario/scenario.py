@@ -324,6 +324,49 @@ class AgenticConfig(Strict):
     subagent_turns: int = Field(default=2, ge=1, le=1000)
 
 
+IMAGE_KINDS = ("random", "shared_prefix", "repeat", "structured")  # one prompt per request, no messages of their own
+
+
+class ImagesConfig(Strict):
+    """workload.images (harness/scenario/images.py): image content parts added to each chat request's user message,
+    synthetic (`count` images of `width` x `height`, `format` png or jpeg) or read from a `folder` of real ones;
+    `share` is the fraction of requests that carry them (the others stay text, so one run compares both)."""
+
+    count: int = Field(default=1, ge=1, le=64, description="images per request")
+    width: int | None = Field(default=None, ge=16, le=8192, description="pixels")
+    height: int | None = Field(default=None, ge=16, le=8192, description="pixels")
+    format: Literal["png", "jpeg"] = "png"
+    folder: str | None = None
+    share: float = Field(default=1.0, gt=0, le=1, description="of the requests")
+
+    @field_validator("folder")
+    @classmethod
+    def _folder_exists(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        path = scenario_path(value, info)
+        if not path.is_dir():
+            raise ScenarioError(f"workload.images.folder: folder {value!r} not found (looked in {path.resolve()})")
+        return str(path.resolve())
+
+    @model_validator(mode="after")
+    def _synthetic_or_folder(self) -> ImagesConfig:
+        sized = self.width is not None or self.height is not None
+        # format compared with its default, not "was it written", so a resolved_dict() validates again
+        if self.folder is not None and (sized or self.format != "png"):
+            raise ScenarioError(
+                "workload.images.folder: real images keep their own size and format; "
+                "give either folder or width/height (and format), not both"
+            )
+        if self.folder is None and (self.width is None or self.height is None):
+            missing = "width" if self.width is None else "height"
+            raise ScenarioError(
+                f"workload.images.{missing}: missing; synthetic images need width and height "
+                "(e.g. {count: 1, width: 512, height: 512}), or give folder: PATH of real images"
+            )
+        return self
+
+
 class WorkloadConfig(Strict):
     kind: str = "random"  # a name in harness.scenario.workload_kinds.WORKLOADS
     input_tokens: TokenLength = Dist(dist="fixed", mean=256)  # shared_prefix: the unique suffix; repeat: the passage
@@ -343,6 +386,7 @@ class WorkloadConfig(Strict):
     # traffic split over models or adapters by weight (a session stays on one); the summary reports each apart
     mix: list[ModelShare] | None = None
     agentic: AgenticConfig | None = None  # workload.kind agentic: the sessions' turns, tools and sub-agents
+    images: ImagesConfig | None = None  # image parts in each chat request (harness/scenario/images.py)
 
     @field_validator("mix")
     @classmethod
@@ -643,6 +687,8 @@ class Scenario(Strict):
         if self.tune is not None:
             self._check_tune()
         self._check_api()
+        if self.workload.images is not None:
+            self._check_images()
         try:
             load_backend(self.backend.kind).sampling_fields(self.backend.api, self.workload.sampling.fields())
         except ValueError as e:
@@ -670,6 +716,19 @@ class Scenario(Strict):
             raise ScenarioError(
                 f"backend.api: {api} answers carry no text for a next turn; use a single-turn workload "
                 f"(workload.kind {self.workload.kind} with turns {self.workload.turns})"
+            )
+
+    def _check_images(self) -> None:
+        """Images go in a chat message's content parts, on kinds that build one prompt per request."""
+        if self.backend.api != "chat":
+            raise ScenarioError(
+                f"backend.api: workload.images sends image content parts in chat messages; set backend.api to chat "
+                f"(it is {self.backend.api})"
+            )
+        if self.workload.kind not in IMAGE_KINDS:
+            raise ScenarioError(
+                f"workload.images: only with a workload.kind of one prompt per request ({', '.join(IMAGE_KINDS)}); "
+                f"kind is {self.workload.kind}"
             )
 
     def _check_tune(self) -> None:

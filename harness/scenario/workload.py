@@ -26,6 +26,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from harness.scenario.arrivals import trace_offsets_s
+from harness.scenario.images import add_images
 from harness.scenario.prompts import answer_tokens, prompt_builder, prompt_tokens
 from harness.scenario.scenario import MESSAGE_APIS, Scenario, ScenarioError
 from harness.scenario.tokenizer_source import TokenizerSource
@@ -52,6 +53,10 @@ class RequestSpec:
     turn_kind: str | None = None  # agentic: user | tool_result | subagent | merge | subagent_task
     parent_session_id: int | None = None  # agentic: a sub-agent's parent session
     parent_turn: int | None = None  # agentic: the parent's turn whose answer starts this sub-agent
+    # workload.images (harness/scenario/images.py): the image parts in its user message (0: a text request of a run
+    # with images; None: a run without) and their files' bytes (the body carries them base64, 4/3 as many)
+    image_count: int | None = None
+    image_bytes: int | None = None
 
 
 @dataclass
@@ -279,6 +284,8 @@ def build_schedule(scenario: Scenario, tokenizer: TokenizerSource) -> RequestSch
     schedule = workload_kind(scenario.workload.kind).schedule(scenario, tokenizer)
     if scenario.workload.mix:
         assign_models(schedule.requests, scenario.workload.mix, scenario.seed)
+    if scenario.workload.images is not None:
+        add_images(schedule.requests, scenario.workload.images, scenario.seed)
     return schedule
 
 
