@@ -79,11 +79,6 @@ def test_each_body_carries_its_images_and_the_usage_counts_their_tokens(run):
     assert prompts == expected  # the server's usage, image tokens included
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="harness/client/runner.py _new_record (and workers.py) do not copy spec.image_count/image_bytes into the "
-    "record yet; issue 41's multimodal report carries the two-line patch",
-)
 def test_records_carry_images_and_the_summary_splits_by_modality(run):
     out, seen = run
     records = read_records(out)

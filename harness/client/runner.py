@@ -555,6 +555,8 @@ class Runner:
             model=spec.model,
             turn_kind=getattr(spec, "turn_kind", None),
             parent_session_id=getattr(spec, "parent_session_id", None),
+            image_count=getattr(spec, "image_count", None),
+            image_bytes=getattr(spec, "image_bytes", None),
         )
 
     def _finish(self, rec: RequestRecord) -> None:

@@ -161,6 +161,8 @@ def lost_records(
             model=spec.model,
             turn_kind=spec.turn_kind,
             parent_session_id=spec.parent_session_id,
+            image_count=spec.image_count,
+            image_bytes=spec.image_bytes,
         )
         rec.end_s = max(lost_at_s, rec.intended_send_s)
         rec.fail(reason, detail)
