@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import codecs
+import hashlib
+import json
+import os
 import re
 import uuid
 from pathlib import Path
@@ -93,30 +96,11 @@ class Tokenizer:
 
     @classmethod
     def from_gguf(cls, path_or_reader: str | Path | gguf.GGUFReader) -> Tokenizer:
-        reader = open_gguf(path_or_reader)
-
-        def field(key, default=None):
-            found = reader.fields.get(key)
-            if found is None:
-                if default is None:
-                    raise ValueError(f"GGUF file lacks {key!r}; cannot build its tokenizer")
-                return default
-            return found.contents()
-
-        kind = field("tokenizer.ggml.model")
-        if kind != "gpt2":
-            raise ValueError(f"tokenizer.ggml.model is {kind!r}; native_engine reads only 'gpt2' (byte-level BPE)")
-        eos = int(field("tokenizer.ggml.eos_token_id"))
-        return cls(
-            tokens=field("tokenizer.ggml.tokens"),
-            token_types=field("tokenizer.ggml.token_type"),
-            merges=field("tokenizer.ggml.merges"),
-            pre=field("tokenizer.ggml.pre"),
-            bos_token_id=int(field("tokenizer.ggml.bos_token_id")),
-            eos_token_ids=[eos] + [i for i in stop_token_ids(reader) if i != eos],
-            add_bos=bool(field("tokenizer.ggml.add_bos_token", False)),
-            chat_template=field("tokenizer.chat_template", ""),
-        )
+        """The tokenizer of a GGUF file (its fields kept in the user's cache, gguf_tokenizer_fields) or of an open
+        reader (an engine's, which parsed the file for its weights anyway)."""
+        if isinstance(path_or_reader, gguf.GGUFReader):
+            return cls(**tokenizer_fields(path_or_reader))
+        return cls(**gguf_tokenizer_fields(Path(path_or_reader)))
 
     def encode(self, text: str, add_special: bool = False) -> list[int]:
         """Token ids of text; control tokens written in the text (<|im_start|>) become single ids.
@@ -224,3 +208,67 @@ class IncrementalDetokenizer:
         new_text = self._utf8.decode(b"", final=True)
         self.text += new_text
         return new_text
+
+
+# The tokenizer's fields of a GGUF, kept as JSON: gguf's reader parses every metadata array element by element, and
+# SmolLM2's 49,152 tokens and 48,900 merges took 2.5-4.8 s a process here (bench plan, each `bench run` client that
+# counts prompts, each test's bench), where reading the JSON copy takes ~0.1 s. Keyed by the file's path, size and
+# mtime, so a rewritten file is read again; bump the version when the fields change.
+TOKENIZER_CACHE_VERSION = 1
+TOKENIZER_CACHE_ENV = "LLM_SERVING_BENCH_CACHE"  # a cache folder other than ~/.cache/llm-serving-bench
+
+
+def tokenizer_fields(reader: gguf.GGUFReader) -> dict:
+    """Tokenizer's constructor arguments, read from an open GGUF."""
+
+    def field(key, default=None):
+        found = reader.fields.get(key)
+        if found is None:
+            if default is None:
+                raise ValueError(f"GGUF file lacks {key!r}; cannot build its tokenizer")
+            return default
+        return found.contents()
+
+    kind = field("tokenizer.ggml.model")
+    if kind != "gpt2":
+        raise ValueError(f"tokenizer.ggml.model is {kind!r}; native_engine reads only 'gpt2' (byte-level BPE)")
+    eos = int(field("tokenizer.ggml.eos_token_id"))
+    return {
+        "tokens": field("tokenizer.ggml.tokens"),
+        "token_types": [int(t) for t in field("tokenizer.ggml.token_type")],
+        "merges": field("tokenizer.ggml.merges"),
+        "pre": field("tokenizer.ggml.pre"),
+        "bos_token_id": int(field("tokenizer.ggml.bos_token_id")),
+        "eos_token_ids": [eos] + [i for i in stop_token_ids(reader) if i != eos],
+        "add_bos": bool(field("tokenizer.ggml.add_bos_token", False)),
+        "chat_template": field("tokenizer.chat_template", ""),
+    }
+
+
+def gguf_tokenizer_fields(path: Path) -> dict:
+    """tokenizer_fields of the GGUF at `path`, from the cache when it holds this file's (same path, size, mtime);
+    else parsed and written there. A cache that cannot be written (a read-only home) is left alone."""
+    resolved = path.resolve()
+    stat = resolved.stat()
+    identity = f"{TOKENIZER_CACHE_VERSION}|{resolved}|{stat.st_size}|{stat.st_mtime_ns}"
+    cached = tokenizer_cache_dir() / f"{hashlib.sha256(identity.encode()).hexdigest()[:32]}.json"
+    try:
+        doc = json.loads(cached.read_text(encoding="utf-8"))
+        if doc.get("identity") == identity:
+            return doc["fields"]
+    except (OSError, ValueError, AttributeError, KeyError):
+        pass  # not there yet, or torn: parse the file
+    fields = tokenizer_fields(open_gguf(resolved))
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps({"identity": identity, "fields": fields}), encoding="utf-8")
+        partial.replace(cached)  # whole or absent: two processes may write it at once
+    except OSError:
+        pass
+    return fields
+
+
+def tokenizer_cache_dir() -> Path:
+    root = os.environ.get(TOKENIZER_CACHE_ENV)
+    return (Path(root) if root else Path.home() / ".cache" / "llm-serving-bench") / "gguf-tokenizers"

@@ -115,3 +115,27 @@ def test_real_tokenizer_details(real_tokenizer):
     detok = IncrementalDetokenizer(tok)
     pieces = [detok.feed(i) for i in korean] + [detok.flush()]
     assert "".join(pieces) == "서빙 엔진" and all("\ufffd" not in p for p in pieces)
+
+
+def test_a_gguf_tokenizer_is_read_from_its_cached_fields_until_the_file_changes(tmp_path, monkeypatch):
+    """Parsing a GGUF's vocabulary takes seconds, so its tokenizer fields are kept as JSON: the second build reads
+    the copy (here: a copy whose chat template was changed on purpose, which only the cache could supply), and a
+    rewritten file (another size and mtime) is parsed again."""
+    from native_engine import tokenizer as tokenizer_module
+
+    monkeypatch.setenv(tokenizer_module.TOKENIZER_CACHE_ENV, str(tmp_path / "cache"))
+    path = write_tiny_llama_gguf(tmp_path / "t.gguf")
+    first = Tokenizer.from_gguf(path)
+    (cached,) = (tmp_path / "cache" / "gguf-tokenizers").iterdir()
+    doc = json.loads(cached.read_text())
+    parsed = tokenizer_module.tokenizer_fields(tokenizer_module.open_gguf(path))
+    assert doc["fields"] == parsed and first.encode(TEXTS[3]) == Tokenizer(**parsed).encode(TEXTS[3])
+    doc["fields"]["chat_template"] = "from the cache"
+    cached.write_text(json.dumps(doc))
+    assert Tokenizer.from_gguf(path).chat_template == "from the cache"
+    write_tiny_llama_gguf(path, vocab=300)  # rewritten: more embedding rows, placeholder tokens
+    again = Tokenizer.from_gguf(path)
+    assert again.chat_template == parsed["chat_template"] and len(again._tokens) == 300
+    (rewritten,) = set((tmp_path / "cache" / "gguf-tokenizers").iterdir()) - {cached}  # a copy of its own
+    rewritten.write_text("{torn")  # a torn copy is parsed over, not trusted
+    assert len(Tokenizer.from_gguf(path)._tokens) == 300 and json.loads(rewritten.read_text())["fields"]["tokens"]
