@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 
 import click
@@ -23,6 +24,9 @@ from native_engine.config import CacheAwareConfig, SchedulerConfig, from_flags
 
 PLACEHOLDERS = {"{port}": "0", "{host}": "127.0.0.1"}
 UNBOUNDED_WAITING = 1 << 62  # an engine whose waiting queue has no bound (vLLM, SGLang): no request is refused
+# --disaggregate's value as native_engine/disaggregation.py DisaggregationSpec.parse reads it (that module's
+# router and metrics are not for a plan to import); tests/test_plan_disagg.py checks the two agree
+DISAGGREGATE_SPEC = re.compile(r"prefill=(\d+),decode=(\d+)")
 SGLANG_MAX_PREFILL_TOKENS = 16384  # ServerArgs.max_prefill_tokens: a prefill batch's tokens with chunking off
 # the plan fields an engine flag may set, as PlanSpec names them
 PLAN_SPEC_FIELDS = {
@@ -74,6 +78,25 @@ class EngineChoice:
         }
 
 
+@dataclass(frozen=True)
+class DisaggregationSplit:
+    """`--disaggregate prefill=P,decode=D`: P prefill replicas handing each prompt's KV to D decode replicas."""
+
+    prefill: int
+    decode: int
+
+    @classmethod
+    def parse(cls, value: str) -> DisaggregationSplit:
+        """As the engine parses it, with its message; a ValueError naming the flag."""
+        found = DISAGGREGATE_SPEC.fullmatch(value.replace(" ", ""))
+        if not found or min(int(found.group(1)), int(found.group(2))) < 1:
+            raise ValueError(
+                f"--disaggregate: got {value!r}; give the worker counts as prefill=P,decode=D with "
+                "P and D at least 1, e.g. --disaggregate prefill=1,decode=1"
+            )
+        return cls(int(found.group(1)), int(found.group(2)))
+
+
 @dataclass
 class Deployment:
     scheduler: SchedulerConfig
@@ -86,6 +109,9 @@ class Deployment:
     cache_aware: CacheAwareConfig
     max_model_len: int  # tokens one sequence may hold
     engine: EngineChoice | None = None  # the engine's profile and settings; None: the native engine
+    # --disaggregate prefill=P,decode=D: P prefill and D decode replicas (harness/plan/disaggregation.py); None:
+    # every replica serves whole requests behind the router
+    disaggregate: DisaggregationSplit | None = None
 
 
 def serve_parameters(launch_args: list[str], model: str) -> dict:
@@ -114,11 +140,7 @@ def deployment_from_args(
     except ValueError as e:
         raise ValueError(f"backend.launch.args: {e}") from None
     engine, deployment = serve.engine, serve.deployment
-    if deployment.disaggregate is not None:
-        raise ValueError(
-            "backend.launch.args: --disaggregate is not simulated yet by bench plan; "
-            "leave it out, or measure the deployment with bench run"
-        )
+    split = disaggregation(deployment, replicas)
     if engine.speculative is not None:
         raise ValueError(
             "backend.launch.args: --speculative is not simulated by bench plan (acceptance depends "
@@ -131,11 +153,34 @@ def deployment_from_args(
         engine.kv_block_size,
         engine.enable_prefix_caching,
         engine.prefix_cache,
-        replicas or deployment.data_parallel,
+        split.prefill + split.decode if split else replicas or deployment.data_parallel,
         deployment.router_policy,
         deployment.cache_aware,
         min(context_length, num_blocks * engine.kv_block_size),
+        disaggregate=split,
     )
+
+
+def disaggregation(deployment, replicas: int | None) -> DisaggregationSplit | None:
+    """The native engine's --disaggregate split (None without it), refused as `bench serve` refuses it, and beside
+    plan.replicas, which would say the replica count twice."""
+    if deployment.disaggregate is None:
+        return None
+    try:
+        split = DisaggregationSplit.parse(deployment.disaggregate)
+    except ValueError as e:
+        raise ValueError(f"backend.launch.args: {e}") from None
+    if deployment.data_parallel > 1:
+        raise ValueError(
+            "backend.launch.args: --disaggregate: give it or --data-parallel, not both (prefill=P,decode=D already "
+            "says how many engine processes run)"
+        )
+    if replicas is not None:
+        raise ValueError(
+            f"plan.replicas: {replicas} and backend.launch.args --disaggregate {deployment.disaggregate} both say "
+            "how many replicas run; give one of them"
+        )
+    return split
 
 
 def scenario_flags(scenario) -> EngineFlags | None:

@@ -165,6 +165,12 @@ def _switch(on: str, off: str, field: str) -> tuple[Flag, Flag]:
     return Flag((on,), field, None, True), Flag((off,), field, None, False)
 
 
+# a server's P/D role flag (vLLM's KV connector role, SGLang's mode, trtllm-serve's server role) is one side of a
+# prefill/decode pair launched apart; a plan of one launch cannot say how many of each there are
+DISAGGREGATION = (
+    "prefill/decode disaggregation is simulated for the native engine's --disaggregate prefill=P,decode=D "
+    "(backend.kind native), which names both pools in one flag"
+)
 VLLM_FLAGS = FlagTable(
     kind="vllm",
     program="vllm serve",
@@ -227,6 +233,7 @@ VLLM_FLAGS = FlagTable(
         "-pp": "pipeline parallelism is not simulated; use tensor parallelism",
         "--speculative-config": "speculative decoding is not simulated (acceptance depends on the text)",
         "--max-num-partial-prefills": "more than one partial prefill at a time is not simulated",
+        "--kv-transfer-config": DISAGGREGATION,
     },
 )
 SGLANG_FLAGS = FlagTable(
@@ -293,6 +300,7 @@ SGLANG_FLAGS = FlagTable(
         "--max-total-tokens": "a KV pool capped below what memory holds is not simulated; set plan.gpu_memory_"
         "utilization (or --mem-fraction-static) instead",
         "--enable-dp-attention": "data-parallel attention is not simulated",
+        "--disaggregation-mode": DISAGGREGATION,
     },
 )
 TRTLLM_FLAGS = FlagTable(
@@ -321,13 +329,15 @@ TRTLLM_FLAGS = FlagTable(
         "--gpus_per_node",
         "--served_model_name",
         "--metadata_server_config_file",
-        "--server_role",
         "--media_io_kwargs",
-        "--disagg_cluster_uri",
         "--cluster_size",
     ),
     ignored_switches=("--trust_remote_code", "--fail_fast_on_attention_window_too_large"),
-    unsupported={"--pp_size": "pipeline parallelism is not simulated; use tensor parallelism"},
+    unsupported={
+        "--pp_size": "pipeline parallelism is not simulated; use tensor parallelism",
+        "--server_role": DISAGGREGATION,
+        "--disagg_cluster_uri": DISAGGREGATION,
+    },
 )
 LLAMACPP_FLAGS = FlagTable(
     kind="llamacpp",

@@ -19,6 +19,7 @@ counted (range_tally.py) and said in a `plan_beyond_fitted_range` finding.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import gc
 import heapq
 import itertools
@@ -34,6 +35,14 @@ from harness.metrics.explain import explain
 from harness.metrics.latencies import summarize
 from harness.plan.decode_run import DecodeRun, admits, commit, plan_decode_run
 from harness.plan.deployment import Deployment, engine_choice, scenario_deployment, size_to_memory
+from harness.plan.disaggregation import (
+    DECODE,
+    PREFILL,
+    KVTransfer,
+    disaggregation_line,
+    handoff_timings,
+    plan_transfer,
+)
 from harness.plan.host import HostShare, host_share
 from harness.plan.prompt_ids import KeptEncodings, PromptIds, prompt_token_ids
 from harness.plan.range_tally import RangeTally
@@ -62,10 +71,12 @@ MAX_TRACED_REQUESTS = 20_000  # beyond this many requests the steps are not kept
 # report's timeline took 3/4 of that plan's time (cProfile); the diagnosis still reads every step
 MAX_WRITTEN_STEPS = 200_000
 # Event kinds, in their order at equal times: arrivals first, as the engine drains its inbox before a step;
-# then step ends; then the requests a finish at that instant releases (a session's next turn after no think
-# time, a closed loop's next request): they are sent after it, so never join a step that starts at it; last, an
-# offline load's feed of the requests held client-side into the room those steps' admissions left.
-ARRIVE, STEP_END, RELEASED, FEED = 0, 1, 2, 3
+# then KV handoffs reaching a decode replica (disaggregation.py: admitted at its next step boundary, so one that
+# comes as a step ends joins the step that starts then); then step ends; then the requests a finish at that
+# instant releases (a session's next turn after no think time, a closed loop's next request): they are sent after
+# it, so never join a step that starts at it; last, an offline load's feed of the requests held client-side into
+# the room those steps' admissions left.
+ARRIVE, HANDOFF, STEP_END, RELEASED, FEED = 0, 1, 2, 3, 4
 QUEUE_FULL = "waiting queue full"  # a refusal's reason (Simulation.refused) when the engine's queue bound is hit
 ANY_VOCAB = 1 << 31  # prompts are the tokenizer's own ids; sampling_params checks only stop_token_ids against it
 
@@ -90,7 +101,9 @@ class Simulation:
         fast_forward: bool = True,
         host: HostShare | None = None,
         fit_range: FitRange | None = None,
+        transfer: KVTransfer | None = None,
     ):
+        """`transfer`: the KV handoff's link, for a disaggregated deployment (deployment.disaggregate)."""
         self.clock = VirtualClock()
         self.step_model = step_model
         self.request_overhead_s = request_overhead_s
@@ -98,11 +111,23 @@ class Simulation:
         # its start, which a decode run timed ahead cannot know, so they step one by one
         self.host = host if host is not None and deployment.replicas > 1 else None
         self.fast_forward = fast_forward and self.host is None  # pure-decode stretches as one event (decode_run.py)
-        names = [f"replica-{i}" for i in range(deployment.replicas)]
-        self.replicas = {n: Replica(n, deployment, self.clock) for n in names}
+        split = self.disaggregate = deployment.disaggregate
+        if split is not None and transfer is None:
+            raise ValueError("a disaggregated deployment needs its KV transfer (disaggregation.py plan_transfer)")
+        self.transfer = transfer
+        roles = [(f"replica-{i}", None) for i in range(deployment.replicas)]
+        if split is not None:  # the engine's worker names
+            roles = [(f"prefill-{i}", PREFILL) for i in range(split.prefill)]
+            roles += [(f"decode-{i}", DECODE) for i in range(split.decode)]
+        names = [n for n, _ in roles]
+        self.replicas = {n: Replica(n, deployment, self.clock, role) for n, role in roles}
         self.rank = {n: i for i, n in enumerate(names)}  # orders replicas' step ends at equal times
-        self.up = set(names)  # every simulated replica takes requests
-        self.policy = Policy(deployment.router_policy, names, deployment.cache_aware) if len(names) > 1 else None
+        # the replicas a request is sent to first (a disaggregated deployment's prefill ones), in order
+        self.entry = [n for n, role in roles if role != DECODE]
+        self.decoders = [n for n, role in roles if role == DECODE]
+        self.up = set(self.entry)  # every simulated replica takes requests
+        routed = len(names) > 1 and split is None
+        self.policy = Policy(deployment.router_policy, names, deployment.cache_aware) if routed else None
         self.in_flight = dict.fromkeys(names, 0)
         self.steps: list[dict] | None = [] if keep_steps else None  # engine_trace.py's step form
         self.sequence_steps = 0  # sequences summed over every step's batch: the simulation's unit of work
@@ -139,14 +164,21 @@ class Simulation:
 
     def route(self, text: str, up: set[str] | None = None) -> Replica:
         """The replica the router picks among `up` (default: every replica)."""
+        if self.disaggregate is not None:
+            return self.least_busy([n for n in self.entry if n in (self.up if up is None else up)])
         if self.policy is None:
             return next(iter(self.replicas.values()))
         name = self.policy.choose(text, self.in_flight, self.up if up is None else up).replica
         return self.replicas[name]
 
+    def least_busy(self, names: list[str]) -> Replica:
+        """The first of names with the fewest requests in flight: the coordinator's choice of a worker of a role
+        (native_engine/disaggregation.py Disaggregator.send)."""
+        return self.replicas[min(names, key=self.in_flight.__getitem__)]
+
     def with_room(self) -> set[str]:
-        """The replicas whose waiting queue is below the engine's bound (--max-waiting)."""
-        return {n for n, r in self.replicas.items() if has_room(r)}
+        """The replicas a request may be sent to whose waiting queue is below the engine's bound (--max-waiting)."""
+        return {n for n in self.entry if has_room(self.replicas[n])}
 
     def start_step(self, replica: Replica) -> None:
         now_s = self.clock.now_s
@@ -246,6 +278,9 @@ def run_simulation(
         if kind == FEED:
             playback.feed()
             continue
+        if kind == HANDOFF:
+            playback.handoff(*item)
+            continue
         if kind != STEP_END:
             playback.arrive(time_s, kind, item)
             continue
@@ -256,7 +291,7 @@ def run_simulation(
             playback.decode_run_ended(replica, work)
         else:
             playback.step_ended(replica, work, time_s)
-        sim.start_step(replica)
+        playback.next_step(replica)
         if playback.backlog:
             playback.feed_at(time_s)  # the step's admissions left room in the waiting queue
     playback.refuse_backlog()
@@ -375,6 +410,8 @@ class _Playback:
         except RequestError as e:
             self.refuse(spec, sent_s, e.status, e.message, f"HTTP {e.status}: the server's request rule")
             return
+        if replica.role == PREFILL:  # the prefill worker runs the prompt to its first token
+            params = dataclasses.replace(params, max_tokens=1)
         seq = Sequence(str(spec.index), ids, params, arrival_s=engine_s)
         try:
             replica.scheduler.add(seq)
@@ -391,6 +428,7 @@ class _Playback:
 
     def decode_run_ended(self, replica: Replica, work: DecodeRun) -> None:
         sim = self.sim
+        self.first_tokens_out(replica, work.ends_s[0])
         taken = commit(work, replica)
         times = work.ends_s[: work.steps]
         for seq in work.seqs:
@@ -405,9 +443,11 @@ class _Playback:
 
     def step_ended(self, replica: Replica, work: Step, time_s: float) -> None:
         sim = self.sim
+        self.first_tokens_out(replica, time_s)
         replica.end_step(work)
-        for seq in work.sampled:
-            self.live[seq.request_id][2].append(time_s)
+        if replica.role != PREFILL:  # a prefill replica's token goes to the decode replica, not the client
+            for seq in work.sampled:
+                self.live[seq.request_id][2].append(time_s)
         sim.engine_steps += 1
         sim.sequence_steps += work.shape.prefill_seqs + work.shape.decode_seqs
         if sim.range_tally is not None:
@@ -415,10 +455,68 @@ class _Playback:
         if sim.steps is not None:
             sim.steps.append(_trace_step(replica.name, work, time_s))
         for seq in work.finished:
-            spec, sent_s, times, at = self.live.pop(seq.request_id)
-            sim.in_flight[at.name] -= 1
-            self.on_record(_record(spec, sent_s, times, seq))
-            self.release_after(spec)
+            if replica.role == PREFILL:
+                sim.push(time_s + sim.transfer.seconds(seq.num_prompt_tokens), HANDOFF, (replica, seq))
+            else:
+                self.finished(seq)
+
+    def finished(self, seq: Sequence) -> None:
+        """The request's record, and what waits on it released."""
+        spec, sent_s, times, at = self.live.pop(seq.request_id)
+        self.sim.in_flight[at.name] -= 1
+        self.on_record(_record(spec, sent_s, times, seq))
+        self.release_after(spec)
+
+    def next_step(self, replica: Replica) -> None:
+        """At a step boundary: the KV handoffs that reached the replica are admitted, then its next step starts; an
+        idle replica sends their first tokens at once (the engine's step with nothing to run returns them)."""
+        now_s = self.sim.clock.now_s
+        for seq in replica.handoffs:
+            try:
+                replica.admit_handoff(seq, now_s)
+            except QueueFullError as e:
+                spec, sent_s, _, at = self.live.pop(seq.request_id)
+                self.sim.in_flight[at.name] -= 1
+                self.refuse(spec, sent_s, 503, str(e), f"HTTP 503: {QUEUE_FULL} (--max-waiting) on a decode replica")
+                continue
+            replica.first_out.append(seq)
+        replica.handoffs.clear()
+        self.sim.start_step(replica)
+        if replica.in_flight is None:
+            self.first_tokens_out(replica, now_s)
+
+    def first_tokens_out(self, replica: Replica, time_s: float) -> None:
+        """The handed-off requests admitted at the step's start get their first token now, as the step's outputs
+        (llm_engine.step returns the inbox's outputs with the step's); one whose answer was that token ends."""
+        for seq in replica.first_out:
+            self.live[seq.request_id][2].append(time_s)
+            if seq.finish_reason is not None:
+                self.finished(seq)
+        replica.first_out.clear()
+
+    def handoff(self, prefill: Replica, seq: Sequence) -> None:
+        """A prompt's KV has crossed the link: the prefill replica frees its blocks, the least busy decode replica
+        takes the request at its next step boundary (a decode run in flight is cut back to its step in flight)."""
+        sim, now_s = self.sim, self.sim.clock.now_s
+        prefill.block_manager.free(seq)
+        spec, sent_s, times, _ = self.live[seq.request_id]
+        sim.in_flight[prefill.name] -= 1
+        decode = sim.least_busy(sim.decoders)
+        sim.in_flight[decode.name] += 1
+        self.live[seq.request_id] = (spec, sent_s, times, decode)
+        # the request as the decode worker gets it: the client's max_tokens, the prefill's phases in its timings
+        params = dataclasses.replace(seq.params, max_tokens=spec.output_tokens)
+        handed = Sequence(seq.request_id, seq.prompt_token_ids, params, arrival_s=now_s)
+        handed.kv_transfer = handoff_timings(request_timings(seq), seq.num_prompt_tokens, sim.transfer)
+        decode.handoffs.append(handed)
+        run = decode.in_flight
+        if run is None:
+            self.next_step(decode)
+        elif isinstance(run, DecodeRun) and (shorter := run.cut_back(now_s, after_steps=False)) is not None:
+            decode.in_flight = shorter  # the longer run's end event is now stale
+            sim.push(shorter.end_s, STEP_END, (decode, shorter), sim.rank[decode.name])
+        if prefill.in_flight is None and prefill.scheduler.waiting:  # the freed blocks may admit a waiting one
+            sim.start_step(prefill)
 
 
 def request_text(spec: RequestSpec) -> str:
@@ -530,16 +628,13 @@ def simulate_scenario(
     reporter=None,
     overwrite: bool = False,
     step_model: StepModel | None = None,
+    transfer: KVTransfer | None = None,
 ) -> Summary:
     """The summary (bench run's summary.json, `simulated: true`) of the scenario on its plan: deployment;
     with out_dir, the results folder too (run.json, requests.jsonl, summary.json). `step_model`: use this
-    one instead of the plan's (benchmarks, tests); its request overhead is then 0."""
-    if scenario.workload.kind == "agentic":  # its turns are built from answers, its sub-agents run side by side
-        raise ScenarioError(
-            "workload.kind: agentic is not simulated by bench plan yet (tool-result turns and sub-agent fan-out); "
-            "plan a multi_turn workload of the same turns and think times, or measure it with bench run"
-        )
-    deployment, step_model, overhead_s = _deployment_and_model(scenario, step_model)
+    one instead of the plan's (benchmarks, tests); its request overhead is then 0. `transfer`: a disaggregated
+    deployment's KV link instead of the plan's (disaggregation.py plan_transfer)."""
+    deployment, step_model, overhead_s, transfer = _deployment_and_model(scenario, step_model, transfer)
     started_s = time.process_time()
     tokenizer = KeptEncodings(_tokenizer(scenario))  # the plan's encodings, kept for the engine's prompts
     schedule = build_schedule(scenario, tokenizer)
@@ -557,7 +652,9 @@ def simulate_scenario(
     keep_steps = len(schedule.requests) <= MAX_TRACED_REQUESTS
     host = host_share(scenario.plan, scenario.plan.step_model.fitted)
     fitted_range = _fit_range(scenario, step_model, deployment)
-    sim = Simulation(deployment, step_model, overhead_s, keep_steps=keep_steps, host=host, fit_range=fitted_range)
+    sim = Simulation(
+        deployment, step_model, overhead_s, keep_steps=keep_steps, host=host, fit_range=fitted_range, transfer=transfer
+    )
     offline = scenario.load.process.paced_by == "offline"
     try:
         run_simulation(sim, schedule.requests, token_ids, scenario.load.concurrency, on_record, offline)
@@ -569,7 +666,7 @@ def simulate_scenario(
     summary.plan = PlanAccount(
         step_model=step_model.describe() | ({"fit_range": asdict(fitted_range)} if fitted_range else {}),
         request_overhead_s=overhead_s,
-        deployment=_describe_deployment(deployment),
+        deployment=_describe_deployment(deployment, transfer),
         host=sim.host.describe() if sim.host is not None else None,
         preemptions=sum(r.scheduler.num_preemptions for r in sim.replicas.values()),
         engine_steps=sim.engine_steps,
@@ -596,8 +693,9 @@ def _fit_range(scenario: Scenario, step_model: StepModel, deployment: Deployment
 
 
 def plan_findings(sim: Simulation, step_model: StepModel, requests: int) -> list[Finding]:
-    """What the plan itself must say beside the diagnosis: requests refused (by reason), and steps past the
-    range the step model was fitted on (range_tally.py)."""
+    """What the plan itself must say beside the diagnosis: requests refused (by reason), a disaggregated
+    deployment's split and KV transfer constants, and steps past the range the step model was fitted on
+    (range_tally.py)."""
     findings = []
     if sim.refused:
         refused = sum(sim.refused.values())
@@ -615,6 +713,15 @@ def plan_findings(sim: Simulation, step_model: StepModel, requests: int) -> list
                 severity="warning",
                 message=f"{refused:,} of {requests:,} requests refused by the simulated server: {reasons}.{hint}",
                 evidence={"refused": refused, "requests": requests, "by_reason": dict(sim.refused)},
+            )
+        )
+    if sim.disaggregate is not None:
+        findings.append(
+            Finding(
+                rule="plan_disaggregation",
+                severity="info",
+                message=disaggregation_line(sim.disaggregate, sim.transfer),
+                evidence=sim.transfer.describe(),
             )
         )
     if sim.range_tally is not None:
@@ -637,8 +744,16 @@ def _extrapolation(step_model: StepModel) -> str:
     return f"extrapolates by the roofline of the fitted steps' {' and '.join(charged)} (step_model.beyond_range)"
 
 
-def _deployment_and_model(scenario: Scenario, step_model: StepModel | None) -> tuple[Deployment, StepModel, float]:
-    """The plan's deployment, its step model (the one given, else the plan's) and the request overhead in s."""
+def _deployment_and_model(
+    scenario: Scenario, step_model: StepModel | None, transfer: KVTransfer | None = None
+) -> tuple[Deployment, StepModel, float, KVTransfer | None]:
+    """The plan's deployment, its step model (the one given, else the plan's), the request overhead in s and, when
+    disaggregated, the KV transfer (the one given, else the plan's)."""
+    if scenario.workload.kind == "agentic":  # its turns are built from answers, its sub-agents run side by side
+        raise ScenarioError(
+            "workload.kind: agentic is not simulated by bench plan yet (tool-result turns and sub-agent fan-out); "
+            "plan a multi_turn workload of the same turns and think times, or measure it with bench run"
+        )
     if scenario.plan is None:
         raise ScenarioError(
             "plan: missing; bench plan needs a plan: block, e.g. plan: {step_model: "
@@ -647,9 +762,11 @@ def _deployment_and_model(scenario: Scenario, step_model: StepModel | None) -> t
     try:
         deployment = scenario_deployment(scenario, engine_choice(scenario))
         step_model, overhead_s = (step_model, 0.0) if step_model else _step_model(scenario, deployment)
+        if deployment.disaggregate is not None and transfer is None:
+            transfer = plan_transfer(scenario, step_model, deployment.kv_block_size)
     except ValueError as e:
         raise ScenarioError(str(e)) from None
-    return deployment, step_model, overhead_s
+    return deployment, step_model, overhead_s, transfer
 
 
 def _simulated_summary(scenario: Scenario, records: list[RequestRecord], token_count_method: str) -> Summary:
@@ -676,11 +793,16 @@ def _write_folder(writer: ResultWriter, scenario: Scenario, token_count_method, 
         write_engine_trace(writer.dir / "engine_trace.json", steps[-MAX_WRITTEN_STEPS:])
 
 
-def _describe_deployment(d: Deployment) -> dict:
-    """The simulated deployment in summary.json's plan.deployment: the scheduler's settings, and the engine's profile
-    with where each of its settings came from (the profile's default, a flag, a plan field)."""
+def _describe_deployment(d: Deployment, transfer: KVTransfer | None = None) -> dict:
+    """The simulated deployment in summary.json's plan.deployment: the scheduler's settings, the engine's profile
+    with where each of its settings came from (the profile's default, a flag, a plan field), and a disaggregated
+    deployment's split and KV transfer."""
     s = d.scheduler
+    split = d.disaggregate
     return {
+        "disaggregation": {"prefill": split.prefill, "decode": split.decode, "kv_transfer": transfer.describe()}
+        if split is not None and transfer is not None
+        else None,
         "engine_profile": d.engine.profile.kind if d.engine else "native",
         "engine": d.engine.describe() if d.engine else None,
         "replicas": d.replicas,
