@@ -3,16 +3,20 @@ prompt on the least busy prefill replica, its KV over the link, its answer from 
 the first token out with the decode replica's next step (as native_engine's decode worker returns it), checked
 against figures derived by hand from stated step costs and a stated link."""
 
+import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import yaml
+from bench_process import bench
 
 from harness.plan.architectures import load_architecture
 from harness.plan.deployment import DisaggregationSplit, deployment_from_args
 from harness.plan.disaggregation import KVTransfer, measured_transfer, plan_transfer, roofline_transfer
 from harness.plan.engine_flags import FlagError, engine_flags
 from harness.plan.roofline_model import RooflineStepModel
+from harness.plan.search import Search, SearchOptions, write_search
 from harness.plan.simulator import Simulation, run_simulation, simulate_scenario
 from harness.plan.step_model import FittedStepModel
 from harness.results.folder import RequestRecord, ResultWriter, read_records
@@ -215,3 +219,61 @@ def test_a_roofline_plan_writes_the_split_and_its_link_and_completes_every_reque
     assert len(records) == 12 and all(r.ok and r.output_tokens == 16 for r in records)
     assert all(r.server_timings["kv_transfer_blocks"] == 16 for r in records)  # 256 tokens: 16 blocks
     assert len(validate_folder(tmp_path / "out")) >= 2
+
+
+# Llama-3.1-8B on one H100 at 30 req/s: one replica meets these SLOs alone (tests/test_plan_search.py's scenario)
+SEARCH = """
+name: search-splits
+backend: {kind: native, model: smollm2, launch: {args: [--max-num-seqs, "32", --max-num-batched-tokens, "2048"]}}
+workload: {kind: random, input_tokens: 256, output_tokens: 24, ignore_eos: true}
+load: {arrival: poisson, rate: 30, num_requests: 48}
+slo: {ttft_ms: 300, tpot_ms: 60}
+plan: {model: llama-3.1-8b, step_model: roofline, prices: {H100: 3.0}}
+seed: 0
+"""
+
+
+def test_search_compares_the_asked_splits_beside_the_aggregated_choice(tmp_path):
+    (tmp_path / "s.yaml").write_text(SEARCH)
+    search = Search(
+        load_scenario(tmp_path / "s.yaml"), tmp_path / "out", max_gpus=2, headroom=0.0, splits=((1, 1), (1, 2))
+    )
+    [chosen] = search.run()
+    assert (chosen.best.tensor_parallel, chosen.best.replicas) == (1, 1)
+    aggregated, one_one, one_two = search.levels[0].splits
+    # $3 a GPU-hour x TP 1 x replicas: 1, 1 + 1, 1 + 2
+    assert [(t.layout, t.gpus, t.dollars_per_hour) for t in (aggregated, one_one, one_two)] == [
+        ("aggregated x1", 1, 3.0),
+        ("1:1", 2, 6.0),
+        ("1:2", 3, 9.0),
+    ]
+    for split in (one_one, one_two):
+        # the handoff and the decode replica's step are in TTFT; no prompt shares a decode replica's steps
+        assert split.ttft_p90_ms > aggregated.ttft_p90_ms and split.tpot_p90_ms < aggregated.tpot_p90_ms
+        summary = json.loads(Path(split.folder, "summary.json").read_text())
+        assert summary["plan"]["deployment"]["disaggregation"]["decode"] == split.decode
+    lines = write_search(search)
+    assert "| H100 | 1 | 1:2 | 3 | 9.00 | yes | 100% |" in "\n".join(lines)
+    level = json.loads((tmp_path / "out" / "search.json").read_text())["levels"][0]
+    assert [t["layout"] for t in level["disaggregated"]] == ["aggregated x1", "1:1", "1:2"]
+    assert level["results"][0]["best"]["replicas"] == 1  # the recommendation stays the aggregated one
+
+
+@pytest.mark.parametrize(("splits", "message"), [("1:0", "'1:0' is not a split"), ("1:1,2", "'2' is not a split")])
+def test_a_bad_split_list_is_refused_naming_the_option(splits, message):
+    with pytest.raises(ValueError, match=f"--disaggregate-splits: {message}"):
+        SearchOptions.parse(64, 600, "30%", "1,2", splits)
+
+
+def test_splits_are_the_native_engines_and_need_a_search(tmp_path):
+    (tmp_path / "s.yaml").write_text(SEARCH)
+    scenario = load_scenario(tmp_path / "s.yaml")
+    vllm = scenario.model_copy(update={"backend": scenario.backend.model_copy(update={"kind": "vllm"})})
+    with pytest.raises(ValueError, match="--disaggregate-splits: backend.kind vllm is not simulated disaggregated"):
+        Search(vllm, tmp_path / "out", splits=((1, 1),))
+    launch = scenario.backend.launch.model_copy(update={"args": SPLIT_1_1})
+    split = scenario.model_copy(update={"backend": scenario.backend.model_copy(update={"launch": launch})})
+    with pytest.raises(ValueError, match="--search chooses the replicas; leave --disaggregate out"):
+        Search(split, tmp_path / "out")
+    res = bench("plan", tmp_path / "s.yaml", "--disaggregate-splits", "1:1", "--output", tmp_path / "o")
+    assert res.returncode != 0 and "--disaggregate-splits compares splits in a --search" in res.stderr

@@ -498,6 +498,9 @@ def plan(
         "30%", "--headroom", help="--search: the share above load.rate each deployment must carry within the SLOs"
     ),
     traffic: str = typer.Option("1,2", "--traffic", help="--search: traffic levels, multiples of load.rate"),
+    disaggregate_splits: str | None = typer.Option(
+        None, "--disaggregate-splits", help="--search: prefill:decode splits beside each choice, e.g. 1:1,1:2"
+    ),
     memory: bool = typer.Option(False, "--memory", hidden=True, help="deprecated: bench memory"),
     model: str = typer.Option(
         "llama-3.1-8b", "--model", hidden=True, help="--memory: built-in name, .gguf or config.json"
@@ -534,17 +537,20 @@ def plan(
         )
     if scenario is None:
         raise _fail("error", "bench plan needs a SCENARIO (the memory a model needs: bench memory)", EXIT_BAD_INPUT)
-    options = None
-    if search:
-        options = _search_options(max_gpus, time_budget_s, headroom, traffic)
+    options = _search_options(search, max_gpus, time_budget_s, headroom, traffic, disaggregate_splits)
     _plan_scenario(_load(scenario, set_), output, options, overwrite)
 
 
-def _search_options(max_gpus: int, time_budget_s: float, headroom: str, traffic: str):
+def _search_options(search: bool, max_gpus: int, time_budget_s: float, headroom: str, traffic: str, splits: str | None):
+    """--search's options (None without --search, which --disaggregate-splits needs)."""
     from harness.plan.search import SearchOptions
 
+    if not search:
+        if splits:
+            raise _fail("error", "--disaggregate-splits compares splits in a --search; add --search", EXIT_BAD_INPUT)
+        return None
     try:
-        return SearchOptions.parse(max_gpus, time_budget_s, headroom, traffic)
+        return SearchOptions.parse(max_gpus, time_budget_s, headroom, traffic, splits)
     except ValueError as e:
         raise _fail("error", str(e), EXIT_BAD_INPUT)
 

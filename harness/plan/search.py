@@ -45,6 +45,14 @@ from harness.plan.roofline_scenario import (
     scenario_architecture,
 )
 from harness.plan.simulator import simulate_scenario
+from harness.plan.split_search import (
+    SplitTrial,
+    aggregated_trial,
+    check_splittable,
+    parse_splits,
+    simulate_split,
+    split_lines,
+)
 from harness.plan.step_model import StepShape
 from harness.results.folder import point_dir_name, write_candidates
 from harness.results.schema import Candidate, Summary
@@ -107,6 +115,7 @@ class Level:
     rate_per_s: float | None  # load.rate x traffic (None: the load is not paced by a rate)
     target_rate_per_s: float | None  # what each deployment is asked to carry: rate x (1 + headroom)
     results: list[GpuResult] = field(default_factory=list)
+    splits: list[SplitTrial] = field(default_factory=list)  # --disaggregate-splits at each choice's TP
 
     def load_share(self, result: GpuResult) -> float | None:
         """The asked rate over the deployment's capacity: 0.77 is 77% busy at the asked traffic."""
@@ -162,10 +171,13 @@ class SearchOptions:
     time_budget_s: float = 600.0
     headroom: float = DEFAULT_HEADROOM
     traffic: tuple[float, ...] = DEFAULT_TRAFFIC
+    splits: tuple[tuple[int, int], ...] = ()  # --disaggregate-splits: (prefill, decode) replicas to compare
 
     @classmethod
-    def parse(cls, max_gpus: int, time_budget_s: float, headroom: str, traffic: str) -> SearchOptions:
-        """--headroom "30%" (or 0.3) and --traffic "1,2"."""
+    def parse(
+        cls, max_gpus: int, time_budget_s: float, headroom: str, traffic: str, splits: str | None = None
+    ) -> SearchOptions:
+        """--headroom "30%" (or 0.3), --traffic "1,2" and --disaggregate-splits "1:1,1:2"."""
         text = headroom.strip()
         try:
             share = float(text.removesuffix("%")) / (100 if text.endswith("%") else 1)
@@ -177,10 +189,21 @@ class SearchOptions:
             raise ValueError(f"--traffic: {traffic!r} is not a list of multiples of load.rate, e.g. 1,2") from None
         if not levels or min(levels) <= 0:
             raise ValueError(f"--traffic: {traffic!r}: give positive multiples of load.rate, e.g. 1,2")
-        return cls(max_gpus=max_gpus, time_budget_s=time_budget_s, headroom=share, traffic=levels)
+        return cls(
+            max_gpus=max_gpus,
+            time_budget_s=time_budget_s,
+            headroom=share,
+            traffic=levels,
+            splits=parse_splits(splits),
+        )
 
     def search_kwargs(self) -> dict:
-        return {"max_gpus": self.max_gpus, "time_budget_s": self.time_budget_s, "headroom": self.headroom}
+        return {
+            "max_gpus": self.max_gpus,
+            "time_budget_s": self.time_budget_s,
+            "headroom": self.headroom,
+            "splits": self.splits,
+        }
 
 
 class Search:
@@ -193,8 +216,13 @@ class Search:
         time_budget_s: float = 600.0,
         overwrite: bool = False,
         headroom: float = DEFAULT_HEADROOM,
+        splits: tuple[tuple[int, int], ...] = (),
     ):
+        """`splits`: (prefill, decode) replica counts simulated beside each level's choices (split_search.py)."""
         check_searchable(scenario)
+        if splits:
+            check_splittable(scenario)
+        self.splits = splits
         if not 0 <= headroom < 10:
             raise ValueError(f"--headroom: {headroom!r} is not a share of the asked rate; give e.g. 30% (0.3)")
         self.scenario, self.out_dir, self.attainment = scenario, Path(out_dir), attainment
@@ -453,9 +481,26 @@ class Search:
         for result in level.results:
             if result.best is not None:
                 self.bracket_capacity(result.best, self.scenario.plan.prices[result.gpu])
+        self.compare_splits(level)
         self.update_capacities()
         level.results.sort(key=lambda r: ranking_key(r))
         return level.results
+
+    def compare_splits(self, level: Level) -> None:
+        """Each asked prefill:decode split at each GPU type's chosen TP and the level's target rate (split_search.py),
+        while the time budget lasts."""
+        for result in level.results:
+            if result.best is None:
+                continue
+            price = self.scenario.plan.prices[result.gpu]
+            at = (result.gpu, result.best.tensor_parallel, price)
+            if self.splits:
+                level.splits.append(aggregated_trial(result.best, price, judged_fraction))
+            for split in self.splits:
+                if time.monotonic() >= self.deadline:
+                    result.notes.append(f"--disaggregate-splits {split[0]}:{split[1]} not simulated: time budget spent")
+                    continue
+                level.splits.append(simulate_split(self, at, split, level.target_rate_per_s, judged_fraction))
 
     def update_capacities(self) -> None:
         """Every level's capacities from every rate simulated so far (a later level adds rates to a deployment)."""
@@ -507,6 +552,12 @@ def check_searchable(scenario) -> None:
         raise ValueError(
             "slo: --search looks for the deployment that meets the SLOs; set at least one, "
             "e.g. slo: {ttft_ms: 500, tpot_ms: 50}"
+        )
+    args = scenario.backend.launch.args if scenario.backend.launch else []
+    if any(a == "--disaggregate" or a.startswith("--disaggregate=") for a in args):
+        raise ValueError(
+            "backend.launch.args: --search chooses the replicas; leave --disaggregate out and compare "
+            "prefill:decode splits with --disaggregate-splits"
         )
     flags = scenario_flags(scenario)
     if flags is not None and "tensor_parallel" in flags.values:
@@ -580,6 +631,7 @@ def search_lines(search: Search) -> list[str]:
     lines = []
     for level in search.levels:
         lines += [level_heading(level, search.headroom), "", *table_lines(level.results, level), ""]
+        lines += split_lines(level.splits)
         lines += [recommendation(level, search.headroom), ""]
     return lines
 
@@ -603,6 +655,7 @@ def write_search(search: Search, interrupted: bool = False) -> list[str]:
                 "rate_per_s": level.rate_per_s,
                 "target_rate_per_s": level.target_rate_per_s,
                 "results": [result_json(r, level) for r in level.results],
+                "disaggregated": [asdict(t) | {"gpus": t.gpus, "layout": t.layout} for t in level.splits],
             }
             for level in search.levels
         ],
