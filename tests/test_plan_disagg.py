@@ -17,13 +17,14 @@ from harness.plan.disaggregation import KVTransfer, measured_transfer, plan_tran
 from harness.plan.engine_flags import FlagError, engine_flags
 from harness.plan.roofline_model import RooflineStepModel
 from harness.plan.search import Search, SearchOptions, write_search
-from harness.plan.simulator import Simulation, run_simulation, simulate_scenario
+from harness.plan.simulator import Simulation, prompt_token_ids, run_simulation, simulate_scenario
 from harness.plan.step_model import FittedStepModel
 from harness.results.folder import RequestRecord, ResultWriter, read_records
 from harness.results.schema_files import validate_folder
 from harness.scenario.gpus import gpu_spec
 from harness.scenario.scenario import load_scenario
-from harness.scenario.workload import RequestSpec
+from harness.scenario.tokenizer_source import LocalTokenizer
+from harness.scenario.workload import RequestSpec, build_schedule
 from native_engine.disaggregation import DisaggregationSpec
 
 # stated step costs: 20 ms a step, 1 ms a prompt token, 2 ms a decoding sequence (nothing else)
@@ -128,6 +129,52 @@ def test_fast_forward_gives_the_same_records_on_a_disaggregated_deployment():
     assert sim.fast_forwarded_steps > 0
     assert [r.token_times_s for r in forwarded] == [r.token_times_s for r in stepped]
     assert len(forwarded) == 12 and all(r.ok and r.output_tokens == o for r, (_, o, _) in zip(forwarded, load))
+
+
+def random_load(input_tokens: int, output_tokens: int, **load) -> dict:
+    return {"workload": {"kind": "random", "input_tokens": input_tokens, "output_tokens": output_tokens}, "load": load}
+
+
+LOADS = {
+    # 2 prefill replicas fed from the client as their queues of 3 have room
+    "offline": (
+        ["prefill=2,decode=1", "--max-num-seqs", "3", "--max-waiting", "3"],
+        random_load(40, 24, arrival="offline", num_requests=24),
+    ),
+    # the decode replica's 24 KV blocks run out: its scheduler preempts
+    "preemption": (
+        ["prefill=1,decode=1", "--kv-cache-tokens", "384"],
+        random_load(48, 40, arrival="poisson", rate=8, num_requests=16),
+    ),
+    # a finish on a decode replica releases the next request to the prefill replica
+    "closed_loop": (["prefill=1,decode=2"], random_load(40, 24, arrival="closed", concurrency=3, num_requests=16)),
+    # the prefill's token is the whole answer: it ends on the decode replica at admission
+    "one_token": (["prefill=1,decode=1"], random_load(40, 1, arrival="poisson", rate=20, num_requests=16)),
+}
+
+
+@pytest.mark.parametrize("case", LOADS)
+def test_every_request_completes_and_fast_forward_changes_nothing(tmp_path, case):
+    split, body = LOADS[case]
+    args = ["--disaggregate", *split]
+    spec = {"name": "d", "seed": 0, "backend": {"kind": "native", "model": "smollm2", "launch": {"args": args}}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({**spec, **body, "plan": {"step_model": "roofline"}}))
+    scenario, tokenizer = load_scenario(tmp_path / "s.yaml"), LocalTokenizer("smollm2")
+    requests = build_schedule(scenario, tokenizer).requests
+    token_ids, offline = prompt_token_ids(requests, tokenizer), scenario.load.arrival == "offline"
+    times = {}
+    for fast_forward in (True, False):
+        sim, records = (
+            Simulation(deployment_from_args(args, "smollm2"), STATED, fast_forward=fast_forward, transfer=LINK),
+            [],
+        )
+        run_simulation(sim, requests, token_ids, scenario.load.concurrency, records.append, offline)
+        assert len(records) == len(requests) and all(r.ok for r in records) and not sim.refused
+        assert [r.output_tokens for r in sorted(records, key=lambda r: r.index)] == [q.output_tokens for q in requests]
+        times[fast_forward] = sorted((r.index, r.token_times_s) for r in records)
+        preempted = sum(r.scheduler.num_preemptions for r in sim.replicas.values())
+        assert (preempted > 0) == (case == "preemption")
+    assert times[True] == times[False]
 
 
 @pytest.mark.parametrize(
