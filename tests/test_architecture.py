@@ -28,7 +28,8 @@ HARNESS_USES_NATIVE_ENGINE = {
     "harness.plan.architectures": {"native_engine.gguf_model"},
     # bench inspect-model: the same GGUF reader, and `smollm2` found where the engine finds it
     "harness.plan.model_inspect": {"native_engine.gguf_model", "native_engine.model_files"},
-    "harness.plan.deployment": {"native_engine.cli", "native_engine.config"},
+    "harness.plan.deployment": {"native_engine.cli", "native_engine.config", "native_engine.disaggregation"},
+    "harness.plan.disaggregation": {"native_engine.disaggregation"},
     "harness.plan.replica": {"native_engine.block_manager", "native_engine.scheduler", "native_engine.sequence"},
     "harness.plan.decode_run": {"native_engine.scheduler", "native_engine.sequence"},
     "harness.plan.simulator": {

@@ -12,7 +12,7 @@ import yaml
 from bench_process import bench
 
 from harness.plan.architectures import load_architecture
-from harness.plan.deployment import DisaggregationSplit, deployment_from_args
+from harness.plan.deployment import deployment_from_args
 from harness.plan.disaggregation import KVTransfer, measured_transfer, plan_transfer, roofline_transfer
 from harness.plan.engine_flags import FlagError, engine_flags
 from harness.plan.roofline_model import RooflineStepModel
@@ -25,7 +25,6 @@ from harness.scenario.gpus import gpu_spec
 from harness.scenario.scenario import load_scenario
 from harness.scenario.tokenizer_source import LocalTokenizer
 from harness.scenario.workload import RequestSpec, build_schedule
-from native_engine.disaggregation import DisaggregationSpec
 
 # stated step costs: 20 ms a step, 1 ms a prompt token, 2 ms a decoding sequence (nothing else)
 STATED = FittedStepModel({"intercept_s": 0.02, "per_prefill_token_s": 1e-3, "per_decode_seq_s": 2e-3}, 0.0, 0.0, {}, [])
@@ -189,17 +188,6 @@ def test_every_request_completes_and_fast_forward_changes_nothing(tmp_path, case
 def test_a_bad_split_is_refused_naming_the_flag(args, replicas, message):
     with pytest.raises(ValueError, match=message):
         deployment_from_args(args, "smollm2", replicas)
-
-
-@pytest.mark.parametrize("value", ["prefill=1,decode=1", "prefill=3, decode=2", "prefill=0,decode=1", "decode=1", "x"])
-def test_the_plan_reads_disaggregate_as_the_engine_does(value):
-    try:
-        engine = DisaggregationSpec.parse(value)
-    except ValueError as e:
-        with pytest.raises(ValueError, match=str(e).replace("(", "\\(").replace(")", "\\)")):
-            DisaggregationSplit.parse(value)
-        return
-    assert DisaggregationSplit.parse(value) == DisaggregationSplit(engine.prefill, engine.decode)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 
 import click
@@ -21,12 +20,10 @@ from harness.plan.engine_flags import (
 )
 from harness.plan.engine_profiles import EngineProfile, EngineSettings, engine_profile
 from native_engine.config import CacheAwareConfig, SchedulerConfig, from_flags
+from native_engine.disaggregation import DisaggregationSpec  # --disaggregate read as the engine reads it
 
 PLACEHOLDERS = {"{port}": "0", "{host}": "127.0.0.1"}
 UNBOUNDED_WAITING = 1 << 62  # an engine whose waiting queue has no bound (vLLM, SGLang): no request is refused
-# --disaggregate's value as native_engine/disaggregation.py DisaggregationSpec.parse reads it (that module's
-# router and metrics are not for a plan to import); tests/test_plan_disagg.py checks the two agree
-DISAGGREGATE_SPEC = re.compile(r"prefill=(\d+),decode=(\d+)")
 SGLANG_MAX_PREFILL_TOKENS = 16384  # ServerArgs.max_prefill_tokens: a prefill batch's tokens with chunking off
 # the plan fields an engine flag may set, as PlanSpec names them
 PLAN_SPEC_FIELDS = {
@@ -78,25 +75,6 @@ class EngineChoice:
         }
 
 
-@dataclass(frozen=True)
-class DisaggregationSplit:
-    """`--disaggregate prefill=P,decode=D`: P prefill replicas handing each prompt's KV to D decode replicas."""
-
-    prefill: int
-    decode: int
-
-    @classmethod
-    def parse(cls, value: str) -> DisaggregationSplit:
-        """As the engine parses it, with its message; a ValueError naming the flag."""
-        found = DISAGGREGATE_SPEC.fullmatch(value.replace(" ", ""))
-        if not found or min(int(found.group(1)), int(found.group(2))) < 1:
-            raise ValueError(
-                f"--disaggregate: got {value!r}; give the worker counts as prefill=P,decode=D with "
-                "P and D at least 1, e.g. --disaggregate prefill=1,decode=1"
-            )
-        return cls(int(found.group(1)), int(found.group(2)))
-
-
 @dataclass
 class Deployment:
     scheduler: SchedulerConfig
@@ -111,7 +89,7 @@ class Deployment:
     engine: EngineChoice | None = None  # the engine's profile and settings; None: the native engine
     # --disaggregate prefill=P,decode=D: P prefill and D decode replicas (harness/plan/disaggregation.py); None:
     # every replica serves whole requests behind the router
-    disaggregate: DisaggregationSplit | None = None
+    disaggregate: DisaggregationSpec | None = None
 
 
 def serve_parameters(launch_args: list[str], model: str) -> dict:
@@ -161,13 +139,13 @@ def deployment_from_args(
     )
 
 
-def disaggregation(deployment, replicas: int | None) -> DisaggregationSplit | None:
+def disaggregation(deployment, replicas: int | None) -> DisaggregationSpec | None:
     """The native engine's --disaggregate split (None without it), refused as `bench serve` refuses it, and beside
     plan.replicas, which would say the replica count twice."""
     if deployment.disaggregate is None:
         return None
     try:
-        split = DisaggregationSplit.parse(deployment.disaggregate)
+        split = DisaggregationSpec.parse(deployment.disaggregate)
     except ValueError as e:
         raise ValueError(f"backend.launch.args: {e}") from None
     if deployment.data_parallel > 1:

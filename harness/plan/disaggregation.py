@@ -20,8 +20,8 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.plan.deployment import DisaggregationSplit
 from harness.results.folder import read_records
+from native_engine.disaggregation import DisaggregationSpec
 
 PREFILL, DECODE = "prefill", "decode"  # a replica's role, as the engine names its workers prefill-i, decode-i
 PREFILL_TIMINGS = ("queue_ms", "prefill_ms", "prompt_n", "cache_n")  # the decode worker reports the prefill's
@@ -109,7 +109,7 @@ def plan_transfer(scenario, step_model, block_size: int) -> KVTransfer:
     return measured
 
 
-def disaggregation_line(split: DisaggregationSplit, transfer: KVTransfer) -> str:
+def disaggregation_line(split: DisaggregationSpec, transfer: KVTransfer) -> str:
     """What the printed plan says of a disaggregated deployment."""
     return (
         f"disaggregated: {split.prefill} prefill + {split.decode} decode replicas, each request to the least busy "
