@@ -162,8 +162,14 @@ def collect_young() -> None:
 def group_jobs(requests) -> list[list]:
     """Single requests are one-turn jobs; the turns of a session run in order as one job, its sub-agents' sessions
     (agentic) in the same job after its own turns."""
-    sessions = {s.session_id for s in requests}
-    parents = {s.session_id: s.parent_session_id for s in requests if getattr(s, "parent_session_id", None) in sessions}
+    sessions = {s.session_id for s in requests if s.session_id is not None}
+    # a sub-agent's session -> the session that started it, where that one is in the schedule too (lone requests and
+    # a session of its own have no parent: None is no session, or a lone request's None would be its own parent)
+    parents = {
+        s.session_id: s.parent_session_id
+        for s in requests
+        if s.session_id is not None and getattr(s, "parent_session_id", None) in sessions
+    }
 
     def root(session_id: int) -> int:
         while session_id in parents:
