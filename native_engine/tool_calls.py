@@ -312,7 +312,7 @@ class ToolCallReader:
         deltas = self._header()
         if self.call_id is None:
             return deltas
-        end = len(self.text) - _held_back(self.text, final)
+        end = self._arguments_end(final)
         if end > self.sent:
             deltas.append({"tool_calls": [{"index": 0, "function": {"arguments": self.text[self.sent : end]}}]})
             self.sent = end
@@ -329,13 +329,25 @@ class ToolCallReader:
         function = {"name": self.name, "arguments": ""}
         return [{"tool_calls": [{"index": 0, "id": self.call_id, "type": "function", "function": function}]}]
 
+    def _arguments_end(self, final: bool) -> int:
+        """Where the call's arguments end in its text so far. At the end, a whole JSON object ends them, whatever
+        of the closing `}</tool_call>` came after it (max_tokens may cut that tail anywhere); arguments cut short
+        go as far as they came."""
+        if final:
+            start = len(call_prefix(self.name))
+            try:
+                return start + json.JSONDecoder().raw_decode(self.text[start:])[1]
+            except ValueError:
+                pass
+        return len(self.text) - _held_back(self.text, final)
+
     def message(self) -> dict:
         """The whole answer's message (after finish()): content, or content null and the call."""
         if not self.is_call:
             return {"role": "assistant", "content": self.text, "tool_calls": []}
         if self.call_id is None:  # cut short before the name was complete
             return {"role": "assistant", "content": None, "tool_calls": []}
-        arguments = self.text[len(call_prefix(self.name)) : len(self.text) - _held_back(self.text, True)]
+        arguments = self.text[len(call_prefix(self.name)) : self._arguments_end(final=True)]
         function = {"name": self.name, "arguments": arguments}
         return {
             "role": "assistant",

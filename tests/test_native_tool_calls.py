@@ -147,10 +147,17 @@ def test_the_reader_streams_text_calls_and_holds_back_the_closing_tag():
     reader = ToolCallReader(request)
     deltas = reader.feed("<tool") + reader.feed("s are") + reader.finish()  # undecided, then text
     assert deltas == [{"content": "<tools are"}] and reader.message()["content"] == "<tools are"
-    reader = ToolCallReader(request)
-    reader.feed(text[:-8])  # cut short by max_tokens: the arguments as far as they came, finish_reason kept
-    reader.finish()
-    assert reader.finish_reason("length") == "length" and reader.message()["tool_calls"][0]["function"]["arguments"]
+    # cut short by max_tokens (finish_reason kept): inside the closing `}</tool_call>`, the arguments are the whole
+    # object and nothing of the tail (CI saw '{"city": "Paris", ...}}</to' sent as arguments); inside the arguments,
+    # as far as they came. The streamed fragments add up to the message's arguments either way.
+    arguments = '{"city": "Oslo", "days": 2}'
+    for cut, expected in ((8, arguments), (len("}</tool_call>") - 1, arguments), (17, arguments[:-4])):
+        reader = ToolCallReader(request)
+        streamed = [d for i in range(0, len(text) - cut, 3) for d in reader.feed(text[: len(text) - cut][i : i + 3])]
+        streamed += reader.finish()
+        sent = "".join(d["tool_calls"][0]["function"]["arguments"] for d in streamed if "tool_calls" in d)
+        assert reader.finish_reason("length") == "length", cut
+        assert reader.message()["tool_calls"][0]["function"]["arguments"] == sent == expected, cut
 
 
 def tokenized(served, **body) -> list[int]:
