@@ -2,9 +2,14 @@
 rate, a recommendation with stated headroom, the same at 2x the traffic; `bench select` on the search folder names
 the same deployment; Ctrl-C keeps and prints what was simulated; TP sizes without KV room are left out, saying why."""
 
+import functools
 import importlib.util
 import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -334,22 +339,57 @@ def test_the_customer_question_is_answered_by_one_command(tmp_path):
     assert select([out]).ranking[0] == f"H100-tp{tp}-x{first['best']['replicas']}"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed here")
+# vLLM's CPU build lives in a venv of its own (its torch pin, ../shared/engines/README.md): the parser runs there
+VLLM_PYTHON = os.environ.get("VLLM_PYTHON") or str(Path.home() / ".cache/llm-serving-bench/venv-vllm/bin/python")
+PARSE_WITH_VLLM = """
+import json, sys
+try:
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+except ImportError:  # vLLM before the utils split
+    from vllm.utils import FlexibleArgumentParser
+try:
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser  # vLLM 0.32 (`vllm serve`'s, cli/serve.py)
+except ImportError:  # vLLM before the launchers move
+    from vllm.entrypoints.openai.cli_args import make_arg_parser
+args = make_arg_parser(FlexibleArgumentParser()).parse_args(json.loads(sys.argv[1]))  # `vllm serve`'s own
+print(json.dumps({k: args.__dict__.get(k) for k in ("model_tag", "tensor_parallel_size", "data_parallel_size",
+                                                      "kv_cache_dtype")}))
+"""
+
+
+@functools.cache
+def vllm_python() -> str | None:
+    """A python that imports vLLM: this one, or VLLM_PYTHON / the cached venv; None: none here."""
+    if importlib.util.find_spec("vllm") is not None:
+        return sys.executable
+    if not Path(VLLM_PYTHON).is_file():
+        return None
+    found = subprocess.run(
+        [VLLM_PYTHON, "-c", "import importlib.util as u; print(u.find_spec('vllm') is not None)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return VLLM_PYTHON if found.stdout.strip() == "True" else None
+
+
+@pytest.mark.skipif(vllm_python() is None, reason=f"vLLM is not installed here (nor at {VLLM_PYTHON})")
 def test_the_vllm_command_passes_vllms_own_argument_parser(tmp_path):
     from harness.plan.launch_command import launch_plan
-
-    try:
-        from vllm.utils.argparse_utils import FlexibleArgumentParser
-    except ImportError:  # vLLM before the utils split
-        from vllm.utils import FlexibleArgumentParser
-    from vllm.entrypoints.openai.cli_args import make_arg_parser
 
     scenario = load_scenario(write_text(tmp_path, CUSTOMER.replace("prices:", "kv_cache_dtype: fp8, prices:")))
     launch = launch_plan(scenario, tensor_parallel=2, replicas=3)
     assert launch.program[:2] == ["vllm", "serve"]
-    args = make_arg_parser(FlexibleArgumentParser()).parse_args([launch.model, *launch.args])  # `vllm serve`'s own
-    assert (args.model_tag, args.tensor_parallel_size, args.data_parallel_size) == (launch.model, 2, 3)
-    assert args.kv_cache_dtype == "fp8"
+    parsed = subprocess.run(
+        [vllm_python(), "-c", PARSE_WITH_VLLM, json.dumps([launch.model, *launch.args])],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert parsed.returncode == 0, parsed.stderr[-2000:]  # argparse exits 2 naming a flag it does not know
+    args = json.loads(parsed.stdout.strip().splitlines()[-1])
+    assert (args["model_tag"], args["tensor_parallel_size"], args["data_parallel_size"]) == (launch.model, 2, 3)
+    assert args["kv_cache_dtype"] == "fp8"
 
 
 def test_bench_report_reads_the_search_folder_as_a_prediction(searched):
