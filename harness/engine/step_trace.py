@@ -17,6 +17,8 @@ import urllib.error
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+import orjson
+
 from backends.base import http_get
 
 PID = 1
@@ -155,8 +157,9 @@ def _step_events(s: dict) -> list[dict]:
 
 
 def write_engine_trace(path: Path, steps: list[dict]) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(json.dumps(chrome_trace(steps), separators=(",", ":")))  # the C encoder: json.dump streams in Python
+    # orjson: the same compact JSON ~10x faster than json's C encoder (a 20,000-request plan's 200,000 steps took
+    # 4.2 of its 41 CPU-s in json.dumps here); numpy numbers as numbers
+    Path(path).write_bytes(orjson.dumps(chrome_trace(steps), option=orjson.OPT_SERIALIZE_NUMPY))
 
 
 def read_engine_trace(path: Path) -> list[dict]:
