@@ -152,8 +152,8 @@ def test_in_a_terminal_the_dashboard_is_redrawn_at_least_once_a_second(gt, tmp_p
     if ci:  # CI=true: plain lines, one every 10 s (none in a 4 s run) and the final one; no table
         assert re.search(r"live / out final t=\S+ due 40/40 done 40 ", shown) and "due / planned" not in shown
         return
-    # redrawn every 0.5 s from t0 to the end: at least one frame per second of the run's span (first intended send
-    # to the last answer's end), the summary's own clock
+    # drawn as the run starts, then on every second from t0 to the end: at least one frame per second of the
+    # run's span (first intended send to the last answer's end), the summary's own clock
     assert len(frames) >= summary["run_span_s"] >= 3.5, (len(frames), summary["run_span_s"])
     assert frames == set(range(1, max(frames) + 1))  # numbered in order, none lost
     assert "final (the summary's figures)" in shown
