@@ -1,6 +1,6 @@
 """What watching a run costs the client (issue 42: under 5% of its CPU per token): real runs
 (harness.runs.run.run_scenario, one client process) against the ground-truth server, a closed loop of 256 streams,
-with no live view (off), the dashboard alone (redrawn twice a second into a terminal-like buffer), the Prometheus
+with no live view (off), the dashboard alone (redrawn once a second into a terminal-like buffer), the Prometheus
 endpoint alone (scraped once a second by another process) and both, interleaved, side by side. The client's CPU is
 the process's (summary.json's client_cpu_s: every thread, the endpoint's server and the redraws included) per output
 token. Two figures for each view, as shares of its runs' client CPU:
@@ -12,12 +12,36 @@ token. Two figures for each view, as shares of its runs' client CPU:
 On a machine with 2 cores or more the client (this process) runs on core 0 and the server and the scraper on core 1
 (`--no-pin` to leave them to the scheduler), so the server's bursts do not take the client's core turn by turn.
 
-    flock /tmp/bench.lock python benchmarks/live_overhead.py --rounds 12
+Why one run's CPU per token used to move by +-24% from round to round, and what keeps it within a few percent now:
+- The client's CPU per token depends on how many tokens each socket read brings, and that depended on the server's
+  pace. At 10 ms a token per stream (25,600 token events a second at 256 streams) the single-threaded server on its
+  one core fell behind (its mean lateness 35-340 ms, run to run, at load average 2), so several events of a stream
+  piled up in the socket and came in one read: 0.37-0.81 reads per token from one run to the next, and 17-22 CPU-us
+  per token with them. At 20 ms a token (12,800 token events a second, 50 tokens/s a stream: a fast engine's pace)
+  the server keeps its schedule (lateness p99 ~5 ms) and every token comes in a read of its own (0.99-1.00 reads
+  per token), so every run does the same work per token. Each run prints its reads per token; under 0.98 it is
+  flagged, as the server (or the client) fell behind and that run's CPU per token is not comparable. The slower
+  pace is the harder test for the live view: its per-second work (a frame, a scrape) is spread over half as many
+  tokens. What is left is the machine: beside other work (load average 4 on 2 cores) one mode's CPU per token
+  still moves by 3-10% (sd) between rounds, so the figures that count are taken alone.
+- The server runs at a real-time priority (chrt -f 10, where this process may set one; `--no-rt` not) so that other
+  work on its core does not push it off its schedule.
+- A warm-up round (every mode once, `--warmup-rounds`) is run and left out: a process's first runs cost up to 13%
+  more per token (caches, first calls). Each run starts after a full garbage collection, so no run pays for the
+  garbage of the one before it.
+- Each round runs every mode back to back (each mode leading a round in turn) and each live view is compared with the
+  off run of its own round (a paired ratio), so a slow drift of the machine (other work, its clock) cancels.
+
+A round of the four modes takes ~46 s at the defaults (1,024 requests of 128 tokens a run, a 10.4 s span): the
+warm-up round and 10 measured ones ~8.5 minutes.
+
+    flock /tmp/bench.lock python benchmarks/live_overhead.py --rounds 10
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import math
 import os
@@ -34,6 +58,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from rich.console import Console
 from scipy import stats
 
+from harness.results.folder import read_records
 from harness.runs.live import LiveRun, LiveSettings
 from harness.runs.live_metrics import MetricsEndpoint
 from harness.runs.run import Reporter, run_scenario
@@ -89,11 +114,31 @@ def t_interval(ratios: list[float]) -> tuple[float, float, float]:
 
 
 MODES = ("off", "dashboard", "endpoint", "both")
+# A run whose tokens came fewer than this many reads per token was paced by someone falling behind (see the docstring)
+MIN_READS_PER_TOKEN = 0.98
+
+
+def reads_per_token(out: Path) -> float:
+    """Socket reads per output token over a run's records: the tokens one read brought share its loop time."""
+    reads = tokens = 0
+    for rec in read_records(out):
+        if rec.ok and not rec.is_warmup:
+            reads += len(set(rec.token_loop_times_s or rec.token_times_s))
+            tokens += len(rec.token_times_s)
+    return reads / tokens if tokens else math.nan
+
+
+def can_use_rt_priority() -> bool:
+    try:
+        return subprocess.run(["chrt", "-f", "10", "true"], capture_output=True).returncode == 0
+    except OSError:
+        return False
 
 
 def one_run(scenario_path: Path, out: Path, mode: str, scrape_every_s: float, pin: bool) -> tuple[float, int]:
     """(client CPU-s, output tokens) of one run. mode: off (no live view at all), dashboard (drawn, no endpoint),
     endpoint (an endpoint of its own, scraped every `scrape_every_s` by another process; nothing drawn), both."""
+    gc.collect()  # the run before this one's garbage is collected here, not during this run
     reporter = Reporter()
     if mode == "off":
         return run_tallies(scenario_path, out, reporter)
@@ -128,13 +173,16 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=256)
     p.add_argument("--requests", type=int, default=1024)
     p.add_argument("--tokens", type=int, default=128)
-    p.add_argument("--itl-ms", type=float, default=10.0)
-    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--itl-ms", type=float, default=20.0, help="the server's pace: ms between a stream's tokens")
+    p.add_argument("--rounds", type=int, default=10, help="measured rounds, each mode once a round")
+    p.add_argument("--warmup-rounds", type=int, default=1, help="rounds run first and left out")
     p.add_argument("--scrape-every-s", type=float, default=1.0)
     p.add_argument("--modes", default=",".join(MODES), help="off and the live views to compare with it")
     p.add_argument("--no-pin", dest="pin", action="store_false", help="leave the processes to the scheduler")
+    p.add_argument("--no-rt", dest="rt", action="store_false", help="the server at normal priority")
     args = p.parse_args()
     args.pin = args.pin and len(os.sched_getaffinity(0)) >= 2
+    args.rt = args.rt and can_use_rt_priority()
     if args.pin:
         os.sched_setaffinity(0, {0})  # the client, and every thread it starts
     modes = args.modes.split(",")
@@ -143,8 +191,10 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="live_overhead_"))
     per_token_us: dict[str, list[float]] = {mode: [] for mode in modes}
     live_share: dict[str, list[float]] = {mode: [] for mode in modes}
+    batched: list[str] = []  # runs whose tokens came batched, "round mode"
     load_before = os.getloadavg()[0]
-    with GroundTruthProcess(GroundTruthConfig(ttft_ms=20, itl_ms=args.itl_ms), prefix=taskset(args.pin, 1)) as gt:
+    server_prefix = ("chrt", "-f", "10") * args.rt + taskset(args.pin, 1)
+    with GroundTruthProcess(GroundTruthConfig(ttft_ms=20, itl_ms=args.itl_ms), prefix=server_prefix) as gt:
         path = work / "live.yaml"
         path.write_text(
             f"name: live_overhead\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
@@ -152,17 +202,26 @@ def main() -> None:
             f"load: {{arrival: closed, concurrency: {args.concurrency}, num_requests: {args.requests}, "
             "workers: 1}\n"
         )
-        for r in range(args.rounds):
+        for r in range(-args.warmup_rounds, args.rounds):
             for mode in modes[r % len(modes) :] + modes[: r % len(modes)]:  # each mode leads a round in turn
                 LIVE_CPU_S[0] = 0.0
-                cpu_s, tokens = one_run(path, work / f"{mode}{r}", mode, args.scrape_every_s, args.pin)
-                per_token_us[mode].append(1e6 * cpu_s / tokens)
-                live_share[mode].append(LIVE_CPU_S[0] / cpu_s)
+                out = work / f"{mode}{r}"
+                cpu_s, tokens = one_run(path, out, mode, args.scrape_every_s, args.pin)
+                reads = reads_per_token(out)
+                flag = "  BATCHED: someone fell behind the pace" if reads < MIN_READS_PER_TOKEN else ""
                 print(
-                    f"round {r} {mode:9s}: {cpu_s:.2f} CPU-s, {tokens:,} tokens, "
-                    f"{per_token_us[mode][-1]:.2f} CPU-us per token",
+                    f"{'warm-up' if r < 0 else 'round'} {r} {mode:9s}: {cpu_s:.2f} CPU-s, {tokens:,} tokens, "
+                    f"{1e6 * cpu_s / tokens:.2f} CPU-us per token, {reads:.3f} reads per token{flag}",
                     flush=True,
                 )
+                if r >= 0:
+                    per_token_us[mode].append(1e6 * cpu_s / tokens)
+                    live_share[mode].append(LIVE_CPU_S[0] / cpu_s)
+                    batched += [f"{r} {mode}"] * bool(flag)
+    for mode in modes:
+        values = per_token_us[mode]
+        spread = statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else math.nan
+        print(f"{mode}: CPU-us per token {min(values):.2f}-{max(values):.2f}, {100 * spread:.1f}% sd between rounds")
     for mode in modes[1:]:
         ratios = [b / a for a, b in zip(per_token_us["off"], per_token_us[mode])]
         mean, low, high = t_interval(ratios)
@@ -178,6 +237,8 @@ def main() -> None:
         + ", ".join(f"{mode} {statistics.median(per_token_us[mode]):.2f}" for mode in modes)
         + f"; load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after; {os.cpu_count()} cores; "
         + ("client on core 0, server and scraper on core 1" if args.pin else "not pinned")
+        + ("; server at real-time priority" if args.rt else "")
+        + (f"; BATCHED runs (not comparable): {', '.join(batched)}" if batched else "")
     )
 
 
