@@ -32,8 +32,8 @@ Why one run's CPU per token used to move by +-24% from round to round, and what 
 - Each round runs every mode back to back (each mode leading a round in turn) and each live view is compared with the
   off run of its own round (a paired ratio), so a slow drift of the machine (other work, its clock) cancels.
 
-A round of the four modes takes ~46 s at the defaults (1,024 requests of 128 tokens a run, a 10.4 s span): the
-warm-up round and 10 measured ones ~8.5 minutes.
+A round of the four modes takes ~50 s at the defaults (1,024 requests of 128 tokens a run, a 10.4 s span): the
+warm-up round and 10 measured ones ~9.5 minutes.
 
     flock /tmp/bench.lock python benchmarks/live_overhead.py --rounds 10
 """
