@@ -15,7 +15,7 @@ counted by remembering the chain hashes of the last 8 x num_blocks distinct bloc
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from native_engine.radix_cache import RadixCache
 from native_engine.sequence import Sequence
@@ -23,16 +23,23 @@ from native_engine.sequence import Sequence
 PREFIX_CACHES = ("hash", "radix")
 
 
-@dataclass
+# slots: a replica holds one per KV block (16,384 for 256k tokens; `bench plan` builds them for every replica)
+@dataclass(slots=True)
 class Block:
     block_id: int
     ref_count: int = 0
     block_hash: int | None = None  # hash cache: set once the block is full and its KV computed
-    token_ids: tuple[int, ...] = field(default_factory=tuple)  # checked on a hit: hashes can collide
+    token_ids: tuple[int, ...] = ()  # checked on a hit: hashes can collide
 
 
 def chain_hash(parent_hash: int | None, token_ids: tuple[int, ...]) -> int:
-    return hash((parent_hash, token_ids))
+    return hash((parent_hash, token_ids))  # BlockManager._update_block_hashes has it inline
+
+
+def block_keys(token_ids: list[int], block_size: int) -> list[tuple[int, ...]]:
+    """token_ids cut into tuples of block_size (a shorter tail dropped): zip reads one iterator block_size
+    times a tuple, so the cutting is in C, not a slice and a tuple a block."""
+    return list(zip(*[iter(token_ids)] * block_size))
 
 
 class HashPrefixCache:
@@ -52,25 +59,40 @@ class HashPrefixCache:
 
     def match(self, seq: Sequence, max_blocks: int) -> list[int]:
         hit: list[int] = []
-        hashes, keys = seq.block_hashes, seq.block_keys  # BlockManager.find_cached_prefix made them
-        for i in range(max_blocks):
-            block_id = self.hash_to_block_id.get(hashes[i])
-            if block_id is None or self.blocks[block_id].token_ids != keys[i]:
+        blocks, hash_to_block_id = self.blocks, self.hash_to_block_id
+        # BlockManager.find_cached_prefix made seq's hashes and keys up to max_blocks
+        for key, block_hash in zip(seq.block_keys[:max_blocks], seq.block_hashes[:max_blocks]):
+            block_id = hash_to_block_id.get(block_hash)
+            if block_id is None or blocks[block_id].token_ids != key:
                 break
             hit.append(block_id)
         return hit
 
     def insert(self, seq: Sequence, num_blocks: int) -> None:
-        for i in range(seq.num_keyed_blocks, num_blocks):
-            block = self.blocks[seq.block_table[i]]
-            key = seq.block_hashes[i]
-            if block.block_hash is not None or key in self.hash_to_block_id:
+        blocks, hash_to_block_id = self.blocks, self.hash_to_block_id
+        start = seq.num_keyed_blocks
+        for block_id, key, token_ids in zip(
+            seq.block_table[start:num_blocks], seq.block_hashes[start:num_blocks], seq.block_keys[start:num_blocks]
+        ):
+            block = blocks[block_id]
+            if block.block_hash is not None or key in hash_to_block_id:
                 continue  # another sequence computed the same prefix at the same time; keep theirs
-            block.block_hash, block.token_ids = key, seq.block_keys[i]
-            self.hash_to_block_id[key] = block.block_id
+            block.block_hash, block.token_ids = key, token_ids
+            hash_to_block_id[key] = block_id
 
     def released(self, block_id: int) -> None:
         self.evictable[block_id] = None
+
+    def release(self, block_ids: list[int]) -> list[int]:
+        """Blocks whose reference count fell to 0, in order: the cached ones become evictable (released);
+        returns the others, which the block manager frees."""
+        blocks, evictable, uncached = self.blocks, self.evictable, []
+        for block_id in block_ids:
+            if blocks[block_id].block_hash is None:
+                uncached.append(block_id)
+            else:
+                evictable[block_id] = None
+        return uncached
 
     def reclaimed(self, block_id: int) -> None:
         del self.evictable[block_id]
@@ -129,11 +151,16 @@ class BlockManager:
     # ---- prefix cache lookup --------------------------------------------------------------
     def _update_block_hashes(self, seq: Sequence, num_full_blocks: int) -> None:
         """Grows seq's hash chain, and its blocks' token ids beside it, to num_full_blocks blocks."""
-        bs, hashes, keys, tokens = self.block_size, seq.block_hashes, seq.block_keys, seq.token_ids
-        for i in range(len(hashes), num_full_blocks):
-            key = tuple(tokens[i * bs : (i + 1) * bs])
-            keys.append(key)
-            hashes.append(chain_hash(hashes[i - 1] if i else None, key))
+        bs, hashes = self.block_size, seq.block_hashes
+        start = len(hashes)
+        if num_full_blocks <= start:
+            return
+        new_keys = block_keys(seq.token_ids[start * bs : num_full_blocks * bs], bs)
+        seq.block_keys += new_keys
+        parent = hashes[-1] if hashes else None
+        for key in new_keys:  # chain_hash, inline: it runs once a block of every prompt
+            parent = hash((parent, key))
+            hashes.append(parent)
 
     def find_cached_prefix(self, seq: Sequence) -> list[int]:
         """Block ids holding the longest cached prefix of seq. No side effects.
@@ -173,24 +200,27 @@ class BlockManager:
             block.ref_count += 1
             seq.block_table.append(block_id)
         seq.num_computed_tokens += num_cached * self.block_size
-        for _ in range(max(num_new_blocks, 0)):
-            seq.block_table.append(self._take_free_block())
+        if num_new_blocks > 0:
+            self._take_free_blocks(seq.block_table, num_new_blocks)
         return True
 
     def _count_recomputed(self, seq: Sequence, num_cached: int) -> None:
         num_full = seq.num_tokens // self.block_size
         self._update_block_hashes(seq, num_full)
-        again = sum(1 for h in seq.block_hashes[num_cached:num_full] if h in self._computed_hashes)
+        again = sum(map(self._computed_hashes.__contains__, seq.block_hashes[num_cached:num_full]))
         self.recomputed_prefill_tokens += again * self.block_size
 
-    def _take_free_block(self) -> int:
-        if self.free_block_ids:
-            block_id = self.free_block_ids.popleft()
-        else:
-            block_id = self.cache.evict()
-            self.prefix_cache_evictions += 1
-        self.blocks[block_id].ref_count = 1
-        return block_id
+    def _take_free_blocks(self, block_table: list[int], count: int) -> None:
+        """Appends count blocks to block_table: uncached free ones first, then evicted cached ones."""
+        blocks, free_ids = self.blocks, self.free_block_ids
+        for _ in range(count):
+            if free_ids:
+                block_id = free_ids.popleft()
+            else:
+                block_id = self.cache.evict()
+                self.prefix_cache_evictions += 1
+            blocks[block_id].ref_count = 1
+            block_table.append(block_id)
 
     def cache_computed_blocks(self, seq: Sequence) -> None:
         """Offer the blocks of seq that are full and whose KV is now computed to the prefix cache."""
@@ -198,11 +228,12 @@ class BlockManager:
         if num_full <= seq.num_keyed_blocks:
             return
         self._update_block_hashes(seq, num_full)
+        computed = self._computed_hashes
         for h in seq.block_hashes[seq.num_keyed_blocks : num_full]:
-            self._computed_hashes[h] = None
-            self._computed_hashes.move_to_end(h)
-        while len(self._computed_hashes) > 8 * self.num_blocks:
-            self._computed_hashes.popitem(last=False)
+            computed[h] = None
+            computed.move_to_end(h)
+        while len(computed) > 8 * self.num_blocks:
+            computed.popitem(last=False)
         if self.cache is not None:
             self.cache.insert(seq, num_full)
         seq.num_keyed_blocks = num_full
@@ -228,14 +259,15 @@ class BlockManager:
                 self.free_block_ids.appendleft(block_id)
 
     def free(self, seq: Sequence) -> None:
+        """Drops seq's references, tail first; a block no sequence holds goes back to the prefix cache (as
+        evictable) if it holds it, else to the free list."""
+        blocks, unreferenced = self.blocks, []
         for block_id in reversed(seq.block_table):
-            block = self.blocks[block_id]
+            block = blocks[block_id]
             block.ref_count -= 1
             if block.ref_count == 0:
-                if self.cache is not None and self.cache.holds(block_id):
-                    self.cache.released(block_id)
-                else:
-                    self.free_block_ids.append(block_id)
+                unreferenced.append(block_id)
+        self.free_block_ids.extend(unreferenced if self.cache is None else self.cache.release(unreferenced))
         seq.block_table = []
         seq.num_computed_tokens = 0
         seq.num_keyed_blocks = 0

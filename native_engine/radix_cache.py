@@ -51,23 +51,21 @@ class RadixCache:
     def holds(self, block_id: int) -> bool:
         return block_id in self.node_of
 
-    def _block_keys(self, seq: Sequence, num_blocks: int) -> list[tuple[int, ...]]:
-        bs = self.block_size
-        return [tuple(seq.token_ids[i * bs : (i + 1) * bs]) for i in range(num_blocks)]
-
     # ---- lookup and insertion -------------------------------------------------------------
+    # Both read seq.block_keys, its blocks' token ids as tuples: the block manager grows them to the blocks
+    # asked for before it calls either (BlockManager._update_block_hashes).
     def match(self, seq: Sequence, max_blocks: int) -> list[int]:
         """Block ids of the longest cached prefix of seq, at most max_blocks. No side effects."""
-        bs, tokens = self.block_size, seq.token_ids
+        keys = seq.block_keys
         hit: list[int] = []
         node = self.root
         while len(hit) < max_blocks:
-            child = node.children.get(tuple(tokens[len(hit) * bs : (len(hit) + 1) * bs]))
+            child = node.children.get(keys[len(hit)])
             if child is None:
                 break
             for key, block_id in zip(child.block_tokens, child.block_ids):
                 i = len(hit)
-                if i == max_blocks or tuple(tokens[i * bs : (i + 1) * bs]) != key:
+                if i == max_blocks or keys[i] != key:
                     return hit
                 hit.append(block_id)
             node = child
@@ -79,7 +77,7 @@ class RadixCache:
         Stops where the tree holds another block id for the same tokens: another sequence computed
         that prefix at the same time. Its blocks stay; seq's copies are freed with seq.
         """
-        keys, ids = self._block_keys(seq, num_blocks), seq.block_table[:num_blocks]
+        keys, ids = seq.block_keys[:num_blocks], seq.block_table[:num_blocks]
         node, i = self.root, 0
         while i < num_blocks:
             child = node.children.get(keys[i])
@@ -129,6 +127,17 @@ class RadixCache:
         node = self.node_of[block_id]
         node.last_access = next(self._clock)
         self._push(node)
+
+    def release(self, block_ids: list[int]) -> list[int]:
+        """Blocks whose reference count fell to 0, in order: the cached ones are released; returns the others,
+        which the block manager frees."""
+        uncached = []
+        for block_id in block_ids:
+            if block_id in self.node_of:
+                self.released(block_id)
+            else:
+                uncached.append(block_id)
+        return uncached
 
     def reclaimed(self, block_id: int) -> None:
         """A cached block with reference count 0 is taken by a sequence again (a hit)."""
