@@ -132,21 +132,23 @@ def commit(run: DecodeRun, replica: Replica) -> list[int]:
         first = (seq.num_keyed_blocks + 1) * bs - seq.num_computed_tokens
         calls += [(j, CACHE, i) for j in range(first, steps + 1, bs)]
     calls.sort()
-    before = [(s.num_computed_tokens, len(s.token_ids)) for s in run.seqs]
+    computed_before = [s.num_computed_tokens for s in run.seqs]
+    # every step's token at once: allocate reads none of them, and cache_computed_blocks only those whose
+    # KV the computed count below says is there (the tokens sampled before that step)
+    for seq in run.seqs:
+        seq.token_ids += [OUTPUT_TOKEN_ID] * steps
     taken = [0] * steps
     for j, call, i in calls:
-        seq, (computed, known) = run.seqs[i], before[i]
-        seq.token_ids += [OUTPUT_TOKEN_ID] * (known + j - 1 - len(seq.token_ids))  # sampled by steps < j
+        seq = run.seqs[i]
         if call == ALLOCATE:
-            seq.num_computed_tokens = computed + j - 1
+            seq.num_computed_tokens = computed_before[i] + j - 1
             if not bm.allocate(seq, 1):
                 raise RuntimeError(f"fast-forward: step {j} of a decode run found no free KV block (decode_run_steps)")
             taken[j - 1] += 1
         else:
-            seq.num_computed_tokens = computed + j
+            seq.num_computed_tokens = computed_before[i] + j
             bm.cache_computed_blocks(seq)
-    for seq, (computed, known) in zip(run.seqs, before):
-        seq.token_ids += [OUTPUT_TOKEN_ID] * (known + steps - len(seq.token_ids))
+    for seq, computed in zip(run.seqs, computed_before):
         seq.num_computed_tokens = computed + steps
         seq.last_token_s = run.end_s
     return taken
