@@ -230,8 +230,10 @@ class BlockManager:
         self._update_block_hashes(seq, num_full)
         computed = self._computed_hashes
         for h in seq.block_hashes[seq.num_keyed_blocks : num_full]:
-            computed[h] = None
-            computed.move_to_end(h)
+            if h in computed:  # the most recent now (an OrderedDict's insertion of a new key costs ~2 lookups)
+                computed.move_to_end(h)
+            else:
+                computed[h] = None
         while len(computed) > 8 * self.num_blocks:
             computed.popitem(last=False)
         if self.cache is not None:

@@ -11,7 +11,8 @@ each with the step model. `commit` then leaves the state those steps would: the 
 `allocate` and `cache_computed_blocks` are called at the steps, and in the order, that the scheduler's
 and Replica.start_step's loops would call them with effect (where a sequence's token starts a new block,
 or fills one: at the other steps both return at once), then each sequence's tokens, computed count and
-last token time move on.
+last token time move on. Where no allocation evicts a cached block, the allocations come first and the
+cachings after, a sequence's consecutive ones merged into one call: the same state (`commit` says why).
 
 An arrival routed to the replica mid-stretch, where the scheduler would admit it, cuts the run back
 (`cut_back`) to the steps up to the one in flight when it came. tests/test_plan_fast_forward.py
@@ -123,31 +124,47 @@ def commit(run: DecodeRun, replica: Replica) -> list[int]:
     """Leaves the scheduling state as run.steps single steps would; returns the KV blocks each step took."""
     bm, steps = replica.block_manager, run.steps
     bs = bm.block_size
-    calls = []
+    allocations, cachings = [], []  # (step, sequence's index) of each call
     for i, seq in enumerate(run.seqs):
         # step j allocates when its token, at position computed + j - 1, lies past the block table's end
         first = len(seq.block_table) * bs - seq.num_computed_tokens + 1
-        calls += [(j, ALLOCATE, i) for j in range(first, steps + 1, bs)]
+        allocations += [(j, i) for j in range(first, steps + 1, bs)]
         # after step j's schedule, start_step offers the block that computed + j tokens fill
         first = (seq.num_keyed_blocks + 1) * bs - seq.num_computed_tokens
-        calls += [(j, CACHE, i) for j in range(first, steps + 1, bs)]
-    calls.sort()
+        cachings += [(j, i) for j in range(first, steps + 1, bs)]
+    allocations.sort()
+    cachings.sort()
     computed_before = [s.num_computed_tokens for s in run.seqs]
     # every step's token at once: allocate reads none of them, and cache_computed_blocks only those whose
     # KV the computed count below says is there (the tokens sampled before that step)
     for seq in run.seqs:
         seq.token_ids += [OUTPUT_TOKEN_ID] * steps
     taken = [0] * steps
-    for j, call, i in calls:
+
+    def allocate(j: int, i: int) -> None:
         seq = run.seqs[i]
-        if call == ALLOCATE:
-            seq.num_computed_tokens = computed_before[i] + j - 1
-            if not bm.allocate(seq, 1):
-                raise RuntimeError(f"fast-forward: step {j} of a decode run found no free KV block (decode_run_steps)")
-            taken[j - 1] += 1
-        else:
-            seq.num_computed_tokens = computed_before[i] + j
-            bm.cache_computed_blocks(seq)
+        seq.num_computed_tokens = computed_before[i] + j - 1
+        if not bm.allocate(seq, 1):
+            raise RuntimeError(f"fast-forward: step {j} of a decode run found no free KV block (decode_run_steps)")
+        taken[j - 1] += 1
+
+    def cache(j: int, i: int) -> None:
+        run.seqs[i].num_computed_tokens = computed_before[i] + j
+        bm.cache_computed_blocks(run.seqs[i])
+
+    if len(allocations) <= len(bm.free_block_ids):
+        # No allocation evicts a cached block, so allocating (the free list, the block tables) and caching (the
+        # prefix cache, the computed hashes) touch apart state: every allocation, then every caching, each in the
+        # steps' order, leave what the steps' interleaving leaves. A sequence's blocks cached one after the other
+        # (no other sequence's between) are cached by one call: the same blocks, in the same order.
+        for j, i in allocations:
+            allocate(j, i)
+        for k, (j, i) in enumerate(cachings):
+            if k + 1 == len(cachings) or cachings[k + 1][1] != i:
+                cache(j, i)
+    else:  # some allocation evicts: the calls in the steps' order, the allocations first within a step
+        for j, call, i in sorted([(j, ALLOCATE, i) for j, i in allocations] + [(j, CACHE, i) for j, i in cachings]):
+            (allocate if call == ALLOCATE else cache)(j, i)
     for seq, computed in zip(run.seqs, computed_before):
         seq.num_computed_tokens = computed + steps
         seq.last_token_s = run.end_s
