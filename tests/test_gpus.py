@@ -56,9 +56,10 @@ def test_h100_pcie_gets_its_own_bandwidth_not_the_sxm_parts():
     assert pcie.bf16_flops == 1513e12 / 2 and pcie.interconnect_bytes_per_s == 128e9  # PCIe Gen5, not NVLink 4
     # a batch-1 decode step streams the same bytes on both: 3.35 / 2.0 = 1.675x longer on the PCIe part
     decode = StepShape(prefill_tokens=0, prefill_seqs=0, decode_seqs=1, context_tokens=1000)
-    on_pcie = RooflineStepModel(BUILTIN["llama-3.1-8b"], pcie, 1, IDEAL).step_time_s(decode)
-    on_sxm = RooflineStepModel(BUILTIN["llama-3.1-8b"], sxm, 1, IDEAL).step_time_s(decode)
-    assert on_pcie / on_sxm == pytest.approx(3.35 / 2.0)
+    on_pcie = RooflineStepModel(BUILTIN["llama-3.1-8b"], pcie, 1, IDEAL).costs(decode)
+    on_sxm = RooflineStepModel(BUILTIN["llama-3.1-8b"], sxm, 1, IDEAL).costs(decode)
+    assert on_pcie.memory_s / on_sxm.memory_s == pytest.approx(3.35 / 2.0)
+    assert on_pcie.step_s / on_sxm.step_s == pytest.approx(1.674, rel=1e-3)  # its 16 GFLOP at 756.5 TFLOP/s
     nvl = gpu_spec("h100-nvl")
     assert nvl.hbm_bytes == 95830 * MIB and nvl.hbm_bytes_per_s == 3.9e12 and nvl.bf16_flops == 1671e12 / 2
     # the roofline placement's lookup by the NVML name tells the parts apart too

@@ -131,7 +131,8 @@ def test_a_trace_without_flops_and_bytes_extrapolates_along_its_line(tmp_path):
 
 
 def test_the_roofline_fit_records_its_range(tmp_path):
-    run = write_run(tmp_path / "run", DECODES + PREFILLS)
+    # weights of 1e5 bytes: every step's time is its FLOPs' (compute-bound), the one form both fits share
+    run = write_run(tmp_path / "run", DECODES + PREFILLS, weight_bytes=1e5)
     fit = fit_roofline(run, peak_flops=1e9, peak_bytes_per_s=1e9)
     assert fit.fit_range == fit_step_model([run]).fit_range
     assert fit.params.mfu == pytest.approx(1.0, rel=1e-6) and fit.params.overhead_ms == pytest.approx(1.0, rel=1e-6)

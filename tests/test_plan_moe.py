@@ -155,7 +155,9 @@ def test_decode_step_reads_the_experts_its_batch_touches():
     assert one.lm_head.flops == 2 * QWEN_LM_HEAD and one.lm_head.bytes == 2 * QWEN_LM_HEAD
     # KV: 1,000 positions read and 1 written, 2 x 48 x 4 x 128 x 2 = 98,304 bytes each
     assert one.attention.bytes == 1001 * 98_304
-    assert one.step_s == pytest.approx((5_461_377_024 + 622_329_856 + 1001 * 98_304) / 3.35e12)
+    # reads plus compute: lm_head and attention (4 x 48 layers x 4,096 q_dim a pair, 1,000 pairs) at the BF16 peak
+    flops = 5_461_377_024 + 622_329_856 + 4 * 48 * 4096 * 1000
+    assert one.step_s == pytest.approx((5_461_377_024 + 622_329_856 + 1001 * 98_304) / 3.35e12 + flops / 989.5e12)
     batch = model.costs(StepShape(prefill_tokens=0, prefill_seqs=0, decode_seqs=64, context_tokens=64_000))
     assert batch.layers.bytes == pytest.approx(always + 125.94234927 * per_expert) == pytest.approx(58_887_472_292)
     assert batch.layers.flops == 64 * 5_461_377_024

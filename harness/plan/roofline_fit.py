@@ -5,16 +5,12 @@ Two sources of what the engine did and how long it took:
   bytes and FLOPs the engine counted;
 - vLLM's own counters in server_metrics.csv (`--enable-mfu-metrics`): between two scrapes with requests
   running, the FLOPs and bytes estimated per GPU and the steps run (iteration_tokens_total's count). An
-  interval is a sum of steps, so its regime is the larger of its two terms over the whole interval: a
-  coarser fit than the trace's.
-Least squares on relative error (each row divided by its duration: short decode steps count as much as
-long prefills), non-negative; a row's regime is re-chosen from the fit until it settles. A regime no row
-was in keeps its default, said in `notes`.
-
-The plan's model sums one roofline per kernel group (the layers' GEMMs, lm_head, attention: roofline_model.py);
-both sources give a step's totals only, so the fit draws one roofline a step. The two agree wherever a step's
-groups are all compute-bound or all memory-bound (decode steps, long prefills); peak_flops is the peak of the
-precision the run's matmuls ran in (roofline_scenario passes plan.compute_dtype's).
+  interval is a sum of steps: a coarser fit than the trace's.
+The plan's model adds, per kernel group, its compute time and its reads (roofline_model.py), so a step's (or an
+interval's) time is linear in its totals: duration = FLOPs x s/FLOP + bytes x s/byte + steps x overhead. Least
+squares on relative error (each row divided by its duration: short decode steps count as much as long
+prefills), non-negative. A term the fit leaves at 0 (no row told it apart) keeps its default, said in `notes`.
+peak_flops is the peak of the precision the run's matmuls ran in (roofline_scenario passes plan.compute_dtype's).
 """
 
 from __future__ import annotations
@@ -28,10 +24,11 @@ from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
+from scipy.optimize import nnls
 
 from harness.engine.step_trace import read_engine_trace
 from harness.plan.roofline_model import DEFAULTS, RooflineParams
-from harness.plan.step_model import FitRange, is_simulated_run, roofline_seconds, trace_fit_range
+from harness.plan.step_model import FitRange, is_simulated_run, trace_fit_range
 
 VLLM_COUNTERS = {
     "flops": "vllm:estimated_flops_per_gpu_total",
@@ -48,7 +45,7 @@ class RooflineFit:
     peak_bytes_per_s: float
     source: str  # "step trace" | "vLLM server metrics"
     rows: int  # steps, or scrape intervals
-    compute_bound_rows: int
+    compute_bound_rows: int  # rows whose compute time, as fitted, exceeds their reads'
     median_abs_error: float  # |predicted - measured| / measured over the rows
     notes: list[str]
     # the batches and contexts of the traced steps (None from vLLM's counters: an interval has no one batch)
@@ -75,7 +72,7 @@ class _SummaryRoofline(BaseModel):
 
 
 def fit_roofline(
-    run_dir: str | Path, peak_flops: float | None = None, peak_bytes_per_s: float | None = None, iterations: int = 20
+    run_dir: str | Path, peak_flops: float | None = None, peak_bytes_per_s: float | None = None
 ) -> RooflineFit:
     """Fit against the ceilings given (the hardware the run measured on), else those its summary.json's
     roofline block used (measured on a CPU, published for a GPU)."""
@@ -102,18 +99,18 @@ def fit_roofline(
             )
         peak_flops = peak_flops or roofline.ceilings.flops_per_s
         peak_bytes_per_s = peak_bytes_per_s or roofline.ceilings.bytes_per_s
-    first_guess = flops / moved > peak_flops / peak_bytes_per_s
-    per_flop, per_byte, overhead_s, compute_bound = roofline_seconds(flops, moved, steps, dur, first_guess, iterations)
+    (per_flop, per_byte, overhead_s), _ = nnls(np.column_stack([flops, moved, steps]) / dur[:, None], np.ones_like(dur))
     notes, mfu, mbu = [], DEFAULTS.mfu, DEFAULTS.mbu
     if per_flop > 0:
         mfu = 1 / (per_flop * peak_flops)
     else:
-        notes.append(f"no compute-bound row: mfu stays at its default {mfu}")
+        notes.append(f"the fit charged nothing per FLOP: mfu stays at its default {mfu}")
     if per_byte > 0:
         mbu = 1 / (per_byte * peak_bytes_per_s)
     else:
-        notes.append(f"no memory-bound row: mbu stays at its default {mbu}")
-    predicted = np.maximum(flops / (peak_flops * mfu), moved / (peak_bytes_per_s * mbu)) + overhead_s * steps
+        notes.append(f"the fit charged nothing per byte: mbu stays at its default {mbu}")
+    compute_s, memory_s = flops / (peak_flops * mfu), moved / (peak_bytes_per_s * mbu)
+    predicted, compute_bound = compute_s + memory_s + overhead_s * steps, compute_s > memory_s
     error = float(np.median(np.abs(predicted - dur) / dur))
     params = dataclasses.replace(DEFAULTS, mfu=float(mfu), mbu=float(mbu), overhead_ms=float(overhead_s * 1e3))
     fitted_range = trace_fit_range(run_dir) if source == "step trace" else None
