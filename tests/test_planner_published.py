@@ -59,9 +59,11 @@ def test_an_mlperf_row_as_its_submitter_configured_it(converted):
 
 def test_loads_lengths_and_choices_for_unstated_fields(converted):
     server = converted["mlperf41-nvidia-dgx-h100x8-llama2-70b-server"].scenario.load
-    assert (server.arrival, server.rate, server.num_requests) == ("poisson", 75.0, 4_500)  # 60 s x 75/s
+    assert (server.arrival, server.rate, server.num_requests) == ("poisson", 75.0, 40_000)  # 600 s x 75/s, capped
+    gh200 = converted["mlperf41-nvidia-gh200x1-llama2-70b-server"].scenario.load
+    assert gh200.num_requests == 8_040  # LoadGen's 600 s x 13.4/s
     b200_8b = converted["mlperf51-nvidia-b200x8-llama3.1-8b-server"].scenario.load
-    assert b200_8b.num_requests == 20_000  # 60 s x 1,000/s = 60,000, capped at 20,000
+    assert b200_8b.num_requests == 40_000  # 600 s x 1,000/s = 600,000, capped at 40,000
     nim = converted["nim180-llama33-70b-h100x2-tp2-fp8-5000-500-c250"]
     assert (nim.scenario.load.arrival, nim.scenario.load.concurrency, nim.scenario.load.num_requests) == (
         "closed",
