@@ -29,9 +29,9 @@ from native_engine.sequence import Sequence
 @dataclass(eq=False)
 class Node:
     parent: Node | None
-    block_tokens: list[tuple[int, ...]] = field(default_factory=list)
+    block_tokens: list[bytes] = field(default_factory=list)  # each block's key (block_manager.block_keys)
     block_ids: list[int] = field(default_factory=list)
-    children: dict[tuple[int, ...], Node] = field(default_factory=dict)
+    children: dict[bytes, Node] = field(default_factory=dict)
     last_access: int = 0  # a tick of the cache's clock: when a block of it was last released
     removed: bool = False
 
@@ -52,7 +52,7 @@ class RadixCache:
         return block_id in self.node_of
 
     # ---- lookup and insertion -------------------------------------------------------------
-    # Both read seq.block_keys, its blocks' token ids as tuples: the block manager grows them to the blocks
+    # Both read seq.block_keys, its blocks' token ids packed as bytes: the block manager grows them to the blocks
     # asked for before it calls either (BlockManager._update_block_hashes).
     def match(self, seq: Sequence, max_blocks: int) -> list[int]:
         """Block ids of the longest cached prefix of seq, at most max_blocks. No side effects."""

@@ -85,7 +85,7 @@ class Sequence:
         self.num_cached_tokens = 0  # prompt tokens served by the prefix cache (first schedule)
         self.block_table: list[int] = []
         self.block_hashes: list[int] = []  # hash chain of this sequence's full blocks, grown lazily
-        self.block_keys: list[tuple[int, ...]] = []  # the token ids of each of those blocks (their cache keys)
+        self.block_keys: list[bytes] = []  # the token ids of each of those blocks, packed (their cache keys)
         self.num_keyed_blocks = 0  # head blocks already offered to the prefix cache
         self.status = SequenceStatus.WAITING
         self.finish_reason: str | None = None  # "stop" | "length" | "abort"

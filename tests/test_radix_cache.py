@@ -4,7 +4,7 @@ counts, eviction of unreferenced leaves least recently released first, recompute
 import pytest
 from helpers import make_seq, run_prefill  # the engine's allocate-then-compute, as there
 
-from native_engine.block_manager import BlockManager
+from native_engine.block_manager import BlockManager, key_token_ids
 
 
 def radix(num_blocks, block_size=2):
@@ -13,7 +13,7 @@ def radix(num_blocks, block_size=2):
 
 def edges(node):
     """The tree as nested {first block tokens: (blocks on the edge, children)}."""
-    return {key: (len(child.block_ids), edges(child)) for key, child in node.children.items()}
+    return {key_token_ids(key): (len(child.block_ids), edges(child)) for key, child in node.children.items()}
 
 
 def test_match_is_longest_whole_block_prefix_and_divergence_splits_the_edge():
