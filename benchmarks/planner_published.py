@@ -15,18 +15,20 @@ planned); the orderings (held-out pairs that differ in one of GPU, TP, load, rep
 order the published one).
 
   PYTHONPATH=. python benchmarks/planner_published.py [--split heldout|calibration|all] [--rows ID,ID]
-      [--no-engine-flags] [--json out.json]
+      [--no-engine-flags] [--json out.json] [--jobs N]
 
 --no-engine-flags leaves backend.launch.args empty, so every row runs at its engine profile's defaults: what the
 published settings change, and a way to run where a planner does not read an engine's own flags.
 Which flags each row carries, and the lengths given for variable-length datasets: benchmarks/published/README.md.
 
-Run 2026-12-07 03:45-04:21 UTC on the 2-core VM beside other sessions' jobs (load average 6-9), engine flags on
-(the engine profiles as committed then): 131 rows planned, 2 not expressible, 2,128 s. Held-out MAPE: throughput
-14.5% (p50 8.1%, p90 36.7%), TTFT p50 57.3%, TTFT mean 26.7%, TPOT/ITL p50 47.2%, ITL mean 13.4%, E2E p50 53.5%;
-MLPerf Server latencies 60-85% low (the plan leaves the submitters' near-capacity batches unsaturated). Knees: the
-four TensorRT-LLM QPS sweeps on the published step, NIM's one step late (100-150 for 50-100). Orderings: 158 of 158
-held-out pairs right.
+Run 2026-12-07 18:59-19:18 UTC on the 2-core VM (load 2-4), `--split heldout --jobs 2`, engine flags on, commit
+d1e5032 (compute and reads added per kernel group, mfu 0.6; MLPerf Server rows over LoadGen's 600 s): 73 rows,
+1,113 s. Held-out MAPE: throughput 13.4% (p50 7.2%, p90 41.9%), TTFT p50 125.1% (p50 67.4%), TTFT mean 29.1%,
+TPOT/ITL p50 32.9% (p50 20.2%), ITL mean 9.4%, E2E p50 37.1%. The serving-benchmark rows' TTFT p50 within 10% but
+vLLM 0.6.0's (multi-step scheduling, -70%); MLPerf Server latencies follow the plan's capacity error, magnified: 60-90%
+low where it is too high, TTFT +616% and +832% on the two v5.1 H200 Server rows where it is 17-20% too low.
+Knees: the TensorRT-LLM QPS sweeps on the published step, NIM's one step late. Orderings: 158 of 158 held-out pairs
+right. docs/planner.md, "Against published GPU measurements", has the table and the analysis.
 """
 
 from __future__ import annotations
