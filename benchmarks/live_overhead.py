@@ -36,13 +36,27 @@ A round of the four modes takes ~50 s at the defaults (1,024 requests of 128 tok
 warm-up round and 10 measured ones ~9.5 minutes.
 
     flock /tmp/bench.lock python benchmarks/live_overhead.py --rounds 10
+
+`--together`: what is left above is one run's own spread, ~9% (sd) on a quiet 2-core VM, and a run beside the off run
+of its round differs from it as two independent runs do (the rounds' ratios scatter by sqrt 2 x that), so 10 rounds
+bound a difference only to about +-9%. With --together each live view's run and an off run go at the same time, two
+client processes on core 0 (each started by a line from the parent once both have imported everything), each against
+a server of its own on core 1, so whatever the machine does during the pair (another guest on the host, its clock,
+the servers falling behind) it does to both, and their ratio keeps only what the live view costs. The servers pace
+40 ms a token (12,800 token events a second between the two, as one server at 20 ms): at 20 ms each, two servers on
+one core fall behind and tokens come batched. 40 ms is also the harder test: the views' per-second work over half
+the tokens again. A pair takes ~24 s; with `--modes off,both` the warm-up and 15 measured rounds ~6.5 minutes.
+
+    flock /tmp/bench.lock python benchmarks/live_overhead.py --together --modes off,both --rounds 15
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import io
+import json
 import math
 import os
 import statistics
@@ -159,6 +173,42 @@ def one_run(scenario_path: Path, out: Path, mode: str, scrape_every_s: float, pi
         endpoint.close()
 
 
+def measure(scenario_path: Path, out: Path, mode: str, scrape_every_s: float, pin: bool) -> dict:
+    """One run's figures: client CPU-s, output tokens, the live view's own CPU-s and reads per token."""
+    LIVE_CPU_S[0] = 0.0
+    cpu_s, tokens = one_run(scenario_path, out, mode, scrape_every_s, pin)
+    return {"mode": mode, "cpu_s": cpu_s, "tokens": tokens, "live_cpu_s": LIVE_CPU_S[0], "reads": reads_per_token(out)}
+
+
+def child(args: argparse.Namespace) -> None:
+    """`--child MODE`: one run in this process, started when the parent writes a line (so that the two clients of a
+    pair start together), its figures as one JSON line on stdout."""
+    if args.pin:
+        os.sched_setaffinity(0, {0})
+    print("ready", flush=True)
+    sys.stdin.readline()
+    figures = measure(args.scenario, args.out, args.child, args.scrape_every_s, args.pin)
+    print(json.dumps(figures), flush=True)
+
+
+def together(args: argparse.Namespace, scenarios: list[Path], work: Path, tag: str, mode: str) -> tuple[dict, dict]:
+    """The off run and `mode`'s run at the same time, each a client process of its own against a server of its own:
+    whatever the machine does during the pair (another VM on the host, its clock) it does to both."""
+    children = []
+    for i, child_mode in enumerate(("off", mode)):
+        command = [sys.executable, __file__, "--child", child_mode, "--scenario", str(scenarios[i])]
+        command += ["--out", str(work / f"{tag}-{i}-{child_mode}"), "--scrape-every-s", str(args.scrape_every_s)]
+        command += [] if args.pin else ["--no-pin"]
+        children.append(subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+    for c in children:
+        assert c.stdout.readline().strip() == "ready"
+    for c in children:
+        c.stdin.write("go\n")
+        c.stdin.flush()
+    off, on = (json.loads(c.communicate()[0].strip().splitlines()[-1]) for c in children)
+    return off, on
+
+
 def run_tallies(scenario_path: Path, out: Path, reporter: Reporter) -> tuple[float, int]:
     summary = run_scenario(load_scenario(scenario_path), out, reporter=reporter).summary
     return summary.client_cpu_s, summary.output_tokens
@@ -168,78 +218,141 @@ def taskset(pin: bool, core: int) -> tuple[str, ...]:
     return ("taskset", "-c", str(core)) if pin else ()
 
 
+def scenario_text(url: str, args: argparse.Namespace) -> str:
+    return (
+        f"name: live_overhead\nbackend: {{kind: openai, url: '{url}', model: gt}}\n"
+        f"workload: {{kind: random, input_tokens: 8, output_tokens: {args.tokens}}}\n"
+        f"load: {{arrival: closed, concurrency: {args.concurrency}, num_requests: {args.requests}, workers: 1}}\n"
+    )
+
+
+def run_line(label: str, figures: dict) -> str:
+    cpu_s, tokens, reads = figures["cpu_s"], figures["tokens"], figures["reads"]
+    flag = "  BATCHED: someone fell behind the pace" if reads < MIN_READS_PER_TOKEN else ""
+    return (
+        f"{label} {figures['mode']:9s}: {cpu_s:.2f} CPU-s, {tokens:,} tokens, "
+        f"{1e6 * cpu_s / tokens:.2f} CPU-us per token, {reads:.3f} reads per token{flag}"
+    )
+
+
+def per_token_us(figures: dict) -> float:
+    return 1e6 * figures["cpu_s"] / figures["tokens"]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--concurrency", type=int, default=256)
     p.add_argument("--requests", type=int, default=1024)
     p.add_argument("--tokens", type=int, default=128)
-    p.add_argument("--itl-ms", type=float, default=20.0, help="the server's pace: ms between a stream's tokens")
+    p.add_argument(
+        "--itl-ms", type=float, help="the server's pace: ms between a stream's tokens (default 20; 40 with --together)"
+    )
     p.add_argument("--rounds", type=int, default=10, help="measured rounds, each mode once a round")
     p.add_argument("--warmup-rounds", type=int, default=1, help="rounds run first and left out")
     p.add_argument("--scrape-every-s", type=float, default=1.0)
     p.add_argument("--modes", default=",".join(MODES), help="off and the live views to compare with it")
+    p.add_argument(
+        "--together",
+        action="store_true",
+        help="each live view's run at the same time as an off run: two client processes on core 0, two servers",
+    )
     p.add_argument("--no-pin", dest="pin", action="store_false", help="leave the processes to the scheduler")
     p.add_argument("--no-rt", dest="rt", action="store_false", help="the server at normal priority")
+    p.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)  # one run of a --together pair
+    p.add_argument("--scenario", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.child:
+        child(args)
+        return
     args.pin = args.pin and len(os.sched_getaffinity(0)) >= 2
     args.rt = args.rt and can_use_rt_priority()
+    args.itl_ms = args.itl_ms or (40.0 if args.together else 20.0)
     if args.pin:
-        os.sched_setaffinity(0, {0})  # the client, and every thread it starts
+        os.sched_setaffinity(0, {0})  # the client, and every thread and process it starts
     modes = args.modes.split(",")
     if set(modes) - set(MODES) or "off" not in modes:
         p.error(f"--modes: {args.modes!r}: use off and any of {', '.join(MODES[1:])}, comma-separated")
     work = Path(tempfile.mkdtemp(prefix="live_overhead_"))
-    per_token_us: dict[str, list[float]] = {mode: [] for mode in modes}
-    live_share: dict[str, list[float]] = {mode: [] for mode in modes}
+    # per live view: the off run's and its own CPU-us per token, paired by round; its own share of its runs' CPU
+    pairs: dict[str, list[tuple[float, float]]] = {mode: [] for mode in modes[1:]}
+    off_us: list[float] = []
+    live_share: dict[str, list[float]] = {mode: [] for mode in modes[1:]}
     batched: list[str] = []  # runs whose tokens came batched, "round mode"
     load_before = os.getloadavg()[0]
     server_prefix = ("chrt", "-f", "10") * args.rt + taskset(args.pin, 1)
-    with GroundTruthProcess(GroundTruthConfig(ttft_ms=20, itl_ms=args.itl_ms), prefix=server_prefix) as gt:
-        path = work / "live.yaml"
-        path.write_text(
-            f"name: live_overhead\nbackend: {{kind: openai, url: '{gt.url}', model: gt}}\n"
-            f"workload: {{kind: random, input_tokens: 8, output_tokens: {args.tokens}}}\n"
-            f"load: {{arrival: closed, concurrency: {args.concurrency}, num_requests: {args.requests}, "
-            "workers: 1}\n"
-        )
+    config = GroundTruthConfig(ttft_ms=20, itl_ms=args.itl_ms)
+    with contextlib.ExitStack() as servers:
+        urls = [
+            servers.enter_context(GroundTruthProcess(config, prefix=server_prefix)).url
+            for _ in range(1 + args.together)
+        ]
+        scenarios = []
+        for i, url in enumerate(urls):
+            scenarios.append(work / f"live{i}.yaml")
+            scenarios[-1].write_text(scenario_text(url, args))
         for r in range(-args.warmup_rounds, args.rounds):
+            label = "warm-up" if r < 0 else "round"
+            if args.together:
+                for mode in modes[1:]:
+                    off, on = together(args, scenarios, work, f"{r}-{mode}", mode)
+                    print(run_line(f"{label} {r} pair", off) + "\n" + run_line(f"{label} {r} pair", on), flush=True)
+                    if r >= 0:
+                        pairs[mode].append((per_token_us(off), per_token_us(on)))
+                        off_us.append(per_token_us(off))
+                        live_share[mode].append(on["live_cpu_s"] / on["cpu_s"])
+                        batched += [f"{r} {f['mode']}" for f in (off, on) if f["reads"] < MIN_READS_PER_TOKEN]
+                continue
+            this_round = {}
             for mode in modes[r % len(modes) :] + modes[: r % len(modes)]:  # each mode leads a round in turn
-                LIVE_CPU_S[0] = 0.0
-                out = work / f"{mode}{r}"
-                cpu_s, tokens = one_run(path, out, mode, args.scrape_every_s, args.pin)
-                reads = reads_per_token(out)
-                flag = "  BATCHED: someone fell behind the pace" if reads < MIN_READS_PER_TOKEN else ""
-                print(
-                    f"{'warm-up' if r < 0 else 'round'} {r} {mode:9s}: {cpu_s:.2f} CPU-s, {tokens:,} tokens, "
-                    f"{1e6 * cpu_s / tokens:.2f} CPU-us per token, {reads:.3f} reads per token{flag}",
-                    flush=True,
-                )
-                if r >= 0:
-                    per_token_us[mode].append(1e6 * cpu_s / tokens)
-                    live_share[mode].append(LIVE_CPU_S[0] / cpu_s)
-                    batched += [f"{r} {mode}"] * bool(flag)
-    for mode in modes:
-        values = per_token_us[mode]
-        spread = statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else math.nan
-        print(f"{mode}: CPU-us per token {min(values):.2f}-{max(values):.2f}, {100 * spread:.1f}% sd between rounds")
-    for mode in modes[1:]:
-        ratios = [b / a for a, b in zip(per_token_us["off"], per_token_us[mode])]
+                figures = measure(scenarios[0], work / f"{mode}{r}", mode, args.scrape_every_s, args.pin)
+                print(run_line(f"{label} {r}", figures), flush=True)
+                this_round[mode] = figures
+            if r >= 0:
+                off_us.append(per_token_us(this_round["off"]))
+                for mode in modes[1:]:
+                    pairs[mode].append((off_us[-1], per_token_us(this_round[mode])))
+                    live_share[mode].append(this_round[mode]["live_cpu_s"] / this_round[mode]["cpu_s"])
+                batched += [f"{r} {m}" for m, f in this_round.items() if f["reads"] < MIN_READS_PER_TOKEN]
+    report(pairs, off_us, live_share)
+    print(
+        "median CPU-us per token: "
+        + ", ".join(
+            [f"off {statistics.median(off_us):.2f}"]
+            + [f"{mode} {statistics.median(on for _, on in pairs[mode]):.2f}" for mode in modes[1:]]
+        )
+        + f"; load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after; {os.cpu_count()} cores; "
+        + ("client on core 0, server and scraper on core 1" if args.pin else "not pinned")
+        + ("; server at real-time priority" if args.rt else "")
+        + (f"; each live view run beside an off run, {args.itl_ms:g} ms a token" if args.together else "")
+        + (f"; BATCHED runs (not comparable): {', '.join(batched)}" if batched else "")
+    )
+
+
+def spread(values: list[float]) -> float:
+    return statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else math.nan
+
+
+def report(
+    pairs: dict[str, list[tuple[float, float]]], off_us: list[float], live_share: dict[str, list[float]]
+) -> None:
+    print(f"off: CPU-us per token {min(off_us):.2f}-{max(off_us):.2f}, {100 * spread(off_us):.1f}% sd between runs")
+    for mode, paired in pairs.items():
+        values = [on for _, on in paired]
+        print(
+            f"{mode}: CPU-us per token {min(values):.2f}-{max(values):.2f}, {100 * spread(values):.1f}% sd between runs"
+        )
+    for mode, paired in pairs.items():
+        ratios = [on / off for off, on in paired]
         mean, low, high = t_interval(ratios)
+        share = live_share[mode]
         print(
             f"{mode} vs off, per round: {', '.join(f'{100 * (r - 1):+.1f}%' for r in ratios)}\n"
             f"  side by side {100 * (mean - 1):+.1f}% (95% interval {100 * (low - 1):+.1f}% to "
             f"{100 * (high - 1):+.1f}%); its own CPU (observe, refresh, scrapes, accept loop) median "
-            f"{100 * statistics.median(live_share[mode]):.1f}% of the run's client CPU "
-            f"(range {100 * min(live_share[mode]):.1f}-{100 * max(live_share[mode]):.1f}%)"
+            f"{100 * statistics.median(share):.1f}% of the run's client CPU "
+            f"(range {100 * min(share):.1f}-{100 * max(share):.1f}%)"
         )
-    print(
-        "median CPU-us per token: "
-        + ", ".join(f"{mode} {statistics.median(per_token_us[mode]):.2f}" for mode in modes)
-        + f"; load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after; {os.cpu_count()} cores; "
-        + ("client on core 0, server and scraper on core 1" if args.pin else "not pinned")
-        + ("; server at real-time priority" if args.rt else "")
-        + (f"; BATCHED runs (not comparable): {', '.join(batched)}" if batched else "")
-    )
 
 
 if __name__ == "__main__":
