@@ -837,17 +837,17 @@ def plan_row(row: dict, with_engine_flags: bool) -> RowResult:
 def run(rows: list[dict], with_engine_flags: bool, jobs: int = 1) -> list[RowResult]:
     """Every row converted and, where it converts, planned, in `jobs` processes (a row's simulation is one
     process's work: the rows are independent); each row's progress and errors on stderr as it ends."""
+    by_id: dict[str, RowResult] = {}
     with ProcessPoolExecutor(jobs) as pool:
-        futures = {pool.submit(plan_row, row, with_engine_flags): row for row in rows}
+        futures = [pool.submit(plan_row, row, with_engine_flags) for row in rows]
         for done, future in enumerate(as_completed(futures), 1):
-            result = future.result()
+            result = by_id[future.result().row_id] = future.result()
             errors = " ".join(f"{e.metric} {e.error_pct:+.1f}%" for e in result.errors if e.error_pct is not None)
             print(
                 f"[{done}/{len(rows)}] {result.row_id}: {result.status} {result.wall_s:.1f} s {errors}",
                 file=sys.stderr,
                 flush=True,
             )
-    by_id = {f.result().row_id: f.result() for f in futures}
     return [by_id[row["id"]] for row in rows]
 
 
