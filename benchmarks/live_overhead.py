@@ -4,9 +4,9 @@ with no live view (off), the dashboard alone (redrawn once a second into a termi
 endpoint alone (scraped once a second by another process) and both, interleaved, side by side. The client's CPU is
 the process's (summary.json's client_cpu_s: every thread, the endpoint's server and the redraws included) per output
 token. Two figures for each view, as shares of its runs' client CPU:
-- the live view's own CPU, counted where it is spent: LiveRun.observe and LiveRun.refresh on the client's thread, each
-  scrape's request thread (prometheus_client serves a request on a thread of its own) and the endpoint's accept
-  loop, timed by time.thread_time and /proc (direct; what it leaves out is the indirect cost: caches, the GIL);
+- the live view's own CPU, counted where it is spent: LiveRun.observe and LiveRun.refresh on the client's thread, and
+  the endpoint's thread (its event loop serves every scrape), timed by time.thread_time and that thread's CPU clock
+  (direct; what it leaves out is the indirect cost: caches, the GIL);
 - on vs off side by side, interleaved rounds, with a 95% interval on the mean of the rounds' log ratios (a t
   interval), which bounds the indirect cost when it is narrow.
 On a machine with 2 cores or more the client (this process) runs on core 0 and the server and the scraper on core 1
@@ -68,7 +68,6 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent.parent / "tests")]
 from groundtruth_server import GroundTruthConfig, GroundTruthProcess
-from prometheus_client.exposition import ThreadingWSGIServer
 from rich.console import Console
 from scipy import stats
 
@@ -107,14 +106,11 @@ def timed(method):
 
 
 LiveRun.observe, LiveRun.refresh = timed(LiveRun.observe), timed(LiveRun.refresh)
-# every scrape is served on a new thread: its whole CPU is the endpoint's
-ThreadingWSGIServer.process_request_thread = timed(ThreadingWSGIServer.process_request_thread)
 
 
-def thread_cpu_s(native_id: int) -> float:
-    """CPU (user + system) one thread of this process has used, from /proc."""
-    fields = Path(f"/proc/self/task/{native_id}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def thread_cpu_s(thread) -> float:
+    """CPU one running thread of this process has used, from its CPU clock (to the nanosecond; /proc counts ticks)."""
+    return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
 
 
 def t_interval(ratios: list[float]) -> tuple[float, float, float]:
@@ -164,11 +160,11 @@ def one_run(scenario_path: Path, out: Path, mode: str, scrape_every_s: float, pi
     endpoint = MetricsEndpoint(0)
     scraper = subprocess.Popen([*taskset(pin, 1), sys.executable, "-c", SCRAPER, endpoint.url, str(scrape_every_s)])
     reporter.live = LiveSettings(display=display, metrics=endpoint, console=screen)
-    accept_loop_before_s = thread_cpu_s(endpoint._thread.native_id)
+    server_before_s = thread_cpu_s(endpoint.thread)  # the scrapes' thread: its whole CPU is the endpoint's
     try:
         return run_tallies(scenario_path, out, reporter)
     finally:
-        LIVE_CPU_S[0] += thread_cpu_s(endpoint._thread.native_id) - accept_loop_before_s
+        LIVE_CPU_S[0] += thread_cpu_s(endpoint.thread) - server_before_s
         scraper.kill()
         endpoint.close()
 
@@ -349,7 +345,7 @@ def report(
         print(
             f"{mode} vs off, per round: {', '.join(f'{100 * (r - 1):+.1f}%' for r in ratios)}\n"
             f"  side by side {100 * (mean - 1):+.1f}% (95% interval {100 * (low - 1):+.1f}% to "
-            f"{100 * (high - 1):+.1f}%); its own CPU (observe, refresh, scrapes, accept loop) median "
+            f"{100 * (high - 1):+.1f}%); its own CPU (observe, refresh, the scrapes' thread) median "
             f"{100 * statistics.median(share):.1f}% of the run's client CPU "
             f"(range {100 * min(share):.1f}-{100 * max(share):.1f}%)"
         )

@@ -1,18 +1,23 @@
 """The live figures of a run (harness/metrics/live.py) from hand-made records: what is due and in flight in open and
 closed loops and sessions, the rolling window's rates and percentiles, SLO attainment so far, send lag and the
-client-bound warning; and the Prometheus histograms' buckets (harness/runs/live_metrics.py)."""
+client-bound warning; and the Prometheus histograms' buckets and text (harness/runs/live_metrics.py)."""
 
 import io
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
+from harness.metrics.latencies import request_latency
 from harness.metrics.live import LiveAggregates, engine_state, gap_bins, lag_reasons
 from harness.results.folder import RequestRecord
 from harness.runs.live import LiveRun, LiveSettings
-from harness.runs.live_metrics import Histogram
+from harness.runs.live_metrics import HISTOGRAMS, LABELS, LAG_HELP, Histogram, RunSeries, exposition
 from harness.scenario.workload import RequestSpec
 
 
@@ -97,7 +102,7 @@ def test_the_client_bound_warning_follows_the_summarys_rule():
 def test_histogram_buckets_are_le_and_cumulative():
     histogram = Histogram.of((0.1, 1.0))
     histogram.add([0.05, 0.1, 0.5, 1.0, 3.0])  # 0.1 falls in le=0.1, 1.0 in le=1.0, 3.0 in +Inf only
-    assert histogram.cumulative() == [("0.1", 2.0), ("1.0", 4.0), ("+Inf", 5.0)]
+    assert histogram.cumulative() == [("0.1", 2), ("1.0", 4), ("+Inf", 5)]
     assert histogram.sum_s == pytest.approx(4.65)
 
 
@@ -145,3 +150,58 @@ def test_the_engine_row_reads_an_sglang_page_and_reaches_the_logged_line():
     assert live.refresh().engine == state
     live.view.show(live.last_frame)
     assert f"engine run 3 wait 3 kv 25.0% prefix hits {100 * hits:.1f}%" in out.getvalue()
+
+
+def test_the_endpoints_text_reads_as_prometheus_clients_own_rendering_of_the_same_series():
+    """exposition() writes the text by hand (generate_latest was the endpoint's largest cost): parsed by
+    prometheus_client, it gives the families, samples and values that prometheus_client's own metric families and
+    generate_latest give for the same two runs, labels that need escaping included."""
+    two = {('run "a"', "s\\1"): RunSeries(), ("b\nc", "s2"): RunSeries()}
+    for i, series in enumerate(two.values()):
+        for n in range(3 + i):
+            rec = record(n, 0.0, [0.05 * (n + 1), 0.2, 0.2 + 0.01 * n], failed="timeout" if n == 2 else None)
+            series.add(rec, None if n == 2 else request_latency(rec))
+        series.in_flight, series.send_lag_p99_s = 4 + i, 0.002
+        series.fold()
+
+    class Reference:
+        def collect(self):
+            requests = CounterMetricFamily(
+                "bench_requests", "Measured requests finished, by status.", labels=(*LABELS, "status")
+            )
+            tokens = CounterMetricFamily(
+                "bench_output_tokens", "Output tokens of the completed requests.", labels=LABELS
+            )
+            in_flight = GaugeMetricFamily("bench_requests_in_flight", "Requests due and not finished.", labels=LABELS)
+            lag = GaugeMetricFamily("bench_send_lag_seconds", LAG_HELP, labels=LABELS)
+            hists = {name: HistogramMetricFamily(name, text, labels=LABELS) for name, (_, text) in HISTOGRAMS.items()}
+            for labels, series in two.items():
+                for status, count in series.by_status.items():
+                    requests.add_metric([*labels, status], count)
+                tokens.add_metric(list(labels), series.output_tokens)
+                in_flight.add_metric(list(labels), series.in_flight)
+                lag.add_metric(list(labels), series.send_lag_p99_s)
+                for name, h in series.histograms.items():
+                    running = np.cumsum(h.counts)
+                    buckets = [(str(b), float(c)) for b, c in zip(h.bounds_s, running)] + [("+Inf", float(running[-1]))]
+                    hists[name].add_metric(list(labels), buckets, h.sum_s)
+            yield from (requests, tokens, in_flight, lag, *hists.values())
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Reference())
+
+    def parsed(text: str) -> dict:
+        return {
+            (family.name, family.type, family.documentation): sorted(
+                (s.name, tuple(sorted(s.labels.items())), s.value) for s in family.samples
+            )
+            for family in text_string_to_metric_families(text)
+        }
+
+    ours, theirs = parsed(exposition(two)), parsed(generate_latest(registry).decode())
+    assert ours == theirs
+    # statuses ok and timeout for each run, three one-sample families, (buckets + count + sum) per histogram, per run
+    histogram_samples = sum(len(bounds) + 1 + 2 for bounds, _ in HISTOGRAMS.values())
+    assert len(ours) == 8 and sum(map(len, ours.values())) == 2 * 2 + 2 * 3 + 2 * histogram_samples
+    samples = ours[("bench_requests", "counter", "Measured requests finished, by status.")]
+    assert (("bench_requests_total", (("run", 'run "a"'), ("scenario", "s\\1"), ("status", "timeout")), 1.0)) in samples

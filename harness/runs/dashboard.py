@@ -77,7 +77,7 @@ def frame_text(frame: LiveFrame, number: int, title: str) -> Text:
         )
     if frame.gpu is not None:
         rows += (("GPU busy, SM active, power", _gpu(frame.gpu)),)
-    text = Text()
+    text = Text(no_wrap=True, overflow="crop")  # the lines fit; word-wrapping them was half a redraw
     text.append(f"{title}  {kind}  t={frame.elapsed_s:.1f} s\n", style="bold")
     for label, value in rows:
         text.append(f"  {label:<36}{value:>26}\n")

@@ -1,9 +1,9 @@
 """The live page (`--live-port`): a web page on 127.0.0.1 whose plotly charts grow with each LiveFrame of a run,
 pushed to the browser over server-sent events; readable from another machine through `ssh -L`.
 
-The server runs its own event loop in a daemon thread, so a browser's requests never wait on (or delay) the client's
-loop; a frame crosses over as one JSON line (push, thread-safe). plotly.js is served from the plotly package, so the
-page needs no internet. A browser that connects late gets the frames so far first.
+The server runs its own event loop in a daemon thread (SideServer), so a browser's requests never wait on (or delay)
+the client's loop; a frame crosses over as one JSON line (push, thread-safe). plotly.js is served from the plotly
+package, so the page needs no internet. A browser that connects late gets the frames so far first.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import threading
 
 from aiohttp import web
 
 from harness.metrics.live import LiveFrame
+from harness.runs.side_server import SideServer
 
 PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>bench: live</title><script src="/plotly.js"></script>
@@ -51,39 +51,17 @@ class LivePage:
     """The page and its event stream on host:port (port 0: a free one, in `.port`), kept up until the process ends."""
 
     def __init__(self, port: int, host: str = "127.0.0.1") -> None:
-        self.host, self.frames_pushed = host, 0
+        self.frames_pushed = 0
         self._history: list[str] = []  # every frame so far, as sent, for a browser that connects late
         self._listeners: set[asyncio.Queue] = set()
-        self._loop = asyncio.new_event_loop()
-        started: list = []  # the bound port, or the error binding it raised
-        ready = threading.Event()
-        self._thread = threading.Thread(target=self._serve, args=(port, started, ready), daemon=True)
-        self._thread.start()
-        ready.wait()
-        if isinstance(started[0], Exception):
-            raise started[0]
-        self.port = started[0]
-        self.url = f"http://{host}:{self.port}/"
-
-    def _serve(self, port: int, started: list, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self._loop)
         app = web.Application()
         app.router.add_get("/", _page)
         app.router.add_get("/plotly.js", self._plotly)
         app.router.add_get("/events", self._events)
         app.router.add_get("/favicon.ico", _no_icon)  # asked by every browser
-        self._runner = web.AppRunner(app, shutdown_timeout=1.0)  # an open event stream holds close() no longer
-        try:
-            self._loop.run_until_complete(self._runner.setup())
-            site = web.TCPSite(self._runner, self.host, port)
-            self._loop.run_until_complete(site.start())
-            started.append(site._server.sockets[0].getsockname()[1])
-        except OSError as e:
-            started.append(e)
-            ready.set()
-            return
-        ready.set()
-        self._loop.run_forever()
+        self._server = SideServer(app, port, host)
+        self.port = self._server.port
+        self.url = f"http://{host}:{self.port}/"
 
     async def _plotly(self, request: web.Request) -> web.Response:
         from plotly.offline import get_plotlyjs  # the package's own copy: the page works offline
@@ -109,7 +87,7 @@ class LivePage:
         """A frame of `run`, to every browser connected and the history (from any thread)."""
         line = json.dumps({"run": run, **dataclasses.asdict(frame)})
         self.frames_pushed += 1
-        self._loop.call_soon_threadsafe(self._send, line)
+        self._server.loop.call_soon_threadsafe(self._send, line)
 
     def _send(self, line: str) -> None:
         self._history.append(line)
@@ -117,16 +95,7 @@ class LivePage:
             queue.put_nowait(line)
 
     def close(self) -> None:
-        async def stop():
-            await self._runner.cleanup()
-            streams = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-            for task in streams:  # a browser still connected: its event stream ends here
-                task.cancel()
-            await asyncio.gather(*streams, return_exceptions=True)
-
-        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
+        self._server.close()
 
 
 async def _page(request: web.Request) -> web.Response:
