@@ -72,6 +72,12 @@ def test_the_rolling_window_drops_what_ended_before_it():
     assert frame.ttft_ms.p50 == pytest.approx(500.0)
     assert frame.requests_per_s == pytest.approx(1 / 10.0)
     assert frame.completed == 2  # counts so far are the whole run's
+    # the window moves a second at a time: at 11.5 s it holds the seconds from floor(11.5 - 10) = 1 on, r1 (1.6 s)
+    # still in, and the rate is over that span, 11.5 - 1 = 10.5 s
+    later = live.frame(11.5)
+    assert later.ttft_ms.p50 == pytest.approx(500.0) and later.requests_per_s == pytest.approx(1 / 10.5)
+    # at 12 s second 1 is out: no TTFT left, no completion in the window
+    assert live.frame(12.0).ttft_ms.p50 is None and live.frame(12.0).requests_per_s == 0.0
 
 
 def test_a_closed_loop_keeps_its_concurrency_in_flight_until_fewer_are_left():
