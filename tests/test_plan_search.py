@@ -10,8 +10,10 @@ from harness.plan.search import Search, table_lines, write_search
 from harness.scenario.planning import StepModelSpec
 from harness.scenario.scenario import load_scenario
 
-# Llama-3.1-8B at bf16 (16 GB of weights). One L4 (300 GB/s) needs ~72 ms a decode step, over the 60 ms TPOT,
-# so L4 is only viable at TP 2 or more; an H100 serves the load alone.
+# Llama-3.1-8B at bf16 (16 GB of weights). One L4 (300 GB/s) needs ~72 ms a decode step, over the 60 ms TPOT; at
+# TP 2 or 4 its all-reduces cross PCIe at 16 GB/s (pcie_efficiency 0.5 of the Gen4 link's 32 GB/s one way), which
+# costs more than the split saves at this load: no L4 deployment of up to 4 GPUs meets the SLOs (TP 4 x 1 misses
+# by 10% of its requests); an H100 serves the load alone.
 SCENARIO = """
 name: search-small
 backend: {kind: native, model: smollm2, launch: {args: [--max-num-seqs, "32", --max-num-batched-tokens, "2048"]}}
@@ -50,10 +52,11 @@ def test_search_picks_the_cheapest_deployment_meeting_the_slos(scenario, tmp_pat
         cheapest.tensor_parallel,
         cheapest.replicas,
     )
-    for r in results:  # per GPU type too
+    for r in results:  # per GPU type too: none where no deployment of that GPU meets them
         own = [e for e in meeting if e.gpu == r.gpu]
-        assert r.best.dollars_per_hour == min(e.dollars_per_hour for e in own)
-    assert not any(e.meets_slo for e in everything if e.gpu == "L4" and e.tensor_parallel == 1)
+        assert (r.best.dollars_per_hour if r.best else None) == min((e.dollars_per_hour for e in own), default=None)
+    assert {e.gpu for e in meeting} == {"H100"}
+    assert "nothing up to 4 GPUs met the SLOs" in next(r for r in results if r.gpu == "L4").notes
     searched = {(e.gpu, e.tensor_parallel, e.replicas) for e in search.evaluations.values() if e.rate_per_s == 30}
     assert len(searched) < len(everything)
 

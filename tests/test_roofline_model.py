@@ -13,7 +13,7 @@ import pytest
 from harness.engine.step_trace import write_engine_trace
 from harness.plan.architectures import BUILTIN
 from harness.plan.roofline_fit import VLLM_COUNTERS, fit_roofline, trace_rows
-from harness.plan.roofline_model import RooflineParams, RooflineStepModel
+from harness.plan.roofline_model import RooflineParams, RooflineStepModel, link_efficiency
 from harness.plan.roofline_scenario import roofline_step_model
 from harness.plan.simulator import simulate_scenario
 from harness.plan.step_model import StepShape
@@ -103,17 +103,34 @@ def test_tensor_parallel_splits_the_work_and_adds_two_all_reduces_per_layer():
     costs = llama_on_h100(params, tensor_parallel=2).costs(shape)
     # per GPU: half the weights, half of the 8 KV heads
     assert costs.bytes_per_gpu == pytest.approx(WEIGHT_BYTES / 2 + (8000 + 8) * KV_PER_TOKEN / 2)
-    # a ring all-reduce of 8 tokens x 4096 x 2 bytes: each GPU sends 2 x (2-1)/2 of it at 450 GB/s one way,
-    # plus 2 x (2-1) hops of 2 us; 2 per layer, 32 layers
-    one = 2 * (1 / 2) * (8 * 4096 * 2) / 450e9 + 2 * 1 * 2e-6
+    # a ring all-reduce of 8 tokens x 4096 x 2 bytes: each GPU sends 2 x (2-1)/2 of it at NVLink 4's 450 GB/s one
+    # way x 0.82 (NCCL's 20.6 of 25 GB/s a link) = 369 GB/s, plus 2 x (2-1) hops of 2 us; 2 per layer, 32 layers
+    one = 2 * (1 / 2) * (8 * 4096 * 2) / 369e9 + 2 * 1 * 2e-6
+    assert one == pytest.approx(4.1776e-6, rel=1e-4)
     assert costs.allreduce_s == pytest.approx(64 * one)
     flops = (2 * MATMUL_PARAMS * 8 + 2 * LM_HEAD_PARAMS * 8 + 4 * 32 * (32 * 128) * 8000) / 2
     assert costs.flops_per_gpu == pytest.approx(flops)
     assert costs.step_s == pytest.approx(costs.bytes_per_gpu / H100_BYTES_PER_S + flops / H100_FLOPS + 64 * one)
-    # over PCIe (L40S: 64 GB/s both ways) the same all-reduce moves 14x slower
+    # over PCIe (L40S: 64 GB/s both ways, 32 one way) at 0.5 of it, 16 GB/s: the same bytes move 23x slower
     pcie = RooflineStepModel(BUILTIN["llama-3.1-8b"], GPU_SPECS["L40S"], 2, params)
-    assert pcie.allreduce_s(8) == pytest.approx(64 * (2 * (1 / 2) * (8 * 4096 * 2) / 32e9 + 4e-6))
+    assert pcie.allreduce_s(8) == pytest.approx(64 * (2 * (1 / 2) * (8 * 4096 * 2) / 16e9 + 4e-6))
     assert llama_on_h100(params).allreduce_s(8) == 0.0
+
+
+def test_link_efficiency_by_link_kind():
+    """NVLink, NVLink bridges and Infinity Fabric at nvlink_efficiency, PCIe at pcie_efficiency; set to 1 the
+    all-reduce moves at half the datasheet's both-ways figure, as before issue 38's TP drift."""
+    params = RooflineParams()
+    assert (params.nvlink_efficiency, params.pcie_efficiency) == (0.82, 0.5)
+    kinds = {name: link_efficiency(GPU_SPECS[name]) for name in ("H100-SXM", "H100-NVL", "MI300X", "L40S", "H100-PCIe")}
+    assert kinds == {"H100-SXM": 0.82, "H100-NVL": 0.82, "MI300X": 0.82, "L40S": 0.5, "H100-PCIe": 0.5}
+    # H100 SXM TP8, 4,096 rows of Llama-3.1-70B's 8,192 hidden: 64 MiB a message, 2 x 7/8 of it each way
+    arch = BUILTIN["llama-3.1-70b"]
+    line_rate = dataclasses.replace(IDEAL, nvlink_efficiency=1.0)
+    full = RooflineStepModel(arch, GPU_SPECS["H100-SXM"], 8, line_rate).allreduce_s(4096)
+    nccl = RooflineStepModel(arch, GPU_SPECS["H100-SXM"], 8, IDEAL).allreduce_s(4096)
+    assert full == pytest.approx(160 * 2 * 7 / 8 * 4096 * 8192 * 2 / 450e9)  # 41.8 ms a step at the line rate
+    assert nccl == pytest.approx(full / 0.82)  # 50.9 ms at NCCL's 369 GB/s
 
 
 def synthetic_run(tmp_path: Path, mfu: float, mbu: float, overhead_s: float) -> Path:

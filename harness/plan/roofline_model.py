@@ -26,7 +26,14 @@ precision (fp8 for W8A8, bf16 for weight-only int4); attention and lm_head at th
 Under TP each GPU does 1/TP of the FLOPs and reads 1/TP of the weights, and every layer ends its
 attention and its FFN with an all-reduce of the step's hidden states (Megatron-style TP: two per layer),
 a ring over the interconnect: each GPU sends and receives 2 x (TP-1)/TP of the message, at half the
-datasheet's both-ways figure, plus a latency per ring hop.
+datasheet's both-ways figure times the share NCCL moves data at (link_efficiency), plus a latency per ring hop.
+NVLink at 0.82: NCCL's own model of a Hopper NVLink is 20.6 GB/s of the line's 25 GB/s a link (SM90_NVLINK_BW,
+src/graph/topo.h, NVIDIA/nccl @ 5067397c), its maintainer's "450 GB/s is the line rate ... NCCL can get an effective
+NVLink bandwidth of 370 GB/s" (NVIDIA/nccl-tests issue 212); A100's 20.0 and Blackwell's 40.1 of 25 and 50 GB/s
+are 0.80. PCIe at 0.5: NCCL takes a Gen4 x16 link at 24 of its 32 GB/s one way (x100 Mb/s a lane / 80,
+src/graph/topo.cc) and the link between two AMD CPUs at 16 GB/s (AMD_BW), which a group of 8 PCIe GPUs in a
+two-socket server crosses: 16 / 32. Without them the TensorRT-LLM 0.17 Llama-3.1-70B calibration rows drifted with
+TP (H100 TP8 +24%, L40S TP4 +36%, TP8 +68% output tok/s: too fast where the all-reduce is a large share).
 
 CUDA graphs (`capture_sizes`, the engine profile's, harness/plan/engine_profiles.py): a decode-only step of n
 sequences, n up to the largest captured size, runs the graph of the next captured size up, so its layers' GEMMs and
@@ -44,7 +51,7 @@ Expert parallelism of size EP > 1 (each GPU holds whole experts, max(TP, EP) GPU
 EP / TP replicas stepping alike share those GPUs, so B is this step's tokens x max(TP, EP) / TP and each GPU reads its
 1 / max(TP, EP) share of the touched experts; each MoE layer's FFN all-reduce becomes two all-to-alls (dispatch and
 combine), each GPU sending its 1/TP of the step's tokens x k x hidden activations, (G-1)/G of them to other GPUs, over
-the same link and at the same half of its both-ways figure as the all-reduce, plus a hop latency per peer.
+the same link at the same rate as the all-reduce (link_efficiency), plus a hop latency per peer.
 Sliding-window layers (GPT-OSS) attend to, and read the KV of, at most sliding_window positions a query.
 
 MFU, MBU and the overhead are stated defaults (DEFAULTS; an engine profile's own per-step overhead), overridable in
@@ -70,9 +77,20 @@ class RooflineParams:
     mbu: float = 0.7  # decode kernels stream weights and KV at ~60-80% of HBM bandwidth
     overhead_ms: float = 1.0  # scheduling, sampling, launches per step with CUDA graphs
     allreduce_hop_latency_us: float = 2.0  # one ring hop's fixed cost (NCCL over NVLink: a few microseconds)
+    # the share of a link's one-way line rate a ring all-reduce moves data at (NCCL's busbw / line rate): see
+    # link_efficiency() and docs/planner.md, "Roofline step model"
+    nvlink_efficiency: float = 0.82  # NVLink, NVLink bridges, Infinity Fabric: NCCL's 20.6 of 25 GB/s a Hopper link
+    pcie_efficiency: float = 0.5  # PCIe: NCCL's 16 GB/s between two CPUs over a Gen4 x16's 32 GB/s
 
 
 DEFAULTS = RooflineParams()
+
+
+def link_efficiency(gpu: GpuSpec, params: RooflineParams = DEFAULTS) -> float:
+    """The share of `gpu`'s link (half its both-ways figure) that a tensor-parallel all-reduce moves data at:
+    params.pcie_efficiency where the link is PCIe, params.nvlink_efficiency for a GPU fabric (NVLink, an NVLink
+    bridge, AMD's Infinity Fabric)."""
+    return params.pcie_efficiency if gpu.interconnect.startswith("PCIe") else params.nvlink_efficiency
 
 
 @dataclass(frozen=True)
@@ -193,6 +211,9 @@ class RooflineStepModel:
             self.lm_head_weight_bytes / tp * s_per_byte,
         )
         self.kv_position_s = self.kv_bytes_per_token_per_gpu * s_per_byte
+        # what an all-reduce or all-to-all moves a second each way: half the link's both-ways figure, at the share
+        # NCCL gets of it (link_efficiency)
+        self.link_bytes_per_s = gpu.interconnect_bytes_per_s / 2 * link_efficiency(gpu, params)
         # routed experts: per GPU, the bytes of one expert in every MoE layer over the GPUs holding them, and the
         # tokens routed over those GPUs per token of this replica's step
         self.expert_gpus = expert_gpus(tensor_parallel, expert_parallel)
@@ -294,21 +315,19 @@ class RooflineStepModel:
             return 0.0
         message_bytes = tokens * self.arch.hidden_size * self.activation_bytes
         ring_bytes = 2 * (self.tp - 1) / self.tp * message_bytes
-        one = ring_bytes / (self.gpu.interconnect_bytes_per_s / 2) + 2 * (self.tp - 1) * (
-            self.params.allreduce_hop_latency_us / 1e6
-        )
+        one = ring_bytes / self.link_bytes_per_s + 2 * (self.tp - 1) * (self.params.allreduce_hop_latency_us / 1e6)
         ffn_allreduces = self.arch.n_layers - (self.arch.moe_layers if self.ep > 1 else 0)
         return (self.arch.n_layers + ffn_allreduces) * one
 
     def all_to_all_s(self, tokens: int) -> float:
         """Expert parallelism's two all-to-alls per MoE layer (dispatch, combine): each GPU sends its 1/TP of the
         step's tokens to their k experts, (G-1)/G of them on other GPUs, hidden activations each, at half the link's
-        both-ways figure, plus a hop latency per peer. 0 without expert parallelism."""
+        both-ways figure times link_efficiency, plus a hop latency per peer. 0 without expert parallelism."""
         g = self.expert_gpus
         if self.ep == 1 or g == 1 or tokens == 0:
             return 0.0
         sent = tokens / self.tp * self.arch.experts_per_token * (g - 1) / g
-        one = sent * self.arch.hidden_size * self.activation_bytes / (self.gpu.interconnect_bytes_per_s / 2)
+        one = sent * self.arch.hidden_size * self.activation_bytes / self.link_bytes_per_s
         one += (g - 1) * self.params.allreduce_hop_latency_us / 1e6
         return 2 * self.arch.moe_layers * one
 
@@ -316,7 +335,8 @@ class RooflineStepModel:
         return {
             "kind": "roofline",
             "form": "sum over the layers' GEMMs, lm_head and attention of flops / (peak * mfu) + bytes / "
-            "(bandwidth * mbu), + allreduce + overhead, per GPU of the TP group",
+            "(bandwidth * mbu), + allreduce (link at nvlink_efficiency or pcie_efficiency) + overhead, per GPU of "
+            "the TP group",
             "coefficients": dataclasses.asdict(self.params),
             "architecture": dataclasses.asdict(self.arch),
             "gpu": dataclasses.asdict(self.gpu),
