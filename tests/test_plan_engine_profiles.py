@@ -20,7 +20,7 @@ from harness.plan.simulator import _tokenizer, simulate_scenario
 from harness.plan.step_model import StepShape
 from harness.results.folder import read_records
 from harness.scenario.gpus import GPU_SPECS, MIB
-from harness.scenario.scenario import load_scenario
+from harness.scenario.scenario import ScenarioError, load_scenario
 
 IDEAL = RooflineParams(mfu=1.0, mbu=1.0, overhead_ms=0.0, allreduce_hop_latency_us=0.0)
 H100 = GPU_SPECS["H100-SXM"]  # 81,559 MiB as nvidia-smi reports it; BF16 989.5 dense TFLOP/s, 3.35 TB/s
@@ -274,3 +274,28 @@ def test_a_non_native_plan_needs_a_gpu_and_no_tokenizer_download(tmp_path):
         engine_choice(fitted)
     # a hub tokenizer name is passed over (nothing downloaded): the workload's lengths are counted approximately
     assert _tokenizer(fitted).method == "approximate"
+
+
+def test_a_scenario_sets_the_links_efficiency_and_the_plan_says_so(tmp_path):
+    """plan.step_model.roofline.nvlink_efficiency replaces NCCL's 0.82 (a deployment's own nccl-tests busbw):
+    Llama-3.1-8B at TP 2 on H100 SXM, an all-reduce of 8 rows x 4,096 x 2 bytes each GPU sends 2 x (2-1)/2 of, at
+    0.41 x NVLink 4's 450 GB/s one way = 184.5 GB/s, plus 2 x (2-1) hops of 2 us; 2 a layer, 32 layers. Out of
+    (0, 1] it is refused naming the field."""
+    path = tmp_path / "links.yaml"
+    text = (
+        "name: links\n"
+        'backend: {kind: vllm, model: meta-llama/Llama-3.1-8B-Instruct, launch: {args: ["--tensor-parallel-size", '
+        '"2"]}}\n'
+        "workload: {kind: random, input_tokens: 256, output_tokens: 16, ignore_eos: true}\n"
+        "load: {arrival: poisson, rate: 2, num_requests: 4}\n"
+        "plan: {hardware: H100-SXM, model: llama-3.1-8b, step_model: {roofline: {nvlink_efficiency: EFFICIENCY}}}\n"
+    )
+    path.write_text(text.replace("EFFICIENCY", "0.41"))
+    model = roofline_step_model(load_scenario(path))
+    assert model.params.nvlink_efficiency == 0.41 and model.params.pcie_efficiency == 0.5  # the other: the default
+    assert model.allreduce_s(8) == pytest.approx(64 * (2 * (1 / 2) * (8 * 4096 * 2) / 184.5e9 + 2 * 2e-6))
+    assert model.allreduce_s(8) == pytest.approx(2.78733e-4, rel=1e-5)
+    assert model.describe()["coefficients"]["nvlink_efficiency"] == 0.41  # the printed plan names it
+    path.write_text(text.replace("EFFICIENCY", "1.5"))
+    with pytest.raises(ScenarioError, match="nvlink_efficiency"):
+        load_scenario(path)

@@ -6,6 +6,7 @@
       hardware: H100-SXM                        # a part of harness/scenario/gpus.py's table, by exact name
       model: llama-3.1-8b                       # builtin name | GGUF path | HF config.json path
       step_model: roofline                      # or {roofline: {mfu: 0.4, mbu: 0.7, overhead_ms: 2}}
+                                                # (nvlink_efficiency, pcie_efficiency too)
       replicas: 100
       tensor_parallel: 1                        # must divide the model's heads as vLLM requires
       expert_parallel: 1                        # MoE: GPUs holding whole experts (a multiple of tensor_parallel)
@@ -69,6 +70,10 @@ class RooflineParams(_Strict):
     mfu: float | None = Field(default=None, gt=0, le=1, description="share of peak FLOP/s")
     mbu: float | None = Field(default=None, gt=0, le=1, description="share of peak memory bandwidth")
     overhead_ms: float | None = Field(default=None, ge=0, le=10_000, description="ms per step")
+    # the share of a link's one-way rate NCCL's all-reduce reaches (nccl-tests' busbw over it): where a deployment's
+    # own measurement says other than NCCL's figures (the defaults; a two-socket PCIe server, an NVSwitch system)
+    nvlink_efficiency: float | None = Field(default=None, gt=0, le=1, description="NVLink / Infinity Fabric share")
+    pcie_efficiency: float | None = Field(default=None, gt=0, le=1, description="PCIe share")
     # a run measured on plan.hardware (step trace or vLLM's MFU counters): mfu, mbu, overhead fitted (set ones win)
     fit: str | None = None
 
