@@ -45,7 +45,8 @@ class PromptBuilder:
         self.word_ids = np.array(sorted(self._text_by_id), dtype=np.int64)
         self._texts = np.empty(int(self.word_ids[-1]) + 1, dtype=object)  # a word token's text by its id
         self._texts[self.word_ids] = [self._text_by_id[int(i)] for i in self.word_ids]
-        self._added_ids = self._reencoding_added_ids()
+        added = self._reencoding_added_ids()
+        self._added_ids = None if added is None else np.array(added, dtype=np.int64)
 
     def text_of(self, word_ids) -> str:
         """Text of a sequence of word tokens, without a decode round trip."""
@@ -96,10 +97,10 @@ class PromptBuilder:
         fixed = np.asarray(prefix_ids, dtype=np.int64)[:body]
         fill = rng.choice(self.word_ids, size=body - len(fixed))
         if self._added_ids is not None:  # the ids are known: the tokenizer is told them rather than asked
-            ids = np.concatenate([fixed, fill])
-            text = self.text_of(ids)
-            self.tokenizer.remember(text, self._added_ids + ids.tolist())
-            return text, len(self._added_ids) + len(ids)
+            ids = np.concatenate([self._added_ids, fixed, fill])
+            text = self.text_of(ids[len(self._added_ids) :])
+            self.tokenizer.remember(text, ids)  # an array: a plan keeps it as one (harness/plan/prompt_ids.py)
+            return text, len(ids)
         count = 0
         for _ in range(4):  # word tokens re-encode exactly in BPE tokenizers; this loop covers the rest
             text = self.text_of(np.concatenate([fixed, fill]))

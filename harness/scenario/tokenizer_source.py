@@ -18,6 +18,8 @@ import re
 import zlib
 from pathlib import Path
 
+import numpy as np
+
 from backends.http import request
 
 WORDS = list(
@@ -66,12 +68,12 @@ class TokenizerSource:
             self.remember(text, ids)
         return list(ids)
 
-    def remember(self, text: str, ids: list[int]) -> None:
+    def remember(self, text: str, ids: list[int] | np.ndarray) -> None:
         """Keeps a text's encoding, computed here or known otherwise (harness/scenario/prompts.py: word tokens
-        that re-encode to themselves), so encoding it again costs nothing."""
+        that re-encode to themselves, given as an int array), so encoding it again costs nothing."""
         if len(self._encode_cache) >= 4096:
             self._encode_cache.clear()
-        self._encode_cache[text] = ids
+        self._encode_cache[text] = ids.tolist() if isinstance(ids, np.ndarray) else ids
 
     @property
     def added_tokens(self) -> int:
