@@ -841,7 +841,8 @@ def run(rows: list[dict], with_engine_flags: bool, jobs: int = 1) -> list[RowRes
     with ProcessPoolExecutor(jobs) as pool:
         futures = [pool.submit(plan_row, row, with_engine_flags) for row in rows]
         for done, future in enumerate(as_completed(futures), 1):
-            result = by_id[future.result().row_id] = future.result()
+            result = future.result()
+            by_id[result.row_id] = result
             errors = " ".join(f"{e.metric} {e.error_pct:+.1f}%" for e in result.errors if e.error_pct is not None)
             print(
                 f"[{done}/{len(rows)}] {result.row_id}: {result.status} {result.wall_s:.1f} s {errors}",
