@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import gguf
 import numpy as np
+
+from native_engine.file_cache import cache_dir, entry_name, file_identity
 
 SUPPORTED_ARCHS = ("llama",)
 # Turn-ending control tokens of common chat templates; ChatML's <|im_end|> is SmolLM2's.
@@ -47,8 +53,9 @@ class ModelWeights:
     layers: list[LayerWeights]
     output_norm: np.ndarray  # [hidden]
     lm_head: np.ndarray  # [hidden, vocab], contiguous: x @ lm_head is twice as fast as x @ embedding.T
-    # the file they came from: runtimes with 4-bit kernels read its Q4_1 blocks as stored (gguf_q4.py)
-    gguf_reader: gguf.GGUFReader | None = None
+    # the file they came from (its path or its open reader): runtimes with 4-bit kernels read its Q4_1 blocks as
+    # stored (gguf_q4.py)
+    gguf_file: str | Path | gguf.GGUFReader | None = None
 
     def matrix_bytes(self) -> int:
         """Bytes one forward step reads from weights (embedding rows for the inputs are negligible)."""
@@ -128,8 +135,30 @@ def _parsed_gguf(path: str, size: int, mtime_ns: int) -> gguf.GGUFReader:
     return gguf.GGUFReader(path)
 
 
+def use_small_pages() -> None:
+    """Ask numpy for no transparent huge pages in this process from here on (what NUMPY_MADVISE_HUGEPAGE=0 does at
+    import). numpy madvises every array of 4 MB or more for huge pages; on the VMs this project runs on (2-core
+    Firecracker guests, THP in madvise mode), a huge page's first write is slow: 1.5 GB (the KV cache) took 8-17 s
+    to write once with them, 1.0-1.2 s without, and loading SmolLM2's weights 42-43 s against 18-21 s (model_speed.py,
+    3 interleaved pairs, 2026-12-08), while decode steps were no slower without them (batch 8: 93-108 against
+    96-132 ms, batch 32: 258-297 against 271-316 ms). The engine allocates its large arrays once, at load."""
+    set_hugepage = getattr(getattr(np, "_core", None), "multiarray", None)
+    set_hugepage = getattr(set_hugepage, "_set_madvise_hugepage", None)
+    if set_hugepage is not None:  # numpy's own switch (numpy 2); absent elsewhere: nothing to change
+        set_hugepage(False)
+
+
 def load_gguf(path: str | Path | gguf.GGUFReader) -> tuple[ModelConfig, ModelWeights]:
-    """Config and fp32 weights of a GGUF file (or an open GGUFReader)."""
+    """Config and fp32 weights of a GGUF file (or an open GGUFReader), in small pages (use_small_pages); a file of
+    WEIGHTS_CACHED_FROM_BYTES or more through its copy in the user's cache (cached_weights)."""
+    use_small_pages()
+    if isinstance(path, gguf.GGUFReader) or Path(path).stat().st_size < WEIGHTS_CACHED_FROM_BYTES:
+        return read_gguf(path)
+    return cached_weights(Path(path))
+
+
+def read_gguf(path: str | Path | gguf.GGUFReader) -> tuple[ModelConfig, ModelWeights]:
+    """Config and fp32 weights parsed and dequantized from the GGUF file itself."""
     reader = open_gguf(path)
     config = read_config(reader)
     tensors = {t.name: t for t in reader.tensors}
@@ -173,6 +202,85 @@ def load_gguf(path: str | Path | gguf.GGUFReader) -> tuple[ModelConfig, ModelWei
         layers=layers,
         output_norm=tensor("output_norm.weight"),
         lm_head=lm_head,
-        gguf_reader=reader,
+        gguf_file=path,
     )
     return config, weights
+
+
+# The weights as read_gguf lays them out, kept as one .npy file an array: parsing SmolLM2's GGUF (gguf's reader reads
+# its 49,152-token vocabulary element by element) and dequantizing it took 12-14 s a process here, 26 s with the KV
+# cache's huge pages, in every engine a test, a tune trial or a quickstart starts; mapping the copies takes a fraction
+# of a second, and the processes on one machine share their pages. Files under WEIGHTS_CACHED_FROM_BYTES load in
+# well under a second and are not copied. Bump the version when read_gguf's layout changes.
+WEIGHTS_CACHE_VERSION = 1
+WEIGHTS_CACHED_FROM_BYTES = 32 << 20
+_LAYER_ARRAYS = ("attn_norm", "wqkv", "wo", "ffn_norm", "w_gate_up", "w_down")
+
+
+def cached_weights(path: Path) -> tuple[ModelConfig, ModelWeights]:
+    """read_gguf's result from the copy in the user's cache (file_cache.py), read-only and memory-mapped, written
+    there first when absent. A copy that cannot be written (a read-only home, a full disk) is left out."""
+    identity = file_identity(path, WEIGHTS_CACHE_VERSION)
+    folder = cache_dir("gguf-weights") / entry_name(identity)
+    try:
+        return _read_copy(folder, identity, path)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # not there yet, or another layout's
+    config, weights = read_gguf(path)
+    try:
+        _write_copy(folder, identity, config, weights)
+    except OSError:
+        pass
+    return config, weights
+
+
+def _read_copy(folder: Path, identity: str, path: Path) -> tuple[ModelConfig, ModelWeights]:
+    doc = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    if doc["identity"] != identity:
+        raise ValueError("another file's copy")
+    config = ModelConfig(**doc["config"])
+
+    def array(name: str) -> np.ndarray:  # a plain read-only ndarray over the mapping (not np.memmap's subclass)
+        return np.asarray(np.load(folder / f"{name}.npy", mmap_mode="r"))
+
+    layers = [
+        LayerWeights(**{name: array(f"layer{i}.{name}") for name in _LAYER_ARRAYS}) for i in range(config.n_layers)
+    ]
+    lm_head = array("lm_head")
+    embedding = lm_head.T if doc["tied"] else array("token_embedding")
+    weights = ModelWeights(embedding, layers, array("output_norm"), lm_head, gguf_file=path)
+    return config, weights
+
+
+def _write_copy(folder: Path, identity: str, config: ModelConfig, weights: ModelWeights) -> None:
+    """Written beside the entry and renamed into place over what is there (a copy that could not be read): two
+    processes may write it at once, and a reader sees a whole copy or none (one that has mapped a copy keeps it).
+    Copies of earlier versions of the same file are removed."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    partial = folder.with_name(f"{folder.name}.{os.getpid()}.tmp")
+    tied = np.may_share_memory(weights.token_embedding, weights.lm_head)
+    arrays = {"lm_head": weights.lm_head, "output_norm": weights.output_norm}
+    arrays |= {} if tied else {"token_embedding": weights.token_embedding}
+    for i, layer in enumerate(weights.layers):
+        arrays |= {f"layer{i}.{name}": getattr(layer, name) for name in _LAYER_ARRAYS}
+    source = identity.split("|")[1]
+    try:
+        partial.mkdir()
+        for name, values in arrays.items():
+            np.save(partial / f"{name}.npy", values)
+        doc = {"identity": identity, "source": source, "config": dataclasses.asdict(config), "tied": bool(tied)}
+        (partial / "config.json").write_text(json.dumps(doc), encoding="utf-8")
+        shutil.rmtree(folder, ignore_errors=True)
+        partial.rename(folder)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)  # left only when the rename did not happen
+    for other in folder.parent.iterdir():
+        if other != folder and _copy_source(other) == source:
+            shutil.rmtree(other, ignore_errors=True)
+
+
+def _copy_source(folder: Path) -> str | None:
+    try:
+        return json.loads((folder / "config.json").read_text(encoding="utf-8")).get("source")
+    except (OSError, ValueError, AttributeError):
+        return None

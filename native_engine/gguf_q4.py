@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import gguf
 import numpy as np
 
-from native_engine.gguf_model import ModelWeights
+from native_engine.gguf_model import ModelWeights, open_gguf
 
 BLOCK = 32  # weights per Q4_1 block
 Q4_1 = gguf.GGMLQuantizationType.Q4_1
@@ -76,7 +76,7 @@ LAYER_TENSORS = {
 def layer_matrices(weights: ModelWeights, layer: int) -> dict[str, Q4Matrix]:
     """The layer's four matrices as Q4_1 blocks, [out, in]: the file's own blocks where it stores Q4_1,
     else the fp32 weights quantized."""
-    reader = weights.gguf_reader
+    reader = open_gguf(weights.gguf_file) if weights.gguf_file is not None else None
     tensors = {t.name: t for t in reader.tensors} if reader is not None else {}
     found = {}
     for name, parts in LAYER_TENSORS.items():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import codecs
-import hashlib
 import json
 import os
 import re
@@ -15,6 +14,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import AddedToken, Regex, models, pre_tokenizers
 from tokenizers import Tokenizer as BpeTokenizer
 
+from native_engine.file_cache import cache_dir, entry_name, file_identity
 from native_engine.gguf_model import open_gguf, stop_token_ids
 
 # llama.cpp's pre-tokenizer for `tokenizer.ggml.pre == "smollm"` (llama-vocab.cpp): single
@@ -215,7 +215,6 @@ class IncrementalDetokenizer:
 # counts prompts, each test's bench), where reading the JSON copy takes ~0.1 s. Keyed by the file's path, size and
 # mtime, so a rewritten file is read again; bump the version when the fields change.
 TOKENIZER_CACHE_VERSION = 1
-TOKENIZER_CACHE_ENV = "LLM_SERVING_BENCH_CACHE"  # a cache folder other than ~/.cache/llm-serving-bench
 
 
 def tokenizer_fields(reader: gguf.GGUFReader) -> dict:
@@ -248,17 +247,15 @@ def tokenizer_fields(reader: gguf.GGUFReader) -> dict:
 def gguf_tokenizer_fields(path: Path) -> dict:
     """tokenizer_fields of the GGUF at `path`, from the cache when it holds this file's (same path, size, mtime);
     else parsed and written there. A cache that cannot be written (a read-only home) is left alone."""
-    resolved = path.resolve()
-    stat = resolved.stat()
-    identity = f"{TOKENIZER_CACHE_VERSION}|{resolved}|{stat.st_size}|{stat.st_mtime_ns}"
-    cached = tokenizer_cache_dir() / f"{hashlib.sha256(identity.encode()).hexdigest()[:32]}.json"
+    identity = file_identity(path, TOKENIZER_CACHE_VERSION)
+    cached = cache_dir("gguf-tokenizers") / f"{entry_name(identity)}.json"
     try:
         doc = json.loads(cached.read_text(encoding="utf-8"))
         if doc.get("identity") == identity:
             return doc["fields"]
     except (OSError, ValueError, AttributeError, KeyError):
         pass  # not there yet, or torn: parse the file
-    fields = tokenizer_fields(open_gguf(resolved))
+    fields = tokenizer_fields(open_gguf(path))
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         partial = cached.with_suffix(f".{os.getpid()}.tmp")
@@ -267,8 +264,3 @@ def gguf_tokenizer_fields(path: Path) -> dict:
     except OSError:
         pass
     return fields
-
-
-def tokenizer_cache_dir() -> Path:
-    root = os.environ.get(TOKENIZER_CACHE_ENV)
-    return (Path(root) if root else Path.home() / ".cache" / "llm-serving-bench") / "gguf-tokenizers"

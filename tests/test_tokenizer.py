@@ -122,8 +122,9 @@ def test_a_gguf_tokenizer_is_read_from_its_cached_fields_until_the_file_changes(
     the copy (here: a copy whose chat template was changed on purpose, which only the cache could supply), and a
     rewritten file (another size and mtime) is parsed again."""
     from native_engine import tokenizer as tokenizer_module
+    from native_engine.file_cache import CACHE_ENV
 
-    monkeypatch.setenv(tokenizer_module.TOKENIZER_CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     path = write_tiny_llama_gguf(tmp_path / "t.gguf")
     first = Tokenizer.from_gguf(path)
     (cached,) = (tmp_path / "cache" / "gguf-tokenizers").iterdir()

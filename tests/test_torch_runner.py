@@ -170,7 +170,7 @@ def test_int4_weights_are_the_files_own_q4_1_blocks(tiny, max_rows, monkeypatch)
             bound = 2.0**-8 * (np.abs(expected) + 8 * block_scale + zero)  # half a bf16 ulp of each, rounded up
             assert np.all(np.abs(got - expected) <= bound), name
     # without the file (weights built in memory), the same blocks come from quantizing the fp32 matrices
-    requantized = gguf_q4.layer_matrices(dataclasses.replace(weights, gguf_reader=None), 0)["wqkv"]
+    requantized = gguf_q4.layer_matrices(dataclasses.replace(weights, gguf_file=None), 0)["wqkv"]
     step = np.repeat(requantized.scale.astype(np.float32), gguf_q4.BLOCK, axis=1)
     assert np.all(np.abs(requantized.dequantize() - weights.layers[0].wqkv.T) <= step)
 
