@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import gguf
 import numpy as np
+from numpy.lib import format as npformat
 
 from native_engine.file_cache import cache_dir, entry_name, file_identity
 
@@ -135,23 +137,9 @@ def _parsed_gguf(path: str, size: int, mtime_ns: int) -> gguf.GGUFReader:
     return gguf.GGUFReader(path)
 
 
-def use_small_pages() -> None:
-    """Ask numpy for no transparent huge pages in this process from here on (what NUMPY_MADVISE_HUGEPAGE=0 does at
-    import). numpy madvises every array of 4 MB or more for huge pages; on the VMs this project runs on (2-core
-    Firecracker guests, THP in madvise mode), a huge page's first write is slow: 1.5 GB (the KV cache) took 8-17 s
-    to write once with them, 1.0-1.2 s without, and loading SmolLM2's weights 42-43 s against 18-21 s (model_speed.py,
-    3 interleaved pairs, 2026-12-08), while decode steps were no slower without them (batch 8: 93-108 against
-    96-132 ms, batch 32: 258-297 against 271-316 ms). The engine allocates its large arrays once, at load."""
-    set_hugepage = getattr(getattr(np, "_core", None), "multiarray", None)
-    set_hugepage = getattr(set_hugepage, "_set_madvise_hugepage", None)
-    if set_hugepage is not None:  # numpy's own switch (numpy 2); absent elsewhere: nothing to change
-        set_hugepage(False)
-
-
 def load_gguf(path: str | Path | gguf.GGUFReader) -> tuple[ModelConfig, ModelWeights]:
-    """Config and fp32 weights of a GGUF file (or an open GGUFReader), in small pages (use_small_pages); a file of
-    WEIGHTS_CACHED_FROM_BYTES or more through its copy in the user's cache (cached_weights)."""
-    use_small_pages()
+    """Config and fp32 weights of a GGUF file (or an open GGUFReader); a file of WEIGHTS_CACHED_FROM_BYTES or more
+    through its copy in the user's cache (cached_weights)."""
     if isinstance(path, gguf.GGUFReader) or Path(path).stat().st_size < WEIGHTS_CACHED_FROM_BYTES:
         return read_gguf(path)
     return cached_weights(Path(path))
@@ -208,18 +196,20 @@ def read_gguf(path: str | Path | gguf.GGUFReader) -> tuple[ModelConfig, ModelWei
 
 
 # The weights as read_gguf lays them out, kept as one .npy file an array: parsing SmolLM2's GGUF (gguf's reader reads
-# its 49,152-token vocabulary element by element) and dequantizing it took 12-14 s a process here, 26 s with the KV
-# cache's huge pages, in every engine a test, a tune trial or a quickstart starts; mapping the copies takes a fraction
-# of a second, and the processes on one machine share their pages. Files under WEIGHTS_CACHED_FROM_BYTES load in
-# well under a second and are not copied. Bump the version when read_gguf's layout changes.
-WEIGHTS_CACHE_VERSION = 1
+# its 49,152-token vocabulary element by element) and dequantizing it took ~13 s a process here, in every engine a
+# test, a tune trial or a quickstart starts; reading the copies takes 0.1-3.6 s. They are read into one array of the
+# process's own (numpy asks huge pages for it: 524 of SmolLM2's 538 MB came in huge pages, 397 MB of the parsed
+# weights' arrays did), not mapped: a decode step streams every weight, and mapped file pages (small ones) made
+# single-stream steps ~10-20% slower in a side-by-side run. Files under WEIGHTS_CACHED_FROM_BYTES load in well under a
+# second and are not copied. Bump the version when read_gguf's layout changes.
+WEIGHTS_CACHE_VERSION = 2
 WEIGHTS_CACHED_FROM_BYTES = 32 << 20
 _LAYER_ARRAYS = ("attn_norm", "wqkv", "wo", "ffn_norm", "w_gate_up", "w_down")
 
 
 def cached_weights(path: Path) -> tuple[ModelConfig, ModelWeights]:
-    """read_gguf's result from the copy in the user's cache (file_cache.py), read-only and memory-mapped, written
-    there first when absent. A copy that cannot be written (a read-only home, a full disk) is left out."""
+    """read_gguf's result from the copy in the user's cache (file_cache.py), written there first when absent. A copy
+    that cannot be written (a read-only home, a full disk) is left out."""
     identity = file_identity(path, WEIGHTS_CACHE_VERSION)
     folder = cache_dir("gguf-weights") / entry_name(identity)
     try:
@@ -239,10 +229,7 @@ def _read_copy(folder: Path, identity: str, path: Path) -> tuple[ModelConfig, Mo
     if doc["identity"] != identity:
         raise ValueError("another file's copy")
     config = ModelConfig(**doc["config"])
-
-    def array(name: str) -> np.ndarray:  # a plain read-only ndarray over the mapping (not np.memmap's subclass)
-        return np.asarray(np.load(folder / f"{name}.npy", mmap_mode="r"))
-
+    array = _read_arrays(folder, doc["arrays"]).__getitem__
     layers = [
         LayerWeights(**{name: array(f"layer{i}.{name}") for name in _LAYER_ARRAYS}) for i in range(config.n_layers)
     ]
@@ -254,7 +241,7 @@ def _read_copy(folder: Path, identity: str, path: Path) -> tuple[ModelConfig, Mo
 
 def _write_copy(folder: Path, identity: str, config: ModelConfig, weights: ModelWeights) -> None:
     """Written beside the entry and renamed into place over what is there (a copy that could not be read): two
-    processes may write it at once, and a reader sees a whole copy or none (one that has mapped a copy keeps it).
+    processes may write it at once, and a reader sees a whole copy or none.
     Copies of earlier versions of the same file are removed."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     partial = folder.with_name(f"{folder.name}.{os.getpid()}.tmp")
@@ -269,6 +256,7 @@ def _write_copy(folder: Path, identity: str, config: ModelConfig, weights: Model
         for name, values in arrays.items():
             np.save(partial / f"{name}.npy", values)
         doc = {"identity": identity, "source": source, "config": dataclasses.asdict(config), "tied": bool(tied)}
+        doc["arrays"] = list(arrays)
         (partial / "config.json").write_text(json.dumps(doc), encoding="utf-8")
         shutil.rmtree(folder, ignore_errors=True)
         partial.rename(folder)
@@ -277,6 +265,29 @@ def _write_copy(folder: Path, identity: str, config: ModelConfig, weights: Model
     for other in folder.parent.iterdir():
         if other != folder and _copy_source(other) == source:
             shutil.rmtree(other, ignore_errors=True)
+
+
+def _read_arrays(folder: Path, names: list[str]) -> dict[str, np.ndarray]:
+    """The copy's fp32 arrays, read into slices of one array (see WEIGHTS_CACHE_VERSION's comment)."""
+    headers = {}
+    for name in names:
+        with open(folder / f"{name}.npy", "rb") as npy:
+            version = npformat.read_magic(npy)
+            read_header = npformat.read_array_header_1_0 if version == (1, 0) else npformat.read_array_header_2_0
+            shape, fortran_order, dtype = read_header(npy)
+            if dtype != np.float32 or fortran_order:
+                raise ValueError(f"{name}.npy is not a C-ordered fp32 array")
+            headers[name] = (shape, npy.tell())
+    whole = np.empty(sum(math.prod(shape) for shape, _ in headers.values()), dtype=np.float32)
+    arrays, start = {}, 0
+    for name, (shape, data_at) in headers.items():
+        arrays[name] = whole[start : start + math.prod(shape)].reshape(shape)
+        start += math.prod(shape)
+        with open(folder / f"{name}.npy", "rb") as npy:
+            npy.seek(data_at)
+            if npy.readinto(memoryview(arrays[name]).cast("B")) != arrays[name].nbytes:
+                raise ValueError(f"{name}.npy is shorter than its header says")
+    return arrays
 
 
 def _copy_source(folder: Path) -> str | None:
