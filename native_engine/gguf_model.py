@@ -218,7 +218,7 @@ def cached_weights(path: Path) -> tuple[ModelConfig, ModelWeights]:
         pass  # not there yet, or another layout's
     config, weights = read_gguf(path)
     try:
-        _write_copy(folder, identity, config, weights)
+        _write_copy(folder, identity, path, config, weights)
     except OSError:
         pass
     return config, weights
@@ -239,10 +239,10 @@ def _read_copy(folder: Path, identity: str, path: Path) -> tuple[ModelConfig, Mo
     return config, weights
 
 
-def _write_copy(folder: Path, identity: str, config: ModelConfig, weights: ModelWeights) -> None:
+def _write_copy(folder: Path, identity: str, path: Path, config: ModelConfig, weights: ModelWeights) -> None:
     """Written beside the entry and renamed into place over what is there (a copy that could not be read): two
-    processes may write it at once, and a reader sees a whole copy or none.
-    Copies of earlier versions of the same file are removed."""
+    processes may write it at once, and a reader sees a whole copy or none. Copies of earlier versions of the same
+    file are removed."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     partial = folder.with_name(f"{folder.name}.{os.getpid()}.tmp")
     tied = np.may_share_memory(weights.token_embedding, weights.lm_head)
@@ -250,7 +250,7 @@ def _write_copy(folder: Path, identity: str, config: ModelConfig, weights: Model
     arrays |= {} if tied else {"token_embedding": weights.token_embedding}
     for i, layer in enumerate(weights.layers):
         arrays |= {f"layer{i}.{name}": getattr(layer, name) for name in _LAYER_ARRAYS}
-    source = identity.split("|")[1]
+    source = str(path.resolve())
     try:
         partial.mkdir()
         for name, values in arrays.items():
